@@ -1,0 +1,92 @@
+// tokenlock/errors.hpp — how tokenlock reports failure.
+//
+// Purpose
+//   Every fallible tokenlock call comes in two forms, as in Boost.Filesystem:
+//   one throws tokenlock::lock_error, the other takes a trailing
+//   std::error_code& and is noexcept. This header defines the codes both
+//   forms use.
+//
+// Codes
+//   - tokenlock's own conditions are tokenlock::errc values in
+//     tokenlock::error_category() (name "tokenlock"); compare with
+//     `ec == tokenlock::errc::busy`.
+//   - Operating-system failures keep their errno value in
+//     std::generic_category(): compare with
+//     `ec == std::errc::permission_denied`.
+//
+// Messages
+//   A lock_error's what() names the step, the path and the cause, and says
+//   how to fix it where that is known, for example:
+//     tokenlock: acquire /srv/app/locks/db: rename lockfile ->
+//     lockfile.1763712000000000.web1-3fa2c1d0.4242.981234.9c1e...: Permission
+//     denied; the user (uid 33) needs write and search permission on
+//     /srv/app/locks/db: ...
+//   The error_code& forms cannot carry that text in the code, so they leave
+//   it in last_error_message(), per thread, until the next failure.
+//
+// Thread safety
+//   Everything here is safe to use from any thread.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <system_error>
+
+namespace tokenlock {
+
+enum class errc {
+  // The lock is held by a live owner with a valid lease, and the caller asked
+  // not to wait (try_acquire, or a zero wait budget).
+  busy = 1,
+  // The wait budget ran out while the lock stayed busy.
+  timed_out,
+  // The caller's token was taken over (its lease ended or its process was
+  // judged dead): release, refresh or a fenced commit found it gone. The
+  // caller no longer holds the lock and must not act as if it did.
+  lock_lost,
+  // The lock directory exists and is not empty, but holds no token in two
+  // listings a moment apart. tokenlock never invents a token in an existing
+  // directory: someone removed it outside the protocol. Fix by hand.
+  token_missing,
+  // The lock directory holds more than one token, or an entry that looks
+  // like a token but does not follow the grammar of docs/protocol.md. Never
+  // repaired silently.
+  lock_corrupt,
+  // A data file (for example a counter) does not hold what it must.
+  corrupt_data,
+  // An argument is unusable (an empty lock path, a negative lease, ...).
+  bad_argument,
+  // The handle does not own a token: it was released, moved from, or it was
+  // inherited by a forked child, which never releases its parent's lock.
+  not_owner,
+};
+
+// The category of tokenlock::errc codes; name() is "tokenlock".
+const std::error_category& error_category() noexcept;
+
+std::error_code make_error_code(errc e) noexcept;
+
+// Thrown by the throwing form of every fallible call. code() is a
+// tokenlock::errc or an errno code; what() is the full message.
+class lock_error : public std::system_error {
+ public:
+  lock_error(std::error_code ec, const std::string& message);
+  // The message exactly as composed (std::system_error would append the
+  // code's text, which the message already names).
+  const char* what() const noexcept override;
+
+ private:
+  std::runtime_error message_;  // refcounted text, nothrow copy
+};
+
+// The message of the last failure that this thread saw reported through an
+// error_code& form (the same text a lock_error would have carried). Empty
+// before the first failure.
+const std::string& last_error_message() noexcept;
+
+}  // namespace tokenlock
+
+namespace std {
+template <>
+struct is_error_code_enum<tokenlock::errc> : true_type {};
+}  // namespace std

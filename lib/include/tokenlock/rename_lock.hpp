@@ -1,0 +1,233 @@
+// tokenlock/rename_lock.hpp — the rename-token lock.
+//
+// Purpose
+//   A lock that needs nothing but rename(2) and works where flock(2) is
+//   missing or unreliable: shared web hosting, NFS, network filesystems.
+//   Processes that share a lock directory D exclude each other; a holder
+//   that dies (kill -9, a crash) is detected on the same host within
+//   milliseconds, and any holder whose lease ends can be taken over, without
+//   ever clobbering another owner. docs/protocol.md is the full protocol.
+//
+//   D holds exactly one token, itself a directory:
+//     D/lockfile                                   the lock is free
+//     D/lockfile.<expiry>.<host>-<hash>.<pid>.<start>.<nonce>
+//                                                  held until <expiry>
+//   Acquiring renames D/lockfile to a fresh name of ours; releasing renames
+//   it back. The held token directory is the holder's private workspace
+//   (lock_handle::path()): a file written there and renamed out through that
+//   path can only be committed while the lock is still ours.
+//
+// Calling sequence
+//     tokenlock::rename_lock lock("/srv/app/locks/counter");
+//     {
+//       tokenlock::lock_handle h = lock.acquire();  // waits up to options.wait
+//       ... critical section; h.refresh() to extend the lease ...
+//       h.release();   // or let the destructor release (it never throws)
+//     }
+//   try_acquire() makes one attempt and returns std::nullopt when a live
+//   owner holds the lock. The lock directory is created (atomically, with
+//   its token) on first use if it is missing or empty; its parent must
+//   exist.
+//
+// Errors
+//   Each fallible call has a throwing form (tokenlock::lock_error) and a
+//   noexcept form taking std::error_code& (see errors.hpp). Conditions:
+//   - errc::busy       try_acquire's error_code form never reports it (it
+//                      returns std::nullopt); acquire() with options.wait
+//                      zero does.
+//   - errc::timed_out  acquire() waited options.wait in vain.
+//   - errc::lock_lost  release()/refresh() found our token taken over: the
+//                      lease ended (or we were judged dead) and another
+//                      process now owns the lock. The handle is emptied.
+//   - errc::token_missing, errc::lock_corrupt: the lock directory is not in
+//                      a state the protocol produces; nothing is repaired.
+//   - errc::bad_argument: unusable path or options.
+//   - errc::not_owner  the handle owns nothing (released, moved from, or
+//                      inherited by a forked child).
+//   - errno codes (EACCES, EPERM, EROFS, ENOTDIR, ENAMETOOLONG, ENOSPC, ...)
+//                      with a message that names the directory, the step and
+//                      the fix where one is known.
+//   A failed call leaves the lock directory as it was.
+//
+// Processes, threads and fork
+//   The lock excludes processes and also handles within one process: two
+//   threads acquiring the same directory exclude each other like two
+//   processes. A rename_lock may be shared between threads; a lock_handle
+//   must not be used by two threads at once. A handle copied into a child by
+//   fork(2) owns nothing there: its destructor does nothing and release()
+//   reports not_owner, so the parent keeps its lock.
+//
+// Clocks
+//   Leases are absolute CLOCK_REALTIME times written into the token name,
+//   so processes on different hosts must have roughly synchronised clocks;
+//   lock_options::skew_allowance is how much disagreement is tolerated.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <system_error>
+
+#include <boost/filesystem/path.hpp>
+
+#include "tokenlock/errors.hpp"
+
+namespace tokenlock {
+
+namespace detail {
+class os;
+struct lock_handle_access;
+}
+
+struct lock_options {
+  // How long a token stays valid after acquire or refresh. A holder that
+  // needs longer refreshes; a holder that stalls past it may be taken over.
+  std::chrono::milliseconds lease = std::chrono::seconds(60);
+  // How long acquire() waits for a busy lock before errc::timed_out. Zero
+  // means one attempt (errc::busy).
+  std::chrono::milliseconds wait = std::chrono::seconds(10);
+  // Take over a token whose owner process is provably gone (same host only:
+  // kill(pid, 0) says ESRCH, the process is a zombie, or the pid was reused
+  // by a process with another start time). Off: only expired leases count.
+  bool detect_dead_owner = true;
+  // Clock disagreement tolerated between hosts: a lease counts as ended only
+  // when now > expiry + skew_allowance.
+  std::chrono::milliseconds skew_allowance = std::chrono::seconds(1);
+  // A token whose lease ends further than this in the future was written by
+  // a broken clock or a broken program; it is treated as stale (and
+  // holder() says so) instead of blocking for years.
+  std::chrono::milliseconds max_lease = std::chrono::hours(24);
+  // Mode of a lock directory (and its token) that acquire creates; applied
+  // exactly, regardless of the umask. Use 0775 or 0777 when several users
+  // share the lock.
+  unsigned dir_mode = 0755;
+  // Wake a waiter as soon as the token is released (inotify on Linux), on
+  // top of the backoff polling that is always done. See docs/benchmarks.md.
+  bool wake_on_release = true;
+};
+
+enum class owner_liveness {
+  alive,    // same host, the process exists (or we may not look at it)
+  dead,     // same host, the process is gone, a zombie, or its pid was reused
+  unknown,  // another host (or dead-owner detection is off): lease only
+};
+
+// A snapshot of who holds a lock, for status displays and diagnostics.
+struct holder_info {
+  std::string token;                 // the token's name in the directory
+  boost::filesystem::path path;      // directory / token
+  std::chrono::system_clock::time_point expires;
+  std::string host_tag;              // "<host>-<hash8>" of the owner
+  bool same_host = false;            // host tag equals ours
+  int pid = 0;
+  std::uint64_t start_time = 0;      // owner's start time, clock ticks since boot
+  owner_liveness owner = owner_liveness::unknown;
+  bool stale = false;                // may be taken over now
+  std::string reason;                // why it is (or is not) stale, in words
+};
+
+class lock_handle;
+
+class rename_lock {
+ public:
+  // Names the lock directory `dir`; touches nothing until the first call.
+  explicit rename_lock(boost::filesystem::path dir, lock_options options = {});
+  // As above, with system calls made through `os` (tests inject faults and
+  // drive the clock with it; see lib/src/posix/os.hpp).
+  rename_lock(boost::filesystem::path dir, lock_options options,
+              std::shared_ptr<detail::os> os);
+
+  // Acquires the lock, waiting up to options().wait. On success the
+  // returned handle owns a token with a lease of options().lease. Stale
+  // tokens found on the way are taken over; a missing or empty lock
+  // directory is created. Fails with busy (wait zero), timed_out,
+  // token_missing, lock_corrupt, bad_argument or an errno code; a failure
+  // leaves the lock directory as it was.
+  lock_handle acquire() const;
+  lock_handle acquire(std::error_code& ec) const noexcept;
+
+  // One attempt, no waiting: std::nullopt when a live owner holds the lock.
+  // Errors as acquire(), except busy and timed_out.
+  std::optional<lock_handle> try_acquire() const;
+  std::optional<lock_handle> try_acquire(std::error_code& ec) const noexcept;
+
+  // Who holds the lock now: std::nullopt when it is free (or the directory
+  // does not exist yet). Read-only: it never takes anything over.
+  std::optional<holder_info> holder() const;
+  std::optional<holder_info> holder(std::error_code& ec) const noexcept;
+
+  const boost::filesystem::path& directory() const noexcept { return dir_; }
+  const lock_options& options() const noexcept { return options_; }
+
+ private:
+  boost::filesystem::path dir_;
+  lock_options options_;
+  std::shared_ptr<detail::os> os_;
+};
+
+// Ownership of one token. Move-only; the destructor releases (and never
+// throws: a lost lock at that point is silently accepted, so call release()
+// when you need to know).
+class lock_handle {
+ public:
+  lock_handle() noexcept = default;  // owns nothing
+  lock_handle(lock_handle&& other) noexcept;
+  lock_handle& operator=(lock_handle&& other) noexcept;  // releases ours first
+  lock_handle(const lock_handle&) = delete;
+  lock_handle& operator=(const lock_handle&) = delete;
+  ~lock_handle();
+
+  // Renames our token back to "lockfile". Afterwards the handle owns
+  // nothing. lock_lost when the token was taken over (nothing is renamed:
+  // the new owner keeps its lock). On an empty handle: does nothing.
+  // not_owner in a forked child.
+  void release();
+  void release(std::error_code& ec) noexcept;
+
+  // Extends the lease to now + `lease` (default: the lease the lock was
+  // acquired with) by renaming our token to a name with the new expiry.
+  // path() and token() change. lock_lost when the token was taken over.
+  void refresh();
+  void refresh(std::error_code& ec) noexcept;
+  void refresh(std::chrono::milliseconds lease);
+  void refresh(std::chrono::milliseconds lease, std::error_code& ec) noexcept;
+
+  // Gives up ownership without renaming anything: the token stays held
+  // until its lease ends or its owner process is found dead. Returns the
+  // token name. For handing a lock over to another process (the tokenlock
+  // command's `acquire`).
+  std::string detach() noexcept;
+
+  // True while this handle holds a token in the process that acquired it.
+  // Does not look at the disk: a takeover is noticed by release/refresh.
+  bool owns() const noexcept;
+  explicit operator bool() const noexcept { return owns(); }
+
+  // The token's current name in the lock directory (empty if none).
+  const std::string& token() const noexcept { return token_; }
+  // The held token directory: lock directory / token(). The holder's
+  // workspace; it moves on refresh.
+  boost::filesystem::path path() const;
+  const boost::filesystem::path& directory() const noexcept { return dir_; }
+  // When the current lease ends.
+  std::chrono::system_clock::time_point expires() const noexcept;
+
+ private:
+  friend class rename_lock;
+  friend struct detail::lock_handle_access;
+
+  void forget() noexcept;
+
+  std::shared_ptr<detail::os> os_;
+  boost::filesystem::path dir_;
+  std::string dir_string_;     // dir_ with one trailing '/', for fast joins
+  std::string token_;
+  std::string owner_suffix_;   // "<host>-<hash8>.<pid>.<start>.<nonce>"
+  std::int64_t expiry_us_ = 0;
+  std::chrono::milliseconds lease_{0};
+  std::uint64_t fork_generation_ = 0;
+};
+
+}  // namespace tokenlock

@@ -1,0 +1,11 @@
+// tokenlock/tokenlock.hpp — everything tokenlock offers, in one include.
+//
+// tokenlock makes "several processes update one file" safe where flock(2) is
+// missing or unreliable. Start with rename_lock.hpp (the lock) and
+// errors.hpp (how failures are reported); docs/protocol.md is the protocol
+// and docs/api.md a guide.
+#pragma once
+
+#include "tokenlock/errors.hpp"
+#include "tokenlock/rename_lock.hpp"
+#include "tokenlock/version.hpp"

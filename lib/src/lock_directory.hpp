@@ -1,0 +1,80 @@
+// The slow path of the rename-token lock: looking at a lock directory,
+// judging a held token, creating a missing directory, cleaning a taken-over
+// workspace, and turning system errors into messages with a fix.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "failure.hpp"
+#include "posix/os.hpp"
+#include "tokenlock/rename_lock.hpp"
+
+namespace tokenlock::detail {
+
+// The strings the protocol renames between, built once per lock.
+struct lock_paths {
+  std::string dir;        // the lock directory, without trailing '/'
+  std::string dir_slash;  // dir + '/'
+  std::string free_path;  // dir + "/lockfile"
+};
+
+// Fails with bad_argument for an empty path, "/" or an embedded NUL.
+failure make_lock_paths(const boost::filesystem::path& dir, lock_paths& out);
+
+struct observed_token {
+  std::string name;
+  std::int64_t expiry_us = 0;
+  std::string host_tag;
+  int pid = 0;
+  std::uint64_t start_time = 0;
+};
+
+struct observation {
+  enum kind_t {
+    missing,  // the lock directory does not exist
+    empty,    // it exists and holds nothing
+    free,     // it holds "lockfile"
+    held,     // it holds one held token: `token`
+  } kind = missing;
+  observed_token token;
+};
+
+// Lists the lock directory and says what it holds. Conclusions that would be
+// errors (no token, two tokens) are drawn only when a second listing a
+// moment later agrees, because a listing is not a snapshot: a rename during
+// readdir may hide a name or show it twice. Fails with token_missing,
+// lock_corrupt or the listing's errno.
+failure observe(os& sys, const lock_paths& paths, const char* step, observation& out);
+
+struct judgement {
+  bool stale = false;
+  bool same_host = false;
+  owner_liveness owner = owner_liveness::unknown;
+  std::string reason;
+};
+
+// Decides whether a held token may be taken over now (protocol §Stale).
+judgement judge(os& sys, const lock_options& options, const observed_token& token);
+
+// Creates the lock directory with its free token, atomically: a populated
+// temporary directory beside it is renamed onto it, which succeeds only
+// while the lock directory is missing or empty. Losing that race is success
+// (somebody else created it). Leaves no temporary directory behind.
+failure create_lock_directory(os& sys, const lock_paths& paths, const lock_options& options);
+
+// Removes what a previous owner left in a token directory we took over.
+// Best effort: a leftover that cannot be removed stays, and is harmless.
+void clear_workspace(os& sys, const std::string& token_dir);
+
+// Builds the failure for a system error at `step`, with the hint that fits
+// the errno: permissions, a sticky directory, a read-only filesystem, ...
+// `entry` is the name inside the lock directory the step was renaming from
+// (it decides whose uid a sticky-directory message names).
+failure os_failure(os& sys, const lock_paths& paths, const char* step, const std::string& what,
+                   const std::string& entry, std::error_code ec);
+
+// "2026-11-21T08:14:03.123456Z" for messages and status text.
+std::string format_utc(std::int64_t us);
+
+}  // namespace tokenlock::detail

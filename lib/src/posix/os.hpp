@@ -1,0 +1,120 @@
+// The operating-system seam.
+//
+// Every system call tokenlock makes goes through one `os` object: renames,
+// directory listings, stat, kill, reading /proc, the clocks, sleeping,
+// random numbers and directory watches. The POSIX implementation
+// (posix_os.cpp) is the only file that includes system headers; tests
+// substitute their own implementation to inject failures, to drive the clocks
+// and to play several processes (pids, hosts) inside one test.
+//
+// Conventions shared by every method:
+// - EINTR is retried inside the implementation; callers never see it.
+// - Failures come back as std::error_code in std::generic_category() holding
+//   the errno value. The seam adds no context: the caller knows the step and
+//   the path and builds the message (see describe() in lock_errors.hpp), so
+//   that the success path never formats a string.
+// - Paths are plain strings; no method normalises them.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <system_error>
+#include <vector>
+
+namespace tokenlock::detail {
+
+struct file_status {
+  bool is_directory = false;
+  bool is_sticky = false;   // S_ISVTX on a directory
+  unsigned mode = 0;        // permission bits only
+  unsigned uid = 0;
+};
+
+// What /proc/<pid>/stat says about one process.
+struct process_status {
+  char state = '?';              // field 3: R, S, D, Z (zombie), X (dead), ...
+  std::uint64_t start_time = 0;  // field 22, clock ticks since boot
+};
+
+// Who this process is, for building owner tokens.
+struct process_identity {
+  int pid = 0;
+  std::uint64_t start_time = 0;  // 0 when /proc could not be read
+  // Sanitised host name, '-', 8 hex digits of a hash over boot id, pid
+  // namespace and host name: equal tags mean kill(2) and /proc of this
+  // process see the same processes as the token's owner did.
+  std::string host_tag;
+  unsigned euid = 0;
+};
+
+// An early wake-up source for one directory (inotify on Linux).
+class dir_watch {
+ public:
+  virtual ~dir_watch() = default;
+  // Waits up to `timeout`. Returns true when an entry named `name` appeared
+  // in the directory (created or renamed into it) during the wait, false on
+  // timeout or when the watch cannot tell. Never fails: a broken watch
+  // degrades to a plain sleep.
+  virtual bool wait_for(const std::string& name,
+                        std::chrono::microseconds timeout) noexcept = 0;
+};
+
+class os {
+ public:
+  virtual ~os() = default;
+
+  // rename(2). Atomic replacement semantics of the platform.
+  virtual std::error_code rename(const std::string& from,
+                                 const std::string& to) noexcept = 0;
+  // mkdir(2) followed by chmod(2) to exactly `mode`, so that the umask cannot
+  // narrow a mode chosen for sharing a lock between users. On chmod failure
+  // the directory is removed again.
+  virtual std::error_code make_directory(const std::string& path,
+                                         unsigned mode) noexcept = 0;
+  virtual std::error_code remove_directory(const std::string& path) noexcept = 0;
+  virtual std::error_code remove_file(const std::string& path) noexcept = 0;
+  // lstat(2). ENOENT when missing.
+  virtual std::error_code status(const std::string& path,
+                                 file_status& out) noexcept = 0;
+  // All names in a directory except "." and "..", in readdir order.
+  // A listing is not a snapshot: names renamed during it may be missing or
+  // appear twice (POSIX leaves it unspecified).
+  virtual std::error_code list_directory(const std::string& path,
+                                         std::vector<std::string>& names) = 0;
+  // open(O_DIRECTORY) + fsync(2): makes renames inside `path` durable.
+  virtual std::error_code sync_directory(const std::string& path) noexcept = 0;
+
+  // kill(pid, 0): success, ESRCH (no such process) or EPERM (exists, owned
+  // by someone else).
+  virtual std::error_code signal_probe(int pid) noexcept = 0;
+  // Reads /proc/<pid>/stat. ENOENT when the process is gone or hidden
+  // (hidepid), other codes when /proc is unreadable.
+  virtual std::error_code read_process_status(int pid,
+                                              process_status& out) noexcept = 0;
+
+  // CLOCK_REALTIME in microseconds since the Unix epoch: lease expiries.
+  virtual std::int64_t wall_now_us() noexcept = 0;
+  // CLOCK_MONOTONIC in microseconds: wait budgets.
+  virtual std::int64_t steady_now_us() noexcept = 0;
+  virtual void sleep_for(std::chrono::microseconds d) noexcept = 0;
+  // Uniformly random 64 bits. Cheap: no system call after the first use in a
+  // process (a generator seeded from getrandom(2), reseeded after fork).
+  virtual std::uint64_t random_u64() noexcept = 0;
+
+  // This process. Cheap after the first call; recomputed after fork.
+  virtual const process_identity& self() = 0;
+  // Changes in a child after fork(2). A lock remembers the generation that
+  // acquired it, so a child never releases its parent's token, without a
+  // getpid(2) call on the fast path.
+  virtual std::uint64_t fork_generation() noexcept = 0;
+
+  // Returns a watch on `dir`, or nullptr where none is available.
+  virtual std::unique_ptr<dir_watch> watch_directory(const std::string& dir) = 0;
+};
+
+// The process-wide POSIX implementation.
+std::shared_ptr<os> system_os();
+
+}  // namespace tokenlock::detail

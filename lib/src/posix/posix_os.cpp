@@ -1,0 +1,402 @@
+// The POSIX implementation of the OS seam: the only file in the library that
+// calls the operating system.
+#include "posix/os.hpp"
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <string_view>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__linux__)
+#include <sys/inotify.h>
+#include <sys/random.h>
+#endif
+
+namespace tokenlock::detail {
+namespace {
+
+std::error_code errno_code(int e) { return {e, std::generic_category()}; }
+std::error_code last_errno() { return errno_code(errno); }
+
+template <class F>
+int retry_eintr(F f) {
+  int r;
+  do {
+    r = f();
+  } while (r == -1 && errno == EINTR);
+  return r;
+}
+
+// Bumped in the child by pthread_atfork. Everything derived from the process
+// (identity, random seed) compares against it instead of calling getpid(2).
+std::atomic<std::uint64_t> g_fork_generation{0};
+void on_fork_child() { g_fork_generation.fetch_add(1, std::memory_order_relaxed); }
+
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+std::uint64_t fnv1a(std::string_view s, std::uint64_t h = 0xcbf29ce484222325ULL) {
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+std::string read_small_file(const char* path) {
+  std::ifstream in(path);
+  std::string s;
+  std::getline(in, s);
+  return s;
+}
+
+std::string readlink_string(const char* path) {
+  char buf[256];
+  ssize_t n = ::readlink(path, buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+std::error_code fill_random(void* buf, size_t len) {
+  auto* p = static_cast<unsigned char*>(buf);
+#if defined(__linux__)
+  while (len > 0) {
+    ssize_t n = ::getrandom(p, len, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return last_errno();
+    }
+    p += n;
+    len -= static_cast<size_t>(n);
+  }
+  return {};
+#else
+  int fd = retry_eintr([] { return ::open("/dev/urandom", O_RDONLY | O_CLOEXEC); });
+  if (fd < 0) return last_errno();
+  while (len > 0) {
+    ssize_t n = ::read(fd, p, len);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      auto ec = n < 0 ? last_errno() : errno_code(EIO);
+      ::close(fd);
+      return ec;
+    }
+    p += n;
+    len -= static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return {};
+#endif
+}
+
+// /proc/<pid>/stat: "pid (comm) state ppid ...". comm may contain spaces and
+// parentheses, so fields are counted from the last ')'.
+bool parse_proc_stat(std::string_view line, process_status& out) {
+  auto close = line.rfind(')');
+  if (close == std::string_view::npos) return false;
+  std::string_view rest = line.substr(close + 1);
+  int field = 2;  // the ')' ends field 2
+  size_t i = 0;
+  while (i < rest.size()) {
+    while (i < rest.size() && rest[i] == ' ') ++i;
+    size_t j = i;
+    while (j < rest.size() && rest[j] != ' ') ++j;
+    if (j == i) break;
+    ++field;
+    std::string_view tok = rest.substr(i, j - i);
+    if (field == 3) out.state = tok[0];
+    if (field == 22) {
+      std::uint64_t v = 0;
+      for (char c : tok) {
+        if (c < '0' || c > '9') return false;
+        v = v * 10 + static_cast<std::uint64_t>(c - '0');
+      }
+      out.start_time = v;
+      return true;
+    }
+    i = j;
+  }
+  return false;
+}
+
+std::string sanitized_host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "host";
+  std::string out;
+  for (const char* p = buf; *p && out.size() < 32; ++p) {
+    char c = *p;
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (c >= '0' && c <= '9') || c == '-';
+    out.push_back(ok ? c : '_');
+  }
+  return out;
+}
+
+#if defined(__linux__)
+class inotify_watch final : public dir_watch {
+ public:
+  explicit inotify_watch(int fd) : fd_(fd) {}
+  ~inotify_watch() override { ::close(fd_); }
+
+  bool wait_for(const std::string& name, std::chrono::microseconds timeout) noexcept override {
+    timespec start{};
+    ::clock_gettime(CLOCK_MONOTONIC, &start);
+    const std::int64_t start_us = start.tv_sec * 1000000LL + start.tv_nsec / 1000;
+    for (;;) {
+      timespec now{};
+      ::clock_gettime(CLOCK_MONOTONIC, &now);
+      std::int64_t left = timeout.count() - (now.tv_sec * 1000000LL + now.tv_nsec / 1000 - start_us);
+      if (left <= 0) return false;
+      timespec ts{static_cast<time_t>(left / 1000000), static_cast<long>(left % 1000000) * 1000};
+      pollfd pfd{fd_, POLLIN, 0};
+      int r = ::ppoll(&pfd, 1, &ts, nullptr);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return false;
+      alignas(inotify_event) char buf[4096];
+      ssize_t n = ::read(fd_, buf, sizeof buf);
+      if (n <= 0) {
+        if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        return false;
+      }
+      for (char* p = buf; p < buf + n;) {
+        auto* ev = reinterpret_cast<inotify_event*>(p);
+        if (ev->mask & (IN_Q_OVERFLOW | IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF)) return true;
+        if (ev->len > 0 && name == ev->name) return true;
+        p += sizeof(inotify_event) + ev->len;
+      }
+    }
+  }
+
+ private:
+  int fd_;
+};
+#endif
+
+class posix_os final : public os {
+ public:
+  posix_os() {
+    static std::once_flag registered;
+    std::call_once(registered, [] { ::pthread_atfork(nullptr, nullptr, on_fork_child); });
+  }
+
+  std::error_code rename(const std::string& from, const std::string& to) noexcept override {
+    if (retry_eintr([&] { return ::rename(from.c_str(), to.c_str()); }) != 0) return last_errno();
+    return {};
+  }
+
+  std::error_code make_directory(const std::string& path, unsigned mode) noexcept override {
+    if (retry_eintr([&] { return ::mkdir(path.c_str(), static_cast<mode_t>(mode)); }) != 0)
+      return last_errno();
+    if (retry_eintr([&] { return ::chmod(path.c_str(), static_cast<mode_t>(mode)); }) != 0) {
+      auto ec = last_errno();
+      ::rmdir(path.c_str());
+      return ec;
+    }
+    return {};
+  }
+
+  std::error_code remove_directory(const std::string& path) noexcept override {
+    if (retry_eintr([&] { return ::rmdir(path.c_str()); }) != 0) return last_errno();
+    return {};
+  }
+
+  std::error_code remove_file(const std::string& path) noexcept override {
+    if (retry_eintr([&] { return ::unlink(path.c_str()); }) != 0) return last_errno();
+    return {};
+  }
+
+  std::error_code status(const std::string& path, file_status& out) noexcept override {
+    struct stat st {};
+    if (retry_eintr([&] { return ::lstat(path.c_str(), &st); }) != 0) return last_errno();
+    out.is_directory = S_ISDIR(st.st_mode);
+    out.is_sticky = (st.st_mode & S_ISVTX) != 0;
+    out.mode = st.st_mode & 07777;
+    out.uid = st.st_uid;
+    return {};
+  }
+
+  std::error_code list_directory(const std::string& path,
+                                 std::vector<std::string>& names) override {
+    names.clear();
+    int fd = retry_eintr([&] {
+      return ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    });
+    if (fd < 0) return last_errno();
+    DIR* d = ::fdopendir(fd);
+    if (!d) {
+      auto ec = last_errno();
+      ::close(fd);
+      return ec;
+    }
+    for (;;) {
+      errno = 0;
+      dirent* e = ::readdir(d);
+      if (!e) {
+        if (errno != 0) {
+          auto ec = last_errno();
+          ::closedir(d);
+          return ec;
+        }
+        break;
+      }
+      if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
+      names.emplace_back(e->d_name);
+    }
+    ::closedir(d);
+    return {};
+  }
+
+  std::error_code sync_directory(const std::string& path) noexcept override {
+    int fd = retry_eintr([&] { return ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); });
+    if (fd < 0) return last_errno();
+    std::error_code ec;
+    if (retry_eintr([&] { return ::fsync(fd); }) != 0) ec = last_errno();
+    ::close(fd);
+    return ec;
+  }
+
+  std::error_code signal_probe(int pid) noexcept override {
+    if (pid <= 0) return errno_code(EINVAL);  // 0 and -1 address groups, never one process
+    if (::kill(static_cast<pid_t>(pid), 0) != 0) return last_errno();
+    return {};
+  }
+
+  std::error_code read_process_status(int pid, process_status& out) noexcept override {
+    if (pid <= 0) return errno_code(EINVAL);
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = retry_eintr([&] { return ::open(path, O_RDONLY | O_CLOEXEC); });
+    if (fd < 0) return last_errno();
+    char buf[1024];
+    ssize_t n;
+    do {
+      n = ::read(fd, buf, sizeof buf - 1);
+    } while (n < 0 && errno == EINTR);
+    auto ec = n < 0 ? last_errno() : std::error_code{};
+    ::close(fd);
+    if (ec) return ec;
+    // A process that exits between open and read yields an empty file.
+    if (n == 0) return errno_code(ENOENT);
+    if (!parse_proc_stat(std::string_view(buf, static_cast<size_t>(n)), out))
+      return errno_code(EPROTO);
+    return {};
+  }
+
+  std::int64_t wall_now_us() noexcept override { return clock_us(CLOCK_REALTIME); }
+  std::int64_t steady_now_us() noexcept override { return clock_us(CLOCK_MONOTONIC); }
+
+  void sleep_for(std::chrono::microseconds d) noexcept override {
+    if (d.count() <= 0) return;
+    timespec ts{static_cast<time_t>(d.count() / 1000000), static_cast<long>(d.count() % 1000000) * 1000};
+    while (::nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+  }
+
+  std::uint64_t random_u64() noexcept override {
+    std::uint64_t gen = g_fork_generation.load(std::memory_order_relaxed);
+    if (seed_generation_.load(std::memory_order_acquire) != gen + 1) reseed(gen);
+    return splitmix64(seed_.load(std::memory_order_relaxed) +
+                      counter_.fetch_add(0x9e3779b97f4a7c15ULL, std::memory_order_relaxed));
+  }
+
+  const process_identity& self() override {
+    std::uint64_t gen = g_fork_generation.load(std::memory_order_relaxed);
+    if (identity_generation_.load(std::memory_order_acquire) == gen + 1) return identity_;
+    std::lock_guard<std::mutex> lock(identity_mutex_);
+    if (identity_generation_.load(std::memory_order_relaxed) != gen + 1) {
+      process_identity id;
+      id.pid = static_cast<int>(::getpid());
+      id.euid = static_cast<unsigned>(::geteuid());
+      process_status ps;
+      if (!read_process_status(id.pid, ps)) id.start_time = ps.start_time;
+      std::string host = sanitized_host_name();
+      // The boot id tells reboots apart, the pid namespace tells containers
+      // apart: only when both match do our kill(2) and /proc see the owner.
+      std::uint64_t h = fnv1a(read_small_file("/proc/sys/kernel/random/boot_id"));
+      h = fnv1a(readlink_string("/proc/self/ns/pid"), h);
+      h = fnv1a(host, h);
+      char hex[9];
+      std::snprintf(hex, sizeof hex, "%08x", static_cast<unsigned>(h ^ (h >> 32)));
+      id.host_tag = host + "-" + hex;
+      identity_ = std::move(id);
+      identity_generation_.store(gen + 1, std::memory_order_release);
+    }
+    return identity_;
+  }
+
+  std::uint64_t fork_generation() noexcept override {
+    return g_fork_generation.load(std::memory_order_relaxed);
+  }
+
+  std::unique_ptr<dir_watch> watch_directory(const std::string& dir) override {
+#if defined(__linux__)
+    int fd = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+    if (fd < 0) return nullptr;
+    if (::inotify_add_watch(fd, dir.c_str(),
+                            IN_MOVED_TO | IN_CREATE | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR) < 0) {
+      ::close(fd);
+      return nullptr;
+    }
+    return std::make_unique<inotify_watch>(fd);
+#else
+    (void)dir;
+    return nullptr;
+#endif
+  }
+
+ private:
+  static std::int64_t clock_us(clockid_t id) noexcept {
+    timespec ts{};
+    ::clock_gettime(id, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+  }
+
+  void reseed(std::uint64_t gen) noexcept {
+    std::lock_guard<std::mutex> lock(seed_mutex_);
+    if (seed_generation_.load(std::memory_order_relaxed) == gen + 1) return;
+    std::uint64_t s = 0;
+    if (fill_random(&s, sizeof s)) {
+      // No kernel randomness: the nonce still only has to be unique within
+      // this process, which the counter guarantees; mix in what differs.
+      timespec ts{};
+      ::clock_gettime(CLOCK_MONOTONIC, &ts);
+      s = splitmix64(static_cast<std::uint64_t>(ts.tv_nsec) ^
+                     (static_cast<std::uint64_t>(::getpid()) << 32));
+    }
+    seed_.store(s, std::memory_order_relaxed);
+    seed_generation_.store(gen + 1, std::memory_order_release);
+  }
+
+  std::mutex identity_mutex_;
+  std::atomic<std::uint64_t> identity_generation_{0};  // fork generation + 1
+  process_identity identity_;
+
+  std::mutex seed_mutex_;
+  std::atomic<std::uint64_t> seed_generation_{0};
+  std::atomic<std::uint64_t> seed_{0};
+  std::atomic<std::uint64_t> counter_{0};
+};
+
+}  // namespace
+
+std::shared_ptr<os> system_os() {
+  static const std::shared_ptr<os> instance = std::make_shared<posix_os>();
+  return instance;
+}
+
+}  // namespace tokenlock::detail

@@ -1,0 +1,463 @@
+#include "tokenlock/rename_lock.hpp"
+
+#include <algorithm>
+#include <cerrno>
+
+#include "failure.hpp"
+#include "lock_directory.hpp"
+#include "token_name.hpp"
+
+namespace tokenlock {
+
+namespace detail {
+
+// Fills a handle from inside the library without widening its public API.
+struct lock_handle_access {
+  static void fill(lock_handle& h, std::shared_ptr<os> sys, const boost::filesystem::path& dir,
+                   const lock_paths& paths, std::string token, std::string suffix,
+                   std::int64_t expiry_us, std::chrono::milliseconds lease) {
+    h.os_ = std::move(sys);
+    h.dir_ = dir;
+    h.dir_string_ = paths.dir_slash;
+    h.token_ = std::move(token);
+    h.owner_suffix_ = std::move(suffix);
+    h.expiry_us_ = expiry_us;
+    h.lease_ = lease;
+    h.fork_generation_ = h.os_->fork_generation();
+  }
+};
+
+}  // namespace detail
+
+using namespace detail;
+
+namespace {
+
+std::int64_t to_us(std::chrono::milliseconds ms) { return ms.count() * 1000; }
+
+failure validate(const lock_options& o) {
+  auto bad = [](const std::string& what) {
+    return make_failure(errc::bad_argument, "tokenlock: bad lock_options: " + what);
+  };
+  if (o.lease.count() <= 0) return bad("lease must be positive");
+  if (o.wait.count() < 0) return bad("wait must not be negative");
+  if (o.skew_allowance.count() < 0) return bad("skew_allowance must not be negative");
+  if (o.max_lease < o.lease) return bad("lease must not exceed max_lease");
+  if (o.dir_mode > 07777) return bad("dir_mode must be a permission mode (at most 07777)");
+  return {};
+}
+
+// Exponential backoff with ±25 % jitter: 100 µs doubling to 50 ms. Jitter
+// keeps waiters that started together from retrying in lockstep.
+class backoff {
+ public:
+  std::chrono::microseconds next(os& sys) {
+    const std::int64_t base = current_;
+    current_ = std::min<std::int64_t>(current_ * 2, 50000);
+    const std::int64_t spread = base / 2;  // ±25 % = a window of 50 %
+    const std::int64_t jitter = spread > 0 ? static_cast<std::int64_t>(sys.random_u64() %
+                                                                       static_cast<std::uint64_t>(spread + 1))
+                                           : 0;
+    return std::chrono::microseconds(base - base / 4 + jitter);
+  }
+
+ private:
+  std::int64_t current_ = 100;
+};
+
+enum class outcome { acquired, busy, again };
+
+class acquirer {
+ public:
+  acquirer(const std::shared_ptr<os>& sys, const boost::filesystem::path& dir,
+           const lock_paths& paths, const lock_options& options)
+      : sys_ptr_(sys), sys_(*sys), dir_(dir), paths_(paths), options_(options) {}
+
+  // One round of the protocol: the fast-path rename, then (on ENOENT) the
+  // NFS retransmit check, a look at the directory, and a takeover or
+  // creation when that is what the directory needs.
+  failure attempt(lock_handle& out, outcome& result) {
+    const process_identity& me = sys_.self();
+    std::string suffix =
+        owner_suffix(owner_prefix(me.host_tag, me.pid, me.start_time), sys_.random_u64());
+    std::int64_t expiry = sys_.wall_now_us() + to_us(options_.lease);
+    std::string token = with_expiry(suffix, expiry);
+    std::string mine = paths_.dir_slash + token;
+
+    std::error_code ec = sys_.rename(paths_.free_path, mine);
+    if (!ec) return held(out, result, std::move(token), std::move(suffix), expiry);
+    if (ec != std::errc::no_such_file_or_directory)
+      return os_failure(sys_, paths_, "acquire", "cannot rename lockfile to " + token,
+                        std::string(free_token), ec);
+    // An NFS client may retransmit a rename whose first reply was lost; the
+    // retransmission then fails with ENOENT although the rename happened.
+    file_status st;
+    if (!sys_.status(mine, st)) return held(out, result, std::move(token), std::move(suffix), expiry);
+
+    observation obs;
+    if (failure f = observe(sys_, paths_, "acquire", obs)) return f;
+    switch (obs.kind) {
+      case observation::missing:
+      case observation::empty:
+        if (failure f = create_lock_directory(sys_, paths_, options_)) return f;
+        result = outcome::again;
+        return {};
+      case observation::free:
+        result = outcome::again;
+        return {};
+      case observation::held: break;
+    }
+    judgement j = judge(sys_, options_, obs.token);
+    if (!j.stale) {
+      busy_reason_ = std::move(j.reason);
+      result = outcome::busy;
+      return {};
+    }
+    // Take over exactly the name we judged: if its owner refreshed or
+    // released it, or another taker was first, this name is gone and the
+    // rename fails without touching anyone's token.
+    expiry = sys_.wall_now_us() + to_us(options_.lease);
+    token = with_expiry(suffix, expiry);
+    mine = paths_.dir_slash + token;
+    ec = sys_.rename(paths_.dir_slash + obs.token.name, mine);
+    if (ec == std::errc::no_such_file_or_directory) {
+      result = outcome::again;
+      return {};
+    }
+    if (ec)
+      return os_failure(sys_, paths_, "take over",
+                        "cannot rename stale token " + obs.token.name + " (" + j.reason + ")",
+                        obs.token.name, ec);
+    clear_workspace(sys_, mine);
+    return held(out, result, std::move(token), std::move(suffix), expiry);
+  }
+
+  const std::string& busy_reason() const { return busy_reason_; }
+
+ private:
+  failure held(lock_handle& out, outcome& result, std::string token, std::string suffix,
+               std::int64_t expiry) {
+    lock_handle_access::fill(out, sys_ptr_, dir_, paths_, std::move(token), std::move(suffix),
+                             expiry, options_.lease);
+    result = outcome::acquired;
+    return {};
+  }
+
+  const std::shared_ptr<os>& sys_ptr_;
+  os& sys_;
+  const boost::filesystem::path& dir_;
+  const lock_paths& paths_;
+  const lock_options& options_;
+  std::string busy_reason_;
+};
+
+// Rounds that end in "again" (the token moved while we looked, or we just
+// created the directory) retry at once, but only this often in a row:
+// beyond that the lock counts as busy and we wait like any waiter.
+constexpr int max_immediate_rounds = 16;
+
+failure acquire_impl(const std::shared_ptr<os>& sys, const boost::filesystem::path& dir,
+                     const lock_options& options, bool may_wait, lock_handle& out, bool& busy) {
+  busy = false;
+  if (failure f = validate(options)) return f;
+  lock_paths paths;
+  if (failure f = make_lock_paths(dir, paths)) return f;
+  acquirer a(sys, dir, paths, options);
+  const std::int64_t start = sys->steady_now_us();
+  const std::int64_t deadline = start + (may_wait ? to_us(options.wait) : 0);
+  backoff delay;
+  std::unique_ptr<dir_watch> watch;
+  bool watch_tried = false;
+  int immediate = 0;
+  for (;;) {
+    outcome r = outcome::busy;
+    if (failure f = a.attempt(out, r)) return f;
+    if (r == outcome::acquired) return {};
+    if (r == outcome::again && ++immediate < max_immediate_rounds) continue;
+    immediate = 0;
+    const std::int64_t now = sys->steady_now_us();
+    if (now >= deadline) {
+      busy = true;
+      if (may_wait && options.wait.count() > 0)
+        return make_failure(errc::timed_out,
+                            describe("acquire", paths.dir,
+                                     "timed out after " + std::to_string(options.wait.count()) +
+                                         " ms; the lock is " + a.busy_reason(),
+                                     {}));
+      return make_failure(errc::busy,
+                          describe("acquire", paths.dir, "the lock is " + a.busy_reason(), {}));
+    }
+    const auto pause = std::min(delay.next(*sys), std::chrono::microseconds(deadline - now));
+    if (options.wake_on_release && !watch_tried) {
+      watch_tried = true;
+      watch = sys->watch_directory(paths.dir);
+    }
+    if (watch)
+      watch->wait_for(std::string(free_token), pause);
+    else
+      sys->sleep_for(pause);
+  }
+}
+
+}  // namespace
+
+rename_lock::rename_lock(boost::filesystem::path dir, lock_options options)
+    : rename_lock(std::move(dir), options, system_os()) {}
+
+rename_lock::rename_lock(boost::filesystem::path dir, lock_options options,
+                         std::shared_ptr<detail::os> os)
+    : dir_(std::move(dir)), options_(options), os_(os ? std::move(os) : system_os()) {}
+
+lock_handle rename_lock::acquire() const {
+  lock_handle h;
+  bool busy = false;
+  run_throwing([&] { return acquire_impl(os_, dir_, options_, true, h, busy); });
+  return h;
+}
+
+lock_handle rename_lock::acquire(std::error_code& ec) const noexcept {
+  lock_handle h;
+  bool busy = false;
+  run_noexcept(ec, [&] { return acquire_impl(os_, dir_, options_, true, h, busy); });
+  return h;
+}
+
+std::optional<lock_handle> rename_lock::try_acquire() const {
+  lock_handle h;
+  bool busy = false;
+  failure f = acquire_impl(os_, dir_, options_, false, h, busy);
+  if (busy) return std::nullopt;
+  if (f) throw_failure(f);
+  return std::optional<lock_handle>(std::move(h));
+}
+
+std::optional<lock_handle> rename_lock::try_acquire(std::error_code& ec) const noexcept {
+  lock_handle h;
+  bool busy = false;
+  run_noexcept(ec, [&] {
+    failure f = acquire_impl(os_, dir_, options_, false, h, busy);
+    return busy ? failure{} : f;
+  });
+  if (ec || busy) return std::nullopt;
+  return std::optional<lock_handle>(std::move(h));
+}
+
+namespace {
+
+failure holder_impl(os& sys, const boost::filesystem::path& dir, const lock_options& options,
+                    std::optional<holder_info>& out) {
+  out.reset();
+  lock_paths paths;
+  if (failure f = make_lock_paths(dir, paths)) return f;
+  observation obs;
+  if (failure f = observe(sys, paths, "status", obs)) return f;
+  if (obs.kind != observation::held) return {};
+  judgement j = judge(sys, options, obs.token);
+  holder_info h;
+  h.token = obs.token.name;
+  h.path = dir / obs.token.name;
+  h.expires = std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::microseconds(obs.token.expiry_us)));
+  h.host_tag = obs.token.host_tag;
+  h.same_host = j.same_host;
+  h.pid = obs.token.pid;
+  h.start_time = obs.token.start_time;
+  h.owner = j.owner;
+  h.stale = j.stale;
+  h.reason = std::move(j.reason);
+  out = std::move(h);
+  return {};
+}
+
+}  // namespace
+
+std::optional<holder_info> rename_lock::holder() const {
+  std::optional<holder_info> out;
+  run_throwing([&] { return holder_impl(*os_, dir_, options_, out); });
+  return out;
+}
+
+std::optional<holder_info> rename_lock::holder(std::error_code& ec) const noexcept {
+  std::optional<holder_info> out;
+  run_noexcept(ec, [&] { return holder_impl(*os_, dir_, options_, out); });
+  if (ec) out.reset();
+  return out;
+}
+
+// ---- lock_handle -----------------------------------------------------------
+
+lock_handle::lock_handle(lock_handle&& other) noexcept
+    : os_(std::move(other.os_)),
+      dir_(std::move(other.dir_)),
+      dir_string_(std::move(other.dir_string_)),
+      token_(std::move(other.token_)),
+      owner_suffix_(std::move(other.owner_suffix_)),
+      expiry_us_(other.expiry_us_),
+      lease_(other.lease_),
+      fork_generation_(other.fork_generation_) {
+  other.forget();
+}
+
+lock_handle& lock_handle::operator=(lock_handle&& other) noexcept {
+  if (this != &other) {
+    if (owns()) {
+      std::error_code ignored;
+      release(ignored);
+    }
+    os_ = std::move(other.os_);
+    dir_ = std::move(other.dir_);
+    dir_string_ = std::move(other.dir_string_);
+    token_ = std::move(other.token_);
+    owner_suffix_ = std::move(other.owner_suffix_);
+    expiry_us_ = other.expiry_us_;
+    lease_ = other.lease_;
+    fork_generation_ = other.fork_generation_;
+    other.forget();
+  }
+  return *this;
+}
+
+lock_handle::~lock_handle() {
+  if (owns()) {
+    std::error_code ignored;
+    release(ignored);
+  }
+}
+
+void lock_handle::forget() noexcept {
+  token_.clear();
+  owner_suffix_.clear();
+  expiry_us_ = 0;
+}
+
+bool lock_handle::owns() const noexcept {
+  return !token_.empty() && os_ && os_->fork_generation() == fork_generation_;
+}
+
+boost::filesystem::path lock_handle::path() const {
+  return token_.empty() ? boost::filesystem::path() : dir_ / token_;
+}
+
+std::chrono::system_clock::time_point lock_handle::expires() const noexcept {
+  return std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::microseconds(expiry_us_)));
+}
+
+std::string lock_handle::detach() noexcept {
+  std::string t;
+  t.swap(token_);
+  forget();
+  return t;
+}
+
+namespace {
+
+failure not_owner_failure(const char* step, const std::string& dir, bool forked) {
+  return make_failure(
+      errc::not_owner,
+      describe(step, dir,
+               forked ? "this handle was acquired by the parent process before fork(); a "
+                        "child never releases or refreshes its parent's lock"
+                      : "this handle does not hold a token (released, lost or moved from)",
+               {}));
+}
+
+failure lost_failure(const char* step, const std::string& dir, const std::string& token,
+                     std::int64_t expiry_us) {
+  return make_failure(errc::lock_lost,
+                      describe(step, dir,
+                               "our token " + token +
+                                   " is gone: the lock was taken over by another process (our "
+                                   "lease ended at " +
+                                   format_utc(expiry_us) +
+                                   ", or our process was judged dead); the new owner's lock "
+                                   "was left alone",
+                               {}));
+}
+
+}  // namespace
+
+void lock_handle::release() {
+  run_throwing([&]() -> failure {
+    std::error_code ec;
+    release(ec);
+    if (!ec) return {};
+    return make_failure(ec, last_error_message());
+  });
+}
+
+void lock_handle::release(std::error_code& ec) noexcept {
+  run_noexcept(ec, [&]() -> failure {
+    if (token_.empty()) return {};
+    const std::string dir = dir_string_.substr(0, dir_string_.size() - 1);
+    if (!os_ || os_->fork_generation() != fork_generation_) {
+      forget();
+      return not_owner_failure("release", dir, true);
+    }
+    std::error_code e = os_->rename(dir_string_ + token_, dir_string_ + std::string(free_token));
+    if (!e) {
+      forget();
+      return {};
+    }
+    if (e == std::errc::no_such_file_or_directory) {
+      failure f = lost_failure("release", dir, token_, expiry_us_);
+      forget();
+      return f;
+    }
+    // Still ours: the caller may retry, and the destructor will.
+    lock_paths paths{dir, dir_string_, dir_string_ + std::string(free_token)};
+    return os_failure(*os_, paths, "release", "cannot rename " + token_ + " to lockfile", token_, e);
+  });
+}
+
+void lock_handle::refresh() { refresh(lease_); }
+
+void lock_handle::refresh(std::error_code& ec) noexcept { refresh(lease_, ec); }
+
+void lock_handle::refresh(std::chrono::milliseconds lease) {
+  run_throwing([&]() -> failure {
+    std::error_code ec;
+    refresh(lease, ec);
+    if (!ec) return {};
+    return make_failure(ec, last_error_message());
+  });
+}
+
+void lock_handle::refresh(std::chrono::milliseconds lease, std::error_code& ec) noexcept {
+  run_noexcept(ec, [&]() -> failure {
+    const std::string dir =
+        dir_string_.empty() ? std::string() : dir_string_.substr(0, dir_string_.size() - 1);
+    if (token_.empty()) return not_owner_failure("refresh", dir, false);
+    if (!os_ || os_->fork_generation() != fork_generation_)
+      return not_owner_failure("refresh", dir, true);
+    if (lease.count() <= 0)
+      return make_failure(errc::bad_argument,
+                          describe("refresh", dir, "the lease must be positive", {}));
+    const std::int64_t expiry = os_->wall_now_us() + to_us(lease);
+    std::string next = with_expiry(owner_suffix_, expiry);
+    std::error_code e = os_->rename(dir_string_ + token_, dir_string_ + next);
+    if (e == std::errc::no_such_file_or_directory) {
+      // NFS retransmit: the first rename may have happened.
+      file_status st;
+      if (os_->status(dir_string_ + next, st)) {
+        failure f = lost_failure("refresh", dir, token_, expiry_us_);
+        forget();
+        return f;
+      }
+      e.clear();
+    }
+    if (e) {
+      lock_paths paths{dir, dir_string_, dir_string_ + std::string(free_token)};
+      return os_failure(*os_, paths, "refresh", "cannot rename " + token_ + " to " + next,
+                        token_, e);
+    }
+    token_ = std::move(next);
+    expiry_us_ = expiry;
+    lease_ = lease;
+    return {};
+  });
+}
+
+}  // namespace tokenlock

@@ -1,0 +1,57 @@
+// The token name grammar of docs/protocol.md:
+//
+//   free:  lockfile
+//   held:  lockfile.<expiry>.<host>-<hash8>.<pid>.<start>.<nonce>
+//     expiry  decimal microseconds since the Unix epoch, 1-19 digits, no
+//             leading zero, at most INT64_MAX
+//     host    1-32 of [A-Za-z0-9_-] (the sanitised host name)
+//     hash8   8 lowercase hex digits (boot id, pid namespace, host name)
+//     pid     decimal 1..2147483647, no leading zero
+//     start   decimal process start time in clock ticks since boot, 1-20
+//             digits, 0 when unknown
+//     nonce   16 lowercase hex digits, unique per acquisition
+//
+// Parsing is strict so that a name either is exactly what some tokenlock
+// wrote or is reported as corrupt: a lenient parser could judge a foreign
+// name stale and take over something that was never a token.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace tokenlock::detail {
+
+inline constexpr std::string_view free_token = "lockfile";
+inline constexpr std::string_view held_prefix = "lockfile.";
+
+struct held_token {
+  std::int64_t expiry_us = 0;
+  std::string_view host_tag;  // "<host>-<hash8>", points into the parsed name
+  int pid = 0;
+  std::uint64_t start_time = 0;
+  std::uint64_t nonce = 0;
+};
+
+enum class name_kind {
+  free,       // "lockfile"
+  held,       // a well-formed held token
+  malformed,  // starts with "lockfile." but breaks the grammar
+  other,      // anything else: not part of the protocol
+};
+
+// Classifies a directory entry name; fills `out` for held tokens.
+name_kind classify_name(std::string_view name, held_token* out = nullptr) noexcept;
+
+// The part of a token after the expiry, without the nonce:
+// "<host_tag>.<pid>.<start>". Built once per process.
+std::string owner_prefix(std::string_view host_tag, int pid, std::uint64_t start_time);
+
+// "<owner_prefix>.<nonce as 16 hex>": everything after the expiry, fixed for
+// the life of one acquisition.
+std::string owner_suffix(std::string_view owner_prefix, std::uint64_t nonce);
+
+// "lockfile.<expiry>.<owner_suffix>": the token name for one lease.
+std::string with_expiry(std::string_view owner_suffix, std::int64_t expiry_us);
+
+}  // namespace tokenlock::detail
