@@ -1,0 +1,111 @@
+#include "fake_os.hpp"
+
+#include <cerrno>
+
+namespace tokenlock::testing {
+
+fake_os::fake_os(std::shared_ptr<fake_world> world, int pid, std::uint64_t start_time,
+                 std::string host_tag, unsigned euid)
+    : world_(std::move(world)), real_(detail::system_os()) {
+  identity_.pid = pid;
+  identity_.start_time = start_time;
+  identity_.host_tag = std::move(host_tag);
+  identity_.euid = euid;
+  fake_world::proc p;
+  p.start_time = start_time;
+  world_->processes.emplace(pid, p);
+}
+
+void fake_os::fail(const std::string& op, const std::string& substring, int err, int times) {
+  faults_.push_back({op, substring, err, times});
+}
+
+void fake_os::when(const std::string& op, const std::string& substring,
+                   std::function<void()> action) {
+  before = [this, op, substring, action](const std::string& o, const std::string& p,
+                                         const std::string&) {
+    if (o == op && p.find(substring) != std::string::npos)
+      action();
+    else
+      when(op, substring, action);
+  };
+}
+
+std::error_code fake_os::enter(const std::string& op, const std::string& path,
+                               const std::string& path2) {
+  calls.push_back(op + " " + path + (path2.empty() ? "" : " -> " + path2));
+  if (before) {
+    auto hook = std::move(before);
+    before = nullptr;
+    hook(op, path, path2);
+  }
+  for (auto it = faults_.begin(); it != faults_.end(); ++it) {
+    if (it->op != op || path.find(it->substring) == std::string::npos) continue;
+    int err = it->err;
+    if (it->times > 0 && --it->times == 0) faults_.erase(it);
+    return {err, std::generic_category()};
+  }
+  return {};
+}
+
+std::error_code fake_os::rename(const std::string& from, const std::string& to) noexcept {
+  if (auto ec = enter("rename", from, to)) return ec;
+  return real_->rename(from, to);
+}
+
+std::error_code fake_os::make_directory(const std::string& path, unsigned mode) noexcept {
+  if (auto ec = enter("make_directory", path)) return ec;
+  return real_->make_directory(path, mode);
+}
+
+std::error_code fake_os::remove_directory(const std::string& path) noexcept {
+  if (auto ec = enter("remove_directory", path)) return ec;
+  return real_->remove_directory(path);
+}
+
+std::error_code fake_os::remove_file(const std::string& path) noexcept {
+  if (auto ec = enter("remove_file", path)) return ec;
+  return real_->remove_file(path);
+}
+
+std::error_code fake_os::status(const std::string& path, detail::file_status& out) noexcept {
+  if (auto ec = enter("status", path)) return ec;
+  return real_->status(path, out);
+}
+
+std::error_code fake_os::list_directory(const std::string& path,
+                                        std::vector<std::string>& names) {
+  if (auto ec = enter("list_directory", path)) return ec;
+  return real_->list_directory(path, names);
+}
+
+std::error_code fake_os::sync_directory(const std::string& path) noexcept {
+  if (auto ec = enter("sync_directory", path)) return ec;
+  return real_->sync_directory(path);
+}
+
+std::error_code fake_os::signal_probe(int pid) noexcept {
+  calls.push_back("signal_probe " + std::to_string(pid));
+  auto it = world_->processes.find(pid);
+  if (it == world_->processes.end()) return {ESRCH, std::generic_category()};
+  return {it->second.probe_error, std::generic_category()};
+}
+
+std::error_code fake_os::read_process_status(int pid, detail::process_status& out) noexcept {
+  calls.push_back("read_process_status " + std::to_string(pid));
+  auto it = world_->processes.find(pid);
+  if (it == world_->processes.end()) return {ENOENT, std::generic_category()};
+  if (it->second.proc_error) return {it->second.proc_error, std::generic_category()};
+  out.state = it->second.state;
+  out.start_time = it->second.start_time;
+  return {};
+}
+
+void fake_os::sleep_for(std::chrono::microseconds d) noexcept {
+  calls.push_back("sleep_for " + std::to_string(d.count()));
+  world_->advance(d.count());
+}
+
+std::uint64_t fake_os::random_u64() noexcept { return real_->random_u64(); }
+
+}  // namespace tokenlock::testing

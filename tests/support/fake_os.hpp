@@ -1,0 +1,102 @@
+// A test double for the OS seam. Filesystem calls go to the real system
+// (tests work in a real temporary directory), while everything that makes a
+// process a process is played: its pid, start time and host tag, the table
+// of live processes kill(2) and /proc answer from, the two clocks (sleeping
+// advances them instead of waiting), and fork. Several fake_os objects that
+// share one fake_world act as several processes or hosts in one test.
+//
+// Faults: fail(op, substring, errno) makes the next matching calls fail
+// without touching the disk. Interleavings: `before` runs ahead of every call
+// and may act as another process at exactly that point.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "posix/os.hpp"
+
+namespace tokenlock::testing {
+
+struct fake_world {
+  std::int64_t wall_us = 1'800'000'000'000'000;  // 2027-01-15, far from any real token
+  std::int64_t steady_us = 1'000'000;
+  struct proc {
+    char state = 'S';
+    std::uint64_t start_time = 0;
+    int probe_error = 0;  // what kill(pid, 0) answers, 0 = success (EPERM: another user's)
+    int proc_error = 0;   // what reading /proc answers (ENOENT: hidepid)
+  };
+  std::map<int, proc> processes;  // absent = no such process
+
+  void advance(std::int64_t us) {
+    wall_us += us;
+    steady_us += us;
+  }
+};
+
+class fake_os final : public detail::os {
+ public:
+  fake_os(std::shared_ptr<fake_world> world, int pid, std::uint64_t start_time,
+          std::string host_tag = "testhost-0000abcd", unsigned euid = 1000);
+
+  // The next `times` calls of `op` ("rename", "make_directory",
+  // "remove_directory", "remove_file", "status", "list_directory",
+  // "sync_directory") whose first path contains `substring` fail with `err`
+  // (times < 0: every call).
+  void fail(const std::string& op, const std::string& substring, int err, int times = 1);
+  // Runs before each call with the op and its paths (path2: a rename's
+  // target); may act as another process. Cleared before it runs, so it fires
+  // once unless it re-arms (see when()).
+  std::function<void(const std::string& op, const std::string& path, const std::string& path2)>
+      before;
+  // Arms `before` to run `action` at the first call of `op` whose first path
+  // contains `substring`, letting earlier calls pass.
+  void when(const std::string& op, const std::string& substring, std::function<void()> action);
+  // Every call made, as "op path[ -> path2]".
+  std::vector<std::string> calls;
+
+  void simulate_fork() { ++fork_generation_; }
+  fake_world& world() { return *world_; }
+
+  std::error_code rename(const std::string& from, const std::string& to) noexcept override;
+  std::error_code make_directory(const std::string& path, unsigned mode) noexcept override;
+  std::error_code remove_directory(const std::string& path) noexcept override;
+  std::error_code remove_file(const std::string& path) noexcept override;
+  std::error_code status(const std::string& path, detail::file_status& out) noexcept override;
+  std::error_code list_directory(const std::string& path,
+                                 std::vector<std::string>& names) override;
+  std::error_code sync_directory(const std::string& path) noexcept override;
+  std::error_code signal_probe(int pid) noexcept override;
+  std::error_code read_process_status(int pid, detail::process_status& out) noexcept override;
+  std::int64_t wall_now_us() noexcept override { return world_->wall_us; }
+  std::int64_t steady_now_us() noexcept override { return world_->steady_us; }
+  void sleep_for(std::chrono::microseconds d) noexcept override;
+  std::uint64_t random_u64() noexcept override;
+  const detail::process_identity& self() override { return identity_; }
+  std::uint64_t fork_generation() noexcept override { return fork_generation_; }
+  std::unique_ptr<detail::dir_watch> watch_directory(const std::string&) override {
+    return nullptr;
+  }
+
+ private:
+  // Records the call, runs the hook, and returns the injected error if any.
+  std::error_code enter(const std::string& op, const std::string& path,
+                        const std::string& path2 = {});
+
+  struct fault {
+    std::string op, substring;
+    int err;
+    int times;
+  };
+  std::shared_ptr<fake_world> world_;
+  std::shared_ptr<detail::os> real_;
+  detail::process_identity identity_;
+  std::vector<fault> faults_;
+  std::uint64_t fork_generation_ = 0;
+};
+
+}  // namespace tokenlock::testing

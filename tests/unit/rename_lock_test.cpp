@@ -1,0 +1,599 @@
+// The protocol of docs/protocol.md over the OS seam: real renames in a
+// temporary directory, with processes, hosts, clocks and faults played by
+// fake_os.
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/filesystem.hpp>
+
+#include "fake_os.hpp"
+#include "temp_dir.hpp"
+#include "token_name.hpp"
+#include "tokenlock/tokenlock.hpp"
+
+namespace fs = boost::filesystem;
+using namespace std::chrono_literals;
+using tokenlock::errc;
+using tokenlock::lock_error;
+using tokenlock::lock_handle;
+using tokenlock::lock_options;
+using tokenlock::rename_lock;
+using tokenlock::testing::fake_os;
+using tokenlock::testing::fake_world;
+using tokenlock::testing::snapshot;
+using tokenlock::testing::temp_dir;
+
+namespace {
+
+constexpr const char* other_host = "elsewhere-12345678";
+
+class RenameLockTest : public ::testing::Test {
+ protected:
+  temp_dir tmp;
+  fs::path dir = tmp / "data.lock";
+  std::shared_ptr<fake_world> world = std::make_shared<fake_world>();
+
+  std::shared_ptr<fake_os> process(int pid, const std::string& host = "testhost-0000abcd") {
+    return std::make_shared<fake_os>(world, pid, 5000 + static_cast<std::uint64_t>(pid), host);
+  }
+  static lock_options options(std::chrono::milliseconds lease = 10s,
+                              std::chrono::milliseconds wait = 0ms) {
+    lock_options o;
+    o.lease = lease;
+    o.wait = wait;
+    o.skew_allowance = 100ms;
+    return o;
+  }
+  rename_lock lock_for(const std::shared_ptr<fake_os>& p, lock_options o = options()) {
+    return rename_lock(dir, o, p);
+  }
+  std::vector<std::string> entries() const {
+    std::vector<std::string> out;
+    for (auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  // Entries beside the lock directory that creation may leave behind.
+  std::vector<std::string> init_leftovers() const {
+    std::vector<std::string> out;
+    for (auto& e : fs::directory_iterator(tmp.path()))
+      if (e.path().filename().string().find(".init.") != std::string::npos)
+        out.push_back(e.path().string());
+    return out;
+  }
+  std::string token_name(std::int64_t expiry_us, const std::string& host, int pid,
+                         std::uint64_t start, std::uint64_t nonce = 0x1234) {
+    using namespace tokenlock::detail;
+    return with_expiry(owner_suffix(owner_prefix(host, pid, start), nonce), expiry_us);
+  }
+  void plant(const std::string& name) { fs::create_directories(dir / name); }
+};
+
+template <class F>
+std::error_code code_of(F f) {
+  try {
+    f();
+  } catch (const lock_error& e) {
+    return e.code();
+  }
+  return {};
+}
+
+template <class F>
+std::string message_of(F f) {
+  try {
+    f();
+  } catch (const lock_error& e) {
+    return e.what();
+  }
+  return {};
+}
+
+TEST_F(RenameLockTest, CreatesMissingDirectoryWithExactModeAndAcquires) {
+  auto a = process(100);
+  lock_options o = options();
+  o.dir_mode = 0775;
+  mode_t old = ::umask(022);
+  lock_handle h = lock_for(a, o).acquire();
+  ::umask(old);
+  ASSERT_TRUE(h.owns());
+  EXPECT_EQ(entries(), std::vector<std::string>{h.token()});
+  EXPECT_EQ(h.path(), dir / h.token());
+  EXPECT_TRUE(fs::is_directory(h.path()));
+  EXPECT_EQ(fs::status(dir).permissions() & 07777, 0775);
+  EXPECT_EQ(fs::status(h.path()).permissions() & 07777, 0775);
+  EXPECT_TRUE(init_leftovers().empty());
+}
+
+TEST_F(RenameLockTest, PopulatesAnEmptyExistingDirectory) {
+  fs::create_directories(dir);
+  auto a = process(100);
+  lock_handle h = lock_for(a).acquire();
+  EXPECT_EQ(entries(), std::vector<std::string>{h.token()});
+  EXPECT_TRUE(init_leftovers().empty());
+}
+
+TEST_F(RenameLockTest, ReleaseRenamesTheTokenBack) {
+  auto a = process(100);
+  lock_handle h = lock_for(a).acquire();
+  h.release();
+  EXPECT_FALSE(h.owns());
+  EXPECT_TRUE(h.token().empty());
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+  EXPECT_FALSE(lock_for(a).holder().has_value());
+}
+
+TEST_F(RenameLockTest, TokenCarriesExpiryAndOwner) {
+  auto a = process(4242);
+  lock_handle h = lock_for(a, options(30s)).acquire();
+  tokenlock::detail::held_token t;
+  ASSERT_EQ(tokenlock::detail::classify_name(h.token(), &t), tokenlock::detail::name_kind::held);
+  EXPECT_EQ(t.expiry_us, world->wall_us + 30'000'000);
+  EXPECT_EQ(t.pid, 4242);
+  EXPECT_EQ(t.start_time, 5000u + 4242u);
+  EXPECT_EQ(t.host_tag, "testhost-0000abcd");
+  EXPECT_EQ(h.expires().time_since_epoch(), std::chrono::microseconds(t.expiry_us));
+}
+
+TEST_F(RenameLockTest, RefreshExtendsTheLeaseAndMovesTheWorkspace) {
+  auto a = process(100);
+  lock_handle h = lock_for(a, options(10s)).acquire();
+  fs::path old_path = h.path();
+  fs::ofstream(old_path / "work") << "x";
+  world->advance(3'000'000);
+  h.refresh();
+  EXPECT_FALSE(fs::exists(old_path));
+  EXPECT_TRUE(fs::exists(h.path() / "work"));
+  EXPECT_EQ(h.expires().time_since_epoch(), std::chrono::microseconds(world->wall_us + 10'000'000));
+  h.refresh(20s);
+  EXPECT_EQ(h.expires().time_since_epoch(), std::chrono::microseconds(world->wall_us + 20'000'000));
+  EXPECT_EQ(entries(), std::vector<std::string>{h.token()});
+}
+
+TEST_F(RenameLockTest, FastPathIsTwoRenamesAndNothingElse) {
+  auto a = process(100);
+  lock_for(a).acquire().release();  // creates the directory
+  a->calls.clear();
+  lock_handle h = lock_for(a).acquire();
+  const std::string token = h.token();
+  h.release();
+  ASSERT_EQ(a->calls.size(), 2u);
+  EXPECT_EQ(a->calls[0], "rename " + (dir / "lockfile").string() + " -> " + (dir / token).string());
+  EXPECT_EQ(a->calls[1], "rename " + (dir / token).string() + " -> " +
+                             (dir / "lockfile").string())
+      << "release must rename the token it holds";
+}
+
+TEST_F(RenameLockTest, TryAcquireReturnsNothingWhileAnOwnerLives) {
+  auto a = process(100), b = process(200);
+  lock_handle h = lock_for(a).acquire();
+  auto before = snapshot(tmp.path());
+  EXPECT_FALSE(lock_for(b).try_acquire().has_value());
+  std::error_code ec;
+  EXPECT_FALSE(lock_for(b).try_acquire(ec).has_value());
+  EXPECT_FALSE(ec);
+  EXPECT_EQ(code_of([&] { lock_for(b).acquire(); }), errc::busy);
+  EXPECT_NE(message_of([&] { lock_for(b).acquire(); }).find("held by pid 100 on this host"),
+            std::string::npos);
+  EXPECT_EQ(snapshot(tmp.path()), before);
+  EXPECT_TRUE(h.owns());
+}
+
+TEST_F(RenameLockTest, WaitsWithJitteredBackoffAndTimesOutAtTheBudget) {
+  auto a = process(100), b = process(200);
+  lock_handle h = lock_for(a, options(60s)).acquire();
+  const auto start = world->steady_us;
+  b->calls.clear();
+  EXPECT_EQ(code_of([&] { lock_for(b, options(60s, 300ms)).acquire(); }), errc::timed_out);
+  EXPECT_EQ(world->steady_us - start, 300'000) << "the last sleep is cut at the deadline";
+  std::vector<long> sleeps;
+  for (auto& c : b->calls)
+    if (c.rfind("sleep_for ", 0) == 0) sleeps.push_back(std::stol(c.substr(10)));
+  ASSERT_GE(sleeps.size(), 5u);
+  EXPECT_GE(sleeps[0], 75);
+  EXPECT_LE(sleeps[0], 125);
+  EXPECT_GE(sleeps[1], 150);
+  EXPECT_LE(sleeps[1], 250);
+  for (long s : sleeps) EXPECT_LE(s, 62'500);
+  std::string msg = message_of([&] { lock_for(b, options(60s, 50ms)).acquire(); });
+  EXPECT_NE(msg.find("timed out after 50 ms"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(dir.string()), std::string::npos) << msg;
+}
+
+TEST_F(RenameLockTest, TakesOverATokenWhoseLeaseEnded) {
+  auto a = process(100, other_host), b = process(200);
+  lock_handle ha = lock_for(a, options(1s)).acquire();
+  world->advance(1'000'000 + 100'000 + 1);  // lease + skew allowance, and a tick
+  auto info = lock_for(b).holder();
+  ASSERT_TRUE(info);
+  EXPECT_TRUE(info->stale);
+  EXPECT_NE(info->reason.find("ended"), std::string::npos) << info->reason;
+  auto hb = lock_for(b).try_acquire();
+  ASSERT_TRUE(hb);
+  EXPECT_EQ(entries(), std::vector<std::string>{hb->token()});
+  EXPECT_EQ(code_of([&] { ha.release(); }), errc::lock_lost);
+  EXPECT_EQ(entries(), std::vector<std::string>{hb->token()}) << "the new owner keeps its lock";
+}
+
+TEST_F(RenameLockTest, NeverTakesOverALiveOwnerOnAnotherHostBeforeItsLeaseEnds) {
+  auto a = process(100, other_host), b = process(200);
+  world->processes.erase(100);  // on our host that pid is free: irrelevant for another host
+  lock_handle ha = lock_for(a, options(2s)).acquire();
+  const std::int64_t expiry = ha.expires().time_since_epoch() / 1us;
+  EXPECT_FALSE(lock_for(b).try_acquire().has_value());
+  b->calls.clear();
+  lock_handle hb = lock_for(b, options(10s, 5s)).acquire();
+  EXPECT_GT(world->wall_us, expiry + 100'000) << "taken over only after lease + skew";
+  EXPECT_LT(world->wall_us, expiry + 100'000 + 62'500) << "and promptly after that";
+  for (auto& c : b->calls) EXPECT_EQ(c.find("signal_probe"), std::string::npos) << c;
+  auto info = lock_for(b).holder();
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->pid, 200);
+}
+
+TEST_F(RenameLockTest, TakesOverATokenWhoseOwnerDied) {
+  auto a = process(100), b = process(200);
+  lock_handle ha = lock_for(a, options(60s)).acquire();
+  world->processes.erase(100);
+  const auto t0 = world->wall_us;
+  auto info = lock_for(b).holder();
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->owner, tokenlock::owner_liveness::dead);
+  EXPECT_NE(info->reason.find("no longer exists"), std::string::npos) << info->reason;
+  auto hb = lock_for(b).try_acquire();
+  ASSERT_TRUE(hb) << "dead-owner detection, not lease expiry";
+  EXPECT_EQ(world->wall_us, t0);
+}
+
+TEST_F(RenameLockTest, TakesOverATokenWhoseOwnerIsAZombie) {
+  auto a = process(100), b = process(200);
+  lock_handle ha = lock_for(a, options(60s)).acquire();
+  world->processes[100].state = 'Z';
+  EXPECT_TRUE(lock_for(b).try_acquire().has_value());
+}
+
+TEST_F(RenameLockTest, TakesOverATokenWhosePidWasReused) {
+  auto a = process(100), b = process(200);
+  lock_handle ha = lock_for(a, options(60s)).acquire();
+  world->processes[100].start_time = 999999;  // another process now has pid 100
+  auto info = lock_for(b).holder();
+  ASSERT_TRUE(info);
+  EXPECT_TRUE(info->stale);
+  EXPECT_NE(info->reason.find("another process"), std::string::npos) << info->reason;
+  EXPECT_TRUE(lock_for(b).try_acquire().has_value());
+}
+
+TEST_F(RenameLockTest, CountsEpermAndHiddenProcAsAlive) {
+  auto b = process(200);
+  plant(token_name(world->wall_us + 60'000'000, "testhost-0000abcd", 300, 777));
+  world->processes[300] = {'S', 0, EPERM, ENOENT};  // another user's process under hidepid
+  auto info = lock_for(b).holder();
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->owner, tokenlock::owner_liveness::alive);
+  EXPECT_FALSE(info->stale);
+  EXPECT_FALSE(lock_for(b).try_acquire().has_value());
+}
+
+TEST_F(RenameLockTest, JudgesByKillAloneWhenTheTokenHasNoStartTime) {
+  auto b = process(200);
+  plant(token_name(world->wall_us + 60'000'000, "testhost-0000abcd", 300, 0));
+  world->processes[300] = {'S', 12345, 0, 0};
+  EXPECT_FALSE(lock_for(b).try_acquire().has_value());
+  world->processes.erase(300);
+  EXPECT_TRUE(lock_for(b).try_acquire().has_value());
+}
+
+TEST_F(RenameLockTest, IgnoresDeadOwnersWhenDetectionIsOff) {
+  auto a = process(100), b = process(200);
+  lock_handle ha = lock_for(a, options(60s)).acquire();
+  world->processes.erase(100);
+  lock_options o = options();
+  o.detect_dead_owner = false;
+  EXPECT_FALSE(lock_for(b, o).try_acquire().has_value());
+}
+
+TEST_F(RenameLockTest, TreatsAnImplausiblyLongLeaseAsStale) {
+  auto b = process(200);
+  plant(token_name(world->wall_us + 30LL * 24 * 3600 * 1'000'000, other_host, 300, 1));
+  auto info = lock_for(b).holder();
+  ASSERT_TRUE(info);
+  EXPECT_TRUE(info->stale);
+  EXPECT_NE(info->reason.find("implausibly far in the future"), std::string::npos) << info->reason;
+  EXPECT_TRUE(lock_for(b).try_acquire().has_value());
+}
+
+TEST_F(RenameLockTest, TwoTakersOfOneStaleTokenExactlyOneWins) {
+  auto a = process(100), b = process(200), c = process(300);
+  lock_handle ha = lock_for(a, options(60s)).acquire();
+  const std::string stale = ha.token();
+  ha.detach();
+  world->processes.erase(100);
+  std::optional<lock_handle> hb;
+  // C has judged the token stale; just before its takeover rename, B takes
+  // the same token over.
+  c->when("rename", stale, [&] { hb = lock_for(b).try_acquire(); });
+  auto hc = lock_for(c).try_acquire();
+  ASSERT_TRUE(hb && hb->owns()) << "B took it over first";
+  EXPECT_FALSE(hc.has_value()) << "C's rename of the observed name must fail";
+  EXPECT_EQ(entries(), std::vector<std::string>{hb->token()});
+}
+
+TEST_F(RenameLockTest, AnOwnerThatRefreshesWhileATakerDecidesKeepsTheLock) {
+  auto a = process(100, other_host), b = process(200);
+  lock_handle ha = lock_for(a, options(1s)).acquire();
+  world->advance(2'000'000);  // A's lease has ended: B judges it stale
+  b->when("rename", ha.token(), [&] { ha.refresh(); });
+  EXPECT_FALSE(lock_for(b).try_acquire().has_value());
+  EXPECT_TRUE(ha.owns());
+  EXPECT_EQ(entries(), std::vector<std::string>{ha.token()});
+  ha.release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+}
+
+TEST_F(RenameLockTest, ReleaseAndRefreshAfterATakeoverReportLockLost) {
+  auto a = process(100, other_host), b = process(200);
+  lock_handle ha = lock_for(a, options(1s)).acquire();
+  world->advance(2'000'000);
+  auto hb = lock_for(b).try_acquire();
+  ASSERT_TRUE(hb);
+  std::error_code ec;
+  ha.refresh(ec);
+  EXPECT_EQ(ec, errc::lock_lost);
+  EXPECT_NE(tokenlock::last_error_message().find("taken over"), std::string::npos);
+  EXPECT_FALSE(ha.owns());
+  EXPECT_EQ(entries(), std::vector<std::string>{hb->token()});
+
+  hb->release();
+  lock_handle ha2 = lock_for(a, options(1s)).acquire();
+  world->advance(2'000'000);
+  auto hb2 = lock_for(b).try_acquire();
+  ASSERT_TRUE(hb2);
+  EXPECT_EQ(code_of([&] { ha2.release(); }), errc::lock_lost);
+  EXPECT_EQ(entries(), std::vector<std::string>{hb2->token()});
+}
+
+TEST_F(RenameLockTest, ATakeoverClearsWhatTheDeadOwnerLeftInItsWorkspace) {
+  auto a = process(100), b = process(200);
+  lock_handle ha = lock_for(a).acquire();
+  fs::ofstream(ha.path() / ".data.tmp.1") << "half";
+  fs::create_directories(ha.path() / "sub");
+  fs::ofstream(ha.path() / "sub" / "f") << "x";
+  ha.detach();
+  world->processes.erase(100);
+  auto hb = lock_for(b).try_acquire();
+  ASSERT_TRUE(hb);
+  EXPECT_TRUE(fs::is_empty(hb->path()));
+}
+
+TEST_F(RenameLockTest, ReportsTokenMissingAfterTwoListingsAndChangesNothing) {
+  fs::create_directories(dir);
+  fs::ofstream(dir / "README") << "someone removed the token";
+  auto a = process(100);
+  auto before = snapshot(tmp.path());
+  std::error_code ec;
+  lock_for(a).acquire(ec);
+  EXPECT_EQ(ec, errc::token_missing);
+  EXPECT_NE(tokenlock::last_error_message().find(dir.string()), std::string::npos);
+  EXPECT_EQ(snapshot(tmp.path()), before);
+  int listings = 0;
+  for (auto& c : a->calls) listings += c.rfind("list_directory", 0) == 0;
+  EXPECT_GE(listings, 2) << "never concluded from one listing";
+}
+
+TEST_F(RenameLockTest, ATransientlyMissingTokenIsNotConcludedFromOneListing) {
+  auto a = process(100), b = process(200);
+  lock_handle ha = lock_for(a).acquire();
+  const std::string t = ha.token();
+  // The token vanishes from the first listing only (a rename racing readdir).
+  b->when("list_directory", dir.string(), [&] {
+    fs::rename(dir / t, dir / "moving");
+    b->when("list_directory", dir.string(), [&] { fs::rename(dir / "moving", dir / t); });
+  });
+  std::error_code ec;
+  EXPECT_FALSE(lock_for(b).try_acquire(ec).has_value());
+  EXPECT_FALSE(ec) << tokenlock::last_error_message();
+  EXPECT_EQ(entries(), std::vector<std::string>{t});
+}
+
+TEST_F(RenameLockTest, ReportsTwoTokensAsCorruptAndChangesNothing) {
+  // Two held tokens: the fast path fails and the listing shows both. (With a
+  // free "lockfile" among them the fast path would simply take it: it never
+  // lists, see docs/protocol.md.)
+  plant(token_name(world->wall_us + 60'000'000, other_host, 300, 1, 1));
+  plant(token_name(world->wall_us + 60'000'000, other_host, 301, 1, 2));
+  auto a = process(100);
+  auto before = snapshot(tmp.path());
+  EXPECT_EQ(code_of([&] { lock_for(a).acquire(); }), errc::lock_corrupt);
+  EXPECT_EQ(code_of([&] { lock_for(a).holder(); }), errc::lock_corrupt);
+  std::string msg = message_of([&] { lock_for(a).acquire(); });
+  EXPECT_NE(msg.find("holds 2 tokens"), std::string::npos) << msg;
+  EXPECT_EQ(snapshot(tmp.path()), before);
+}
+
+TEST_F(RenameLockTest, ReportsAMalformedTokenAsCorrupt) {
+  plant("lockfile.notanumber.x.y.z.w");
+  auto a = process(100);
+  auto before = snapshot(tmp.path());
+  EXPECT_EQ(code_of([&] { lock_for(a).acquire(); }), errc::lock_corrupt);
+  EXPECT_EQ(snapshot(tmp.path()), before);
+}
+
+TEST_F(RenameLockTest, TreatsAnNfsRetransmitOfASuccessfulRenameAsAcquired) {
+  auto a = process(100);
+  lock_for(a).acquire().release();
+  // The server performed the rename, but the reply was lost and the
+  // retransmission failed with ENOENT.
+  a->before = [](const std::string& op, const std::string& from, const std::string& to) {
+    if (op == "rename") fs::rename(from, to);
+  };
+  a->fail("rename", "/lockfile", ENOENT);
+  lock_handle h = lock_for(a).acquire();
+  EXPECT_TRUE(h.owns());
+  EXPECT_EQ(entries(), std::vector<std::string>{h.token()});
+}
+
+TEST_F(RenameLockTest, ALoserOfTheCreationRaceCleansUpAndSeesTheWinner) {
+  auto a = process(100), b = process(200);
+  std::optional<lock_handle> hb;
+  a->when("rename", ".init.", [&] { hb = lock_for(b).try_acquire(); });
+  EXPECT_FALSE(lock_for(a).try_acquire().has_value());
+  ASSERT_TRUE(hb && hb->owns());
+  EXPECT_EQ(entries(), std::vector<std::string>{hb->token()});
+  EXPECT_TRUE(init_leftovers().empty());
+}
+
+TEST_F(RenameLockTest, AForkedChildNeverReleasesItsParentsToken) {
+  auto a = process(100);
+  auto h = std::make_unique<lock_handle>(lock_for(a).acquire());
+  const std::string t = h->token();
+  a->simulate_fork();
+  EXPECT_FALSE(h->owns());
+  EXPECT_EQ(code_of([&] { h->refresh(); }), errc::not_owner);
+  EXPECT_EQ(code_of([&] { h->release(); }), errc::not_owner);
+  h.reset();  // the destructor must not release either
+  EXPECT_EQ(entries(), std::vector<std::string>{t});
+}
+
+TEST_F(RenameLockTest, HandlesReleaseOnDestructionAndOnMoveAssignment) {
+  auto a = process(100);
+  {
+    lock_handle h = lock_for(a).acquire();
+    lock_handle moved = std::move(h);
+    EXPECT_FALSE(h.owns());
+    EXPECT_TRUE(moved.owns());
+  }
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+  lock_handle h1 = lock_for(a).acquire();
+  h1 = lock_handle();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+  lock_handle empty;
+  empty.release();  // no-op
+  EXPECT_EQ(code_of([&] { empty.refresh(); }), errc::not_owner);
+}
+
+TEST_F(RenameLockTest, RejectsBadArgumentsWithoutTouchingTheDisk) {
+  auto a = process(100);
+  auto before = snapshot(tmp.path());
+  std::error_code ec;
+  rename_lock(fs::path(), options(), a).acquire(ec);
+  EXPECT_EQ(ec, errc::bad_argument);
+  rename_lock("/", options(), a).acquire(ec);
+  EXPECT_EQ(ec, errc::bad_argument);
+  EXPECT_EQ(code_of([&] { lock_for(a, options(0ms)).acquire(); }), errc::bad_argument);
+  lock_options o = options();
+  o.wait = -1ms;
+  EXPECT_EQ(code_of([&] { lock_for(a, o).acquire(); }), errc::bad_argument);
+  o = options(48h);
+  EXPECT_EQ(code_of([&] { lock_for(a, o).acquire(); }), errc::bad_argument);
+  o = options();
+  o.dir_mode = 010000;
+  EXPECT_EQ(code_of([&] { lock_for(a, o).acquire(); }), errc::bad_argument);
+  lock_handle h = lock_for(a).acquire();
+  EXPECT_EQ(code_of([&] { h.refresh(0ms); }), errc::bad_argument);
+  h.release();
+  EXPECT_FALSE(fs::exists(tmp / "x"));
+  (void)before;
+}
+
+// ---- errno paths: a clear message, and nothing changed ---------------------
+
+struct errno_case {
+  const char* name;
+  const char* op;
+  const char* substring;  // of the failing call's first path
+  int err;
+  const char* hint;       // expected in the message
+  bool existing;          // lock directory exists (with a free token) beforehand
+};
+
+class ErrnoPathTest : public RenameLockTest, public ::testing::WithParamInterface<errno_case> {};
+
+TEST_P(ErrnoPathTest, GivesAClearErrorAndChangesNothing) {
+  const errno_case& c = GetParam();
+  auto a = process(100);
+  if (c.existing) lock_for(a).acquire().release();
+  a->fail(c.op, c.substring, c.err, -1);
+  auto before = snapshot(tmp.path());
+  std::error_code ec;
+  lock_handle h = lock_for(a).acquire(ec);
+  EXPECT_EQ(ec, std::error_code(c.err, std::generic_category()));
+  EXPECT_FALSE(h.owns());
+  const std::string& msg = tokenlock::last_error_message();
+  EXPECT_NE(msg.find(dir.string()), std::string::npos) << msg;
+  EXPECT_NE(msg.find(std::error_code(c.err, std::generic_category()).message()), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find(c.hint), std::string::npos) << msg;
+  EXPECT_EQ(snapshot(tmp.path()), before);
+  EXPECT_TRUE(init_leftovers().empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Errno, ErrnoPathTest,
+    ::testing::Values(
+        errno_case{"EACCES", "rename", "/lockfile", EACCES, "needs write and search permission", true},
+        errno_case{"EROFS", "rename", "/lockfile", EROFS, "read-only filesystem", true},
+        errno_case{"ENAMETOOLONG", "rename", "/lockfile", ENAMETOOLONG, "shorter lock directory path", true},
+        errno_case{"EIO_listing", "list_directory", "data.lock", EIO, "cannot list", false},
+        errno_case{"ENOSPC_on_creation", "make_directory", ".init.", ENOSPC, "free some space", false},
+        errno_case{"ENOSPC_on_token", "make_directory", "/lockfile", ENOSPC, "free some space", false},
+        errno_case{"EACCES_on_creation", "make_directory", ".init.", EACCES, "needs write and search permission", false},
+        errno_case{"EIO_on_sync", "sync_directory", ".init.", EIO, "cannot sync", false},
+        errno_case{"EXDEV_on_placing", "rename", ".init.", EXDEV, "cannot rename", false}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST_F(RenameLockTest, NamesTheOwnerOfATokenInAStickyDirectory) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give the token to another user";
+  auto a = process(100), b = process(200);
+  lock_handle ha = lock_for(a).acquire();
+  const std::string t = ha.token();
+  ha.detach();
+  world->processes.erase(100);  // dead: B will try to take the token over
+  fs::permissions(dir, fs::perms(01777));
+  ASSERT_EQ(::chown((dir / t).c_str(), 33, 33), 0);
+  // The kernel lets root rename anything; for uid 1000 it would say EPERM.
+  b->fail("rename", t, EPERM, -1);
+  auto before = snapshot(tmp.path());
+  std::string msg = message_of([&] { lock_for(b).acquire(); });
+  EXPECT_NE(msg.find("is sticky and the token belongs to uid 33"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("use a non-sticky directory shared by the users that lock"), std::string::npos);
+  EXPECT_NE(msg.find("take over"), std::string::npos) << msg;
+  EXPECT_EQ(snapshot(tmp.path()), before);
+}
+
+TEST_F(RenameLockTest, ReportsAPathThroughAFileAsNotADirectory) {
+  fs::ofstream(tmp / "file") << "x";
+  auto a = process(100);
+  auto before = snapshot(tmp.path());
+  std::error_code ec;
+  rename_lock(tmp / "file" / "x.lock", options(), a).acquire(ec);
+  EXPECT_EQ(ec, std::errc::not_a_directory);
+  EXPECT_NE(tokenlock::last_error_message().find("is not a directory"), std::string::npos)
+      << tokenlock::last_error_message();
+  EXPECT_EQ(snapshot(tmp.path()), before);
+}
+
+TEST_F(RenameLockTest, ReportsAMissingParentDirectory) {
+  auto a = process(100);
+  std::error_code ec;
+  rename_lock(tmp / "no" / "x.lock", options(), a).acquire(ec);
+  EXPECT_EQ(ec, std::errc::no_such_file_or_directory);
+  EXPECT_NE(tokenlock::last_error_message().find("parent directory"), std::string::npos);
+  EXPECT_FALSE(fs::exists(tmp / "no"));
+}
+
+TEST_F(RenameLockTest, AReleaseThatFailsKeepsOwnership) {
+  auto a = process(100);
+  lock_handle h = lock_for(a).acquire();
+  a->fail("rename", h.token(), EIO);
+  std::error_code ec;
+  h.release(ec);
+  EXPECT_EQ(ec, std::errc::io_error);
+  EXPECT_TRUE(h.owns()) << "still ours: the caller may retry";
+  h.release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+}
+
+}  // namespace
