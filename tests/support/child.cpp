@@ -1,0 +1,115 @@
+#include "child.hpp"
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <ctime>
+#include <stdexcept>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace tokenlock::testing {
+
+start_barrier::start_barrier() {
+  if (::pipe2(fds_, O_CLOEXEC) != 0) throw std::runtime_error("pipe2");
+}
+
+start_barrier::~start_barrier() {
+  ::close(fds_[0]);
+  if (fds_[1] >= 0) ::close(fds_[1]);
+}
+
+void start_barrier::open_gate() {
+  ::close(fds_[1]);
+  fds_[1] = -1;
+}
+
+child::child(const std::vector<std::string>& argv, const start_barrier* barrier) {
+  int in[2], out[2];
+  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0)
+    throw std::runtime_error("pipe2");
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_ = ::fork();
+  if (pid_ < 0) throw std::runtime_error("fork");
+  if (pid_ == 0) {
+    ::dup2(in[0], 0);
+    ::dup2(out[1], 1);
+    if (barrier) ::dup2(barrier->read_fd(), 3);  // dup2 clears FD_CLOEXEC
+    ::execv(args[0], args.data());
+    std::fprintf(stderr, "exec %s: %s\n", args[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  ::close(in[0]);
+  ::close(out[1]);
+  in_ = in[1];
+  out_ = out[0];
+}
+
+child::child(child&& other) noexcept
+    : pid_(other.pid_), in_(other.in_), out_(other.out_), buffer_(std::move(other.buffer_)) {
+  other.pid_ = -1;
+  other.in_ = other.out_ = -1;
+}
+
+child::~child() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    wait();
+  }
+  if (in_ >= 0) ::close(in_);
+  if (out_ >= 0) ::close(out_);
+}
+
+std::string child::read_line(std::chrono::milliseconds timeout) {
+  const std::int64_t deadline = monotonic_ns() + timeout.count() * 1000000LL;
+  for (;;) {
+    auto nl = buffer_.find('\n');
+    if (nl != std::string::npos) {
+      std::string line = buffer_.substr(0, nl);
+      buffer_.erase(0, nl + 1);
+      return line;
+    }
+    std::int64_t left_ms = (deadline - monotonic_ns()) / 1000000;
+    if (left_ms <= 0) throw std::runtime_error("child " + std::to_string(pid_) + ": no line in time");
+    pollfd p{out_, POLLIN, 0};
+    int r = ::poll(&p, 1, static_cast<int>(left_ms));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) continue;
+    char buf[512];
+    ssize_t n = ::read(out_, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw std::runtime_error("child " + std::to_string(pid_) + ": stdout closed");
+    buffer_.append(buf, static_cast<size_t>(n));
+  }
+}
+
+void child::write_line(const std::string& line) {
+  std::string s = line + "\n";
+  if (::write(in_, s.data(), s.size()) != static_cast<ssize_t>(s.size()))
+    throw std::runtime_error("write to child");
+}
+
+void child::signal(int sig) {
+  if (pid_ > 0) ::kill(pid_, sig);
+}
+
+int child::wait() {
+  int status = 0;
+  while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
+  pid_ = -1;
+  return status;
+}
+
+std::int64_t monotonic_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+}  // namespace tokenlock::testing

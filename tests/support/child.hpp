@@ -1,0 +1,53 @@
+// Real child processes for the multi-process tests: fork + exec with pipes
+// on stdin and stdout, and an optional start barrier on fd 3 (the children
+// block reading it until the parent closes the write end, so they all start
+// at once). Lines on stdout are how children tell the parent where they are:
+// no test waits for another process by sleeping.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <sys/types.h>
+
+namespace tokenlock::testing {
+
+class start_barrier {
+ public:
+  start_barrier();
+  ~start_barrier();
+  int read_fd() const { return fds_[0]; }
+  void open_gate();  // closes the write end: every waiting child proceeds
+
+ private:
+  int fds_[2];
+};
+
+class child {
+ public:
+  child(const std::vector<std::string>& argv, const start_barrier* barrier = nullptr);
+  ~child();  // kills (SIGKILL) and reaps a child that is still running
+  child(child&& other) noexcept;
+  child(const child&) = delete;
+  child& operator=(const child&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // The next line of the child's stdout without its newline; throws on EOF
+  // or when `timeout` passes (a safety net for a broken test, not a wait).
+  std::string read_line(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  void write_line(const std::string& line);
+  void signal(int sig);
+  // Waits for the child to end; returns its wait status.
+  int wait();
+  bool running() const { return pid_ > 0; }
+
+ private:
+  pid_t pid_ = -1;
+  int in_ = -1, out_ = -1;
+  std::string buffer_;
+};
+
+std::int64_t monotonic_ns();
+
+}  // namespace tokenlock::testing
