@@ -92,6 +92,7 @@ failure make_lock_paths(const boost::filesystem::path& dir, lock_paths& out) {
                         "tokenlock: \"" + s +
                             "\" cannot be a lock directory: the lock directory is created and "
                             "replaced by rename; name a directory of its own, such as data.lock");
+  out.dir_path = dir;
   out.dir = s;
   out.dir_slash = s + "/";
   out.free_path = out.dir_slash + std::string(free_token);

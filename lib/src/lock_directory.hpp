@@ -14,6 +14,7 @@ namespace tokenlock::detail {
 
 // The strings the protocol renames between, built once per lock.
 struct lock_paths {
+  boost::filesystem::path dir_path;  // as the caller named it
   std::string dir;        // the lock directory, without trailing '/'
   std::string dir_slash;  // dir + '/'
   std::string free_path;  // dir + "/lockfile"

@@ -13,14 +13,14 @@ namespace detail {
 
 // Fills a handle from inside the library without widening its public API.
 struct lock_handle_access {
-  static void fill(lock_handle& h, std::shared_ptr<os> sys, const boost::filesystem::path& dir,
-                   const lock_paths& paths, std::string token, std::string suffix,
-                   std::int64_t expiry_us, std::chrono::milliseconds lease) {
+  static void fill(lock_handle& h, std::shared_ptr<os> sys,
+                   std::shared_ptr<const lock_paths> paths, std::string token,
+                   std::string token_path, std::int64_t expiry_us,
+                   std::chrono::milliseconds lease) {
     h.os_ = std::move(sys);
-    h.dir_ = dir;
-    h.dir_string_ = paths.dir_slash;
+    h.paths_ = std::move(paths);
     h.token_ = std::move(token);
-    h.owner_suffix_ = std::move(suffix);
+    h.token_path_ = std::move(token_path);
     h.expiry_us_ = expiry_us;
     h.lease_ = lease;
     h.fork_generation_ = h.os_->fork_generation();
@@ -69,30 +69,29 @@ enum class outcome { acquired, busy, again };
 
 class acquirer {
  public:
-  acquirer(const std::shared_ptr<os>& sys, const boost::filesystem::path& dir,
-           const lock_paths& paths, const lock_options& options)
-      : sys_ptr_(sys), sys_(*sys), dir_(dir), paths_(paths), options_(options) {}
+  acquirer(const std::shared_ptr<os>& sys, const std::shared_ptr<const lock_paths>& paths,
+           const lock_options& options)
+      : sys_ptr_(sys), sys_(*sys), paths_ptr_(paths), paths_(*paths), options_(options) {}
 
   // One round of the protocol: the fast-path rename, then (on ENOENT) the
   // NFS retransmit check, a look at the directory, and a takeover or
   // creation when that is what the directory needs.
   failure attempt(lock_handle& out, outcome& result) {
     const process_identity& me = sys_.self();
-    std::string suffix =
-        owner_suffix(owner_prefix(me.host_tag, me.pid, me.start_time), sys_.random_u64());
+    const std::uint64_t nonce = sys_.random_u64();
     std::int64_t expiry = sys_.wall_now_us() + to_us(options_.lease);
-    std::string token = with_expiry(suffix, expiry);
+    std::string token = make_token(expiry, me.host_tag, me.pid, me.start_time, nonce);
     std::string mine = paths_.dir_slash + token;
 
     std::error_code ec = sys_.rename(paths_.free_path, mine);
-    if (!ec) return held(out, result, std::move(token), std::move(suffix), expiry);
+    if (!ec) return held(out, result, std::move(token), std::move(mine), expiry);
     if (ec != std::errc::no_such_file_or_directory)
       return os_failure(sys_, paths_, "acquire", "cannot rename lockfile to " + token,
                         std::string(free_token), ec);
     // An NFS client may retransmit a rename whose first reply was lost; the
     // retransmission then fails with ENOENT although the rename happened.
     file_status st;
-    if (!sys_.status(mine, st)) return held(out, result, std::move(token), std::move(suffix), expiry);
+    if (!sys_.status(mine, st)) return held(out, result, std::move(token), std::move(mine), expiry);
 
     observation obs;
     if (failure f = observe(sys_, paths_, "acquire", obs)) return f;
@@ -117,7 +116,7 @@ class acquirer {
     // released it, or another taker was first, this name is gone and the
     // rename fails without touching anyone's token.
     expiry = sys_.wall_now_us() + to_us(options_.lease);
-    token = with_expiry(suffix, expiry);
+    token = make_token(expiry, me.host_tag, me.pid, me.start_time, nonce);
     mine = paths_.dir_slash + token;
     ec = sys_.rename(paths_.dir_slash + obs.token.name, mine);
     if (ec == std::errc::no_such_file_or_directory) {
@@ -129,15 +128,15 @@ class acquirer {
                         "cannot rename stale token " + obs.token.name + " (" + j.reason + ")",
                         obs.token.name, ec);
     clear_workspace(sys_, mine);
-    return held(out, result, std::move(token), std::move(suffix), expiry);
+    return held(out, result, std::move(token), std::move(mine), expiry);
   }
 
   const std::string& busy_reason() const { return busy_reason_; }
 
  private:
-  failure held(lock_handle& out, outcome& result, std::string token, std::string suffix,
+  failure held(lock_handle& out, outcome& result, std::string token, std::string token_path,
                std::int64_t expiry) {
-    lock_handle_access::fill(out, sys_ptr_, dir_, paths_, std::move(token), std::move(suffix),
+    lock_handle_access::fill(out, sys_ptr_, paths_ptr_, std::move(token), std::move(token_path),
                              expiry, options_.lease);
     result = outcome::acquired;
     return {};
@@ -145,7 +144,7 @@ class acquirer {
 
   const std::shared_ptr<os>& sys_ptr_;
   os& sys_;
-  const boost::filesystem::path& dir_;
+  const std::shared_ptr<const lock_paths>& paths_ptr_;
   const lock_paths& paths_;
   const lock_options& options_;
   std::string busy_reason_;
@@ -157,12 +156,16 @@ class acquirer {
 constexpr int max_immediate_rounds = 16;
 
 failure acquire_impl(const std::shared_ptr<os>& sys, const boost::filesystem::path& dir,
+                     const std::shared_ptr<const lock_paths>& paths_ptr,
                      const lock_options& options, bool may_wait, lock_handle& out, bool& busy) {
   busy = false;
   if (failure f = validate(options)) return f;
-  lock_paths paths;
-  if (failure f = make_lock_paths(dir, paths)) return f;
-  acquirer a(sys, dir, paths, options);
+  if (!paths_ptr) {
+    lock_paths unused;
+    return make_lock_paths(dir, unused);
+  }
+  const lock_paths& paths = *paths_ptr;
+  acquirer a(sys, paths_ptr, options);
   const std::int64_t start = sys->steady_now_us();
   const std::int64_t deadline = start + (may_wait ? to_us(options.wait) : 0);
   backoff delay;
@@ -206,26 +209,29 @@ rename_lock::rename_lock(boost::filesystem::path dir, lock_options options)
 
 rename_lock::rename_lock(boost::filesystem::path dir, lock_options options,
                          std::shared_ptr<detail::os> os)
-    : dir_(std::move(dir)), options_(options), os_(os ? std::move(os) : system_os()) {}
+    : dir_(std::move(dir)), options_(options), os_(os ? std::move(os) : system_os()) {
+  auto paths = std::make_shared<lock_paths>();
+  if (!make_lock_paths(dir_, *paths)) paths_ = std::move(paths);
+}
 
 lock_handle rename_lock::acquire() const {
   lock_handle h;
   bool busy = false;
-  run_throwing([&] { return acquire_impl(os_, dir_, options_, true, h, busy); });
+  run_throwing([&] { return acquire_impl(os_, dir_, paths_, options_, true, h, busy); });
   return h;
 }
 
 lock_handle rename_lock::acquire(std::error_code& ec) const noexcept {
   lock_handle h;
   bool busy = false;
-  run_noexcept(ec, [&] { return acquire_impl(os_, dir_, options_, true, h, busy); });
+  run_noexcept(ec, [&] { return acquire_impl(os_, dir_, paths_, options_, true, h, busy); });
   return h;
 }
 
 std::optional<lock_handle> rename_lock::try_acquire() const {
   lock_handle h;
   bool busy = false;
-  failure f = acquire_impl(os_, dir_, options_, false, h, busy);
+  failure f = acquire_impl(os_, dir_, paths_, options_, false, h, busy);
   if (busy) return std::nullopt;
   if (f) throw_failure(f);
   return std::optional<lock_handle>(std::move(h));
@@ -235,7 +241,7 @@ std::optional<lock_handle> rename_lock::try_acquire(std::error_code& ec) const n
   lock_handle h;
   bool busy = false;
   run_noexcept(ec, [&] {
-    failure f = acquire_impl(os_, dir_, options_, false, h, busy);
+    failure f = acquire_impl(os_, dir_, paths_, options_, false, h, busy);
     return busy ? failure{} : f;
   });
   if (ec || busy) return std::nullopt;
@@ -289,10 +295,9 @@ std::optional<holder_info> rename_lock::holder(std::error_code& ec) const noexce
 
 lock_handle::lock_handle(lock_handle&& other) noexcept
     : os_(std::move(other.os_)),
-      dir_(std::move(other.dir_)),
-      dir_string_(std::move(other.dir_string_)),
+      paths_(std::move(other.paths_)),
       token_(std::move(other.token_)),
-      owner_suffix_(std::move(other.owner_suffix_)),
+      token_path_(std::move(other.token_path_)),
       expiry_us_(other.expiry_us_),
       lease_(other.lease_),
       fork_generation_(other.fork_generation_) {
@@ -306,10 +311,9 @@ lock_handle& lock_handle::operator=(lock_handle&& other) noexcept {
       release(ignored);
     }
     os_ = std::move(other.os_);
-    dir_ = std::move(other.dir_);
-    dir_string_ = std::move(other.dir_string_);
+    paths_ = std::move(other.paths_);
     token_ = std::move(other.token_);
-    owner_suffix_ = std::move(other.owner_suffix_);
+    token_path_ = std::move(other.token_path_);
     expiry_us_ = other.expiry_us_;
     lease_ = other.lease_;
     fork_generation_ = other.fork_generation_;
@@ -327,7 +331,7 @@ lock_handle::~lock_handle() {
 
 void lock_handle::forget() noexcept {
   token_.clear();
-  owner_suffix_.clear();
+  token_path_.clear();
   expiry_us_ = 0;
 }
 
@@ -335,8 +339,13 @@ bool lock_handle::owns() const noexcept {
   return !token_.empty() && os_ && os_->fork_generation() == fork_generation_;
 }
 
+const boost::filesystem::path& lock_handle::directory() const noexcept {
+  static const boost::filesystem::path none;
+  return paths_ ? paths_->dir_path : none;
+}
+
 boost::filesystem::path lock_handle::path() const {
-  return token_.empty() ? boost::filesystem::path() : dir_ / token_;
+  return token_.empty() ? boost::filesystem::path() : directory() / token_;
 }
 
 std::chrono::system_clock::time_point lock_handle::expires() const noexcept {
@@ -391,24 +400,22 @@ void lock_handle::release() {
 void lock_handle::release(std::error_code& ec) noexcept {
   run_noexcept(ec, [&]() -> failure {
     if (token_.empty()) return {};
-    const std::string dir = dir_string_.substr(0, dir_string_.size() - 1);
     if (!os_ || os_->fork_generation() != fork_generation_) {
       forget();
-      return not_owner_failure("release", dir, true);
+      return not_owner_failure("release", paths_->dir, true);
     }
-    std::error_code e = os_->rename(dir_string_ + token_, dir_string_ + std::string(free_token));
+    std::error_code e = os_->rename(token_path_, paths_->free_path);
     if (!e) {
       forget();
       return {};
     }
     if (e == std::errc::no_such_file_or_directory) {
-      failure f = lost_failure("release", dir, token_, expiry_us_);
+      failure f = lost_failure("release", paths_->dir, token_, expiry_us_);
       forget();
       return f;
     }
     // Still ours: the caller may retry, and the destructor will.
-    lock_paths paths{dir, dir_string_, dir_string_ + std::string(free_token)};
-    return os_failure(*os_, paths, "release", "cannot rename " + token_ + " to lockfile", token_, e);
+    return os_failure(*os_, *paths_, "release", "cannot rename " + token_ + " to lockfile", token_, e);
   });
 }
 
@@ -427,8 +434,7 @@ void lock_handle::refresh(std::chrono::milliseconds lease) {
 
 void lock_handle::refresh(std::chrono::milliseconds lease, std::error_code& ec) noexcept {
   run_noexcept(ec, [&]() -> failure {
-    const std::string dir =
-        dir_string_.empty() ? std::string() : dir_string_.substr(0, dir_string_.size() - 1);
+    const std::string dir = paths_ ? paths_->dir : std::string();
     if (token_.empty()) return not_owner_failure("refresh", dir, false);
     if (!os_ || os_->fork_generation() != fork_generation_)
       return not_owner_failure("refresh", dir, true);
@@ -436,24 +442,24 @@ void lock_handle::refresh(std::chrono::milliseconds lease, std::error_code& ec) 
       return make_failure(errc::bad_argument,
                           describe("refresh", dir, "the lease must be positive", {}));
     const std::int64_t expiry = os_->wall_now_us() + to_us(lease);
-    std::string next = with_expiry(owner_suffix_, expiry);
-    std::error_code e = os_->rename(dir_string_ + token_, dir_string_ + next);
+    std::string next = with_expiry(owner_part(token_), expiry);
+    std::string next_path = paths_->dir_slash + next;
+    std::error_code e = os_->rename(token_path_, next_path);
     if (e == std::errc::no_such_file_or_directory) {
       // NFS retransmit: the first rename may have happened.
       file_status st;
-      if (os_->status(dir_string_ + next, st)) {
+      if (os_->status(next_path, st)) {
         failure f = lost_failure("refresh", dir, token_, expiry_us_);
         forget();
         return f;
       }
       e.clear();
     }
-    if (e) {
-      lock_paths paths{dir, dir_string_, dir_string_ + std::string(free_token)};
-      return os_failure(*os_, paths, "refresh", "cannot rename " + token_ + " to " + next,
+    if (e)
+      return os_failure(*os_, *paths_, "refresh", "cannot rename " + token_ + " to " + next,
                         token_, e);
-    }
     token_ = std::move(next);
+    token_path_ = std::move(next_path);
     expiry_us_ = expiry;
     lease_ = lease;
     return {};

@@ -80,32 +80,38 @@ name_kind classify_name(std::string_view name, held_token* out) noexcept {
   return name_kind::held;
 }
 
-std::string owner_prefix(std::string_view host_tag, int pid, std::uint64_t start_time) {
-  std::string s(host_tag);
+std::string make_token(std::int64_t expiry_us, std::string_view host_tag, int pid,
+                       std::uint64_t start_time, std::uint64_t nonce) {
+  std::string s;
+  s.reserve(held_prefix.size() + host_tag.size() + 20 + 1 + 10 + 1 + 20 + 1 + 16 + 1);
+  s.append(held_prefix);
+  append_decimal(s, static_cast<std::uint64_t>(expiry_us < 0 ? 0 : expiry_us));
+  s.push_back('.');
+  s.append(host_tag);
   s.push_back('.');
   append_decimal(s, static_cast<std::uint64_t>(pid));
   s.push_back('.');
   append_decimal(s, start_time);
-  return s;
-}
-
-std::string owner_suffix(std::string_view owner_prefix, std::uint64_t nonce) {
-  std::string s;
-  s.reserve(owner_prefix.size() + 17);
-  s.append(owner_prefix);
   s.push_back('.');
   static const char hex[] = "0123456789abcdef";
   for (int shift = 60; shift >= 0; shift -= 4) s.push_back(hex[(nonce >> shift) & 0xf]);
   return s;
 }
 
-std::string with_expiry(std::string_view owner_suffix, std::int64_t expiry_us) {
+std::string_view owner_part(std::string_view name) noexcept {
+  if (name.substr(0, held_prefix.size()) != held_prefix) return {};
+  name.remove_prefix(held_prefix.size());
+  auto dot = name.find('.');
+  return dot == std::string_view::npos ? std::string_view() : name.substr(dot + 1);
+}
+
+std::string with_expiry(std::string_view owner, std::int64_t expiry_us) {
   std::string s;
-  s.reserve(held_prefix.size() + 21 + owner_suffix.size());
+  s.reserve(held_prefix.size() + 21 + owner.size());
   s.append(held_prefix);
   append_decimal(s, static_cast<std::uint64_t>(expiry_us < 0 ? 0 : expiry_us));
   s.push_back('.');
-  s.append(owner_suffix);
+  s.append(owner);
   return s;
 }
 

@@ -43,15 +43,16 @@ enum class name_kind {
 // Classifies a directory entry name; fills `out` for held tokens.
 name_kind classify_name(std::string_view name, held_token* out = nullptr) noexcept;
 
-// The part of a token after the expiry, without the nonce:
-// "<host_tag>.<pid>.<start>". Built once per process.
-std::string owner_prefix(std::string_view host_tag, int pid, std::uint64_t start_time);
+// "lockfile.<expiry>.<host_tag>.<pid>.<start>.<nonce as 16 hex>", built in
+// one allocation: it is on the fast path.
+std::string make_token(std::int64_t expiry_us, std::string_view host_tag, int pid,
+                       std::uint64_t start_time, std::uint64_t nonce);
 
-// "<owner_prefix>.<nonce as 16 hex>": everything after the expiry, fixed for
-// the life of one acquisition.
-std::string owner_suffix(std::string_view owner_prefix, std::uint64_t nonce);
+// The part of a held token after its expiry ("<host_tag>.<pid>.<start>.<nonce>"),
+// which stays the same for the life of one acquisition.
+std::string_view owner_part(std::string_view held_token_name) noexcept;
 
-// "lockfile.<expiry>.<owner_suffix>": the token name for one lease.
-std::string with_expiry(std::string_view owner_suffix, std::int64_t expiry_us);
+// "lockfile.<expiry>.<owner_part>": the token name for a new lease.
+std::string with_expiry(std::string_view owner_part, std::int64_t expiry_us);
 
 }  // namespace tokenlock::detail

@@ -66,8 +66,7 @@ class RenameLockTest : public ::testing::Test {
   }
   std::string token_name(std::int64_t expiry_us, const std::string& host, int pid,
                          std::uint64_t start, std::uint64_t nonce = 0x1234) {
-    using namespace tokenlock::detail;
-    return with_expiry(owner_suffix(owner_prefix(host, pid, start), nonce), expiry_us);
+    return tokenlock::detail::make_token(expiry_us, host, pid, start, nonce);
   }
   void plant(const std::string& name) { fs::create_directories(dir / name); }
 };

@@ -7,9 +7,8 @@ using namespace tokenlock::detail;
 namespace {
 
 TEST(TokenName, FormatsAndParsesBack) {
-  std::string name = with_expiry(owner_suffix(owner_prefix("web-01_a-0123abcd", 4242, 98765),
-                                              0xfedcba9876543210ULL),
-                                 1763712000123456);
+  std::string name = make_token(1763712000123456, "web-01_a-0123abcd", 4242, 98765,
+                                0xfedcba9876543210ULL);
   EXPECT_EQ(name, "lockfile.1763712000123456.web-01_a-0123abcd.4242.98765.fedcba9876543210");
   held_token t;
   ASSERT_EQ(classify_name(name, &t), name_kind::held);
@@ -19,6 +18,8 @@ TEST(TokenName, FormatsAndParsesBack) {
   EXPECT_EQ(t.start_time, 98765u);
   EXPECT_EQ(t.nonce, 0xfedcba9876543210ULL);
   EXPECT_LT(name.size(), 255u);
+  EXPECT_EQ(owner_part(name), "web-01_a-0123abcd.4242.98765.fedcba9876543210");
+  EXPECT_EQ(with_expiry(owner_part(name), 7), "lockfile.7.web-01_a-0123abcd.4242.98765.fedcba9876543210");
 }
 
 TEST(TokenName, TellsFreeHeldAndForeignNamesApart) {

@@ -79,6 +79,7 @@ namespace tokenlock {
 namespace detail {
 class os;
 struct lock_handle_access;
+struct lock_paths;
 }
 
 struct lock_options {
@@ -165,6 +166,9 @@ class rename_lock {
   boost::filesystem::path dir_;
   lock_options options_;
   std::shared_ptr<detail::os> os_;
+  // The strings the fast path renames between, built once and shared by
+  // copies; null when dir_ is unusable (acquire then reports why).
+  std::shared_ptr<const detail::lock_paths> paths_;
 };
 
 // Ownership of one token. Move-only; the destructor releases (and never
@@ -210,7 +214,7 @@ class lock_handle {
   // The held token directory: lock directory / token(). The holder's
   // workspace; it moves on refresh.
   boost::filesystem::path path() const;
-  const boost::filesystem::path& directory() const noexcept { return dir_; }
+  const boost::filesystem::path& directory() const noexcept;
   // When the current lease ends.
   std::chrono::system_clock::time_point expires() const noexcept;
 
@@ -221,10 +225,9 @@ class lock_handle {
   void forget() noexcept;
 
   std::shared_ptr<detail::os> os_;
-  boost::filesystem::path dir_;
-  std::string dir_string_;     // dir_ with one trailing '/', for fast joins
+  std::shared_ptr<const detail::lock_paths> paths_;  // the lock's, shared
   std::string token_;
-  std::string owner_suffix_;   // "<host>-<hash8>.<pid>.<start>.<nonce>"
+  std::string token_path_;     // directory / token_, ready for release
   std::int64_t expiry_us_ = 0;
   std::chrono::milliseconds lease_{0};
   std::uint64_t fork_generation_ = 0;

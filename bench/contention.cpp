@@ -1,0 +1,162 @@
+// Throughput of the lock under contention from real processes.
+//
+//   bench/contention [--procs 1,2,4,8,16] [--seconds S] [--wake on|off|both] [--dir DIR]
+//
+// For each process count N, N forked processes loop for S seconds doing
+// acquire, read-increment-write of a shared counter file, release. Prints
+// the total rate, its ratio to the single-process rate measured in the same
+// run, the Jain fairness index over the processes' counts, and the lost
+// increments (counter minus the sum of the counts; must be 0). --wake
+// chooses lock_options::wake_on_release (inotify) or runs both side by side.
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <boost/filesystem.hpp>
+
+#include "tokenlock/tokenlock.hpp"
+
+namespace fs = boost::filesystem;
+
+namespace {
+
+double now_s() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+struct result {
+  double rate = 0, jain = 0;
+  long long lost = 0;
+};
+
+long long worker(const fs::path& lock_dir, const std::string& counter_path, bool wake,
+                 double seconds, int barrier) {
+  tokenlock::lock_options o;
+  o.wake_on_release = wake;
+  o.wait = std::chrono::seconds(60);
+  tokenlock::rename_lock lock(lock_dir, o);
+  int fd = ::open(counter_path.c_str(), O_RDWR | O_CLOEXEC);
+  char c;
+  while (::read(barrier, &c, 1) < 0 && errno == EINTR) {
+  }
+  long long ops = 0;
+  const double end = now_s() + seconds;
+  char buf[32];
+  while (now_s() < end) {
+    tokenlock::lock_handle h = lock.acquire();
+    ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+    buf[n > 0 ? n : 0] = '\0';
+    unsigned long long v = std::strtoull(buf, nullptr, 10) + 1;
+    int len = std::snprintf(buf, sizeof buf, "%020llu\n", v);
+    if (::pwrite(fd, buf, static_cast<size_t>(len), 0) != len) std::abort();
+    h.release();
+    ++ops;
+  }
+  return ops;
+}
+
+result run(const fs::path& root, int procs, bool wake, double seconds) {
+  const fs::path lock_dir = root / ("c" + std::to_string(procs) + (wake ? "w" : "p") + ".lock");
+  const std::string counter = (root / ("c" + std::to_string(procs) + (wake ? "w" : "p"))).string();
+  { int fd = ::open(counter.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644); ::close(fd); }
+  tokenlock::rename_lock(lock_dir).acquire().release();  // create before timing
+  int barrier[2], results[2];
+  if (::pipe(barrier) != 0 || ::pipe(results) != 0) std::abort();
+  std::vector<pid_t> pids;
+  for (int i = 0; i < procs; ++i) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(barrier[1]);
+      ::close(results[0]);
+      long long ops = worker(lock_dir, counter, wake, seconds, barrier[0]);
+      if (::write(results[1], &ops, sizeof ops) != sizeof ops) ::_exit(1);
+      ::_exit(0);
+    }
+    pids.push_back(pid);
+  }
+  ::close(barrier[0]);
+  ::close(results[1]);
+  const double start = now_s();
+  ::close(barrier[1]);  // go
+  std::vector<long long> counts;
+  long long ops;
+  while (::read(results[0], &ops, sizeof ops) == sizeof ops) counts.push_back(ops);
+  const double elapsed = now_s() - start;
+  ::close(results[0]);
+  for (pid_t p : pids) ::waitpid(p, nullptr, 0);
+  double sum = 0, sq = 0;
+  for (long long x : counts) {
+    sum += static_cast<double>(x);
+    sq += static_cast<double>(x) * static_cast<double>(x);
+  }
+  result r;
+  r.rate = sum / elapsed;
+  r.jain = sq > 0 ? sum * sum / (static_cast<double>(counts.size()) * sq) : 0;
+  FILE* f = std::fopen(counter.c_str(), "r");
+  unsigned long long final_value = 0;
+  if (f) {
+    if (std::fscanf(f, "%llu", &final_value) != 1) final_value = 0;
+    std::fclose(f);
+  }
+  r.lost = static_cast<long long>(sum) - static_cast<long long>(final_value);
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int> procs{1, 2, 4, 8, 16};
+  double seconds = 2;
+  std::string wake = "both";
+  fs::path base = fs::temp_directory_path();
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i], v = argv[i + 1];
+    if (k == "--procs") {
+      procs.clear();
+      std::stringstream ss(v);
+      for (std::string p; std::getline(ss, p, ',');) procs.push_back(std::atoi(p.c_str()));
+    } else if (k == "--seconds") {
+      seconds = std::atof(v.c_str());
+    } else if (k == "--wake") {
+      wake = v;
+    } else if (k == "--dir") {
+      base = v;
+    } else {
+      std::fprintf(stderr, "usage: contention [--procs 1,2,4] [--seconds S] [--wake on|off|both] [--dir DIR]\n");
+      return 64;
+    }
+  }
+  const fs::path root = base / fs::unique_path("tokenlock-contention-%%%%-%%%%");
+  fs::create_directories(root);
+  std::vector<bool> modes;
+  if (wake != "off") modes.push_back(true);
+  if (wake != "on") modes.push_back(false);
+  std::printf("%-9s %6s %12s %10s %7s %5s\n", "wake", "procs", "ops/s", "vs 1 proc", "Jain", "lost");
+  int failures = 0;
+  for (bool w : modes) {
+    double base_rate = 0;
+    for (int n : procs) {
+      result r = run(root, n, w, seconds);
+      if (n == procs.front()) base_rate = r.rate;
+      std::printf("%-9s %6d %12.0f %9.2fx %7.3f %5lld\n", w ? "inotify" : "polling", n, r.rate,
+                  base_rate > 0 ? r.rate / base_rate : 0, r.jain, r.lost);
+      std::fflush(stdout);
+      failures += r.lost != 0;
+    }
+  }
+  fs::remove_all(root);
+  return failures ? 1 : 0;
+}
