@@ -1,12 +1,14 @@
 // Throughput of the lock under contention from real processes.
 //
-//   bench/contention [--procs 1,2,4,8,16] [--seconds S] [--wake on|off|both] [--dir DIR]
+//   bench/contention [--procs 1,2,4,8,16] [--seconds S] [--wake on|off|both]
+//                    [--hold-us N] [--dir DIR]
 //
 // For each process count N, N forked processes loop for S seconds doing
 // acquire, read-increment-write of a shared counter file, release. Prints
 // the total rate, its ratio to the single-process rate measured in the same
 // run, the Jain fairness index over the processes' counts, and the lost
-// increments (counter minus the sum of the counts; must be 0). --wake
+// increments (counter minus the sum of the counts; must be 0). --hold-us
+// sleeps that long inside the critical section (I/O). --wake
 // chooses lock_options::wake_on_release (inotify) or runs both side by side.
 #include <algorithm>
 #include <cerrno>
@@ -43,7 +45,7 @@ struct result {
 };
 
 long long worker(const fs::path& lock_dir, const std::string& counter_path, bool wake,
-                 double seconds, int barrier) {
+                 double seconds, int barrier, long hold_us) {
   tokenlock::lock_options o;
   o.wake_on_release = wake;
   o.wait = std::chrono::seconds(60);
@@ -62,13 +64,18 @@ long long worker(const fs::path& lock_dir, const std::string& counter_path, bool
     unsigned long long v = std::strtoull(buf, nullptr, 10) + 1;
     int len = std::snprintf(buf, sizeof buf, "%020llu\n", v);
     if (::pwrite(fd, buf, static_cast<size_t>(len), 0) != len) std::abort();
+    if (hold_us > 0) {
+      // Models a critical section that waits for I/O.
+      timespec ts{hold_us / 1000000, (hold_us % 1000000) * 1000};
+      ::nanosleep(&ts, nullptr);
+    }
     h.release();
     ++ops;
   }
   return ops;
 }
 
-result run(const fs::path& root, int procs, bool wake, double seconds) {
+result run(const fs::path& root, int procs, bool wake, double seconds, long hold_us) {
   const fs::path lock_dir = root / ("c" + std::to_string(procs) + (wake ? "w" : "p") + ".lock");
   const std::string counter = (root / ("c" + std::to_string(procs) + (wake ? "w" : "p"))).string();
   { int fd = ::open(counter.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644); ::close(fd); }
@@ -81,7 +88,7 @@ result run(const fs::path& root, int procs, bool wake, double seconds) {
     if (pid == 0) {
       ::close(barrier[1]);
       ::close(results[0]);
-      long long ops = worker(lock_dir, counter, wake, seconds, barrier[0]);
+      long long ops = worker(lock_dir, counter, wake, seconds, barrier[0], hold_us);
       if (::write(results[1], &ops, sizeof ops) != sizeof ops) ::_exit(1);
       ::_exit(0);
     }
@@ -121,6 +128,7 @@ int main(int argc, char** argv) {
   std::vector<int> procs{1, 2, 4, 8, 16};
   double seconds = 2;
   std::string wake = "both";
+  long hold_us = 0;
   fs::path base = fs::temp_directory_path();
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
@@ -132,10 +140,12 @@ int main(int argc, char** argv) {
       seconds = std::atof(v.c_str());
     } else if (k == "--wake") {
       wake = v;
+    } else if (k == "--hold-us") {
+      hold_us = std::atol(v.c_str());
     } else if (k == "--dir") {
       base = v;
     } else {
-      std::fprintf(stderr, "usage: contention [--procs 1,2,4] [--seconds S] [--wake on|off|both] [--dir DIR]\n");
+      std::fprintf(stderr, "usage: contention [--procs 1,2,4] [--seconds S] [--wake on|off|both] [--hold-us N] [--dir DIR]\n");
       return 64;
     }
   }
@@ -149,7 +159,7 @@ int main(int argc, char** argv) {
   for (bool w : modes) {
     double base_rate = 0;
     for (int n : procs) {
-      result r = run(root, n, w, seconds);
+      result r = run(root, n, w, seconds, hold_us);
       if (n == procs.front()) base_rate = r.rate;
       std::printf("%-9s %6d %12.0f %9.2fx %7.3f %5lld\n", w ? "inotify" : "polling", n, r.rate,
                   base_rate > 0 ? r.rate / base_rate : 0, r.jain, r.lost);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <mutex>
 
 #include "failure.hpp"
 #include "lock_directory.hpp"
@@ -24,6 +25,32 @@ struct lock_handle_access {
     h.expiry_us_ = expiry_us;
     h.lease_ = lease;
     h.fork_generation_ = h.os_->fork_generation();
+  }
+};
+
+// One idle directory watch, kept between waits. Closing an inotify instance
+// waits for an SRCU grace period in the kernel (milliseconds), which made
+// a per-wait watch cost more than it saved. A watch inherited through fork
+// is never reused: parent and child would read one event queue.
+struct watch_cache {
+  std::mutex mutex;
+  std::unique_ptr<dir_watch> idle;
+  std::uint64_t fork_generation = 0;
+
+  std::unique_ptr<dir_watch> take(os& sys, const std::string& dir) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (idle && fork_generation == sys.fork_generation()) return std::move(idle);
+    }
+    return sys.watch_directory(dir);
+  }
+  void give_back(os& sys, std::unique_ptr<dir_watch> w) {
+    if (!w) return;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!idle || fork_generation != sys.fork_generation()) {
+      idle = std::move(w);
+      fork_generation = sys.fork_generation();
+    }
   }
 };
 
@@ -73,10 +100,10 @@ class acquirer {
            const lock_options& options)
       : sys_ptr_(sys), sys_(*sys), paths_ptr_(paths), paths_(*paths), options_(options) {}
 
-  // One round of the protocol: the fast-path rename, then (on ENOENT) the
-  // NFS retransmit check, a look at the directory, and a takeover or
-  // creation when that is what the directory needs.
-  failure attempt(lock_handle& out, outcome& result) {
+  // One round of the protocol: the fast-path rename, then (on ENOENT and
+  // when `look` is set) the NFS retransmit check, a look at the directory,
+  // and a takeover or creation when that is what the directory needs.
+  failure attempt(lock_handle& out, outcome& result, bool look) {
     const process_identity& me = sys_.self();
     const std::uint64_t nonce = sys_.random_u64();
     std::int64_t expiry = sys_.wall_now_us() + to_us(options_.lease);
@@ -88,6 +115,10 @@ class acquirer {
     if (ec != std::errc::no_such_file_or_directory)
       return os_failure(sys_, paths_, "acquire", "cannot rename lockfile to " + token,
                         std::string(free_token), ec);
+    if (!look) {
+      result = outcome::busy;
+      return {};
+    }
     // An NFS client may retransmit a rename whose first reply was lost; the
     // retransmission then fails with ENOENT although the rename happened.
     file_status st;
@@ -150,6 +181,13 @@ class acquirer {
   std::string busy_reason_;
 };
 
+// A waiter retries the fast-path rename on every round but lists the
+// directory and judges the holder at most this often: under contention the
+// look (a listing, kill(2), /proc) costs ten system calls that compete with
+// the holder for the CPU, while a dead holder is still noticed well within
+// 100 ms. See docs/benchmarks.md.
+constexpr std::int64_t look_interval_us = 10000;
+
 // Rounds that end in "again" (the token moved while we looked, or we just
 // created the directory) retry at once, but only this often in a row:
 // beyond that the lock counts as busy and we wait like any waiter.
@@ -157,7 +195,8 @@ constexpr int max_immediate_rounds = 16;
 
 failure acquire_impl(const std::shared_ptr<os>& sys, const boost::filesystem::path& dir,
                      const std::shared_ptr<const lock_paths>& paths_ptr,
-                     const lock_options& options, bool may_wait, lock_handle& out, bool& busy) {
+                     const lock_options& options, watch_cache& watches, bool may_wait,
+                     lock_handle& out, bool& busy) {
   busy = false;
   if (failure f = validate(options)) return f;
   if (!paths_ptr) {
@@ -171,10 +210,26 @@ failure acquire_impl(const std::shared_ptr<os>& sys, const boost::filesystem::pa
   backoff delay;
   std::unique_ptr<dir_watch> watch;
   bool watch_tried = false;
+  struct return_watch {
+    watch_cache& cache;
+    os& sys;
+    std::unique_ptr<dir_watch>& w;
+    ~return_watch() { cache.give_back(sys, std::move(w)); }
+  } returner{watches, *sys, watch};
   int immediate = 0;
+  std::int64_t last_look = 0;
+  bool looked = false;
   for (;;) {
     outcome r = outcome::busy;
-    if (failure f = a.attempt(out, r)) return f;
+    const std::int64_t before = sys->steady_now_us();
+    // Always look on the first round (try_acquire makes only one) and on
+    // the last one before the deadline, so a verdict is never stale.
+    const bool look = !looked || before - last_look >= look_interval_us || before >= deadline;
+    if (look) {
+      looked = true;
+      last_look = before;
+    }
+    if (failure f = a.attempt(out, r, look)) return f;
     if (r == outcome::acquired) return {};
     if (r == outcome::again && ++immediate < max_immediate_rounds) continue;
     immediate = 0;
@@ -193,7 +248,7 @@ failure acquire_impl(const std::shared_ptr<os>& sys, const boost::filesystem::pa
     const auto pause = std::min(delay.next(*sys), std::chrono::microseconds(deadline - now));
     if (options.wake_on_release && !watch_tried) {
       watch_tried = true;
-      watch = sys->watch_directory(paths.dir);
+      watch = watches.take(*sys, paths.dir);
     }
     if (watch)
       watch->wait_for(std::string(free_token), pause);
@@ -212,26 +267,27 @@ rename_lock::rename_lock(boost::filesystem::path dir, lock_options options,
     : dir_(std::move(dir)), options_(options), os_(os ? std::move(os) : system_os()) {
   auto paths = std::make_shared<lock_paths>();
   if (!make_lock_paths(dir_, *paths)) paths_ = std::move(paths);
+  watch_cache_ = std::make_shared<watch_cache>();
 }
 
 lock_handle rename_lock::acquire() const {
   lock_handle h;
   bool busy = false;
-  run_throwing([&] { return acquire_impl(os_, dir_, paths_, options_, true, h, busy); });
+  run_throwing([&] { return acquire_impl(os_, dir_, paths_, options_, *watch_cache_, true, h, busy); });
   return h;
 }
 
 lock_handle rename_lock::acquire(std::error_code& ec) const noexcept {
   lock_handle h;
   bool busy = false;
-  run_noexcept(ec, [&] { return acquire_impl(os_, dir_, paths_, options_, true, h, busy); });
+  run_noexcept(ec, [&] { return acquire_impl(os_, dir_, paths_, options_, *watch_cache_, true, h, busy); });
   return h;
 }
 
 std::optional<lock_handle> rename_lock::try_acquire() const {
   lock_handle h;
   bool busy = false;
-  failure f = acquire_impl(os_, dir_, paths_, options_, false, h, busy);
+  failure f = acquire_impl(os_, dir_, paths_, options_, *watch_cache_, false, h, busy);
   if (busy) return std::nullopt;
   if (f) throw_failure(f);
   return std::optional<lock_handle>(std::move(h));
@@ -241,7 +297,7 @@ std::optional<lock_handle> rename_lock::try_acquire(std::error_code& ec) const n
   lock_handle h;
   bool busy = false;
   run_noexcept(ec, [&] {
-    failure f = acquire_impl(os_, dir_, paths_, options_, false, h, busy);
+    failure f = acquire_impl(os_, dir_, paths_, options_, *watch_cache_, false, h, busy);
     return busy ? failure{} : f;
   });
   if (ec || busy) return std::nullopt;
