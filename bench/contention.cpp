@@ -1,14 +1,17 @@
 // Throughput of the lock under contention from real processes.
 //
 //   bench/contention [--procs 1,2,4,8,16] [--seconds S] [--wake on|off|both]
-//                    [--hold-us N] [--dir DIR]
+//                    [--hold-us N] [--backoff-us N] [--dir DIR]
 //
-// For each process count N, N forked processes loop for S seconds doing
-// acquire, read-increment-write of a shared counter file, release. Prints
-// the total rate, its ratio to the single-process rate measured in the same
-// run, the Jain fairness index over the processes' counts, and the lost
+// For each process count N, N forked processes loop doing acquire,
+// read-increment-write of a shared counter file, release; S seconds per row,
+// split into three rounds that each pair a single-process run with an
+// N-process run. Prints the N-process rate, the median ratio to the paired
+// single-process runs, the Jain fairness index over the processes' counts
+// (median of the rounds), and the lost
 // increments (counter minus the sum of the counts; must be 0). --hold-us
-// sleeps that long inside the critical section (I/O). --wake
+// sleeps that long inside the critical section (I/O); --backoff-us sets
+// lock_options::backoff_min. --wake
 // chooses lock_options::wake_on_release (inotify) or runs both side by side.
 #include <algorithm>
 #include <cerrno>
@@ -45,9 +48,10 @@ struct result {
 };
 
 long long worker(const fs::path& lock_dir, const std::string& counter_path, bool wake,
-                 double seconds, int barrier, long hold_us) {
+                 double seconds, int barrier, long hold_us, long backoff_us) {
   tokenlock::lock_options o;
   o.wake_on_release = wake;
+  if (backoff_us > 0) o.backoff_min = std::chrono::microseconds(backoff_us);
   o.wait = std::chrono::seconds(60);
   tokenlock::rename_lock lock(lock_dir, o);
   int fd = ::open(counter_path.c_str(), O_RDWR | O_CLOEXEC);
@@ -75,7 +79,8 @@ long long worker(const fs::path& lock_dir, const std::string& counter_path, bool
   return ops;
 }
 
-result run(const fs::path& root, int procs, bool wake, double seconds, long hold_us) {
+result run(const fs::path& root, int procs, bool wake, double seconds, long hold_us,
+           long backoff_us) {
   const fs::path lock_dir = root / ("c" + std::to_string(procs) + (wake ? "w" : "p") + ".lock");
   const std::string counter = (root / ("c" + std::to_string(procs) + (wake ? "w" : "p"))).string();
   { int fd = ::open(counter.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644); ::close(fd); }
@@ -88,7 +93,7 @@ result run(const fs::path& root, int procs, bool wake, double seconds, long hold
     if (pid == 0) {
       ::close(barrier[1]);
       ::close(results[0]);
-      long long ops = worker(lock_dir, counter, wake, seconds, barrier[0], hold_us);
+      long long ops = worker(lock_dir, counter, wake, seconds, barrier[0], hold_us, backoff_us);
       if (::write(results[1], &ops, sizeof ops) != sizeof ops) ::_exit(1);
       ::_exit(0);
     }
@@ -128,7 +133,7 @@ int main(int argc, char** argv) {
   std::vector<int> procs{1, 2, 4, 8, 16};
   double seconds = 2;
   std::string wake = "both";
-  long hold_us = 0;
+  long hold_us = 0, backoff_us = 0;
   fs::path base = fs::temp_directory_path();
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
@@ -140,12 +145,14 @@ int main(int argc, char** argv) {
       seconds = std::atof(v.c_str());
     } else if (k == "--wake") {
       wake = v;
+    } else if (k == "--backoff-us") {
+      backoff_us = std::atol(v.c_str());
     } else if (k == "--hold-us") {
       hold_us = std::atol(v.c_str());
     } else if (k == "--dir") {
       base = v;
     } else {
-      std::fprintf(stderr, "usage: contention [--procs 1,2,4] [--seconds S] [--wake on|off|both] [--hold-us N] [--dir DIR]\n");
+      std::fprintf(stderr, "usage: contention [--procs 1,2,4] [--seconds S] [--wake on|off|both] [--hold-us N] [--backoff-us N] [--dir DIR]\n");
       return 64;
     }
   }
@@ -154,17 +161,33 @@ int main(int argc, char** argv) {
   std::vector<bool> modes;
   if (wake != "off") modes.push_back(true);
   if (wake != "on") modes.push_back(false);
+  // Each row alternates `rounds` single-process runs with N-process runs and
+  // reports the median of the paired ratios: the machine's speed drifts by
+  // tens of percent over seconds, so a baseline measured once, rows earlier,
+  // would make the ratios mostly noise.
   std::printf("%-9s %6s %12s %10s %7s %5s\n", "wake", "procs", "ops/s", "vs 1 proc", "Jain", "lost");
   int failures = 0;
+  const int rounds = 3;
   for (bool w : modes) {
-    double base_rate = 0;
     for (int n : procs) {
-      result r = run(root, n, w, seconds, hold_us);
-      if (n == procs.front()) base_rate = r.rate;
-      std::printf("%-9s %6d %12.0f %9.2fx %7.3f %5lld\n", w ? "inotify" : "polling", n, r.rate,
-                  base_rate > 0 ? r.rate / base_rate : 0, r.jain, r.lost);
+      std::vector<double> ratios, rates, jains;
+      long long lost = 0;
+      for (int r = 0; r < rounds; ++r) {
+        result single = run(root, 1, w, seconds / rounds, hold_us, backoff_us);
+        result many = run(root, n, w, seconds / rounds, hold_us, backoff_us);
+        ratios.push_back(single.rate > 0 ? many.rate / single.rate : 0);
+        rates.push_back(many.rate);
+        jains.push_back(many.jain);
+        lost += single.lost + many.lost;
+      }
+      auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+      };
+      std::printf("%-9s %6d %12.0f %9.2fx %7.3f %5lld\n", w ? "inotify" : "polling", n,
+                  median(rates), median(ratios), median(jains), lost);
       std::fflush(stdout);
-      failures += r.lost != 0;
+      failures += lost != 0;
     }
   }
   fs::remove_all(root);

@@ -32,20 +32,38 @@ struct lock_handle_access {
 // waits for an SRCU grace period in the kernel (milliseconds), which made
 // a per-wait watch cost more than it saved. A watch inherited through fork
 // is never reused: parent and child would read one event queue.
+//
+// It also remembers, for a while, that the lock was seen cycling fast, so
+// that the following waits poll from their start instead of each paying a
+// few wake-ups to find that out again.
 struct watch_cache {
+  static constexpr std::int64_t remember_fast_us = 100000;
+
   std::mutex mutex;
   std::unique_ptr<dir_watch> idle;
   std::uint64_t fork_generation = 0;
+  std::int64_t poll_until_us = 0;  // steady clock
 
+  void saw_fast_releases(os& sys) {
+    std::lock_guard<std::mutex> lock(mutex);
+    poll_until_us = sys.steady_now_us() + remember_fast_us;
+  }
+
+  // An armed watch, or nullptr (none available, or the lock cycles fast).
   std::unique_ptr<dir_watch> take(os& sys, const std::string& dir) {
+    std::unique_ptr<dir_watch> w;
     {
       std::lock_guard<std::mutex> lock(mutex);
-      if (idle && fork_generation == sys.fork_generation()) return std::move(idle);
+      if (sys.steady_now_us() < poll_until_us) return nullptr;
+      if (idle && fork_generation == sys.fork_generation()) w = std::move(idle);
     }
-    return sys.watch_directory(dir);
+    if (!w) w = sys.watch_directory(dir);
+    if (w && !w->arm()) w.reset();
+    return w;
   }
   void give_back(os& sys, std::unique_ptr<dir_watch> w) {
     if (!w) return;
+    w->disarm();
     std::lock_guard<std::mutex> lock(mutex);
     if (!idle || fork_generation != sys.fork_generation()) {
       idle = std::move(w);
@@ -71,16 +89,23 @@ failure validate(const lock_options& o) {
   if (o.skew_allowance.count() < 0) return bad("skew_allowance must not be negative");
   if (o.max_lease < o.lease) return bad("lease must not exceed max_lease");
   if (o.dir_mode > 07777) return bad("dir_mode must be a permission mode (at most 07777)");
+  if (o.backoff_min.count() <= 0 || o.backoff_max < o.backoff_min)
+    return bad("backoff_min must be positive and at most backoff_max");
   return {};
 }
 
-// Exponential backoff with ±25 % jitter: 100 µs doubling to 50 ms. Jitter
-// keeps waiters that started together from retrying in lockstep.
+// Exponential backoff with ±25 % jitter, from options.backoff_min doubling
+// to options.backoff_max. Jitter keeps waiters that started together from
+// retrying in lockstep.
 class backoff {
  public:
+  explicit backoff(const lock_options& o)
+      : current_(std::max<std::int64_t>(o.backoff_min.count(), 1)),
+        max_(std::max<std::int64_t>(o.backoff_max.count(), current_)) {}
+
   std::chrono::microseconds next(os& sys) {
     const std::int64_t base = current_;
-    current_ = std::min<std::int64_t>(current_ * 2, 50000);
+    current_ = std::min<std::int64_t>(current_ * 2, max_);
     const std::int64_t spread = base / 2;  // ±25 % = a window of 50 %
     const std::int64_t jitter = spread > 0 ? static_cast<std::int64_t>(sys.random_u64() %
                                                                        static_cast<std::uint64_t>(spread + 1))
@@ -89,7 +114,8 @@ class backoff {
   }
 
  private:
-  std::int64_t current_ = 100;
+  std::int64_t current_;
+  std::int64_t max_;
 };
 
 enum class outcome { acquired, busy, again };
@@ -110,19 +136,35 @@ class acquirer {
     std::string token = make_token(expiry, me.host_tag, me.pid, me.start_time, nonce);
     std::string mine = paths_.dir_slash + token;
 
-    std::error_code ec = sys_.rename(paths_.free_path, mine);
-    if (!ec) return held(out, result, std::move(token), std::move(mine), expiry);
-    if (ec != std::errc::no_such_file_or_directory)
-      return os_failure(sys_, paths_, "acquire", "cannot rename lockfile to " + token,
-                        std::string(free_token), ec);
-    if (!look) {
-      result = outcome::busy;
-      return {};
-    }
-    // An NFS client may retransmit a rename whose first reply was lost; the
-    // retransmission then fails with ENOENT although the rename happened.
+    // After the first round a waiter checks that the token is free with a
+    // lookup, which takes no lock, before a rename, which locks the
+    // directory exclusively and so would stall the holder's own renames.
     file_status st;
-    if (!sys_.status(mine, st)) return held(out, result, std::move(token), std::move(mine), expiry);
+    bool try_rename = true;
+    if (!first_round_) {
+      try_rename = !sys_.status(paths_.free_path, st);
+      if (!try_rename && !look) {
+        result = outcome::busy;
+        return {};
+      }
+    }
+    first_round_ = false;
+    if (try_rename) {
+      std::error_code ec = sys_.rename(paths_.free_path, mine);
+      if (!ec) return held(out, result, std::move(token), std::move(mine), expiry);
+      if (ec != std::errc::no_such_file_or_directory)
+        return os_failure(sys_, paths_, "acquire", "cannot rename lockfile to " + token,
+                          std::string(free_token), ec);
+      // An NFS client may retransmit a rename whose first reply was lost;
+      // the retransmission then fails with ENOENT although the rename
+      // happened.
+      if (!sys_.status(mine, st))
+        return held(out, result, std::move(token), std::move(mine), expiry);
+      if (!look) {
+        result = outcome::busy;
+        return {};
+      }
+    }
 
     observation obs;
     if (failure f = observe(sys_, paths_, "acquire", obs)) return f;
@@ -149,7 +191,7 @@ class acquirer {
     expiry = sys_.wall_now_us() + to_us(options_.lease);
     token = make_token(expiry, me.host_tag, me.pid, me.start_time, nonce);
     mine = paths_.dir_slash + token;
-    ec = sys_.rename(paths_.dir_slash + obs.token.name, mine);
+    std::error_code ec = sys_.rename(paths_.dir_slash + obs.token.name, mine);
     if (ec == std::errc::no_such_file_or_directory) {
       result = outcome::again;
       return {};
@@ -165,6 +207,7 @@ class acquirer {
   const std::string& busy_reason() const { return busy_reason_; }
 
  private:
+  bool first_round_ = true;
   failure held(lock_handle& out, outcome& result, std::string token, std::string token_path,
                std::int64_t expiry) {
     lock_handle_access::fill(out, sys_ptr_, paths_ptr_, std::move(token), std::move(token_path),
@@ -188,6 +231,14 @@ class acquirer {
 // 100 ms. See docs/benchmarks.md.
 constexpr std::int64_t look_interval_us = 10000;
 
+// A waiter woken by releases that follow each other within fast_release_us,
+// this many times in a row, stops watching and polls (and the lock
+// remembers it for a while): see where it is applied, and
+// docs/benchmarks.md. Critical sections of 1 ms release a thousand times
+// slower than this; empty ones ten times faster.
+constexpr std::int64_t fast_release_us = 200;
+constexpr int fast_release_wakes = 3;
+
 // Rounds that end in "again" (the token moved while we looked, or we just
 // created the directory) retry at once, but only this often in a row:
 // beyond that the lock counts as busy and we wait like any waiter.
@@ -207,7 +258,7 @@ failure acquire_impl(const std::shared_ptr<os>& sys, const boost::filesystem::pa
   acquirer a(sys, paths_ptr, options);
   const std::int64_t start = sys->steady_now_us();
   const std::int64_t deadline = start + (may_wait ? to_us(options.wait) : 0);
-  backoff delay;
+  backoff delay(options);
   std::unique_ptr<dir_watch> watch;
   bool watch_tried = false;
   struct return_watch {
@@ -219,6 +270,8 @@ failure acquire_impl(const std::shared_ptr<os>& sys, const boost::filesystem::pa
   int immediate = 0;
   std::int64_t last_look = 0;
   bool looked = false;
+  int quick_wakes = 0;
+  std::int64_t last_wake = 0;
   for (;;) {
     outcome r = outcome::busy;
     const std::int64_t before = sys->steady_now_us();
@@ -250,10 +303,23 @@ failure acquire_impl(const std::shared_ptr<os>& sys, const boost::filesystem::pa
       watch_tried = true;
       watch = watches.take(*sys, paths.dir);
     }
-    if (watch)
-      watch->wait_for(std::string(free_token), pause);
-    else
+    if (watch) {
+      if (watch->wait_for(std::string(free_token), pause)) {
+        // Woken by a release. When releases follow each other this fast,
+        // the lock is cycling through short critical sections: waking every
+        // waiter on each one costs the holder more than prompt hand-offs
+        // gain, so poll instead.
+        const std::int64_t woke = sys->steady_now_us();
+        quick_wakes = last_wake != 0 && woke - last_wake < fast_release_us ? quick_wakes + 1 : 0;
+        last_wake = woke;
+        if (quick_wakes >= fast_release_wakes) {
+          watches.saw_fast_releases(*sys);
+          watches.give_back(*sys, std::move(watch));
+        }
+      }
+    } else {
       sys->sleep_for(pause);
+    }
   }
 }
 

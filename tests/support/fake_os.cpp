@@ -108,4 +108,39 @@ void fake_os::sleep_for(std::chrono::microseconds d) noexcept {
 
 std::uint64_t fake_os::random_u64() noexcept { return real_->random_u64(); }
 
+namespace {
+
+// Reports a release every `interval` microseconds of played time; records
+// what the lock does with it in the owner's call log.
+class fake_watch final : public detail::dir_watch {
+ public:
+  fake_watch(fake_os& owner, std::int64_t interval) : owner_(owner), interval_(interval) {}
+  bool arm() noexcept override {
+    owner_.calls.push_back("watch_arm");
+    return true;
+  }
+  void disarm() noexcept override { owner_.calls.push_back("watch_disarm"); }
+  bool wait_for(const std::string&, std::chrono::microseconds timeout) noexcept override {
+    owner_.calls.push_back("watch_wait " + std::to_string(timeout.count()));
+    if (interval_ <= timeout.count()) {
+      owner_.world().advance(interval_);
+      return true;
+    }
+    owner_.world().advance(timeout.count());
+    return false;
+  }
+
+ private:
+  fake_os& owner_;
+  std::int64_t interval_;
+};
+
+}  // namespace
+
+std::unique_ptr<detail::dir_watch> fake_os::watch_directory(const std::string& dir) {
+  calls.push_back("watch_directory " + dir);
+  if (release_interval_us < 0) return nullptr;
+  return std::make_unique<fake_watch>(*this, release_interval_us);
+}
+
 }  // namespace tokenlock::testing

@@ -60,6 +60,9 @@ class fake_os final : public detail::os {
   std::vector<std::string> calls;
 
   void simulate_fork() { ++fork_generation_; }
+  // When >= 0, watch_directory returns a watch that reports a release every
+  // this many microseconds of played time; -1: no watch is available.
+  std::int64_t release_interval_us = -1;
   fake_world& world() { return *world_; }
 
   std::error_code rename(const std::string& from, const std::string& to) noexcept override;
@@ -78,9 +81,7 @@ class fake_os final : public detail::os {
   std::uint64_t random_u64() noexcept override;
   const detail::process_identity& self() override { return identity_; }
   std::uint64_t fork_generation() noexcept override { return fork_generation_; }
-  std::unique_ptr<detail::dir_watch> watch_directory(const std::string&) override {
-    return nullptr;
-  }
+  std::unique_ptr<detail::dir_watch> watch_directory(const std::string& dir) override;
 
  private:
   // Records the call, runs the hook, and returns the injected error if any.

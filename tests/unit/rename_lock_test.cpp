@@ -202,6 +202,96 @@ TEST_F(RenameLockTest, WaitsWithJitteredBackoffAndTimesOutAtTheBudget) {
   EXPECT_NE(msg.find(dir.string()), std::string::npos) << msg;
 }
 
+TEST_F(RenameLockTest, FollowsTheConfiguredBackoffBounds) {
+  auto a = process(100), b = process(200);
+  lock_handle h = lock_for(a, options(60s)).acquire();
+  lock_options o = options(60s, 100ms);
+  o.backoff_min = 2ms;
+  o.backoff_max = 8ms;
+  b->calls.clear();
+  EXPECT_EQ(code_of([&] { lock_for(b, o).acquire(); }), errc::timed_out);
+  std::vector<long> sleeps;
+  for (auto& c : b->calls)
+    if (c.rfind("sleep_for ", 0) == 0) sleeps.push_back(std::stol(c.substr(10)));
+  ASSERT_GE(sleeps.size(), 4u);
+  EXPECT_GE(sleeps[0], 1500);
+  EXPECT_LE(sleeps[0], 2500);
+  for (size_t i = 0; i + 1 < sleeps.size(); ++i) EXPECT_LE(sleeps[i], 10'000);
+}
+
+TEST_F(RenameLockTest, AWaiterChecksWithALookupBeforeRenamingAndLooksAtTheHolderSparingly) {
+  auto a = process(100), b = process(200);
+  lock_handle h = lock_for(a, options(60s)).acquire();
+  b->calls.clear();
+  EXPECT_EQ(code_of([&] { lock_for(b, options(60s, 100ms)).acquire(); }), errc::timed_out);
+  int renames = 0, lookups = 0, listings = 0;
+  for (auto& c : b->calls) {
+    renames += c.rfind("rename ", 0) == 0;
+    lookups += c.rfind("status " + (dir / "lockfile").string(), 0) == 0;
+    listings += c.rfind("list_directory", 0) == 0;
+  }
+  EXPECT_EQ(renames, 1) << "only the first round renames while the token is not free";
+  EXPECT_GT(lookups, 3);
+  // 100 ms of waiting, a look at most every 10 ms (each look may list twice
+  // only for anomalies, which this is not), plus the first and the last.
+  EXPECT_LE(listings, 12);
+  EXPECT_GE(listings, 2);
+}
+
+int count_calls(const fake_os& p, const std::string& prefix) {
+  int n = 0;
+  for (auto& c : p.calls) n += c.rfind(prefix, 0) == 0;
+  return n;
+}
+
+TEST_F(RenameLockTest, AWaiterWatchesForReleasesAndDisarmsItsWatchAfterwards) {
+  auto a = process(100), b = process(200);
+  lock_handle h = lock_for(a, options(60s)).acquire();
+  b->release_interval_us = 5000;  // slow releases: worth watching
+  rename_lock lock = lock_for(b, options(60s, 100ms));
+  b->calls.clear();
+  EXPECT_EQ(code_of([&] { lock.acquire(); }), errc::timed_out);
+  EXPECT_EQ(count_calls(*b, "watch_arm"), 1);
+  EXPECT_EQ(count_calls(*b, "watch_disarm"), 1) << "an idle watch taxes the holder's renames";
+  EXPECT_GT(count_calls(*b, "watch_wait"), 5);
+  EXPECT_EQ(count_calls(*b, "sleep_for"), 0);
+  b->calls.clear();
+  EXPECT_EQ(code_of([&] { lock.acquire(); }), errc::timed_out);
+  EXPECT_EQ(count_calls(*b, "watch_directory"), 0) << "the instance is kept between waits";
+  EXPECT_EQ(count_calls(*b, "watch_arm"), 1);
+}
+
+TEST_F(RenameLockTest, FastReleasesSwitchWaitersToPollingForAWhile) {
+  auto a = process(100), b = process(200);
+  lock_handle h = lock_for(a, options(60s)).acquire();
+  b->release_interval_us = 50;  // the lock cycles through empty critical sections
+  rename_lock lock = lock_for(b, options(60s, 20ms));
+  b->calls.clear();
+  EXPECT_EQ(code_of([&] { lock.acquire(); }), errc::timed_out);
+  EXPECT_EQ(count_calls(*b, "watch_wait"), 4) << "a first wake, then three quick ones";
+  EXPECT_GT(count_calls(*b, "sleep_for"), 0) << "then it polls";
+  EXPECT_EQ(count_calls(*b, "watch_disarm"), 1);
+  b->calls.clear();
+  EXPECT_EQ(code_of([&] { lock.acquire(); }), errc::timed_out);
+  EXPECT_EQ(count_calls(*b, "watch_arm"), 0) << "the verdict is remembered";
+  world->advance(100'000);
+  b->calls.clear();
+  EXPECT_EQ(code_of([&] { lock.acquire(); }), errc::timed_out);
+  EXPECT_EQ(count_calls(*b, "watch_arm"), 1) << "and forgotten after 100 ms";
+}
+
+TEST_F(RenameLockTest, AWatchIsNotReusedAfterFork) {
+  auto a = process(100), b = process(200);
+  lock_handle h = lock_for(a, options(60s)).acquire();
+  b->release_interval_us = 5000;
+  rename_lock lock = lock_for(b, options(60s, 20ms));
+  EXPECT_EQ(code_of([&] { lock.acquire(); }), errc::timed_out);
+  b->simulate_fork();
+  b->calls.clear();
+  EXPECT_EQ(code_of([&] { lock.acquire(); }), errc::timed_out);
+  EXPECT_EQ(count_calls(*b, "watch_directory"), 1) << "parent and child would share one queue";
+}
+
 TEST_F(RenameLockTest, TakesOverATokenWhoseLeaseEnded) {
   auto a = process(100, other_host), b = process(200);
   lock_handle ha = lock_for(a, options(1s)).acquire();
@@ -489,6 +579,13 @@ TEST_F(RenameLockTest, RejectsBadArgumentsWithoutTouchingTheDisk) {
   EXPECT_EQ(code_of([&] { lock_for(a, o).acquire(); }), errc::bad_argument);
   o = options();
   o.dir_mode = 010000;
+  EXPECT_EQ(code_of([&] { lock_for(a, o).acquire(); }), errc::bad_argument);
+  o = options();
+  o.backoff_min = 0us;
+  EXPECT_EQ(code_of([&] { lock_for(a, o).acquire(); }), errc::bad_argument);
+  o = options();
+  o.backoff_min = 10ms;
+  o.backoff_max = 5ms;
   EXPECT_EQ(code_of([&] { lock_for(a, o).acquire(); }), errc::bad_argument);
   lock_handle h = lock_for(a).acquire();
   EXPECT_EQ(code_of([&] { h.refresh(0ms); }), errc::bad_argument);

@@ -108,6 +108,12 @@ struct lock_options {
   // Wake a waiter as soon as the token is released (inotify on Linux), on
   // top of the backoff polling that is always done. See docs/benchmarks.md.
   bool wake_on_release = true;
+  // A waiter sleeps backoff_min at first, doubling up to backoff_max, each
+  // time ±25 % at random. Early retries are what hands the lock from one
+  // waiter to the next, and each hand-off costs the holder time: see
+  // docs/benchmarks.md before lowering backoff_min.
+  std::chrono::microseconds backoff_min = std::chrono::microseconds(100);
+  std::chrono::microseconds backoff_max = std::chrono::milliseconds(50);
 };
 
 enum class owner_liveness {

@@ -49,10 +49,17 @@ struct process_identity {
   unsigned euid = 0;
 };
 
-// An early wake-up source for one directory (inotify on Linux).
+// An early wake-up source for one directory (inotify on Linux). It watches
+// only while armed: an armed watch makes every rename in the directory
+// queue an event for it, a cost the lock holder pays, so waiters arm it
+// for the time they wait.
 class dir_watch {
  public:
   virtual ~dir_watch() = default;
+  // Starts watching; false when the directory cannot be watched.
+  virtual bool arm() noexcept = 0;
+  // Stops watching and drops queued events.
+  virtual void disarm() noexcept = 0;
   // Waits up to `timeout`. Returns true when an entry named `name` appeared
   // in the directory (created or renamed into it) during the wait, false on
   // timeout or when the watch cannot tell. Never fails: a broken watch
@@ -110,7 +117,7 @@ class os {
   // getpid(2) call on the fast path.
   virtual std::uint64_t fork_generation() noexcept = 0;
 
-  // Returns a watch on `dir`, or nullptr where none is available.
+  // Returns a disarmed watch on `dir`, or nullptr where none is available.
   virtual std::unique_ptr<dir_watch> watch_directory(const std::string& dir) = 0;
 };
 

@@ -150,8 +150,25 @@ std::string sanitized_host_name() {
 #if defined(__linux__)
 class inotify_watch final : public dir_watch {
  public:
-  explicit inotify_watch(int fd) : fd_(fd) {}
+  inotify_watch(int fd, std::string dir) : fd_(fd), dir_(std::move(dir)) {}
   ~inotify_watch() override { ::close(fd_); }
+
+  bool arm() noexcept override {
+    if (wd_ >= 0) return true;
+    wd_ = ::inotify_add_watch(fd_, dir_.c_str(),
+                              IN_MOVED_TO | IN_CREATE | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR);
+    return wd_ >= 0;
+  }
+
+  // inotify_rm_watch frees the mark asynchronously; closing the instance
+  // instead would wait for an SRCU grace period, milliseconds.
+  void disarm() noexcept override {
+    if (wd_ >= 0) ::inotify_rm_watch(fd_, wd_);
+    wd_ = -1;
+    alignas(inotify_event) char buf[4096];
+    while (::read(fd_, buf, sizeof buf) > 0) {
+    }
+  }
 
   bool wait_for(const std::string& name, std::chrono::microseconds timeout) noexcept override {
     timespec start{};
@@ -184,6 +201,8 @@ class inotify_watch final : public dir_watch {
 
  private:
   int fd_;
+  std::string dir_;
+  int wd_ = -1;
 };
 #endif
 
@@ -347,12 +366,7 @@ class posix_os final : public os {
 #if defined(__linux__)
     int fd = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
     if (fd < 0) return nullptr;
-    if (::inotify_add_watch(fd, dir.c_str(),
-                            IN_MOVED_TO | IN_CREATE | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR) < 0) {
-      ::close(fd);
-      return nullptr;
-    }
-    return std::make_unique<inotify_watch>(fd);
+    return std::make_unique<inotify_watch>(fd, dir);
 #else
     (void)dir;
     return nullptr;
