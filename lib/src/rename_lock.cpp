@@ -204,7 +204,9 @@ class acquirer {
     return held(out, result, std::move(token), std::move(mine), expiry);
   }
 
-  const std::string& busy_reason() const { return busy_reason_; }
+  std::string busy_reason() const {
+    return busy_reason_.empty() ? "changing hands too fast to see who holds it" : busy_reason_;
+  }
 
  private:
   bool first_round_ = true;

@@ -106,7 +106,9 @@ struct lock_options {
   // share the lock.
   unsigned dir_mode = 0755;
   // Wake a waiter as soon as the token is released (inotify on Linux), on
-  // top of the backoff polling that is always done. See docs/benchmarks.md.
+  // top of the backoff polling that is always done. It keeps waiters fair
+  // when the lock is held for a while; a waiter that sees releases follow
+  // each other within 200 us polls instead (docs/protocol.md, Waiting).
   bool wake_on_release = true;
   // A waiter sleeps backoff_min at first, doubling up to backoff_max, each
   // time ±25 % at random. Early retries are what hands the lock from one
