@@ -71,24 +71,30 @@ class RenameLockTest : public ::testing::Test {
   void plant(const std::string& name) { fs::create_directories(dir / name); }
 };
 
+// What a throwing call threw: its code and message (empty when it did not).
+struct caught {
+  std::error_code code;
+  std::string message;
+};
+
 template <class F>
-std::error_code code_of(F f) {
+caught catch_of(F f) {
   try {
     f();
   } catch (const lock_error& e) {
-    return e.code();
+    return {e.code(), e.what()};
   }
   return {};
 }
 
 template <class F>
+std::error_code code_of(F f) {
+  return catch_of(f).code;
+}
+
+template <class F>
 std::string message_of(F f) {
-  try {
-    f();
-  } catch (const lock_error& e) {
-    return e.what();
-  }
-  return {};
+  return catch_of(f).message;
 }
 
 TEST_F(RenameLockTest, CreatesMissingDirectoryWithExactModeAndAcquires) {

@@ -32,9 +32,8 @@
 // Errors
 //   Each fallible call has a throwing form (tokenlock::lock_error) and a
 //   noexcept form taking std::error_code& (see errors.hpp). Conditions:
-//   - errc::busy       try_acquire's error_code form never reports it (it
-//                      returns std::nullopt); acquire() with options.wait
-//                      zero does.
+//   - errc::busy       acquire() with options.wait zero found a live
+//                      holder (try_acquire returns std::nullopt instead).
 //   - errc::timed_out  acquire() waited options.wait in vain.
 //   - errc::lock_lost  release()/refresh() found our token taken over: the
 //                      lease ended (or we were judged dead) and another
