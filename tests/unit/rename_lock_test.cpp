@@ -97,6 +97,14 @@ std::string message_of(F f) {
   return catch_of(f).message;
 }
 
+// The durations (µs) a played process slept, in order.
+std::vector<long> sleeps_of(const fake_os& p) {
+  std::vector<long> out;
+  for (auto& c : p.calls)
+    if (c.rfind("sleep_for ", 0) == 0) out.push_back(std::stol(c.substr(10)));
+  return out;
+}
+
 TEST_F(RenameLockTest, CreatesMissingDirectoryWithExactModeAndAcquires) {
   auto a = process(100);
   lock_options o = options();
@@ -194,9 +202,7 @@ TEST_F(RenameLockTest, WaitsWithJitteredBackoffAndTimesOutAtTheBudget) {
   b->calls.clear();
   EXPECT_EQ(code_of([&] { lock_for(b, options(60s, 300ms)).acquire(); }), errc::timed_out);
   EXPECT_EQ(world->steady_us - start, 300'000) << "the last sleep is cut at the deadline";
-  std::vector<long> sleeps;
-  for (auto& c : b->calls)
-    if (c.rfind("sleep_for ", 0) == 0) sleeps.push_back(std::stol(c.substr(10)));
+  std::vector<long> sleeps = sleeps_of(*b);
   ASSERT_GE(sleeps.size(), 5u);
   EXPECT_GE(sleeps[0], 75);
   EXPECT_LE(sleeps[0], 125);
@@ -216,9 +222,7 @@ TEST_F(RenameLockTest, FollowsTheConfiguredBackoffBounds) {
   o.backoff_max = 8ms;
   b->calls.clear();
   EXPECT_EQ(code_of([&] { lock_for(b, o).acquire(); }), errc::timed_out);
-  std::vector<long> sleeps;
-  for (auto& c : b->calls)
-    if (c.rfind("sleep_for ", 0) == 0) sleeps.push_back(std::stol(c.substr(10)));
+  std::vector<long> sleeps = sleeps_of(*b);
   ASSERT_GE(sleeps.size(), 4u);
   EXPECT_GE(sleeps[0], 1500);
   EXPECT_LE(sleeps[0], 2500);
