@@ -1,5 +1,6 @@
 #include "fake_os.hpp"
 
+#include <algorithm>
 #include <cerrno>
 
 namespace tokenlock::testing {
@@ -17,7 +18,22 @@ fake_os::fake_os(std::shared_ptr<fake_world> world, int pid, std::uint64_t start
 }
 
 void fake_os::fail(const std::string& op, const std::string& substring, int err, int times) {
-  faults_.push_back({op, substring, err, times});
+  faults_.push_back({op, substring, err, times, 0});
+}
+
+void fake_os::fail_after(const std::string& op, const std::string& substring, int err, int skip,
+                         int times) {
+  faults_.push_back({op, substring, err, times, skip});
+}
+
+void fake_os::short_writes(const std::string& substring, std::size_t max_bytes) {
+  short_substring_ = substring;
+  short_max_ = max_bytes;
+}
+
+std::string fake_os::path_of(int fd) const {
+  auto it = fd_paths_.find(fd);
+  return it == fd_paths_.end() ? "fd:" + std::to_string(fd) : it->second;
 }
 
 void fake_os::when(const std::string& op, const std::string& substring,
@@ -41,6 +57,10 @@ std::error_code fake_os::enter(const std::string& op, const std::string& path,
   }
   for (auto it = faults_.begin(); it != faults_.end(); ++it) {
     if (it->op != op || path.find(it->substring) == std::string::npos) continue;
+    if (it->skip > 0) {
+      --it->skip;
+      continue;
+    }
     int err = it->err;
     if (it->times > 0 && --it->times == 0) faults_.erase(it);
     return {err, std::generic_category()};
@@ -82,6 +102,77 @@ std::error_code fake_os::list_directory(const std::string& path,
 std::error_code fake_os::sync_directory(const std::string& path) noexcept {
   if (auto ec = enter("sync_directory", path)) return ec;
   return real_->sync_directory(path);
+}
+
+std::error_code fake_os::status_following(const std::string& path,
+                                          detail::file_status& out) noexcept {
+  if (auto ec = enter("status_following", path)) return ec;
+  return real_->status_following(path, out);
+}
+
+std::error_code fake_os::read_link(const std::string& path, std::string& target) {
+  if (auto ec = enter("read_link", path)) return ec;
+  return real_->read_link(path, target);
+}
+
+std::error_code fake_os::create_exclusive(const std::string& path, unsigned mode,
+                                          int& fd) noexcept {
+  if (auto ec = enter("create_exclusive", path)) return ec;
+  auto ec = real_->create_exclusive(path, mode, fd);
+  if (!ec) fd_paths_[fd] = path;
+  return ec;
+}
+
+std::error_code fake_os::open_read(const std::string& path, int& fd) noexcept {
+  if (auto ec = enter("open_read", path)) return ec;
+  auto ec = real_->open_read(path, fd);
+  if (!ec) fd_paths_[fd] = path;
+  return ec;
+}
+
+std::error_code fake_os::write(int fd, const char* data, std::size_t size,
+                               std::size_t& written) noexcept {
+  const std::string path = path_of(fd);
+  if (auto ec = enter("write", path)) {
+    written = 0;
+    return ec;
+  }
+  if (!short_substring_.empty() && path.find(short_substring_) != std::string::npos)
+    size = std::min(size, short_max_);
+  return real_->write(fd, data, size, written);
+}
+
+std::error_code fake_os::read(int fd, char* data, std::size_t size, std::size_t& got) noexcept {
+  if (auto ec = enter("read", path_of(fd))) return ec;
+  return real_->read(fd, data, size, got);
+}
+
+std::error_code fake_os::sync_file(int fd) noexcept {
+  if (auto ec = enter("sync_file", path_of(fd))) return ec;
+  return real_->sync_file(fd);
+}
+
+std::error_code fake_os::close(int fd) noexcept {
+  const std::string path = path_of(fd);
+  fd_paths_.erase(fd);
+  auto injected = enter("close", path);
+  auto ec = real_->close(fd);  // the descriptor is gone either way
+  return injected ? injected : ec;
+}
+
+std::error_code fake_os::file_status_of(int fd, detail::file_status& out) noexcept {
+  if (auto ec = enter("file_status_of", path_of(fd))) return ec;
+  return real_->file_status_of(fd, out);
+}
+
+std::error_code fake_os::set_mode(int fd, unsigned mode) noexcept {
+  if (auto ec = enter("set_mode", path_of(fd))) return ec;
+  return real_->set_mode(fd, mode);
+}
+
+std::error_code fake_os::set_owner(int fd, unsigned uid, unsigned gid) noexcept {
+  if (auto ec = enter("set_owner", path_of(fd))) return ec;
+  return real_->set_owner(fd, uid, gid);
 }
 
 std::error_code fake_os::signal_probe(int pid) noexcept {

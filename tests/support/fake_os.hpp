@@ -48,6 +48,13 @@ class fake_os final : public detail::os {
   // "sync_directory") whose first path contains `substring` fail with `err`
   // (times < 0: every call).
   void fail(const std::string& op, const std::string& substring, int err, int times = 1);
+  // As fail(), but lets the first `skip` matching calls through: fails the
+  // (skip+1)-th write of a file, say.
+  void fail_after(const std::string& op, const std::string& substring, int err, int skip,
+                  int times = 1);
+  // Every write(2) to a file whose path contains `substring` writes at most
+  // `max_bytes` (a real short write).
+  void short_writes(const std::string& substring, std::size_t max_bytes);
   // Runs before each call with the op and its paths (path2: a rename's
   // target); may act as another process. Cleared before it runs, so it fires
   // once unless it re-arms (see when()).
@@ -73,6 +80,21 @@ class fake_os final : public detail::os {
   std::error_code list_directory(const std::string& path,
                                  std::vector<std::string>& names) override;
   std::error_code sync_directory(const std::string& path) noexcept override;
+  std::error_code status_following(const std::string& path,
+                                   detail::file_status& out) noexcept override;
+  std::error_code read_link(const std::string& path, std::string& target) override;
+  std::error_code create_exclusive(const std::string& path, unsigned mode,
+                                   int& fd) noexcept override;
+  std::error_code open_read(const std::string& path, int& fd) noexcept override;
+  std::error_code write(int fd, const char* data, std::size_t size,
+                        std::size_t& written) noexcept override;
+  std::error_code read(int fd, char* data, std::size_t size, std::size_t& got) noexcept override;
+  std::error_code sync_file(int fd) noexcept override;
+  std::error_code close(int fd) noexcept override;
+  std::error_code file_status_of(int fd, detail::file_status& out) noexcept override;
+  std::error_code set_mode(int fd, unsigned mode) noexcept override;
+  std::error_code set_owner(int fd, unsigned uid, unsigned gid) noexcept override;
+  unsigned umask_value() noexcept override { return real_->umask_value(); }
   std::error_code signal_probe(int pid) noexcept override;
   std::error_code read_process_status(int pid, detail::process_status& out) noexcept override;
   std::int64_t wall_now_us() noexcept override { return world_->wall_us; }
@@ -92,7 +114,12 @@ class fake_os final : public detail::os {
     std::string op, substring;
     int err;
     int times;
+    int skip;
   };
+  std::string path_of(int fd) const;
+  std::map<int, std::string> fd_paths_;
+  std::string short_substring_;
+  std::size_t short_max_ = 0;
   std::shared_ptr<fake_world> world_;
   std::shared_ptr<detail::os> real_;
   detail::process_identity identity_;

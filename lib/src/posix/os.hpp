@@ -17,6 +17,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -27,9 +28,15 @@ namespace tokenlock::detail {
 
 struct file_status {
   bool is_directory = false;
+  bool is_regular = false;
+  bool is_symlink = false;
   bool is_sticky = false;   // S_ISVTX on a directory
   unsigned mode = 0;        // permission bits only
   unsigned uid = 0;
+  unsigned gid = 0;
+  std::uint64_t device = 0;
+  std::uint64_t size = 0;
+  std::int64_t mtime_us = 0;  // modification time, microseconds since the epoch
 };
 
 // What /proc/<pid>/stat says about one process.
@@ -92,6 +99,37 @@ class os {
                                          std::vector<std::string>& names) = 0;
   // open(O_DIRECTORY) + fsync(2): makes renames inside `path` durable.
   virtual std::error_code sync_directory(const std::string& path) noexcept = 0;
+  // stat(2), following symbolic links.
+  virtual std::error_code status_following(const std::string& path,
+                                           file_status& out) noexcept = 0;
+  // readlink(2).
+  virtual std::error_code read_link(const std::string& path, std::string& target) = 0;
+
+  // --- files, by descriptor ---------------------------------------------
+  // open(O_WRONLY|O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC, mode): a new file
+  // that cannot be a symlink planted by someone else.
+  virtual std::error_code create_exclusive(const std::string& path, unsigned mode,
+                                           int& fd) noexcept = 0;
+  // open(O_RDONLY|O_CLOEXEC).
+  virtual std::error_code open_read(const std::string& path, int& fd) noexcept = 0;
+  // One write(2): `written` may be less than `size` (a short write); the
+  // caller loops. EINTR before anything was written is retried.
+  virtual std::error_code write(int fd, const char* data, std::size_t size,
+                                std::size_t& written) noexcept = 0;
+  // One read(2); `got` 0 means end of file.
+  virtual std::error_code read(int fd, char* data, std::size_t size,
+                               std::size_t& got) noexcept = 0;
+  // fsync(2), or F_FULLFSYNC where the platform has it (macOS), which also
+  // flushes the drive's cache.
+  virtual std::error_code sync_file(int fd) noexcept = 0;
+  // close(2). Its error counts (NFS reports write errors here); the
+  // descriptor is gone either way.
+  virtual std::error_code close(int fd) noexcept = 0;
+  virtual std::error_code file_status_of(int fd, file_status& out) noexcept = 0;
+  virtual std::error_code set_mode(int fd, unsigned mode) noexcept = 0;
+  virtual std::error_code set_owner(int fd, unsigned uid, unsigned gid) noexcept = 0;
+  // The process's umask, read without changing it where possible.
+  virtual unsigned umask_value() noexcept = 0;
 
   // kill(pid, 0): success, ESRCH (no such process) or EPERM (exists, owned
   // by someone else).

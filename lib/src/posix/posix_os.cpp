@@ -242,11 +242,119 @@ class posix_os final : public os {
   std::error_code status(const std::string& path, file_status& out) noexcept override {
     struct stat st {};
     if (retry_eintr([&] { return ::lstat(path.c_str(), &st); }) != 0) return last_errno();
-    out.is_directory = S_ISDIR(st.st_mode);
-    out.is_sticky = (st.st_mode & S_ISVTX) != 0;
-    out.mode = st.st_mode & 07777;
-    out.uid = st.st_uid;
+    fill_status(st, out);
     return {};
+  }
+
+  std::error_code status_following(const std::string& path, file_status& out) noexcept override {
+    struct stat st {};
+    if (retry_eintr([&] { return ::stat(path.c_str(), &st); }) != 0) return last_errno();
+    fill_status(st, out);
+    return {};
+  }
+
+  std::error_code read_link(const std::string& path, std::string& target) override {
+    std::string buf(256, '\0');
+    for (;;) {
+      ssize_t n = ::readlink(path.c_str(), &buf[0], buf.size());
+      if (n < 0) return last_errno();
+      if (static_cast<size_t>(n) < buf.size()) {
+        buf.resize(static_cast<size_t>(n));
+        target = std::move(buf);
+        return {};
+      }
+      buf.resize(buf.size() * 2);
+    }
+  }
+
+  std::error_code create_exclusive(const std::string& path, unsigned mode, int& fd) noexcept override {
+    fd = retry_eintr([&] {
+      return ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                    static_cast<mode_t>(mode));
+    });
+    return fd < 0 ? last_errno() : std::error_code{};
+  }
+
+  std::error_code open_read(const std::string& path, int& fd) noexcept override {
+    fd = retry_eintr([&] { return ::open(path.c_str(), O_RDONLY | O_CLOEXEC); });
+    return fd < 0 ? last_errno() : std::error_code{};
+  }
+
+  std::error_code write(int fd, const char* data, std::size_t size,
+                        std::size_t& written) noexcept override {
+    ssize_t n;
+    do {
+      n = ::write(fd, data, size);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) {
+      written = 0;
+      return last_errno();
+    }
+    written = static_cast<std::size_t>(n);
+    return {};
+  }
+
+  std::error_code read(int fd, char* data, std::size_t size, std::size_t& got) noexcept override {
+    ssize_t n;
+    do {
+      n = ::read(fd, data, size);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) {
+      got = 0;
+      return last_errno();
+    }
+    got = static_cast<std::size_t>(n);
+    return {};
+  }
+
+  std::error_code sync_file(int fd) noexcept override {
+#if defined(F_FULLFSYNC)
+    if (::fcntl(fd, F_FULLFSYNC) == 0) return {};
+    // Filesystems that do not support it fall back to fsync.
+#endif
+    if (retry_eintr([&] { return ::fsync(fd); }) != 0) return last_errno();
+    return {};
+  }
+
+  std::error_code close(int fd) noexcept override {
+    // Not retried on EINTR: on Linux the descriptor is released before the
+    // interruption, and a retry could close a descriptor another thread
+    // just opened.
+    if (::close(fd) != 0 && errno != EINTR) return last_errno();
+    return {};
+  }
+
+  std::error_code file_status_of(int fd, file_status& out) noexcept override {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) return last_errno();
+    fill_status(st, out);
+    return {};
+  }
+
+  std::error_code set_mode(int fd, unsigned mode) noexcept override {
+    if (retry_eintr([&] { return ::fchmod(fd, static_cast<mode_t>(mode)); }) != 0) return last_errno();
+    return {};
+  }
+
+  std::error_code set_owner(int fd, unsigned uid, unsigned gid) noexcept override {
+    if (retry_eintr([&] { return ::fchown(fd, static_cast<uid_t>(uid), static_cast<gid_t>(gid)); }) != 0)
+      return last_errno();
+    return {};
+  }
+
+  unsigned umask_value() noexcept override {
+    // /proc/self/status has it read-only (Linux 4.7+); umask(2) can only
+    // read it by setting it, which races with other threads creating files.
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("Umask:", 0) == 0) return static_cast<unsigned>(std::stoul(line.substr(6), nullptr, 8));
+    }
+    static std::mutex m;
+    std::lock_guard<std::mutex> lock(m);
+    mode_t old = ::umask(022);
+    ::umask(old);
+    return old;
   }
 
   std::error_code list_directory(const std::string& path,
@@ -378,6 +486,23 @@ class posix_os final : public os {
     timespec ts{};
     ::clock_gettime(id, &ts);
     return static_cast<std::int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+  }
+
+  static void fill_status(const struct stat& st, file_status& out) noexcept {
+    out.is_directory = S_ISDIR(st.st_mode);
+    out.is_regular = S_ISREG(st.st_mode);
+    out.is_symlink = S_ISLNK(st.st_mode);
+    out.is_sticky = (st.st_mode & S_ISVTX) != 0;
+    out.mode = st.st_mode & 07777;
+    out.uid = st.st_uid;
+    out.gid = st.st_gid;
+    out.device = static_cast<std::uint64_t>(st.st_dev);
+    out.size = static_cast<std::uint64_t>(st.st_size);
+#if defined(__APPLE__)
+    out.mtime_us = static_cast<std::int64_t>(st.st_mtimespec.tv_sec) * 1000000 + st.st_mtimespec.tv_nsec / 1000;
+#else
+    out.mtime_us = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000 + st.st_mtim.tv_nsec / 1000;
+#endif
   }
 
   void reseed(std::uint64_t gen) noexcept {
