@@ -18,6 +18,8 @@ class category final : public std::error_category {
       case errc::corrupt_data: return "data file is corrupt";
       case errc::bad_argument: return "bad argument";
       case errc::not_owner: return "handle does not own the lock";
+      case errc::dir_sync_failed: return "renamed into place, but the directory sync failed";
+      case errc::not_fenced: return "the commit cannot be fenced";
     }
     return "unknown tokenlock error";
   }

@@ -59,6 +59,14 @@ enum class errc {
   // The handle does not own a token: it was released, moved from, or it was
   // inherited by a forked child, which never releases its parent's lock.
   not_owner,
+  // An atomic write renamed the new file into place, but syncing the
+  // directory failed: readers see the new contents, but a crash may bring
+  // the old file back.
+  dir_sync_failed,
+  // update_file with update_options::require_fence: the lock directory and
+  // the target are on different filesystems, so the commit could not be
+  // fenced. Nothing was written.
+  not_fenced,
 };
 
 // The category of tokenlock::errc codes; name() is "tokenlock".

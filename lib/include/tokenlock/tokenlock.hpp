@@ -6,6 +6,7 @@
 // and docs/api.md a guide.
 #pragma once
 
+#include "tokenlock/atomic_write.hpp"
 #include "tokenlock/errors.hpp"
 #include "tokenlock/rename_lock.hpp"
 #include "tokenlock/version.hpp"

@@ -1,0 +1,313 @@
+#include "tokenlock/atomic_write.hpp"
+
+#include <cerrno>
+#include <streambuf>
+#include <vector>
+
+#include "file_writer.hpp"
+
+namespace tokenlock {
+
+using namespace detail;
+
+namespace detail {
+
+failure atomic_write_impl(os& sys, const boost::filesystem::path& target, std::string_view data,
+                          const write_options& options) {
+  write_target t;
+  if (failure f = resolve_target(sys, target, options, t)) return f;
+  temp_file tmp;
+  if (failure f = create_temp(sys, t, t.dir, options, tmp)) return f;
+  failure f = write_all(sys, tmp, data, t);
+  if (!f) f = finish_temp(sys, tmp, options, t);
+  if (f) {
+    abandon(sys, tmp);
+    return f;
+  }
+  return commit_temp(sys, tmp.path, t, options);
+}
+
+}  // namespace detail
+
+void atomic_write(const boost::filesystem::path& target, std::string_view data,
+                  const write_options& options) {
+  run_throwing([&] { return atomic_write_impl(*system_os(), target, data, options); });
+}
+
+void atomic_write(const boost::filesystem::path& target, std::string_view data,
+                  const write_options& options, std::error_code& ec) noexcept {
+  run_noexcept(ec, [&] { return atomic_write_impl(*system_os(), target, data, options); });
+}
+
+// ---- atomic_file -------------------------------------------------------------
+
+struct atomic_file::impl {
+  // Buffers stream output and hands it to write() in large pieces; the
+  // first error is kept for commit() to report.
+  class stream_buf final : public std::streambuf {
+   public:
+    explicit stream_buf(impl& owner) : owner_(owner), buffer_(64 * 1024) {
+      setp(buffer_.data(), buffer_.data() + buffer_.size());
+    }
+    int_type overflow(int_type ch) override {
+      if (!drain()) return traits_type::eof();
+      if (!traits_type::eq_int_type(ch, traits_type::eof())) {
+        *pptr() = traits_type::to_char_type(ch);
+        pbump(1);
+      }
+      return traits_type::not_eof(ch);
+    }
+    int sync() override { return drain() ? 0 : -1; }
+
+   private:
+    bool drain() {
+      const std::size_t n = static_cast<std::size_t>(pptr() - pbase());
+      if (n == 0) return true;
+      setp(buffer_.data(), buffer_.data() + buffer_.size());
+      if (owner_.stream_error) return false;
+      failure f = owner_.write_data(std::string_view(buffer_.data(), n));
+      if (f) {
+        owner_.stream_error = std::move(f);
+        return false;
+      }
+      return true;
+    }
+    impl& owner_;
+    std::vector<char> buffer_;
+  };
+
+  std::shared_ptr<os> sys;
+  write_options options;
+  write_target target;
+  temp_file tmp;
+  boost::filesystem::path target_path, temp_path;
+  enum { open, done } state = open;
+  failure stream_error;
+  std::unique_ptr<stream_buf> buf;
+  std::unique_ptr<std::ostream> out;
+
+  failure start(const boost::filesystem::path& p) {
+    if (failure f = resolve_target(*sys, p, options, target)) return f;
+    if (failure f = create_temp(*sys, target, target.dir, options, tmp)) return f;
+    target_path = target.path;
+    temp_path = tmp.path;
+    return {};
+  }
+
+  // write(): text given to stream() first, so that both keep their order.
+  failure write(std::string_view data) {
+    if (out && state == open) out->flush();
+    if (stream_error) {
+      failure f = std::move(stream_error);
+      stream_error = {};
+      return f;
+    }
+    return write_data(data);
+  }
+
+  failure write_data(std::string_view data) {
+    if (state != open)
+      return make_failure(errc::bad_argument,
+                          describe("write", target.path, "the atomic_file is already finished", {}));
+    failure f = write_all(*sys, tmp, data, target);
+    if (f) fail();
+    return f;
+  }
+
+  failure commit() {
+    if (out && state == open) out->flush();
+    // A write through stream() that failed has already ended the file; its
+    // error is what commit reports (once).
+    if (stream_error) {
+      failure f = std::move(stream_error);
+      stream_error = {};
+      fail();
+      return f;
+    }
+    if (state != open)
+      return make_failure(errc::bad_argument,
+                          describe("commit", target.path, "the atomic_file is already finished", {}));
+    if (failure f = finish_temp(*sys, tmp, options, target)) {
+      fail();
+      return f;
+    }
+    state = done;
+    return commit_temp(*sys, tmp.path, target, options);
+  }
+
+  void fail() noexcept {
+    abandon(*sys, tmp);
+    state = done;
+  }
+};
+
+atomic_file::atomic_file(const boost::filesystem::path& target, const write_options& options)
+    : atomic_file(target, options, system_os()) {}
+
+atomic_file::atomic_file(const boost::filesystem::path& target, const write_options& options,
+                         std::shared_ptr<detail::os> os)
+    : impl_(std::make_unique<impl>()) {
+  impl_->sys = os ? std::move(os) : system_os();
+  impl_->options = options;
+  failure f = impl_->start(target);
+  if (f) {
+    impl_.reset();
+    throw_failure(f);
+  }
+}
+
+atomic_file::atomic_file(const boost::filesystem::path& target, const write_options& options,
+                         std::error_code& ec) noexcept {
+  run_noexcept(ec, [&] {
+    impl_ = std::make_unique<impl>();
+    impl_->sys = system_os();
+    impl_->options = options;
+    failure f = impl_->start(target);
+    if (f) impl_.reset();
+    return f;
+  });
+  if (ec) impl_.reset();
+}
+
+atomic_file::atomic_file(atomic_file&&) noexcept = default;
+
+atomic_file& atomic_file::operator=(atomic_file&& other) noexcept {
+  if (this != &other) {
+    rollback();
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
+
+atomic_file::~atomic_file() { rollback(); }
+
+namespace {
+failure empty_failure(const char* step) {
+  return make_failure(errc::bad_argument,
+                      std::string("tokenlock: ") + step + ": the atomic_file was not created");
+}
+}  // namespace
+
+void atomic_file::write(std::string_view data) {
+  run_throwing([&] { return impl_ ? impl_->write(data) : empty_failure("write"); });
+}
+
+void atomic_file::write(std::string_view data, std::error_code& ec) noexcept {
+  run_noexcept(ec, [&] { return impl_ ? impl_->write(data) : empty_failure("write"); });
+}
+
+std::ostream& atomic_file::stream() {
+  if (!impl_) throw_failure(empty_failure("stream"));
+  if (!impl_->out) {
+    impl_->buf = std::make_unique<impl::stream_buf>(*impl_);
+    impl_->out = std::make_unique<std::ostream>(impl_->buf.get());
+  }
+  return *impl_->out;
+}
+
+void atomic_file::commit() {
+  run_throwing([&] { return impl_ ? impl_->commit() : empty_failure("commit"); });
+}
+
+void atomic_file::commit(std::error_code& ec) noexcept {
+  run_noexcept(ec, [&] { return impl_ ? impl_->commit() : empty_failure("commit"); });
+}
+
+void atomic_file::rollback() noexcept {
+  if (impl_ && impl_->state == impl::open) impl_->fail();
+}
+
+const boost::filesystem::path& atomic_file::target() const noexcept {
+  static const boost::filesystem::path none;
+  return impl_ ? impl_->target_path : none;
+}
+
+const boost::filesystem::path& atomic_file::temp_path() const noexcept {
+  static const boost::filesystem::path none;
+  return impl_ ? impl_->temp_path : none;
+}
+
+// ---- read_file, sweep_temp_files ---------------------------------------------
+
+namespace detail {
+
+failure read_file_impl(os& sys, const std::string& path, std::optional<std::string>& out) {
+  out.reset();
+  int fd = -1;
+  std::error_code ec = sys.open_read(path, fd);
+  if (ec == std::errc::no_such_file_or_directory) return {};
+  if (ec) return make_failure(ec, describe("read", path, "cannot open", ec));
+  std::string data;
+  file_status st;
+  if (!sys.file_status_of(fd, st)) {
+    if (st.is_directory) {
+      sys.close(fd);
+      return make_failure(std::make_error_code(std::errc::is_a_directory),
+                          describe("read", path, "is a directory",
+                                   std::make_error_code(std::errc::is_a_directory)));
+    }
+    data.reserve(static_cast<std::size_t>(st.size));
+  }
+  char buf[64 * 1024];
+  for (;;) {
+    std::size_t got = 0;
+    if ((ec = sys.read(fd, buf, sizeof buf, got))) {
+      sys.close(fd);
+      return make_failure(ec, describe("read", path, "cannot read", ec));
+    }
+    if (got == 0) break;
+    data.append(buf, got);
+  }
+  sys.close(fd);
+  out = std::move(data);
+  return {};
+}
+
+failure sweep_impl(os& sys, const std::string& dir, std::chrono::seconds older_than,
+                   std::size_t& removed) {
+  removed = 0;
+  std::vector<std::string> names;
+  if (auto ec = sys.list_directory(dir, names))
+    return make_failure(ec, describe("sweep", dir, "cannot list", ec));
+  const std::int64_t cutoff =
+      sys.wall_now_us() - std::chrono::duration_cast<std::chrono::microseconds>(older_than).count();
+  for (const auto& n : names) {
+    if (!is_temp_name(n)) continue;
+    const std::string p = dir + "/" + n;
+    file_status st;
+    if (sys.status(p, st) || !st.is_regular || st.mtime_us > cutoff) continue;
+    if (!sys.remove_file(p)) ++removed;
+  }
+  return {};
+}
+
+}  // namespace detail
+
+std::optional<std::string> read_file(const boost::filesystem::path& path) {
+  std::optional<std::string> out;
+  run_throwing([&] { return read_file_impl(*system_os(), path.string(), out); });
+  return out;
+}
+
+std::optional<std::string> read_file(const boost::filesystem::path& path,
+                                     std::error_code& ec) noexcept {
+  std::optional<std::string> out;
+  run_noexcept(ec, [&] { return read_file_impl(*system_os(), path.string(), out); });
+  if (ec) out.reset();
+  return out;
+}
+
+std::size_t sweep_temp_files(const boost::filesystem::path& dir, std::chrono::seconds older_than) {
+  std::size_t removed = 0;
+  run_throwing([&] { return sweep_impl(*system_os(), dir.string(), older_than, removed); });
+  return removed;
+}
+
+std::size_t sweep_temp_files(const boost::filesystem::path& dir, std::chrono::seconds older_than,
+                             std::error_code& ec) noexcept {
+  std::size_t removed = 0;
+  run_noexcept(ec, [&] { return sweep_impl(*system_os(), dir.string(), older_than, removed); });
+  return removed;
+}
+
+}  // namespace tokenlock

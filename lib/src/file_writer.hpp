@@ -1,0 +1,73 @@
+// The steps of an atomic write, shared by atomic_write/atomic_file and the
+// fenced commit of update_file (which writes its temporary file inside the
+// held token directory instead of beside the target).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "failure.hpp"
+#include "posix/os.hpp"
+#include "tokenlock/atomic_write.hpp"
+
+namespace tokenlock::detail {
+
+struct write_target {
+  std::string path;  // the file to replace (after following links, if asked)
+  std::string dir;   // its directory ("." for a bare name)
+  std::string name;  // its last component
+  bool exists = false;
+  file_status existing;  // mode, owner, device of what is replaced
+  std::uint64_t dir_device = 0;
+};
+
+// Checks the target and decides what is replaced. Fails for an empty path,
+// a directory, a special file, a missing directory, a link loop.
+failure resolve_target(os& sys, const boost::filesystem::path& target,
+                       const write_options& options, write_target& out);
+
+// ".<name>.tmp.<16 hex>"
+std::string temp_name(const std::string& target_name, std::uint64_t nonce);
+// Whether `name` has that form (for sweeping).
+bool is_temp_name(std::string_view name) noexcept;
+
+// A temporary file being written. Closing and removing it on failure is
+// the caller's: abandon() does both.
+struct temp_file {
+  std::string path;
+  int fd = -1;
+};
+
+// Creates the temporary file in `in_dir` with the target's mode (or the
+// options' or the default) and, as root, its owner.
+failure create_temp(os& sys, const write_target& target, const std::string& in_dir,
+                    const write_options& options, temp_file& out);
+// Writes all of `data`, continuing short writes.
+failure write_all(os& sys, temp_file& file, std::string_view data, const write_target& target);
+// Flushes per options.sync and closes. Afterwards fd is -1.
+failure finish_temp(os& sys, temp_file& file, const write_options& options,
+                    const write_target& target);
+// Renames the finished temporary file over the target and syncs the
+// directory (per options.sync). On a rename failure the temporary file is
+// removed. `rename_from` lets the fenced commit name the temp file through
+// the token's current path.
+failure commit_temp(os& sys, const std::string& rename_from, const write_target& target,
+                    const write_options& options);
+// Closes (if open) and removes the temporary file. Never fails.
+void abandon(os& sys, temp_file& file) noexcept;
+
+// atomic_write() over a given OS (the public function uses the system's).
+failure atomic_write_impl(os& sys, const boost::filesystem::path& target, std::string_view data,
+                          const write_options& options);
+failure read_file_impl(os& sys, const std::string& path, std::optional<std::string>& out);
+failure sweep_impl(os& sys, const std::string& dir, std::chrono::seconds older_than,
+                   std::size_t& removed);
+
+// "tokenlock: <step> <target>: <what>: <cause>" plus a hint for the errno.
+failure write_failure(const char* step, const write_target& target, const std::string& what,
+                      std::error_code ec);
+
+}  // namespace tokenlock::detail

@@ -1,0 +1,344 @@
+// Atomic writes over the OS seam: every step failing with every errno the
+// issue names leaves the target byte for byte as it was and no temporary
+// file; modes, owners, symlinks, streams, reading and sweeping.
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/filesystem.hpp>
+#include <boost/filesystem/fstream.hpp>
+
+#include "fake_os.hpp"
+#include "file_writer.hpp"
+#include "temp_dir.hpp"
+#include "tokenlock/tokenlock.hpp"
+
+namespace fs = boost::filesystem;
+using namespace std::chrono_literals;
+using tokenlock::durability;
+using tokenlock::errc;
+using tokenlock::write_options;
+using tokenlock::testing::fake_os;
+using tokenlock::testing::fake_world;
+using tokenlock::testing::snapshot;
+using tokenlock::testing::temp_dir;
+
+namespace {
+
+std::string slurp(const fs::path& p) {
+  fs::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void spit(const fs::path& p, const std::string& s) {
+  fs::ofstream out(p, std::ios::binary);
+  out << s;
+}
+
+unsigned mode_of(const fs::path& p) {
+  struct stat st {};
+  ::lstat(p.c_str(), &st);
+  return st.st_mode & 07777;
+}
+
+class AtomicWriteTest : public ::testing::Test {
+ protected:
+  temp_dir tmp;
+  fs::path target = tmp / "data.txt";
+  std::shared_ptr<fake_world> world = std::make_shared<fake_world>();
+  std::shared_ptr<fake_os> sys = std::make_shared<fake_os>(world, 100, 1);
+
+  std::vector<std::string> temp_files(const fs::path& dir) const {
+    std::vector<std::string> out;
+    for (auto& e : fs::directory_iterator(dir))
+      if (tokenlock::detail::is_temp_name(e.path().filename().string()))
+        out.push_back(e.path().string());
+    return out;
+  }
+  tokenlock::detail::failure write_with_fake(const std::string& data, write_options o = {}) {
+    return tokenlock::detail::atomic_write_impl(*sys, target, data, o);
+  }
+};
+
+TEST_F(AtomicWriteTest, ReplacesTheContentsAndLeavesNoTemporaryFile) {
+  spit(target, "old");
+  tokenlock::atomic_write(target, "new contents");
+  EXPECT_EQ(slurp(target), "new contents");
+  EXPECT_TRUE(temp_files(tmp.path()).empty());
+  tokenlock::atomic_write(tmp / "fresh", "");
+  EXPECT_TRUE(fs::exists(tmp / "fresh"));
+  EXPECT_EQ(fs::file_size(tmp / "fresh"), 0u);
+}
+
+TEST_F(AtomicWriteTest, GivesANewFile0644MinusTheUmask) {
+  mode_t old = ::umask(027);
+  tokenlock::atomic_write(target, "x");
+  ::umask(old);
+  EXPECT_EQ(mode_of(target), 0640u);
+}
+
+TEST_F(AtomicWriteTest, KeepsTheModeOfTheFileItReplaces) {
+  spit(target, "old");
+  fs::permissions(target, fs::perms(0600));
+  mode_t old = ::umask(022);
+  tokenlock::atomic_write(target, "new");
+  ::umask(old);
+  EXPECT_EQ(mode_of(target), 0600u);
+}
+
+TEST_F(AtomicWriteTest, AppliesTheCallersModeExactly) {
+  mode_t old = ::umask(077);
+  write_options o;
+  o.mode = 0664;
+  tokenlock::atomic_write(target, "x", o);
+  ::umask(old);
+  EXPECT_EQ(mode_of(target), 0664u);
+}
+
+TEST_F(AtomicWriteTest, KeepsTheOwnerWhenRunningAsRoot) {
+  if (::geteuid() != 0) GTEST_SKIP() << "only root can give a file away";
+  spit(target, "old");
+  ASSERT_EQ(::chown(target.c_str(), 33, 44), 0);
+  tokenlock::atomic_write(target, "new");
+  struct stat st {};
+  ::stat(target.c_str(), &st);
+  EXPECT_EQ(st.st_uid, 33u);
+  EXPECT_EQ(st.st_gid, 44u);
+}
+
+TEST_F(AtomicWriteTest, ReplacesASymlinkByDefaultAndWritesNothingOutsideItsDirectory) {
+  fs::create_directories(tmp / "a");
+  fs::create_directories(tmp / "b");
+  spit(tmp / "b" / "real", "outside");
+  fs::permissions(tmp / "b" / "real", fs::perms(0600));
+  fs::create_symlink("../b/real", tmp / "a" / "link");
+  auto outside = snapshot(tmp / "b");
+  tokenlock::atomic_write(tmp / "a" / "link", "inside");
+  EXPECT_FALSE(fs::is_symlink(tmp / "a" / "link"));
+  EXPECT_EQ(slurp(tmp / "a" / "link"), "inside");
+  EXPECT_EQ(mode_of(tmp / "a" / "link"), 0600u) << "the mode of what the link pointed to";
+  EXPECT_EQ(slurp(tmp / "b" / "real"), "outside");
+  EXPECT_EQ(snapshot(tmp / "b"), outside);
+  EXPECT_TRUE(temp_files(tmp / "a").empty());
+}
+
+TEST_F(AtomicWriteTest, WritesThroughAChainOfSymlinksWhenAsked) {
+  fs::create_directories(tmp / "a");
+  fs::create_directories(tmp / "b");
+  spit(tmp / "b" / "real", "old");
+  fs::create_symlink("../b/real", tmp / "a" / "hop");
+  fs::create_symlink("hop", tmp / "a" / "link");
+  write_options o;
+  o.symlinks = tokenlock::symlink_policy::follow;
+  tokenlock::atomic_write(tmp / "a" / "link", "through", o);
+  EXPECT_TRUE(fs::is_symlink(tmp / "a" / "link"));
+  EXPECT_EQ(slurp(tmp / "b" / "real"), "through");
+  EXPECT_TRUE(temp_files(tmp / "a").empty());
+  EXPECT_TRUE(temp_files(tmp / "b").empty());
+}
+
+TEST_F(AtomicWriteTest, RefusesASymlinkLoopWhenFollowing) {
+  fs::create_symlink("l2", tmp / "l1");
+  fs::create_symlink("l1", tmp / "l2");
+  write_options o;
+  o.symlinks = tokenlock::symlink_policy::follow;
+  std::error_code ec;
+  tokenlock::atomic_write(tmp / "l1", "x", o, ec);
+  EXPECT_EQ(ec, std::errc::too_many_symbolic_link_levels);
+}
+
+TEST_F(AtomicWriteTest, ReportsADirectoryTargetAMissingDirectoryAndBadPaths) {
+  fs::create_directories(tmp / "dir");
+  auto before = snapshot(tmp.path());
+  std::error_code ec;
+  tokenlock::atomic_write(tmp / "dir", "x", {}, ec);
+  EXPECT_EQ(ec, std::errc::is_a_directory);
+  EXPECT_NE(tokenlock::last_error_message().find("is a directory"), std::string::npos);
+  tokenlock::atomic_write(tmp / "missing" / "f", "x", {}, ec);
+  EXPECT_EQ(ec, std::errc::no_such_file_or_directory);
+  EXPECT_NE(tokenlock::last_error_message().find("does not exist"), std::string::npos)
+      << tokenlock::last_error_message();
+  tokenlock::atomic_write("", "x", {}, ec);
+  EXPECT_EQ(ec, errc::bad_argument);
+  tokenlock::atomic_write(tmp / "dir/", "x", {}, ec);
+  EXPECT_EQ(ec, errc::bad_argument);
+  EXPECT_EQ(snapshot(tmp.path()), before);
+}
+
+TEST_F(AtomicWriteTest, ContinuesShortWrites) {
+  spit(target, "old");
+  sys->short_writes(".tmp.", 7);
+  std::string big(100000, 'x');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>('a' + i % 26);
+  ASSERT_FALSE(write_with_fake(big));
+  EXPECT_EQ(slurp(target), big);
+  int writes = 0;
+  for (auto& c : sys->calls) writes += c.rfind("write ", 0) == 0;
+  EXPECT_GT(writes, 10000);
+}
+
+TEST_F(AtomicWriteTest, SyncsAsMuchAsTheDurabilityLevelSays) {
+  for (auto level : {durability::none, durability::file, durability::file_and_dir}) {
+    sys->calls.clear();
+    write_options o;
+    o.sync = level;
+    ASSERT_FALSE(write_with_fake("x", o));
+    int file_syncs = 0, dir_syncs = 0;
+    for (auto& c : sys->calls) {
+      file_syncs += c.rfind("sync_file", 0) == 0;
+      dir_syncs += c.rfind("sync_directory", 0) == 0;
+    }
+    EXPECT_EQ(file_syncs, level == durability::none ? 0 : 1);
+    EXPECT_EQ(dir_syncs, level == durability::file_and_dir ? 1 : 0);
+  }
+}
+
+// ---- every step, every errno: target intact, no temporary file -------------
+
+struct fault_case {
+  const char* step;   // op of the fake OS
+  int skip;           // matching calls let through first
+  int err;
+  const char* message_step;
+};
+
+class AtomicWriteFaultTest : public AtomicWriteTest,
+                             public ::testing::WithParamInterface<std::tuple<fault_case, int>> {};
+
+TEST_P(AtomicWriteFaultTest, LeavesTheTargetIntactAndNoTemporaryFile) {
+  const fault_case& c = std::get<0>(GetParam());
+  const int err = std::get<1>(GetParam());
+  const std::string old = "the old contents\n";
+  spit(target, old);
+  fs::permissions(target, fs::perms(0640));
+  auto before = snapshot(tmp.path());
+  sys->short_writes(".tmp.", 1000);  // several writes, so the second can fail
+  sys->fail_after(c.step, "data.txt", err, c.skip);
+  std::string fresh(5000, 'n');
+  auto f = write_with_fake(fresh);
+  ASSERT_TRUE(f) << "the injected fault must surface";
+  EXPECT_EQ(f.code, std::error_code(err, std::generic_category()));
+  EXPECT_NE(f.message.find(target.string()), std::string::npos) << f.message;
+  EXPECT_NE(f.message.find(std::string("tokenlock: ") + c.message_step), std::string::npos) << f.message;
+  EXPECT_EQ(slurp(target), old) << "byte for byte";
+  EXPECT_EQ(snapshot(tmp.path()), before) << "no temporary file, mode unchanged";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryStep, AtomicWriteFaultTest,
+    ::testing::Combine(::testing::Values(fault_case{"create_exclusive", 0, 0, "create"},
+                                         fault_case{"write", 0, 0, "write"},
+                                         fault_case{"write", 2, 0, "write"},
+                                         fault_case{"sync_file", 0, 0, "sync"},
+                                         fault_case{"close", 0, 0, "close"},
+                                         fault_case{"rename", 0, 0, "rename"}),
+                       ::testing::Values(ENOSPC, EIO, EDQUOT)),
+    [](const auto& info) {
+      const fault_case& c = std::get<0>(info.param);
+      std::string name = std::string(c.step) + (c.skip ? "_later" : "") + "_";
+      int e = std::get<1>(info.param);
+      return name + (e == ENOSPC ? "ENOSPC" : e == EIO ? "EIO" : "EDQUOT");
+    });
+
+TEST_F(AtomicWriteTest, ADirectorySyncFailureAfterTheRenameIsItsOwnError) {
+  spit(target, "old");
+  sys->fail("sync_directory", tmp.path().string(), EIO);
+  auto f = write_with_fake("new");
+  EXPECT_EQ(f.code, errc::dir_sync_failed);
+  EXPECT_NE(f.message.find("the new contents are in place"), std::string::npos) << f.message;
+  EXPECT_EQ(slurp(target), "new");
+  EXPECT_TRUE(temp_files(tmp.path()).empty());
+}
+
+TEST_F(AtomicWriteTest, NamesTheFixForAPermissionError) {
+  spit(target, "old");
+  sys->fail("create_exclusive", ".tmp.", EACCES);
+  auto f = write_with_fake("new");
+  EXPECT_EQ(f.code, std::errc::permission_denied);
+  EXPECT_NE(f.message.find("write and search permission"), std::string::npos) << f.message;
+  EXPECT_EQ(slurp(target), "old");
+}
+
+// ---- atomic_file ------------------------------------------------------------
+
+TEST_F(AtomicWriteTest, AtomicFileStreamsAndCommits) {
+  spit(target, "old");
+  tokenlock::atomic_file f(target);
+  EXPECT_TRUE(fs::exists(f.temp_path()));
+  EXPECT_EQ(f.temp_path().parent_path(), target.parent_path());
+  f.stream() << "line " << 1 << "\n";
+  f.write("line 2\n");  // after what went to the stream
+  f.stream() << "line 3\n";
+  EXPECT_EQ(slurp(target), "old") << "nothing visible before commit";
+  f.commit();
+  EXPECT_EQ(slurp(target), "line 1\nline 2\nline 3\n");
+  EXPECT_TRUE(temp_files(tmp.path()).empty());
+  std::error_code ec;
+  f.write("more", ec);
+  EXPECT_EQ(ec, errc::bad_argument);
+}
+
+TEST_F(AtomicWriteTest, AnAtomicFileThatIsNotCommittedRollsBack) {
+  spit(target, "old");
+  {
+    tokenlock::atomic_file f(target);
+    f.write("half a file");
+    f.rollback();
+    f.rollback();  // idempotent
+  }
+  {
+    tokenlock::atomic_file f(target);
+    f.stream() << "abandoned";
+  }  // destructor
+  EXPECT_EQ(slurp(target), "old");
+  EXPECT_TRUE(temp_files(tmp.path()).empty());
+}
+
+TEST_F(AtomicWriteTest, AStreamErrorIsReportedByCommit) {
+  spit(target, "old");
+  tokenlock::atomic_file f(target, {}, sys);
+  sys->fail("write", ".tmp.", ENOSPC);
+  f.stream() << std::string(200000, 'x');  // more than the buffer: a write happens
+  EXPECT_TRUE(f.stream().bad());
+  std::error_code ec;
+  f.commit(ec);
+  EXPECT_EQ(ec, std::errc::no_space_on_device);
+  EXPECT_EQ(slurp(target), "old");
+  EXPECT_TRUE(temp_files(tmp.path()).empty());
+}
+
+// ---- read_file, sweep_temp_files -----------------------------------------------
+
+TEST_F(AtomicWriteTest, ReadsWholeFilesAndSaysWhenThereIsNone) {
+  EXPECT_FALSE(tokenlock::read_file(target).has_value());
+  std::string big(300000, 'q');
+  spit(target, big);
+  EXPECT_EQ(tokenlock::read_file(target), big);
+  std::error_code ec;
+  EXPECT_FALSE(tokenlock::read_file(tmp.path(), ec).has_value());
+  EXPECT_EQ(ec, std::errc::is_a_directory);
+}
+
+TEST_F(AtomicWriteTest, SweepsOnlyOldTemporaryFiles) {
+  const std::string old_tmp = ".data.txt.tmp.0123456789abcdef";
+  const std::string new_tmp = ".data.txt.tmp.fedcba9876543210";
+  spit(tmp / old_tmp, "crashed writer");
+  spit(tmp / new_tmp, "writer at work");
+  spit(tmp / ".data.txt.tmp.notahexnonce0000", "not ours");
+  spit(tmp / "data.txt", "data");
+  fs::create_directories(tmp / ".dir.tmp.0000000000000000");
+  fs::last_write_time(tmp / old_tmp, std::time(nullptr) - 3600);
+  fs::last_write_time(tmp / ".dir.tmp.0000000000000000", std::time(nullptr) - 3600);
+  EXPECT_EQ(tokenlock::sweep_temp_files(tmp.path(), 600s), 1u);
+  EXPECT_FALSE(fs::exists(tmp / old_tmp));
+  EXPECT_TRUE(fs::exists(tmp / new_tmp));
+  EXPECT_TRUE(fs::exists(tmp / ".data.txt.tmp.notahexnonce0000"));
+  EXPECT_TRUE(fs::exists(tmp / ".dir.tmp.0000000000000000")) << "only regular files";
+  std::error_code ec;
+  tokenlock::sweep_temp_files(tmp / "missing", 600s, ec);
+  EXPECT_EQ(ec, std::errc::no_such_file_or_directory);
+}
+
+}  // namespace
