@@ -263,16 +263,18 @@ failure read_file_impl(os& sys, const std::string& path, std::optional<std::stri
   return {};
 }
 
-failure sweep_impl(os& sys, const std::string& dir, std::chrono::seconds older_than,
-                   std::size_t& removed) {
+failure sweep_impl(os& sys, const std::string& dir, std::chrono::microseconds older_than,
+                   std::size_t& removed, const std::string& target_name) {
   removed = 0;
   std::vector<std::string> names;
   if (auto ec = sys.list_directory(dir, names))
     return make_failure(ec, describe("sweep", dir, "cannot list", ec));
-  const std::int64_t cutoff =
-      sys.wall_now_us() - std::chrono::duration_cast<std::chrono::microseconds>(older_than).count();
+  const std::int64_t cutoff = sys.wall_now_us() - older_than.count();
+  const std::string prefix = target_name.empty() ? std::string() : "." + target_name + ".tmp.";
   for (const auto& n : names) {
     if (!is_temp_name(n)) continue;
+    if (!prefix.empty() && (n.size() != prefix.size() + 16 || n.compare(0, prefix.size(), prefix) != 0))
+      continue;
     const std::string p = dir + "/" + n;
     file_status st;
     if (sys.status(p, st) || !st.is_regular || st.mtime_us > cutoff) continue;

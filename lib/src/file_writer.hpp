@@ -63,8 +63,10 @@ void abandon(os& sys, temp_file& file) noexcept;
 failure atomic_write_impl(os& sys, const boost::filesystem::path& target, std::string_view data,
                           const write_options& options);
 failure read_file_impl(os& sys, const std::string& path, std::optional<std::string>& out);
-failure sweep_impl(os& sys, const std::string& dir, std::chrono::seconds older_than,
-                   std::size_t& removed);
+// Removes temporary files in `dir` older than `older_than`; with a
+// non-empty `target_name`, only that target's.
+failure sweep_impl(os& sys, const std::string& dir, std::chrono::microseconds older_than,
+                   std::size_t& removed, const std::string& target_name = {});
 
 // "tokenlock: <step> <target>: <what>: <cause>" plus a hint for the errno.
 failure write_failure(const char* step, const write_target& target, const std::string& what,

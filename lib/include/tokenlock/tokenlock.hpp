@@ -9,4 +9,5 @@
 #include "tokenlock/atomic_write.hpp"
 #include "tokenlock/errors.hpp"
 #include "tokenlock/rename_lock.hpp"
+#include "tokenlock/update.hpp"
 #include "tokenlock/version.hpp"

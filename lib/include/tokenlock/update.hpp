@@ -1,0 +1,102 @@
+// tokenlock/update.hpp — read-modify-write of a file under a lock.
+//
+// Purpose
+//   update_file() is the transaction CGI programs and scripts need: lock,
+//   read the file, compute the new contents, write them atomically, unlock.
+//   Its commit is fenced: the new contents are written to a temporary file
+//   inside the held token directory and renamed over the target through the
+//   token's current path. If the lock was taken over meanwhile (this process
+//   stalled past its lease), that path no longer exists, the rename fails
+//   and nothing is written: a late holder can never overwrite what the new
+//   owner wrote. docs/atomic-writes.md and docs/protocol.md ("The fence made
+//   of path names") say what remains.
+//
+// Calling sequence
+//     tokenlock::rename_lock lock("/srv/app/data/guestbook.lock");
+//     tokenlock::update_file("/srv/app/data/guestbook.txt", lock,
+//         [&](const std::optional<std::string>& current) {
+//           return current.value_or("") + entry + "\n";
+//         });
+//
+//     std::uint64_t hits = tokenlock::increment_counter(
+//         "/srv/app/data/hits.count",
+//         tokenlock::rename_lock("/srv/app/data/hits.count.lock"));
+//
+// Errors
+//   - the lock's: busy, timed_out, lock_corrupt, ... (rename_lock.hpp);
+//   - errc::lock_lost: the token was taken over before the commit; nothing
+//     was written;
+//   - errc::not_fenced: lock and target are on different filesystems and
+//     update_options::require_fence is set; nothing was written;
+//   - the atomic write's (atomic_write.hpp), including dir_sync_failed;
+//   - increment_counter: errc::corrupt_data when the file holds anything but
+//     one unsigned 64-bit decimal and a newline (the file is left exactly as
+//     it was: a counter is never reset), EOVERFLOW when the sum would not
+//     fit.
+//   If `fn` throws, nothing is written, the lock is released and the
+//   exception reaches the caller; this holds for the error_code form too,
+//   which is therefore not noexcept.
+//
+// Durability and cost
+//   update_options::write.sync (default file_and_dir) applies to the commit.
+//   docs/atomic-writes.md has the measured cost of each level.
+//
+// Thread safety
+//   As rename_lock: any number of threads and processes may update the same
+//   file through locks on the same directory.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <system_error>
+
+#include <boost/filesystem/path.hpp>
+
+#include "tokenlock/atomic_write.hpp"
+#include "tokenlock/rename_lock.hpp"
+
+namespace tokenlock {
+
+struct update_options {
+  write_options write;
+  // Fail with errc::not_fenced rather than commit without the fence when
+  // the lock directory and the target are on different filesystems.
+  bool require_fence = false;
+};
+
+struct update_result {
+  // True when the commit was fenced by the token's path. False when lock and
+  // target are on different filesystems: ownership was then checked by a
+  // refresh rename just before the commit, which leaves a window between
+  // the check and the commit.
+  bool fenced = true;
+};
+
+// Receives the current contents (std::nullopt when the file does not exist)
+// and returns the new contents.
+using update_function = std::function<std::string(const std::optional<std::string>& current)>;
+
+update_result update_file(const boost::filesystem::path& target, const rename_lock& lock,
+                          const update_function& fn, const update_options& options = {});
+update_result update_file(const boost::filesystem::path& target, const rename_lock& lock,
+                          const update_function& fn, const update_options& options,
+                          std::error_code& ec);
+
+// Adds `by` to the counter in `file` (a missing file counts as 0) and
+// returns the new value. The file holds one unsigned 64-bit decimal and a
+// newline.
+std::uint64_t increment_counter(const boost::filesystem::path& file, const rename_lock& lock,
+                                std::uint64_t by = 1, const update_options& options = {});
+std::uint64_t increment_counter(const boost::filesystem::path& file, const rename_lock& lock,
+                                std::uint64_t by, const update_options& options,
+                                std::error_code& ec) noexcept;
+
+// The value of a counter file as increment_counter reads it: std::nullopt
+// when the file does not exist; errc::corrupt_data when it is not a counter.
+std::optional<std::uint64_t> read_counter(const boost::filesystem::path& file);
+std::optional<std::uint64_t> read_counter(const boost::filesystem::path& file,
+                                          std::error_code& ec) noexcept;
+
+}  // namespace tokenlock

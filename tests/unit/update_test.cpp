@@ -1,0 +1,364 @@
+// update_file and increment_counter over the OS seam: the fenced commit,
+// a lock lost before the commit, faults at every step, the cross-device
+// fallback, and counters that are never reset.
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <chrono>
+#include <sys/stat.h>
+
+#include <boost/filesystem.hpp>
+#include <boost/filesystem/fstream.hpp>
+
+#include "fake_os.hpp"
+#include "file_writer.hpp"
+#include "temp_dir.hpp"
+#include "tokenlock/tokenlock.hpp"
+#include "update_impl.hpp"
+
+namespace fs = boost::filesystem;
+using namespace std::chrono_literals;
+using tokenlock::errc;
+using tokenlock::lock_options;
+using tokenlock::rename_lock;
+using tokenlock::update_options;
+using tokenlock::update_result;
+using tokenlock::detail::failure;
+using tokenlock::testing::fake_os;
+using tokenlock::testing::fake_world;
+using tokenlock::testing::snapshot;
+using tokenlock::testing::temp_dir;
+
+namespace {
+
+std::string slurp(const fs::path& p) {
+  fs::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void spit(const fs::path& p, const std::string& s) {
+  fs::ofstream out(p, std::ios::binary);
+  out << s;
+}
+
+struct user_error : std::runtime_error {
+  user_error() : std::runtime_error("from fn") {}
+};
+
+class UpdateTest : public ::testing::Test {
+ protected:
+  temp_dir tmp;
+  fs::path target = tmp / "data.txt";
+  fs::path lock_dir = tmp / "data.txt.lock";
+  std::shared_ptr<fake_world> world = std::make_shared<fake_world>();
+  std::shared_ptr<fake_os> a = std::make_shared<fake_os>(world, 100, 1);
+
+  rename_lock lock_of(const std::shared_ptr<fake_os>& p, std::chrono::milliseconds lease = 10s) {
+    lock_options o;
+    o.lease = lease;
+    o.wait = 0ms;
+    o.skew_allowance = 0ms;
+    return rename_lock(lock_dir, o, p);
+  }
+  failure update(const std::string& next, update_options o = {}, update_result* r = nullptr) {
+    update_result ignored;
+    return tokenlock::detail::update_impl(
+        *a, target, lock_of(a),
+        [&](const std::optional<std::string>&, std::string& out) -> failure {
+          out = next;
+          return {};
+        },
+        o, r ? *r : ignored);
+  }
+  failure increment(std::uint64_t by, std::uint64_t& value) {
+    update_result r;
+    return tokenlock::detail::update_impl(
+        *a, target, lock_of(a),
+        [&](const std::optional<std::string>& cur, std::string& out) -> failure {
+          std::optional<std::uint64_t> v;
+          if (failure f = tokenlock::detail::parse_counter(target.string(), cur, v)) return f;
+          value = v.value_or(0) + by;
+          out = std::to_string(value) + "\n";
+          return {};
+        },
+        {}, r);
+  }
+  // Temporary files anywhere below the test directory, token
+  // directories included.
+  std::vector<std::string> temp_files() const {
+    std::vector<std::string> out;
+    for (fs::recursive_directory_iterator it(tmp.path()), end; it != end; ++it)
+      if (tokenlock::detail::is_temp_name(it->path().filename().string()))
+        out.push_back(it->path().string());
+    return out;
+  }
+  bool lock_is_free() { return !lock_of(a).holder().has_value(); }
+};
+
+TEST_F(UpdateTest, CommitsThroughTheTokensPathAndReleases) {
+  spit(target, "old\n");
+  update_result r;
+  ASSERT_FALSE(update("new\n", {}, &r));
+  EXPECT_TRUE(r.fenced);
+  EXPECT_EQ(slurp(target), "new\n");
+  EXPECT_TRUE(lock_is_free());
+  EXPECT_TRUE(temp_files().empty());
+  bool through_token = false;
+  for (auto& c : a->calls)
+    if (c.rfind("rename " + (lock_dir / "lockfile.").string(), 0) == 0 &&
+        c.find("/.data.txt.tmp.") != std::string::npos &&
+        c.find(" -> " + target.string()) != std::string::npos)
+      through_token = true;
+  EXPECT_TRUE(through_token) << "the commit renames D/<token>/.data.txt.tmp.* over the target";
+}
+
+TEST_F(UpdateTest, PassesAMissingFileAsNothing) {
+  bool saw_nothing = false;
+  update_result r;
+  ASSERT_FALSE(tokenlock::detail::update_impl(
+      *a, target, lock_of(a),
+      [&](const std::optional<std::string>& cur, std::string& out) -> failure {
+        saw_nothing = !cur.has_value();
+        out = "first\n";
+        return {};
+      },
+      {}, r));
+  EXPECT_TRUE(saw_nothing);
+  EXPECT_EQ(slurp(target), "first\n");
+}
+
+TEST_F(UpdateTest, AFunctionThatThrowsChangesNothingAndReleasesTheLock) {
+  spit(target, "old\n");
+  auto before = slurp(target);
+  rename_lock lock(lock_dir);
+  EXPECT_THROW(tokenlock::update_file(target, lock,
+                                      [](const std::optional<std::string>&) -> std::string {
+                                        throw user_error();
+                                      }),
+               user_error);
+  std::error_code ec;
+  EXPECT_THROW(tokenlock::update_file(
+                   target, lock,
+                   [](const std::optional<std::string>&) -> std::string { throw user_error(); },
+                   {}, ec),
+               user_error)
+      << "the error_code form lets it through too";
+  EXPECT_EQ(slurp(target), before);
+  EXPECT_FALSE(lock.holder().has_value());
+  EXPECT_TRUE(temp_files().empty());
+}
+
+TEST_F(UpdateTest, ALockLostBetweenWriteAndCommitWritesNothing) {
+  spit(target, "old\n");
+  auto b = std::make_shared<fake_os>(world, 200, 2, "elsewhere-12345678");
+  std::optional<tokenlock::lock_handle> hb;
+  // A stalls after writing its temporary file, past its lease; B takes over.
+  a->when("rename", "/.data.txt.tmp.", [&] {
+    world->advance(20'000'000);
+    hb = lock_of(b).try_acquire();
+  });
+  failure f = update("stale\n");
+  ASSERT_TRUE(hb && hb->owns());
+  EXPECT_EQ(f.code, errc::lock_lost);
+  EXPECT_NE(f.message.find("nothing was written"), std::string::npos) << f.message;
+  EXPECT_EQ(slurp(target), "old\n");
+  EXPECT_TRUE(temp_files().empty()) << "the taker cleared the workspace";
+  EXPECT_TRUE(fs::exists(lock_dir / hb->token())) << "B keeps its lock";
+}
+
+TEST_F(UpdateTest, ALockLostBeforeTheTemporaryFileIsCreatedWritesNothing) {
+  spit(target, "old\n");
+  auto b = std::make_shared<fake_os>(world, 200, 2, "elsewhere-12345678");
+  std::optional<tokenlock::lock_handle> hb;
+  a->when("create_exclusive", "/.data.txt.tmp.", [&] {
+    world->advance(20'000'000);
+    hb = lock_of(b).try_acquire();
+  });
+  failure f = update("stale\n");
+  ASSERT_TRUE(hb && hb->owns());
+  EXPECT_EQ(f.code, errc::lock_lost);
+  EXPECT_EQ(slurp(target), "old\n");
+  EXPECT_TRUE(temp_files().empty());
+}
+
+struct step_case {
+  const char* op;
+  const char* where;  // substring of the failing call's path
+};
+
+class UpdateFaultTest : public UpdateTest,
+                        public ::testing::WithParamInterface<std::tuple<step_case, int>> {};
+
+TEST_P(UpdateFaultTest, LeavesTheTargetIntactNoTemporaryFileAndTheLockFree) {
+  const step_case& c = std::get<0>(GetParam());
+  const int err = std::get<1>(GetParam());
+  spit(target, "old contents\n");
+  lock_of(a).acquire().release();  // the lock directory exists
+  auto before = snapshot(tmp.path());
+  a->fail(c.op, c.where, err);
+  failure f = update("new contents\n");
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f.code, std::error_code(err, std::generic_category()));
+  EXPECT_NE(f.message.find(target.string()), std::string::npos) << f.message;
+  EXPECT_EQ(slurp(target), "old contents\n");
+  EXPECT_TRUE(temp_files().empty());
+  EXPECT_TRUE(lock_is_free());
+  EXPECT_EQ(snapshot(tmp.path()), before);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryStep, UpdateFaultTest,
+    ::testing::Combine(::testing::Values(step_case{"open_read", "data.txt"},
+                                         step_case{"create_exclusive", ".tmp."},
+                                         step_case{"write", ".tmp."},
+                                         step_case{"sync_file", ".tmp."},
+                                         step_case{"close", ".tmp."},
+                                         step_case{"rename", ".tmp."}),
+                       ::testing::Values(ENOSPC, EIO, EDQUOT)),
+    [](const auto& info) {
+      int e = std::get<1>(info.param);
+      return std::string(std::get<0>(info.param).op) + "_" +
+             (e == ENOSPC ? "ENOSPC" : e == EIO ? "EIO" : "EDQUOT");
+    });
+
+TEST_F(UpdateTest, FallsBackToAnUnfencedCommitAcrossDevicesAndSaysSo) {
+  spit(target, "old\n");
+  a->fail("rename", "/.data.txt.tmp.", EXDEV);  // a bind mount: same st_dev, other mount
+  update_result r;
+  ASSERT_FALSE(update("new\n", {}, &r));
+  EXPECT_FALSE(r.fenced);
+  EXPECT_EQ(slurp(target), "new\n");
+  EXPECT_TRUE(temp_files().empty());
+  EXPECT_TRUE(lock_is_free());
+}
+
+TEST_F(UpdateTest, RefusesAnUnfencedCommitWhenFencingIsRequired) {
+  spit(target, "old\n");
+  a->fail("rename", "/.data.txt.tmp.", EXDEV);
+  update_options o;
+  o.require_fence = true;
+  failure f = update("new\n", o);
+  EXPECT_EQ(f.code, errc::not_fenced);
+  EXPECT_NE(f.message.find("different filesystems"), std::string::npos) << f.message;
+  EXPECT_EQ(slurp(target), "old\n");
+  EXPECT_TRUE(temp_files().empty());
+  EXPECT_TRUE(lock_is_free());
+}
+
+TEST_F(UpdateTest, TheUnfencedCommitChecksOwnershipJustBeforeTheRename) {
+  spit(target, "old\n");
+  auto b = std::make_shared<fake_os>(world, 200, 2, "elsewhere-12345678");
+  std::optional<tokenlock::lock_handle> hb;
+  a->fail("rename", "/.data.txt.tmp.", EXDEV);
+  // The stall lands after the beside-the-target temporary file is written.
+  a->when("sync_file", ".data.txt.tmp.", [&] {
+    a->when("sync_file", ".data.txt.tmp.", [&] {
+      world->advance(20'000'000);
+      hb = lock_of(b).try_acquire();
+    });
+  });
+  failure f = update("stale\n");
+  ASSERT_TRUE(hb && hb->owns());
+  EXPECT_EQ(f.code, errc::lock_lost);
+  EXPECT_EQ(slurp(target), "old\n");
+  EXPECT_TRUE(temp_files().empty());
+}
+
+TEST_F(UpdateTest, FallsBackAcrossRealFilesystems) {
+  const fs::path shm = "/dev/shm";
+  struct stat s1 {}, s2 {};
+  if (::stat(shm.c_str(), &s1) != 0 || ::stat(tmp.path().c_str(), &s2) != 0 || s1.st_dev == s2.st_dev)
+    GTEST_SKIP() << "needs /dev/shm on another filesystem";
+  temp_dir dummy;
+  fs::path other = shm / fs::unique_path("tokenlock-test-%%%%-%%%%.lock");
+  rename_lock lock(other);
+  spit(target, "old\n");
+  update_result r = tokenlock::update_file(
+      target, lock, [](const std::optional<std::string>& c) { return *c + "more\n"; });
+  EXPECT_FALSE(r.fenced);
+  EXPECT_EQ(slurp(target), "old\nmore\n");
+  update_options o;
+  o.require_fence = true;
+  std::error_code ec;
+  tokenlock::update_file(target, lock, [](const std::optional<std::string>&) { return "x"; }, o, ec);
+  EXPECT_EQ(ec, errc::not_fenced);
+  EXPECT_EQ(slurp(target), "old\nmore\n");
+  fs::remove_all(other);
+}
+
+TEST_F(UpdateTest, SweepsThisTargetsStaleTemporaryFilesWhileHoldingTheLock) {
+  world->wall_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+  spit(tmp / ".data.txt.tmp.0123456789abcdef", "crashed");
+  spit(tmp / ".data.txt.tmp.fedcba9876543210", "fresh");
+  spit(tmp / ".other.tmp.0123456789abcdef", "another target's");
+  fs::last_write_time(tmp / ".data.txt.tmp.0123456789abcdef", std::time(nullptr) - 3600);
+  fs::last_write_time(tmp / ".other.tmp.0123456789abcdef", std::time(nullptr) - 3600);
+  ASSERT_FALSE(update("x\n"));
+  EXPECT_FALSE(fs::exists(tmp / ".data.txt.tmp.0123456789abcdef"));
+  EXPECT_TRUE(fs::exists(tmp / ".data.txt.tmp.fedcba9876543210")) << "younger than the lease";
+  EXPECT_TRUE(fs::exists(tmp / ".other.tmp.0123456789abcdef")) << "not this target's";
+}
+
+// ---- counters ------------------------------------------------------------------
+
+TEST_F(UpdateTest, CountsFromAMissingFile) {
+  std::uint64_t v = 0;
+  ASSERT_FALSE(increment(1, v));
+  EXPECT_EQ(v, 1u);
+  ASSERT_FALSE(increment(41, v));
+  EXPECT_EQ(v, 42u);
+  EXPECT_EQ(slurp(target), "42\n");
+  rename_lock lock(lock_dir);
+  EXPECT_EQ(tokenlock::increment_counter(target, lock), 43u);
+  EXPECT_EQ(tokenlock::read_counter(target), 43u);
+  EXPECT_FALSE(tokenlock::read_counter(tmp / "none").has_value());
+}
+
+class CorruptCounterTest : public UpdateTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(CorruptCounterTest, IsNeverOverwritten) {
+  spit(target, GetParam());
+  auto before = snapshot(tmp.path());
+  rename_lock lock(lock_dir);
+  lock.acquire().release();
+  before = snapshot(tmp.path());
+  std::error_code ec;
+  EXPECT_EQ(tokenlock::increment_counter(target, lock, 1, {}, ec), 0u);
+  EXPECT_EQ(ec, errc::corrupt_data);
+  EXPECT_NE(tokenlock::last_error_message().find("left as it is"), std::string::npos);
+  EXPECT_EQ(slurp(target), GetParam()) << "byte for byte";
+  EXPECT_EQ(snapshot(tmp.path()), before);
+  EXPECT_FALSE(lock.holder().has_value());
+  EXPECT_THROW(tokenlock::read_counter(target), tokenlock::lock_error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Contents, CorruptCounterTest,
+                         ::testing::Values("", "abc\n", "-1\n", "12", "12\n\n", " 12\n", "012\n",
+                                           "1.5\n", "18446744073709551616\n",
+                                           "99999999999999999999999\n", std::string("1\0\n", 3),
+                                           "\xff\xfe\n"));
+
+TEST_F(UpdateTest, RefusesToOverflowAndLeavesTheCounter) {
+  spit(target, "18446744073709551615\n");
+  rename_lock lock(lock_dir);
+  std::error_code ec;
+  tokenlock::increment_counter(target, lock, 1, {}, ec);
+  EXPECT_EQ(ec, std::errc::value_too_large);
+  EXPECT_EQ(slurp(target), "18446744073709551615\n");
+}
+
+TEST_F(UpdateTest, ADirectorySyncFailureStillHandsOutTheCommittedValue) {
+  spit(target, "7\n");
+  lock_of(a).acquire().release();  // the lock directory's own syncs are done
+  a->fail("sync_directory", tmp.path().string(), EIO);
+  std::uint64_t v = 0;
+  failure f = increment(1, v);
+  EXPECT_EQ(f.code, errc::dir_sync_failed);
+  EXPECT_NE(f.message.find("do not repeat"), std::string::npos) << f.message;
+  EXPECT_EQ(slurp(target), "8\n");
+  EXPECT_TRUE(lock_is_free());
+}
+
+}  // namespace
