@@ -14,7 +14,26 @@
 //     Prints "W", acquires (waiting up to 30 s), prints "A <monotonic ns>"
 //     at the moment it holds the lock, and releases.
 //
-// Exit status: 0 success, 2 usage or unexpected error, 3 canary violation.
+//   lock_worker rewrite TARGET SIZE SYNC
+//     Replaces TARGET with distinct complete versions of SIZE bytes
+//     (versioned_content.hpp) with atomic_write, forever; prints "R" after
+//     the first. SYNC: none, file or file_and_dir.
+//   lock_worker stall-update LOCKDIR TARGET LEASE_MS VALUE
+//     update_file(TARGET) to VALUE, but stops itself (SIGSTOP) after the
+//     temporary file is written and before the commit, printing "T" first.
+//     When continued, prints "committed" or "lock_lost".
+//   lock_worker update LOCKDIR TARGET VALUE
+//     update_file(TARGET) to VALUE, waiting up to 30 s; prints "committed".
+//   lock_worker append LOCKDIR TARGET LEASE_MS ID COUNT LOG
+//     Up to COUNT times, until the file TARGET.stop exists: update_file
+//     appending the line "ID.i"; after each success appends the same line
+//     to LOG. A lost lock is counted, not fatal. Prints "lost N" at the end.
+//   lock_worker incr COUNTER COUNT LOG
+//     COUNT times increment_counter(COUNTER) under COUNTER.lock, logging each
+//     new value to LOG; prints "corrupt" and exits 4 on corrupt_data.
+//
+// Exit status: 0 success, 2 usage or unexpected error, 3 canary violation,
+// 4 corrupt data.
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -22,11 +41,16 @@
 #include <iostream>
 #include <string>
 
+#include <csignal>
+
 #include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "fake_os.hpp"
 #include "tokenlock/tokenlock.hpp"
+#include "update_impl.hpp"
+#include "versioned_content.hpp"
 
 using namespace std::chrono_literals;
 
@@ -156,6 +180,126 @@ int wait_mode(int argc, char** argv) {
   return 0;
 }
 
+tokenlock::durability parse_sync(const std::string& s) {
+  if (s == "none") return tokenlock::durability::none;
+  if (s == "file") return tokenlock::durability::file;
+  if (s == "file_and_dir") return tokenlock::durability::file_and_dir;
+  die("SYNC must be none, file or file_and_dir");
+}
+
+void append_line(const std::string& path, const std::string& line) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  std::string s = line + "\n";
+  if (fd < 0 || ::write(fd, s.data(), s.size()) != static_cast<ssize_t>(s.size())) die("log");
+  ::close(fd);
+}
+
+int rewrite(int argc, char** argv) {
+  if (argc != 5) die("usage: rewrite TARGET SIZE SYNC");
+  const std::size_t size = std::strtoull(argv[3], nullptr, 10);
+  tokenlock::write_options o;
+  o.sync = parse_sync(argv[4]);
+  const std::uint64_t base = static_cast<std::uint64_t>(::getpid()) << 24;
+  for (std::uint64_t i = 0;; ++i) {
+    tokenlock::atomic_write(argv[2], tokenlock::testing::versioned_content(base + i, size), o);
+    if (i == 0) std::cout << "R" << std::endl;
+  }
+}
+
+tokenlock::lock_options lease_options(const char* lease_ms) {
+  tokenlock::lock_options o;
+  o.lease = std::chrono::milliseconds(std::atoi(lease_ms));
+  o.skew_allowance = std::chrono::milliseconds(0);
+  o.wait = std::chrono::seconds(30);
+  return o;
+}
+
+int stall_update(int argc, char** argv) {
+  if (argc != 6) die("usage: stall-update LOCKDIR TARGET LEASE_MS VALUE");
+  auto sys = std::make_shared<tokenlock::testing::fake_os>(tokenlock::testing::fake_os::real_process_t{});
+  const std::string temp_marker = "/." + boost::filesystem::path(argv[3]).filename().string() + ".tmp.";
+  sys->when("rename", temp_marker, [] {
+    std::cout << "T" << std::endl;
+    std::raise(SIGSTOP);
+  });
+  tokenlock::rename_lock lock(argv[2], lease_options(argv[4]), sys);
+  const std::string value = std::string(argv[5]) + "\n";
+  tokenlock::update_result r;
+  tokenlock::detail::failure f = tokenlock::detail::update_impl(
+      *sys, argv[3], lock,
+      [&](const std::optional<std::string>&, std::string& out) -> tokenlock::detail::failure {
+        out = value;
+        return {};
+      },
+      {}, r);
+  if (!f)
+    std::cout << "committed" << std::endl;
+  else if (f.code == tokenlock::errc::lock_lost)
+    std::cout << "lock_lost" << std::endl;
+  else
+    std::cout << "error " << f.message << std::endl;
+  return 0;
+}
+
+int update(int argc, char** argv) {
+  if (argc != 5) die("usage: update LOCKDIR TARGET VALUE");
+  tokenlock::lock_options o;
+  o.wait = std::chrono::seconds(30);
+  o.skew_allowance = std::chrono::milliseconds(0);
+  tokenlock::rename_lock lock(argv[2], o);
+  const std::string value = std::string(argv[4]) + "\n";
+  tokenlock::update_file(argv[3], lock, [&](const std::optional<std::string>&) { return value; });
+  std::cout << "committed" << std::endl;
+  return 0;
+}
+
+int append(int argc, char** argv) {
+  if (argc != 8) die("usage: append LOCKDIR TARGET LEASE_MS ID COUNT LOG");
+  tokenlock::rename_lock lock(argv[2], lease_options(argv[4]));
+  tokenlock::update_options uo;
+  // The fsync of the temporary file widens the window between reading and
+  // committing, where a stop makes a stale commit possible.
+  uo.write.sync = tokenlock::durability::file;
+  const int count = std::atoi(argv[6]);
+  const std::string stop_file = std::string(argv[3]) + ".stop";
+  int lost = 0;
+  for (int i = 0; i < count && ::access(stop_file.c_str(), F_OK) != 0; ++i) {
+    const std::string line = std::string(argv[5]) + "." + std::to_string(i);
+    std::error_code ec;
+    tokenlock::update_file(
+        argv[3], lock,
+        [&](const std::optional<std::string>& cur) { return cur.value_or("") + line + "\n"; }, uo,
+        ec);
+    if (!ec)
+      append_line(argv[7], line);
+    else if (ec == tokenlock::errc::lock_lost)
+      ++lost;
+    else
+      die(tokenlock::last_error_message());
+  }
+  std::cout << "lost " << lost << std::endl;
+  return 0;
+}
+
+int incr(int argc, char** argv) {
+  if (argc != 5) die("usage: incr COUNTER COUNT LOG");
+  tokenlock::lock_options o;
+  o.wait = std::chrono::seconds(60);
+  tokenlock::rename_lock lock(std::string(argv[2]) + ".lock", o);
+  const int count = std::atoi(argv[3]);
+  for (int i = 0; i < count; ++i) {
+    std::error_code ec;
+    std::uint64_t v = tokenlock::increment_counter(argv[2], lock, 1, {}, ec);
+    if (ec == tokenlock::errc::corrupt_data) {
+      std::cout << "corrupt" << std::endl;
+      return 4;
+    }
+    if (ec) die(tokenlock::last_error_message());
+    append_line(argv[4], std::to_string(v));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -164,6 +308,11 @@ int main(int argc, char** argv) {
     if (mode == "count") return count(argc, argv);
     if (mode == "hold") return hold(argc, argv);
     if (mode == "wait") return wait_mode(argc, argv);
+    if (mode == "rewrite") return rewrite(argc, argv);
+    if (mode == "stall-update") return stall_update(argc, argv);
+    if (mode == "update") return update(argc, argv);
+    if (mode == "append") return append(argc, argv);
+    if (mode == "incr") return incr(argc, argv);
     die("unknown mode; see the comment at the top of lock_worker.cpp");
   } catch (const std::exception& e) {
     die(e.what());

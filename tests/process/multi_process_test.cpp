@@ -15,6 +15,7 @@
 #include <boost/filesystem.hpp>
 
 #include "child.hpp"
+#include "inspect.hpp"
 #include "temp_dir.hpp"
 #include "token_name.hpp"
 #include "tokenlock/tokenlock.hpp"
@@ -58,23 +59,8 @@ class MultiProcessTest : public ::testing::Test {
     std::sort(all.begin(), all.end());
     return all;
   }
-  std::vector<std::string> entries(const fs::path& p) {
-    std::vector<std::string> out;
-    for (auto& e : fs::directory_iterator(p)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-  // The pid in the current held token, or 0 when free or between names.
-  int holder_pid() {
-    boost::system::error_code ec;
-    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-      tokenlock::detail::held_token t;
-      std::string name = it->path().filename().string();
-      if (tokenlock::detail::classify_name(name, &t) == tokenlock::detail::name_kind::held)
-        return t.pid;
-    }
-    return 0;
-  }
+  std::vector<std::string> entries(const fs::path& p) { return tokenlock::testing::entries(p); }
+  int holder_pid() { return tokenlock::testing::holder_pid(dir); }
 };
 
 void expect_clean_exit(int status, const char* what) {

@@ -106,6 +106,15 @@ int child::wait() {
   return status;
 }
 
+bool child::wait_stopped() {
+  int status = 0;
+  while (::waitpid(pid_, &status, WUNTRACED) < 0 && errno == EINTR) {
+  }
+  if (WIFSTOPPED(status)) return true;
+  pid_ = -1;
+  return false;
+}
+
 std::int64_t monotonic_ns() {
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC, &ts);

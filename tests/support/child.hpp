@@ -40,6 +40,9 @@ class child {
   void signal(int sig);
   // Waits for the child to end; returns its wait status.
   int wait();
+  // Waits until the child is stopped (SIGSTOP, raised by itself or sent);
+  // false if it ended instead.
+  bool wait_stopped();
   bool running() const { return pid_ > 0; }
 
  private:

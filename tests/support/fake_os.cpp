@@ -17,6 +17,8 @@ fake_os::fake_os(std::shared_ptr<fake_world> world, int pid, std::uint64_t start
   world_->processes.emplace(pid, p);
 }
 
+fake_os::fake_os(real_process_t) : real_(detail::system_os()) {}
+
 void fake_os::fail(const std::string& op, const std::string& substring, int err, int times) {
   faults_.push_back({op, substring, err, times, 0});
 }
@@ -176,6 +178,7 @@ std::error_code fake_os::set_owner(int fd, unsigned uid, unsigned gid) noexcept 
 }
 
 std::error_code fake_os::signal_probe(int pid) noexcept {
+  if (!world_) return real_->signal_probe(pid);
   calls.push_back("signal_probe " + std::to_string(pid));
   auto it = world_->processes.find(pid);
   if (it == world_->processes.end()) return {ESRCH, std::generic_category()};
@@ -183,6 +186,7 @@ std::error_code fake_os::signal_probe(int pid) noexcept {
 }
 
 std::error_code fake_os::read_process_status(int pid, detail::process_status& out) noexcept {
+  if (!world_) return real_->read_process_status(pid, out);
   calls.push_back("read_process_status " + std::to_string(pid));
   auto it = world_->processes.find(pid);
   if (it == world_->processes.end()) return {ENOENT, std::generic_category()};
@@ -193,6 +197,7 @@ std::error_code fake_os::read_process_status(int pid, detail::process_status& ou
 }
 
 void fake_os::sleep_for(std::chrono::microseconds d) noexcept {
+  if (!world_) return real_->sleep_for(d);
   calls.push_back("sleep_for " + std::to_string(d.count()));
   world_->advance(d.count());
 }
@@ -229,6 +234,7 @@ class fake_watch final : public detail::dir_watch {
 }  // namespace
 
 std::unique_ptr<detail::dir_watch> fake_os::watch_directory(const std::string& dir) {
+  if (!world_) return real_->watch_directory(dir);
   calls.push_back("watch_directory " + dir);
   if (release_interval_us < 0) return nullptr;
   return std::make_unique<fake_watch>(*this, release_interval_us);

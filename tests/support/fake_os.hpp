@@ -42,6 +42,11 @@ class fake_os final : public detail::os {
  public:
   fake_os(std::shared_ptr<fake_world> world, int pid, std::uint64_t start_time,
           std::string host_tag = "testhost-0000abcd", unsigned euid = 1000);
+  // The real process: identity, clocks, kill, /proc, sleeping and watches
+  // are the system's; only faults and hooks are added. For real-process
+  // tests that must stop a process at an exact call.
+  struct real_process_t {};
+  explicit fake_os(real_process_t);
 
   // The next `times` calls of `op` ("rename", "make_directory",
   // "remove_directory", "remove_file", "status", "list_directory",
@@ -97,12 +102,18 @@ class fake_os final : public detail::os {
   unsigned umask_value() noexcept override { return real_->umask_value(); }
   std::error_code signal_probe(int pid) noexcept override;
   std::error_code read_process_status(int pid, detail::process_status& out) noexcept override;
-  std::int64_t wall_now_us() noexcept override { return world_->wall_us; }
-  std::int64_t steady_now_us() noexcept override { return world_->steady_us; }
+  std::int64_t wall_now_us() noexcept override {
+    return world_ ? world_->wall_us : real_->wall_now_us();
+  }
+  std::int64_t steady_now_us() noexcept override {
+    return world_ ? world_->steady_us : real_->steady_now_us();
+  }
   void sleep_for(std::chrono::microseconds d) noexcept override;
   std::uint64_t random_u64() noexcept override;
-  const detail::process_identity& self() override { return identity_; }
-  std::uint64_t fork_generation() noexcept override { return fork_generation_; }
+  const detail::process_identity& self() override { return world_ ? identity_ : real_->self(); }
+  std::uint64_t fork_generation() noexcept override {
+    return world_ ? fork_generation_ : real_->fork_generation();
+  }
   std::unique_ptr<detail::dir_watch> watch_directory(const std::string& dir) override;
 
  private:
