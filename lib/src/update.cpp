@@ -109,9 +109,12 @@ failure update_impl(os& sys, const boost::filesystem::path& target, const rename
   // Temporary files of this target left by writers that crashed (the
   // unfenced path writes beside the target); anything older than a lease
   // cannot belong to a live writer that holds this lock.
-  std::size_t swept = 0;
-  sweep_impl(sys, t.dir, std::chrono::duration_cast<std::chrono::microseconds>(lock.options().lease),
-             swept, t.name);
+  if (options.sweep_every > 0 && sys.random_u64() % options.sweep_every == 0) {
+    std::size_t swept = 0;
+    sweep_impl(sys, t.dir,
+               std::chrono::duration_cast<std::chrono::microseconds>(lock.options().lease), swept,
+               t.name);
+  }
 
   std::optional<std::string> current;
   if (failure f = read_file_impl(sys, t.path, current)) return f;

@@ -295,7 +295,12 @@ TEST_F(UpdateTest, SweepsThisTargetsStaleTemporaryFilesWhileHoldingTheLock) {
   spit(tmp / ".other.tmp.0123456789abcdef", "another target's");
   fs::last_write_time(tmp / ".data.txt.tmp.0123456789abcdef", std::time(nullptr) - 3600);
   fs::last_write_time(tmp / ".other.tmp.0123456789abcdef", std::time(nullptr) - 3600);
-  ASSERT_FALSE(update("x\n"));
+  update_options o;
+  o.sweep_every = 0;
+  ASSERT_FALSE(update("x\n", o));
+  EXPECT_TRUE(fs::exists(tmp / ".data.txt.tmp.0123456789abcdef")) << "sweeping is off";
+  o.sweep_every = 1;
+  ASSERT_FALSE(update("x\n", o));
   EXPECT_FALSE(fs::exists(tmp / ".data.txt.tmp.0123456789abcdef"));
   EXPECT_TRUE(fs::exists(tmp / ".data.txt.tmp.fedcba9876543210")) << "younger than the lease";
   EXPECT_TRUE(fs::exists(tmp / ".other.tmp.0123456789abcdef")) << "not this target's";

@@ -64,6 +64,11 @@ struct update_options {
   // Fail with errc::not_fenced rather than commit without the fence when
   // the lock directory and the target are on different filesystems.
   bool require_fence = false;
+  // About one update in this many (at random) also removes this target's
+  // temporary files older than the lease (left by crashed writers). Listing
+  // the directory on every update would make each update cost in proportion
+  // to the files beside the target. 1: every update; 0: never.
+  unsigned sweep_every = 32;
 };
 
 struct update_result {
