@@ -186,6 +186,40 @@ TEST_F(UpdateProcessTest, AWriterOverItsFileSizeLimitFailsCleanly) {
   EXPECT_TRUE(temp_files_below(tmp.path()).empty());
 }
 
+TEST_F(UpdateProcessTest, AnUnwritableDirectoryGivesAClearErrorAndChangesNothing) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to become another user";
+  // Root ignores permission bits: a child that became "nobody" does not.
+  fs::permissions(tmp.path(), fs::perms(0755));
+  tokenlock::atomic_write(target, "owned by root\n");
+  const auto before = tokenlock::testing::snapshot(tmp.path());
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::close(pipe_fds[0]);
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);
+    std::error_code ec;
+    tokenlock::atomic_write(target, "nobody's\n", {}, ec);
+    std::string report = std::to_string(ec.value()) + " " + tokenlock::last_error_message();
+    if (::write(pipe_fds[1], report.data(), report.size()) < 0) ::_exit(2);
+    ::_exit(0);
+  }
+  ::close(pipe_fds[1]);
+  std::string report;
+  char buf[512];
+  for (ssize_t n; (n = ::read(pipe_fds[0], buf, sizeof buf)) > 0;) report.append(buf, static_cast<size_t>(n));
+  ::close(pipe_fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "exit " << WEXITSTATUS(status);
+  EXPECT_EQ(report.rfind(std::to_string(EACCES) + " ", 0), 0u) << report;
+  EXPECT_NE(report.find("write and search permission"), std::string::npos) << report;
+  EXPECT_NE(report.find(target.string()), std::string::npos) << report;
+  EXPECT_EQ(slurp(target), "owned by root\n");
+  EXPECT_EQ(tokenlock::testing::snapshot(tmp.path()), before);
+}
+
 TEST_F(UpdateProcessTest, SixteenIncrementersWithKilledHoldersLoseNothing) {
   const fs::path counter = tmp / "hits.count";
   const fs::path counter_lock = tmp / "hits.count.lock";

@@ -221,6 +221,27 @@ INSTANTIATE_TEST_SUITE_P(
              (e == ENOSPC ? "ENOSPC" : e == EIO ? "EIO" : "EDQUOT");
     });
 
+TEST_F(UpdateTest, IncrementCounterFaultsAtEveryStepLeaveTheCounterAsItWas) {
+  const char* steps[][2] = {{"open_read", "data.txt"}, {"create_exclusive", ".tmp."},
+                            {"write", ".tmp."},        {"sync_file", ".tmp."},
+                            {"close", ".tmp."},        {"rename", ".tmp."}};
+  spit(target, "41\n");
+  lock_of(a).acquire().release();
+  for (const auto& step : steps)
+    for (int err : {ENOSPC, EIO, EDQUOT}) {
+      a->fail(step[0], step[1], err);
+      std::uint64_t v = 0;
+      failure f = increment(1, v);
+      EXPECT_EQ(f.code, std::error_code(err, std::generic_category())) << step[0];
+      EXPECT_EQ(slurp(target), "41\n") << step[0];
+      EXPECT_TRUE(temp_files().empty()) << step[0];
+      EXPECT_TRUE(lock_is_free()) << step[0];
+    }
+  std::uint64_t v = 0;
+  ASSERT_FALSE(increment(1, v));
+  EXPECT_EQ(v, 42u);
+}
+
 TEST_F(UpdateTest, FallsBackToAnUnfencedCommitAcrossDevicesAndSaysSo) {
   spit(target, "old\n");
   a->fail("rename", "/.data.txt.tmp.", EXDEV);  // a bind mount: same st_dev, other mount
