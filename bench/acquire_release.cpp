@@ -13,6 +13,7 @@
 
 #include <boost/filesystem.hpp>
 
+#include "bench_support.hpp"
 #include "tokenlock/tokenlock.hpp"
 
 namespace fs = boost::filesystem;
@@ -61,19 +62,7 @@ class capture final : public benchmark::ConsoleReporter {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<char*> args(argv, argv + argc);
-  std::string root_arg;
-  if (args.size() > 1 && args[1][0] != '-') {
-    root_arg = args[1];
-    args.erase(args.begin() + 1);
-  }
-  static char interleave[] = "--benchmark_enable_random_interleaving=true";
-  args.insert(args.begin() + 1, interleave);
-  int n = static_cast<int>(args.size());
-  benchmark::Initialize(&n, args.data());
-  g_root = (root_arg.empty() ? fs::temp_directory_path() : fs::path(root_arg)) /
-           fs::unique_path("tokenlock-bench-%%%%-%%%%");
-  fs::create_directories(g_root);
+  g_root = tokenlock::bench::start(argc, argv, "bench", {});
   capture reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   fs::remove_all(g_root);

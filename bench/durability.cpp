@@ -16,6 +16,7 @@
 
 #include <boost/filesystem.hpp>
 
+#include "bench_support.hpp"
 #include "tokenlock/tokenlock.hpp"
 
 namespace fs = boost::filesystem;
@@ -87,22 +88,10 @@ class capture final : public benchmark::ConsoleReporter {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<char*> args(argv, argv + argc);
-  std::string root_arg;
-  if (args.size() > 1 && args[1][0] != '-') {
-    root_arg = args[1];
-    args.erase(args.begin() + 1);
-  }
-  static char interleave[] = "--benchmark_enable_random_interleaving=true";
-  static char reps[] = "--benchmark_repetitions=9";
-  static char only_aggregates[] = "--benchmark_report_aggregates_only=true";
-  static char min_time[] = "--benchmark_min_time=0.05";
-  args.insert(args.begin() + 1, {interleave, reps, only_aggregates, min_time});
-  int n = static_cast<int>(args.size());
-  benchmark::Initialize(&n, args.data());
-  g_root = (root_arg.empty() ? fs::temp_directory_path() : fs::path(root_arg)) /
-           fs::unique_path("tokenlock-durability-%%%%-%%%%");
-  fs::create_directories(g_root);
+  g_root = tokenlock::bench::start(argc, argv, "durability",
+                                   {"--benchmark_repetitions=9",
+                                    "--benchmark_report_aggregates_only=true",
+                                    "--benchmark_min_time=0.05"});
   register_all();
   capture reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);

@@ -17,13 +17,7 @@ failure atomic_write_impl(os& sys, const boost::filesystem::path& target, std::s
   write_target t;
   if (failure f = resolve_target(sys, target, options, t)) return f;
   temp_file tmp;
-  if (failure f = create_temp(sys, t, t.dir, options, tmp)) return f;
-  failure f = write_all(sys, tmp, data, t);
-  if (!f) f = finish_temp(sys, tmp, options, t);
-  if (f) {
-    abandon(sys, tmp);
-    return f;
-  }
+  if (failure f = write_temp(sys, t, t.dir, data, options, tmp)) return f;
   return commit_temp(sys, tmp.path, t, options);
 }
 

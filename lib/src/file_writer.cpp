@@ -203,6 +203,15 @@ failure commit_temp(os& sys, const std::string& rename_from, const write_target&
   return {};
 }
 
+failure write_temp(os& sys, const write_target& target, const std::string& in_dir,
+                   std::string_view data, const write_options& options, temp_file& out) {
+  if (failure f = create_temp(sys, target, in_dir, options, out)) return f;
+  failure f = write_all(sys, out, data, target);
+  if (!f) f = finish_temp(sys, out, options, target);
+  if (f) abandon(sys, out);
+  return f;
+}
+
 void abandon(os& sys, temp_file& file) noexcept {
   if (file.fd >= 0) {
     sys.close(file.fd);

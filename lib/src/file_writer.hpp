@@ -56,6 +56,10 @@ failure finish_temp(os& sys, temp_file& file, const write_options& options,
 // the token's current path.
 failure commit_temp(os& sys, const std::string& rename_from, const write_target& target,
                     const write_options& options);
+// create_temp + write_all + finish_temp: a complete, closed temporary file
+// in `in_dir` holding `data`, or a failure and no temporary file.
+failure write_temp(os& sys, const write_target& target, const std::string& in_dir,
+                   std::string_view data, const write_options& options, temp_file& out);
 // Closes (if open) and removes the temporary file. Never fails.
 void abandon(os& sys, temp_file& file) noexcept;
 

@@ -33,17 +33,10 @@ failure fenced_commit(os& sys, const lock_handle& h, const write_target& t,
   cross_device = false;
   const std::string workspace = h.path().string();
   temp_file tmp;
-  failure f = create_temp(sys, t, workspace, options, tmp);
-  if (f) {
+  if (failure f = write_temp(sys, t, workspace, contents, options, tmp)) {
     file_status st;
     if (f.code == std::errc::no_such_file_or_directory && sys.status(workspace, st))
       return lost_before_commit(t, h.token());
-    return f;
-  }
-  f = write_all(sys, tmp, contents, t);
-  if (!f) f = finish_temp(sys, tmp, options, t);
-  if (f) {
-    abandon(sys, tmp);
     return f;
   }
   std::error_code ec = sys.rename(tmp.path, t.path);
@@ -76,13 +69,7 @@ failure fenced_commit(os& sys, const lock_handle& h, const write_target& t,
 failure unfenced_commit(os& sys, lock_handle& h, const write_target& t,
                         const std::string& contents, const write_options& options) {
   temp_file tmp;
-  if (failure f = create_temp(sys, t, t.dir, options, tmp)) return f;
-  failure f = write_all(sys, tmp, contents, t);
-  if (!f) f = finish_temp(sys, tmp, options, t);
-  if (f) {
-    abandon(sys, tmp);
-    return f;
-  }
+  if (failure f = write_temp(sys, t, t.dir, contents, options, tmp)) return f;
   std::error_code ec;
   const std::string token = h.token();
   h.refresh(ec);

@@ -30,6 +30,8 @@ using namespace std::chrono_literals;
 using tokenlock::testing::child;
 using tokenlock::testing::entries;
 using tokenlock::testing::holder_pid;
+using tokenlock::testing::lines_of;
+using tokenlock::testing::temp_files_below;
 using tokenlock::testing::monotonic_ns;
 using tokenlock::testing::slurp;
 using tokenlock::testing::temp_dir;
@@ -37,21 +39,6 @@ using tokenlock::testing::temp_dir;
 namespace {
 
 const std::string worker = LOCK_WORKER_PATH;
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) out.push_back(line);
-  return out;
-}
-
-std::vector<std::string> temp_files_below(const fs::path& root) {
-  std::vector<std::string> out;
-  for (fs::recursive_directory_iterator it(root), end; it != end; ++it)
-    if (tokenlock::detail::is_temp_name(it->path().filename().string()))
-      out.push_back(it->path().string());
-  return out;
-}
 
 class UpdateProcessTest : public ::testing::Test {
  protected:
@@ -156,28 +143,17 @@ TEST_F(UpdateProcessTest, StopsAtRandomMomentsNeverLoseACommittedUpdate) {
 
 TEST_F(UpdateProcessTest, AWriterOverItsFileSizeLimitFailsCleanly) {
   tokenlock::atomic_write(target, "small and intact\n");
-  int pipe_fds[2];
-  ASSERT_EQ(::pipe(pipe_fds), 0);
-  pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::close(pipe_fds[0]);
-    ::signal(SIGXFSZ, SIG_IGN);
-    rlimit lim{4096, 4096};
-    ::setrlimit(RLIMIT_FSIZE, &lim);
-    std::error_code ec;
-    tokenlock::atomic_write(target, std::string(100000, 'x'), {}, ec);
-    std::string report = std::to_string(ec.value()) + " " + tokenlock::last_error_message();
-    if (::write(pipe_fds[1], report.data(), report.size()) < 0) ::_exit(2);
-    ::_exit(0);
-  }
-  ::close(pipe_fds[1]);
-  std::string report;
-  char buf[512];
-  for (ssize_t n; (n = ::read(pipe_fds[0], buf, sizeof buf)) > 0;) report.append(buf, static_cast<size_t>(n));
-  ::close(pipe_fds[0]);
   int status = 0;
-  ::waitpid(pid, &status, 0);
+  const std::string report = tokenlock::testing::run_in_child(
+      [&] {
+        ::signal(SIGXFSZ, SIG_IGN);
+        rlimit lim{4096, 4096};
+        ::setrlimit(RLIMIT_FSIZE, &lim);
+        std::error_code ec;
+        tokenlock::atomic_write(target, std::string(100000, 'x'), {}, ec);
+        return std::to_string(ec.value()) + " " + tokenlock::last_error_message();
+      },
+      status);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   EXPECT_EQ(report.rfind(std::to_string(EFBIG) + " ", 0), 0u) << report;
   EXPECT_NE(report.find("RLIMIT_FSIZE"), std::string::npos) << report;
@@ -192,27 +168,16 @@ TEST_F(UpdateProcessTest, AnUnwritableDirectoryGivesAClearErrorAndChangesNothing
   fs::permissions(tmp.path(), fs::perms(0755));
   tokenlock::atomic_write(target, "owned by root\n");
   const auto before = tokenlock::testing::snapshot(tmp.path());
-  int pipe_fds[2];
-  ASSERT_EQ(::pipe(pipe_fds), 0);
-  pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::close(pipe_fds[0]);
-    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);
-    std::error_code ec;
-    tokenlock::atomic_write(target, "nobody's\n", {}, ec);
-    std::string report = std::to_string(ec.value()) + " " + tokenlock::last_error_message();
-    if (::write(pipe_fds[1], report.data(), report.size()) < 0) ::_exit(2);
-    ::_exit(0);
-  }
-  ::close(pipe_fds[1]);
-  std::string report;
-  char buf[512];
-  for (ssize_t n; (n = ::read(pipe_fds[0], buf, sizeof buf)) > 0;) report.append(buf, static_cast<size_t>(n));
-  ::close(pipe_fds[0]);
   int status = 0;
-  ::waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "exit " << WEXITSTATUS(status);
+  const std::string report = tokenlock::testing::run_in_child(
+      [&] {
+        if (::setgid(65534) != 0 || ::setuid(65534) != 0) return std::string("setuid failed");
+        std::error_code ec;
+        tokenlock::atomic_write(target, "nobody's\n", {}, ec);
+        return std::to_string(ec.value()) + " " + tokenlock::last_error_message();
+      },
+      status);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   EXPECT_EQ(report.rfind(std::to_string(EACCES) + " ", 0), 0u) << report;
   EXPECT_NE(report.find("write and search permission"), std::string::npos) << report;
   EXPECT_NE(report.find(target.string()), std::string::npos) << report;

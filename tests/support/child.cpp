@@ -115,6 +115,32 @@ bool child::wait_stopped() {
   return false;
 }
 
+std::string run_in_child(const std::function<std::string()>& body, int& exit_status) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2");
+  pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork");
+  if (pid == 0) {
+    ::close(fds[0]);
+    int code = 0;
+    try {
+      std::string report = body();
+      if (::write(fds[1], report.data(), report.size()) < 0) code = 2;
+    } catch (...) {
+      code = 2;
+    }
+    ::_exit(code);
+  }
+  ::close(fds[1]);
+  std::string report;
+  char buf[512];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) report.append(buf, static_cast<size_t>(n));
+  ::close(fds[0]);
+  while (::waitpid(pid, &exit_status, 0) < 0 && errno == EINTR) {
+  }
+  return report;
+}
+
 std::int64_t monotonic_ns() {
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC, &ts);

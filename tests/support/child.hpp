@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -52,5 +53,10 @@ class child {
 };
 
 std::int64_t monotonic_ns();
+
+// Runs `body` in a forked child (to change limits or users without
+// touching the test process) and returns the text it returned. `exit_status`
+// is the child's wait status: exit 0 after body returned, 2 if it threw.
+std::string run_in_child(const std::function<std::string()>& body, int& exit_status);
 
 }  // namespace tokenlock::testing

@@ -1,10 +1,12 @@
 #include "inspect.hpp"
 
 #include <algorithm>
+#include <sstream>
 
 #include <boost/filesystem.hpp>
 #include <boost/filesystem/fstream.hpp>
 
+#include "file_writer.hpp"
 #include "token_name.hpp"
 
 namespace fs = boost::filesystem;
@@ -31,6 +33,25 @@ int holder_pid(const fs::path& lock_dir) {
 std::string slurp(const fs::path& file) {
   fs::ifstream in(file, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void spit(const fs::path& file, const std::string& contents) {
+  fs::ofstream out(file, std::ios::binary | std::ios::trunc);
+  out << contents;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+std::vector<std::string> temp_files_below(const fs::path& root) {
+  std::vector<std::string> out;
+  for (fs::recursive_directory_iterator it(root), end; it != end; ++it)
+    if (detail::is_temp_name(it->path().filename().string())) out.push_back(it->path().string());
+  return out;
 }
 
 }  // namespace tokenlock::testing

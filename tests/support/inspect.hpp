@@ -14,5 +14,11 @@ std::vector<std::string> entries(const boost::filesystem::path& dir);
 int holder_pid(const boost::filesystem::path& lock_dir);
 // The whole file ("" when missing).
 std::string slurp(const boost::filesystem::path& file);
+// Creates or truncates `file` with `contents` (plainly: test set-up).
+void spit(const boost::filesystem::path& file, const std::string& contents);
+// The lines of `text`, without their newlines.
+std::vector<std::string> lines_of(const std::string& text);
+// Temporary files of atomic writes anywhere below `root`.
+std::vector<std::string> temp_files_below(const boost::filesystem::path& root);
 
 }  // namespace tokenlock::testing

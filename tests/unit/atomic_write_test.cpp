@@ -11,6 +11,7 @@
 #include <boost/filesystem/fstream.hpp>
 
 #include "fake_os.hpp"
+#include "inspect.hpp"
 #include "file_writer.hpp"
 #include "temp_dir.hpp"
 #include "tokenlock/tokenlock.hpp"
@@ -27,15 +28,8 @@ using tokenlock::testing::temp_dir;
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-  fs::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void spit(const fs::path& p, const std::string& s) {
-  fs::ofstream out(p, std::ios::binary);
-  out << s;
-}
+using tokenlock::testing::slurp;
+using tokenlock::testing::spit;
 
 unsigned mode_of(const fs::path& p) {
   struct stat st {};

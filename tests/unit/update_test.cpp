@@ -11,6 +11,7 @@
 #include <boost/filesystem/fstream.hpp>
 
 #include "fake_os.hpp"
+#include "inspect.hpp"
 #include "file_writer.hpp"
 #include "temp_dir.hpp"
 #include "tokenlock/tokenlock.hpp"
@@ -31,15 +32,8 @@ using tokenlock::testing::temp_dir;
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-  fs::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void spit(const fs::path& p, const std::string& s) {
-  fs::ofstream out(p, std::ios::binary);
-  out << s;
-}
+using tokenlock::testing::slurp;
+using tokenlock::testing::spit;
 
 struct user_error : std::runtime_error {
   user_error() : std::runtime_error("from fn") {}
@@ -86,11 +80,7 @@ class UpdateTest : public ::testing::Test {
   // Temporary files anywhere below the test directory, token
   // directories included.
   std::vector<std::string> temp_files() const {
-    std::vector<std::string> out;
-    for (fs::recursive_directory_iterator it(tmp.path()), end; it != end; ++it)
-      if (tokenlock::detail::is_temp_name(it->path().filename().string()))
-        out.push_back(it->path().string());
-    return out;
+    return tokenlock::testing::temp_files_below(tmp.path());
   }
   bool lock_is_free() { return !lock_of(a).holder().has_value(); }
 };
