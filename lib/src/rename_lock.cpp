@@ -91,6 +91,7 @@ failure validate(const lock_options& o) {
   if (o.dir_mode > 07777) return bad("dir_mode must be a permission mode (at most 07777)");
   if (o.backoff_min.count() <= 0 || o.backoff_max < o.backoff_min)
     return bad("backoff_min must be positive and at most backoff_max");
+  if (o.owner_pid < 0) return bad("owner_pid must be a process id (or 0 for this process)");
   return {};
 }
 
@@ -131,9 +132,11 @@ class acquirer {
   // and a takeover or creation when that is what the directory needs.
   failure attempt(lock_handle& out, outcome& result, bool look) {
     const process_identity& me = sys_.self();
+    const int owner = options_.owner_pid ? options_.owner_pid : me.pid;
+    const std::uint64_t owner_start = options_.owner_pid ? owner_start_ : me.start_time;
     const std::uint64_t nonce = sys_.random_u64();
     std::int64_t expiry = sys_.wall_now_us() + to_us(options_.lease);
-    std::string token = make_token(expiry, me.host_tag, me.pid, me.start_time, nonce);
+    std::string token = make_token(expiry, me.host_tag, owner, owner_start, nonce);
     std::string mine = paths_.dir_slash + token;
 
     // After the first round a waiter checks that the token is free with a
@@ -189,7 +192,7 @@ class acquirer {
     // released it, or another taker was first, this name is gone and the
     // rename fails without touching anyone's token.
     expiry = sys_.wall_now_us() + to_us(options_.lease);
-    token = make_token(expiry, me.host_tag, me.pid, me.start_time, nonce);
+    token = make_token(expiry, me.host_tag, owner, owner_start, nonce);
     mine = paths_.dir_slash + token;
     std::error_code ec = sys_.rename(paths_.dir_slash + obs.token.name, mine);
     if (ec == std::errc::no_such_file_or_directory) {
@@ -202,6 +205,20 @@ class acquirer {
                         obs.token.name, ec);
     clear_workspace(sys_, mine);
     return held(out, result, std::move(token), std::move(mine), expiry);
+  }
+
+  // For lock_options::owner_pid: that process's start time, read once.
+  failure resolve_owner() {
+    if (!options_.owner_pid) return {};
+    process_status ps;
+    if (auto ec = sys_.read_process_status(options_.owner_pid, ps))
+      return make_failure(ec, describe("acquire", paths_.dir,
+                                       "cannot read /proc for the owner process " +
+                                           std::to_string(options_.owner_pid) +
+                                           " (the owner must be a live process on this host)",
+                                       ec));
+    owner_start_ = ps.start_time;
+    return {};
   }
 
   std::string busy_reason() const {
@@ -224,6 +241,7 @@ class acquirer {
   const lock_paths& paths_;
   const lock_options& options_;
   std::string busy_reason_;
+  std::uint64_t owner_start_ = 0;
 };
 
 // A waiter retries the fast-path rename on every round but lists the
@@ -258,6 +276,7 @@ failure acquire_impl(const std::shared_ptr<os>& sys, const boost::filesystem::pa
   }
   const lock_paths& paths = *paths_ptr;
   acquirer a(sys, paths_ptr, options);
+  if (failure f = a.resolve_owner()) return f;
   const std::int64_t start = sys->steady_now_us();
   const std::int64_t deadline = start + (may_wait ? to_us(options.wait) : 0);
   backoff delay(options);
@@ -374,6 +393,82 @@ std::optional<lock_handle> rename_lock::try_acquire(std::error_code& ec) const n
 
 namespace {
 
+failure held_name(const std::string& dir, const std::string& token) {
+  if (classify_name(token) != name_kind::held)
+    return make_failure(errc::bad_argument,
+                        describe("token", dir,
+                                 "\"" + token +
+                                     "\" is not a held token (lockfile.<expiry>.<host>-<hash>."
+                                     "<pid>.<start>.<nonce>, as printed by tokenlock acquire)",
+                                 {}));
+  return {};
+}
+
+failure not_held(const lock_paths& paths, const std::string& token) {
+  return make_failure(errc::lock_lost,
+                      describe("token", paths.dir,
+                               "the lock does not hold " + token +
+                                   ": it was released, refreshed or taken over, or it belongs "
+                                   "to another lock",
+                               {}));
+}
+
+failure adopt_impl(const std::shared_ptr<os>& sys, const boost::filesystem::path& dir,
+                   const std::shared_ptr<const lock_paths>& paths, const lock_options& options,
+                   const std::string& token, lock_handle& out) {
+  if (!paths) {
+    lock_paths unused;
+    return make_lock_paths(dir, unused);
+  }
+  if (failure f = held_name(paths->dir, token)) return f;
+  file_status st;
+  std::error_code ec = sys->status(paths->dir_slash + token, st);
+  if (ec == std::errc::no_such_file_or_directory) return not_held(*paths, token);
+  if (ec) return os_failure(*sys, *paths, "token", "cannot look at " + token, token, ec);
+  held_token t;
+  classify_name(token, &t);
+  lock_handle_access::fill(out, sys, paths, token, paths->dir_slash + token, t.expiry_us,
+                           options.lease);
+  return {};
+}
+
+failure take_over_impl(const std::shared_ptr<os>& sys, const boost::filesystem::path& dir,
+                       const std::shared_ptr<const lock_paths>& paths,
+                       const lock_options& options, const std::string& token, bool force,
+                       lock_handle& out) {
+  if (failure f = validate(options)) return f;
+  if (!paths) {
+    lock_paths unused;
+    return make_lock_paths(dir, unused);
+  }
+  if (failure f = held_name(paths->dir, token)) return f;
+  held_token t;
+  classify_name(token, &t);
+  observed_token observed{token, t.expiry_us, std::string(t.host_tag), t.pid, t.start_time};
+  judgement j = judge(*sys, options, observed);
+  file_status st;
+  std::error_code ec = sys->status(paths->dir_slash + token, st);
+  if (ec == std::errc::no_such_file_or_directory) return not_held(*paths, token);
+  if (ec) return os_failure(*sys, *paths, "break", "cannot look at " + token, token, ec);
+  if (!j.stale && !force)
+    return make_failure(errc::busy, describe("break", paths->dir,
+                                             "refusing to take over a token that is not stale: " +
+                                                 j.reason,
+                                             {}) +
+                                        "; force it only if you know its owner is gone");
+  const process_identity& me = sys->self();
+  const std::int64_t expiry = sys->wall_now_us() + to_us(options.lease);
+  std::string mine = make_token(expiry, me.host_tag, me.pid, me.start_time, sys->random_u64());
+  std::string mine_path = paths->dir_slash + mine;
+  ec = sys->rename(paths->dir_slash + token, mine_path);
+  if (ec == std::errc::no_such_file_or_directory) return not_held(*paths, token);
+  if (ec) return os_failure(*sys, *paths, "break", "cannot rename " + token, token, ec);
+  clear_workspace(*sys, mine_path);
+  lock_handle_access::fill(out, sys, paths, std::move(mine), std::move(mine_path), expiry,
+                           options.lease);
+  return {};
+}
+
 failure holder_impl(os& sys, const boost::filesystem::path& dir, const lock_options& options,
                     std::optional<holder_info>& out) {
   out.reset();
@@ -401,6 +496,31 @@ failure holder_impl(os& sys, const boost::filesystem::path& dir, const lock_opti
 }
 
 }  // namespace
+
+lock_handle rename_lock::adopt(const std::string& token) const {
+  lock_handle h;
+  run_throwing([&] { return adopt_impl(os_, dir_, paths_, options_, token, h); });
+  return h;
+}
+
+lock_handle rename_lock::adopt(const std::string& token, std::error_code& ec) const noexcept {
+  lock_handle h;
+  run_noexcept(ec, [&] { return adopt_impl(os_, dir_, paths_, options_, token, h); });
+  return h;
+}
+
+lock_handle rename_lock::take_over(const std::string& token, bool force) const {
+  lock_handle h;
+  run_throwing([&] { return take_over_impl(os_, dir_, paths_, options_, token, force, h); });
+  return h;
+}
+
+lock_handle rename_lock::take_over(const std::string& token, bool force,
+                                   std::error_code& ec) const noexcept {
+  lock_handle h;
+  run_noexcept(ec, [&] { return take_over_impl(os_, dir_, paths_, options_, token, force, h); });
+  return h;
+}
 
 std::optional<holder_info> rename_lock::holder() const {
   std::optional<holder_info> out;

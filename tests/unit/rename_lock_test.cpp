@@ -604,6 +604,70 @@ TEST_F(RenameLockTest, RejectsBadArgumentsWithoutTouchingTheDisk) {
   (void)before;
 }
 
+TEST_F(RenameLockTest, AcquiresOnBehalfOfAnotherProcess) {
+  auto a = process(100), b = process(200);
+  world->processes[4242] = {'S', 777, 0, 0};  // the shell that will own the lock
+  lock_options o = options(60s);
+  o.owner_pid = 4242;
+  lock_handle h = lock_for(a, o).acquire();
+  tokenlock::detail::held_token t;
+  ASSERT_EQ(tokenlock::detail::classify_name(h.token(), &t), tokenlock::detail::name_kind::held);
+  EXPECT_EQ(t.pid, 4242);
+  EXPECT_EQ(t.start_time, 777u);
+  const std::string token = h.detach();
+  EXPECT_FALSE(h.owns());
+  EXPECT_EQ(entries(), std::vector<std::string>{token}) << "detach leaves the token held";
+  EXPECT_FALSE(lock_for(b).try_acquire().has_value()) << "held while the owner lives";
+  world->processes.erase(4242);
+  EXPECT_TRUE(lock_for(b).try_acquire().has_value()) << "abandoned once the owner is gone";
+  o.owner_pid = 999;  // no such process
+  EXPECT_EQ(code_of([&] { lock_for(a, o).acquire(); }), std::errc::no_such_file_or_directory);
+}
+
+TEST_F(RenameLockTest, AdoptsATokenToReleaseOrRefreshItElsewhere) {
+  auto a = process(100), b = process(200);
+  const std::string token = lock_for(a).acquire().detach();
+  lock_handle h = lock_for(b).adopt(token);
+  EXPECT_TRUE(h.owns());
+  world->advance(1'000'000);
+  h.refresh();
+  EXPECT_NE(h.token(), token);
+  EXPECT_EQ(tokenlock::detail::owner_part(h.token()), tokenlock::detail::owner_part(token))
+      << "the owner stays the process that acquired it";
+  const std::string refreshed = h.token();
+  h.release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+  EXPECT_EQ(code_of([&] { lock_for(b).adopt(refreshed); }), errc::lock_lost);
+  EXPECT_EQ(code_of([&] { lock_for(b).adopt("lockfile"); }), errc::bad_argument);
+  EXPECT_EQ(code_of([&] { lock_for(b).adopt("../../etc/passwd"); }), errc::bad_argument);
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+}
+
+TEST_F(RenameLockTest, TakesOverExactlyTheNamedStaleTokenAndNothingElse) {
+  auto a = process(100), b = process(200);
+  lock_handle ha = lock_for(a, options(60s)).acquire();
+  const std::string live = ha.token();
+  auto before = snapshot(tmp.path());
+  std::string msg = message_of([&] { lock_for(b).take_over(live); });
+  EXPECT_EQ(code_of([&] { lock_for(b).take_over(live); }), errc::busy);
+  EXPECT_NE(msg.find("not stale"), std::string::npos) << msg;
+  EXPECT_EQ(snapshot(tmp.path()), before);
+  // A stale token that is no longer there: nothing else is touched.
+  const std::string other = token_name(world->wall_us - 1, "testhost-0000abcd", 100, 5100);
+  EXPECT_EQ(code_of([&] { lock_for(b).take_over(other); }), errc::lock_lost);
+  EXPECT_EQ(snapshot(tmp.path()), before);
+  // Forced, or once stale, it is taken over.
+  lock_handle hb = lock_for(b).take_over(live, true);
+  EXPECT_TRUE(hb.owns());
+  EXPECT_EQ(entries(), std::vector<std::string>{hb.token()});
+  EXPECT_EQ(code_of([&] { ha.release(); }), errc::lock_lost);
+  hb.release();
+  lock_handle hc = lock_for(a, options(60s)).acquire();
+  world->processes.erase(100);
+  lock_handle hd = lock_for(b).take_over(hc.token());
+  EXPECT_TRUE(hd.owns());
+}
+
 // ---- errno paths: a clear message, and nothing changed ---------------------
 
 struct errno_case {

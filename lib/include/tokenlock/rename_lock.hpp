@@ -109,6 +109,11 @@ struct lock_options {
   // when the lock is held for a while; a waiter that sees releases follow
   // each other within 200 us polls instead (docs/protocol.md, Waiting).
   bool wake_on_release = true;
+  // The process that owns the lock: 0 means the calling process. With
+  // another pid (on this host), the token carries that process's pid and
+  // start time, so the lock counts as abandoned once that process is gone.
+  // The tokenlock command uses it to give a lock to the calling shell.
+  int owner_pid = 0;
   // A waiter sleeps backoff_min at first, doubling up to backoff_max, each
   // time ±25 % at random. Early retries are what hands the lock from one
   // waiter to the next, and each hand-off costs the holder time: see
@@ -161,6 +166,23 @@ class rename_lock {
   // Errors as acquire(), except busy and timed_out.
   std::optional<lock_handle> try_acquire() const;
   std::optional<lock_handle> try_acquire(std::error_code& ec) const noexcept;
+
+  // A handle for `token`, a held token that some process (maybe another
+  // one) acquired in this lock, so that it can be refreshed or released
+  // here. Fails with bad_argument when `token` is not a held token name,
+  // and with lock_lost when this lock does not hold it (it was released,
+  // refreshed or taken over, or it belongs to another lock).
+  lock_handle adopt(const std::string& token) const;
+  lock_handle adopt(const std::string& token, std::error_code& ec) const noexcept;
+
+  // Takes over exactly `token`, if it is stale (or `force` is set), by
+  // renaming that name to a fresh token of ours; any other token is never
+  // touched. Fails with busy (with the reason) when it is not stale and not
+  // forced, lock_lost when the lock no longer holds that token, and
+  // bad_argument when it is not a held token name.
+  lock_handle take_over(const std::string& token, bool force = false) const;
+  lock_handle take_over(const std::string& token, bool force,
+                        std::error_code& ec) const noexcept;
 
   // Who holds the lock now: std::nullopt when it is free (or the directory
   // does not exist yet). Read-only: it never takes anything over.
