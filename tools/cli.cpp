@@ -1,0 +1,81 @@
+#include "cli.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <iostream>
+
+#include "tokenlock/errors.hpp"
+
+namespace tokenlock::cli {
+
+int exit_code_for(std::error_code ec, int busy_code) {
+  if (ec.category() == tokenlock::error_category()) {
+    switch (static_cast<errc>(ec.value())) {
+      case errc::busy:
+      case errc::timed_out: return busy_code;
+      case errc::lock_lost: return exit_code::lost;
+      case errc::token_missing:
+      case errc::lock_corrupt: return exit_code::unavailable;
+      case errc::corrupt_data:
+      case errc::bad_argument: return exit_code::data;
+      case errc::not_owner: return exit_code::software;
+      case errc::dir_sync_failed: return exit_code::io_error;
+      case errc::not_fenced: return exit_code::temp_fail;
+    }
+    return exit_code::software;
+  }
+  switch (ec.value()) {
+    case EACCES:
+    case EPERM: return exit_code::no_perm;
+    case ENOENT: return exit_code::no_input;
+    case ENOSPC:
+    case EDQUOT:
+    case EROFS:
+    case EFBIG:
+    case EISDIR:
+    case ENOTDIR:
+    case ENAMETOOLONG: return exit_code::cant_create;
+    case EIO: return exit_code::io_error;
+    case EOVERFLOW:
+    case EINVAL: return exit_code::data;
+    default: return exit_code::os_error;
+  }
+}
+
+int report(std::error_code ec, const std::string& message, int busy_code) {
+  if (message.rfind("tokenlock:", 0) == 0)
+    std::cerr << message << "\n";
+  else
+    std::cerr << "tokenlock: " << (message.empty() ? ec.message() : message) << "\n";
+  return exit_code_for(ec, busy_code);
+}
+
+int usage_error(const std::string& command, const std::string& message) {
+  std::cerr << "tokenlock " << command << ": " << message << "\n"
+            << "Try 'tokenlock " << command << " --help'.\n";
+  return exit_code::usage;
+}
+
+parsed parse(const std::vector<std::string>& args, po::options_description options,
+             const po::positional_options_description& positional) {
+  options.add_options()("help,h", "show this help and exit");
+  parsed p;
+  po::store(po::command_line_parser(args)
+                .options(options)
+                .positional(positional)
+                .style(po::command_line_style::unix_style)
+                .run(),
+            p.vars);
+  p.help = p.vars.count("help") > 0;
+  if (!p.help) po::notify(p.vars);
+  return p;
+}
+
+std::chrono::milliseconds seconds_option(const std::string& name, double secs, bool allow_zero) {
+  if (!std::isfinite(secs) || secs < 0 || (!allow_zero && secs == 0) || secs > 365.0 * 24 * 3600)
+    throw po::error("--" + name + " takes a number of seconds" +
+                    (allow_zero ? " (0 or more)" : " greater than 0") + ", at most a year");
+  return std::chrono::milliseconds(static_cast<long long>(std::llround(secs * 1000)));
+}
+
+}  // namespace tokenlock::cli

@@ -1,0 +1,62 @@
+// Shared parts of the tokenlock command: exit codes, option parsing,
+// error reporting.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <boost/program_options.hpp>
+
+namespace tokenlock::cli {
+
+// Exit codes (docs/tokenlock.1.md). 0, 1 and the command's own status
+// follow flock(1); the rest are sysexits.h values.
+namespace exit_code {
+constexpr int ok = 0;
+constexpr int busy = 1;          // busy or timed out (run/acquire: -E changes it)
+constexpr int lost = 3;          // the token is not held any more: taken over, or another lock's
+constexpr int usage = 64;        // EX_USAGE: bad command line
+constexpr int data = 65;         // EX_DATAERR: corrupt counter, malformed token, empty input
+constexpr int no_input = 66;     // EX_NOINPUT: a file or directory that must exist does not
+constexpr int unavailable = 69;  // EX_UNAVAILABLE: the lock directory needs a human (corrupt)
+constexpr int software = 70;     // EX_SOFTWARE: internal error
+constexpr int os_error = 71;     // EX_OSERR: any other system error
+constexpr int cant_create = 73;  // EX_CANTCREAT: no space, quota, read-only, not a file
+constexpr int io_error = 74;     // EX_IOERR: I/O error, directory sync failed
+constexpr int temp_fail = 75;    // EX_TEMPFAIL: the commit could not be fenced
+constexpr int no_perm = 77;      // EX_NOPERM: permission denied
+constexpr int cannot_execute = 126;
+constexpr int not_found = 127;
+}  // namespace exit_code
+
+// The exit code for a failure; `busy_code` is what busy/timed_out map to.
+int exit_code_for(std::error_code ec, int busy_code = exit_code::busy);
+
+// Prints "tokenlock: <message>" (the library's messages already start with
+// "tokenlock:") to stderr and returns the exit code for `ec`.
+int report(std::error_code ec, const std::string& message, int busy_code = exit_code::busy);
+
+// A bad command line: prints the message and "Try 'tokenlock CMD --help'".
+int usage_error(const std::string& command, const std::string& message);
+
+namespace po = boost::program_options;
+
+// One subcommand's command line.
+struct parsed {
+  po::variables_map vars;
+  bool help = false;
+};
+
+// Parses `args` (after the subcommand's name) with `options` and the
+// positional names; adds --help. Throws po::error on a bad command line.
+parsed parse(const std::vector<std::string>& args, po::options_description options,
+             const po::positional_options_description& positional);
+
+// SECS as given to -w, --lease: a non-negative number of seconds, possibly
+// fractional. Throws po::error otherwise.
+std::chrono::milliseconds seconds_option(const std::string& name, double secs, bool allow_zero);
+
+}  // namespace tokenlock::cli

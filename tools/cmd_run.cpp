@@ -1,0 +1,191 @@
+// run: a command under the lock, with its lease kept alive.
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <iostream>
+
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.hpp"
+#include "commands.hpp"
+#include "tokenlock/tokenlock.hpp"
+
+namespace tokenlock::cli {
+namespace {
+
+constexpr int forwarded[] = {SIGTERM, SIGINT, SIGHUP};
+
+// Options that take a value in the next argument, for finding LOCKDIR.
+bool takes_value(const std::string& s) {
+  return s == "-w" || s == "--wait" || s == "--lease" || s == "-E" || s == "--conflict-exit-code";
+}
+
+void on_sigchld(int) {}
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exit status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("killed by signal ") + std::to_string(WTERMSIG(status));
+  return "status " + std::to_string(status);
+}
+
+}  // namespace
+
+int cmd_run(const args& a) {
+  po::options_description d(
+      "Usage: tokenlock run [-w SECS | -n] [--lease SECS] [-E CODE] LOCKDIR [--] CMD [ARGS...]\n\n"
+      "Runs CMD with its arguments untouched while holding the lock, refreshes the lease\n"
+      "every third of it while CMD runs, passes SIGTERM, SIGINT and SIGHUP on to CMD, and\n"
+      "releases the lock when CMD ends. Exits with CMD's status (128+N when a signal N\n"
+      "killed it), or with CODE (default 1) when the lock stays busy. If the lock is\n"
+      "lost while CMD runs, that is said on stderr and the exit status is CMD's when\n"
+      "non-zero, 3 otherwise.\n\nOptions");
+  d.add_options()("wait,w", po::value<double>()->value_name("SECS"),
+                  "wait at most SECS seconds for the lock (default: as long as it takes)")(
+      "nonblock,n", "fail at once if the lock is busy")(
+      "conflict-exit-code,E", po::value<int>()->value_name("CODE")->default_value(exit_code::busy),
+      "exit status when the lock is busy or the wait times out")(
+      "lease", po::value<double>()->value_name("SECS")->default_value(60),
+      "the lease, kept alive while CMD runs")("verbose,v", "say why when the lock is busy");
+
+  // Everything after LOCKDIR belongs to the command, untouched.
+  std::size_t i = 0;
+  for (; i < a.size(); ++i) {
+    if (a[i] == "--") {
+      ++i;
+      break;
+    }
+    if (a[i].size() > 1 && a[i][0] == '-') {
+      if (takes_value(a[i])) ++i;
+      continue;
+    }
+    break;
+  }
+  const std::vector<std::string> opts(a.begin(), a.begin() + static_cast<long>(std::min(i, a.size())));
+  std::string dir;
+  std::vector<std::string> command;
+  if (i < a.size()) {
+    dir = a[i];
+    std::size_t c = i + 1;
+    if (c < a.size() && a[c] == "--") ++c;
+    command.assign(a.begin() + static_cast<long>(c), a.end());
+  }
+
+  lock_options o;
+  int conflict = exit_code::busy;
+  bool verbose = false;
+  try {
+    parsed p = parse(opts, d, po::positional_options_description());
+    if (p.help) {
+      std::cout << d;
+      return exit_code::ok;
+    }
+    if (dir.empty()) throw po::error("LOCKDIR is missing");
+    if (command.empty()) throw po::error("CMD is missing");
+    if (p.vars.count("wait") && p.vars.count("nonblock")) throw po::error("-w and -n exclude each other");
+    if (p.vars.count("nonblock"))
+      o.wait = std::chrono::milliseconds(0);
+    else if (p.vars.count("wait"))
+      o.wait = seconds_option("wait", p.vars["wait"].as<double>(), true);
+    else
+      o.wait = std::chrono::hours(24 * 365);
+    conflict = p.vars["conflict-exit-code"].as<int>();
+    if (conflict < 0 || conflict > 255) throw po::error("-E takes an exit status from 0 to 255");
+    o.lease = seconds_option("lease", p.vars["lease"].as<double>(), false);
+    o.max_lease = std::max(o.max_lease, o.lease);
+    verbose = p.vars.count("verbose") > 0;
+  } catch (const po::error& e) {
+    return usage_error("run", e.what());
+  }
+
+  rename_lock lock(dir, o);
+  std::error_code ec;
+  lock_handle h = lock.acquire(ec);
+  if (ec) {
+    if ((ec == errc::busy || ec == errc::timed_out) && !verbose) return conflict;
+    return report(ec, last_error_message(), conflict);
+  }
+
+  // Signals are taken with sigtimedwait: no handler runs asynchronously.
+  sigset_t set, old;
+  sigemptyset(&set);
+  sigaddset(&set, SIGCHLD);
+  for (int s : forwarded) sigaddset(&set, s);
+  struct sigaction sa {};
+  sa.sa_handler = on_sigchld;  // SIGCHLD's default is to discard it
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGCHLD, &sa, nullptr);
+  ::sigprocmask(SIG_BLOCK, &set, &old);
+
+  std::vector<char*> argv;
+  for (auto& s : command) argv.push_back(const_cast<char*>(s.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    ::sigprocmask(SIG_SETMASK, &old, nullptr);
+    return report(std::error_code(errno, std::generic_category()),
+                  std::string("tokenlock: run: cannot fork: ") + std::strerror(errno));
+  }
+  if (pid == 0) {
+    ::sigprocmask(SIG_SETMASK, &old, nullptr);
+    ::execvp(argv[0], argv.data());
+    const int e = errno;
+    std::cerr << "tokenlock run: cannot execute " << command[0] << ": " << std::strerror(e) << "\n";
+    ::_exit(e == ENOENT ? exit_code::not_found : exit_code::cannot_execute);
+  }
+
+  using clock = std::chrono::steady_clock;
+  const auto interval = std::max(std::chrono::milliseconds(1), o.lease / 3);
+  auto next_refresh = clock::now() + interval;
+  bool lost = false;
+  int status = 0;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(next_refresh - clock::now());
+    if (left.count() < 0) left = std::chrono::nanoseconds(0);
+    timespec ts{static_cast<time_t>(left.count() / 1000000000), static_cast<long>(left.count() % 1000000000)};
+    siginfo_t info;
+    const int sig = ::sigtimedwait(&set, &info, &ts);
+    if (sig == SIGCHLD) {
+      if (::waitpid(pid, &status, WNOHANG) == pid) break;
+      continue;
+    }
+    if (sig > 0) {
+      ::kill(pid, sig);
+      continue;
+    }
+    if (errno == EINTR) continue;
+    // The lease's third has passed.
+    next_refresh = clock::now() + interval;
+    if (lost) continue;
+    h.refresh(ec);
+    if (ec == errc::lock_lost) {
+      lost = true;
+      std::cerr << last_error_message() << "\ntokenlock run: the lock on " << dir
+                << " was lost while " << command[0] << " runs; it keeps running\n";
+    } else if (ec) {
+      std::cerr << last_error_message() << " (will retry)\n";
+    }
+  }
+  ::sigprocmask(SIG_SETMASK, &old, nullptr);
+
+  if (!lost) {
+    h.release(ec);
+    if (ec == errc::lock_lost) {
+      lost = true;
+      std::cerr << last_error_message() << "\n";
+    }
+  }
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status)
+                   : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
+                                         : exit_code::software;
+  if (lost) {
+    std::cerr << "tokenlock run: the lock on " << dir << " was lost while " << command[0]
+              << " ran (" << describe_status(status) << ")\n";
+    return code != 0 ? code : exit_code::lost;
+  }
+  return code;
+}
+
+}  // namespace tokenlock::cli
