@@ -4,6 +4,7 @@
 #include <cstring>
 #include <iostream>
 
+#include <poll.h>
 #include <unistd.h>
 
 #include "cli.hpp"
@@ -71,12 +72,20 @@ int cmd_write(const args& a) {
     return usage_error("write", e.what());
   }
 
-  // An interruption ends the read with EINTR (no SA_RESTART); nothing is
-  // committed after it.
+  // The interrupting signals stay blocked except while waiting for input
+  // (ppoll unblocks them atomically), so one that arrives mid-write is seen
+  // at the next wait instead of being missed before a blocking read.
   struct sigaction sa {};
   sa.sa_handler = on_interrupt;
   sigemptyset(&sa.sa_mask);
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) ::sigaction(s, &sa, nullptr);
+  sigset_t blocked, waiting;
+  sigemptyset(&blocked);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) {
+    ::sigaction(s, &sa, nullptr);
+    sigaddset(&blocked, s);
+  }
+  ::sigprocmask(SIG_BLOCK, &blocked, &waiting);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) sigdelset(&waiting, s);
 
   std::error_code ec;
   // Without a lock, stream into the temporary file; with one, read
@@ -90,7 +99,10 @@ int cmd_write(const args& a) {
   std::size_t total = 0;
   char buf[64 * 1024];
   for (;;) {
-    ssize_t n = ::read(0, buf, sizeof buf);
+    pollfd in{0, POLLIN, 0};
+    ssize_t n = -1;
+    errno = EINTR;
+    if (!g_interrupted && ::ppoll(&in, 1, nullptr, &waiting) >= 0) n = ::read(0, buf, sizeof buf);
     if (g_interrupted) {
       if (out) out->rollback();
       std::cerr << "tokenlock write: interrupted by signal " << g_interrupted << "; " << file

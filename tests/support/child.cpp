@@ -141,6 +141,72 @@ std::string run_in_child(const std::function<std::string()>& body, int& exit_sta
   return report;
 }
 
+command_result run_command(const std::vector<std::string>& argv, const std::string& input,
+                           int uid) {
+  ::signal(SIGPIPE, SIG_IGN);  // the command may exit before reading all input
+  int in[2], out[2], err[2];
+  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
+    throw std::runtime_error("pipe2");
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork");
+  if (pid == 0) {
+    ::dup2(in[0], 0);
+    ::dup2(out[1], 1);
+    ::dup2(err[1], 2);
+    if (uid >= 0 && (::setgid(static_cast<gid_t>(uid)) != 0 || ::setuid(static_cast<uid_t>(uid)) != 0))
+      ::_exit(125);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  ::close(in[0]);
+  ::close(out[1]);
+  ::close(err[1]);
+  // Feed and drain together, so that neither side blocks on a full pipe.
+  command_result r;
+  std::size_t fed = 0;
+  if (input.empty()) {
+    ::close(in[1]);
+    in[1] = -1;
+  }
+  bool out_open = true, err_open = true;
+  while (out_open || err_open || in[1] >= 0) {
+    pollfd p[3];
+    int n = 0;
+    if (out_open) p[n++] = {out[0], POLLIN, 0};
+    if (err_open) p[n++] = {err[0], POLLIN, 0};
+    if (in[1] >= 0) p[n++] = {in[1], POLLOUT, 0};
+    if (::poll(p, static_cast<nfds_t>(n), -1) < 0 && errno != EINTR) break;
+    for (int i = 0; i < n; ++i) {
+      if (!p[i].revents) continue;
+      if (p[i].fd == in[1]) {
+        ssize_t w = ::write(in[1], input.data() + fed, input.size() - fed);
+        if (w > 0) fed += static_cast<std::size_t>(w);
+        if (w < 0 || fed == input.size()) {
+          ::close(in[1]);
+          in[1] = -1;
+        }
+        continue;
+      }
+      char buf[4096];
+      ssize_t got = ::read(p[i].fd, buf, sizeof buf);
+      if (got <= 0) {
+        ::close(p[i].fd);
+        (p[i].fd == out[0] ? out_open : err_open) = false;
+      } else {
+        (p[i].fd == out[0] ? r.out : r.err).append(buf, static_cast<std::size_t>(got));
+      }
+    }
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
 std::int64_t monotonic_ns() {
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC, &ts);

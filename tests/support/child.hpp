@@ -59,4 +59,15 @@ std::int64_t monotonic_ns();
 // is the child's wait status: exit 0 after body returned, 2 if it threw.
 std::string run_in_child(const std::function<std::string()>& body, int& exit_status);
 
+// A finished command: its wait status decoded, and what it printed.
+struct command_result {
+  int exit_code = -1;  // exit status, or 128+N when killed by signal N
+  std::string out, err;
+};
+
+// Runs argv to completion with `input` on its standard input; with a uid,
+// as that user (and group). Both outputs are collected in full.
+command_result run_command(const std::vector<std::string>& argv, const std::string& input = {},
+                           int uid = -1);
+
 }  // namespace tokenlock::testing
