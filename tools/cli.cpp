@@ -20,7 +20,7 @@ int exit_code_for(std::error_code ec, int busy_code) {
       case errc::bad_argument: return exit_code::data;
       case errc::not_owner: return exit_code::software;
       case errc::dir_sync_failed: return exit_code::io_error;
-      case errc::not_fenced: return exit_code::temp_fail;
+      case errc::not_fenced: return exit_code::software;  // the command never requires a fence
     }
     return exit_code::software;
   }
@@ -56,12 +56,15 @@ int usage_error(const std::string& command, const std::string& message) {
   return exit_code::usage;
 }
 
-parsed parse(const std::vector<std::string>& args, po::options_description options,
+parsed parse(const std::vector<std::string>& args, po::options_description& visible,
+             const po::options_description& hidden,
              const po::positional_options_description& positional) {
-  options.add_options()("help,h", "show this help and exit");
+  visible.add_options()("help,h", "show this help and exit");
+  po::options_description all;
+  all.add(visible).add(hidden);
   parsed p;
   po::store(po::command_line_parser(args)
-                .options(options)
+                .options(all)
                 .positional(positional)
                 .style(po::command_line_style::unix_style)
                 .run(),

@@ -26,7 +26,6 @@ constexpr int software = 70;     // EX_SOFTWARE: internal error
 constexpr int os_error = 71;     // EX_OSERR: any other system error
 constexpr int cant_create = 73;  // EX_CANTCREAT: no space, quota, read-only, not a file
 constexpr int io_error = 74;     // EX_IOERR: I/O error, directory sync failed
-constexpr int temp_fail = 75;    // EX_TEMPFAIL: the commit could not be fenced
 constexpr int no_perm = 77;      // EX_NOPERM: permission denied
 constexpr int cannot_execute = 126;
 constexpr int not_found = 127;
@@ -50,9 +49,11 @@ struct parsed {
   bool help = false;
 };
 
-// Parses `args` (after the subcommand's name) with `options` and the
-// positional names; adds --help. Throws po::error on a bad command line.
-parsed parse(const std::vector<std::string>& args, po::options_description options,
+// Parses `args` (after the subcommand's name) with the `visible` options
+// (shown by --help, which is added) and the `hidden` ones that name the
+// positional arguments. Throws po::error on a bad command line.
+parsed parse(const std::vector<std::string>& args, po::options_description& visible,
+             const po::options_description& hidden,
              const po::positional_options_description& positional);
 
 // SECS as given to -w, --lease: a non-negative number of seconds, possibly

@@ -28,7 +28,13 @@ void add_file_options(po::options_description& d) {
   d.add_options()("lock", po::value<std::string>()->value_name("LOCKDIR"),
                   "hold this lock while writing")(
       "sync", po::value<std::string>()->value_name("LEVEL")->default_value("file_and_dir"),
-      "durability: none, file or file_and_dir")("file", po::value<std::string>()->required(), "");
+      "durability: none, file or file_and_dir");
+}
+
+po::options_description file_argument() {
+  po::options_description hidden;
+  hidden.add_options()("file", po::value<std::string>()->required(), "");
+  return hidden;
 }
 
 }  // namespace
@@ -51,9 +57,9 @@ int cmd_write(const args& a) {
   std::string file, lock_dir;
   bool allow_empty = false;
   try {
-    parsed p = parse(a, d, pos);
+    parsed p = parse(a, d, file_argument(), pos);
     if (p.help) {
-      std::cout << d;
+      std::cout << d << "\n";
       return exit_code::ok;
     }
     file = p.vars["file"].as<std::string>();
@@ -159,9 +165,9 @@ int cmd_incr(const args& a) {
   std::string file, lock_dir;
   std::uint64_t by = 1;
   try {
-    parsed p = parse(a, d, pos);
+    parsed p = parse(a, d, file_argument(), pos);
     if (p.help) {
-      std::cout << d;
+      std::cout << d << "\n";
       return exit_code::ok;
     }
     file = p.vars["file"].as<std::string>();

@@ -98,16 +98,17 @@ int cmd_acquire(const args& a) {
   add_wait_options(d);
   d.add_options()("lease", po::value<double>()->value_name("SECS")->default_value(acquire_default_lease_s),
                   "how long the lock stays valid without a refresh")(
-      "pid", po::value<int>()->value_name("PID"), "the owner process (default: the parent)")(
-      "lockdir", po::value<std::string>()->required(), "the lock directory");
+      "pid", po::value<int>()->value_name("PID"), "the owner process (default: the parent)");
+  po::options_description hidden;
+  hidden.add_options()("lockdir", po::value<std::string>()->required(), "");
   po::positional_options_description pos;
   pos.add("lockdir", 1);
   lock_options o;
   int conflict = exit_code::busy;
   try {
-    parsed p = parse(a, d, pos);
+    parsed p = parse(a, d, hidden, pos);
     if (p.help) {
-      std::cout << d;
+      std::cout << d << "\n";
       return exit_code::ok;
     }
     apply_wait(p.vars, o);
@@ -133,14 +134,15 @@ int cmd_release(const args& a) {
       "Releases the lock held with TOKEN (as printed by acquire or refresh). Exits 3\n"
       "when the lock does not hold TOKEN any more: it was taken over, or TOKEN belongs\n"
       "to another lock.\n\nOptions");
-  d.add_options()("lockdir", po::value<std::string>()->required(), "")(
+  po::options_description hidden;
+  hidden.add_options()("lockdir", po::value<std::string>()->required(), "")(
       "token", po::value<std::string>()->required(), "");
   po::positional_options_description pos;
   pos.add("lockdir", 1).add("token", 1);
   try {
-    parsed p = parse(a, d, pos);
+    parsed p = parse(a, d, hidden, pos);
     if (p.help) {
-      std::cout << d;
+      std::cout << d << "\n";
       return exit_code::ok;
     }
     rename_lock lock(p.vars["lockdir"].as<std::string>());
@@ -161,14 +163,16 @@ int cmd_refresh(const args& a) {
       "token's name carries its expiry, so it changes). Exits 3 when the lock does\n"
       "not hold TOKEN any more.\n\nOptions");
   d.add_options()("lease", po::value<double>()->value_name("SECS")->default_value(acquire_default_lease_s),
-                  "the new lease, from now")("lockdir", po::value<std::string>()->required(), "")(
+                  "the new lease, from now");
+  po::options_description hidden;
+  hidden.add_options()("lockdir", po::value<std::string>()->required(), "")(
       "token", po::value<std::string>()->required(), "");
   po::positional_options_description pos;
   pos.add("lockdir", 1).add("token", 1);
   try {
-    parsed p = parse(a, d, pos);
+    parsed p = parse(a, d, hidden, pos);
     if (p.help) {
-      std::cout << d;
+      std::cout << d << "\n";
       return exit_code::ok;
     }
     const auto lease = seconds_option("lease", p.vars["lease"].as<double>(), false);
@@ -189,13 +193,15 @@ int cmd_status(const args& a) {
       "Usage: tokenlock status [--json] LOCKDIR\n\n"
       "Says who holds the lock: free, held by pid P on host H until T, or stale (and\n"
       "why). --json prints one object; its fields are listed in tokenlock(1).\n\nOptions");
-  d.add_options()("json", "print a JSON object")("lockdir", po::value<std::string>()->required(), "");
+  d.add_options()("json", "print a JSON object");
+  po::options_description hidden;
+  hidden.add_options()("lockdir", po::value<std::string>()->required(), "");
   po::positional_options_description pos;
   pos.add("lockdir", 1);
   try {
-    parsed p = parse(a, d, pos);
+    parsed p = parse(a, d, hidden, pos);
     if (p.help) {
-      std::cout << d;
+      std::cout << d << "\n";
       return exit_code::ok;
     }
     const std::string dir = p.vars["lockdir"].as<std::string>();
@@ -236,14 +242,16 @@ int cmd_break(const args& a) {
       "Takes over exactly TOKEN if it is stale, then frees the lock. A token that is\n"
       "not stale is refused (exit 1) unless --force is given; any other token is never\n"
       "touched. Exits 3 when the lock does not hold TOKEN any more.\n\nOptions");
-  d.add_options()("force", "take it over even if its owner looks alive and its lease runs")(
-      "lockdir", po::value<std::string>()->required(), "")("token", po::value<std::string>()->required(), "");
+  d.add_options()("force", "take it over even if its owner looks alive and its lease runs");
+  po::options_description hidden;
+  hidden.add_options()("lockdir", po::value<std::string>()->required(), "")(
+      "token", po::value<std::string>()->required(), "");
   po::positional_options_description pos;
   pos.add("lockdir", 1).add("token", 1);
   try {
-    parsed p = parse(a, d, pos);
+    parsed p = parse(a, d, hidden, pos);
     if (p.help) {
-      std::cout << d;
+      std::cout << d << "\n";
       return exit_code::ok;
     }
     rename_lock lock(p.vars["lockdir"].as<std::string>());

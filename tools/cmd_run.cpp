@@ -77,9 +77,9 @@ int cmd_run(const args& a) {
   int conflict = exit_code::busy;
   bool verbose = false;
   try {
-    parsed p = parse(opts, d, po::positional_options_description());
+    parsed p = parse(opts, d, po::options_description(), po::positional_options_description());
     if (p.help) {
-      std::cout << d;
+      std::cout << d << "\n";
       return exit_code::ok;
     }
     if (dir.empty()) throw po::error("LOCKDIR is missing");
