@@ -56,22 +56,34 @@ int usage_error(const std::string& command, const std::string& message) {
   return exit_code::usage;
 }
 
-parsed parse(const std::vector<std::string>& args, po::options_description& visible,
-             const po::options_description& hidden,
-             const po::positional_options_description& positional) {
+int with_command_line(const char* command, const std::vector<std::string>& args,
+                      po::options_description& visible, const std::vector<std::string>& positional,
+                      const std::function<int(const po::variables_map&)>& body) {
   visible.add_options()("help,h", "show this help and exit");
   po::options_description all;
-  all.add(visible).add(hidden);
-  parsed p;
-  po::store(po::command_line_parser(args)
-                .options(all)
-                .positional(positional)
-                .style(po::command_line_style::unix_style)
-                .run(),
-            p.vars);
-  p.help = p.vars.count("help") > 0;
-  if (!p.help) po::notify(p.vars);
-  return p;
+  all.add(visible);
+  po::positional_options_description pos;
+  for (const auto& name : positional) {
+    all.add_options()(name.c_str(), po::value<std::string>()->required(), "");
+    pos.add(name.c_str(), 1);
+  }
+  try {
+    po::variables_map vars;
+    po::store(po::command_line_parser(args)
+                  .options(all)
+                  .positional(pos)
+                  .style(po::command_line_style::unix_style)
+                  .run(),
+              vars);
+    if (vars.count("help")) {
+      std::cout << visible << "\n";
+      return exit_code::ok;
+    }
+    po::notify(vars);
+    return body(vars);
+  } catch (const po::error& e) {
+    return usage_error(command, e.what());
+  }
 }
 
 std::chrono::milliseconds seconds_option(const std::string& name, double secs, bool allow_zero) {
@@ -79,6 +91,27 @@ std::chrono::milliseconds seconds_option(const std::string& name, double secs, b
     throw po::error("--" + name + " takes a number of seconds" +
                     (allow_zero ? " (0 or more)" : " greater than 0") + ", at most a year");
   return std::chrono::milliseconds(static_cast<long long>(std::llround(secs * 1000)));
+}
+
+void add_wait_options(po::options_description& d) {
+  d.add_options()("wait,w", po::value<double>()->value_name("SECS"),
+                  "wait at most SECS seconds for the lock (default: as long as it takes)")(
+      "nonblock,n", "fail at once if the lock is busy")(
+      "conflict-exit-code,E", po::value<int>()->value_name("CODE")->default_value(exit_code::busy),
+      "exit status when the lock is busy or the wait times out");
+}
+
+int apply_wait(const po::variables_map& v, lock_options& o) {
+  if (v.count("wait") && v.count("nonblock")) throw po::error("-w and -n exclude each other");
+  if (v.count("nonblock"))
+    o.wait = std::chrono::milliseconds(0);
+  else if (v.count("wait"))
+    o.wait = seconds_option("wait", v["wait"].as<double>(), true);
+  else
+    o.wait = std::chrono::hours(24 * 365);
+  const int code = v["conflict-exit-code"].as<int>();
+  if (code < 0 || code > 255) throw po::error("-E takes an exit status from 0 to 255");
+  return code;
 }
 
 }  // namespace tokenlock::cli

@@ -10,6 +10,8 @@
 
 #include <boost/program_options.hpp>
 
+#include "tokenlock/rename_lock.hpp"
+
 namespace tokenlock::cli {
 
 // Exit codes (docs/tokenlock.1.md). 0, 1 and the command's own status
@@ -43,18 +45,20 @@ int usage_error(const std::string& command, const std::string& message);
 
 namespace po = boost::program_options;
 
-// One subcommand's command line.
-struct parsed {
-  po::variables_map vars;
-  bool help = false;
-};
+// Runs a subcommand: parses `args` (after its name) with the `visible`
+// options (shown by --help, which is added) and the required positional
+// arguments named in `positional`, prints the help when asked, and calls
+// `body` with the parsed values. A po::error from parsing or from `body`
+// (which validates values with it) is a usage error, exit status 64.
+int with_command_line(const char* command, const std::vector<std::string>& args,
+                      po::options_description& visible, const std::vector<std::string>& positional,
+                      const std::function<int(const po::variables_map&)>& body);
 
-// Parses `args` (after the subcommand's name) with the `visible` options
-// (shown by --help, which is added) and the `hidden` ones that name the
-// positional arguments. Throws po::error on a bad command line.
-parsed parse(const std::vector<std::string>& args, po::options_description& visible,
-             const po::options_description& hidden,
-             const po::positional_options_description& positional);
+// -w SECS, -n and -E CODE, for the commands that wait for a lock.
+void add_wait_options(po::options_description& d);
+// Applies them to `o` (wait forever when neither -w nor -n is given) and
+// returns the exit status for a busy lock. Throws po::error on bad values.
+int apply_wait(const po::variables_map& v, lock_options& o);
 
 // SECS as given to -w, --lease: a non-negative number of seconds, possibly
 // fractional. Throws po::error otherwise.

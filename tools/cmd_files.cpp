@@ -24,6 +24,9 @@ durability parse_sync(const std::string& s) {
   throw po::error("--sync takes none, file or file_and_dir");
 }
 
+int write_stdin(const std::string& file, const write_options& wo, const std::string& lock_dir,
+                bool allow_empty);
+
 void add_file_options(po::options_description& d) {
   d.add_options()("lock", po::value<std::string>()->value_name("LOCKDIR"),
                   "hold this lock while writing")(
@@ -31,11 +34,6 @@ void add_file_options(po::options_description& d) {
       "durability: none, file or file_and_dir");
 }
 
-po::options_description file_argument() {
-  po::options_description hidden;
-  hidden.add_options()("file", po::value<std::string>()->required(), "");
-  return hidden;
-}
 
 }  // namespace
 
@@ -51,33 +49,27 @@ int cmd_write(const args& a) {
                   "mode of a new FILE (default 0644 minus the umask)")(
       "follow-symlinks", "if FILE is a symbolic link, replace the file it points to")(
       "allow-empty", "accept empty input");
-  po::positional_options_description pos;
-  pos.add("file", 1);
-  write_options wo;
-  std::string file, lock_dir;
-  bool allow_empty = false;
-  try {
-    parsed p = parse(a, d, file_argument(), pos);
-    if (p.help) {
-      std::cout << d << "\n";
-      return exit_code::ok;
-    }
-    file = p.vars["file"].as<std::string>();
-    wo.sync = parse_sync(p.vars["sync"].as<std::string>());
-    if (p.vars.count("mode")) {
-      const std::string m = p.vars["mode"].as<std::string>();
+  return with_command_line("write", a, d, {"file"}, [](const po::variables_map& v) {
+    write_options wo;
+    wo.sync = parse_sync(v["sync"].as<std::string>());
+    if (v.count("mode")) {
+      const std::string m = v["mode"].as<std::string>();
       char* end = nullptr;
-      unsigned long v = std::strtoul(m.c_str(), &end, 8);
-      if (m.empty() || *end != '\0' || v > 07777) throw po::error("--mode takes an octal mode such as 0640");
-      wo.mode = static_cast<unsigned>(v);
+      unsigned long mode = std::strtoul(m.c_str(), &end, 8);
+      if (m.empty() || *end != '\0' || mode > 07777) throw po::error("--mode takes an octal mode such as 0640");
+      wo.mode = static_cast<unsigned>(mode);
     }
-    if (p.vars.count("follow-symlinks")) wo.symlinks = symlink_policy::follow;
-    allow_empty = p.vars.count("allow-empty") > 0;
-    if (p.vars.count("lock")) lock_dir = p.vars["lock"].as<std::string>();
-  } catch (const po::error& e) {
-    return usage_error("write", e.what());
-  }
+    if (v.count("follow-symlinks")) wo.symlinks = symlink_policy::follow;
+    return write_stdin(v["file"].as<std::string>(), wo,
+                       v.count("lock") ? v["lock"].as<std::string>() : std::string(),
+                       v.count("allow-empty") > 0);
+  });
+}
 
+namespace {
+
+int write_stdin(const std::string& file, const write_options& wo, const std::string& lock_dir,
+                bool allow_empty) {
   // The interrupting signals stay blocked except while waiting for input
   // (ppoll unblocks them atomically), so one that arrives mid-write is seen
   // at the next wait instead of being missed before a blocking read.
@@ -150,6 +142,8 @@ int cmd_write(const args& a) {
   return exit_code::ok;
 }
 
+}  // namespace
+
 int cmd_incr(const args& a) {
   po::options_description d(
       "Usage: tokenlock incr [--lock LOCKDIR] [--by N] [--sync none|file|file_and_dir] FILE\n\n"
@@ -159,34 +153,23 @@ int cmd_incr(const args& a) {
   add_file_options(d);
   d.add_options()("by", po::value<std::string>()->value_name("N")->default_value("1"),
                   "the amount to add (0 reads the counter under the lock)");
-  po::positional_options_description pos;
-  pos.add("file", 1);
-  update_options uo;
-  std::string file, lock_dir;
-  std::uint64_t by = 1;
-  try {
-    parsed p = parse(a, d, file_argument(), pos);
-    if (p.help) {
-      std::cout << d << "\n";
-      return exit_code::ok;
-    }
-    file = p.vars["file"].as<std::string>();
-    uo.write.sync = parse_sync(p.vars["sync"].as<std::string>());
-    lock_dir = p.vars.count("lock") ? p.vars["lock"].as<std::string>() : file + ".lock";
-    const std::string n = p.vars["by"].as<std::string>();
+  return with_command_line("incr", a, d, {"file"}, [](const po::variables_map& v) {
+    const std::string file = v["file"].as<std::string>();
+    update_options uo;
+    uo.write.sync = parse_sync(v["sync"].as<std::string>());
+    const std::string lock_dir = v.count("lock") ? v["lock"].as<std::string>() : file + ".lock";
+    const std::string n = v["by"].as<std::string>();
     char* end = nullptr;
     errno = 0;
-    by = std::strtoull(n.c_str(), &end, 10);
+    const std::uint64_t by = std::strtoull(n.c_str(), &end, 10);
     if (n.empty() || n[0] == '-' || *end != '\0' || errno == ERANGE)
       throw po::error("--by takes an unsigned decimal number");
-  } catch (const po::error& e) {
-    return usage_error("incr", e.what());
-  }
-  std::error_code ec;
-  const std::uint64_t value = increment_counter(file, rename_lock(lock_dir), by, uo, ec);
-  if (ec) return report(ec, last_error_message());
-  std::cout << value << std::endl;
-  return exit_code::ok;
+    std::error_code ec;
+    const std::uint64_t value = increment_counter(file, rename_lock(lock_dir), by, uo, ec);
+    if (ec) return report(ec, last_error_message());
+    std::cout << value << std::endl;
+    return exit_code::ok;
+  });
 }
 
 }  // namespace tokenlock::cli

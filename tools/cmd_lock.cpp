@@ -61,29 +61,13 @@ const char* liveness_name(owner_liveness l) {
   return "unknown";
 }
 
-void add_wait_options(po::options_description& d) {
-  d.add_options()("wait,w", po::value<double>()->value_name("SECS"),
-                  "wait at most SECS seconds for the lock (default: wait as long as it takes)")(
-      "nonblock,n", "fail at once if the lock is busy")(
-      "conflict-exit-code,E", po::value<int>()->value_name("CODE")->default_value(exit_code::busy),
-      "exit status when the lock is busy or the wait times out");
-}
-
-// -w/-n into lock_options::wait; throws po::error when both are given.
-void apply_wait(const po::variables_map& v, lock_options& o) {
-  if (v.count("wait") && v.count("nonblock")) throw po::error("-w and -n exclude each other");
-  if (v.count("nonblock"))
-    o.wait = std::chrono::milliseconds(0);
-  else if (v.count("wait"))
-    o.wait = seconds_option("wait", v["wait"].as<double>(), true);
-  else
-    o.wait = std::chrono::hours(24 * 365);
-}
-
-int busy_code(const po::variables_map& v) {
-  int code = v["conflict-exit-code"].as<int>();
-  if (code < 0 || code > 255) throw po::error("-E takes an exit status from 0 to 255");
-  return code;
+// The token of a lock held elsewhere, or the failure's exit status.
+int with_adopted(const po::variables_map& v, const std::function<int(lock_handle&)>& body) {
+  rename_lock lock(v["lockdir"].as<std::string>());
+  std::error_code ec;
+  lock_handle h = lock.adopt(v["token"].as<std::string>(), ec);
+  if (ec) return report(ec, last_error_message());
+  return body(h);
 }
 
 }  // namespace
@@ -99,33 +83,19 @@ int cmd_acquire(const args& a) {
   d.add_options()("lease", po::value<double>()->value_name("SECS")->default_value(acquire_default_lease_s),
                   "how long the lock stays valid without a refresh")(
       "pid", po::value<int>()->value_name("PID"), "the owner process (default: the parent)");
-  po::options_description hidden;
-  hidden.add_options()("lockdir", po::value<std::string>()->required(), "");
-  po::positional_options_description pos;
-  pos.add("lockdir", 1);
-  lock_options o;
-  int conflict = exit_code::busy;
-  try {
-    parsed p = parse(a, d, hidden, pos);
-    if (p.help) {
-      std::cout << d << "\n";
-      return exit_code::ok;
-    }
-    apply_wait(p.vars, o);
-    conflict = busy_code(p.vars);
-    o.lease = seconds_option("lease", p.vars["lease"].as<double>(), false);
-    o.max_lease = std::max(o.max_lease, std::chrono::duration_cast<std::chrono::milliseconds>(o.lease));
-    o.owner_pid = p.vars.count("pid") ? p.vars["pid"].as<int>() : static_cast<int>(::getppid());
+  return with_command_line("acquire", a, d, {"lockdir"}, [](const po::variables_map& v) {
+    lock_options o;
+    const int conflict = apply_wait(v, o);
+    o.lease = seconds_option("lease", v["lease"].as<double>(), false);
+    o.max_lease = std::max(o.max_lease, o.lease);
+    o.owner_pid = v.count("pid") ? v["pid"].as<int>() : static_cast<int>(::getppid());
     if (o.owner_pid <= 0) throw po::error("--pid takes a process id");
-    rename_lock lock(p.vars["lockdir"].as<std::string>(), o);
     std::error_code ec;
-    lock_handle h = lock.acquire(ec);
+    lock_handle h = rename_lock(v["lockdir"].as<std::string>(), o).acquire(ec);
     if (ec) return report(ec, last_error_message(), conflict);
     std::cout << h.detach() << std::endl;
     return exit_code::ok;
-  } catch (const po::error& e) {
-    return usage_error("acquire", e.what());
-  }
+  });
 }
 
 int cmd_release(const args& a) {
@@ -134,26 +104,13 @@ int cmd_release(const args& a) {
       "Releases the lock held with TOKEN (as printed by acquire or refresh). Exits 3\n"
       "when the lock does not hold TOKEN any more: it was taken over, or TOKEN belongs\n"
       "to another lock.\n\nOptions");
-  po::options_description hidden;
-  hidden.add_options()("lockdir", po::value<std::string>()->required(), "")(
-      "token", po::value<std::string>()->required(), "");
-  po::positional_options_description pos;
-  pos.add("lockdir", 1).add("token", 1);
-  try {
-    parsed p = parse(a, d, hidden, pos);
-    if (p.help) {
-      std::cout << d << "\n";
-      return exit_code::ok;
-    }
-    rename_lock lock(p.vars["lockdir"].as<std::string>());
-    std::error_code ec;
-    lock_handle h = lock.adopt(p.vars["token"].as<std::string>(), ec);
-    if (!ec) h.release(ec);
-    if (ec) return report(ec, last_error_message());
-    return exit_code::ok;
-  } catch (const po::error& e) {
-    return usage_error("release", e.what());
-  }
+  return with_command_line("release", a, d, {"lockdir", "token"}, [](const po::variables_map& v) {
+    return with_adopted(v, [](lock_handle& h) {
+      std::error_code ec;
+      h.release(ec);
+      return ec ? report(ec, last_error_message()) : exit_code::ok;
+    });
+  });
 }
 
 int cmd_refresh(const args& a) {
@@ -164,28 +121,16 @@ int cmd_refresh(const args& a) {
       "not hold TOKEN any more.\n\nOptions");
   d.add_options()("lease", po::value<double>()->value_name("SECS")->default_value(acquire_default_lease_s),
                   "the new lease, from now");
-  po::options_description hidden;
-  hidden.add_options()("lockdir", po::value<std::string>()->required(), "")(
-      "token", po::value<std::string>()->required(), "");
-  po::positional_options_description pos;
-  pos.add("lockdir", 1).add("token", 1);
-  try {
-    parsed p = parse(a, d, hidden, pos);
-    if (p.help) {
-      std::cout << d << "\n";
+  return with_command_line("refresh", a, d, {"lockdir", "token"}, [](const po::variables_map& v) {
+    const auto lease = seconds_option("lease", v["lease"].as<double>(), false);
+    return with_adopted(v, [&](lock_handle& h) {
+      std::error_code ec;
+      h.refresh(lease, ec);
+      if (ec) return report(ec, last_error_message());
+      std::cout << h.detach() << std::endl;
       return exit_code::ok;
-    }
-    const auto lease = seconds_option("lease", p.vars["lease"].as<double>(), false);
-    rename_lock lock(p.vars["lockdir"].as<std::string>());
-    std::error_code ec;
-    lock_handle h = lock.adopt(p.vars["token"].as<std::string>(), ec);
-    if (!ec) h.refresh(lease, ec);
-    if (ec) return report(ec, last_error_message());
-    std::cout << h.detach() << std::endl;
-    return exit_code::ok;
-  } catch (const po::error& e) {
-    return usage_error("refresh", e.what());
-  }
+    });
+  });
 }
 
 int cmd_status(const args& a) {
@@ -194,46 +139,31 @@ int cmd_status(const args& a) {
       "Says who holds the lock: free, held by pid P on host H until T, or stale (and\n"
       "why). --json prints one object; its fields are listed in tokenlock(1).\n\nOptions");
   d.add_options()("json", "print a JSON object");
-  po::options_description hidden;
-  hidden.add_options()("lockdir", po::value<std::string>()->required(), "");
-  po::positional_options_description pos;
-  pos.add("lockdir", 1);
-  try {
-    parsed p = parse(a, d, hidden, pos);
-    if (p.help) {
-      std::cout << d << "\n";
-      return exit_code::ok;
-    }
-    const std::string dir = p.vars["lockdir"].as<std::string>();
-    rename_lock lock(dir);
+  return with_command_line("status", a, d, {"lockdir"}, [](const po::variables_map& v) {
+    const std::string dir = v["lockdir"].as<std::string>();
     std::error_code ec;
-    std::optional<holder_info> h = lock.holder(ec);
+    std::optional<holder_info> h = rename_lock(dir).holder(ec);
     if (ec) return report(ec, last_error_message());
     const char* state = !h ? "free" : h->stale ? "stale" : "held";
-    if (p.vars.count("json")) {
+    if (v.count("json")) {
       std::ostringstream j;
       j << "{\"lock_dir\":" << json_string(dir) << ",\"state\":\"" << state << "\"";
-      if (h) {
+      if (h)
         j << ",\"token\":" << json_string(h->token) << ",\"pid\":" << h->pid
           << ",\"host_tag\":" << json_string(h->host_tag)
           << ",\"same_host\":" << (h->same_host ? "true" : "false") << ",\"owner\":\""
           << liveness_name(h->owner) << "\",\"expires\":" << json_string(utc(h->expires))
           << ",\"expires_us\":" << micros(h->expires) << ",\"stale\":" << (h->stale ? "true" : "false")
           << ",\"reason\":" << json_string(h->reason);
-      }
       j << "}";
       std::cout << j.str() << std::endl;
     } else if (!h) {
       std::cout << "free" << std::endl;
-    } else if (h->stale) {
-      std::cout << "stale: " << h->reason << "\n  token " << h->token << std::endl;
     } else {
-      std::cout << h->reason << "\n  token " << h->token << std::endl;
+      std::cout << (h->stale ? "stale: " : "") << h->reason << "\n  token " << h->token << std::endl;
     }
     return exit_code::ok;
-  } catch (const po::error& e) {
-    return usage_error("status", e.what());
-  }
+  });
 }
 
 int cmd_break(const args& a) {
@@ -243,28 +173,15 @@ int cmd_break(const args& a) {
       "not stale is refused (exit 1) unless --force is given; any other token is never\n"
       "touched. Exits 3 when the lock does not hold TOKEN any more.\n\nOptions");
   d.add_options()("force", "take it over even if its owner looks alive and its lease runs");
-  po::options_description hidden;
-  hidden.add_options()("lockdir", po::value<std::string>()->required(), "")(
-      "token", po::value<std::string>()->required(), "");
-  po::positional_options_description pos;
-  pos.add("lockdir", 1).add("token", 1);
-  try {
-    parsed p = parse(a, d, hidden, pos);
-    if (p.help) {
-      std::cout << d << "\n";
-      return exit_code::ok;
-    }
-    rename_lock lock(p.vars["lockdir"].as<std::string>());
-    const std::string token = p.vars["token"].as<std::string>();
+  return with_command_line("break", a, d, {"lockdir", "token"}, [](const po::variables_map& v) {
+    const std::string token = v["token"].as<std::string>();
     std::error_code ec;
-    lock_handle h = lock.take_over(token, p.vars.count("force") > 0, ec);
+    lock_handle h = rename_lock(v["lockdir"].as<std::string>()).take_over(token, v.count("force") > 0, ec);
     if (!ec) h.release(ec);
     if (ec) return report(ec, last_error_message());
     std::cout << "broke " << token << "; the lock is free" << std::endl;
     return exit_code::ok;
-  } catch (const po::error& e) {
-    return usage_error("break", e.what());
-  }
+  });
 }
 
 }  // namespace tokenlock::cli

@@ -25,6 +25,9 @@ bool takes_value(const std::string& s) {
 
 void on_sigchld(int) {}
 
+int run_locked(const std::string& dir, const std::vector<std::string>& command,
+               const lock_options& o, int conflict, bool verbose);
+
 std::string describe_status(int status) {
   if (WIFEXITED(status)) return "exit status " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) return std::string("killed by signal ") + std::to_string(WTERMSIG(status));
@@ -42,13 +45,9 @@ int cmd_run(const args& a) {
       "killed it), or with CODE (default 1) when the lock stays busy. If the lock is\n"
       "lost while CMD runs, that is said on stderr and the exit status is CMD's when\n"
       "non-zero, 3 otherwise.\n\nOptions");
-  d.add_options()("wait,w", po::value<double>()->value_name("SECS"),
-                  "wait at most SECS seconds for the lock (default: as long as it takes)")(
-      "nonblock,n", "fail at once if the lock is busy")(
-      "conflict-exit-code,E", po::value<int>()->value_name("CODE")->default_value(exit_code::busy),
-      "exit status when the lock is busy or the wait times out")(
-      "lease", po::value<double>()->value_name("SECS")->default_value(60),
-      "the lease, kept alive while CMD runs")("verbose,v", "say why when the lock is busy");
+  add_wait_options(d);
+  d.add_options()("lease", po::value<double>()->value_name("SECS")->default_value(60),
+                  "the lease, kept alive while CMD runs")("verbose,v", "say why when the lock is busy");
 
   // Everything after LOCKDIR belongs to the command, untouched.
   std::size_t i = 0;
@@ -73,33 +72,21 @@ int cmd_run(const args& a) {
     command.assign(a.begin() + static_cast<long>(c), a.end());
   }
 
-  lock_options o;
-  int conflict = exit_code::busy;
-  bool verbose = false;
-  try {
-    parsed p = parse(opts, d, po::options_description(), po::positional_options_description());
-    if (p.help) {
-      std::cout << d << "\n";
-      return exit_code::ok;
-    }
+  return with_command_line("run", opts, d, {}, [&](const po::variables_map& v) {
     if (dir.empty()) throw po::error("LOCKDIR is missing");
     if (command.empty()) throw po::error("CMD is missing");
-    if (p.vars.count("wait") && p.vars.count("nonblock")) throw po::error("-w and -n exclude each other");
-    if (p.vars.count("nonblock"))
-      o.wait = std::chrono::milliseconds(0);
-    else if (p.vars.count("wait"))
-      o.wait = seconds_option("wait", p.vars["wait"].as<double>(), true);
-    else
-      o.wait = std::chrono::hours(24 * 365);
-    conflict = p.vars["conflict-exit-code"].as<int>();
-    if (conflict < 0 || conflict > 255) throw po::error("-E takes an exit status from 0 to 255");
-    o.lease = seconds_option("lease", p.vars["lease"].as<double>(), false);
+    lock_options o;
+    const int conflict = apply_wait(v, o);
+    o.lease = seconds_option("lease", v["lease"].as<double>(), false);
     o.max_lease = std::max(o.max_lease, o.lease);
-    verbose = p.vars.count("verbose") > 0;
-  } catch (const po::error& e) {
-    return usage_error("run", e.what());
-  }
+    return run_locked(dir, command, o, conflict, v.count("verbose") > 0);
+  });
+}
 
+namespace {
+
+int run_locked(const std::string& dir, const std::vector<std::string>& command,
+               const lock_options& o, int conflict, bool verbose) {
   rename_lock lock(dir, o);
   std::error_code ec;
   lock_handle h = lock.acquire(ec);
@@ -188,4 +175,5 @@ int cmd_run(const args& a) {
   return code;
 }
 
+}  // namespace
 }  // namespace tokenlock::cli

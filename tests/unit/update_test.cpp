@@ -83,6 +83,19 @@ class UpdateTest : public ::testing::Test {
     return tokenlock::testing::temp_files_below(tmp.path());
   }
   bool lock_is_free() { return !lock_of(a).holder().has_value(); }
+  // An update by A that stalls, past its lease, at the first `op` on a path
+  // containing `where`, while B (another host) takes the lock over.
+  failure update_losing_the_lock_at(const char* op, const char* where,
+                                    std::optional<tokenlock::lock_handle>& hb) {
+    auto b = std::make_shared<fake_os>(world, 200, 2, "elsewhere-12345678");
+    a->when(op, where, [&, b] {
+      world->advance(20'000'000);
+      hb = lock_of(b).try_acquire();
+    });
+    failure f = update("stale\n");
+    EXPECT_TRUE(hb && hb->owns());
+    return f;
+  }
 };
 
 TEST_F(UpdateTest, CommitsThroughTheTokensPathAndReleases) {
@@ -140,15 +153,8 @@ TEST_F(UpdateTest, AFunctionThatThrowsChangesNothingAndReleasesTheLock) {
 
 TEST_F(UpdateTest, ALockLostBetweenWriteAndCommitWritesNothing) {
   spit(target, "old\n");
-  auto b = std::make_shared<fake_os>(world, 200, 2, "elsewhere-12345678");
   std::optional<tokenlock::lock_handle> hb;
-  // A stalls after writing its temporary file, past its lease; B takes over.
-  a->when("rename", "/.data.txt.tmp.", [&] {
-    world->advance(20'000'000);
-    hb = lock_of(b).try_acquire();
-  });
-  failure f = update("stale\n");
-  ASSERT_TRUE(hb && hb->owns());
+  failure f = update_losing_the_lock_at("rename", "/.data.txt.tmp.", hb);
   EXPECT_EQ(f.code, errc::lock_lost);
   EXPECT_NE(f.message.find("nothing was written"), std::string::npos) << f.message;
   EXPECT_EQ(slurp(target), "old\n");
@@ -158,14 +164,8 @@ TEST_F(UpdateTest, ALockLostBetweenWriteAndCommitWritesNothing) {
 
 TEST_F(UpdateTest, ALockLostBeforeTheTemporaryFileIsCreatedWritesNothing) {
   spit(target, "old\n");
-  auto b = std::make_shared<fake_os>(world, 200, 2, "elsewhere-12345678");
   std::optional<tokenlock::lock_handle> hb;
-  a->when("create_exclusive", "/.data.txt.tmp.", [&] {
-    world->advance(20'000'000);
-    hb = lock_of(b).try_acquire();
-  });
-  failure f = update("stale\n");
-  ASSERT_TRUE(hb && hb->owns());
+  failure f = update_losing_the_lock_at("create_exclusive", "/.data.txt.tmp.", hb);
   EXPECT_EQ(f.code, errc::lock_lost);
   EXPECT_EQ(slurp(target), "old\n");
   EXPECT_TRUE(temp_files().empty());
