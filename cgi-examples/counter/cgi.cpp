@@ -1,0 +1,107 @@
+#include "cgi.hpp"
+
+namespace cgi {
+namespace {
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+}  // namespace
+
+bool percent_decode(std::string_view in, std::string& out) {
+  out.clear();
+  out.reserve(in.size());
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    char c = in[i];
+    if (c == '+') {
+      out.push_back(' ');
+    } else if (c == '%') {
+      if (i + 2 >= in.size()) return false;  // '%' needs two hex digits after it
+      int hi = hex_value(in[i + 1]), lo = hex_value(in[i + 2]);
+      if (hi < 0 || lo < 0) return false;
+      char d = static_cast<char>(hi * 16 + lo);
+      if (d == '\0') return false;
+      out.push_back(d);
+      i += 2;
+    } else if (c == '\0') {
+      return false;
+    } else {
+      out.push_back(c);
+    }
+  }
+  return true;
+}
+
+bool parse_query(std::string_view query, std::map<std::string, std::string>& out,
+                 std::string& reason, const query_limits& limits) {
+  out.clear();
+  if (query.size() > limits.max_length) {
+    reason = "query string too long";
+    return false;
+  }
+  std::size_t start = 0;
+  while (start <= query.size()) {
+    std::size_t end = query.find('&', start);
+    if (end == std::string_view::npos) end = query.size();
+    std::string_view piece = query.substr(start, end - start);
+    start = end + 1;
+    if (piece.empty()) {
+      if (end == query.size()) break;
+      continue;
+    }
+    std::size_t eq = piece.find('=');
+    std::string name, value;
+    if (!percent_decode(piece.substr(0, eq), name) ||
+        (eq != std::string_view::npos && !percent_decode(piece.substr(eq + 1), value))) {
+      reason = "invalid percent-encoding";
+      return false;
+    }
+    if (name.empty()) {
+      reason = "parameter without a name";
+      return false;
+    }
+    if (name.size() > limits.max_name || value.size() > limits.max_value) {
+      reason = "parameter too long";
+      return false;
+    }
+    if (out.count(name)) {
+      reason = "repeated parameter";
+      return false;
+    }
+    if (out.size() == limits.max_parameters) {
+      reason = "too many parameters";
+      return false;
+    }
+    out.emplace(std::move(name), std::move(value));
+    if (end == query.size()) break;
+  }
+  return true;
+}
+
+const char* reason_phrase(int status) {
+  switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 405: return "Method Not Allowed";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    default: return "Unknown";
+  }
+}
+
+void write_response(std::ostream& out, const response& r, bool head_only) {
+  out << "Status: " << r.status << ' ' << reason_phrase(r.status) << "\r\n"
+      << "Content-Type: " << r.content_type << "\r\n"
+      << "Content-Length: " << r.body.size() << "\r\n"
+      << "Cache-Control: no-store\r\n";
+  for (const auto& [name, value] : r.headers) out << name << ": " << value << "\r\n";
+  out << "\r\n";
+  if (!head_only) out << r.body;
+  out.flush();
+}
+
+}  // namespace cgi

@@ -1,0 +1,143 @@
+#include "counter_app.hpp"
+
+#include <cstdlib>
+#include <map>
+
+#include "tokenlock/tokenlock.hpp"
+
+namespace counter {
+namespace {
+
+bool valid_id(const std::string& id) {
+  if (id.empty() || id.size() > 64) return false;
+  for (char c : id)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+          c == '-'))
+      return false;
+  return true;
+}
+
+cgi::response text(int status, const std::string& body) {
+  cgi::response r;
+  r.status = status;
+  r.body = body + "\n";
+  return r;
+}
+
+std::string svg(std::uint64_t value) {
+  // Zero-padded to six digits so that the image keeps its size as the
+  // count grows, until it has more digits.
+  std::string digits = std::to_string(value);
+  if (digits.size() < 6) digits.insert(0, 6 - digits.size(), '0');
+  const std::size_t width = 12 + 11 * digits.size();
+  const std::string w = std::to_string(width);
+  return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + w + "\" height=\"24\" viewBox=\"0 0 " +
+         w + " 24\" role=\"img\" aria-label=\"" + std::to_string(value) + " hits\">\n"
+         "<title>" + std::to_string(value) + " hits</title>\n"
+         "<rect width=\"" + w + "\" height=\"24\" rx=\"3\" fill=\"#1d1f21\"/>\n"
+         "<text x=\"" + std::to_string(width / 2) + "\" y=\"17\" fill=\"#b5f566\" font-size=\"16\" "
+         "font-family=\"DejaVu Sans Mono, Menlo, Consolas, monospace\" text-anchor=\"middle\" "
+         "letter-spacing=\"1\">" + digits + "</text>\n"
+         "</svg>\n";
+}
+
+cgi::response value_response(const std::string& id, const std::string& format, std::uint64_t value) {
+  cgi::response r;
+  if (format == "json") {
+    r.content_type = "application/json";
+    r.body = "{\"id\":\"" + id + "\",\"count\":" + std::to_string(value) + "}\n";
+  } else if (format == "svg") {
+    r.content_type = "image/svg+xml";
+    r.body = svg(value);
+  } else {
+    r.body = std::to_string(value) + "\n";
+  }
+  return r;
+}
+
+}  // namespace
+
+bool load_config(const std::function<const char*(const char*)>& getenv, config& out,
+                 std::string& error) {
+  out = config{};
+  if (const char* dir = getenv("TOKENLOCK_COUNTER_DIR"); dir && *dir) out.dir = dir;
+  if (const char* wait = getenv("TOKENLOCK_COUNTER_WAIT_MS"); wait && *wait) {
+    char* end = nullptr;
+    long ms = std::strtol(wait, &end, 10);
+    if (*end != '\0' || ms < 0 || ms > 600000) {
+      error = std::string("TOKENLOCK_COUNTER_WAIT_MS must be 0 to 600000 milliseconds, not \"") + wait + "\"";
+      return false;
+    }
+    out.wait = std::chrono::milliseconds(ms);
+  }
+  if (const char* sync = getenv("TOKENLOCK_COUNTER_SYNC"); sync && *sync) {
+    const std::string s = sync;
+    if (s == "none")
+      out.sync = tokenlock::durability::none;
+    else if (s == "file")
+      out.sync = tokenlock::durability::file;
+    else if (s == "file_and_dir")
+      out.sync = tokenlock::durability::file_and_dir;
+    else {
+      error = "TOKENLOCK_COUNTER_SYNC must be none, file or file_and_dir, not \"" + s + "\"";
+      return false;
+    }
+  }
+  return true;
+}
+
+cgi::response handle(const request& req, const config& cfg, std::ostream& log) {
+  if (req.method != "GET" && req.method != "HEAD") {
+    cgi::response r = text(405, "only GET and HEAD are allowed");
+    r.headers.emplace_back("Allow", "GET, HEAD");
+    return r;
+  }
+  std::map<std::string, std::string> q;
+  std::string reason;
+  if (!cgi::parse_query(req.query, q, reason)) return text(400, reason);
+  for (const auto& [name, value] : q)
+    if (name != "id" && name != "format" && name != "peek") return text(400, "unknown parameter " + name);
+  const std::string id = q.count("id") ? q["id"] : "default";
+  if (!valid_id(id)) return text(400, "id must be 1 to 64 letters, digits, '_' or '-'");
+  const std::string format = q.count("format") ? q["format"] : "text";
+  if (format != "text" && format != "json" && format != "svg")
+    return text(400, "format must be text, json or svg");
+  const std::string peek = q.count("peek") ? q["peek"] : "0";
+  if (peek != "0" && peek != "1") return text(400, "peek must be 0 or 1");
+
+  const std::string file = cfg.dir + "/" + id + ".count";
+  std::error_code ec;
+  std::uint64_t value = 0;
+  if (peek == "1" || req.method == "HEAD") {
+    value = tokenlock::read_counter(file, ec).value_or(0);
+  } else {
+    tokenlock::lock_options lo;
+    lo.wait = cfg.wait;
+    tokenlock::update_options uo;
+    uo.write.sync = cfg.sync;
+    value = tokenlock::increment_counter(file, tokenlock::rename_lock(file + ".lock", lo), 1, uo, ec);
+  }
+  if (ec == tokenlock::errc::busy || ec == tokenlock::errc::timed_out) {
+    log << "counter.cgi: " << tokenlock::last_error_message() << "\n";
+    cgi::response r = text(503, "the counter is busy; try again");
+    r.headers.emplace_back("Retry-After", "1");
+    return r;
+  }
+  if (ec == tokenlock::errc::dir_sync_failed) {
+    // The hit is counted; only its durability is in doubt.
+    log << "counter.cgi: " << tokenlock::last_error_message() << "\n";
+    ec.clear();
+  }
+  if (ec == tokenlock::errc::corrupt_data) {
+    log << "counter.cgi: " << tokenlock::last_error_message() << "\n";
+    return text(500, "the counter file is corrupt; it was left as it is");
+  }
+  if (ec) {
+    log << "counter.cgi: " << tokenlock::last_error_message() << "\n";
+    return text(500, "internal error; see the server's error log");
+  }
+  return value_response(id, format, value);
+}
+
+}  // namespace counter

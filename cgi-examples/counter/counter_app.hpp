@@ -1,0 +1,44 @@
+// The hit counter behind counter.cgi, as a function from request to
+// response, so that it can be tested without a web server.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <ostream>
+#include <string>
+
+#include "cgi.hpp"
+#include "tokenlock/atomic_write.hpp"
+
+namespace counter {
+
+// Where the data lives when TOKENLOCK_COUNTER_DIR is not set: outside any
+// web root, so that counter files can never be served or overwritten
+// through the web server.
+inline constexpr const char* default_dir = "/var/lib/tokenlock-counter";
+inline constexpr int default_wait_ms = 5000;
+
+struct config {
+  std::string dir = default_dir;
+  std::chrono::milliseconds wait{default_wait_ms};
+  tokenlock::durability sync = tokenlock::durability::file_and_dir;
+};
+
+// Reads TOKENLOCK_COUNTER_DIR, TOKENLOCK_COUNTER_WAIT_MS and
+// TOKENLOCK_COUNTER_SYNC through `getenv`. False, with the reason, on a
+// value that is not valid (the server is then misconfigured: 500).
+bool load_config(const std::function<const char*(const char*)>& getenv, config& out,
+                 std::string& error);
+
+struct request {
+  std::string method;  // REQUEST_METHOD
+  std::string query;   // QUERY_STRING
+};
+
+// GET ?id=NAME[&format=text|json|svg][&peek=1]: increments counter NAME
+// (unless peek=1) and returns its value. HEAD never increments. Details of
+// failures go to `log` (the server's error log); responses never show a
+// path.
+cgi::response handle(const request& req, const config& cfg, std::ostream& log);
+
+}  // namespace counter
