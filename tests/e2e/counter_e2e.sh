@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# counter.cgi behind a real web server on 127.0.0.1.
+#   counter_e2e.sh apache|lighttpd COUNTER_CGI TOKENLOCK_TOOL [full|load]
+# load: thousands of requests from 16 and 64 clients at one id and at
+# several; every response must be 200 and every counter exact.
+# full (the default) adds: SIGKILL of CGI processes under load, bad
+# inputs, a corrupt counter, an unwritable data directory, a busy lock
+# (503), HEAD and peek, the SVG as XML. The server is stopped by its pid.
+set -euo pipefail
+server=$1 cgi_binary=$2 tool=$3 mode=${4:-full}
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/webserver.sh"
+
+work=$(mktemp -d)
+chmod 0755 "$work"
+trap 'stop_server; rm -rf "$work"' EXIT
+fail() {
+  echo "FAIL: $*" >&2
+  echo "--- server error log:" >&2
+  tail -20 "$work/$server/logs/error.log" >&2 2>/dev/null || true
+  exit 1
+}
+pass() { echo "ok: $*"; }
+
+mkdir -p "$work/cgi" "$work/outside"
+cp "$cgi_binary" "$work/cgi/counter.cgi"
+chmod 0755 "$work/cgi" "$work/cgi/counter.cgi"
+data=$work/data
+make_data_dir "$data"
+echo "must stay" >"$work/outside/secret"
+
+port=$(pick_port)
+"start_$server" "$work/$server" "$port" "$work/cgi" TOKENLOCK_COUNTER_DIR="$data" \
+  TOKENLOCK_COUNTER_SYNC=none TOKENLOCK_COUNTER_WAIT_MS=2000 || fail "$server did not start"
+url="http://127.0.0.1:$port/cgi-bin/counter.cgi"
+echo "$server on 127.0.0.1:$port (pid $SERVER_PID)"
+
+count_of() { cat "$data/$1.count" 2>/dev/null || echo 0; }
+
+# ab: sets COMPLETE and NON2XX. Its "Failed requests" also counts bodies
+# whose length differs from the first (growing digits): not a failure.
+load() {
+  local out
+  out=$(ab -q -r -n "$1" -c "$2" "$3" 2>&1) || fail "ab failed: $out"
+  COMPLETE=$(awk '/^Complete requests/ {print $3}' <<<"$out")
+  NON2XX=$(awk '/^Non-2xx responses/ {print $3}' <<<"$out")
+  NON2XX=${NON2XX:-0}
+}
+
+load 2000 16 "$url?id=one"
+[ "$COMPLETE" = 2000 ] && [ "$NON2XX" = 0 ] || fail "16 clients: $COMPLETE complete, $NON2XX non-2xx"
+[ "$(count_of one)" = 2000 ] || fail "16 clients: counter $(count_of one), expected 2000"
+pass "2000 requests, 16 clients, one id: counter = 2000"
+
+load 2000 64 "$url?id=one"
+[ "$COMPLETE" = 2000 ] && [ "$NON2XX" = 0 ] || fail "64 clients: $COMPLETE complete, $NON2XX non-2xx"
+[ "$(count_of one)" = 4000 ] || fail "64 clients: counter $(count_of one), expected 4000"
+pass "2000 more requests, 64 clients, one id: counter = 4000"
+
+pids=()
+for i in 0 1 2 3; do
+  ab -q -r -n 500 -c 16 "$url?id=many$i" >"$work/ab.$i" 2>&1 &
+  pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p" || fail "ab failed"; done
+for i in 0 1 2 3; do
+  grep -q '^Non-2xx' "$work/ab.$i" && fail "several ids: non-2xx responses for many$i"
+  [ "$(count_of "many$i")" = 500 ] || fail "several ids: many$i = $(count_of "many$i"), expected 500"
+done
+pass "4 ids x 500 requests, 64 clients in all: every counter = 500"
+
+if [ "$mode" = load ]; then exit 0; fi
+
+# --- CGI processes killed with SIGKILL under load --------------------------
+ab -q -r -n 3000 -c 32 "$url?id=killed" >"$work/ab.kill" 2>&1 &
+ab_pid=$!
+kills=0
+while kill -0 "$ab_pid" 2>/dev/null; do
+  n=$(pkill -9 -c -x counter.cgi || true)
+  kills=$((kills + ${n:-0}))
+  sleep 0.02  # pacing the kills across the run
+done
+wait "$ab_pid" || fail "ab failed under kills"
+COMPLETE=$(awk '/^Complete requests/ {print $3}' "$work/ab.kill")
+NON2XX=$(awk '/^Non-2xx responses/ {print $3}' "$work/ab.kill")
+NON2XX=${NON2XX:-0}
+ok=$((COMPLETE - NON2XX))
+c=$(count_of killed)
+[ "$kills" -gt 0 ] || fail "no counter.cgi process was killed"
+[ "$c" -ge "$ok" ] && [ "$c" -le $((ok + kills)) ] ||
+  fail "killed: counter $c, successful responses $ok, killed $kills"
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$url?id=after")" = 200 ] || fail "server stopped answering"
+pass "3000 requests with $kills CGI processes killed: counter $c within [$ok, $((ok + kills))]"
+
+# --- bad inputs -----------------------------------------------------------
+before_one=$(count_of one)
+expect_status() {  # STATUS CURL_ARGS...
+  local want=$1 got body
+  shift
+  got=$(curl -s -o "$work/body" -w "%{http_code}" "$@") || fail "$*: no response from the server (curl exit $?)"
+  [ "$got" = "$want" ] || fail "$*: status $got, expected $want ($(cat "$work/body"))"
+  body=$(cat "$work/body")
+  if grep -qF "$work" <<<"$body"; then fail "$*: the response shows a path: $body"; fi
+}
+expect_status 400 "$url?id=../../etc/passwd"
+expect_status 400 "$url?id=%2e%2e%2f%2e%2e%2fetc%2fpasswd"
+expect_status 400 "$url?id=$(printf 'a%.0s' $(seq 65))"
+expect_status 400 "$url?id=%zz"
+expect_status 400 "$url?id=one&format=xml"
+expect_status 400 "$url?id=one&id=two"
+expect_status 400 "$url?id=one&color=red"
+expect_status 405 -X POST -d 'id=one' "$url?id=one"
+printf 'garbage\n' >"$data/bad.count"
+chown "$(cgi_user)" "$data/bad.count"
+expect_status 500 "$url?id=bad"
+[ "$(cat "$data/bad.count")" = garbage ] || fail "the corrupt counter was changed"
+chmod 0555 "$data"
+expect_status 500 "$url?id=fresh"
+chmod 0755 "$data"
+[ ! -e "$data/fresh.count" ] || fail "a counter was written to an unwritable directory"
+[ "$(count_of one)" = "$before_one" ] || fail "a bad request changed a counter"
+[ "$(cat "$work/outside/secret")" = "must stay" ] || fail "a file outside the data directory changed"
+[ "$(ls "$data" | grep -cv -E '^(one|many[0-3]|killed|after|bad)\.count(\.lock)?$')" = 0 ] ||
+  fail "unexpected files in the data directory: $(ls "$data")"
+pass "bad ids, encodings, formats, parameters, POST, a corrupt counter, an unwritable directory"
+
+# --- a lock that stays busy past the wait budget --------------------------
+curl -s -o /dev/null "$url?id=busy"  # the CGI user creates the lock directory
+token=$("$tool" acquire --pid $$ "$data/busy.count.lock")
+headers=$(curl -s -D - -o /dev/null "$url?id=busy")
+"$tool" release "$data/busy.count.lock" "$token"
+grep -q '^HTTP/1.1 503' <<<"$headers" || fail "busy lock: $headers"
+grep -qi '^Retry-After: 1' <<<"$headers" || fail "503 without Retry-After: $headers"
+[ "$(count_of busy)" = 1 ] || fail "the busy request counted"
+pass "a busy lock gives 503 with Retry-After and counts nothing"
+
+# --- HEAD, peek, headers, SVG ---------------------------------------------
+for _ in 1 2 3; do curl -s -o /dev/null "$url?id=svg"; done
+headers=$(curl -s -I "$url?id=svg")
+grep -q '^HTTP/1.1 200' <<<"$headers" || fail "HEAD: $headers"
+grep -qi '^Cache-Control: no-store' <<<"$headers" || fail "no Cache-Control: $headers"
+[ "$(curl -s "$url?id=svg&peek=1")" = 3 ] || fail "HEAD or peek incremented"
+curl -s "$url?id=svg&format=svg&peek=1" >"$work/counter.svg"
+xmllint --noout "$work/counter.svg" || fail "the SVG is not well-formed XML"
+[ "$(xmllint --xpath 'string(//*[local-name()="text"])' "$work/counter.svg")" = 000003 ] ||
+  fail "the SVG does not show the count: $(cat "$work/counter.svg")"
+json=$(curl -s "$url?id=svg&format=json&peek=1")
+[ "$json" = '{"id":"svg","count":3}' ] || fail "json: $json"
+pass "HEAD and peek do not count; Cache-Control: no-store; SVG and JSON show the count"
