@@ -3,7 +3,7 @@
 # nothing, side by side under one Apache, at 16 and 64 concurrent clients,
 # with durability none and file_and_dir. Prints requests per second
 # (medians of rounds whose order rotates) and the ratios; every run also
-# checks that no hit was lost.
+# checks that no hit was lost, and the script fails if one was.
 #   bench/cgi_bench.sh [-b BUILD_DIR] [-n REQUESTS] [-r ROUNDS] [-c "16 64"] [-s "none file_and_dir"]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,6 +25,7 @@ chmod 0755 "$work/cgi-bin" "$work"/cgi-bin/*
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
+total_lost=0
 printf "%-13s %7s %9s %9s %9s %14s %12s %14s %5s\n" durability clients noop flock counter "counter/flock" "flock/noop" "counter/noop" lost
 for sync in $syncs; do
   data=$work/data-$sync
@@ -53,8 +54,10 @@ for sync in $syncs; do
     noop=$(tr ' ' '\n' <<<"${rates[noop]}" | grep . | median)
     flock=$(tr ' ' '\n' <<<"${rates[flock_counter]}" | grep . | median)
     counter=$(tr ' ' '\n' <<<"${rates[counter]}" | grep . | median)
+    total_lost=$((total_lost + lost))
     awk -v s="$sync" -v c="$c" -v n="$noop" -v f="$flock" -v t="$counter" -v l="$lost" 'BEGIN {
       printf "%-13s %7d %9.0f %9.0f %9.0f %13.2fx %11.2fx %13.2fx %5d\n", s, c, n, f, t, t/f, f/n, t/n, l }'
   done
   stop_server
 done
+[ "$total_lost" -eq 0 ] || { echo "cgi_bench: $total_lost hits were lost" >&2; exit 1; }

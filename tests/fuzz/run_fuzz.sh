@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Builds a libFuzzer target with clang (ASan + UBSan) and runs it for a
+# bounded time on its committed corpus.
+#   run_fuzz.sh SOURCE_DIR TARGET SECONDS
+# TARGET is the name of tests/fuzz/TARGET_fuzz.cpp; corpus in
+# tests/fuzz/corpus/TARGET. Longer runs: TOKENLOCK_FUZZ_SECONDS=600.
+set -euo pipefail
+src=$1 target=$2 seconds=${TOKENLOCK_FUZZ_SECONDS:-$3}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+case $target in
+  query) sources=("$src/cgi-examples/counter/cgi.cpp"); includes=(-I "$src/cgi-examples/counter") ;;
+  *) echo "run_fuzz: unknown target $target" >&2; exit 64 ;;
+esac
+clang++ -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+  "${includes[@]}" "$src/tests/fuzz/${target}_fuzz.cpp" "${sources[@]}" -o "$work/fuzz"
+# New inputs go to a scratch directory: the committed corpus stays as it is.
+mkdir -p "$work/new"
+"$work/fuzz" -max_total_time="$seconds" -max_len=4096 -timeout=10 -print_final_stats=1 \
+  "$work/new" "$src/tests/fuzz/corpus/$target" 2>&1 | tail -15
