@@ -2,7 +2,8 @@
 # counter.cgi against a flock(2)-based C counter and a CGI that does
 # nothing, side by side under one Apache, at 16 and 64 concurrent clients,
 # with durability none and file_and_dir. Prints requests per second
-# (medians of rounds whose order rotates) and the ratios; every run also
+# (medians of rounds whose order rotates), the ratios, and the 99th
+# percentile of response times in ms (flock, counter); every run also
 # checks that no hit was lost, and the script fails if one was.
 #   bench/cgi_bench.sh [-b BUILD_DIR] [-n REQUESTS] [-r ROUNDS] [-c "16 64"] [-s "none file_and_dir"]
 set -euo pipefail
@@ -26,7 +27,7 @@ chmod 0755 "$work/cgi-bin" "$work"/cgi-bin/*
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 total_lost=0
-printf "%-13s %7s %9s %9s %9s %14s %12s %14s %5s\n" durability clients noop flock counter "counter/flock" "flock/noop" "counter/noop" lost
+printf "%-13s %7s %9s %9s %9s %14s %12s %14s %5s %10s %10s\n" durability clients noop flock counter "counter/flock" "flock/noop" "counter/noop" lost "flock p99" "ctr p99"
 for sync in $syncs; do
   data=$work/data-$sync
   make_data_dir "$data"
@@ -35,7 +36,7 @@ for sync in $syncs; do
     TOKENLOCK_COUNTER_SYNC="$sync" FLOCK_COUNTER_DIR="$data" FLOCK_COUNTER_SYNC="$sync"
   base="http://127.0.0.1:$port/cgi-bin"
   for c in $clients; do
-    declare -A rates=()
+    declare -A rates=() p99s=()
     lost=0
     for ((r = 0; r < rounds; r++)); do
       order=(noop flock_counter counter)
@@ -45,6 +46,7 @@ for sync in $syncs; do
         out=$(ab -q -r -n "$requests" -c "$c" "$base/$cgi.cgi?id=$id" 2>&1)
         rate=$(awk '/^Requests per second/ {print $4}' <<<"$out")
         rates[$cgi]+="$rate "
+        p99s[$cgi]+="$(awk '$1 == "99%" {print $2}' <<<"$out") "
         if [ "$cgi" != noop ]; then
           got=$(cat "$data/$id.count" 2>/dev/null || echo 0)
           lost=$((lost + requests - got))
@@ -54,9 +56,12 @@ for sync in $syncs; do
     noop=$(tr ' ' '\n' <<<"${rates[noop]}" | grep . | median)
     flock=$(tr ' ' '\n' <<<"${rates[flock_counter]}" | grep . | median)
     counter=$(tr ' ' '\n' <<<"${rates[counter]}" | grep . | median)
+    flock_p99=$(tr ' ' '\n' <<<"${p99s[flock_counter]}" | grep . | median)
+    counter_p99=$(tr ' ' '\n' <<<"${p99s[counter]}" | grep . | median)
     total_lost=$((total_lost + lost))
-    awk -v s="$sync" -v c="$c" -v n="$noop" -v f="$flock" -v t="$counter" -v l="$lost" 'BEGIN {
-      printf "%-13s %7d %9.0f %9.0f %9.0f %13.2fx %11.2fx %13.2fx %5d\n", s, c, n, f, t, t/f, f/n, t/n, l }'
+    awk -v s="$sync" -v c="$c" -v n="$noop" -v f="$flock" -v t="$counter" -v l="$lost" \
+        -v fp="$flock_p99" -v tp="$counter_p99" 'BEGIN {
+      printf "%-13s %7d %9.0f %9.0f %9.0f %13.2fx %11.2fx %13.2fx %5d %10d %10d\n", s, c, n, f, t, t/f, f/n, t/n, l, fp, tp }'
   done
   stop_server
 done

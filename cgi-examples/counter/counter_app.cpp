@@ -114,6 +114,12 @@ cgi::response handle(const request& req, const config& cfg, std::ostream& log) {
   } else {
     tokenlock::lock_options lo;
     lo.wait = cfg.wait;
+    // A CGI process waits for the lock once and exits: an inotify
+    // instance would never be reused, and waking every waiting process on
+    // each release costs CPU that starting processes needs. Polling with
+    // backoff capped at 10 ms measured best (docs/cgi-guide.md).
+    lo.wake_on_release = false;
+    lo.backoff_max = std::chrono::milliseconds(10);
     tokenlock::update_options uo;
     uo.write.sync = cfg.sync;
     value = tokenlock::increment_counter(file, tokenlock::rename_lock(file + ".lock", lo), 1, uo, ec);
