@@ -8,12 +8,18 @@ set -euo pipefail
 src=$1 target=$2 seconds=${TOKENLOCK_FUZZ_SECONDS:-$3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+lib=("$src"/lib/src/*.cpp "$src"/lib/src/posix/*.cpp)
+lib_includes=(-I "$src/lib/src" -I "$src/lib/include" -I "$work/include")
+mkdir -p "$work/include/tokenlock"
+sed 's/@PROJECT_VERSION[A-Z_]*@/0/g' "$src/lib/include/tokenlock/version.hpp.in" >"$work/include/tokenlock/version.hpp"
 case $target in
   query) sources=("$src/cgi-examples/counter/cgi.cpp"); includes=(-I "$src/cgi-examples/counter") ;;
+  token) sources=("$src/lib/src/token_name.cpp"); includes=("${lib_includes[@]}") ;;
+  counter) sources=("${lib[@]}"); includes=("${lib_includes[@]}"); libs=(-lboost_filesystem) ;;
   *) echo "run_fuzz: unknown target $target" >&2; exit 64 ;;
 esac
 clang++ -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  "${includes[@]}" "$src/tests/fuzz/${target}_fuzz.cpp" "${sources[@]}" -o "$work/fuzz"
+  "${includes[@]}" "$src/tests/fuzz/${target}_fuzz.cpp" "${sources[@]}" ${libs[@]+"${libs[@]}"} -o "$work/fuzz"
 # New inputs go to a scratch directory: the committed corpus stays as it is.
 mkdir -p "$work/new"
 "$work/fuzz" -max_total_time="$seconds" -max_len=4096 -timeout=10 -print_final_stats=1 \
