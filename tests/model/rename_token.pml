@@ -1,140 +1,244 @@
 /* The rename-token lock of docs/protocol.md, for spin.
  *
- * The lock directory holds one token, modelled by its name `tok` (FREE is
- * "lockfile", MISSING a directory not yet created). rename(2) of the name a
- * process observed is one atomic step that succeeds only if that name is
- * still the token's. Every acquisition and refresh makes a fresh name.
- * Time advances on its own; any process may crash at any step (its ghost
- * `dead` flag lets same-host takers see it) and stall for any time between
- * steps (leases run out meanwhile).
+ * The lock directory is the set of names present in it (`present`): name 0
+ * is "lockfile" (the lock is free), names 1..K-1 are tokens. rename(2) is
+ * one atomic step that moves one present name to one absent name, and fails
+ * when its source is gone. Nothing in the protocol looks inside a name but
+ * the lease and owner it carries, and names are only ever compared for
+ * equality, so two abstractions keep the search finite without losing a
+ * behaviour:
+ *  - a fresh name is the lowest one that neither the directory nor any
+ *    process refers to. Renaming to it cannot be told apart from renaming to
+ *    a never-used name, and processes can run forever;
+ *  - time is a flag per token, "lease ended", that the environment may set at
+ *    any moment on any present token. That covers every clock, every stall
+ *    of its holder and every skew allowance; it also lets two leases end in
+ *    either order, which is more than real clocks do and only makes the
+ *    check stricter.
+ * Any process may crash at any step (a ghost `dead` flag lets same-host
+ * takers see it) and stall between any two steps.
  *
- * Checked:
- *  - a rename that releases, refreshes or commits through a token succeeds
- *    only for the process that owns that token now;
- *  - a process whose token was taken over never releases, refreshes or
- *    commits successfully again (the fence: its path is gone);
- *  - at no moment do two processes hold tokens with valid leases.
- *
- * With N = 2 (the default, searched exhaustively in the test suite) one
- * process can be owner and taker in turn; N = 3 adds a second taker racing
- * for the same stale token, and needs more memory than a 24 GiB machine has
- * for an exhaustive search at these bounds. */
+ * Checked, in every reachable state:
+ *  1. once created, the directory holds exactly one name;
+ *  2. a takeover renames only the token it observed, and only while that
+ *     token is stale;
+ *  3. a release, refresh or commit through a token succeeds only for the
+ *     process that owns that token now; a process whose token was taken
+ *     over never succeeds at any of them again (the fence);
+ *  4. no update is lost: a commit succeeds only if nobody committed since
+ *     the committing process read the data;
+ *  5. no two processes believe they hold the lock with a lease that has not
+ *     ended.
+ * With -DUNFENCED the commit is the unfenced one (check ownership by a
+ * refresh rename, then rename a temp file beside the target in a second
+ * step); spin must then find property 4 broken. */
 
 #ifndef N
-#define N        2    /* processes; spin -DN=3 for three (see docs/verification.md) */
+#define N        3    /* processes: spin -DN=4 for four */
 #endif
-#define LEASE    1
-#define MAXTIME  4
-#define MAXNAME  8
+#define K        (2 * N + 2)   /* lockfile, the token, two names per process */
 #define FREE     0
-#define MISSING  255
+#define NONE     255
 
-byte tok = MISSING;
-byte next_name = 1;
-byte now = 0;
-byte expiry[MAXNAME];
-byte owner[MAXNAME];
+bool present[K];
+bool created;
+bool ended[K];        /* the lease carried by this name has ended */
+byte owner[K];
 bool dead[N];
 bool lost[N];         /* ghost: my token was taken over */
 bool holds[N];        /* ghost: I believe I hold the lock (only I change it) */
-byte held_name[N];    /* ghost: the token I believe is mine */
+bool stale_read[N];   /* ghost: someone committed since I read the data */
+byte mine[N];         /* the token I believe is mine, or NONE */
+byte obs[N];          /* the token a listing showed me, or NONE */
 
-/* A fresh token name, or 0 when the bounded supply is used up. The check
-   and the increment are one step: concurrent callers never overrun it. */
-inline fresh(n) {
-  atomic {
-    if
-    :: next_name < MAXNAME -> n = next_name; next_name++
-    :: else -> n = 0
-    fi
-  }
+/* c := the lowest name that neither the directory nor any process refers
+   to. Used inside the step that renames to it: making the name earlier
+   would change nothing, since nobody else can see it before. */
+inline fresh() {
+  c = 1;
+  do
+  :: c < K ->
+     j = 0;
+     do
+     :: j < N && mine[j] != c && obs[j] != c -> j++
+     :: j < N && (mine[j] == c || obs[j] == c) -> break
+     :: j == N -> break
+     od;
+     if
+     :: j == N && !present[c] -> break
+     :: else -> c++
+     fi
+  :: c == K -> break
+  od;
+  assert(c < K);   /* K is enough: two names per process and the token */
+  ended[c] = false; j = 0
 }
 
-active proctype clock() {
+/* rename(src, dst) in the lock directory; the caller decides what a success
+   means. */
+#define renamed(src, dst)  assert(!present[dst]); present[src] = false; present[dst] = true
+
+/* The environment: any present token's lease may end at any moment. */
+active proctype leases() {
+  byte k;
   do
-  :: now < MAXTIME -> now++
-  :: else -> break
+  :: d_step {
+       k = 1;
+       do
+       :: k < K && !(present[k] && !ended[k]) -> k++
+       :: k < K && present[k] && !ended[k] -> ended[k] = true; break
+       :: k == K -> break
+       od;
+       k = 0
+     }
   od
 }
 
-/* Valid lease: the process believes it holds, and its token's lease runs. */
-#define valid(i) (holds[i] && now <= expiry[held_name[i]])
+#define valid(i) (holds[i] && !ended[mine[i]])
 
-active proctype exclusion() {
-#if N == 3
-  assert(!(valid(0) && valid(1)) && !(valid(0) && valid(2)) && !(valid(1) && valid(2)))
-#else
-  assert(!(valid(0) && valid(1)))
-#endif
-}
+/* Exclusion can only break when a process comes to believe it holds a fresh
+   lease, so it is checked right there instead of by a monitor process
+   (which would double the states): names reach `ended = false` only when
+   nobody refers to them. */
+#define exclusive \
+  j = 0; k = 0; \
+  do \
+  :: j < N -> if :: valid(j) -> k++ :: else -> skip fi; j++ \
+  :: j == N -> break \
+  od; \
+  assert(k <= 1); j = 0; k = 0
+
+/* A process may die at these points (and stall at any): it keeps nothing,
+   and same-host takers see that its token's owner is dead. Dying elsewhere
+   is the same as stalling forever at the point before. */
+#define crash_point  if :: d_step { dead[me] = true; holds[me] = false; \
+                                    mine[me] = NONE; stale_read[me] = false } -> goto done \
+                        :: skip fi
+
+/* Everything I believed about my token, forgotten once I let it go or learn
+   it is gone (so that equal situations are equal states). */
+#define give_up  holds[me] = false; mine[me] = NONE; lost[me] = false; stale_read[me] = false
+
+/* I hold fresh_name[me] now, and read the data (as one step: reading later
+   cannot lose an update that reading now would not). */
+#define got_it   owner[c] = me; mine[me] = c; c = 0; \
+                 holds[me] = true; stale_read[me] = false; exclusive
+
+/* A successful commit makes every other holder's read stale. */
+#define committed \
+  assert(!stale_read[me]); \
+  j = 0; \
+  do \
+  :: j < N -> if :: j != me -> stale_read[j] = holds[j] :: else -> skip fi; j++ \
+  :: j == N -> break \
+  od; \
+  j = 0
 
 proctype P(byte me) {
-  byte mine, obs, n;
+  byte c, j, k;   /* scratch, zero between steps */
 acquire:
-  fresh(n);
-  if :: n == 0 -> goto done :: else -> skip fi;   /* names used up: bounds the search */
-  /* creation: a populated temporary directory renamed onto a missing one */
-  atomic { if :: tok == MISSING -> tok = FREE :: else -> skip fi };
-  /* the fast path */
+  /* creation: a populated temporary directory renamed onto a missing lock
+     directory (it fails, harmlessly, when the directory exists) */
+  atomic { if :: !created -> created = true; present[FREE] = true :: else -> skip fi };
+  /* the fast path: rename lockfile to my fresh token */
   atomic {
     if
-    :: tok == FREE ->
-       tok = n; expiry[n] = now + LEASE; owner[n] = me; mine = n;
-       lost[me] = false; holds[me] = true; held_name[me] = n
+    :: present[FREE] -> fresh(); renamed(FREE, c); got_it; goto held
     :: else -> skip
     fi
   };
-  if :: holds[me] -> goto held :: else -> skip fi;
-  /* the slow path: a listing (one step), a judgement, then a rename of
-     exactly the observed name (another step) */
-  obs = tok;
-  if
-  :: obs != FREE && obs != MISSING && (now > expiry[obs] || dead[owner[obs]]) ->
-     atomic {
+  /* the slow path: a listing that shows a stale token (one step: the
+     judgement reads only the name), then a rename of exactly that name
+     (another step) */
+  d_step {
+    k = 1;
+    do
+    :: k < K && !present[k] -> k++
+    :: k < K && present[k] -> break
+    :: k == K -> break
+    od;
+    if
+    :: k < K && (ended[k] || dead[owner[k]]) -> obs[me] = k
+    :: else -> skip
+    fi;
+    k = 0
+  };
+#ifndef CLOBBER
+  atomic {
+    if
+    :: obs[me] != NONE && present[obs[me]] ->
+       assert(ended[obs[me]] || dead[owner[obs[me]]]);   /* property 2 */
+       if :: !dead[owner[obs[me]]] -> lost[owner[obs[me]]] = true :: else -> skip fi;
+       fresh(); renamed(obs[me], c); obs[me] = NONE; got_it; goto held
+    :: else -> obs[me] = NONE; goto acquire
+    fi
+  };
+#else
+  /* A mutant, to show the checks can fail: the takeover renames whatever
+     token is there by now ("remove the stale lock, then take it"). */
+  atomic {
+    if
+    :: obs[me] != NONE ->
+       obs[me] = NONE; k = 1;
+       do
+       :: k < K && !present[k] -> k++
+       :: k < K && present[k] -> break
+       :: k == K -> break
+       od;
        if
-       :: tok == obs ->
-          /* whose token is actually taken; that process still believes
-             it holds until it finds out (its beliefs are its own) */
-          lost[owner[tok]] = true;
-          tok = n; expiry[n] = now + LEASE; owner[n] = me; mine = n;
-          lost[me] = false; holds[me] = true; held_name[me] = n
-       :: else -> skip
+       :: k < K ->
+          if :: !dead[owner[k]] -> lost[owner[k]] = true :: else -> skip fi;
+          fresh(); renamed(k, c); k = 0; got_it; goto held
+       :: else -> k = 0; goto acquire
        fi
-     }
-  :: else -> skip
-  fi;
-  if :: holds[me] -> goto held :: else -> goto acquire fi;
+    :: else -> goto acquire
+    fi
+  };
+#endif
 
 held:
-  /* crash anywhere in the critical section */
-  if :: atomic { dead[me] = true; holds[me] = false } -> goto done :: skip fi;
-  /* refresh, maybe */
-  fresh(n);
+  crash_point;
+  /* refresh, maybe: rename my token to a fresh one with a new lease */
   if
-  :: n != 0 ->
-     atomic {
+  :: atomic {
        if
-       :: tok == mine ->
-          assert(owner[mine] == me && !lost[me]);
-          tok = n; expiry[n] = now + LEASE; owner[n] = me; mine = n; held_name[me] = n
-       :: else -> assert(lost[me])
+       :: present[mine[me]] ->
+          assert(owner[mine[me]] == me && !lost[me]);           /* property 3 */
+          fresh(); renamed(mine[me], c); got_it
+       :: else -> assert(lost[me]); give_up; goto acquire
        fi
      }
   :: skip
   fi;
-  if :: atomic { dead[me] = true; holds[me] = false } -> goto done :: skip fi;
-  /* the fenced commit: rename D/<mine>/tmp over the target */
+  crash_point;
+#ifndef UNFENCED
+  /* the fenced commit: rename <dir>/<mine>/tmp over the target, one step
+     that fails when my token's path is gone */
   atomic {
     if
-    :: tok == mine -> assert(owner[mine] == me && !lost[me])
-    :: else -> assert(lost[me])
+    :: present[mine[me]] -> assert(owner[mine[me]] == me && !lost[me]); committed
+    :: else -> assert(lost[me]); give_up; goto acquire
     fi
   };
-  /* release */
+#else
+  /* the unfenced commit: prove ownership with a refresh rename, then (a
+     separate step) rename a temp file beside the target */
   atomic {
     if
-    :: tok == mine -> assert(owner[mine] == me && !lost[me]); tok = FREE; holds[me] = false
-    :: else -> assert(lost[me]); holds[me] = false
+    :: present[mine[me]] -> fresh(); renamed(mine[me], c); got_it
+    :: else -> assert(lost[me]); give_up; goto acquire
+    fi
+  };
+  atomic { committed };
+#endif
+  crash_point;
+  /* release: rename my token back to lockfile */
+  atomic {
+    if
+    :: present[mine[me]] ->
+       assert(owner[mine[me]] == me && !lost[me]);              /* property 3 */
+       renamed(mine[me], FREE); give_up
+    :: else -> assert(lost[me]); give_up
     fi
   };
   goto acquire;
@@ -143,10 +247,17 @@ done:
 }
 
 init {
+  byte i;
   atomic {
-    run P(0); run P(1);
-#if N == 3
-    run P(2)
-#endif
+    i = 0;
+    do
+    :: i < N -> mine[i] = NONE; obs[i] = NONE; i++
+    :: i == N -> break
+    od;
+    i = 0;
+    do
+    :: i < N -> run P(i); i++
+    :: i == N -> break
+    od
   }
 }
