@@ -3,6 +3,9 @@
 #include <cerrno>
 #include <charconv>
 #include <exception>
+#include <optional>
+
+#include "tokenlock/keep_alive.hpp"
 
 #include "file_writer.hpp"
 #include "update_impl.hpp"
@@ -81,6 +84,33 @@ failure unfenced_commit(os& sys, lock_handle& h, const write_target& t,
   return commit_temp(sys, tmp.path, t, options);
 }
 
+// Runs `compute`, refreshing the lease meanwhile when `keep` is set. A
+// takeover during the computation fails the update before anything is
+// written; other refresh errors are left to the commit's fence to judge.
+failure compute_keeping(lock_handle& h, const write_target& t, const compute_function& compute,
+                        const std::optional<std::string>& current, std::string& next,
+                        bool keep) {
+  if (!keep) return compute(current, next);
+  std::optional<keep_alive> keeper;
+  try {
+    keeper.emplace(h);
+  } catch (const std::system_error& e) {
+    return make_failure(e.code(), describe("keep the lease alive", t.path,
+                                           std::string(e.what()) + "; nothing was written", {}));
+  }
+  failure f = compute(current, next);
+  keeper->stop();
+  if (f) return f;
+  if (keeper->lost())
+    return make_failure(errc::lock_lost,
+                        describe("commit", t.path,
+                                 "the lock was taken over while the update function ran (" +
+                                     keeper->last_message() +
+                                     "); nothing was written and the new owner's data is intact",
+                                 {}));
+  return {};
+}
+
 }  // namespace
 
 failure update_impl(os& sys, const boost::filesystem::path& target, const rename_lock& lock,
@@ -106,7 +136,7 @@ failure update_impl(os& sys, const boost::filesystem::path& target, const rename
   std::optional<std::string> current;
   if (failure f = read_file_impl(sys, t.path, current)) return f;
   std::string next;
-  if (failure f = compute(current, next)) return f;
+  if (failure f = compute_keeping(h, t, compute, current, next, options.keep_alive)) return f;
 
   file_status workspace;
   if (auto sec = sys.status(h.path().string(), workspace)) {

@@ -250,6 +250,8 @@ class lock_handle {
   const boost::filesystem::path& directory() const noexcept;
   // When the current lease ends.
   std::chrono::system_clock::time_point expires() const noexcept;
+  // The lease refresh() extends by when given none: the one acquired with.
+  std::chrono::milliseconds lease() const noexcept { return lease_; }
 
  private:
   friend class rename_lock;

@@ -8,6 +8,7 @@
 
 #include "tokenlock/atomic_write.hpp"
 #include "tokenlock/errors.hpp"
+#include "tokenlock/keep_alive.hpp"
 #include "tokenlock/rename_lock.hpp"
 #include "tokenlock/update.hpp"
 #include "tokenlock/version.hpp"

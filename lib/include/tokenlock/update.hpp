@@ -69,6 +69,11 @@ struct update_options {
   // the directory on every update would make each update cost in proportion
   // to the files beside the target. 1: every update; 0: never.
   unsigned sweep_every = 32;
+  // Refresh the lease from a background thread while the update function
+  // runs (tokenlock/keep_alive.hpp), for functions that may outlast the
+  // lease. If the lock is taken over meanwhile, nothing is committed and the
+  // update fails with lock_lost, as it would without this.
+  bool keep_alive = false;
 };
 
 struct update_result {

@@ -1,0 +1,99 @@
+#include "tokenlock/keep_alive.hpp"
+
+#include "tokenlock/errors.hpp"
+#include "tokenlock/rename_lock.hpp"
+
+namespace tokenlock {
+
+namespace {
+
+std::chrono::milliseconds choose_interval(const lock_handle& handle,
+                                          const keep_alive_options& options) {
+  if (!handle.owns())
+    throw lock_error(make_error_code(errc::not_owner),
+                     "tokenlock: keep_alive: the handle owns no token (released, moved from, or "
+                     "inherited by fork); acquire the lock first");
+  const std::chrono::milliseconds lease = handle.lease();
+  const std::chrono::milliseconds interval =
+      options.interval.count() > 0 ? options.interval : lease / 3;
+  if (interval.count() <= 0 || interval >= lease)
+    throw lock_error(make_error_code(errc::bad_argument),
+                     "tokenlock: keep_alive: the interval (" + std::to_string(interval.count()) +
+                         " ms) must be positive and shorter than the lease (" +
+                         std::to_string(lease.count()) +
+                         " ms), or the lease ends before the next refresh");
+  return interval;
+}
+
+}  // namespace
+
+keep_alive::keep_alive(lock_handle& handle, keep_alive_options options)
+    : handle_(handle),
+      interval_(choose_interval(handle, options)),
+      on_refresh_(std::move(options.on_refresh)),
+      thread_([this] { run(); }) {}
+
+keep_alive::~keep_alive() { stop(); }
+
+void keep_alive::run() noexcept {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!wake_.wait_for(lock, interval_, [this] { return stopping_; })) {
+    // The refresh runs unlocked so that stop() and the queries never wait
+    // for a rename; only this thread touches the handle meanwhile.
+    lock.unlock();
+    std::error_code ec;
+    handle_.refresh(ec);
+    std::string message = ec ? last_error_message() : std::string();
+    if (on_refresh_) {
+      try {
+        on_refresh_(ec);
+      } catch (...) {
+        // A logging callback's failure must not end the keeping (or the
+        // process, from a noexcept thread function).
+      }
+    }
+    lock.lock();
+    if (!ec) {
+      ++refreshes_;
+      error_.clear();
+      message_.clear();
+      continue;
+    }
+    error_ = ec;
+    message_ = std::move(message);
+    // Anything else may be transient (EIO on a network filesystem): the
+    // next interval tries again while the lease lasts.
+    if (ec == errc::lock_lost || ec == errc::not_owner) {
+      lost_ = true;
+      break;
+    }
+  }
+}
+
+std::error_code keep_alive::stop() noexcept {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard<std::mutex> lock(mutex_);
+  return error_;
+}
+
+bool keep_alive::lost() const noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return lost_;
+}
+
+std::uint64_t keep_alive::refreshes() const noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return refreshes_;
+}
+
+std::string keep_alive::last_message() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return message_;
+}
+
+}  // namespace tokenlock
