@@ -6,6 +6,8 @@
 # full (the default) adds: SIGKILL of CGI processes under load, bad
 # inputs, a corrupt counter, an unwritable data directory, a busy lock
 # (503), HEAD and peek, the SVG as XML. The server is stopped by its pid.
+# TOKENLOCK_E2E_WAIT_MS sets the CGI's wait budget under load (default
+# 2000); sanitizer builds start each CGI several times slower and need more.
 set -euo pipefail
 server=$1 cgi_binary=$2 tool=$3 mode=${4:-full}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -31,7 +33,7 @@ echo "must stay" >"$work/outside/secret"
 
 port=$(pick_port)
 "start_$server" "$work/$server" "$port" "$work/cgi" TOKENLOCK_COUNTER_DIR="$data" \
-  TOKENLOCK_COUNTER_SYNC=none TOKENLOCK_COUNTER_WAIT_MS=2000 || fail "$server did not start"
+  TOKENLOCK_COUNTER_SYNC=none TOKENLOCK_COUNTER_WAIT_MS="${TOKENLOCK_E2E_WAIT_MS:-2000}" || fail "$server did not start"
 url="http://127.0.0.1:$port/cgi-bin/counter.cgi"
 echo "$server on 127.0.0.1:$port (pid $SERVER_PID)"
 
