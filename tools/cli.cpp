@@ -86,6 +86,62 @@ int with_command_line(const char* command, const std::vector<std::string>& args,
   }
 }
 
+namespace {
+
+// Options of `run` that take a value in the next argument.
+bool takes_value(const std::string& s) {
+  return s == "-w" || s == "--wait" || s == "--lease" || s == "-E" || s == "--conflict-exit-code";
+}
+
+}  // namespace
+
+run_arguments split_run_arguments(const std::vector<std::string>& a) {
+  std::size_t i = 0;
+  for (; i < a.size(); ++i) {
+    if (a[i] == "--") {
+      ++i;
+      break;
+    }
+    if (a[i].size() > 1 && a[i][0] == '-') {
+      if (takes_value(a[i])) ++i;
+      continue;
+    }
+    break;
+  }
+  run_arguments r;
+  r.options.assign(a.begin(), a.begin() + static_cast<long>(std::min(i, a.size())));
+  if (i < a.size()) {
+    r.dir = a[i];
+    std::size_t c = i + 1;
+    if (c < a.size() && a[c] == "--") ++c;
+    r.command.assign(a.begin() + static_cast<long>(c), a.end());
+  }
+  return r;
+}
+
+std::optional<unsigned> parse_mode(const std::string& s) {
+  if (s.empty()) return std::nullopt;
+  unsigned mode = 0;
+  for (char ch : s) {
+    if (ch < '0' || ch > '7') return std::nullopt;
+    mode = mode * 8 + static_cast<unsigned>(ch - '0');
+    if (mode > 07777) return std::nullopt;  // also before it could wrap
+  }
+  return mode;
+}
+
+std::optional<std::uint64_t> parse_unsigned(const std::string& s) {
+  if (s.empty()) return std::nullopt;
+  std::uint64_t v = 0;
+  for (char ch : s) {
+    if (ch < '0' || ch > '9') return std::nullopt;
+    const auto digit = static_cast<std::uint64_t>(ch - '0');
+    if (v > (UINT64_MAX - digit) / 10) return std::nullopt;
+    v = v * 10 + digit;
+  }
+  return v;
+}
+
 std::chrono::milliseconds seconds_option(const std::string& name, double secs, bool allow_zero) {
   if (!std::isfinite(secs) || secs < 0 || (!allow_zero && secs == 0) || secs > 365.0 * 24 * 3600)
     throw po::error("--" + name + " takes a number of seconds" +

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -59,6 +61,22 @@ void add_wait_options(po::options_description& d);
 // Applies them to `o` (wait forever when neither -w nor -n is given) and
 // returns the exit status for a busy lock. Throws po::error on bad values.
 int apply_wait(const po::variables_map& v, lock_options& o);
+
+// `run`'s arguments, split by hand at LOCKDIR (flock's syntax) so that the
+// command's own arguments are never parsed: options (each option that takes
+// a value keeps it), LOCKDIR, then the command, after one optional "--".
+// `dir` is empty when the arguments end before LOCKDIR.
+struct run_arguments {
+  std::vector<std::string> options;
+  std::string dir;
+  std::vector<std::string> command;
+};
+run_arguments split_run_arguments(const std::vector<std::string>& args);
+
+// "0640": octal digits only, at most 07777. std::nullopt otherwise.
+std::optional<unsigned> parse_mode(const std::string& s);
+// An unsigned decimal that fits 64 bits, digits only. std::nullopt otherwise.
+std::optional<std::uint64_t> parse_unsigned(const std::string& s);
 
 // SECS as given to -w, --lease: a non-negative number of seconds, possibly
 // fractional. Throws po::error otherwise.

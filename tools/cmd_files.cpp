@@ -53,11 +53,9 @@ int cmd_write(const args& a) {
     write_options wo;
     wo.sync = parse_sync(v["sync"].as<std::string>());
     if (v.count("mode")) {
-      const std::string m = v["mode"].as<std::string>();
-      char* end = nullptr;
-      unsigned long mode = std::strtoul(m.c_str(), &end, 8);
-      if (m.empty() || *end != '\0' || mode > 07777) throw po::error("--mode takes an octal mode such as 0640");
-      wo.mode = static_cast<unsigned>(mode);
+      const std::optional<unsigned> mode = parse_mode(v["mode"].as<std::string>());
+      if (!mode) throw po::error("--mode takes an octal mode such as 0640");
+      wo.mode = *mode;
     }
     if (v.count("follow-symlinks")) wo.symlinks = symlink_policy::follow;
     return write_stdin(v["file"].as<std::string>(), wo,
@@ -158,14 +156,10 @@ int cmd_incr(const args& a) {
     update_options uo;
     uo.write.sync = parse_sync(v["sync"].as<std::string>());
     const std::string lock_dir = v.count("lock") ? v["lock"].as<std::string>() : file + ".lock";
-    const std::string n = v["by"].as<std::string>();
-    char* end = nullptr;
-    errno = 0;
-    const std::uint64_t by = std::strtoull(n.c_str(), &end, 10);
-    if (n.empty() || n[0] == '-' || *end != '\0' || errno == ERANGE)
-      throw po::error("--by takes an unsigned decimal number");
+    const std::optional<std::uint64_t> by = parse_unsigned(v["by"].as<std::string>());
+    if (!by) throw po::error("--by takes an unsigned decimal number");
     std::error_code ec;
-    const std::uint64_t value = increment_counter(file, rename_lock(lock_dir), by, uo, ec);
+    const std::uint64_t value = increment_counter(file, rename_lock(lock_dir), *by, uo, ec);
     if (ec) return report(ec, last_error_message());
     std::cout << value << std::endl;
     return exit_code::ok;

@@ -18,11 +18,6 @@ namespace {
 
 constexpr int forwarded[] = {SIGTERM, SIGINT, SIGHUP};
 
-// Options that take a value in the next argument, for finding LOCKDIR.
-bool takes_value(const std::string& s) {
-  return s == "-w" || s == "--wait" || s == "--lease" || s == "-E" || s == "--conflict-exit-code";
-}
-
 void on_sigchld(int) {}
 
 int run_locked(const std::string& dir, const std::vector<std::string>& command,
@@ -50,29 +45,11 @@ int cmd_run(const args& a) {
                   "the lease, kept alive while CMD runs")("verbose,v", "say why when the lock is busy");
 
   // Everything after LOCKDIR belongs to the command, untouched.
-  std::size_t i = 0;
-  for (; i < a.size(); ++i) {
-    if (a[i] == "--") {
-      ++i;
-      break;
-    }
-    if (a[i].size() > 1 && a[i][0] == '-') {
-      if (takes_value(a[i])) ++i;
-      continue;
-    }
-    break;
-  }
-  const std::vector<std::string> opts(a.begin(), a.begin() + static_cast<long>(std::min(i, a.size())));
-  std::string dir;
-  std::vector<std::string> command;
-  if (i < a.size()) {
-    dir = a[i];
-    std::size_t c = i + 1;
-    if (c < a.size() && a[c] == "--") ++c;
-    command.assign(a.begin() + static_cast<long>(c), a.end());
-  }
+  const run_arguments split = split_run_arguments(a);
+  const std::string& dir = split.dir;
+  const std::vector<std::string>& command = split.command;
 
-  return with_command_line("run", opts, d, {}, [&](const po::variables_map& v) {
+  return with_command_line("run", split.options, d, {}, [&](const po::variables_map& v) {
     if (dir.empty()) throw po::error("LOCKDIR is missing");
     if (command.empty()) throw po::error("CMD is missing");
     lock_options o;

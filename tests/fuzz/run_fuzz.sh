@@ -16,6 +16,8 @@ case $target in
   query) sources=("$src/cgi-examples/counter/cgi.cpp"); includes=(-I "$src/cgi-examples/counter") ;;
   token) sources=("$src/lib/src/token_name.cpp"); includes=("${lib_includes[@]}") ;;
   counter) sources=("${lib[@]}"); includes=("${lib_includes[@]}"); libs=(-lboost_filesystem) ;;
+  cli) sources=("${lib[@]}" "$src/tools/cli.cpp"); includes=("${lib_includes[@]}" -I "$src/tools")
+       libs=(-lboost_filesystem -lboost_program_options) ;;
   *) echo "run_fuzz: unknown target $target" >&2; exit 64 ;;
 esac
 clang++ -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
