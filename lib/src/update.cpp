@@ -28,7 +28,7 @@ failure lost_before_commit(const write_target& t, const std::string& token) {
 }
 
 // The fenced commit: temp file in the token directory, renamed over the
-// target through the token's path. Sets `cross_device` (and writes nothing)
+// target through the token's path. The directory is flushed by the caller. Sets `cross_device` (and writes nothing)
 // when the rename reports EXDEV (bind mounts share a device number).
 failure fenced_commit(os& sys, const lock_handle& h, const write_target& t,
                       const std::string& contents, const write_options& options,
@@ -54,15 +54,6 @@ failure fenced_commit(os& sys, const lock_handle& h, const write_target& t,
     if (ec == std::errc::no_such_file_or_directory && sys.status(workspace, st))
       return lost_before_commit(t, h.token());
     return write_failure("rename", t, "cannot rename " + tmp.path + " over the target", ec);
-  }
-  if (options.sync == durability::file_and_dir) {
-    if (auto sec = sys.sync_directory(t.dir))
-      return make_failure(
-          errc::dir_sync_failed,
-          describe("sync", t.path,
-                   "the update is committed, but flushing the directory " + t.dir + " failed (" +
-                       sec.message() + "): a crash may undo it; do not repeat the update",
-                   {}));
   }
   return {};
 }
@@ -144,9 +135,15 @@ failure update_impl(os& sys, const boost::filesystem::path& target, const rename
     return make_failure(sec, describe("commit", t.path, "cannot look at the lock's token " +
                                                            h.path().string(), sec));
   }
+  // The directory is flushed after the release: the flush makes the update
+  // durable before update_file returns, and the next holder's update
+  // (which contains this one) need not wait for it. The file itself is
+  // flushed before its rename, under the lock.
+  write_options in_lock = options.write;
+  if (in_lock.sync == durability::file_and_dir) in_lock.sync = durability::file;
   bool cross_device = workspace.device != t.dir_device;
   if (!cross_device) {
-    if (failure f = fenced_commit(sys, h, t, next, options.write, cross_device)) return f;
+    if (failure f = fenced_commit(sys, h, t, next, in_lock, cross_device)) return f;
   }
   if (cross_device) {
     if (options.require_fence)
@@ -158,12 +155,21 @@ failure update_impl(os& sys, const boost::filesystem::path& target, const rename
                                        "lock directory beside the file",
                                    {}));
     result.fenced = false;
-    if (failure f = unfenced_commit(sys, h, t, next, options.write)) return f;
+    if (failure f = unfenced_commit(sys, h, t, next, in_lock)) return f;
   }
   // Committed. A failed release cannot undo that, and reporting it would
   // invite a retry that applies the update twice; the handle's destructor
   // tries once more.
   h.release(ec);
+  if (options.write.sync == durability::file_and_dir) {
+    if (auto sec = sys.sync_directory(t.dir))
+      return make_failure(
+          errc::dir_sync_failed,
+          describe("sync", t.path,
+                   "the update is committed, but flushing the directory " + t.dir + " failed (" +
+                       sec.message() + "): a crash may undo it; do not repeat the update",
+                   {}));
+  }
   return {};
 }
 

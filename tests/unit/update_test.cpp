@@ -377,4 +377,24 @@ TEST_F(UpdateTest, ADirectorySyncFailureStillHandsOutTheCommittedValue) {
   EXPECT_TRUE(lock_is_free());
 }
 
+// The flush that makes the update durable runs after the release, so the
+// next holder need not wait for it; the file's own flush stays inside.
+TEST_F(UpdateTest, FlushesTheDirectoryAfterReleasingTheLock) {
+  spit(target, "7\n");
+  lock_of(a).acquire().release();  // the lock directory's own syncs are done
+  bool free_at_dir_sync = false;
+  a->when("sync_directory", tmp.path().string(), [&] { free_at_dir_sync = lock_is_free(); });
+  std::uint64_t v = 0;
+  ASSERT_FALSE(increment(1, v)) << "the increment failed";
+  EXPECT_EQ(v, 8u);
+  EXPECT_TRUE(free_at_dir_sync) << "the directory was flushed while the lock was held";
+
+  bool held_at_file_sync = false;
+  a->when("sync_file", lock_dir.string(), [&] { held_at_file_sync = !lock_is_free(); });
+  ASSERT_FALSE(increment(1, v)) << "the increment failed";
+  EXPECT_TRUE(held_at_file_sync) << "the temporary file was not flushed under the lock";
+  EXPECT_EQ(v, 9u);
+  EXPECT_EQ(slurp(target), "9\n");
+}
+
 }  // namespace
