@@ -28,8 +28,9 @@ failure lost_before_commit(const write_target& t, const std::string& token) {
 }
 
 // The fenced commit: temp file in the token directory, renamed over the
-// target through the token's path. The directory is flushed by the caller. Sets `cross_device` (and writes nothing)
-// when the rename reports EXDEV (bind mounts share a device number).
+// target through the token's path; the caller flushes the directory. Sets
+// `cross_device` (and writes nothing) when the rename reports EXDEV (bind
+// mounts share a device number).
 failure fenced_commit(os& sys, const lock_handle& h, const write_target& t,
                       const std::string& contents, const write_options& options,
                       bool& cross_device) {
