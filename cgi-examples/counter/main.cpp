@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <system_error>
 
 #include "counter_app.hpp"
+#include "tokenlock/signal_cleanup.hpp"
 
 namespace {
 
@@ -24,6 +26,10 @@ void drain_request_body(const char* content_length) {
 
 int main() {
   std::ios::sync_with_stdio(false);
+  // A server that gives up on a slow request sends SIGTERM: the lock is
+  // then released at once instead of when the next process finds us dead.
+  std::error_code ignored;
+  tokenlock::install_signal_cleanup(ignored);
   auto env = [](const char* name) -> const char* { return std::getenv(name); };
   drain_request_body(env("CONTENT_LENGTH"));
   const char* method = env("REQUEST_METHOD");

@@ -135,8 +135,11 @@ failure create_temp(os& sys, const write_target& target, const std::string& in_d
     mode = 0644 & ~sys.umask_value();
     exact = false;
   }
+  // Recorded before it exists, so that no stop signal can leave it behind.
+  out.record = cleanup_entry(cleanup_track_file(out.path));
   if (auto ec = sys.create_exclusive(out.path, mode & 0777, out.fd)) {
     out.fd = -1;
+    out.record.reset();  // it may be another writer's file
     std::string what = "cannot create the temporary file " + out.path;
     if (ec == std::errc::filename_too_long)
       return make_failure(ec, describe("create", target.path, what, ec) +
@@ -218,6 +221,7 @@ void abandon(os& sys, temp_file& file) noexcept {
     file.fd = -1;
   }
   if (!file.path.empty()) sys.remove_file(file.path);
+  file.record.reset();
 }
 
 }  // namespace tokenlock::detail

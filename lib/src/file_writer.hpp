@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "cleanup_registry.hpp"
 #include "failure.hpp"
 #include "posix/os.hpp"
 #include "tokenlock/atomic_write.hpp"
@@ -39,6 +40,7 @@ bool is_temp_name(std::string_view name) noexcept;
 struct temp_file {
   std::string path;
   int fd = -1;
+  cleanup_entry record;  // for install_signal_cleanup()
 };
 
 // Creates the temporary file in `in_dir` with the target's mode (or the

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <mutex>
 
+#include "cleanup_registry.hpp"
 #include "failure.hpp"
 #include "lock_directory.hpp"
 #include "token_name.hpp"
@@ -25,6 +26,7 @@ struct lock_handle_access {
     h.expiry_us_ = expiry_us;
     h.lease_ = lease;
     h.fork_generation_ = h.os_->fork_generation();
+    h.cleanup_slot_ = cleanup_track_token(h.token_path_, h.paths_->free_path);
   }
 };
 
@@ -544,7 +546,9 @@ lock_handle::lock_handle(lock_handle&& other) noexcept
       token_path_(std::move(other.token_path_)),
       expiry_us_(other.expiry_us_),
       lease_(other.lease_),
-      fork_generation_(other.fork_generation_) {
+      fork_generation_(other.fork_generation_),
+      cleanup_slot_(other.cleanup_slot_) {
+  other.cleanup_slot_ = -1;
   other.forget();
 }
 
@@ -561,6 +565,9 @@ lock_handle& lock_handle::operator=(lock_handle&& other) noexcept {
     expiry_us_ = other.expiry_us_;
     lease_ = other.lease_;
     fork_generation_ = other.fork_generation_;
+    cleanup_untrack(cleanup_slot_);  // an empty or forked-away handle's record
+    cleanup_slot_ = other.cleanup_slot_;
+    other.cleanup_slot_ = -1;
     other.forget();
   }
   return *this;
@@ -577,6 +584,8 @@ void lock_handle::forget() noexcept {
   token_.clear();
   token_path_.clear();
   expiry_us_ = 0;
+  cleanup_untrack(cleanup_slot_);
+  cleanup_slot_ = -1;
 }
 
 bool lock_handle::owns() const noexcept {
@@ -688,6 +697,9 @@ void lock_handle::refresh(std::chrono::milliseconds lease, std::error_code& ec) 
     const std::int64_t expiry = os_->wall_now_us() + to_us(lease);
     std::string next = with_expiry(owner_part(token_), expiry);
     std::string next_path = paths_->dir_slash + next;
+    // Recorded before the rename, so that a stop signal in between releases
+    // whichever of the two names holds the token.
+    cleanup_entry next_record(cleanup_track_token(next_path, paths_->free_path));
     std::error_code e = os_->rename(token_path_, next_path);
     if (e == std::errc::no_such_file_or_directory) {
       // NFS retransmit: the first rename may have happened.
@@ -702,6 +714,8 @@ void lock_handle::refresh(std::chrono::milliseconds lease, std::error_code& ec) 
     if (e)
       return os_failure(*os_, *paths_, "refresh", "cannot rename " + token_ + " to " + next,
                         token_, e);
+    cleanup_untrack(cleanup_slot_);
+    cleanup_slot_ = next_record.release();
     token_ = std::move(next);
     token_path_ = std::move(next_path);
     expiry_us_ = expiry;

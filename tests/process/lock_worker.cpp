@@ -28,6 +28,13 @@
 //     Up to COUNT times, until the file TARGET.stop exists: update_file
 //     appending the line "ID.i"; after each success appends the same line
 //     to LOG. A lost lock is counted, not fatal. Prints "lost N" at the end.
+//   lock_worker signal-cleanup LOCKDIR TARGET INSTALL IGNORE_HUP FORK
+//     Ignores SIGHUP if IGNORE_HUP is 1, calls install_signal_cleanup() if
+//     INSTALL is 1, acquires LOCKDIR and refreshes it once, starts an
+//     atomic_file on TARGET (written, not committed), and prints
+//     "ready <token>". If FORK is 1 it then forks a child that prints
+//     "child <pid>" and waits on stdin like its parent. Then, for each line
+//     on stdin, prints "alive".
 //   lock_worker incr COUNTER COUNT LOG
 //     COUNT times increment_counter(COUNTER) under COUNTER.lock, logging each
 //     new value to LOG; prints "corrupt" and exits 4 on corrupt_data.
@@ -162,6 +169,28 @@ int hold(int argc, char** argv) {
     std::cout << "lock_lost" << std::endl;
   else
     std::cout << "error " << tokenlock::last_error_message() << std::endl;
+  return 0;
+}
+
+int signal_cleanup(int argc, char** argv) {
+  if (argc != 7) die("usage: signal-cleanup LOCKDIR TARGET INSTALL IGNORE_HUP FORK");
+  if (std::string(argv[5]) == "1") std::signal(SIGHUP, SIG_IGN);
+  if (std::string(argv[4]) == "1") tokenlock::install_signal_cleanup();
+  tokenlock::lock_options o;
+  o.wait = 30s;
+  tokenlock::rename_lock lock(argv[2], o);
+  tokenlock::lock_handle h = lock.acquire();
+  h.refresh();
+  tokenlock::atomic_file f(argv[3]);
+  f.write("partial");
+  std::cout << "ready " << h.token() << std::endl;
+  if (std::string(argv[6]) == "1") {
+    const pid_t pid = ::fork();
+    if (pid < 0) die("fork");
+    if (pid == 0) std::cout << "child " << ::getpid() << std::endl;
+  }
+  std::string line;
+  while (std::getline(std::cin, line)) std::cout << "alive" << std::endl;
   return 0;
 }
 
@@ -313,6 +342,7 @@ int main(int argc, char** argv) {
     if (mode == "update") return update(argc, argv);
     if (mode == "append") return append(argc, argv);
     if (mode == "incr") return incr(argc, argv);
+    if (mode == "signal-cleanup") return signal_cleanup(argc, argv);
     die("unknown mode; see the comment at the top of lock_worker.cpp");
   } catch (const std::exception& e) {
     die(e.what());

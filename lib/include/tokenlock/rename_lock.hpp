@@ -266,6 +266,7 @@ class lock_handle {
   std::int64_t expiry_us_ = 0;
   std::chrono::milliseconds lease_{0};
   std::uint64_t fork_generation_ = 0;
+  int cleanup_slot_ = -1;  // install_signal_cleanup()'s record of the token
 };
 
 }  // namespace tokenlock

@@ -10,5 +10,6 @@
 #include "tokenlock/errors.hpp"
 #include "tokenlock/keep_alive.hpp"
 #include "tokenlock/rename_lock.hpp"
+#include "tokenlock/signal_cleanup.hpp"
 #include "tokenlock/update.hpp"
 #include "tokenlock/version.hpp"

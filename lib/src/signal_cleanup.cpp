@@ -1,0 +1,128 @@
+#include "tokenlock/signal_cleanup.hpp"
+
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "cleanup_registry.hpp"
+#include "failure.hpp"
+
+namespace tokenlock {
+
+using namespace detail;
+
+namespace detail {
+namespace {
+
+constexpr int slot_count = 64;
+constexpr std::size_t max_path = 4096;
+
+enum : int { slot_free = 0, slot_filling = 1, slot_token = 2, slot_file = 3 };
+
+// Plain arrays and atomics only: the handler reads them.
+struct slot {
+  std::atomic<int> state{slot_free};
+  pid_t pid = 0;
+  char path[max_path];
+  char free_path[max_path];
+};
+
+slot table[slot_count];
+std::atomic<bool> installed{false};
+// Our pid, kept current across fork by an atfork handler, so that tracking
+// adds no system call to acquire and release.
+std::atomic<pid_t> our_pid{0};
+extern "C" void refresh_our_pid() { our_pid.store(::getpid(), std::memory_order_relaxed); }
+constexpr int handled[] = {SIGTERM, SIGINT, SIGHUP};
+
+int track(int kind, const std::string& path, const std::string& free_path) noexcept {
+  if (!installed.load(std::memory_order_acquire)) return -1;
+  if (path.size() >= max_path || free_path.size() >= max_path) return -1;
+  for (int i = 0; i < slot_count; ++i) {
+    int expected = slot_free;
+    if (!table[i].state.compare_exchange_strong(expected, slot_filling,
+                                                std::memory_order_acquire))
+      continue;
+    // The pid, not the fork generation: the handler can only ask getpid().
+    table[i].pid = our_pid.load(std::memory_order_relaxed);
+    std::memcpy(table[i].path, path.c_str(), path.size() + 1);
+    std::memcpy(table[i].free_path, free_path.c_str(), free_path.size() + 1);
+    table[i].state.store(kind, std::memory_order_release);
+    return i;
+  }
+  return -1;  // full: left to dead-owner detection
+}
+
+extern "C" void on_stop_signal(int sig) {
+  const pid_t me = ::getpid();
+  // Files first: a temporary file inside a token directory must not end up
+  // inside "lockfile".
+  for (slot& s : table)
+    if (s.state.load(std::memory_order_acquire) == slot_file && s.pid == me) ::unlink(s.path);
+  for (slot& s : table)
+    if (s.state.load(std::memory_order_acquire) == slot_token && s.pid == me)
+      ::rename(s.path, s.free_path);
+  // End as the signal would have ended us: it is blocked while we run, so
+  // it is delivered, with its default action, when we return.
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+}  // namespace
+
+int cleanup_track_token(const std::string& token_path, const std::string& free_path) noexcept {
+  return track(slot_token, token_path, free_path);
+}
+
+int cleanup_track_file(const std::string& path) noexcept { return track(slot_file, path, {}); }
+
+void cleanup_untrack(int i) noexcept {
+  if (i >= 0 && i < slot_count) table[i].state.store(slot_free, std::memory_order_release);
+}
+
+}  // namespace detail
+
+namespace {
+
+failure install() {
+  static const int atfork = [] {
+    detail::refresh_our_pid();
+    return ::pthread_atfork(nullptr, nullptr, detail::refresh_our_pid);
+  }();
+  if (atfork != 0)
+    return make_failure(std::error_code(atfork, std::generic_category()),
+                        "tokenlock: install_signal_cleanup: pthread_atfork failed");
+  detail::installed.store(true, std::memory_order_release);
+  for (int sig : detail::handled) {
+    struct sigaction current;
+    if (::sigaction(sig, nullptr, &current) != 0)
+      return make_failure(std::error_code(errno, std::generic_category()),
+                          "tokenlock: install_signal_cleanup: cannot read the action of " +
+                              std::string(::strsignal(sig)));
+    if (current.sa_handler == detail::on_stop_signal) continue;  // installed before
+    // Ignored (nohup) or handled by the program: its choice stands.
+    if ((current.sa_flags & SA_SIGINFO) || current.sa_handler != SIG_DFL) continue;
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sa_handler = detail::on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    for (int other : detail::handled) sigaddset(&sa.sa_mask, other);
+    if (::sigaction(sig, &sa, nullptr) != 0)
+      return make_failure(std::error_code(errno, std::generic_category()),
+                          "tokenlock: install_signal_cleanup: cannot handle " +
+                              std::string(::strsignal(sig)));
+  }
+  return {};
+}
+
+}  // namespace
+
+void install_signal_cleanup(std::error_code& ec) noexcept { run_noexcept(ec, install); }
+
+void install_signal_cleanup() { run_throwing(install); }
+
+}  // namespace tokenlock
