@@ -7,7 +7,9 @@
 # inputs, a corrupt counter, an unwritable data directory, a busy lock
 # (503), HEAD and peek, the SVG as XML. The server is stopped by its pid.
 # TOKENLOCK_E2E_WAIT_MS sets the CGI's wait budget under load (default
-# 2000); sanitizer builds start each CGI several times slower and need more.
+# 2000) and TOKENLOCK_E2E_REQUESTS the requests per load (default 2000):
+# sanitizer builds start each CGI several times slower, and use more time
+# and fewer requests.
 set -euo pipefail
 server=$1 cgi_binary=$2 tool=$3 mode=${4:-full}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -49,32 +51,34 @@ load() {
   NON2XX=${NON2XX:-0}
 }
 
-load 2000 16 "$url?id=one"
-[ "$COMPLETE" = 2000 ] && [ "$NON2XX" = 0 ] || fail "16 clients: $COMPLETE complete, $NON2XX non-2xx"
-[ "$(count_of one)" = 2000 ] || fail "16 clients: counter $(count_of one), expected 2000"
-pass "2000 requests, 16 clients, one id: counter = 2000"
+n=${TOKENLOCK_E2E_REQUESTS:-2000}
+load "$n" 16 "$url?id=one"
+[ "$COMPLETE" = "$n" ] && [ "$NON2XX" = 0 ] || fail "16 clients: $COMPLETE complete, $NON2XX non-2xx"
+[ "$(count_of one)" = "$n" ] || fail "16 clients: counter $(count_of one), expected $n"
+pass "$n requests, 16 clients, one id: counter = $n"
 
-load 2000 64 "$url?id=one"
-[ "$COMPLETE" = 2000 ] && [ "$NON2XX" = 0 ] || fail "64 clients: $COMPLETE complete, $NON2XX non-2xx"
-[ "$(count_of one)" = 4000 ] || fail "64 clients: counter $(count_of one), expected 4000"
-pass "2000 more requests, 64 clients, one id: counter = 4000"
+load "$n" 64 "$url?id=one"
+[ "$COMPLETE" = "$n" ] && [ "$NON2XX" = 0 ] || fail "64 clients: $COMPLETE complete, $NON2XX non-2xx"
+[ "$(count_of one)" = $((2 * n)) ] || fail "64 clients: counter $(count_of one), expected $((2 * n))"
+pass "$n more requests, 64 clients, one id: counter = $((2 * n))"
 
+q=$((n / 4))
 pids=()
 for i in 0 1 2 3; do
-  ab -q -r -n 500 -c 16 "$url?id=many$i" >"$work/ab.$i" 2>&1 &
+  ab -q -r -n "$q" -c 16 "$url?id=many$i" >"$work/ab.$i" 2>&1 &
   pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p" || fail "ab failed"; done
 for i in 0 1 2 3; do
   grep -q '^Non-2xx' "$work/ab.$i" && fail "several ids: non-2xx responses for many$i"
-  [ "$(count_of "many$i")" = 500 ] || fail "several ids: many$i = $(count_of "many$i"), expected 500"
+  [ "$(count_of "many$i")" = "$q" ] || fail "several ids: many$i = $(count_of "many$i"), expected $q"
 done
-pass "4 ids x 500 requests, 64 clients in all: every counter = 500"
+pass "4 ids x $q requests, 64 clients in all: every counter = $q"
 
 if [ "$mode" = load ]; then exit 0; fi
 
 # --- CGI processes killed with SIGKILL under load --------------------------
-ab -q -r -n 3000 -c 32 "$url?id=killed" >"$work/ab.kill" 2>&1 &
+ab -q -r -n $((3 * n / 2)) -c 32 "$url?id=killed" >"$work/ab.kill" 2>&1 &
 ab_pid=$!
 kills=0
 while kill -0 "$ab_pid" 2>/dev/null; do
@@ -92,7 +96,7 @@ c=$(count_of killed)
 [ "$c" -ge "$ok" ] && [ "$c" -le $((ok + kills)) ] ||
   fail "killed: counter $c, successful responses $ok, killed $kills"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$url?id=after")" = 200 ] || fail "server stopped answering"
-pass "3000 requests with $kills CGI processes killed: counter $c within [$ok, $((ok + kills))]"
+pass "$((3 * n / 2)) requests with $kills CGI processes killed: counter $c within [$ok, $((ok + kills))]"
 
 # --- bad inputs -----------------------------------------------------------
 before_one=$(count_of one)
