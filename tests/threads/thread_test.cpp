@@ -266,3 +266,32 @@ TEST(Threads, UpdatesFromManyThreadsAreSerialised) {
   EXPECT_TRUE(temp_files_below(tmp.path()).empty());
   EXPECT_EQ(entries(tmp / "lock"), std::vector<std::string>{"lockfile"});
 }
+
+// install_signal_cleanup()'s table is written by every acquire, refresh,
+// release and temporary file: from many threads at once it must keep each
+// record whole (ThreadSanitizer checks the accesses) and leave nothing held.
+TEST(Threads, SignalCleanupTrackingFromManyThreads) {
+  temp_dir tmp;
+  tl::install_signal_cleanup();
+  constexpr int threads = 4, rounds = 200;
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      tl::rename_lock lock(tmp / ("lock" + std::to_string(t)));
+      tl::write_options fast;
+      fast.sync = tl::durability::none;
+      for (int i = 0; i < rounds; ++i) {
+        tl::lock_handle h = lock.acquire();
+        h.refresh();
+        tl::atomic_write(tmp / ("file" + std::to_string(t)), std::to_string(i), fast);
+        h.release();
+      }
+    });
+  }
+  for (std::thread& w : workers) w.join();
+  for (int t = 0; t < threads; ++t) {
+    EXPECT_EQ(entries(tmp / ("lock" + std::to_string(t))), std::vector<std::string>{"lockfile"});
+    EXPECT_EQ(slurp(tmp / ("file" + std::to_string(t))), std::to_string(rounds - 1));
+  }
+  EXPECT_TRUE(temp_files_below(tmp.path()).empty());
+}
