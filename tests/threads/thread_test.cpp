@@ -160,50 +160,69 @@ TEST(KeepAlive, RefusesAnEmptyHandleAndAnIntervalAsLongAsTheLease) {
   h.release();
 }
 
-// The lease is 300 ms and the update function runs three times as long; a
-// competitor tries to take the lock meanwhile.
-TEST(KeepAlive, UpdateFileKeepsTheLockThroughASlowFunction) {
+// An update of "old" whose function runs three times the 300 ms lease, while
+// a competitor tries to take the lock; with or without keep_alive.
+struct slow_update {
   temp_dir tmp;
-  const auto target = tmp / "data";
-  spit(target, "old");
-  tl::rename_lock lock(tmp / "lock", short_lease(300ms));
-  tl::rename_lock competitor(tmp / "lock", short_lease(300ms));
-
-  tl::update_options options;
-  options.keep_alive = true;
-  bool competitor_got_it = true;
-  tl::update_file(target, lock, [&](const std::optional<std::string>& current) {
-    work_for(900ms);
-    competitor_got_it = competitor.try_acquire().has_value();
-    return *current + "+new";
-  }, options);
-  EXPECT_FALSE(competitor_got_it);
-  EXPECT_EQ(slurp(target), "old+new");
-  EXPECT_TRUE(temp_files_below(tmp.path()).empty());
-  EXPECT_EQ(entries(tmp / "lock"), std::vector<std::string>{"lockfile"});
-}
-
-// The same without keep_alive: the lease ends, the competitor takes over,
-// and the slow update is refused. This is what the option prevents.
-TEST(KeepAlive, WithoutItASlowUpdateLosesTheLock) {
-  temp_dir tmp;
-  const auto target = tmp / "data";
-  spit(target, "old");
-  tl::rename_lock lock(tmp / "lock", short_lease(300ms));
-  tl::rename_lock competitor(tmp / "lock", short_lease(300ms));
-
+  boost::filesystem::path target = tmp / "data";
   bool competitor_got_it = false;
   std::error_code ec;
-  tl::update_file(target, lock, [&](const std::optional<std::string>& current) {
-    work_for(900ms);
-    std::optional<tl::lock_handle> c = competitor.try_acquire();
-    competitor_got_it = c.has_value();
-    return *current + "+new";
-  }, {}, ec);
-  EXPECT_TRUE(competitor_got_it);
-  EXPECT_EQ(ec, tl::errc::lock_lost);
+
+  explicit slow_update(bool keep_alive) {
+    spit(target, "old");
+    tl::rename_lock lock(tmp / "lock", short_lease(300ms));
+    tl::rename_lock competitor(tmp / "lock", short_lease(300ms));
+    tl::update_options options;
+    options.keep_alive = keep_alive;
+    tl::update_file(target, lock, [&](const std::optional<std::string>& current) {
+      work_for(900ms);
+      competitor_got_it = competitor.try_acquire().has_value();
+      return *current + "+new";
+    }, options, ec);
+  }
+};
+
+TEST(KeepAlive, UpdateFileKeepsTheLockThroughASlowFunction) {
+  slow_update u(true);
+  EXPECT_FALSE(u.ec) << tl::last_error_message();
+  EXPECT_FALSE(u.competitor_got_it);
+  EXPECT_EQ(slurp(u.target), "old+new");
+  EXPECT_TRUE(temp_files_below(u.tmp.path()).empty());
+  EXPECT_EQ(entries(u.tmp / "lock"), std::vector<std::string>{"lockfile"});
+}
+
+// Without keep_alive the lease ends, the competitor takes over, and the
+// slow update is refused. This is what the option prevents.
+TEST(KeepAlive, WithoutItASlowUpdateLosesTheLock) {
+  slow_update u(false);
+  EXPECT_TRUE(u.competitor_got_it);
+  EXPECT_EQ(u.ec, tl::errc::lock_lost);
+  EXPECT_EQ(slurp(u.target), "old");
+  EXPECT_TRUE(temp_files_below(u.tmp.path()).empty());
+}
+
+// A lease too short to keep alive (a third of it rounds to 0 ms): the update
+// is refused before its function runs, and nothing is left behind.
+TEST(KeepAlive, UpdateFileRefusesALeaseTooShortToKeepAlive) {
+  temp_dir tmp;
+  const auto target = tmp / "data";
+  spit(target, "old");
+  tl::rename_lock lock(tmp / "lock", short_lease(2ms));
+  tl::update_options options;
+  options.keep_alive = true;
+  bool ran = false;
+  std::error_code ec;
+  tl::update_file(target, lock, [&](const std::optional<std::string>&) {
+    ran = true;
+    return std::string("new");
+  }, options, ec);
+  EXPECT_EQ(ec, tl::errc::bad_argument);
+  EXPECT_NE(tl::last_error_message().find("keep the lease alive"), std::string::npos)
+      << tl::last_error_message();
+  EXPECT_FALSE(ran);
   EXPECT_EQ(slurp(target), "old");
   EXPECT_TRUE(temp_files_below(tmp.path()).empty());
+  EXPECT_EQ(entries(tmp / "lock"), std::vector<std::string>{"lockfile"});
 }
 
 // A takeover while the function runs: nothing is committed, whichever of
