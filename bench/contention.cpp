@@ -1,6 +1,7 @@
 // Throughput of the lock under contention from real processes.
 //
 //   bench/contention [--procs 1,2,4,8,16] [--seconds S] [--wake on|off|both]
+//                    [--queue on|off|both]
 //                    [--hold-us N] [--backoff-us N] [--dir DIR]
 //
 // For each process count N, N forked processes loop doing acquire,
@@ -12,7 +13,9 @@
 // increments (counter minus the sum of the counts; must be 0). --hold-us
 // sleeps that long inside the critical section (I/O); --backoff-us sets
 // lock_options::backoff_min. --wake
-// chooses lock_options::wake_on_release (inotify) or runs both side by side.
+// chooses lock_options::wake_on_release (inotify) or runs both side by side;
+// --queue does the same for lock_options::queue_waiters (the line of
+// waiters, "+line" in the table).
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -47,10 +50,18 @@ struct result {
   long long lost = 0;
 };
 
-long long worker(const fs::path& lock_dir, const std::string& counter_path, bool wake,
+struct mode {
+  bool wake, queue;
+  std::string name() const {
+    return std::string(wake ? "inotify" : "polling") + (queue ? "+line" : "");
+  }
+};
+
+long long worker(const fs::path& lock_dir, const std::string& counter_path, mode m,
                  double seconds, int barrier, long hold_us, long backoff_us) {
   tokenlock::lock_options o;
-  o.wake_on_release = wake;
+  o.wake_on_release = m.wake;
+  o.queue_waiters = m.queue;
   if (backoff_us > 0) o.backoff_min = std::chrono::microseconds(backoff_us);
   o.wait = std::chrono::seconds(60);
   tokenlock::rename_lock lock(lock_dir, o);
@@ -79,10 +90,11 @@ long long worker(const fs::path& lock_dir, const std::string& counter_path, bool
   return ops;
 }
 
-result run(const fs::path& root, int procs, bool wake, double seconds, long hold_us,
+result run(const fs::path& root, int procs, mode m, double seconds, long hold_us,
            long backoff_us) {
-  const fs::path lock_dir = root / ("c" + std::to_string(procs) + (wake ? "w" : "p") + ".lock");
-  const std::string counter = (root / ("c" + std::to_string(procs) + (wake ? "w" : "p"))).string();
+  const std::string name = "c" + std::to_string(procs) + m.name();
+  const fs::path lock_dir = root / (name + ".lock");
+  const std::string counter = (root / name).string();
   { int fd = ::open(counter.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644); ::close(fd); }
   tokenlock::rename_lock(lock_dir).acquire().release();  // create before timing
   int barrier[2], results[2];
@@ -93,7 +105,7 @@ result run(const fs::path& root, int procs, bool wake, double seconds, long hold
     if (pid == 0) {
       ::close(barrier[1]);
       ::close(results[0]);
-      long long ops = worker(lock_dir, counter, wake, seconds, barrier[0], hold_us, backoff_us);
+      long long ops = worker(lock_dir, counter, m, seconds, barrier[0], hold_us, backoff_us);
       if (::write(results[1], &ops, sizeof ops) != sizeof ops) ::_exit(1);
       ::_exit(0);
     }
@@ -132,7 +144,7 @@ result run(const fs::path& root, int procs, bool wake, double seconds, long hold
 int main(int argc, char** argv) {
   std::vector<int> procs{1, 2, 4, 8, 16};
   double seconds = 2;
-  std::string wake = "both";
+  std::string wake = "both", queue = "both";
   long hold_us = 0, backoff_us = 0;
   fs::path base = fs::temp_directory_path();
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -145,6 +157,8 @@ int main(int argc, char** argv) {
       seconds = std::atof(v.c_str());
     } else if (k == "--wake") {
       wake = v;
+    } else if (k == "--queue") {
+      queue = v;
     } else if (k == "--backoff-us") {
       backoff_us = std::atol(v.c_str());
     } else if (k == "--hold-us") {
@@ -152,23 +166,25 @@ int main(int argc, char** argv) {
     } else if (k == "--dir") {
       base = v;
     } else {
-      std::fprintf(stderr, "usage: contention [--procs 1,2,4] [--seconds S] [--wake on|off|both] [--hold-us N] [--backoff-us N] [--dir DIR]\n");
+      std::fprintf(stderr, "usage: contention [--procs 1,2,4] [--seconds S] [--wake on|off|both] [--queue on|off|both] [--hold-us N] [--backoff-us N] [--dir DIR]\n");
       return 64;
     }
   }
   const fs::path root = base / fs::unique_path("tokenlock-contention-%%%%-%%%%");
   fs::create_directories(root);
-  std::vector<bool> modes;
-  if (wake != "off") modes.push_back(true);
-  if (wake != "on") modes.push_back(false);
+  std::vector<mode> modes;
+  for (bool w : {true, false})
+    for (bool q : {true, false})
+      if ((w ? wake != "off" : wake != "on") && (q ? queue != "off" : queue != "on"))
+        modes.push_back({w, q});
   // Each row alternates `rounds` single-process runs with N-process runs and
   // reports the median of the paired ratios: the machine's speed drifts by
   // tens of percent over seconds, so a baseline measured once, rows earlier,
   // would make the ratios mostly noise.
-  std::printf("%-9s %6s %12s %10s %7s %5s\n", "wake", "procs", "ops/s", "vs 1 proc", "Jain", "lost");
+  std::printf("%-13s %6s %12s %10s %7s %5s\n", "wake", "procs", "ops/s", "vs 1 proc", "Jain", "lost");
   int failures = 0;
   const int rounds = 3;
-  for (bool w : modes) {
+  for (const mode& w : modes) {
     for (int n : procs) {
       std::vector<double> ratios, rates, jains;
       long long lost = 0;
@@ -184,7 +200,7 @@ int main(int argc, char** argv) {
         std::sort(v.begin(), v.end());
         return v[v.size() / 2];
       };
-      std::printf("%-9s %6d %12.0f %9.2fx %7.3f %5lld\n", w ? "inotify" : "polling", n,
+      std::printf("%-13s %6d %12.0f %9.2fx %7.3f %5lld\n", w.name().c_str(), n,
                   median(rates), median(ratios), median(jains), lost);
       std::fflush(stdout);
       failures += lost != 0;

@@ -96,6 +96,7 @@ failure make_lock_paths(const boost::filesystem::path& dir, lock_paths& out) {
   out.dir = s;
   out.dir_slash = s + "/";
   out.free_path = out.dir_slash + std::string(free_token);
+  out.board_path = s + ".wait";
   return {};
 }
 

@@ -18,6 +18,7 @@ struct lock_paths {
   std::string dir;        // the lock directory, without trailing '/'
   std::string dir_slash;  // dir + '/'
   std::string free_path;  // dir + "/lockfile"
+  std::string board_path; // dir + ".wait": the wait board (wait_line.hpp)
 };
 
 // Fails with bad_argument for an empty path, "/" or an embedded NUL.

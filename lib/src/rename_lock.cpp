@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <mutex>
+#include <optional>
 
 #include "cleanup_registry.hpp"
 #include "failure.hpp"
 #include "lock_directory.hpp"
 #include "token_name.hpp"
+#include "wait_line.hpp"
 
 namespace tokenlock {
 
@@ -63,6 +65,21 @@ struct watch_cache {
     if (w && !w->arm()) w.reset();
     return w;
   }
+  // The wait board, mapped once per lock object and shared by its threads;
+  // a mapping stays valid across fork.
+  std::shared_ptr<wait_board> board;
+  bool board_tried = false;
+
+  std::shared_ptr<wait_board> wait_board_for(os& sys, const lock_paths& paths, unsigned dir_mode) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!board_tried) {
+      board_tried = true;
+      std::unique_ptr<wait_board> b = sys.open_wait_board(paths.board_path, dir_mode & 0666);
+      if (b && board_is_usable(*b)) board = std::move(b);
+    }
+    return board;
+  }
+
   void give_back(os& sys, std::unique_ptr<dir_watch> w) {
     if (!w) return;
     w->disarm();
@@ -266,6 +283,14 @@ constexpr int fast_release_wakes = 3;
 // beyond that the lock counts as busy and we wait like any waiter.
 constexpr int max_immediate_rounds = 16;
 
+// The head of the line records a beat at least every backoff_max; one that
+// has not for twice that, and 10 ms more for a busy scheduler, is taken to
+// be gone (killed, stopped) and its place is taken.
+std::chrono::milliseconds stale_head_after(const lock_options& o) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(2 * o.backoff_max) +
+         std::chrono::milliseconds(10);
+}
+
 failure acquire_impl(const std::shared_ptr<os>& sys, const boost::filesystem::path& dir,
                      const std::shared_ptr<const lock_paths>& paths_ptr,
                      const lock_options& options, watch_cache& watches, bool may_wait,
@@ -295,6 +320,10 @@ failure acquire_impl(const std::shared_ptr<os>& sys, const boost::filesystem::pa
   bool looked = false;
   int quick_wakes = 0;
   std::int64_t last_wake = 0;
+  // Declared after the watch, so that it is left (handing the head's place
+  // on) before the watch goes back.
+  std::optional<wait_line> line;
+  std::optional<backoff> head_delay;
   for (;;) {
     outcome r = outcome::busy;
     const std::int64_t before = sys->steady_now_us();
@@ -321,7 +350,33 @@ failure acquire_impl(const std::shared_ptr<os>& sys, const boost::filesystem::pa
       return make_failure(errc::busy,
                           describe("acquire", paths.dir, "the lock is " + a.busy_reason(), {}));
     }
-    const auto pause = std::min(delay.next(*sys), std::chrono::microseconds(deadline - now));
+    std::chrono::microseconds pause = delay.next(*sys);
+    if (options.queue_waiters && !line)
+      line.emplace(*sys, watches.wait_board_for(*sys, paths, options.dir_mode),
+                   stale_head_after(options));
+    if (line && line->usable()) {
+      std::uint32_t turn = 0;
+      if (!line->claim_head(turn)) {
+        // Someone else watches the lock: sleep until it hands its place on,
+        // or until our own backoff ends (so that a line whose head died
+        // still moves).
+        head_delay.reset();
+        if (watch) {
+          watches.give_back(*sys, std::move(watch));
+          watch_tried = false;
+        }
+        line->sleep(turn, std::min(pause, std::chrono::microseconds(deadline - now)));
+        // Woken or not, take the place if it is free now: a waiter that
+        // gets the lock on its next attempt must still hand the place on.
+        line->claim_head(turn);
+        continue;
+      }
+      // A new head of the line starts looking quickly again: the lock may
+      // be released any moment, and only the head is looking.
+      if (!head_delay) head_delay.emplace(options);
+      pause = head_delay->next(*sys);
+    }
+    pause = std::min(pause, std::chrono::microseconds(deadline - now));
     if (options.wake_on_release && !watch_tried) {
       watch_tried = true;
       watch = watches.take(*sys, paths.dir);

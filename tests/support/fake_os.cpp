@@ -240,4 +240,30 @@ std::unique_ptr<detail::dir_watch> fake_os::watch_directory(const std::string& d
   return std::make_unique<fake_watch>(*this, release_interval_us);
 }
 
+class fake_board final : public detail::wait_board {
+ public:
+  fake_board(fake_os& owner, std::string path) : owner_(owner), path_(std::move(path)) {}
+  std::uint32_t* word(int i) noexcept override { return &owner_.world().boards[path_][i]; }
+  bool wait(int i, std::uint32_t expected, std::chrono::microseconds timeout) noexcept override {
+    owner_.enter("board_wait", path_ + " " + std::to_string(expected) + " " +
+                                   std::to_string(timeout.count()));
+    if (*word(i) != expected) return true;
+    owner_.world().advance(timeout.count());
+    return false;
+  }
+  void wake_one(int) noexcept override { owner_.enter("board_wake", path_); }
+
+ private:
+  fake_os& owner_;
+  std::string path_;
+};
+
+std::unique_ptr<detail::wait_board> fake_os::open_wait_board(const std::string& path,
+                                                             unsigned mode) {
+  if (!world_) return real_->open_wait_board(path, mode);
+  if (enter("open_wait_board", path)) return nullptr;
+  world_->boards[path];  // exists from now on, zeroed like a new file
+  return std::make_unique<fake_board>(*this, path);
+}
+
 }  // namespace tokenlock::testing

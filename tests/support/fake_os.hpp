@@ -10,6 +10,7 @@
 // and may act as another process at exactly that point.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -31,6 +32,8 @@ struct fake_world {
     int proc_error = 0;   // what reading /proc answers (ENOENT: hidepid)
   };
   std::map<int, proc> processes;  // absent = no such process
+  // Wait boards by path, shared by the played processes like a mapped file.
+  std::map<std::string, std::array<std::uint32_t, detail::wait_board::words>> boards;
 
   void advance(std::int64_t us) {
     wall_us += us;
@@ -115,11 +118,19 @@ class fake_os final : public detail::os {
     return world_ ? fork_generation_ : real_->fork_generation();
   }
   std::unique_ptr<detail::dir_watch> watch_directory(const std::string& dir) override;
+  // A board in the world (or, for the real process, the system's). Calls:
+  // "open_wait_board PATH" (fail() makes it unavailable), "board_wait PATH
+  // TURN TIMEOUT_US" (it plays the timeout unless the turn already moved,
+  // and runs `before` first, so a test may act as the head handing its
+  // place on) and "board_wake PATH".
+  std::unique_ptr<detail::wait_board> open_wait_board(const std::string& path,
+                                                      unsigned mode) override;
 
  private:
   // Records the call, runs the hook, and returns the injected error if any.
   std::error_code enter(const std::string& op, const std::string& path,
                         const std::string& path2 = {});
+  friend class fake_board;
 
   struct fault {
     std::string op, substring;

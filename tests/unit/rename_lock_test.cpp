@@ -12,6 +12,7 @@
 #include "fake_os.hpp"
 #include "temp_dir.hpp"
 #include "token_name.hpp"
+#include "wait_line.hpp"
 #include "tokenlock/tokenlock.hpp"
 
 namespace fs = boost::filesystem;
@@ -300,6 +301,143 @@ TEST_F(RenameLockTest, AWatchIsNotReusedAfterFork) {
   b->calls.clear();
   EXPECT_EQ(code_of([&] { lock.acquire(); }), errc::timed_out);
   EXPECT_EQ(count_calls(*b, "watch_directory"), 1) << "parent and child would share one queue";
+}
+
+// The line of waiters (lock_options::queue_waiters): one board per lock,
+// beside its directory; words as in wait_line.hpp.
+using tokenlock::detail::wait_line;
+
+class WaitLineTest : public RenameLockTest {
+ protected:
+  std::string board_path() const { return dir.string() + ".wait"; }
+  std::uint32_t* board() { return world->boards[board_path()].data(); }
+  std::uint32_t now_ms() const { return static_cast<std::uint32_t>(world->steady_us / 1000); }
+  // Another waiter, not played here, at the head of the line; it last
+  // looked `ago_ms` ago.
+  void someone_at_the_head(std::uint32_t ago_ms) {
+    board()[wait_line::magic_word] = wait_line::board_magic;
+    board()[wait_line::head_word] = 4242;
+    board()[wait_line::beat_word] = now_ms() - ago_ms;
+  }
+};
+
+TEST_F(WaitLineTest, AWaiterAloneHeadsTheLineAndHandsItOnOnceItHasTheLock) {
+  auto a = process(100), b = process(200);
+  lock_handle h = lock_for(a).acquire();
+  rename_lock lock = lock_for(b, options(10s, 1s));
+  // Released while b opens the board: b heads the line, looks once more
+  // after its pause, and takes the lock.
+  b->when("open_wait_board", "", [&] { h.release(); });
+  lock_handle mine = lock.acquire();
+  EXPECT_TRUE(mine.owns());
+  EXPECT_EQ(count_calls(*b, "open_wait_board " + board_path()), 1);
+  EXPECT_EQ(count_calls(*b, "board_wait"), 0) << "nobody to wait for: it looks itself";
+  EXPECT_EQ(board()[wait_line::magic_word], wait_line::board_magic);
+  EXPECT_EQ(board()[wait_line::head_word], 0u) << "the place is free again";
+  EXPECT_EQ(board()[wait_line::turn_word], 1u);
+  EXPECT_EQ(count_calls(*b, "board_wake " + board_path()), 1) << "the next sleeper is woken";
+  EXPECT_EQ(entries().size(), 1u);
+}
+
+TEST_F(WaitLineTest, ASleeperLeavesTheLookingToTheHead) {
+  auto a = process(100), b = process(200);
+  lock_handle h = lock_for(a).acquire();
+  someone_at_the_head(0);
+  b->calls.clear();
+  EXPECT_EQ(code_of([&] { lock_for(b, options(10s, 60ms)).acquire(); }), errc::timed_out);
+  const int waits = count_calls(*b, "board_wait");
+  EXPECT_GE(waits, 5);
+  EXPECT_EQ(count_calls(*b, "sleep_for"), 0);
+  EXPECT_EQ(count_calls(*b, "watch_"), 0) << "only the head watches";
+  // One lookup of the free token per wake-up, and the first round's rename.
+  EXPECT_LE(count_calls(*b, "status " + (dir / "lockfile").string()), waits + 1);
+  EXPECT_EQ(board()[wait_line::head_word], 4242u) << "a live head keeps its place";
+  EXPECT_EQ(count_calls(*b, "board_wake"), 0);
+  EXPECT_EQ(lock_for(a).holder()->token, h.path().filename().string());
+}
+
+TEST_F(WaitLineTest, AHandOffWakesTheSleeperWhichThenTakesTheLockAndPassesTheTurn) {
+  auto a = process(100), b = process(200);
+  lock_handle h = lock_for(a).acquire();
+  someone_at_the_head(0);
+  rename_lock lock = lock_for(b, options(10s, 1s));
+  const auto start = world->steady_us;
+  // The head gets the lock... and hands its place on; here the holder
+  // releases at that moment too.
+  b->when("board_wait", board_path(), [&] {
+    board()[wait_line::head_word] = 0;
+    ++board()[wait_line::turn_word];
+    h.release();
+  });
+  lock_handle mine = lock.acquire();
+  EXPECT_TRUE(mine.owns());
+  EXPECT_LT(world->steady_us - start, 1000) << "woken at once, not after its backoff";
+  EXPECT_EQ(count_calls(*b, "board_wait"), 1);
+  EXPECT_EQ(board()[wait_line::head_word], 0u);
+  EXPECT_EQ(board()[wait_line::turn_word], 2u) << "woken as a sleeper, it passes the turn on";
+  EXPECT_EQ(count_calls(*b, "board_wake"), 1);
+}
+
+TEST_F(WaitLineTest, AHeadThatStoppedLookingIsReplaced) {
+  auto a = process(100), b = process(200);
+  lock_handle h = lock_for(a).acquire();
+  // Default backoff_max is 50 ms: a head is gone after 110 ms without a beat.
+  someone_at_the_head(111);
+  b->calls.clear();
+  EXPECT_EQ(code_of([&] { lock_for(b, options(10s, 20ms)).acquire(); }), errc::timed_out);
+  EXPECT_EQ(count_calls(*b, "board_wait"), 0) << "it took the place at once";
+  EXPECT_GT(count_calls(*b, "sleep_for"), 0);
+  EXPECT_EQ(board()[wait_line::head_word], 0u) << "and left it when it gave up";
+  EXPECT_EQ(count_calls(*b, "board_wake"), 1);
+  EXPECT_TRUE(h.owns());
+  EXPECT_EQ(entries().size(), 1u);
+}
+
+TEST_F(WaitLineTest, AHeadStillLookingWithinItsBeatIsNotReplaced) {
+  auto a = process(100), b = process(200);
+  lock_handle h = lock_for(a).acquire();
+  someone_at_the_head(100);
+  EXPECT_EQ(code_of([&] { lock_for(b, options(10s, 5ms)).acquire(); }), errc::timed_out);
+  EXPECT_EQ(board()[wait_line::head_word], 4242u);
+  EXPECT_GT(count_calls(*b, "board_wait"), 0);
+}
+
+TEST_F(WaitLineTest, WithoutABoardEachWaiterPollsOnItsOwn) {
+  auto a = process(100), b = process(200), c = process(300);
+  lock_handle h = lock_for(a).acquire();
+  b->fail("open_wait_board", "", EACCES);
+  EXPECT_EQ(code_of([&] { lock_for(b, options(10s, 20ms)).acquire(); }), errc::timed_out);
+  EXPECT_EQ(count_calls(*b, "open_wait_board"), 1);
+  EXPECT_GT(count_calls(*b, "sleep_for"), 0);
+  EXPECT_EQ(count_calls(*b, "board_"), 0);
+  // A board that holds something else is not used either.
+  board()[wait_line::magic_word] = 0xdeadbeef;
+  board()[wait_line::head_word] = 4242;
+  board()[wait_line::beat_word] = now_ms();
+  EXPECT_EQ(code_of([&] { lock_for(c, options(10s, 20ms)).acquire(); }), errc::timed_out);
+  EXPECT_EQ(count_calls(*c, "board_"), 0);
+  EXPECT_GT(count_calls(*c, "sleep_for"), 0);
+  EXPECT_EQ(board()[wait_line::magic_word], 0xdeadbeefu) << "never overwritten";
+  EXPECT_TRUE(h.owns());
+}
+
+TEST_F(WaitLineTest, QueueWaitersOffNeverOpensTheBoard) {
+  auto a = process(100), b = process(200);
+  lock_handle h = lock_for(a).acquire();
+  lock_options o = options(10s, 20ms);
+  o.queue_waiters = false;
+  EXPECT_EQ(code_of([&] { lock_for(b, o).acquire(); }), errc::timed_out);
+  EXPECT_EQ(count_calls(*b, "open_wait_board"), 0);
+  EXPECT_GT(count_calls(*b, "sleep_for"), 0);
+}
+
+TEST_F(WaitLineTest, AnUncontendedLockNeverOpensTheBoard) {
+  auto a = process(100);
+  a->calls.clear();
+  lock_for(a).acquire().release();
+  lock_for(a).acquire().release();
+  EXPECT_EQ(count_calls(*a, "open_wait_board"), 0) << "the fast path stays two renames";
+  EXPECT_EQ(world->boards.count(board_path()), 0u);
 }
 
 TEST_F(RenameLockTest, TakesOverATokenWhoseLeaseEnded) {

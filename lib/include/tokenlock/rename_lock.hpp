@@ -109,6 +109,17 @@ struct lock_options {
   // when the lock is held for a while; a waiter that sees releases follow
   // each other within 200 us polls instead (docs/protocol.md, Waiting).
   bool wake_on_release = true;
+  // Waiters on this host line up on a small shared file beside the lock
+  // directory, named after it with ".wait" appended (data.lock.wait): only
+  // the first in line watches the lock (by wake_on_release, or polling);
+  // the others sleep until it gets the lock and hands its place on. A freed
+  // lock is then taken in microseconds instead of when some sleeper's
+  // backoff ends, without waking every waiter. The file only times the
+  // waits: locking stays correct without it, and where it cannot be used
+  // (no permission, no futex, NFS between hosts) waiters poll as with
+  // false. It is created only once a waiter has to wait; never truncate it
+  // while the lock is in use (docs/protocol.md, Waiting).
+  bool queue_waiters = true;
   // The process that owns the lock: 0 means the calling process. With
   // another pid (on this host), the token carries that process's pid and
   // start time, so the lock counts as abandoned once that process is gone.

@@ -2,7 +2,7 @@
 //
 // Every system call tokenlock makes goes through one `os` object: renames,
 // directory listings, stat, kill, reading /proc, the clocks, sleeping,
-// random numbers and directory watches. The POSIX implementation
+// random numbers, directory watches and the wait board. The POSIX implementation
 // (posix_os.cpp) is the only file that includes system headers; tests
 // substitute their own implementation to inject failures, to drive the clocks
 // and to play several processes (pids, hosts) inside one test.
@@ -73,6 +73,27 @@ class dir_watch {
   // degrades to a plain sleep.
   virtual bool wait_for(const std::string& name,
                         std::chrono::microseconds timeout) noexcept = 0;
+};
+
+// Memory shared by the waiters of one lock on one host: a small file
+// beside the lock directory, mapped by each waiter, and a futex on its
+// words. It decides only when waiters look at the lock, never who holds
+// it, so that a board that is missing, unreadable or scribbled on costs
+// latency and nothing else (docs/protocol.md, Waiting).
+class wait_board {
+ public:
+  static constexpr int words = 4;
+  virtual ~wait_board() = default;
+  // Word i (0 <= i < words), in memory shared with every process that
+  // opened the same file. Accessed with atomic builtins only.
+  virtual std::uint32_t* word(int i) noexcept = 0;
+  // futex(FUTEX_WAIT): sleeps while word(i) holds `expected`, up to
+  // `timeout`. True when woken or when the word had already changed;
+  // false on timeout.
+  virtual bool wait(int i, std::uint32_t expected,
+                    std::chrono::microseconds timeout) noexcept = 0;
+  // futex(FUTEX_WAKE) for one sleeper on word(i).
+  virtual void wake_one(int i) noexcept = 0;
 };
 
 class os {
@@ -157,6 +178,12 @@ class os {
 
   // Returns a disarmed watch on `dir`, or nullptr where none is available.
   virtual std::unique_ptr<dir_watch> watch_directory(const std::string& dir) = 0;
+
+  // Opens (creating it with exactly `mode` when missing) and maps the wait
+  // board at `path`; nullptr where none is available (no futex on this
+  // platform, no permission, not a regular file, any other failure).
+  virtual std::unique_ptr<wait_board> open_wait_board(const std::string& path,
+                                                      unsigned mode) = 0;
 };
 
 // The process-wide POSIX implementation.

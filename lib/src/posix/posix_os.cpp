@@ -20,8 +20,11 @@
 #include <unistd.h>
 
 #if defined(__linux__)
+#include <linux/futex.h>
 #include <sys/inotify.h>
+#include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
 #endif
 
 namespace tokenlock::detail {
@@ -204,6 +207,61 @@ class inotify_watch final : public dir_watch {
   std::string dir_;
   int wd_ = -1;
 };
+
+// The wait board: one page of a file beside the lock directory, shared by
+// mapping. The file is never shrunk by tokenlock; a mapping outlives the
+// descriptor and the file's name.
+class mapped_board final : public wait_board {
+ public:
+  static constexpr std::size_t file_size = 4096;
+  explicit mapped_board(void* base) : base_(base) {}
+  ~mapped_board() override { ::munmap(base_, file_size); }
+
+  std::uint32_t* word(int i) noexcept override { return static_cast<std::uint32_t*>(base_) + i; }
+
+  bool wait(int i, std::uint32_t expected, std::chrono::microseconds timeout) noexcept override {
+    if (timeout.count() <= 0) return false;
+    timespec ts{static_cast<time_t>(timeout.count() / 1000000),
+                static_cast<long>(timeout.count() % 1000000) * 1000};
+    // A shared (not private) futex: the key is the file's page, so it
+    // works between processes.
+    long r = ::syscall(SYS_futex, word(i), FUTEX_WAIT, expected, &ts, nullptr, 0);
+    if (r == 0) return true;
+    // EAGAIN: the word changed before we slept. EINTR: the caller loops
+    // and looks at the lock anyway.
+    return errno == EAGAIN || errno == EINTR;
+  }
+
+  void wake_one(int i) noexcept override {
+    ::syscall(SYS_futex, word(i), FUTEX_WAKE, 1, nullptr, nullptr, 0);
+  }
+
+ private:
+  void* base_;
+};
+
+std::unique_ptr<wait_board> map_board(const std::string& path, unsigned mode) {
+  int fd = retry_eintr([&] {
+    return ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                  static_cast<mode_t>(mode));
+  });
+  if (fd >= 0) {
+    // Exactly `mode`, whatever the umask: the board is shared like the lock.
+    (void)::fchmod(fd, static_cast<mode_t>(mode));
+  } else if (errno == EEXIST) {
+    fd = retry_eintr([&] { return ::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC); });
+  }
+  if (fd < 0) return nullptr;
+  struct stat st {};
+  void* base = MAP_FAILED;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+      (static_cast<std::size_t>(st.st_size) >= mapped_board::file_size ||
+       ::ftruncate(fd, mapped_board::file_size) == 0))
+    base = ::mmap(nullptr, mapped_board::file_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (base == MAP_FAILED) return nullptr;
+  return std::make_unique<mapped_board>(base);
+}
 #endif
 
 class posix_os final : public os {
@@ -477,6 +535,16 @@ class posix_os final : public os {
     return std::make_unique<inotify_watch>(fd, dir);
 #else
     (void)dir;
+    return nullptr;
+#endif
+  }
+
+  std::unique_ptr<wait_board> open_wait_board(const std::string& path, unsigned mode) override {
+#if defined(__linux__)
+    return map_board(path, mode);
+#else
+    (void)path;
+    (void)mode;
     return nullptr;
 #endif
   }

@@ -1,0 +1,71 @@
+// The line of waiters of one lock on one host.
+//
+// Without it every waiter polls the lock on its own schedule: a freed lock
+// stays idle until one of them happens to look, and waking them all on each
+// release (inotify) costs the CPU that the holder needs. With it, waiters
+// share a wait board (os.hpp) and only the head of the line watches the
+// lock; the others sleep on a futex. When the head gets the lock, or gives
+// up, it hands its place to the sleeper that has slept longest, which then
+// watches while the new holder works.
+//
+// The line decides only when a waiter looks at the lock. Every acquisition
+// is still a rename of the protocol, so a board that is missing, stale or
+// scribbled on costs latency, never safety: sleepers wake on their own
+// backoff anyway, and a head that stops beating (killed, stopped) is
+// replaced by the first sleeper to notice.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+#include "posix/os.hpp"
+
+namespace tokenlock::detail {
+
+class wait_line {
+ public:
+  // Word numbers on the board.
+  static constexpr int magic_word = 0;  // board_magic once initialised
+  static constexpr int turn_word = 1;   // bumped at each hand-off; sleepers wait on it
+  static constexpr int head_word = 2;   // id of the head of the line, 0: none
+  static constexpr int beat_word = 3;   // the head's last look, steady clock in ms
+  static constexpr std::uint32_t board_magic = 0x544c5731;  // "TLW1"
+
+  // `board` may be null (no line: the caller polls on its own). A head
+  // whose beat is older than `stale_after` is replaced.
+  wait_line(os& sys, std::shared_ptr<wait_board> board, std::chrono::milliseconds stale_after);
+  // Leaves the line, handing the head's place on.
+  ~wait_line();
+  wait_line(const wait_line&) = delete;
+  wait_line& operator=(const wait_line&) = delete;
+
+  bool usable() const noexcept { return board_ != nullptr; }
+
+  // Takes the head's place when it is free, already ours, or its holder has
+  // stopped beating; records a beat when it is ours. `turn` receives the
+  // turn to sleep on otherwise (read before looking at the head, so that a
+  // hand-off in between wakes the sleep at once).
+  bool claim_head(std::uint32_t& turn) noexcept;
+  // Sleeps until the head hands its place on or `timeout` passes.
+  void sleep(std::uint32_t turn, std::chrono::microseconds timeout) noexcept;
+  // Leaves the line now (the destructor does it otherwise).
+  void leave() noexcept;
+
+  bool is_head() const noexcept { return head_; }
+
+ private:
+  std::uint32_t now_ms() noexcept;
+
+  os& sys_;
+  std::shared_ptr<wait_board> board_;
+  std::int64_t stale_ms_;
+  std::uint32_t id_ = 0;
+  bool head_ = false;
+};
+
+// Initialises a freshly created board and checks one that exists; false
+// when it holds something else (then it is not used).
+bool board_is_usable(wait_board& board) noexcept;
+
+}  // namespace tokenlock::detail

@@ -1,0 +1,173 @@
+// The line of waiters with real processes: the board file beside the lock
+// directory, a real futex, a head of the line killed with SIGKILL, and
+// boards that cannot be used.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <cstdint>
+#include <fstream>
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/filesystem.hpp>
+
+#include "child.hpp"
+#include "inspect.hpp"
+#include "temp_dir.hpp"
+#include "tokenlock/tokenlock.hpp"
+#include "wait_line.hpp"
+
+namespace fs = boost::filesystem;
+using namespace std::chrono_literals;
+using tokenlock::detail::wait_line;
+using tokenlock::testing::child;
+using tokenlock::testing::start_barrier;
+using tokenlock::testing::temp_dir;
+
+namespace {
+
+const std::string worker = LOCK_WORKER_PATH;
+
+class WaitLineProcessTest : public ::testing::Test {
+ protected:
+  temp_dir tmp;
+  fs::path dir = tmp / "counter.lock";
+  fs::path board = tmp / "counter.lock.wait";
+  fs::path counter = tmp / "counter";
+  fs::path canary = tmp / "inside";
+
+  std::uint32_t board_word(int i) {
+    std::ifstream in(board.string(), std::ios::binary);
+    std::uint32_t w[wait_line::magic_word + 4] = {};
+    in.read(reinterpret_cast<char*>(w), sizeof w);
+    return w[i];
+  }
+  // Until a waiter other than `former` heads the line. The board is a
+  // file: this polls it, as a waiter cannot tell which place it took.
+  bool someone_heads_the_line(std::uint32_t former = 0) {
+    const auto give_up = std::chrono::steady_clock::now() + 30s;
+    while (std::chrono::steady_clock::now() < give_up) {
+      if (fs::exists(board)) {
+        const std::uint32_t head = board_word(wait_line::head_word);
+        if (head != 0 && head != former) return true;
+      }
+      ::usleep(1000);
+    }
+    return false;
+  }
+  unsigned long long counter_value() {
+    std::ifstream in(counter.string());
+    unsigned long long v = 0;
+    in >> v;
+    return v;
+  }
+  void run_counting_workers(int n, int cycles) {
+    start_barrier barrier;
+    std::vector<child> workers;
+    for (int i = 0; i < n; ++i)
+      workers.emplace_back(std::vector<std::string>{worker, "count", dir.string(),
+                                                    counter.string(), canary.string(),
+                                                    std::to_string(cycles),
+                                                    (tmp / ("log." + std::to_string(i))).string()},
+                           &barrier);
+    barrier.open_gate();
+    for (auto& w : workers) {
+      int status = w.wait();
+      ASSERT_TRUE(WIFEXITED(status));
+      ASSERT_NE(WEXITSTATUS(status), 3) << "two processes were inside at once";
+      ASSERT_EQ(WEXITSTATUS(status), 0);
+    }
+    EXPECT_EQ(counter_value(), static_cast<unsigned long long>(n) * cycles);
+  }
+};
+
+TEST_F(WaitLineProcessTest, WaitersLineUpOnABoardBesideTheLockAndAllGetIt) {
+  child holder({worker, "hold", dir.string(), "60000", "1000"});
+  ASSERT_EQ(holder.read_line().substr(0, 2), "H ");
+  std::vector<child> waiters;
+  for (int i = 0; i < 3; ++i) {
+    waiters.emplace_back(std::vector<std::string>{worker, "wait", dir.string()});
+    ASSERT_EQ(waiters.back().read_line(), "W");
+  }
+  ASSERT_TRUE(someone_heads_the_line());
+  struct stat st {};
+  ASSERT_EQ(::stat(board.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0644u) << "the lock's dir_mode (0755) without execute bits";
+  EXPECT_EQ(st.st_size, 4096);
+  EXPECT_EQ(board_word(wait_line::magic_word), wait_line::board_magic);
+  holder.write_line("release");
+  EXPECT_EQ(holder.read_line(), "released");
+  for (auto& w : waiters) {
+    EXPECT_EQ(w.read_line().substr(0, 2), "A ");
+    EXPECT_EQ(w.wait(), 0);
+  }
+  EXPECT_EQ(board_word(wait_line::head_word), 0u) << "the last one left the place free";
+  // At least the first head got the lock and passed its place on (the
+  // others may get it on their own wake-ups before they head the line).
+  EXPECT_GE(board_word(wait_line::turn_word), 1u);
+  EXPECT_EQ(tokenlock::testing::entries(dir), std::vector<std::string>{"lockfile"});
+}
+
+TEST_F(WaitLineProcessTest, AHeadKilledWhileWaitingIsReplacedAndTheLineMoves) {
+  child holder({worker, "hold", dir.string(), "60000", "1000"});
+  ASSERT_EQ(holder.read_line().substr(0, 2), "H ");
+  child head({worker, "wait", dir.string()});
+  ASSERT_EQ(head.read_line(), "W");
+  ASSERT_TRUE(someone_heads_the_line());
+  const std::uint32_t head_id = board_word(wait_line::head_word);
+  child sleeper({worker, "wait", dir.string()});
+  ASSERT_EQ(sleeper.read_line(), "W");
+  head.signal(SIGKILL);
+  const int status = head.wait();
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  // The sleeper finds the head silent (after 2 x backoff_max + 10 ms) and
+  // takes its place, then the lock once it is free.
+  ASSERT_TRUE(someone_heads_the_line(head_id));
+  holder.write_line("release");
+  EXPECT_EQ(holder.read_line(), "released");
+  EXPECT_EQ(sleeper.read_line().substr(0, 2), "A ");
+  EXPECT_EQ(sleeper.wait(), 0);
+  EXPECT_EQ(board_word(wait_line::head_word), 0u);
+  EXPECT_EQ(tokenlock::testing::entries(dir), std::vector<std::string>{"lockfile"});
+}
+
+// A board tokenlock cannot use costs latency, never exclusion or counts.
+TEST_F(WaitLineProcessTest, ADirectoryWhereTheBoardGoesIsLeftAloneAndLockingWorks) {
+  fs::create_directory(board);
+  run_counting_workers(4, 100);
+  EXPECT_TRUE(fs::is_directory(board));
+  EXPECT_TRUE(fs::is_empty(board));
+}
+
+TEST_F(WaitLineProcessTest, ASymlinkWhereTheBoardGoesIsNotFollowed) {
+  const fs::path elsewhere = tmp / "elsewhere";
+  { std::ofstream(elsewhere.string()) << "keep"; }
+  fs::create_symlink(elsewhere, board);
+  run_counting_workers(4, 100);
+  EXPECT_TRUE(fs::is_symlink(board));
+  std::ifstream in(elsewhere.string());
+  std::string content;
+  in >> content;
+  EXPECT_EQ(content, "keep");
+  EXPECT_EQ(fs::file_size(elsewhere), 4u);
+}
+
+TEST_F(WaitLineProcessTest, ABoardHoldingSomethingElseIsNotUsedOrChanged) {
+  const std::string junk(8192, 'x');
+  { std::ofstream(board.string(), std::ios::binary) << junk; }
+  run_counting_workers(4, 100);
+  std::ifstream in(board.string(), std::ios::binary);
+  std::string after((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(after, junk);
+}
+
+TEST_F(WaitLineProcessTest, ContendingWorkersWithTheLineLoseNothing) {
+  run_counting_workers(8, 150);
+  EXPECT_EQ(board_word(wait_line::magic_word), wait_line::board_magic);
+  EXPECT_EQ(board_word(wait_line::head_word), 0u);
+}
+
+}  // namespace
