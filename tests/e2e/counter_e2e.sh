@@ -126,7 +126,7 @@ chmod 0755 "$data"
 [ ! -e "$data/fresh.count" ] || fail "a counter was written to an unwritable directory"
 [ "$(count_of one)" = "$before_one" ] || fail "a bad request changed a counter"
 [ "$(cat "$work/outside/secret")" = "must stay" ] || fail "a file outside the data directory changed"
-[ "$(ls "$data" | grep -cv -E '^(one|many[0-3]|killed|after|bad)\.count(\.lock)?$')" = 0 ] ||
+[ "$(ls "$data" | grep -cv -E '^(one|many[0-3]|killed|after|bad)\.count(\.lock(\.wait)?)?$')" = 0 ] ||
   fail "unexpected files in the data directory: $(ls "$data")"
 pass "bad ids, encodings, formats, parameters, POST, a corrupt counter, an unwritable directory"
 
