@@ -114,11 +114,15 @@ cgi::response handle(const request& req, const config& cfg, std::ostream& log) {
   } else {
     tokenlock::lock_options lo;
     lo.wait = cfg.wait;
-    // A CGI process waits for the lock once and exits: an inotify
-    // instance would never be reused, and waking every waiting process on
-    // each release costs CPU that starting processes needs. Polling with
-    // backoff capped at 10 ms measured best (docs/cgi-guide.md).
-    lo.wake_on_release = false;
+    // Waiters line up (lock_options::queue_waiters), so at most one of
+    // them watches the lock. An update that flushes to disk holds the lock
+    // for milliseconds: the watcher then takes it within tens of
+    // microseconds of its release instead of hundreds. Without flushing it
+    // is held for microseconds, and waking the watcher on every release
+    // costs more CPU, which starting processes need, than it saves; the
+    // head polls instead. The 10 ms cap bounds how long a waiter sleeps
+    // when the head of the line is gone. Measured in docs/cgi-guide.md.
+    lo.wake_on_release = cfg.sync != tokenlock::durability::none;
     lo.backoff_max = std::chrono::milliseconds(10);
     tokenlock::update_options uo;
     uo.write.sync = cfg.sync;
