@@ -49,12 +49,9 @@ class wait_line {
   bool claim_head(std::uint32_t& turn) noexcept;
   // Sleeps until the head hands its place on or `timeout` passes.
   void sleep(std::uint32_t turn, std::chrono::microseconds timeout) noexcept;
-  // Leaves the line now (the destructor does it otherwise).
-  void leave() noexcept;
-
-  bool is_head() const noexcept { return head_; }
 
  private:
+  void leave() noexcept;
   std::uint32_t now_ms() noexcept;
 
   os& sys_;

@@ -40,7 +40,7 @@ class WaitLineProcessTest : public ::testing::Test {
 
   std::uint32_t board_word(int i) {
     std::ifstream in(board.string(), std::ios::binary);
-    std::uint32_t w[wait_line::magic_word + 4] = {};
+    std::uint32_t w[tokenlock::detail::wait_board::words] = {};
     in.read(reinterpret_cast<char*>(w), sizeof w);
     return w[i];
   }

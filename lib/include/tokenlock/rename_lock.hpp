@@ -115,10 +115,11 @@ struct lock_options {
   // the others sleep until it gets the lock and hands its place on. A freed
   // lock is then taken in microseconds instead of when some sleeper's
   // backoff ends, without waking every waiter. The file only times the
-  // waits: locking stays correct without it, and where it cannot be used
-  // (no permission, no futex, NFS between hosts) waiters poll as with
-  // false. It is created only once a waiter has to wait; never truncate it
-  // while the lock is in use (docs/protocol.md, Waiting).
+  // waits: locking stays correct without it. Where it cannot be used (no
+  // permission, no futex) waiters poll as with false; shared over NFS
+  // between hosts it only costs latency. It is created only once a waiter
+  // has to wait; never truncate it while the lock is in use
+  // (docs/protocol.md, The line of waiters).
   bool queue_waiters = true;
   // The process that owns the lock: 0 means the calling process. With
   // another pid (on this host), the token carries that process's pid and
