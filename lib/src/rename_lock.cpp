@@ -318,6 +318,10 @@ failure acquire_impl(const std::shared_ptr<os>& sys, const boost::filesystem::pa
   int immediate = 0;
   std::int64_t last_look = 0;
   bool looked = false;
+  // The first round looks at once unless this waiter will line up: then a
+  // head of the line, if there is one, judges the holder anyway, and a
+  // waiter that finds nobody at the head looks on its next round.
+  bool defer_look = may_wait && options.wait.count() > 0 && options.queue_waiters;
   int quick_wakes = 0;
   std::int64_t last_wake = 0;
   // Declared after the watch, so that it is left (handing the head's place
@@ -327,9 +331,12 @@ failure acquire_impl(const std::shared_ptr<os>& sys, const boost::filesystem::pa
   for (;;) {
     outcome r = outcome::busy;
     const std::int64_t before = sys->steady_now_us();
-    // Always look on the first round (try_acquire makes only one) and on
-    // the last one before the deadline, so a verdict is never stale.
-    const bool look = !looked || before - last_look >= look_interval_us || before >= deadline;
+    // Look on the first round (try_acquire makes only one) unless it is
+    // deferred, and always on the last one before the deadline, so a
+    // verdict is never stale.
+    const bool look = (!looked && !defer_look) || (looked && before - last_look >= look_interval_us) ||
+                      before >= deadline;
+    defer_look = false;
     if (look) {
       looked = true;
       last_look = before;
@@ -357,18 +364,19 @@ failure acquire_impl(const std::shared_ptr<os>& sys, const boost::filesystem::pa
     if (line && line->usable()) {
       std::uint32_t turn = 0;
       if (!line->claim_head(turn)) {
-        // Someone else watches the lock: sleep until it hands its place on,
-        // or until our own backoff ends (so that a line whose head died
-        // still moves).
+        // Someone else watches the lock: sleep until the place is ours.
         head_delay.reset();
         if (watch) {
           watches.give_back(*sys, std::move(watch));
           watch_tried = false;
         }
-        line->sleep(turn, std::min(pause, std::chrono::microseconds(deadline - now)));
-        // Woken or not, take the place if it is free now: a waiter that
-        // gets the lock on its next attempt must still hand the place on.
-        line->claim_head(turn);
+        if (line->wait_for_place(turn, deadline) == wait_line::place::handed_on) {
+          // The head that handed its place on took the lock (or judged
+          // its holder while it looked): the holder needs judging only a
+          // look interval from now.
+          looked = true;
+          last_look = sys->steady_now_us();
+        }
         continue;
       }
       // A new head of the line starts looking quickly again: the lock may

@@ -1,5 +1,7 @@
 #include "wait_line.hpp"
 
+#include <algorithm>
+
 namespace tokenlock::detail {
 namespace {
 
@@ -43,13 +45,33 @@ bool wait_line::claim_head(std::uint32_t& turn) noexcept {
   // The beat is a wrapping millisecond count; the difference, read as
   // signed, is right for 24 days either way.
   const bool stale = static_cast<std::int32_t>(now - load(beat)) > stale_ms_;
-  head_ = h == id_ || ((h == 0 || stale) && exchange_if(head, h, id_));
+  if (h == id_) {
+    head_ = true;
+  } else if (h == 0 || stale) {
+    // The beat before the place: a waiter that sees us at the head must
+    // not find the old head's stale beat beside us and take the place
+    // again. If someone else wins the place, the beat is fresh for it.
+    store(beat, now);
+    head_ = exchange_if(head, h, id_);
+  } else {
+    head_ = false;
+  }
   if (head_) store(beat, now);
   return head_;
 }
 
-void wait_line::sleep(std::uint32_t turn, std::chrono::microseconds timeout) noexcept {
-  if (board_) board_->wait(turn_word, turn, timeout);
+wait_line::place wait_line::wait_for_place(std::uint32_t turn, std::int64_t deadline_us) noexcept {
+  if (!board_) return place::none;
+  const std::uint32_t first = turn;
+  for (;;) {
+    const std::int64_t left = deadline_us - sys_.steady_now_us();
+    if (left <= 0) return place::none;
+    // Until the head's beat would be stale, and a millisecond more.
+    const std::int32_t age = static_cast<std::int32_t>(now_ms() - load(board_->word(beat_word)));
+    const std::int64_t nap_ms = std::max<std::int64_t>(1, std::min<std::int64_t>(stale_ms_, stale_ms_ - age) + 1);
+    board_->wait(turn_word, turn, std::chrono::microseconds(std::min(left, nap_ms * 1000)));
+    if (claim_head(turn)) return turn != first ? place::handed_on : place::taken;
+  }
 }
 
 void wait_line::leave() noexcept {

@@ -47,8 +47,21 @@ class wait_line {
   // turn to sleep on otherwise (read before looking at the head, so that a
   // hand-off in between wakes the sleep at once).
   bool claim_head(std::uint32_t& turn) noexcept;
-  // Sleeps until the head hands its place on or `timeout` passes.
-  void sleep(std::uint32_t turn, std::chrono::microseconds timeout) noexcept;
+  // How a sleeper came to head the line (wait_for_place).
+  enum class place {
+    handed_on,  // a live head handed it on: it has just taken the lock or given up
+    taken,      // the place was free, or its head had stopped beating
+    none,       // the deadline passed first
+  };
+  // Sleeps until this waiter heads the line or `deadline_us` (steady clock)
+  // passes. It wakes when the head hands its place on, and otherwise when
+  // the head's last beat would have gone stale, so a head that died is
+  // replaced within `stale_after`. Meanwhile it leaves the lock alone: a
+  // sleeper that looked at the lock each time it woke made thousands of
+  // wake-ups a second under contention, and the CPU they took was what
+  // starting processes needed (docs/protocol.md, The line of waiters).
+  // `turn` is what the failed claim_head gave.
+  place wait_for_place(std::uint32_t turn, std::int64_t deadline_us) noexcept;
 
  private:
   void leave() noexcept;

@@ -1,6 +1,7 @@
 // The protocol of docs/protocol.md over the OS seam: real renames in a
 // temporary directory, with processes, hosts, clocks and faults played by
 // fake_os.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <cerrno>
@@ -255,6 +256,10 @@ int count_calls(const fake_os& p, const std::string& prefix) {
   return n;
 }
 
+int count_exact_calls(const fake_os& p, const std::string& call) {
+  return static_cast<int>(std::count(p.calls.begin(), p.calls.end(), call));
+}
+
 TEST_F(RenameLockTest, AWaiterWatchesForReleasesAndDisarmsItsWatchAfterwards) {
   auto a = process(100), b = process(200);
   lock_handle h = lock_for(a, options(60s)).acquire();
@@ -339,21 +344,90 @@ TEST_F(WaitLineTest, AWaiterAloneHeadsTheLineAndHandsItOnOnceItHasTheLock) {
   EXPECT_EQ(entries().size(), 1u);
 }
 
-TEST_F(WaitLineTest, ASleeperLeavesTheLookingToTheHead) {
+TEST_F(WaitLineTest, ASleeperLeavesTheLockToALiveHeadUntilItsDeadline) {
   auto a = process(100), b = process(200);
   lock_handle h = lock_for(a).acquire();
   someone_at_the_head(0);
   b->calls.clear();
-  EXPECT_EQ(code_of([&] { lock_for(b, options(10s, 60ms)).acquire(); }), errc::timed_out);
-  const int waits = count_calls(*b, "board_wait");
-  EXPECT_GE(waits, 5);
+  const auto start = world->steady_us;
+  const std::string msg = message_of([&] { lock_for(b, options(10s, 60ms)).acquire(); });
+  EXPECT_NE(msg.find("timed out after 60 ms"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("held by pid 100"), std::string::npos) << "judged at the deadline: " << msg;
+  EXPECT_EQ(world->steady_us - start, 60'000);
+  // The head stays fresh for 110 ms (twice the default backoff_max and
+  // 10 ms), past the budget: one nap covers it, with no wake-ups between.
+  EXPECT_EQ(count_calls(*b, "board_wait"), 1);
+  // The newcomer's first round renames (and checks for an NFS retransmit)
+  // but leaves judging the holder to the head: the only listing is the
+  // verdict after the nap.
+  EXPECT_EQ(count_calls(*b, "list_directory"), 1);
+  const auto wait_at = std::find_if(b->calls.begin(), b->calls.end(),
+                                    [](const std::string& c) { return c.rfind("board_wait", 0) == 0; });
+  const auto list_at = std::find_if(b->calls.begin(), b->calls.end(), [](const std::string& c) {
+    return c.rfind("list_directory", 0) == 0;
+  });
+  EXPECT_LT(wait_at, list_at);
+  EXPECT_EQ(count_exact_calls(*b, "status " + (dir / "lockfile").string()), 1);
   EXPECT_EQ(count_calls(*b, "sleep_for"), 0);
   EXPECT_EQ(count_calls(*b, "watch_"), 0) << "only the head watches";
-  // One lookup of the free token per wake-up, and the first round's rename.
-  EXPECT_LE(count_calls(*b, "status " + (dir / "lockfile").string()), waits + 1);
   EXPECT_EQ(board()[wait_line::head_word], 4242u) << "a live head keeps its place";
   EXPECT_EQ(count_calls(*b, "board_wake"), 0);
   EXPECT_EQ(lock_for(a).holder()->token, h.path().filename().string());
+}
+
+TEST_F(WaitLineTest, ASleeperWakesWhenTheHeadsBeatGoesStaleAndTakesItsPlace) {
+  auto a = process(100), b = process(200);
+  lock_handle h = lock_for(a).acquire();
+  // Stale after 110 ms without a beat; this one is 100 ms old.
+  someone_at_the_head(100);
+  b->calls.clear();
+  EXPECT_EQ(code_of([&] { lock_for(b, options(10s, 50ms)).acquire(); }), errc::timed_out);
+  ASSERT_GE(count_calls(*b, "board_wait"), 1);
+  const auto first_wait = *std::find_if(b->calls.begin(), b->calls.end(), [](const std::string& c) {
+    return c.rfind("board_wait", 0) == 0;
+  });
+  EXPECT_EQ(first_wait.substr(first_wait.rfind(' ') + 1), "11000")
+      << "it sleeps until the beat is stale and a millisecond more: " << first_wait;
+  EXPECT_EQ(count_calls(*b, "board_wait"), 1) << "then it heads the line";
+  // As the head it judges the holder at once (the head it replaced may
+  // have stopped with the holder), and again at the deadline.
+  EXPECT_GE(count_calls(*b, "list_directory"), 2);
+  EXPECT_EQ(board()[wait_line::head_word], 0u) << "it left the place when it gave up";
+  EXPECT_EQ(count_calls(*b, "board_wake"), 1);
+  EXPECT_TRUE(h.owns());
+}
+
+TEST_F(WaitLineTest, AWaiterHandedThePlaceLeavesTheNewHolderUnjudgedForALookInterval) {
+  auto a = process(100), b = process(200);
+  lock_handle h = lock_for(a).acquire();
+  someone_at_the_head(0);
+  // The head hands its place on while b sleeps: it has just taken the lock
+  // (played by a's token), so the holder is alive.
+  b->when("board_wait", board_path(), [&] {
+    board()[wait_line::head_word] = 0;
+    ++board()[wait_line::turn_word];
+  });
+  b->calls.clear();
+  EXPECT_EQ(code_of([&] { lock_for(b, options(10s, 5ms)).acquire(); }), errc::timed_out);
+  EXPECT_EQ(count_calls(*b, "board_wait"), 1);
+  EXPECT_EQ(count_calls(*b, "list_directory"), 1) << "only the verdict at the deadline";
+  EXPECT_GT(count_calls(*b, "sleep_for"), 0) << "it looked for the lock itself as the head";
+  EXPECT_EQ(board()[wait_line::head_word], 0u);
+  EXPECT_EQ(count_calls(*b, "board_wake"), 1) << "and handed the place on when it gave up";
+}
+
+TEST_F(WaitLineTest, AWaiterThatFindsNobodyAtTheHeadTakesOverADeadHolderOnItsNextRound) {
+  auto a = process(100), b = process(200);
+  lock_handle ha = lock_for(a, options(60s)).acquire();
+  world->processes.erase(100);
+  b->calls.clear();
+  const auto start = world->steady_us;
+  lock_handle hb = lock_for(b, options(60s, 1s)).acquire();
+  EXPECT_TRUE(hb.owns());
+  EXPECT_LT(world->steady_us - start, 1000) << "one backoff, not a look interval";
+  EXPECT_EQ(count_exact_calls(*b, "list_directory " + dir.string()), 1);
+  EXPECT_EQ(count_calls(*b, "board_wait"), 0);
+  EXPECT_EQ(entries(), std::vector<std::string>{hb.token()});
 }
 
 TEST_F(WaitLineTest, AHandOffWakesTheSleeperWhichThenTakesTheLockAndPassesTheTurn) {
