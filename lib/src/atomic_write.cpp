@@ -225,8 +225,10 @@ const boost::filesystem::path& atomic_file::temp_path() const noexcept {
 
 namespace detail {
 
-failure read_file_impl(os& sys, const std::string& path, std::optional<std::string>& out) {
+failure read_file_impl(os& sys, const std::string& path, std::optional<std::string>& out,
+                       int* keep) {
   out.reset();
+  if (keep) *keep = -1;
   int fd = -1;
   std::error_code ec = sys.open_read(path, fd);
   if (ec == std::errc::no_such_file_or_directory) return {};
@@ -252,7 +254,10 @@ failure read_file_impl(os& sys, const std::string& path, std::optional<std::stri
     if (got == 0) break;
     data.append(buf, got);
   }
-  sys.close(fd);
+  if (keep)
+    *keep = fd;
+  else
+    sys.close(fd);
   out = std::move(data);
   return {};
 }

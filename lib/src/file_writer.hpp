@@ -68,7 +68,11 @@ void abandon(os& sys, temp_file& file) noexcept;
 // atomic_write() over a given OS (the public function uses the system's).
 failure atomic_write_impl(os& sys, const boost::filesystem::path& target, std::string_view data,
                           const write_options& options);
-failure read_file_impl(os& sys, const std::string& path, std::optional<std::string>& out);
+// Reads the whole file; a missing one gives std::nullopt. With `keep`,
+// the file read stays open and its descriptor goes to *keep (-1 when there
+// was none) for the caller to close.
+failure read_file_impl(os& sys, const std::string& path, std::optional<std::string>& out,
+                       int* keep = nullptr);
 // Removes temporary files in `dir` older than `older_than`; with a
 // non-empty `target_name`, only that target's.
 failure sweep_impl(os& sys, const std::string& dir, std::chrono::microseconds older_than,

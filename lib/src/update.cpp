@@ -125,8 +125,21 @@ failure update_impl(os& sys, const boost::filesystem::path& target, const rename
                t.name);
   }
 
+  // The version we replace stays open until we return, after the release:
+  // its last close then frees its blocks outside the lock. Freed inside the
+  // commit's rename, they held the lock for most of an update where freeing
+  // is slow: large files, or ext4 without a journal and mounted with
+  // `discard`, where the rename waited for a synchronous discard
+  // (docs/atomic-writes.md, update_file and increment_counter).
+  struct close_later {
+    os& sys;
+    int fd = -1;
+    ~close_later() {
+      if (fd >= 0) sys.close(fd);
+    }
+  } replaced{sys};
   std::optional<std::string> current;
-  if (failure f = read_file_impl(sys, t.path, current)) return f;
+  if (failure f = read_file_impl(sys, t.path, current, &replaced.fd)) return f;
   std::string next;
   if (failure f = compute_keeping(h, t, compute, current, next, options.keep_alive)) return f;
 

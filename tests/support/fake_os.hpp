@@ -126,6 +126,9 @@ class fake_os final : public detail::os {
   std::unique_ptr<detail::wait_board> open_wait_board(const std::string& path,
                                                       unsigned mode) override;
 
+  // Descriptors this process has opened and not closed (for leak checks).
+  std::size_t open_descriptors() const { return fd_paths_.size(); }
+
  private:
   // Records the call, runs the hook, and returns the injected error if any.
   std::error_code enter(const std::string& op, const std::string& path,

@@ -1,6 +1,7 @@
 // update_file and increment_counter over the OS seam: the fenced commit,
 // a lock lost before the commit, faults at every step, the cross-device
 // fallback, and counters that are never reset.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <cerrno>
@@ -115,6 +116,31 @@ TEST_F(UpdateTest, CommitsThroughTheTokensPathAndReleases) {
   EXPECT_TRUE(through_token) << "the commit renames D/<token>/.data.txt.tmp.* over the target";
 }
 
+TEST_F(UpdateTest, ClosesTheReplacedVersionOnlyAfterReleasingTheLock) {
+  spit(target, "old\n");
+  lock_of(a).acquire().release();
+  a->calls.clear();
+  ASSERT_FALSE(update("new\n"));
+  EXPECT_EQ(slurp(target), "new\n");
+  // Its last close frees its blocks, which can be slow: outside the lock.
+  const auto at = [&](auto match) {
+    return std::find_if(a->calls.begin(), a->calls.end(), match) - a->calls.begin();
+  };
+  const auto opened = at([&](const std::string& c) { return c == "open_read " + target.string(); });
+  const auto closed = at([&](const std::string& c) { return c == "close " + target.string(); });
+  const auto released = at([&](const std::string& c) {
+    return c.rfind("rename " + (lock_dir / "lockfile.").string(), 0) == 0 &&
+           c.size() > 4 && c.compare(c.size() - 9, 9, "/lockfile") == 0;
+  });
+  const auto end = static_cast<std::ptrdiff_t>(a->calls.size());
+  ASSERT_LT(opened, end);
+  ASSERT_LT(released, end) << "no release rename";
+  ASSERT_LT(closed, end) << "the replaced version was never closed";
+  EXPECT_LT(opened, released);
+  EXPECT_GT(closed, released) << "closed while the lock was held";
+  EXPECT_EQ(a->open_descriptors(), 0u);
+}
+
 TEST_F(UpdateTest, PassesAMissingFileAsNothing) {
   bool saw_nothing = false;
   update_result r;
@@ -194,6 +220,7 @@ TEST_P(UpdateFaultTest, LeavesTheTargetIntactNoTemporaryFileAndTheLockFree) {
   EXPECT_TRUE(temp_files().empty());
   EXPECT_TRUE(lock_is_free());
   EXPECT_EQ(snapshot(tmp.path()), before);
+  EXPECT_EQ(a->open_descriptors(), 0u) << "the target read stays open only until we return";
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -226,6 +253,7 @@ TEST_F(UpdateTest, IncrementCounterFaultsAtEveryStepLeaveTheCounterAsItWas) {
       EXPECT_EQ(slurp(target), "41\n") << step[0];
       EXPECT_TRUE(temp_files().empty()) << step[0];
       EXPECT_TRUE(lock_is_free()) << step[0];
+      EXPECT_EQ(a->open_descriptors(), 0u) << step[0];
     }
   std::uint64_t v = 0;
   ASSERT_FALSE(increment(1, v));
