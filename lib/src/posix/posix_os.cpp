@@ -241,15 +241,22 @@ class mapped_board final : public wait_board {
 };
 
 std::unique_ptr<wait_board> map_board(const std::string& path, unsigned mode) {
-  int fd = retry_eintr([&] {
-    return ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                  static_cast<mode_t>(mode));
-  });
-  if (fd >= 0) {
-    // Exactly `mode`, whatever the umask: the board is shared like the lock.
-    (void)::fchmod(fd, static_cast<mode_t>(mode));
-  } else if (errno == EEXIST) {
-    fd = retry_eintr([&] { return ::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC); });
+  // The board nearly always exists: open it first, because an open with
+  // O_CREAT locks the directory, which the lock's holder renames in.
+  auto open_existing = [&] {
+    return retry_eintr([&] { return ::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC); });
+  };
+  int fd = open_existing();
+  if (fd < 0 && errno == ENOENT) {
+    fd = retry_eintr([&] {
+      return ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                    static_cast<mode_t>(mode));
+    });
+    if (fd >= 0)
+      // Exactly `mode`, whatever the umask: the board is shared like the lock.
+      (void)::fchmod(fd, static_cast<mode_t>(mode));
+    else if (errno == EEXIST)
+      fd = open_existing();
   }
   if (fd < 0) return nullptr;
   struct stat st {};
