@@ -70,6 +70,12 @@ struct watch_cache {
   std::shared_ptr<wait_board> board;
   bool board_tried = false;
 
+  // The board if an earlier wait mapped it, without opening it.
+  std::shared_ptr<wait_board> mapped_board() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return board;
+  }
+
   std::shared_ptr<wait_board> wait_board_for(os& sys, const lock_paths& paths, unsigned dir_mode) {
     std::lock_guard<std::mutex> lock(mutex);
     if (!board_tried) {
@@ -283,6 +289,13 @@ constexpr int fast_release_wakes = 3;
 // beyond that the lock counts as busy and we wait like any waiter.
 constexpr int max_immediate_rounds = 16;
 
+// A head of the line that has waited this long marks the line hungry
+// (wait_line::hungry): long enough for a holder that releases and
+// re-acquires at once to keep the lock through short bursts, short enough
+// that the head gets it within a few critical sections. docs/benchmarks.md
+// has the measurements.
+constexpr std::int64_t head_patience_us = 1000;
+
 // The head of the line records a beat at least every backoff_max; one that
 // has not for twice that, and 10 ms more for a busy scheduler, is taken to
 // be gone (killed, stopped) and its place is taken.
@@ -322,6 +335,15 @@ failure acquire_impl(const std::shared_ptr<os>& sys, const boost::filesystem::pa
   // head of the line, if there is one, judges the holder anyway, and a
   // waiter that finds nobody at the head looks on its next round.
   bool defer_look = may_wait && options.wait.count() > 0 && options.queue_waiters;
+  // A process that waited on this lock before still has its board; while
+  // the line is hungry it joins the line instead of taking the fast path.
+  bool skip_fast_path = false;
+  if (defer_look)
+    if (std::shared_ptr<wait_board> b = watches.mapped_board())
+      skip_fast_path = wait_line::hungry(
+          *b, static_cast<std::uint32_t>(start / 1000), stale_head_after(options).count());
+  std::int64_t head_since = 0;
+  bool hungry = false;
   int quick_wakes = 0;
   std::int64_t last_wake = 0;
   // Declared after the watch, so that it is left (handing the head's place
@@ -341,7 +363,10 @@ failure acquire_impl(const std::shared_ptr<os>& sys, const boost::filesystem::pa
       looked = true;
       last_look = before;
     }
-    if (failure f = a.attempt(out, r, look)) return f;
+    if (skip_fast_path)
+      skip_fast_path = false;  // r stays busy: straight to the line
+    else if (failure f = a.attempt(out, r, look))
+      return f;
     if (r == outcome::acquired) return {};
     if (r == outcome::again && ++immediate < max_immediate_rounds) continue;
     immediate = 0;
@@ -366,6 +391,7 @@ failure acquire_impl(const std::shared_ptr<os>& sys, const boost::filesystem::pa
       if (!line->claim_head(turn)) {
         // Someone else watches the lock: sleep until the place is ours.
         head_delay.reset();
+        hungry = false;
         if (watch) {
           watches.give_back(*sys, std::move(watch));
           watch_tried = false;
@@ -381,14 +407,25 @@ failure acquire_impl(const std::shared_ptr<os>& sys, const boost::filesystem::pa
       }
       // A new head of the line starts looking quickly again: the lock may
       // be released any moment, and only the head is looking.
-      if (!head_delay) head_delay.emplace(options);
+      if (!head_delay) {
+        head_delay.emplace(options);
+        head_since = now;
+      }
       pause = head_delay->next(*sys);
+      if (now - head_since >= head_patience_us) {
+        line->mark_hungry();
+        hungry = true;
+      }
     }
     pause = std::min(pause, std::chrono::microseconds(deadline - now));
     if (options.wake_on_release && !watch_tried) {
       watch_tried = true;
       watch = watches.take(*sys, paths.dir);
     }
+    // The others now leave a freed lock to a hungry head: one that polls
+    // looks again soon, or the lock stays free for the rest of a pause that
+    // may be backoff_max. A watching head is woken by the release anyway.
+    if (hungry && !watch) pause = std::min<std::chrono::microseconds>(pause, options.backoff_min);
     if (watch) {
       if (watch->wait_for(std::string(free_token), pause)) {
         // Woken by a release. When releases follow each other this fast,

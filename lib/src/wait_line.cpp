@@ -74,9 +74,21 @@ wait_line::place wait_line::wait_for_place(std::uint32_t turn, std::int64_t dead
   }
 }
 
+void wait_line::mark_hungry() noexcept {
+  if (board_ && head_) store(board_->word(hungry_word), 1);
+}
+
+bool wait_line::hungry(wait_board& board, std::uint32_t now_ms, std::int64_t stale_ms) noexcept {
+  return load(board.word(hungry_word)) != 0 && load(board.word(head_word)) != 0 &&
+         static_cast<std::int32_t>(now_ms - load(board.word(beat_word))) <= stale_ms;
+}
+
 void wait_line::leave() noexcept {
   if (!board_ || !head_) return;
   head_ = false;
+  // Only a head can be hungry; the next head starts with patience. If a
+  // waiter replaced us as stale, the mark is its own to clear.
+  if (load(board_->word(head_word)) == id_) store(board_->word(hungry_word), 0);
   // Only while the place is still ours: a waiter that replaced us as
   // stale already watches.
   if (!exchange_if(board_->word(head_word), id_, 0)) return;

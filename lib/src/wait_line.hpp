@@ -30,6 +30,7 @@ class wait_line {
   static constexpr int turn_word = 1;   // bumped at each hand-off; sleepers wait on it
   static constexpr int head_word = 2;   // id of the head of the line, 0: none
   static constexpr int beat_word = 3;   // the head's last look, steady clock in ms
+  static constexpr int hungry_word = 4; // 1: the head has waited past its patience
   static constexpr std::uint32_t board_magic = 0x544c5731;  // "TLW1"
 
   // `board` may be null (no line: the caller polls on its own). A head
@@ -47,6 +48,16 @@ class wait_line {
   // turn to sleep on otherwise (read before looking at the head, so that a
   // hand-off in between wakes the sleep at once).
   bool claim_head(std::uint32_t& turn) noexcept;
+  // The head marks the line hungry once it has waited past its patience;
+  // leaving the head's place clears the mark.
+  void mark_hungry() noexcept;
+  // Whether a live head of the line on `board` is hungry. A process that
+  // already has the board mapped (it waited on this lock before) then joins
+  // the line instead of taking a free lock past the head: otherwise a
+  // process that releases and acquires again in a loop wins nearly every
+  // time, before the head has even woken up. Reads shared memory only.
+  static bool hungry(wait_board& board, std::uint32_t now_ms, std::int64_t stale_ms) noexcept;
+
   // How a sleeper came to head the line (wait_for_place).
   enum class place {
     handed_on,  // a live head handed it on: it has just taken the lock or given up

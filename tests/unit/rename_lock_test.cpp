@@ -2,6 +2,7 @@
 // temporary directory, with processes, hosts, clocks and faults played by
 // fake_os.
 #include <algorithm>
+#include <functional>
 #include <gtest/gtest.h>
 
 #include <cerrno>
@@ -474,6 +475,81 @@ TEST_F(WaitLineTest, AHeadStillLookingWithinItsBeatIsNotReplaced) {
   EXPECT_EQ(code_of([&] { lock_for(b, options(10s, 5ms)).acquire(); }), errc::timed_out);
   EXPECT_EQ(board()[wait_line::head_word], 4242u);
   EXPECT_GT(count_calls(*b, "board_wait"), 0);
+}
+
+// A lock object that has waited once keeps its board mapped.
+TEST_F(WaitLineTest, AProcessThatWaitedBeforeJoinsAHungryLineInsteadOfTakingTheFreeLock) {
+  auto a = process(100), b = process(200);
+  rename_lock lock = lock_for(b, options(10s, 1s));
+  {
+    lock_handle h = lock_for(a).acquire();
+    b->when("open_wait_board", "", [&] { h.release(); });
+    lock.acquire().release();  // b waited: its board is mapped now
+  }
+  someone_at_the_head(0);
+  board()[wait_line::hungry_word] = 1;
+  // The head gets the lock while b sleeps, and hands its place on.
+  b->when("board_wait", board_path(), [&] {
+    lock_handle theirs = lock_for(a).acquire();
+    board()[wait_line::head_word] = 0;
+    board()[wait_line::hungry_word] = 0;
+    ++board()[wait_line::turn_word];
+    theirs.release();
+  });
+  b->calls.clear();
+  lock_handle mine = lock.acquire();
+  EXPECT_TRUE(mine.owns());
+  ASSERT_FALSE(b->calls.empty());
+  EXPECT_EQ(b->calls.front().rfind("board_wait", 0), 0u)
+      << "no rename past the hungry head: " << b->calls.front();
+  EXPECT_EQ(count_calls(*b, "open_wait_board"), 0) << "the board was already mapped";
+}
+
+TEST_F(WaitLineTest, AProcessThatWaitedBeforeTakesTheFastPathWhileTheLineIsNotHungry) {
+  auto a = process(100), b = process(200);
+  rename_lock lock = lock_for(b, options(10s, 1s));
+  {
+    lock_handle h = lock_for(a).acquire();
+    b->when("open_wait_board", "", [&] { h.release(); });
+    lock.acquire().release();
+  }
+  someone_at_the_head(0);
+  b->calls.clear();
+  lock.acquire().release();
+  EXPECT_EQ(b->calls.size(), 2u) << "two renames, nothing else";
+  // Nor for a head that is gone, hungry or not.
+  board()[wait_line::hungry_word] = 1;
+  board()[wait_line::beat_word] = now_ms() - 111;
+  b->calls.clear();
+  lock.acquire().release();
+  EXPECT_EQ(b->calls.size(), 2u);
+}
+
+TEST_F(WaitLineTest, AHeadPastItsPatienceMarksTheLineHungryPollsQuicklyAndClearsTheMarkWhenItLeaves) {
+  auto a = process(100), b = process(200);
+  lock_handle h = lock_for(a).acquire();
+  lock_options o = options(10s, 30ms);
+  o.wake_on_release = false;
+  // Each look lists the directory; the last one is the verdict at the
+  // deadline. The hook re-arms itself to see them all.
+  std::vector<std::uint32_t> hungry_at_looks;
+  std::function<void()> record = [&] {
+    hungry_at_looks.push_back(board()[wait_line::hungry_word]);
+    b->when("list_directory", dir.string(), record);
+  };
+  b->when("list_directory", dir.string(), record);
+  EXPECT_EQ(code_of([&] { lock_for(b, o).acquire(); }), errc::timed_out);
+  ASSERT_GE(hungry_at_looks.size(), 2u);
+  EXPECT_EQ(hungry_at_looks.front(), 0u) << "not hungry when it first looked, as a new head";
+  EXPECT_EQ(hungry_at_looks.back(), 1u) << "marked after 1 ms at the head";
+  EXPECT_EQ(board()[wait_line::hungry_word], 0u) << "cleared when it gave up";
+  EXPECT_EQ(board()[wait_line::head_word], 0u);
+  // Once hungry it polls every backoff_min (100 us, with jitter), not on its
+  // growing backoff: the others leave a freed lock to it.
+  std::vector<long> sleeps = sleeps_of(*b);
+  ASSERT_GE(sleeps.size(), 10u);
+  for (std::size_t i = sleeps.size() - 5; i < sleeps.size() - 1; ++i) EXPECT_LE(sleeps[i], 125) << i;
+  EXPECT_TRUE(h.owns());
 }
 
 TEST_F(WaitLineTest, WithoutABoardEachWaiterPollsOnItsOwn) {

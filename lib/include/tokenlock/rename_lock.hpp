@@ -112,14 +112,19 @@ struct lock_options {
   // Waiters on this host line up on a small shared file beside the lock
   // directory, named after it with ".wait" appended (data.lock.wait): only
   // the first in line watches the lock (by wake_on_release, or polling);
-  // the others sleep until it gets the lock and hands its place on. A freed
-  // lock is then taken in microseconds instead of when some sleeper's
-  // backoff ends, without waking every waiter. The file only times the
-  // waits: locking stays correct without it. Where it cannot be used (no
-  // permission, no futex) waiters poll as with false; shared over NFS
-  // between hosts it only costs latency. It is created only once a waiter
-  // has to wait; never truncate it while the lock is in use
-  // (docs/protocol.md, The line of waiters).
+  // the others sleep, without touching the lock, until it gets the lock
+  // and hands its place on (or stops beating: then the first to notice
+  // takes its place). A freed lock is then taken in microseconds, without
+  // waking every waiter, and waiting costs almost no CPU. A head that has
+  // waited 1 ms marks the line hungry: a process that has waited on this
+  // lock object before then joins the line instead of taking the freed
+  // lock past the head, so that a loop of acquire and release cannot
+  // starve the others. The file only times the waits: locking stays
+  // correct without it. Where it cannot be used (no permission, no futex)
+  // waiters poll as with false; shared over NFS between hosts it only
+  // costs latency. It is created only once a waiter has to wait; never
+  // truncate it while the lock is in use (docs/protocol.md, The line of
+  // waiters).
   bool queue_waiters = true;
   // The process that owns the lock: 0 means the calling process. With
   // another pid (on this host), the token carries that process's pid and

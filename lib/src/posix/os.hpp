@@ -82,7 +82,7 @@ class dir_watch {
 // latency and nothing else (docs/protocol.md, Waiting).
 class wait_board {
  public:
-  static constexpr int words = 4;
+  static constexpr int words = 5;
   virtual ~wait_board() = default;
   // Word i (0 <= i < words), in memory shared with every process that
   // opened the same file. Accessed with atomic builtins only.
