@@ -27,32 +27,59 @@ failure lost_before_commit(const write_target& t, const std::string& token) {
                                {}));
 }
 
-// The fenced commit: temp file in the token directory, renamed over the
-// target through the token's path; the caller flushes the directory. Sets
-// `cross_device` (and writes nothing) when the rename reports EXDEV (bind
-// mounts share a device number).
+// The fenced commit: temp file in the token directory's subdirectory
+// `w`, renamed over the target through the token's path; the caller
+// flushes the directory. Sets `cross_device` (and writes nothing) when the
+// rename reports EXDEV (bind mounts share a device number).
+//
+// Why a subdirectory: ext4 without a journal makes an fsync of a newly
+// linked file also write its directory, and that directory's parent if it
+// was itself just linked, and so on up. The token directory is renamed at
+// every acquire, so a temp file directly in it made each flush write the
+// lock directory's block too. `w` is made once and never renamed, so the
+// walk stops there: one synchronous write less per update, what a temp
+// file beside the target costs (docs/atomic-writes.md, update_file and
+// increment_counter). The path still runs through the token's name, so
+// the fence is the same. A takeover clears `w` with the rest of the
+// workspace; the next update makes it again, with the lock's dir_mode.
 failure fenced_commit(os& sys, const lock_handle& h, const write_target& t,
                       const std::string& contents, const write_options& options,
-                      bool& cross_device) {
+                      unsigned dir_mode, bool& cross_device) {
   cross_device = false;
-  const std::string workspace = h.path().string();
+  const std::string token_dir = h.path().string();
+  const std::string workspace = token_dir + "/w";
   temp_file tmp;
-  if (failure f = write_temp(sys, t, workspace, contents, options, tmp)) {
-    file_status st;
-    if (f.code == std::errc::no_such_file_or_directory && sys.status(workspace, st))
+  bool made_workspace = false;
+  failure f = write_temp(sys, t, workspace, contents, options, tmp);
+  file_status st;
+  if (f && f.code == std::errc::no_such_file_or_directory && !sys.status(token_dir, st) &&
+      sys.status(workspace, st) == std::errc::no_such_file_or_directory) {
+    if (auto ec = sys.make_directory(workspace, dir_mode))
+      return write_failure("create", t, "cannot create the workspace " + workspace, ec);
+    made_workspace = true;
+    f = write_temp(sys, t, workspace, contents, options, tmp);
+  }
+  // A failed update leaves nothing behind, not even a workspace it made.
+  auto undo_workspace = [&] {
+    if (made_workspace) sys.remove_directory(workspace);
+  };
+  if (f) {
+    undo_workspace();
+    if (f.code == std::errc::no_such_file_or_directory && sys.status(token_dir, st))
       return lost_before_commit(t, h.token());
     return f;
   }
   std::error_code ec = sys.rename(tmp.path, t.path);
   if (ec == std::errc::cross_device_link) {
     sys.remove_file(tmp.path);
+    undo_workspace();
     cross_device = true;
     return {};
   }
   if (ec) {
     sys.remove_file(tmp.path);  // gone with the token when the lock was lost
-    file_status st;
-    if (ec == std::errc::no_such_file_or_directory && sys.status(workspace, st))
+    undo_workspace();
+    if (ec == std::errc::no_such_file_or_directory && sys.status(token_dir, st))
       return lost_before_commit(t, h.token());
     return write_failure("rename", t, "cannot rename " + tmp.path + " over the target", ec);
   }
@@ -157,7 +184,8 @@ failure update_impl(os& sys, const boost::filesystem::path& target, const rename
   if (in_lock.sync == durability::file_and_dir) in_lock.sync = durability::file;
   bool cross_device = workspace.device != t.dir_device;
   if (!cross_device) {
-    if (failure f = fenced_commit(sys, h, t, next, in_lock, cross_device)) return f;
+    if (failure f = fenced_commit(sys, h, t, next, in_lock, lock.options().dir_mode, cross_device))
+      return f;
   }
   if (cross_device) {
     if (options.require_fence)

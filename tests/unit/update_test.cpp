@@ -40,6 +40,12 @@ struct user_error : std::runtime_error {
   user_error() : std::runtime_error("from fn") {}
 };
 
+int count_of(const std::vector<std::string>& calls, const std::string& prefix) {
+  int n = 0;
+  for (auto& c : calls) n += c.rfind(prefix, 0) == 0;
+  return n;
+}
+
 class UpdateTest : public ::testing::Test {
  protected:
   temp_dir tmp;
@@ -139,6 +145,59 @@ TEST_F(UpdateTest, ClosesTheReplacedVersionOnlyAfterReleasingTheLock) {
   EXPECT_LT(opened, released);
   EXPECT_GT(closed, released) << "closed while the lock was held";
   EXPECT_EQ(a->open_descriptors(), 0u);
+}
+
+TEST_F(UpdateTest, WritesInAWorkspaceInsideTheTokenMadeOnceWithTheLocksMode) {
+  spit(target, "old\n");
+  lock_options o;
+  o.wait = 0ms;
+  o.dir_mode = 0775;  // shared by a group: the umask must not narrow it
+  rename_lock lock(lock_dir, o, a);
+  const auto update_with = [&](const std::string& next) {
+    update_result r;
+    return tokenlock::detail::update_impl(
+        *a, target, lock,
+        [&](const std::optional<std::string>&, std::string& out) -> failure {
+          out = next;
+          return {};
+        },
+        {}, r);
+  };
+  a->calls.clear();
+  ASSERT_FALSE(update_with("one\n"));
+  EXPECT_EQ(count_of(a->calls, "make_directory " + (lock_dir / "lockfile.").string()), 1)
+      << "the workspace, in the held token";
+  const fs::path workspace = lock_dir / "lockfile" / "w";
+  ASSERT_TRUE(fs::is_directory(workspace));
+  EXPECT_EQ(fs::status(workspace).permissions(), fs::perms(0775));
+  a->calls.clear();
+  ASSERT_FALSE(update_with("two\n"));
+  EXPECT_EQ(count_of(a->calls, "make_directory"), 0) << "made once";
+  bool through_workspace = false;
+  for (auto& c : a->calls)
+    through_workspace |= c.rfind("rename " + (lock_dir / "lockfile.").string(), 0) == 0 &&
+                         c.find("/w/.data.txt.tmp.") != std::string::npos;
+  EXPECT_TRUE(through_workspace) << "the commit renames D/<token>/w/.data.txt.tmp.*";
+  EXPECT_EQ(slurp(target), "two\n");
+  EXPECT_TRUE(fs::is_empty(workspace));
+}
+
+TEST_F(UpdateTest, AWorkspaceThatCannotBeMadeFailsTheUpdateAndChangesNothing) {
+  spit(target, "old\n");
+  lock_of(a).acquire().release();
+  auto before = snapshot(tmp.path());
+  a->fail("make_directory", "/w", EACCES);
+  failure f = update("new\n");
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f.code, std::errc::permission_denied);
+  EXPECT_NE(f.message.find("cannot create the workspace " + (lock_dir / "lockfile.").string()),
+            std::string::npos)
+      << f.message;
+  EXPECT_NE(f.message.find(target.string()), std::string::npos) << f.message;
+  EXPECT_EQ(slurp(target), "old\n");
+  EXPECT_TRUE(temp_files().empty());
+  EXPECT_TRUE(lock_is_free());
+  EXPECT_EQ(snapshot(tmp.path()), before);
 }
 
 TEST_F(UpdateTest, PassesAMissingFileAsNothing) {

@@ -4,8 +4,9 @@
 //   update_file() is the transaction CGI programs and scripts need: lock,
 //   read the file, compute the new contents, write them atomically, unlock.
 //   Its commit is fenced: the new contents are written to a temporary file
-//   inside the held token directory and renamed over the target through the
-//   token's current path. If the lock was taken over meanwhile (this process
+//   inside the held token directory (in its subdirectory w, which the first
+//   update makes) and renamed over the target through the token's current
+//   path. If the lock was taken over meanwhile (this process
 //   stalled past its lease), that path no longer exists, the rename fails
 //   and nothing is written: a late holder can never overwrite what the new
 //   owner wrote. docs/atomic-writes.md and docs/protocol.md ("The fence made
