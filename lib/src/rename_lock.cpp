@@ -356,8 +356,8 @@ failure acquire_impl(const std::shared_ptr<os>& sys, const boost::filesystem::pa
     // Look on the first round (try_acquire makes only one) unless it is
     // deferred, and always on the last one before the deadline, so a
     // verdict is never stale.
-    const bool look = (!looked && !defer_look) || (looked && before - last_look >= look_interval_us) ||
-                      before >= deadline;
+    const bool look = (!looked && !defer_look) ||
+                      (looked && before - last_look >= look_interval_us) || before >= deadline;
     defer_look = false;
     if (look) {
       looked = true;

@@ -68,7 +68,8 @@ wait_line::place wait_line::wait_for_place(std::uint32_t turn, std::int64_t dead
     if (left <= 0) return place::none;
     // Until the head's beat would be stale, and a millisecond more.
     const std::int32_t age = static_cast<std::int32_t>(now_ms() - load(board_->word(beat_word)));
-    const std::int64_t nap_ms = std::max<std::int64_t>(1, std::min<std::int64_t>(stale_ms_, stale_ms_ - age) + 1);
+    const std::int64_t nap_ms =
+        std::max<std::int64_t>(1, std::min<std::int64_t>(stale_ms_, stale_ms_ - age) + 1);
     board_->wait(turn_word, turn, std::chrono::microseconds(std::min(left, nap_ms * 1000)));
     if (claim_head(turn)) return turn != first ? place::handed_on : place::taken;
   }

@@ -318,6 +318,16 @@ class WaitLineTest : public RenameLockTest {
   std::string board_path() const { return dir.string() + ".wait"; }
   std::uint32_t* board() { return world->boards[board_path()].data(); }
   std::uint32_t now_ms() const { return static_cast<std::uint32_t>(world->steady_us / 1000); }
+  // b's lock object after one wait (a held the lock until b opened the
+  // board): the board stays mapped in it.
+  rename_lock lock_that_has_waited(const std::shared_ptr<fake_os>& a,
+                                   const std::shared_ptr<fake_os>& b) {
+    rename_lock lock = lock_for(b, options(10s, 1s));
+    lock_handle h = lock_for(a).acquire();
+    b->when("open_wait_board", "", [&] { h.release(); });
+    lock.acquire().release();
+    return lock;
+  }
   // Another waiter, not played here, at the head of the line; it last
   // looked `ago_ms` ago.
   void someone_at_the_head(std::uint32_t ago_ms) {
@@ -362,8 +372,9 @@ TEST_F(WaitLineTest, ASleeperLeavesTheLockToALiveHeadUntilItsDeadline) {
   // but leaves judging the holder to the head: the only listing is the
   // verdict after the nap.
   EXPECT_EQ(count_calls(*b, "list_directory"), 1);
-  const auto wait_at = std::find_if(b->calls.begin(), b->calls.end(),
-                                    [](const std::string& c) { return c.rfind("board_wait", 0) == 0; });
+  const auto wait_at = std::find_if(b->calls.begin(), b->calls.end(), [](const std::string& c) {
+    return c.rfind("board_wait", 0) == 0;
+  });
   const auto list_at = std::find_if(b->calls.begin(), b->calls.end(), [](const std::string& c) {
     return c.rfind("list_directory", 0) == 0;
   });
@@ -477,15 +488,9 @@ TEST_F(WaitLineTest, AHeadStillLookingWithinItsBeatIsNotReplaced) {
   EXPECT_GT(count_calls(*b, "board_wait"), 0);
 }
 
-// A lock object that has waited once keeps its board mapped.
 TEST_F(WaitLineTest, AProcessThatWaitedBeforeJoinsAHungryLineInsteadOfTakingTheFreeLock) {
   auto a = process(100), b = process(200);
-  rename_lock lock = lock_for(b, options(10s, 1s));
-  {
-    lock_handle h = lock_for(a).acquire();
-    b->when("open_wait_board", "", [&] { h.release(); });
-    lock.acquire().release();  // b waited: its board is mapped now
-  }
+  rename_lock lock = lock_that_has_waited(a, b);
   someone_at_the_head(0);
   board()[wait_line::hungry_word] = 1;
   // The head gets the lock while b sleeps, and hands its place on.
@@ -507,12 +512,7 @@ TEST_F(WaitLineTest, AProcessThatWaitedBeforeJoinsAHungryLineInsteadOfTakingTheF
 
 TEST_F(WaitLineTest, AProcessThatWaitedBeforeTakesTheFastPathWhileTheLineIsNotHungry) {
   auto a = process(100), b = process(200);
-  rename_lock lock = lock_for(b, options(10s, 1s));
-  {
-    lock_handle h = lock_for(a).acquire();
-    b->when("open_wait_board", "", [&] { h.release(); });
-    lock.acquire().release();
-  }
+  rename_lock lock = lock_that_has_waited(a, b);
   someone_at_the_head(0);
   b->calls.clear();
   lock.acquire().release();
@@ -525,7 +525,7 @@ TEST_F(WaitLineTest, AProcessThatWaitedBeforeTakesTheFastPathWhileTheLineIsNotHu
   EXPECT_EQ(b->calls.size(), 2u);
 }
 
-TEST_F(WaitLineTest, AHeadPastItsPatienceMarksTheLineHungryPollsQuicklyAndClearsTheMarkWhenItLeaves) {
+TEST_F(WaitLineTest, AHeadPastItsPatienceMarksTheLineHungryAndPollsQuicklyUntilItLeaves) {
   auto a = process(100), b = process(200);
   lock_handle h = lock_for(a).acquire();
   lock_options o = options(10s, 30ms);
@@ -548,7 +548,8 @@ TEST_F(WaitLineTest, AHeadPastItsPatienceMarksTheLineHungryPollsQuicklyAndClears
   // growing backoff: the others leave a freed lock to it.
   std::vector<long> sleeps = sleeps_of(*b);
   ASSERT_GE(sleeps.size(), 10u);
-  for (std::size_t i = sleeps.size() - 5; i < sleeps.size() - 1; ++i) EXPECT_LE(sleeps[i], 125) << i;
+  for (std::size_t i = sleeps.size() - 5; i < sleeps.size() - 1; ++i)
+    EXPECT_LE(sleeps[i], 125) << i;
   EXPECT_TRUE(h.owns());
 }
 
