@@ -243,6 +243,18 @@ failure create_lock_directory(os& sys, const lock_paths& paths, const lock_optio
     cleanup();
     return {};
   }
+  if (ec == std::errc::operation_not_permitted || ec == std::errc::permission_denied) {
+    // sshfs (SFTP) reports a directory renamed onto a non-empty one as
+    // EPERM, where a local filesystem says ENOTEMPTY. If the lock directory
+    // now exists, that is what happened: we lost the race, as above. (A
+    // real permission problem shows again, and is explained, at the next
+    // rename inside it.)
+    file_status st;
+    if (!sys.status(paths.dir, st) && st.is_directory) {
+      cleanup();
+      return {};
+    }
+  }
   if (ec) {
     cleanup();
     return os_failure(sys, paths, "create", "cannot rename " + init + " to the lock directory",

@@ -1,15 +1,13 @@
 #include "tokenlock/rename_lock.hpp"
 
-#include <algorithm>
 #include <cerrno>
-#include <mutex>
 #include <optional>
 
 #include "cleanup_registry.hpp"
 #include "failure.hpp"
 #include "lock_directory.hpp"
 #include "token_name.hpp"
-#include "wait_line.hpp"
+#include "waiting.hpp"
 
 namespace tokenlock {
 
@@ -29,71 +27,6 @@ struct lock_handle_access {
     h.lease_ = lease;
     h.fork_generation_ = h.os_->fork_generation();
     h.cleanup_slot_ = cleanup_track_token(h.token_path_, h.paths_->free_path);
-  }
-};
-
-// One idle directory watch, kept between waits. Closing an inotify instance
-// waits for an SRCU grace period in the kernel (milliseconds), which made
-// a per-wait watch cost more than it saved. A watch inherited through fork
-// is never reused: parent and child would read one event queue.
-//
-// It also remembers, for a while, that the lock was seen cycling fast, so
-// that the following waits poll from their start instead of each paying a
-// few wake-ups to find that out again.
-struct watch_cache {
-  static constexpr std::int64_t remember_fast_us = 100000;
-
-  std::mutex mutex;
-  std::unique_ptr<dir_watch> idle;
-  std::uint64_t fork_generation = 0;
-  std::int64_t poll_until_us = 0;  // steady clock
-
-  void saw_fast_releases(os& sys) {
-    std::lock_guard<std::mutex> lock(mutex);
-    poll_until_us = sys.steady_now_us() + remember_fast_us;
-  }
-
-  // An armed watch, or nullptr (none available, or the lock cycles fast).
-  std::unique_ptr<dir_watch> take(os& sys, const std::string& dir) {
-    std::unique_ptr<dir_watch> w;
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      if (sys.steady_now_us() < poll_until_us) return nullptr;
-      if (idle && fork_generation == sys.fork_generation()) w = std::move(idle);
-    }
-    if (!w) w = sys.watch_directory(dir);
-    if (w && !w->arm()) w.reset();
-    return w;
-  }
-  // The wait board, mapped once per lock object and shared by its threads;
-  // a mapping stays valid across fork.
-  std::shared_ptr<wait_board> board;
-  bool board_tried = false;
-
-  // The board if an earlier wait mapped it, without opening it.
-  std::shared_ptr<wait_board> mapped_board() {
-    std::lock_guard<std::mutex> lock(mutex);
-    return board;
-  }
-
-  std::shared_ptr<wait_board> wait_board_for(os& sys, const lock_paths& paths, unsigned dir_mode) {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!board_tried) {
-      board_tried = true;
-      std::unique_ptr<wait_board> b = sys.open_wait_board(paths.board_path, dir_mode & 0666);
-      if (b && board_is_usable(*b)) board = std::move(b);
-    }
-    return board;
-  }
-
-  void give_back(os& sys, std::unique_ptr<dir_watch> w) {
-    if (!w) return;
-    w->disarm();
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!idle || fork_generation != sys.fork_generation()) {
-      idle = std::move(w);
-      fork_generation = sys.fork_generation();
-    }
   }
 };
 
@@ -120,42 +53,19 @@ failure validate(const lock_options& o) {
   return {};
 }
 
-// Exponential backoff with ±25 % jitter, from options.backoff_min doubling
-// to options.backoff_max. Jitter keeps waiters that started together from
-// retrying in lockstep.
-class backoff {
- public:
-  explicit backoff(const lock_options& o)
-      : current_(std::max<std::int64_t>(o.backoff_min.count(), 1)),
-        max_(std::max<std::int64_t>(o.backoff_max.count(), current_)) {}
 
-  std::chrono::microseconds next(os& sys) {
-    const std::int64_t base = current_;
-    current_ = std::min<std::int64_t>(current_ * 2, max_);
-    const std::int64_t spread = base / 2;  // ±25 % = a window of 50 %
-    const std::int64_t jitter = spread > 0 ? static_cast<std::int64_t>(sys.random_u64() %
-                                                                       static_cast<std::uint64_t>(spread + 1))
-                                           : 0;
-    return std::chrono::microseconds(base - base / 4 + jitter);
-  }
-
- private:
-  std::int64_t current_;
-  std::int64_t max_;
-};
-
-enum class outcome { acquired, busy, again };
-
-class acquirer {
+class acquirer final : public lock_attempt {
  public:
   acquirer(const std::shared_ptr<os>& sys, const std::shared_ptr<const lock_paths>& paths,
-           const lock_options& options)
-      : sys_ptr_(sys), sys_(*sys), paths_ptr_(paths), paths_(*paths), options_(options) {}
+           const lock_options& options, lock_handle& out)
+      : sys_ptr_(sys), sys_(*sys), paths_ptr_(paths), paths_(*paths), options_(options),
+        out_(out) {}
 
   // One round of the protocol: the fast-path rename, then (on ENOENT and
   // when `look` is set) the NFS retransmit check, a look at the directory,
   // and a takeover or creation when that is what the directory needs.
-  failure attempt(lock_handle& out, outcome& result, bool look) {
+  failure attempt(outcome& result, bool look) override {
+    lock_handle& out = out_;
     const process_identity& me = sys_.self();
     const int owner = options_.owner_pid ? options_.owner_pid : me.pid;
     const std::uint64_t owner_start = options_.owner_pid ? owner_start_ : me.start_time;
@@ -246,7 +156,7 @@ class acquirer {
     return {};
   }
 
-  std::string busy_reason() const {
+  std::string busy_reason() const override {
     return busy_reason_.empty() ? "changing hands too fast to see who holds it" : busy_reason_;
   }
 
@@ -265,48 +175,14 @@ class acquirer {
   const std::shared_ptr<const lock_paths>& paths_ptr_;
   const lock_paths& paths_;
   const lock_options& options_;
+  lock_handle& out_;
   std::string busy_reason_;
   std::uint64_t owner_start_ = 0;
 };
 
-// A waiter retries the fast-path rename on every round but lists the
-// directory and judges the holder at most this often: under contention the
-// look (a listing, kill(2), /proc) costs ten system calls that compete with
-// the holder for the CPU, while a dead holder is still noticed well within
-// 100 ms. See docs/benchmarks.md.
-constexpr std::int64_t look_interval_us = 10000;
-
-// A waiter woken by releases that follow each other within fast_release_us,
-// this many times in a row, stops watching and polls (and the lock
-// remembers it for a while): see where it is applied, and
-// docs/benchmarks.md. Critical sections of 1 ms release a thousand times
-// slower than this; empty ones ten times faster.
-constexpr std::int64_t fast_release_us = 200;
-constexpr int fast_release_wakes = 3;
-
-// Rounds that end in "again" (the token moved while we looked, or we just
-// created the directory) retry at once, but only this often in a row:
-// beyond that the lock counts as busy and we wait like any waiter.
-constexpr int max_immediate_rounds = 16;
-
-// A head of the line that has waited this long marks the line hungry
-// (wait_line::hungry): long enough for a holder that releases and
-// re-acquires at once to keep the lock through short bursts, short enough
-// that the head gets it within a few critical sections. docs/benchmarks.md
-// has the measurements.
-constexpr std::int64_t head_patience_us = 1000;
-
-// The head of the line records a beat at least every backoff_max; one that
-// has not for twice that, and 10 ms more for a busy scheduler, is taken to
-// be gone (killed, stopped) and its place is taken.
-std::chrono::milliseconds stale_head_after(const lock_options& o) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(2 * o.backoff_max) +
-         std::chrono::milliseconds(10);
-}
-
 failure acquire_impl(const std::shared_ptr<os>& sys, const boost::filesystem::path& dir,
                      const std::shared_ptr<const lock_paths>& paths_ptr,
-                     const lock_options& options, watch_cache& watches, bool may_wait,
+                     const lock_options& options, wait_state& waits, bool may_wait,
                      lock_handle& out, bool& busy) {
   busy = false;
   if (failure f = validate(options)) return f;
@@ -314,136 +190,9 @@ failure acquire_impl(const std::shared_ptr<os>& sys, const boost::filesystem::pa
     lock_paths unused;
     return make_lock_paths(dir, unused);
   }
-  const lock_paths& paths = *paths_ptr;
-  acquirer a(sys, paths_ptr, options);
+  acquirer a(sys, paths_ptr, options, out);
   if (failure f = a.resolve_owner()) return f;
-  const std::int64_t start = sys->steady_now_us();
-  const std::int64_t deadline = start + (may_wait ? to_us(options.wait) : 0);
-  backoff delay(options);
-  std::unique_ptr<dir_watch> watch;
-  bool watch_tried = false;
-  struct return_watch {
-    watch_cache& cache;
-    os& sys;
-    std::unique_ptr<dir_watch>& w;
-    ~return_watch() { cache.give_back(sys, std::move(w)); }
-  } returner{watches, *sys, watch};
-  int immediate = 0;
-  std::int64_t last_look = 0;
-  bool looked = false;
-  // The first round looks at once unless this waiter will line up: then a
-  // head of the line, if there is one, judges the holder anyway, and a
-  // waiter that finds nobody at the head looks on its next round.
-  bool defer_look = may_wait && options.wait.count() > 0 && options.queue_waiters;
-  // A process that waited on this lock before still has its board; while
-  // the line is hungry it joins the line instead of taking the fast path.
-  bool skip_fast_path = false;
-  if (defer_look)
-    if (std::shared_ptr<wait_board> b = watches.mapped_board())
-      skip_fast_path = wait_line::hungry(
-          *b, static_cast<std::uint32_t>(start / 1000), stale_head_after(options).count());
-  std::int64_t head_since = 0;
-  bool hungry = false;
-  int quick_wakes = 0;
-  std::int64_t last_wake = 0;
-  // Declared after the watch, so that it is left (handing the head's place
-  // on) before the watch goes back.
-  std::optional<wait_line> line;
-  std::optional<backoff> head_delay;
-  for (;;) {
-    outcome r = outcome::busy;
-    const std::int64_t before = sys->steady_now_us();
-    // Look on the first round (try_acquire makes only one) unless it is
-    // deferred, and always on the last one before the deadline, so a
-    // verdict is never stale.
-    const bool look = (!looked && !defer_look) ||
-                      (looked && before - last_look >= look_interval_us) || before >= deadline;
-    defer_look = false;
-    if (look) {
-      looked = true;
-      last_look = before;
-    }
-    if (skip_fast_path)
-      skip_fast_path = false;  // r stays busy: straight to the line
-    else if (failure f = a.attempt(out, r, look))
-      return f;
-    if (r == outcome::acquired) return {};
-    if (r == outcome::again && ++immediate < max_immediate_rounds) continue;
-    immediate = 0;
-    const std::int64_t now = sys->steady_now_us();
-    if (now >= deadline) {
-      busy = true;
-      if (may_wait && options.wait.count() > 0)
-        return make_failure(errc::timed_out,
-                            describe("acquire", paths.dir,
-                                     "timed out after " + std::to_string(options.wait.count()) +
-                                         " ms; the lock is " + a.busy_reason(),
-                                     {}));
-      return make_failure(errc::busy,
-                          describe("acquire", paths.dir, "the lock is " + a.busy_reason(), {}));
-    }
-    std::chrono::microseconds pause = delay.next(*sys);
-    if (options.queue_waiters && !line)
-      line.emplace(*sys, watches.wait_board_for(*sys, paths, options.dir_mode),
-                   stale_head_after(options));
-    if (line && line->usable()) {
-      std::uint32_t turn = 0;
-      if (!line->claim_head(turn)) {
-        // Someone else watches the lock: sleep until the place is ours.
-        head_delay.reset();
-        hungry = false;
-        if (watch) {
-          watches.give_back(*sys, std::move(watch));
-          watch_tried = false;
-        }
-        if (line->wait_for_place(turn, deadline) == wait_line::place::handed_on) {
-          // The head that handed its place on took the lock (or judged
-          // its holder while it looked): the holder needs judging only a
-          // look interval from now.
-          looked = true;
-          last_look = sys->steady_now_us();
-        }
-        continue;
-      }
-      // A new head of the line starts looking quickly again: the lock may
-      // be released any moment, and only the head is looking.
-      if (!head_delay) {
-        head_delay.emplace(options);
-        head_since = now;
-      }
-      pause = head_delay->next(*sys);
-      if (now - head_since >= head_patience_us) {
-        line->mark_hungry();
-        hungry = true;
-      }
-    }
-    pause = std::min(pause, std::chrono::microseconds(deadline - now));
-    if (options.wake_on_release && !watch_tried) {
-      watch_tried = true;
-      watch = watches.take(*sys, paths.dir);
-    }
-    // The others now leave a freed lock to a hungry head: one that polls
-    // looks again soon, or the lock stays free for the rest of a pause that
-    // may be backoff_max. A watching head is woken by the release anyway.
-    if (hungry && !watch) pause = std::min<std::chrono::microseconds>(pause, options.backoff_min);
-    if (watch) {
-      if (watch->wait_for(std::string(free_token), pause)) {
-        // Woken by a release. When releases follow each other this fast,
-        // the lock is cycling through short critical sections: waking every
-        // waiter on each one costs the holder more than prompt hand-offs
-        // gain, so poll instead.
-        const std::int64_t woke = sys->steady_now_us();
-        quick_wakes = last_wake != 0 && woke - last_wake < fast_release_us ? quick_wakes + 1 : 0;
-        last_wake = woke;
-        if (quick_wakes >= fast_release_wakes) {
-          watches.saw_fast_releases(*sys);
-          watches.give_back(*sys, std::move(watch));
-        }
-      }
-    } else {
-      sys->sleep_for(pause);
-    }
-  }
+  return wait_for_lock(*sys, *paths_ptr, options, waits, may_wait, a, busy);
 }
 
 }  // namespace
@@ -456,27 +205,27 @@ rename_lock::rename_lock(boost::filesystem::path dir, lock_options options,
     : dir_(std::move(dir)), options_(options), os_(os ? std::move(os) : system_os()) {
   auto paths = std::make_shared<lock_paths>();
   if (!make_lock_paths(dir_, *paths)) paths_ = std::move(paths);
-  watch_cache_ = std::make_shared<watch_cache>();
+  wait_state_ = make_wait_state();
 }
 
 lock_handle rename_lock::acquire() const {
   lock_handle h;
   bool busy = false;
-  run_throwing([&] { return acquire_impl(os_, dir_, paths_, options_, *watch_cache_, true, h, busy); });
+  run_throwing([&] { return acquire_impl(os_, dir_, paths_, options_, *wait_state_, true, h, busy); });
   return h;
 }
 
 lock_handle rename_lock::acquire(std::error_code& ec) const noexcept {
   lock_handle h;
   bool busy = false;
-  run_noexcept(ec, [&] { return acquire_impl(os_, dir_, paths_, options_, *watch_cache_, true, h, busy); });
+  run_noexcept(ec, [&] { return acquire_impl(os_, dir_, paths_, options_, *wait_state_, true, h, busy); });
   return h;
 }
 
 std::optional<lock_handle> rename_lock::try_acquire() const {
   lock_handle h;
   bool busy = false;
-  failure f = acquire_impl(os_, dir_, paths_, options_, *watch_cache_, false, h, busy);
+  failure f = acquire_impl(os_, dir_, paths_, options_, *wait_state_, false, h, busy);
   if (busy) return std::nullopt;
   if (f) throw_failure(f);
   return std::optional<lock_handle>(std::move(h));
@@ -486,7 +235,7 @@ std::optional<lock_handle> rename_lock::try_acquire(std::error_code& ec) const n
   lock_handle h;
   bool busy = false;
   run_noexcept(ec, [&] {
-    failure f = acquire_impl(os_, dir_, paths_, options_, *watch_cache_, false, h, busy);
+    failure f = acquire_impl(os_, dir_, paths_, options_, *wait_state_, false, h, busy);
     return busy ? failure{} : f;
   });
   if (ec || busy) return std::nullopt;

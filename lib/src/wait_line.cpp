@@ -14,6 +14,20 @@ bool exchange_if(std::uint32_t* w, std::uint32_t expected, std::uint32_t desired
                                      __ATOMIC_ACQUIRE);
 }
 
+// The beat is a wrapping millisecond count of the steady clock of whoever
+// wrote it; the difference, read as signed, is right for 24 days either
+// way. A beat ahead of our clock was not written by a live head on this
+// boot of this host (the board outlived a reboot, or another host's
+// client wrote it over a network filesystem): it is as stale as an old
+// one, or such a board would hold its sleepers for the difference.
+std::int32_t age_of(std::uint32_t now, std::uint32_t beat) noexcept {
+  return static_cast<std::int32_t>(now - beat);
+}
+bool stale_beat(std::uint32_t now, std::uint32_t beat, std::int64_t stale_ms) noexcept {
+  const std::int32_t age = age_of(now, beat);
+  return age > stale_ms || age < -stale_ms;
+}
+
 }  // namespace
 
 bool board_is_usable(wait_board& board) noexcept {
@@ -42,9 +56,7 @@ bool wait_line::claim_head(std::uint32_t& turn) noexcept {
   turn = load(board_->word(turn_word));
   const std::uint32_t now = now_ms();
   const std::uint32_t h = load(head);
-  // The beat is a wrapping millisecond count; the difference, read as
-  // signed, is right for 24 days either way.
-  const bool stale = static_cast<std::int32_t>(now - load(beat)) > stale_ms_;
+  const bool stale = stale_beat(now, load(beat), stale_ms_);
   if (h == id_) {
     head_ = true;
   } else if (h == 0 || stale) {
@@ -66,8 +78,9 @@ wait_line::place wait_line::wait_for_place(std::uint32_t turn, std::int64_t dead
   for (;;) {
     const std::int64_t left = deadline_us - sys_.steady_now_us();
     if (left <= 0) return place::none;
-    // Until the head's beat would be stale, and a millisecond more.
-    const std::int32_t age = static_cast<std::int32_t>(now_ms() - load(board_->word(beat_word)));
+    // Until the head's beat would be stale, and a millisecond more: at most
+    // twice stale_after, for a beat up to stale_after in the future.
+    const std::int32_t age = age_of(now_ms(), load(board_->word(beat_word)));
     const std::int64_t nap_ms =
         std::max<std::int64_t>(1, std::min<std::int64_t>(stale_ms_, stale_ms_ - age) + 1);
     board_->wait(turn_word, turn, std::chrono::microseconds(std::min(left, nap_ms * 1000)));
@@ -81,7 +94,7 @@ void wait_line::mark_hungry() noexcept {
 
 bool wait_line::hungry(wait_board& board, std::uint32_t now_ms, std::int64_t stale_ms) noexcept {
   return load(board.word(hungry_word)) != 0 && load(board.word(head_word)) != 0 &&
-         static_cast<std::int32_t>(now_ms - load(board.word(beat_word))) <= stale_ms;
+         !stale_beat(now_ms, load(board.word(beat_word)), stale_ms);
 }
 
 void wait_line::leave() noexcept {

@@ -34,7 +34,8 @@ class wait_line {
   static constexpr std::uint32_t board_magic = 0x544c5731;  // "TLW1"
 
   // `board` may be null (no line: the caller polls on its own). A head
-  // whose beat is older than `stale_after` is replaced.
+  // whose beat is older than `stale_after`, or ahead of this host's clock
+  // by more than that (written on another boot or host), is replaced.
   wait_line(os& sys, std::shared_ptr<wait_board> board, std::chrono::milliseconds stale_after);
   // Leaves the line, handing the head's place on.
   ~wait_line();
@@ -71,7 +72,10 @@ class wait_line {
   // sleeper that looked at the lock each time it woke made thousands of
   // wake-ups a second under contention, and the CPU they took was what
   // starting processes needed (docs/protocol.md, The line of waiters).
-  // `turn` is what the failed claim_head gave.
+  // `turn` is what the failed claim_head gave. The caller passes a deadline
+  // no later than its own next look at the lock (sleeper_look_interval,
+  // waiting.hpp): the board only times waits, and a head that never hands
+  // on must not keep a sleeper from a free lock for longer than that.
   place wait_for_place(std::uint32_t turn, std::int64_t deadline_us) noexcept;
 
  private:

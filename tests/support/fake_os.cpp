@@ -258,12 +258,15 @@ class fake_board final : public detail::wait_board {
   std::string path_;
 };
 
-std::unique_ptr<detail::wait_board> fake_os::open_wait_board(const std::string& path,
-                                                             unsigned mode) {
-  if (!world_) return real_->open_wait_board(path, mode);
-  if (enter("open_wait_board", path)) return nullptr;
+std::error_code fake_os::open_wait_board(const std::string& path, unsigned mode, bool create,
+                                         std::unique_ptr<detail::wait_board>& out) {
+  out.reset();
+  if (!world_) return real_->open_wait_board(path, mode, create, out);
+  if (auto ec = enter(create ? "create_wait_board" : "open_wait_board", path)) return ec;
+  if (!create && !world_->boards.count(path)) return {ENOENT, std::generic_category()};
   world_->boards[path];  // exists from now on, zeroed like a new file
-  return std::make_unique<fake_board>(*this, path);
+  out = std::make_unique<fake_board>(*this, path);
+  return {};
 }
 
 }  // namespace tokenlock::testing

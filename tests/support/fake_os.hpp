@@ -119,12 +119,14 @@ class fake_os final : public detail::os {
   }
   std::unique_ptr<detail::dir_watch> watch_directory(const std::string& dir) override;
   // A board in the world (or, for the real process, the system's). Calls:
-  // "open_wait_board PATH" (fail() makes it unavailable), "board_wait PATH
+  // "open_wait_board PATH" (an existing board only: ENOENT when the world
+  // has none) or "create_wait_board PATH" (fail() makes either
+  // unavailable), "board_wait PATH
   // TURN TIMEOUT_US" (it plays the timeout unless the turn already moved,
   // and runs `before` first, so a test may act as the head handing its
   // place on) and "board_wake PATH".
-  std::unique_ptr<detail::wait_board> open_wait_board(const std::string& path,
-                                                      unsigned mode) override;
+  std::error_code open_wait_board(const std::string& path, unsigned mode, bool create,
+                                  std::unique_ptr<detail::wait_board>& out) override;
 
   // Descriptors this process has opened and not closed (for leak checks).
   std::size_t open_descriptors() const { return fd_paths_.size(); }

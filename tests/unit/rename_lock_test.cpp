@@ -15,6 +15,7 @@
 #include "temp_dir.hpp"
 #include "token_name.hpp"
 #include "wait_line.hpp"
+#include "waiting.hpp"
 #include "tokenlock/tokenlock.hpp"
 
 namespace fs = boost::filesystem;
@@ -324,7 +325,7 @@ class WaitLineTest : public RenameLockTest {
                                    const std::shared_ptr<fake_os>& b) {
     rename_lock lock = lock_for(b, options(10s, 1s));
     lock_handle h = lock_for(a).acquire();
-    b->when("open_wait_board", "", [&] { h.release(); });
+    b->when("create_wait_board", "", [&] { h.release(); });
     lock.acquire().release();
     return lock;
   }
@@ -341,18 +342,50 @@ TEST_F(WaitLineTest, AWaiterAloneHeadsTheLineAndHandsItOnOnceItHasTheLock) {
   auto a = process(100), b = process(200);
   lock_handle h = lock_for(a).acquire();
   rename_lock lock = lock_for(b, options(10s, 1s));
-  // Released while b opens the board: b heads the line, looks once more
+  // Released while b creates the board: b heads the line, looks once more
   // after its pause, and takes the lock.
-  b->when("open_wait_board", "", [&] { h.release(); });
+  b->when("create_wait_board", "", [&] { h.release(); });
   lock_handle mine = lock.acquire();
   EXPECT_TRUE(mine.owns());
-  EXPECT_EQ(count_calls(*b, "open_wait_board " + board_path()), 1);
+  EXPECT_EQ(count_calls(*b, "open_wait_board " + board_path()), 1) << "a line to join?";
+  EXPECT_EQ(count_calls(*b, "create_wait_board " + board_path()), 1);
   EXPECT_EQ(count_calls(*b, "board_wait"), 0) << "nobody to wait for: it looks itself";
   EXPECT_EQ(board()[wait_line::magic_word], wait_line::board_magic);
   EXPECT_EQ(board()[wait_line::head_word], 0u) << "the place is free again";
   EXPECT_EQ(board()[wait_line::turn_word], 1u);
   EXPECT_EQ(count_calls(*b, "board_wake " + board_path()), 1) << "the next sleeper is woken";
   EXPECT_EQ(entries().size(), 1u);
+}
+
+TEST_F(WaitLineTest, ANewcomerWithNoLineLooksAtOnceAndMakesTheBoardOnlyAfterSeeingAHolder) {
+  auto a = process(100), b = process(200);
+  lock_handle h = lock_for(a).acquire();
+  b->calls.clear();
+  EXPECT_EQ(code_of([&] { lock_for(b, options(10s, 5ms)).acquire(); }), errc::timed_out);
+  const auto at = [&](const std::string& prefix) {
+    return std::find_if(b->calls.begin(), b->calls.end(),
+                        [&](const std::string& c) { return c.rfind(prefix, 0) == 0; }) -
+           b->calls.begin();
+  };
+  ASSERT_EQ(count_calls(*b, "create_wait_board"), 1);
+  EXPECT_LT(at("open_wait_board"), at("list_directory")) << "first: is there a line?";
+  EXPECT_LT(at("list_directory"), at("create_wait_board")) << "then: who holds it?";
+  EXPECT_LT(at("list_directory"), at("sleep_for")) << "it looked without waiting first";
+  EXPECT_EQ(board()[wait_line::magic_word], wait_line::board_magic);
+  EXPECT_TRUE(h.owns());
+}
+
+TEST_F(WaitLineTest, TheFirstAcquisitionOfAFreshLockLeavesNoBoard) {
+  auto a = process(100), b = process(200);
+  ASSERT_FALSE(fs::exists(dir));
+  lock_for(a, options(10s, 1s)).acquire().release();
+  // And a waiter that finds the lock free after all makes none either.
+  lock_handle h = lock_for(a).acquire();
+  b->when("open_wait_board", "", [&] { h.release(); });
+  lock_for(b, options(10s, 1s)).acquire().release();
+  EXPECT_EQ(count_calls(*a, "create_wait_board") + count_calls(*b, "create_wait_board"), 0);
+  EXPECT_EQ(world->boards.count(board_path()), 0u);
+  EXPECT_FALSE(fs::exists(board_path()));
 }
 
 TEST_F(WaitLineTest, ASleeperLeavesTheLockToALiveHeadUntilItsDeadline) {
@@ -486,6 +519,98 @@ TEST_F(WaitLineTest, AHeadStillLookingWithinItsBeatIsNotReplaced) {
   EXPECT_EQ(code_of([&] { lock_for(b, options(10s, 5ms)).acquire(); }), errc::timed_out);
   EXPECT_EQ(board()[wait_line::head_word], 4242u);
   EXPECT_GT(count_calls(*b, "board_wait"), 0);
+}
+
+TEST_F(WaitLineTest, AHeadWhoseBeatIsAheadOfThisClockIsReplacedAtOnce) {
+  // The board outlived a reboot: its head word names a waiter killed at
+  // shutdown, and the beat it left lies ahead of this boot's clock by the
+  // difference of the two uptimes.
+  auto a = process(100), b = process(200);
+  lock_handle h = lock_for(a).acquire();
+  someone_at_the_head(0);
+  board()[wait_line::beat_word] = now_ms() + 1'000'000;
+  b->calls.clear();
+  EXPECT_EQ(code_of([&] { lock_for(b, options(10s, 20ms)).acquire(); }), errc::timed_out);
+  EXPECT_EQ(count_calls(*b, "board_wait"), 0) << "it took the place at once";
+  EXPECT_GT(count_calls(*b, "list_directory"), 0) << "and looked at the lock itself";
+  EXPECT_EQ(board()[wait_line::head_word], 0u) << "and left it when it gave up";
+  EXPECT_TRUE(h.owns());
+}
+
+// Whatever the board holds, a waiter takes a freed lock within a bound: a
+// beat up to stale_head_after ahead holds a sleeper at most twice that, and
+// a head that never hands on (a board that something keeps rewriting)
+// sleeper_look_interval (waiting.hpp).
+TEST_F(WaitLineTest, ABoardHoldsAWaiterFromAFreedLockNoLongerThanTheStaleTimeWhateverItsBeat) {
+  auto a = process(100), b = process(200);
+  const lock_options o = options(10s, 10s);
+  const std::int64_t stale_us = tokenlock::detail::stale_head_after(o).count() * 1000;
+  for (std::int64_t ahead_ms : {-1'000'000LL, -111LL, -110LL, -50LL, 0LL, 50LL, 109LL, 110LL,
+                                111LL, 1'000'000LL, 0x7fffffffLL}) {
+    SCOPED_TRACE("beat ahead by " + std::to_string(ahead_ms) + " ms");
+    lock_handle h = lock_for(a).acquire();
+    someone_at_the_head(0);
+    board()[wait_line::beat_word] = static_cast<std::uint32_t>(now_ms() + ahead_ms);
+    board()[wait_line::hungry_word] = 1;
+    board()[wait_line::turn_word] = 0xfffffff0u;
+    std::int64_t freed_at = 0;
+    b->when("open_wait_board", "", [&] {
+      h.release();
+      freed_at = world->steady_us;
+    });
+    lock_handle mine = lock_for(b, o).acquire();
+    ASSERT_TRUE(mine.owns());
+    ASSERT_NE(freed_at, 0);
+    EXPECT_LE(world->steady_us - freed_at, 2 * stale_us + 2000);
+  }
+}
+
+TEST_F(WaitLineTest, ASleeperLooksForItselfWhenTheHeadNeverHandsOn) {
+  // Another process keeps writing a head and a fresh beat and bumping the
+  // turn, every 10 ms: the sleeper never gets the place, and must not wait
+  // for it past sleeper_look_interval once the lock is free.
+  auto a = process(100), b = process(200);
+  const lock_options o = options(10s, 10s);
+  lock_handle h = lock_for(a).acquire();
+  someone_at_the_head(0);
+  std::int64_t freed_at = 0;
+  int scribbles = 0;
+  std::function<void()> scribble = [&] {
+    if (h.owns()) {
+      h.release();
+      freed_at = world->steady_us;
+    }
+    world->advance(10'000);
+    board()[wait_line::head_word] = 4242;
+    board()[wait_line::beat_word] = now_ms();
+    ++board()[wait_line::turn_word];
+    ++scribbles;
+    b->when("board_wait", board_path(), scribble);
+  };
+  b->when("board_wait", board_path(), scribble);
+  lock_handle mine = lock_for(b, o).acquire();
+  ASSERT_TRUE(mine.owns());
+  b->before = nullptr;
+  EXPECT_GT(scribbles, 10) << "it slept through the scribbles for a while";
+  const std::int64_t bound_us = tokenlock::detail::sleeper_look_interval(o).count() * 1000;
+  EXPECT_EQ(bound_us, 440'000) << "the documented bound for the default options";
+  EXPECT_LE(world->steady_us - freed_at, bound_us + 10'000);
+  EXPECT_EQ(board()[wait_line::head_word], 4242u) << "it never had the place";
+}
+
+TEST_F(WaitLineTest, WhereNoBoardCanBeMadeWaitersPollAndNoFileIsLeft) {
+  // ENOTSUP: the filesystem is a network or FUSE one (posix_os.cpp).
+  auto a = process(100), b = process(200);
+  lock_handle h = lock_for(a).acquire();
+  b->fail("create_wait_board", "", ENOTSUP);
+  rename_lock lock = lock_for(b, options(10s, 20ms));
+  EXPECT_EQ(code_of([&] { lock.acquire(); }), errc::timed_out);
+  EXPECT_EQ(code_of([&] { lock.acquire(); }), errc::timed_out);
+  EXPECT_EQ(count_calls(*b, "create_wait_board"), 1) << "the verdict is kept by the lock object";
+  EXPECT_GT(count_calls(*b, "sleep_for"), 0);
+  EXPECT_EQ(count_calls(*b, "board_"), 0);
+  EXPECT_EQ(world->boards.count(board_path()), 0u);
+  EXPECT_TRUE(h.owns());
 }
 
 TEST_F(WaitLineTest, AProcessThatWaitedBeforeJoinsAHungryLineInsteadOfTakingTheFreeLock) {
@@ -833,6 +958,20 @@ TEST_F(RenameLockTest, ALoserOfTheCreationRaceCleansUpAndSeesTheWinner) {
   EXPECT_TRUE(init_leftovers().empty());
 }
 
+TEST_F(RenameLockTest, ALoserOfTheCreationRaceOverSftpSeesTheWinnerDespiteEPERM) {
+  // sshfs reports a directory renamed onto a non-empty one as EPERM.
+  auto a = process(100), b = process(200);
+  std::optional<lock_handle> hb;
+  a->when("rename", ".init.", [&] { hb = lock_for(b).try_acquire(); });
+  a->fail("rename", ".init.", EPERM);
+  std::error_code ec;
+  EXPECT_FALSE(lock_for(a).try_acquire(ec).has_value());
+  EXPECT_FALSE(ec) << tokenlock::last_error_message();
+  ASSERT_TRUE(hb && hb->owns());
+  EXPECT_EQ(entries(), std::vector<std::string>{hb->token()});
+  EXPECT_TRUE(init_leftovers().empty());
+}
+
 TEST_F(RenameLockTest, AForkedChildNeverReleasesItsParentsToken) {
   auto a = process(100);
   auto h = std::make_unique<lock_handle>(lock_for(a).acquire());
@@ -1000,7 +1139,9 @@ INSTANTIATE_TEST_SUITE_P(
         errno_case{"ENOSPC_on_token", "make_directory", "/lockfile", ENOSPC, "free some space", false},
         errno_case{"EACCES_on_creation", "make_directory", ".init.", EACCES, "needs write and search permission", false},
         errno_case{"EIO_on_sync", "sync_directory", ".init.", EIO, "cannot sync", false},
-        errno_case{"EXDEV_on_placing", "rename", ".init.", EXDEV, "cannot rename", false}),
+        errno_case{"EXDEV_on_placing", "rename", ".init.", EXDEV, "cannot rename", false},
+        // No lock directory appeared: a real permission problem, not a race.
+        errno_case{"EPERM_on_placing", "rename", ".init.", EPERM, "forbids this rename", false}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST_F(RenameLockTest, NamesTheOwnerOfATokenInAStickyDirectory) {

@@ -79,7 +79,7 @@ namespace detail {
 class os;
 struct lock_handle_access;
 struct lock_paths;
-struct watch_cache;
+struct wait_state;
 }
 
 struct lock_options {
@@ -216,9 +216,10 @@ class rename_lock {
   // The strings the fast path renames between, built once and shared by
   // copies; null when dir_ is unusable (acquire then reports why).
   std::shared_ptr<const detail::lock_paths> paths_;
-  // The directory watch waiters reuse: creating and closing one per wait
-  // costs milliseconds in the kernel. Shared by copies; thread-safe.
-  std::shared_ptr<detail::watch_cache> watch_cache_;
+  // What waits keep between them: the directory watch waiters reuse
+  // (creating and closing one per wait costs milliseconds in the kernel)
+  // and the mapped wait board. Shared by copies; thread-safe.
+  std::shared_ptr<detail::wait_state> wait_state_;
 };
 
 // Ownership of one token. Move-only; the destructor releases (and never

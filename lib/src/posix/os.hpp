@@ -76,10 +76,11 @@ class dir_watch {
 };
 
 // Memory shared by the waiters of one lock on one host: a small file
-// beside the lock directory, mapped by each waiter, and a futex on its
-// words. It decides only when waiters look at the lock, never who holds
-// it, so that a board that is missing, unreadable or scribbled on costs
-// latency and nothing else (docs/protocol.md, Waiting).
+// beside the lock directory (on a local filesystem only), mapped by each
+// waiter, and a futex on its words. It decides only when waiters look at
+// the lock, never who holds it, so that a board that is missing,
+// unreadable or scribbled on costs latency and nothing else, and that
+// latency is bounded (docs/protocol.md, The line of waiters).
 class wait_board {
  public:
   static constexpr int words = 5;
@@ -179,11 +180,15 @@ class os {
   // Returns a disarmed watch on `dir`, or nullptr where none is available.
   virtual std::unique_ptr<dir_watch> watch_directory(const std::string& dir) = 0;
 
-  // Opens (creating it with exactly `mode` when missing) and maps the wait
-  // board at `path`; nullptr where none is available (no futex on this
-  // platform, no permission, not a regular file, any other failure).
-  virtual std::unique_ptr<wait_board> open_wait_board(const std::string& path,
-                                                      unsigned mode) = 0;
+  // Opens and maps the wait board at `path`, creating it with exactly `mode`
+  // when it is missing and `create` is set. Fails with ENOENT when it is
+  // missing and `create` is not; ENOTSUP where no board is used (no futex
+  // on this platform; not a regular file; a filesystem on which a shared
+  // mapping is not one memory for this host: network and FUSE filesystems);
+  // or the errno of the step that failed. Never leaves a file it could not
+  // map safely, except one another process is still setting up.
+  virtual std::error_code open_wait_board(const std::string& path, unsigned mode, bool create,
+                                          std::unique_ptr<wait_board>& out) = 0;
 };
 
 // The process-wide POSIX implementation.

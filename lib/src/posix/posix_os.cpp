@@ -24,6 +24,7 @@
 #include <sys/inotify.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #endif
 
@@ -240,7 +241,37 @@ class mapped_board final : public wait_board {
   void* base_;
 };
 
-std::unique_ptr<wait_board> map_board(const std::string& path, unsigned mode) {
+// Filesystems on which a shared mapping is one page of memory for every
+// process of this host, and a file's size is what fstat says. On a network
+// or FUSE filesystem neither holds: a FUSE client may report the size
+// another process just set with ftruncate before its own page cache knows
+// it, and the first store into the mapping then dies of SIGBUS; a mapping
+// of a file that another host's client also writes is overwritten by that
+// client's copy at random times; some clients refuse MAP_SHARED (ENODEV).
+// The line of waiters only times the waits, so waiters on any other
+// filesystem simply poll.
+bool board_filesystem(long type) {
+  switch (static_cast<unsigned long>(type)) {
+    case 0xEF53UL:      // ext2, ext3, ext4
+    case 0x58465342UL:  // xfs
+    case 0x9123683EUL:  // btrfs
+    case 0x01021994UL:  // tmpfs
+    case 0x858458F6UL:  // ramfs
+    case 0xF2F52010UL:  // f2fs
+    case 0x794C7630UL:  // overlayfs (containers)
+    case 0x2FC12FC1UL:  // zfs
+    case 0x52654973UL:  // reiserfs
+    case 0x3153464AUL:  // jfs
+    case 0xCA451A4EUL:  // bcachefs
+    case 0x3434UL:      // nilfs2
+      return true;
+    default: return false;
+  }
+}
+
+std::error_code map_board(const std::string& path, unsigned mode, bool create,
+                          std::unique_ptr<wait_board>& out) {
+  out.reset();
   // The board nearly always exists: open it first, because an open with
   // O_CREAT locks the directory, which the lock's holder renames in.
   auto open_existing = [&] {
@@ -248,6 +279,15 @@ std::unique_ptr<wait_board> map_board(const std::string& path, unsigned mode) {
   };
   int fd = open_existing();
   if (fd < 0 && errno == ENOENT) {
+    if (!create) return errno_code(ENOENT);
+    // Decided before the file exists, so that no filesystem where it would
+    // not be used gets one.
+    const auto slash = path.rfind('/');
+    const std::string parent =
+        slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    struct statfs sfs {};
+    if (retry_eintr([&] { return ::statfs(parent.c_str(), &sfs); }) != 0) return last_errno();
+    if (!board_filesystem(static_cast<long>(sfs.f_type))) return errno_code(ENOTSUP);
     fd = retry_eintr([&] {
       return ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                     static_cast<mode_t>(mode));
@@ -258,16 +298,25 @@ std::unique_ptr<wait_board> map_board(const std::string& path, unsigned mode) {
     else if (errno == EEXIST)
       fd = open_existing();
   }
-  if (fd < 0) return nullptr;
+  if (fd < 0) return last_errno();
+  std::error_code ec;
   struct stat st {};
+  struct statfs sfs {};
   void* base = MAP_FAILED;
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-      (static_cast<std::size_t>(st.st_size) >= mapped_board::file_size ||
-       ::ftruncate(fd, mapped_board::file_size) == 0))
-    base = ::mmap(nullptr, mapped_board::file_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (::fstat(fd, &st) != 0 || ::fstatfs(fd, &sfs) != 0)
+    ec = last_errno();
+  else if (!S_ISREG(st.st_mode) || !board_filesystem(static_cast<long>(sfs.f_type)))
+    ec = errno_code(ENOTSUP);  // a board left by an older version on such a filesystem, too
+  else if (static_cast<std::size_t>(st.st_size) < mapped_board::file_size &&
+           ::ftruncate(fd, mapped_board::file_size) != 0)
+    ec = last_errno();
+  else if ((base = ::mmap(nullptr, mapped_board::file_size, PROT_READ | PROT_WRITE, MAP_SHARED,
+                          fd, 0)) == MAP_FAILED)
+    ec = last_errno();
   ::close(fd);
-  if (base == MAP_FAILED) return nullptr;
-  return std::make_unique<mapped_board>(base);
+  if (ec) return ec;
+  out = std::make_unique<mapped_board>(base);
+  return {};
 }
 #endif
 
@@ -546,13 +595,16 @@ class posix_os final : public os {
 #endif
   }
 
-  std::unique_ptr<wait_board> open_wait_board(const std::string& path, unsigned mode) override {
+  std::error_code open_wait_board(const std::string& path, unsigned mode, bool create,
+                                  std::unique_ptr<wait_board>& out) override {
 #if defined(__linux__)
-    return map_board(path, mode);
+    return map_board(path, mode, create, out);
 #else
     (void)path;
     (void)mode;
-    return nullptr;
+    (void)create;
+    out.reset();
+    return errno_code(ENOTSUP);
 #endif
   }
 
