@@ -120,11 +120,12 @@ struct lock_options {
   // lock object before then joins the line instead of taking the freed
   // lock past the head, so that a loop of acquire and release cannot
   // starve the others. The file only times the waits: locking stays
-  // correct without it. Where it cannot be used (no permission, no futex)
-  // waiters poll as with false; shared over NFS between hosts it only
-  // costs latency. It is created only once a waiter has to wait; never
-  // truncate it while the lock is in use (docs/protocol.md, The line of
-  // waiters).
+  // correct without it, and whatever it holds delays a waiter from a freed
+  // lock by at most 8 x backoff_max + 40 ms (440 ms by default). Where it
+  // cannot be used (no permission, no futex, a network or FUSE filesystem)
+  // waiters poll as with false. It is created only by a waiter that has
+  // seen the lock held; never truncate it while the lock is in use
+  // (docs/protocol.md, The line of waiters).
   bool queue_waiters = true;
   // The process that owns the lock: 0 means the calling process. With
   // another pid (on this host), the token carries that process's pid and
