@@ -12,6 +12,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "tokenlock/clock.hpp"
 #include "tokenlock/rename_lock.hpp"
 
 namespace tokenlock::cli {
@@ -21,6 +22,7 @@ namespace tokenlock::cli {
 namespace exit_code {
 constexpr int ok = 0;
 constexpr int busy = 1;          // busy or timed out (run/acquire: -E changes it)
+constexpr int check_failed = 1;  // doctor: a property failed
 constexpr int lost = 3;          // the token is not held any more: taken over, or another lock's
 constexpr int usage = 64;        // EX_USAGE: bad command line
 constexpr int data = 65;         // EX_DATAERR: corrupt counter, malformed token, empty input
@@ -30,6 +32,7 @@ constexpr int software = 70;     // EX_SOFTWARE: internal error
 constexpr int os_error = 71;     // EX_OSERR: any other system error
 constexpr int cant_create = 73;  // EX_CANTCREAT: no space, quota, read-only, not a file
 constexpr int io_error = 74;     // EX_IOERR: I/O error, directory sync failed
+constexpr int temp_fail = 75;    // EX_TEMPFAIL: the filesystem served a stale version; retry
 constexpr int no_perm = 77;      // EX_NOPERM: permission denied
 constexpr int cannot_execute = 126;
 constexpr int not_found = 127;
@@ -81,5 +84,25 @@ std::optional<std::uint64_t> parse_unsigned(const std::string& s);
 // SECS as given to -w, --lease: a non-negative number of seconds, possibly
 // fractional. Throws po::error otherwise.
 std::chrono::milliseconds seconds_option(const std::string& name, double secs, bool allow_zero);
+
+// `s` as a JSON string literal, quotes included.
+std::string json_string(const std::string& s);
+
+// A duration in seconds, with at most three decimals and no trailing
+// zeros: "1 s", "0.25 s", "0.004 s".
+std::string seconds_text(std::chrono::microseconds d);
+
+// What a clock offset means for leases, in words, for status and doctor.
+// within: certainly inside the skew allowance; beyond: certainly outside
+// it, so leases from other hosts cannot be judged safely; unclear: the
+// measurement is too coarse to tell.
+enum class clock_verdict { within, beyond, unclear };
+struct clock_judgement {
+  clock_verdict verdict = clock_verdict::within;
+  std::string text;  // one sentence, no final period
+  std::string fix;   // empty when within
+};
+clock_judgement judge_clock(const clock_offset& c, std::chrono::microseconds allowance);
+const char* verdict_name(clock_verdict v);  // "within", "beyond", "unclear"
 
 }  // namespace tokenlock::cli

@@ -6,6 +6,8 @@
 
 #include <unistd.h>
 
+#include <boost/filesystem/operations.hpp>
+
 #include "cli.hpp"
 #include "commands.hpp"
 #include "tokenlock/tokenlock.hpp"
@@ -31,25 +33,22 @@ std::string utc(std::chrono::system_clock::time_point t) {
   return buf;
 }
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
+// Where status measures the clock: in the lock directory, whose file
+// server stamps the tokens; before its first use, in its parent, where it
+// will be created (the same filesystem unless a mount point is in between).
+std::string clock_directory(std::string lockdir) {
+  boost::system::error_code e;
+  if (boost::filesystem::is_directory(lockdir, e)) return lockdir;
+  while (lockdir.size() > 1 && lockdir.back() == '/') lockdir.pop_back();
+  const auto slash = lockdir.rfind('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : lockdir.substr(0, slash);
+}
+
+// The library's messages start with "tokenlock: "; inside a line of our
+// own that would say it twice.
+std::string without_prefix(const std::string& message) {
+  const std::string prefix = "tokenlock: ";
+  return message.rfind(prefix, 0) == 0 ? message.substr(prefix.size()) : message;
 }
 
 const char* liveness_name(owner_liveness l) {
@@ -137,7 +136,10 @@ int cmd_status(const args& a) {
   po::options_description d(
       "Usage: tokenlock status [--json] LOCKDIR\n\n"
       "Says who holds the lock: free, held by pid P on host H until T, or stale (and\n"
-      "why). --json prints one object; its fields are listed in tokenlock(1).\n\nOptions");
+      "why); then, on a line of its own, how this host's clock compares with the file\n"
+      "server's, and whether that is inside the skew allowance (1 s) that leases from\n"
+      "other hosts rest on. --json prints one object; its fields are listed in\n"
+      "tokenlock(1).\n\nOptions");
   d.add_options()("json", "print a JSON object");
   return with_command_line("status", a, d, {"lockdir"}, [](const po::variables_map& v) {
     const std::string dir = v["lockdir"].as<std::string>();
@@ -145,6 +147,11 @@ int cmd_status(const args& a) {
     std::optional<holder_info> h = rename_lock(dir).holder(ec);
     if (ec) return report(ec, last_error_message());
     const char* state = !h ? "free" : h->stale ? "stale" : "held";
+    const std::string clock_dir = clock_directory(dir);
+    const auto allowance = lock_options{}.skew_allowance;
+    const clock_offset c = estimate_clock_offset(clock_dir, ec);
+    const std::string clock_error = ec ? without_prefix(last_error_message()) : "";
+    const clock_judgement judged = judge_clock(c, allowance);
     if (v.count("json")) {
       std::ostringstream j;
       j << "{\"lock_dir\":" << json_string(dir) << ",\"state\":\"" << state << "\"";
@@ -155,13 +162,27 @@ int cmd_status(const args& a) {
           << liveness_name(h->owner) << "\",\"expires\":" << json_string(utc(h->expires))
           << ",\"expires_us\":" << micros(h->expires) << ",\"stale\":" << (h->stale ? "true" : "false")
           << ",\"reason\":" << json_string(h->reason);
-      j << "}";
+      j << ",\"clock\":{\"measured_in\":" << json_string(clock_dir);
+      if (!clock_error.empty())
+        j << ",\"error\":" << json_string(clock_error);
+      else
+        j << ",\"offset_us\":" << c.offset.count() << ",\"uncertainty_us\":" << c.uncertainty.count()
+          << ",\"skew_allowance_us\":"
+          << std::chrono::duration_cast<std::chrono::microseconds>(allowance).count()
+          << ",\"verdict\":\"" << verdict_name(judged.verdict) << "\"";
+      j << "}}";
       std::cout << j.str() << std::endl;
-    } else if (!h) {
-      std::cout << "free" << std::endl;
-    } else {
-      std::cout << (h->stale ? "stale: " : "") << h->reason << "\n  token " << h->token << std::endl;
+      return exit_code::ok;
     }
+    if (!h)
+      std::cout << "free\n";
+    else
+      std::cout << (h->stale ? "stale: " : "") << h->reason << "\n  token " << h->token << "\n";
+    if (!clock_error.empty())
+      std::cout << "clock: not measured: " << clock_error << std::endl;
+    else
+      std::cout << "clock: " << judged.text << (judged.fix.empty() ? "" : "; fix: " + judged.fix)
+                << std::endl;
     return exit_code::ok;
   });
 }

@@ -17,5 +17,6 @@ int cmd_status(const args& a);
 int cmd_break(const args& a);
 int cmd_write(const args& a);
 int cmd_incr(const args& a);
+int cmd_doctor(const args& a);
 
 }  // namespace tokenlock::cli

@@ -26,6 +26,7 @@ const command commands[] = {
     {"break", tokenlock::cli::cmd_break, "take over a stale token and free the lock"},
     {"write", tokenlock::cli::cmd_write, "replace a file with standard input, atomically"},
     {"incr", tokenlock::cli::cmd_incr, "increment a counter file under its lock"},
+    {"doctor", tokenlock::cli::cmd_doctor, "check a directory for what tokenlock relies on"},
 };
 
 void usage(std::ostream& out) {

@@ -128,7 +128,10 @@ cgi::response handle(const request& req, const config& cfg, std::ostream& log) {
     uo.write.sync = cfg.sync;
     value = tokenlock::increment_counter(file, tokenlock::rename_lock(file + ".lock", lo), 1, uo, ec);
   }
-  if (ec == tokenlock::errc::busy || ec == tokenlock::errc::timed_out) {
+  // stale_data: a network client's cache served an old version and did not
+  // let go in time; nothing was written, and a retry will likely succeed.
+  if (ec == tokenlock::errc::busy || ec == tokenlock::errc::timed_out ||
+      ec == tokenlock::errc::stale_data) {
     log << "counter.cgi: " << tokenlock::last_error_message() << "\n";
     cgi::response r = text(503, "the counter is busy; try again");
     r.headers.emplace_back("Retry-After", "1");

@@ -20,6 +20,7 @@ class category final : public std::error_category {
       case errc::not_owner: return "handle does not own the lock";
       case errc::dir_sync_failed: return "renamed into place, but the directory sync failed";
       case errc::not_fenced: return "the commit cannot be fenced";
+      case errc::stale_data: return "the filesystem served a stale version of the file";
     }
     return "unknown tokenlock error";
   }

@@ -2,6 +2,9 @@
 
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
+#include <string_view>
+#include <vector>
 #include <exception>
 #include <optional>
 
@@ -27,6 +30,89 @@ failure lost_before_commit(const write_target& t, const std::string& token) {
                                {}));
 }
 
+// ---- The version mark -----------------------------------------------------
+//
+// A network or FUSE client may, for a while, serve the version of a file
+// that another client has already replaced by rename: GlusterFS's md-cache
+// and open-behind keep the old inode behind the name, sshfs keeps a cached
+// size that cuts the new contents short. An update computed from such a
+// read loses the updates in between, and the lock cannot see it: the lock
+// was taken correctly. So on those filesystems every commit also leaves a
+// mark of what it committed in the lock's workspace, as a name:
+// `D/<token>/w/v.<hash>.<mtime>`, the FNV-1a hash of the contents and the
+// modification time the file server gave them. The workspace travels with
+// the token, so the next holder lists it (a directory listing goes to the
+// server: the token's path is new for this acquisition) and compares the
+// mark with what it read. A mismatch with a version older than the mark
+// is a stale read: re-read until the cache lets go, or fail. A version
+// newer than the mark by more than the clock skew allowance was written
+// outside the lock (by hand, or by a process on the file server itself,
+// whose local filesystem keeps no mark): it is what there is, and it is
+// used. On local filesystems reads are never stale and no mark is kept.
+
+struct version_mark {
+  bool present = false;
+  std::string name;
+  std::uint64_t hash = 0;
+  std::int64_t mtime_us = 0;
+};
+
+constexpr std::string_view mark_prefix = "v.";
+
+std::uint64_t content_hash(std::string_view data) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : data) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+std::string mark_name(std::uint64_t hash, std::int64_t mtime_us) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "v.%016llx.%lld", static_cast<unsigned long long>(hash),
+                static_cast<long long>(mtime_us));
+  return buf;
+}
+
+bool parse_mark(const std::string& name, version_mark& out) {
+  if (name.size() < 20 || name.compare(0, 2, mark_prefix) != 0 || name[18] != '.') return false;
+  std::uint64_t h = 0;
+  auto r1 = std::from_chars(name.data() + 2, name.data() + 18, h, 16);
+  if (r1.ec != std::errc() || r1.ptr != name.data() + 18) return false;
+  std::int64_t m = 0;
+  auto r2 = std::from_chars(name.data() + 19, name.data() + name.size(), m);
+  if (r2.ec != std::errc() || r2.ptr != name.data() + name.size()) return false;
+  out = version_mark{true, name, h, m};
+  return true;
+}
+
+// The newest mark in `workspace`; none when it has none or does not exist.
+failure read_mark(os& sys, const write_target& t, const std::string& workspace,
+                  version_mark& out) {
+  out = version_mark{};
+  std::vector<std::string> names;
+  std::error_code ec = sys.list_directory(workspace, names);
+  if (ec == std::errc::no_such_file_or_directory) return {};
+  if (ec) return write_failure("read", t, "cannot list the lock's workspace " + workspace, ec);
+  for (const auto& n : names) {
+    version_mark m;
+    if (parse_mark(n, m) && (!out.present || m.mtime_us > out.mtime_us)) out = m;
+  }
+  return {};
+}
+
+// After a commit: the mark of what it committed. Best effort: without it
+// the next holder sees a version newer than the old mark and takes it.
+void write_mark(os& sys, const std::string& workspace, const version_mark& old,
+                std::uint64_t hash, std::int64_t mtime_us) {
+  const std::string next = workspace + "/" + mark_name(hash, mtime_us);
+  if (old.present && old.name == mark_name(hash, mtime_us)) return;
+  if (old.present && !sys.rename(workspace + "/" + old.name, next)) return;
+  int fd = -1;
+  if (!sys.create_exclusive(next, 0644, fd)) sys.close(fd);
+}
+
 // The fenced commit: temp file in the token directory's subdirectory
 // `w`, renamed over the target through the token's path; the caller
 // flushes the directory. Sets `cross_device` (and writes nothing) when the
@@ -44,7 +130,7 @@ failure lost_before_commit(const write_target& t, const std::string& token) {
 // workspace; the next update makes it again, with the lock's dir_mode.
 failure fenced_commit(os& sys, const lock_handle& h, const write_target& t,
                       const std::string& contents, const write_options& options,
-                      unsigned dir_mode, bool& cross_device) {
+                      unsigned dir_mode, const version_mark* mark, bool& cross_device) {
   cross_device = false;
   const std::string token_dir = h.path().string();
   const std::string workspace = token_dir + "/w";
@@ -69,6 +155,9 @@ failure fenced_commit(os& sys, const lock_handle& h, const write_target& t,
       return lost_before_commit(t, h.token());
     return f;
   }
+  // The time the file server gave the new version, for the mark.
+  file_status written;
+  const bool marked = mark && !sys.status(tmp.path, written);
   std::error_code ec = sys.rename(tmp.path, t.path);
   if (ec == std::errc::cross_device_link) {
     sys.remove_file(tmp.path);
@@ -83,6 +172,7 @@ failure fenced_commit(os& sys, const lock_handle& h, const write_target& t,
       return lost_before_commit(t, h.token());
     return write_failure("rename", t, "cannot rename " + tmp.path + " over the target", ec);
   }
+  if (marked) write_mark(sys, workspace, *mark, content_hash(contents), written.mtime_us);
   return {};
 }
 
@@ -130,6 +220,64 @@ failure compute_keeping(lock_handle& h, const write_target& t, const compute_fun
   return {};
 }
 
+// Whether `current` (read through descriptor `fd`) is the version that
+// `mark` describes; if it is older, re-reads (replacing both) until it is,
+// for up to stale_read_budget, and then fails with stale_data.
+bool matches_mark(os& sys, const version_mark& mark, const std::optional<std::string>& current,
+                  int fd, std::int64_t skew_us) {
+  if (current && content_hash(*current) == mark.hash) return true;
+  // Newer than the mark: written outside the lock, after the last commit.
+  file_status st;
+  return current && fd >= 0 && !sys.file_status_of(fd, st) && st.mtime_us > mark.mtime_us + skew_us;
+}
+
+constexpr std::int64_t stale_read_budget_us = 3'000'000;
+
+failure settle_stale_read(os& sys, const write_target& t, const lock_options& lo,
+                          const version_mark& mark, std::optional<std::string>& current, int& fd) {
+  if (!mark.present) return {};
+  const std::int64_t skew_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(lo.skew_allowance).count();
+  if (matches_mark(sys, mark, current, fd, skew_us)) return {};
+  // Caches let go after their timeout (a second or so by default); the
+  // lease must outlast the wait, so it takes at most a quarter of it.
+  const std::int64_t start = sys.steady_now_us();
+  const std::int64_t budget = std::min<std::int64_t>(
+      stale_read_budget_us,
+      std::chrono::duration_cast<std::chrono::microseconds>(lo.lease).count() / 4);
+  std::int64_t pause = 5000;
+  for (int reads = 1;; ++reads) {
+    const std::int64_t left = start + budget - sys.steady_now_us();
+    if (left <= 0) {
+      filesystem_info fs;
+      sys.filesystem_of(t.dir, true, fs);
+      const std::string type = fs.name.empty() ? "a network filesystem" : fs.name;
+      return make_failure(
+          errc::stale_data,
+          describe("read", t.path,
+                   "this client keeps reading a version older than the one the last update "
+                   "committed (" + std::to_string(reads) + " reads in " +
+                       std::to_string((sys.steady_now_us() - start) / 1000) +
+                       " ms); nothing was written",
+                   {}) +
+              "; the filesystem (" + type +
+              ") serves stale cached data: on GlusterFS run `gluster volume set VOLUME "
+              "performance.stat-prefetch off` and `gluster volume set VOLUME "
+              "performance.open-behind off`; mount sshfs with -o "
+              "dir_cache=no,entry_timeout=0,attr_timeout=0; "
+              "mount NFS with lookupcache=none or actimeo=0 (tokenlock doctor DIR --peer DIR2 "
+              "checks a mount). If the file was changed by hand within the clock skew allowance "
+              "of the last update, remove the lock directory while no process uses it");
+    }
+    sys.sleep_for(std::chrono::microseconds(std::min(pause, left)));
+    pause = std::min<std::int64_t>(pause * 2, 200'000);
+    if (fd >= 0) sys.close(fd);
+    fd = -1;
+    if (failure f = read_file_impl(sys, t.path, current, &fd)) return f;
+    if (matches_mark(sys, mark, current, fd, skew_us)) return {};
+  }
+}
+
 }  // namespace
 
 failure update_impl(os& sys, const boost::filesystem::path& target, const rename_lock& lock,
@@ -137,8 +285,13 @@ failure update_impl(os& sys, const boost::filesystem::path& target, const rename
                     update_result& result) {
   result = update_result{};
   std::error_code ec;
+  // Asked before acquiring, to keep the system call out of the critical
+  // section; a lock directory that does not exist yet is asked after.
+  filesystem_info lock_fs;
+  bool fs_known = !sys.filesystem_of(lock.directory().string(), false, lock_fs);
   lock_handle h = lock.acquire(ec);
   if (ec) return make_failure(ec, last_error_message());
+  if (!fs_known) fs_known = !sys.filesystem_of(h.path().string(), false, lock_fs);
 
   write_target t;
   if (failure f = resolve_target(sys, target, options.write, t)) return f;
@@ -167,6 +320,13 @@ failure update_impl(os& sys, const boost::filesystem::path& target, const rename
   } replaced{sys};
   std::optional<std::string> current;
   if (failure f = read_file_impl(sys, t.path, current, &replaced.fd)) return f;
+  const bool network = fs_known && !lock_fs.local;
+  version_mark mark;
+  if (network) {
+    if (failure f = read_mark(sys, t, h.path().string() + "/w", mark)) return f;
+    if (failure f = settle_stale_read(sys, t, lock.options(), mark, current, replaced.fd))
+      return f;
+  }
   std::string next;
   if (failure f = compute_keeping(h, t, compute, current, next, options.keep_alive)) return f;
 
@@ -184,7 +344,8 @@ failure update_impl(os& sys, const boost::filesystem::path& target, const rename
   if (in_lock.sync == durability::file_and_dir) in_lock.sync = durability::file;
   bool cross_device = workspace.device != t.dir_device;
   if (!cross_device) {
-    if (failure f = fenced_commit(sys, h, t, next, in_lock, lock.options().dir_mode, cross_device))
+    if (failure f = fenced_commit(sys, h, t, next, in_lock, lock.options().dir_mode,
+                                  network ? &mark : nullptr, cross_device))
       return f;
   }
   if (cross_device) {

@@ -59,7 +59,8 @@ class CliTest : public ::testing::Test {
 };
 
 TEST_F(CliTest, EveryCommandHasHelpAndTheToolAVersion) {
-  for (const char* cmd : {"run", "acquire", "release", "refresh", "status", "break", "write", "incr"}) {
+  for (const char* cmd :
+       {"run", "acquire", "release", "refresh", "status", "break", "write", "incr", "doctor"}) {
     auto r = tl({cmd, "--help"});
     EXPECT_EQ(r.exit_code, 0) << cmd;
     EXPECT_NE(r.out.find(std::string("Usage: tokenlock ") + cmd), std::string::npos) << cmd << r.out;
@@ -94,6 +95,10 @@ TEST_F(CliTest, BadCommandLinesAreUsageErrorsThatChangeNothing) {
       {"incr", "--by", "-1", "c"},
       {"incr", "--by", "x", "c"},
       {"status", "--no-such-option", lock},
+      {"doctor"},
+      {"doctor", "--peer-wait", "5", tmp.path().string()},
+      {"doctor", "--peer", tmp.path().string(), "--peer-wait", "-1", tmp.path().string()},
+      {"doctor", "--peer", "", tmp.path().string()},
   };
   for (const auto& args : bad) {
     auto r = tl(args);
@@ -234,14 +239,15 @@ TEST_F(CliTest, AcquireInAScriptOutlivesTheToolAndIsReleasedByRelease) {
               "$T status '" + lock + "'");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto lines = lines_of(r.out);
-  ASSERT_GE(lines.size(), 6u) << r.out;
+  // token, pid; status: holder, token, clock; released=0; status: free, clock.
+  ASSERT_GE(lines.size(), 8u) << r.out;
   const std::string token = lines[0], shell_pid = lines[1];
   tokenlock::detail::held_token t;
   ASSERT_EQ(tokenlock::detail::classify_name(token, &t), tokenlock::detail::name_kind::held);
   EXPECT_EQ(std::to_string(t.pid), shell_pid) << "the script's shell owns the lock";
   EXPECT_NE(lines[2].find("held by pid " + shell_pid), std::string::npos) << r.out;
-  EXPECT_EQ(lines[4], "released=0");
-  EXPECT_EQ(lines[5], "free");
+  EXPECT_EQ(lines[5], "released=0");
+  EXPECT_EQ(lines[6], "free");
 }
 
 TEST_F(CliTest, AScriptKilledWhileHoldingTheLockLosesItAtOnce) {
@@ -291,9 +297,10 @@ TEST_F(CliTest, RejectsTokensThatAreNotTokensOrBelongToAnotherLock) {
 }
 
 TEST_F(CliTest, StatusSaysWhoHoldsTheLockInWordsAndJson) {
-  EXPECT_EQ(strip(tl({"status", lock}).out), "free");
-  EXPECT_EQ(strip(tl({"status", "--json", lock}).out),
-            "{\"lock_dir\":\"" + lock + "\",\"state\":\"free\"}");
+  EXPECT_EQ(lines_of(tl({"status", lock}).out).at(0), "free");
+  EXPECT_EQ(tl({"status", "--json", lock}).out.rfind(
+                "{\"lock_dir\":\"" + lock + "\",\"state\":\"free\",\"clock\":{", 0),
+            0u);
   child owner({"/bin/sh", "-c", "echo up; read x"});
   ASSERT_EQ(owner.read_line(), "up");
   const std::string token = strip(tl({"acquire", "--pid", std::to_string(owner.pid()), lock}).out);
@@ -315,6 +322,72 @@ TEST_F(CliTest, StatusSaysWhoHoldsTheLockInWordsAndJson) {
   json = tl({"status", "--json", lock}).out;
   EXPECT_NE(json.find("\"state\":\"stale\""), std::string::npos) << json;
   EXPECT_NE(json.find("\"owner\":\"dead\""), std::string::npos) << json;
+}
+
+TEST_F(CliTest, StatusSaysHowThisHostsClockComparesWithTheFileServers) {
+  // Before the lock directory exists, the clock is measured in its parent.
+  auto r = tl({"status", lock});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto lines = lines_of(r.out);
+  ASSERT_EQ(lines.size(), 2u) << r.out;
+  EXPECT_EQ(lines[1].rfind("clock: this host's clock ", 0), 0u) << lines[1];
+  EXPECT_NE(lines[1].find("inside the skew allowance of 1 s"), std::string::npos)
+      << "one kernel stamps and reads this filesystem: " << lines[1];
+  auto json = tl({"status", "--json", lock}).out;
+  for (const std::string& field :
+       {"\"clock\":{\"measured_in\":\"" + tmp.path().string() + "\"", std::string("\"offset_us\":"),
+        std::string("\"uncertainty_us\":"), std::string("\"skew_allowance_us\":1000000"),
+        std::string("\"verdict\":\"within\"}}")})
+    EXPECT_NE(json.find(field), std::string::npos) << field << " in " << json;
+  // Once it exists, in the lock directory itself, and nothing is left there.
+  ASSERT_EQ(tl({"run", lock, "true"}).exit_code, 0);
+  json = tl({"status", "--json", lock}).out;
+  EXPECT_NE(json.find("\"measured_in\":\"" + lock + "\""), std::string::npos) << json;
+  EXPECT_EQ(entries(lock), std::vector<std::string>{"lockfile"});
+  EXPECT_EQ(entries(tmp.path()), std::vector<std::string>{"job.lock"});
+  // A parent that does not exist: the lock is free, the clock not measured.
+  r = tl({"status", (tmp / "missing" / "x.lock").string()});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  lines = lines_of(r.out);
+  ASSERT_EQ(lines.size(), 2u) << r.out;
+  EXPECT_EQ(lines[1].rfind("clock: not measured: estimate clock offset in " +
+                               (tmp / "missing").string(),
+                           0),
+            0u)
+      << lines[1];
+  json = tl({"status", "--json", (tmp / "missing" / "x.lock").string()}).out;
+  EXPECT_NE(json.find("\"error\":\"estimate clock offset in"), std::string::npos) << json;
+}
+
+TEST_F(CliTest, ClockJudgementsSayPlainlyWhatAnOffsetMeansForLeases) {
+  using tokenlock::clock_offset;
+  using tokenlock::cli::clock_verdict;
+  using tokenlock::cli::judge_clock;
+  auto j = judge_clock(clock_offset{2ms, 5ms, 100us, 10ms}, 1s);
+  EXPECT_EQ(j.verdict, clock_verdict::within);
+  EXPECT_EQ(j.text,
+            "this host's clock agrees with the file server's within +/- 0.005 s, inside the skew "
+            "allowance of 1 s");
+  EXPECT_TRUE(j.fix.empty());
+  // The server 3.2 s ahead: this host is behind, beyond any doubt.
+  j = judge_clock(clock_offset{3200ms, 5ms, 100us, 10ms}, 1s);
+  EXPECT_EQ(j.verdict, clock_verdict::beyond);
+  EXPECT_EQ(j.text,
+            "this host's clock is 3.2 s behind the file server's (+/- 0.005 s), more than the "
+            "skew allowance of 1 s: leases written by other hosts cannot be judged safely");
+  EXPECT_NE(j.fix.find("chrony"), std::string::npos) << j.fix;
+  j = judge_clock(clock_offset{-1500ms, 5ms, 100us, 10ms}, 1s);
+  EXPECT_EQ(j.verdict, clock_verdict::beyond);
+  EXPECT_NE(j.text.find("1.5 s ahead of the file server's"), std::string::npos) << j.text;
+  // Whole-second stamps (sshfs): 1.2 s +/- 0.5 s may or may not be beyond 1 s.
+  j = judge_clock(clock_offset{1200ms, 500ms, 100us, 1s}, 1s);
+  EXPECT_EQ(j.verdict, clock_verdict::unclear);
+  EXPECT_NE(j.text.find("too coarse to tell"), std::string::npos) << j.text;
+  EXPECT_NE(j.text.find("stamps whole seconds"), std::string::npos) << j.text;
+  EXPECT_FALSE(j.fix.empty());
+  EXPECT_EQ(tokenlock::cli::seconds_text(1s), "1 s");
+  EXPECT_EQ(tokenlock::cli::seconds_text(250ms), "0.25 s");
+  EXPECT_EQ(tokenlock::cli::seconds_text(4499us), "0.004 s");
 }
 
 TEST_F(CliTest, BreakFreesOnlyTheNamedStaleToken) {

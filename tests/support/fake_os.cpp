@@ -117,17 +117,37 @@ std::error_code fake_os::read_link(const std::string& path, std::string& target)
   return real_->read_link(path, target);
 }
 
+void fake_os::stamp(int fd) {
+  if (!world_ || !world_->server_clock_offset_us) return;
+  const std::int64_t t = world_->wall_us + *world_->server_clock_offset_us;
+  const std::int64_t g = world_->server_stamp_granularity_us;
+  fd_stamps_[fd] = t - ((t % g) + g) % g;
+}
+
 std::error_code fake_os::create_exclusive(const std::string& path, unsigned mode,
                                           int& fd) noexcept {
   if (auto ec = enter("create_exclusive", path)) return ec;
   auto ec = real_->create_exclusive(path, mode, fd);
-  if (!ec) fd_paths_[fd] = path;
+  if (!ec) {
+    fd_paths_[fd] = path;
+    stamp(fd);
+  }
   return ec;
+}
+
+void fake_os::serve_stale(const std::string& path, const std::string& decoy, int times) {
+  stale_[path] = {decoy, times};
 }
 
 std::error_code fake_os::open_read(const std::string& path, int& fd) noexcept {
   if (auto ec = enter("open_read", path)) return ec;
-  auto ec = real_->open_read(path, fd);
+  std::string from = path;
+  auto stale = stale_.find(path);
+  if (stale != stale_.end() && stale->second.times != 0) {
+    from = stale->second.decoy;
+    if (stale->second.times > 0) --stale->second.times;
+  }
+  auto ec = real_->open_read(from, fd);
   if (!ec) fd_paths_[fd] = path;
   return ec;
 }
@@ -141,7 +161,9 @@ std::error_code fake_os::write(int fd, const char* data, std::size_t size,
   }
   if (!short_substring_.empty() && path.find(short_substring_) != std::string::npos)
     size = std::min(size, short_max_);
-  return real_->write(fd, data, size, written);
+  auto ec = real_->write(fd, data, size, written);
+  if (!ec && written > 0) stamp(fd);
+  return ec;
 }
 
 std::error_code fake_os::read(int fd, char* data, std::size_t size, std::size_t& got) noexcept {
@@ -157,6 +179,7 @@ std::error_code fake_os::sync_file(int fd) noexcept {
 std::error_code fake_os::close(int fd) noexcept {
   const std::string path = path_of(fd);
   fd_paths_.erase(fd);
+  fd_stamps_.erase(fd);
   auto injected = enter("close", path);
   auto ec = real_->close(fd);  // the descriptor is gone either way
   return injected ? injected : ec;
@@ -164,7 +187,10 @@ std::error_code fake_os::close(int fd) noexcept {
 
 std::error_code fake_os::file_status_of(int fd, detail::file_status& out) noexcept {
   if (auto ec = enter("file_status_of", path_of(fd))) return ec;
-  return real_->file_status_of(fd, out);
+  auto ec = real_->file_status_of(fd, out);
+  auto it = fd_stamps_.find(fd);
+  if (!ec && it != fd_stamps_.end()) out.mtime_us = it->second;
+  return ec;
 }
 
 std::error_code fake_os::set_mode(int fd, unsigned mode) noexcept {
@@ -257,6 +283,16 @@ class fake_board final : public detail::wait_board {
   fake_os& owner_;
   std::string path_;
 };
+
+std::error_code fake_os::filesystem_of(const std::string& path, bool with_name,
+                                       detail::filesystem_info& out) {
+  if (auto ec = enter("filesystem_of", path)) return ec;
+  if (filesystem) {
+    out = *filesystem;
+    return {};
+  }
+  return real_->filesystem_of(path, with_name, out);
+}
 
 std::error_code fake_os::open_wait_board(const std::string& path, unsigned mode, bool create,
                                          std::unique_ptr<detail::wait_board>& out) {

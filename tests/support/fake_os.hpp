@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,13 @@ struct fake_world {
   std::map<int, proc> processes;  // absent = no such process
   // Wait boards by path, shared by the played processes like a mapped file.
   std::map<std::string, std::array<std::uint32_t, detail::wait_board::words>> boards;
+  // A file server's clock. When set, a file that a played process creates
+  // or writes gets the modification time a server would stamp, wall_us +
+  // *server_clock_offset_us at that moment rounded down to a multiple of
+  // server_stamp_granularity_us, and file_status_of reports it. Unset: the
+  // real filesystem's stamps.
+  std::optional<std::int64_t> server_clock_offset_us;
+  std::int64_t server_stamp_granularity_us = 1;
 
   void advance(std::int64_t us) {
     wall_us += us;
@@ -118,6 +126,14 @@ class fake_os final : public detail::os {
     return world_ ? fork_generation_ : real_->fork_generation();
   }
   std::unique_ptr<detail::dir_watch> watch_directory(const std::string& dir) override;
+  // The real answer, unless `filesystem` says otherwise ("filesystem_of
+  // PATH" can also be made to fail).
+  std::error_code filesystem_of(const std::string& path, bool with_name,
+                                detail::filesystem_info& out) override;
+  std::optional<detail::filesystem_info> filesystem;
+  // A client that serves a stale version: the next `times` open_read calls
+  // of `path` open `decoy` instead (times < 0: every call).
+  void serve_stale(const std::string& path, const std::string& decoy, int times);
   // A board in the world (or, for the real process, the system's). Calls:
   // "open_wait_board PATH" (an existing board only: ENOENT when the world
   // has none) or "create_wait_board PATH" (fail() makes either
@@ -144,7 +160,15 @@ class fake_os final : public detail::os {
     int skip;
   };
   std::string path_of(int fd) const;
+  struct stale_copy {
+    std::string decoy;
+    int times;
+  };
+  std::map<std::string, stale_copy> stale_;
   std::map<int, std::string> fd_paths_;
+  // Played server stamps by descriptor (fake_world::server_clock_offset_us).
+  std::map<int, std::int64_t> fd_stamps_;
+  void stamp(int fd);
   std::string short_substring_;
   std::size_t short_max_ = 0;
   std::shared_ptr<fake_world> world_;

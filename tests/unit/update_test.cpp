@@ -484,4 +484,115 @@ TEST_F(UpdateTest, FlushesTheDirectoryAfterReleasingTheLock) {
   EXPECT_EQ(slurp(target), "9\n");
 }
 
+
+// On a network filesystem each commit leaves a mark of what it committed in
+// the lock's workspace, and the next holder checks what it read against it
+// (update.cpp, The version mark). A client that serves a stale version is
+// played by fake_os::serve_stale: its open of the target opens a decoy that
+// holds an older version with an older modification time.
+class VersionMarkTest : public UpdateTest {
+ protected:
+  fs::path decoy = tmp / "old-copy";
+  void SetUp() override { a->filesystem = tokenlock::detail::filesystem_info{false, "fuse.test"}; }
+  std::vector<std::string> marks() const {
+    std::vector<std::string> out;
+    for (auto& token : fs::directory_iterator(lock_dir))
+      if (fs::is_directory(token.path() / "w"))
+        for (auto& e : fs::directory_iterator(token.path() / "w"))
+          if (e.path().filename().string().rfind("v.", 0) == 0)
+            out.push_back(e.path().filename().string());
+    return out;
+  }
+  // The decoy: `text`, last modified `age` before the target.
+  void make_decoy(const std::string& text, std::chrono::seconds age) {
+    spit(decoy, text);
+    fs::last_write_time(decoy, fs::last_write_time(target) - age.count());
+  }
+};
+
+TEST_F(VersionMarkTest, EachCommitLeavesOneMarkOfWhatItCommitted) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 3; ++i) ASSERT_FALSE(increment(1, v));
+  EXPECT_EQ(v, 3u);
+  const auto m = marks();
+  ASSERT_EQ(m.size(), 1u);
+  char hash[32];
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : std::string("3\n")) h = (h ^ c) * 0x100000001b3ULL;
+  std::snprintf(hash, sizeof hash, "v.%016llx.", static_cast<unsigned long long>(h));
+  EXPECT_EQ(m[0].rfind(hash, 0), 0u) << m[0];
+  EXPECT_TRUE(temp_files().empty());
+}
+
+TEST_F(VersionMarkTest, AStaleReadIsReadAgainUntilTheCommittedVersionComes) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 5; ++i) ASSERT_FALSE(increment(1, v));
+  make_decoy("3\n", 10s);
+  a->serve_stale(target.string(), decoy.string(), 2);  // two stale reads, then the truth
+  a->calls.clear();
+  ASSERT_FALSE(increment(1, v));
+  EXPECT_EQ(v, 6u) << "computed from the committed 5, not the stale 3";
+  EXPECT_EQ(slurp(target), "6\n");
+  EXPECT_EQ(count_of(a->calls, "open_read " + target.string()), 3);
+  EXPECT_EQ(count_of(a->calls, "sleep_for"), 2);
+  EXPECT_EQ(marks().size(), 1u);
+  EXPECT_TRUE(temp_files().empty());
+  EXPECT_TRUE(lock_is_free());
+}
+
+TEST_F(VersionMarkTest, AClientThatStaysStaleFailsWithStaleDataAndWritesNothing) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 5; ++i) ASSERT_FALSE(increment(1, v));
+  make_decoy("3\n", 10s);
+  a->serve_stale(target.string(), decoy.string(), -1);
+  const auto before = snapshot(tmp.path());
+  const auto start = world->steady_us;
+  failure f = increment(1, v);
+  EXPECT_EQ(f.code, errc::stale_data);
+  EXPECT_EQ(world->steady_us - start, 2'500'000) << "a quarter of the 10 s lease";
+  EXPECT_NE(f.message.find(target.string()), std::string::npos) << f.message;
+  EXPECT_NE(f.message.find("fuse.test"), std::string::npos) << "names the filesystem: " << f.message;
+  EXPECT_NE(f.message.find("performance.stat-prefetch off"), std::string::npos) << f.message;
+  EXPECT_NE(f.message.find("nothing was written"), std::string::npos) << f.message;
+  EXPECT_EQ(slurp(target), "5\n");
+  EXPECT_EQ(snapshot(tmp.path()), before);
+  EXPECT_TRUE(temp_files().empty());
+  EXPECT_TRUE(lock_is_free());
+}
+
+TEST_F(VersionMarkTest, AFileChangedByHandAfterTheLastCommitIsTakenAsItIs) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 2; ++i) ASSERT_FALSE(increment(1, v));
+  spit(target, "41\n");
+  fs::last_write_time(target, fs::last_write_time(target) + 5);  // after the mark, past the skew
+  a->calls.clear();
+  ASSERT_FALSE(increment(1, v));
+  EXPECT_EQ(v, 42u);
+  EXPECT_EQ(count_of(a->calls, "open_read " + target.string()), 1) << "no re-read";
+  EXPECT_EQ(marks().size(), 1u);
+}
+
+TEST_F(VersionMarkTest, WithoutAMarkTheFirstUpdateProceedsAndLeavesOne) {
+  spit(target, "9\n");
+  std::uint64_t v = 0;
+  ASSERT_FALSE(increment(1, v));
+  EXPECT_EQ(v, 10u);
+  EXPECT_EQ(marks().size(), 1u);
+}
+
+TEST_F(VersionMarkTest, OnALocalFilesystemNoMarkIsKeptOrRead) {
+  a->filesystem = tokenlock::detail::filesystem_info{true, "ext4"};
+  std::uint64_t v = 0;
+  a->calls.clear();
+  for (int i = 0; i < 3; ++i) ASSERT_FALSE(increment(1, v));
+  EXPECT_TRUE(marks().empty());
+  for (const auto& c : a->calls)
+    EXPECT_FALSE(c.rfind("list_directory", 0) == 0 && c.find("/w") != std::string::npos) << c;
+  // A stale read cannot happen there; were it played, nothing would see it.
+  make_decoy("1\n", 10s);
+  a->serve_stale(target.string(), decoy.string(), 1);
+  ASSERT_FALSE(increment(1, v));
+  EXPECT_EQ(v, 2u);
+}
+
 }  // namespace

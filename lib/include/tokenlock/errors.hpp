@@ -67,6 +67,11 @@ enum class errc {
   // the target are on different filesystems, so the commit could not be
   // fenced. Nothing was written.
   not_fenced,
+  // update_file on a network filesystem: the client kept serving a version
+  // of the file older than the one the last update committed (a stale
+  // cache), so updating it would lose updates. Nothing was written; the
+  // message names the filesystem setting to change.
+  stale_data,
 };
 
 // The category of tokenlock::errc codes; name() is "tokenlock".

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "tokenlock/atomic_write.hpp"
+#include "tokenlock/clock.hpp"
 #include "tokenlock/errors.hpp"
 #include "tokenlock/keep_alive.hpp"
 #include "tokenlock/rename_lock.hpp"

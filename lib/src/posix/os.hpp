@@ -39,6 +39,18 @@ struct file_status {
   std::int64_t mtime_us = 0;  // modification time, microseconds since the epoch
 };
 
+// The filesystem a path is on.
+struct filesystem_info {
+  // A local filesystem (ext4, xfs, btrfs, tmpfs, ...): one page cache for
+  // every process of this host, so that a shared mapping is one memory and
+  // whatever one process renames or writes, the next one reads. False for
+  // network and FUSE filesystems, where each client caches on its own.
+  bool local = false;
+  // The type as the mount table names it ("ext4", "fuse.sshfs",
+  // "fuse.glusterfs", "nfs4"), when asked for; empty when unknown.
+  std::string name;
+};
+
 // What /proc/<pid>/stat says about one process.
 struct process_status {
   char state = '?';              // field 3: R, S, D, Z (zombie), X (dead), ...
@@ -179,6 +191,11 @@ class os {
 
   // Returns a disarmed watch on `dir`, or nullptr where none is available.
   virtual std::unique_ptr<dir_watch> watch_directory(const std::string& dir) = 0;
+
+  // statfs(2) of `path` (which must exist); with `with_name`, also the
+  // type from the mount table (for messages: it reads /proc/self/mountinfo).
+  virtual std::error_code filesystem_of(const std::string& path, bool with_name,
+                                        filesystem_info& out) = 0;
 
   // Opens and maps the wait board at `path`, creating it with exactly `mode`
   // when it is missing and `create` is set. Fails with ENOENT when it is

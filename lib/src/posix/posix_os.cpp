@@ -25,6 +25,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/statfs.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #endif
 
@@ -41,6 +42,35 @@ int retry_eintr(F f) {
     r = f();
   } while (r == -1 && errno == EINTR);
   return r;
+}
+
+// Filesystems on which a shared mapping is one page of memory for every
+// process of this host, and a file's size is what fstat says. On a network
+// or FUSE filesystem neither holds: a FUSE client may report the size
+// another process just set with ftruncate before its own page cache knows
+// it, and the first store into the mapping then dies of SIGBUS; a mapping
+// of a file that another host's client also writes is overwritten by that
+// client's copy at random times; some clients refuse MAP_SHARED (ENODEV).
+// The line of waiters only times the waits, so waiters on any other
+// filesystem simply poll; and the updater checks there that what it read
+// is the version last committed (update.cpp).
+bool local_filesystem_type(long type) {
+  switch (static_cast<unsigned long>(type)) {
+    case 0xEF53UL:      // ext2, ext3, ext4
+    case 0x58465342UL:  // xfs
+    case 0x9123683EUL:  // btrfs
+    case 0x01021994UL:  // tmpfs
+    case 0x858458F6UL:  // ramfs
+    case 0xF2F52010UL:  // f2fs
+    case 0x794C7630UL:  // overlayfs (containers)
+    case 0x2FC12FC1UL:  // zfs
+    case 0x52654973UL:  // reiserfs
+    case 0x3153464AUL:  // jfs
+    case 0xCA451A4EUL:  // bcachefs
+    case 0x3434UL:      // nilfs2
+      return true;
+    default: return false;
+  }
 }
 
 // Bumped in the child by pthread_atfork. Everything derived from the process
@@ -241,32 +271,30 @@ class mapped_board final : public wait_board {
   void* base_;
 };
 
-// Filesystems on which a shared mapping is one page of memory for every
-// process of this host, and a file's size is what fstat says. On a network
-// or FUSE filesystem neither holds: a FUSE client may report the size
-// another process just set with ftruncate before its own page cache knows
-// it, and the first store into the mapping then dies of SIGBUS; a mapping
-// of a file that another host's client also writes is overwritten by that
-// client's copy at random times; some clients refuse MAP_SHARED (ENODEV).
-// The line of waiters only times the waits, so waiters on any other
-// filesystem simply poll.
-bool board_filesystem(long type) {
-  switch (static_cast<unsigned long>(type)) {
-    case 0xEF53UL:      // ext2, ext3, ext4
-    case 0x58465342UL:  // xfs
-    case 0x9123683EUL:  // btrfs
-    case 0x01021994UL:  // tmpfs
-    case 0x858458F6UL:  // ramfs
-    case 0xF2F52010UL:  // f2fs
-    case 0x794C7630UL:  // overlayfs (containers)
-    case 0x2FC12FC1UL:  // zfs
-    case 0x52654973UL:  // reiserfs
-    case 0x3153464AUL:  // jfs
-    case 0xCA451A4EUL:  // bcachefs
-    case 0x3434UL:      // nilfs2
-      return true;
-    default: return false;
+// The type of the mount that holds `path`, from the line of
+// /proc/self/mountinfo with the same device number ("fuse.sshfs"); empty
+// when it cannot be told.
+std::string mount_type(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return {};
+  const std::string dev =
+      std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev));
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    // "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw"
+    std::size_t a = line.find(' ');
+    if (a == std::string::npos) continue;
+    a = line.find(' ', a + 1);
+    if (a == std::string::npos) continue;
+    const std::size_t b = line.find(' ', a + 1);
+    if (b == std::string::npos || line.compare(a + 1, b - a - 1, dev) != 0) continue;
+    const std::size_t sep = line.find(" - ");
+    if (sep == std::string::npos) continue;
+    const std::size_t t = sep + 3, e = line.find(' ', t);
+    return line.substr(t, e == std::string::npos ? std::string::npos : e - t);
   }
+  return {};
 }
 
 std::error_code map_board(const std::string& path, unsigned mode, bool create,
@@ -287,7 +315,7 @@ std::error_code map_board(const std::string& path, unsigned mode, bool create,
         slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
     struct statfs sfs {};
     if (retry_eintr([&] { return ::statfs(parent.c_str(), &sfs); }) != 0) return last_errno();
-    if (!board_filesystem(static_cast<long>(sfs.f_type))) return errno_code(ENOTSUP);
+    if (!local_filesystem_type(static_cast<long>(sfs.f_type))) return errno_code(ENOTSUP);
     fd = retry_eintr([&] {
       return ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                     static_cast<mode_t>(mode));
@@ -305,7 +333,7 @@ std::error_code map_board(const std::string& path, unsigned mode, bool create,
   void* base = MAP_FAILED;
   if (::fstat(fd, &st) != 0 || ::fstatfs(fd, &sfs) != 0)
     ec = last_errno();
-  else if (!S_ISREG(st.st_mode) || !board_filesystem(static_cast<long>(sfs.f_type)))
+  else if (!S_ISREG(st.st_mode) || !local_filesystem_type(static_cast<long>(sfs.f_type)))
     ec = errno_code(ENOTSUP);  // a board left by an older version on such a filesystem, too
   else if (static_cast<std::size_t>(st.st_size) < mapped_board::file_size &&
            ::ftruncate(fd, mapped_board::file_size) != 0)
@@ -593,6 +621,23 @@ class posix_os final : public os {
     (void)dir;
     return nullptr;
 #endif
+  }
+
+  std::error_code filesystem_of(const std::string& path, bool with_name,
+                                filesystem_info& out) override {
+    out = filesystem_info{};
+#if defined(__linux__)
+    struct statfs sfs {};
+    if (retry_eintr([&] { return ::statfs(path.c_str(), &sfs); }) != 0) return last_errno();
+    out.local = local_filesystem_type(static_cast<long>(sfs.f_type));
+    if (with_name) out.name = mount_type(path);
+#else
+    // Elsewhere the local filesystems are not told apart: treated as local.
+    (void)path;
+    (void)with_name;
+    out.local = true;
+#endif
+    return {};
   }
 
   std::error_code open_wait_board(const std::string& path, unsigned mode, bool create,
