@@ -507,6 +507,15 @@ void lock_handle::release(std::error_code& ec) noexcept {
       return not_owner_failure("release", paths_->dir, true);
     }
     std::error_code e = os_->rename(token_path_, paths_->free_path);
+    // A network client may answer ENOENT from a stale cache while our token
+    // is still there (seen on GlusterFS: the lock then stayed held until
+    // its lease ended). A lookup that still finds the token earns a retry;
+    // a lost lock is gone from the lookup too.
+    file_status st;
+    for (int retry = 0; e == std::errc::no_such_file_or_directory && retry < 3 &&
+                        !os_->status(token_path_, st);
+         ++retry)
+      e = os_->rename(token_path_, paths_->free_path);
     if (!e) {
       forget();
       return {};

@@ -221,24 +221,36 @@ failure compute_keeping(lock_handle& h, const write_target& t, const compute_fun
 }
 
 // Whether `current` (read through descriptor `fd`) is the version that
-// `mark` describes; if it is older, re-reads (replacing both) until it is,
-// for up to stale_read_budget, and then fails with stale_data.
+// `mark` describes, or one written after it outside the lock.
 bool matches_mark(os& sys, const version_mark& mark, const std::optional<std::string>& current,
                   int fd, std::int64_t skew_us) {
+  if (!mark.present) return true;
   if (current && content_hash(*current) == mark.hash) return true;
   // Newer than the mark: written outside the lock, after the last commit.
   file_status st;
   return current && fd >= 0 && !sys.file_status_of(fd, st) && st.mtime_us > mark.mtime_us + skew_us;
 }
 
+bool stale_handle(const failure& f) {
+  return f.code == std::error_code(ESTALE, std::generic_category());
+}
+
 constexpr std::int64_t stale_read_budget_us = 3'000'000;
 
-failure settle_stale_read(os& sys, const write_target& t, const lock_options& lo,
-                          const version_mark& mark, std::optional<std::string>& current, int& fd) {
-  if (!mark.present) return {};
+// Reads the target under the lock, keeping it open in `fd`. On a network
+// filesystem a read is stale when it is older than the mark, or when the
+// client's cached name leads to a file the server no longer has (ESTALE,
+// GlusterFS); then it reads again until the cache lets go, for up to
+// stale_read_budget, and then fails with stale_data.
+failure read_under_lock(os& sys, const write_target& t, const lock_options& lo, bool network,
+                        const version_mark& mark, std::optional<std::string>& current,
+                        int& fd) {
+  failure f = read_file_impl(sys, t.path, current, &fd);
+  if (!network) return f;
   const std::int64_t skew_us =
       std::chrono::duration_cast<std::chrono::microseconds>(lo.skew_allowance).count();
-  if (matches_mark(sys, mark, current, fd, skew_us)) return {};
+  auto settled = [&] { return !f && matches_mark(sys, mark, current, fd, skew_us); };
+  if (settled() || (f && !stale_handle(f))) return f;
   // Caches let go after their timeout (a second or so by default); the
   // lease must outlast the wait, so it takes at most a quarter of it.
   const std::int64_t start = sys.steady_now_us();
@@ -252,11 +264,15 @@ failure settle_stale_read(os& sys, const write_target& t, const lock_options& lo
       filesystem_info fs;
       sys.filesystem_of(t.dir, true, fs);
       const std::string type = fs.name.empty() ? "a network filesystem" : fs.name;
+      const std::string what =
+          stale_handle(f) ? "this client keeps resolving the file to one the server no longer "
+                            "has (" + f.code.message() + ")"
+                          : "this client keeps reading a version older than the one the last "
+                            "update committed";
       return make_failure(
           errc::stale_data,
           describe("read", t.path,
-                   "this client keeps reading a version older than the one the last update "
-                   "committed (" + std::to_string(reads) + " reads in " +
+                   what + " (" + std::to_string(reads) + " reads in " +
                        std::to_string((sys.steady_now_us() - start) / 1000) +
                        " ms); nothing was written",
                    {}) +
@@ -264,17 +280,17 @@ failure settle_stale_read(os& sys, const write_target& t, const lock_options& lo
               ") serves stale cached data: on GlusterFS run `gluster volume set VOLUME "
               "performance.stat-prefetch off` and `gluster volume set VOLUME "
               "performance.open-behind off`; mount sshfs with -o "
-              "dir_cache=no,entry_timeout=0,attr_timeout=0; "
-              "mount NFS with lookupcache=none or actimeo=0 (tokenlock doctor DIR --peer DIR2 "
-              "checks a mount). If the file was changed by hand within the clock skew allowance "
-              "of the last update, remove the lock directory while no process uses it");
+              "dir_cache=no,entry_timeout=0,attr_timeout=0; mount NFS with lookupcache=none or "
+              "actimeo=0 (tokenlock doctor DIR --peer DIR2 checks a mount). If the file was "
+              "changed by hand within the clock skew allowance of the last update, remove the "
+              "lock directory while no process uses it");
     }
     sys.sleep_for(std::chrono::microseconds(std::min(pause, left)));
     pause = std::min<std::int64_t>(pause * 2, 200'000);
     if (fd >= 0) sys.close(fd);
     fd = -1;
-    if (failure f = read_file_impl(sys, t.path, current, &fd)) return f;
-    if (matches_mark(sys, mark, current, fd, skew_us)) return {};
+    f = read_file_impl(sys, t.path, current, &fd);
+    if (settled() || (f && !stale_handle(f))) return f;
   }
 }
 
@@ -318,15 +334,13 @@ failure update_impl(os& sys, const boost::filesystem::path& target, const rename
       if (fd >= 0) sys.close(fd);
     }
   } replaced{sys};
-  std::optional<std::string> current;
-  if (failure f = read_file_impl(sys, t.path, current, &replaced.fd)) return f;
   const bool network = fs_known && !lock_fs.local;
   version_mark mark;
-  if (network) {
+  if (network)
     if (failure f = read_mark(sys, t, h.path().string() + "/w", mark)) return f;
-    if (failure f = settle_stale_read(sys, t, lock.options(), mark, current, replaced.fd))
-      return f;
-  }
+  std::optional<std::string> current;
+  if (failure f = read_under_lock(sys, t, lock.options(), network, mark, current, replaced.fd))
+    return f;
   std::string next;
   if (failure f = compute_keeping(h, t, compute, current, next, options.keep_alive)) return f;
 

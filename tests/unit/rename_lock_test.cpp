@@ -972,6 +972,31 @@ TEST_F(RenameLockTest, ALoserOfTheCreationRaceOverSftpSeesTheWinnerDespiteEPERM)
   EXPECT_TRUE(init_leftovers().empty());
 }
 
+TEST_F(RenameLockTest, AReleaseThatGetsENOENTWhileItsTokenIsStillThereTriesAgain) {
+  // A network client's stale cache answered ENOENT; the token is still ours.
+  auto a = process(100);
+  lock_handle h = lock_for(a).acquire();
+  a->fail("rename", h.token(), ENOENT, 2);
+  std::error_code ec;
+  h.release(ec);
+  EXPECT_FALSE(ec) << tokenlock::last_error_message();
+  EXPECT_FALSE(h.owns());
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+}
+
+TEST_F(RenameLockTest, AReleaseWhoseTokenIsReallyGoneReportsLockLostWithoutRetrying) {
+  auto a = process(100), b = process(200);
+  lock_handle h = lock_for(a, options(1s)).acquire();
+  world->advance(1'000'000 + 100'000 + 1);
+  lock_handle hb = lock_for(b).acquire();  // takes the expired token over
+  a->calls.clear();
+  std::error_code ec;
+  h.release(ec);
+  EXPECT_EQ(ec, errc::lock_lost);
+  EXPECT_EQ(count_calls(*a, "rename"), 1);
+  EXPECT_EQ(entries(), std::vector<std::string>{hb.token()});
+}
+
 TEST_F(RenameLockTest, AForkedChildNeverReleasesItsParentsToken) {
   auto a = process(100);
   auto h = std::make_unique<lock_handle>(lock_for(a).acquire());

@@ -595,4 +595,42 @@ TEST_F(VersionMarkTest, OnALocalFilesystemNoMarkIsKeptOrRead) {
   EXPECT_EQ(v, 2u);
 }
 
+
+TEST_F(VersionMarkTest, AStaleFileHandleIsOpenedAgainUntilTheNameLeadsToTheFile) {
+  std::uint64_t v = 0;
+  ASSERT_FALSE(increment(1, v));
+  a->fail("open_read", target.string(), ESTALE, 2);  // GlusterFS's cached gfid, twice
+  ASSERT_FALSE(increment(1, v));
+  EXPECT_EQ(v, 2u);
+  EXPECT_EQ(slurp(target), "2\n");
+  EXPECT_TRUE(temp_files().empty());
+}
+
+TEST_F(VersionMarkTest, AStaleFileHandleThatStaysFailsWithStaleDataNamingIt) {
+  std::uint64_t v = 0;
+  ASSERT_FALSE(increment(1, v));
+  a->fail("open_read", target.string(), ESTALE, -1);
+  const auto before = snapshot(tmp.path());
+  failure f = increment(1, v);
+  EXPECT_EQ(f.code, errc::stale_data);
+  EXPECT_NE(f.message.find("Stale file handle"), std::string::npos) << f.message;
+  EXPECT_NE(f.message.find("fuse.test"), std::string::npos) << f.message;
+  EXPECT_EQ(snapshot(tmp.path()), before);
+  EXPECT_EQ(slurp(target), "1\n");
+  EXPECT_TRUE(lock_is_free());
+}
+
+TEST_F(VersionMarkTest, OnALocalFilesystemAStaleFileHandleIsAnErrorAtOnce) {
+  a->filesystem = tokenlock::detail::filesystem_info{true, "ext4"};
+  std::uint64_t v = 0;
+  ASSERT_FALSE(increment(1, v));
+  a->fail("open_read", target.string(), ESTALE, -1);
+  a->calls.clear();
+  failure f = increment(1, v);
+  EXPECT_EQ(f.code, std::error_code(ESTALE, std::generic_category()));
+  EXPECT_EQ(count_of(a->calls, "sleep_for"), 0);
+  EXPECT_EQ(slurp(target), "1\n");
+  EXPECT_TRUE(lock_is_free());
+}
+
 }  // namespace
