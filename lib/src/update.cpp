@@ -1,5 +1,6 @@
 #include "tokenlock/update.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include "tokenlock/keep_alive.hpp"
 
 #include "file_writer.hpp"
+#include "lock_directory.hpp"
 #include "update_impl.hpp"
 
 namespace tokenlock {
@@ -28,6 +30,19 @@ failure lost_before_commit(const write_target& t, const std::string& token) {
                                    " is gone: our lease ended or we were judged dead); nothing "
                                    "was written and the new owner's data is intact",
                                {}));
+}
+
+// Whether our token is gone. A lookup that says ENOENT is confirmed by a
+// listing of the lock directory: a network client may answer a lookup from
+// a stale cache (seen on GlusterFS with its caches off in the kernel, where
+// every lookup goes to the client: "taken over before the commit" with no
+// other holder), while a listing comes from the server.
+bool token_gone(os& sys, const lock_handle& h) {
+  file_status st;
+  if (sys.status(h.path().string(), st) != std::errc::no_such_file_or_directory) return false;
+  std::vector<std::string> names;
+  if (sys.list_directory(h.directory().string(), names)) return true;
+  return std::find(names.begin(), names.end(), h.token()) == names.end();
 }
 
 // ---- The version mark -----------------------------------------------------
@@ -138,7 +153,7 @@ failure fenced_commit(os& sys, const lock_handle& h, const write_target& t,
   bool made_workspace = false;
   failure f = write_temp(sys, t, workspace, contents, options, tmp);
   file_status st;
-  if (f && f.code == std::errc::no_such_file_or_directory && !sys.status(token_dir, st) &&
+  if (f && f.code == std::errc::no_such_file_or_directory && !token_gone(sys, h) &&
       sys.status(workspace, st) == std::errc::no_such_file_or_directory) {
     if (auto ec = sys.make_directory(workspace, dir_mode))
       return write_failure("create", t, "cannot create the workspace " + workspace, ec);
@@ -151,7 +166,7 @@ failure fenced_commit(os& sys, const lock_handle& h, const write_target& t,
   };
   if (f) {
     undo_workspace();
-    if (f.code == std::errc::no_such_file_or_directory && sys.status(token_dir, st))
+    if (f.code == std::errc::no_such_file_or_directory && token_gone(sys, h))
       return lost_before_commit(t, h.token());
     return f;
   }
@@ -168,7 +183,7 @@ failure fenced_commit(os& sys, const lock_handle& h, const write_target& t,
   if (ec) {
     sys.remove_file(tmp.path);  // gone with the token when the lock was lost
     undo_workspace();
-    if (ec == std::errc::no_such_file_or_directory && sys.status(token_dir, st))
+    if (ec == std::errc::no_such_file_or_directory && token_gone(sys, h))
       return lost_before_commit(t, h.token());
     return write_failure("rename", t, "cannot rename " + tmp.path + " over the target", ec);
   }
@@ -264,11 +279,17 @@ failure read_under_lock(os& sys, const write_target& t, const lock_options& lo, 
       filesystem_info fs;
       sys.filesystem_of(t.dir, true, fs);
       const std::string type = fs.name.empty() ? "a network filesystem" : fs.name;
+      std::string seen;
+      file_status st;
+      if (!f && fd >= 0 && !sys.file_status_of(fd, st))
+        seen = ": it reads " + std::to_string(current ? current->size() : 0) +
+               " bytes modified at " + format_utc(st.mtime_us) + ", the last update wrote " +
+               mark.name + " at " + format_utc(mark.mtime_us);
       const std::string what =
           stale_handle(f) ? "this client keeps resolving the file to one the server no longer "
                             "has (" + f.code.message() + ")"
                           : "this client keeps reading a version older than the one the last "
-                            "update committed";
+                            "update committed" + seen;
       return make_failure(
           errc::stale_data,
           describe("read", t.path,
@@ -345,11 +366,15 @@ failure update_impl(os& sys, const boost::filesystem::path& target, const rename
   if (failure f = compute_keeping(h, t, compute, current, next, options.keep_alive)) return f;
 
   file_status workspace;
-  if (auto sec = sys.status(h.path().string(), workspace)) {
-    if (sec == std::errc::no_such_file_or_directory) return lost_before_commit(t, h.token());
+  std::error_code sec = sys.status(h.path().string(), workspace);
+  if (sec == std::errc::no_such_file_or_directory) {
+    if (token_gone(sys, h)) return lost_before_commit(t, h.token());
+    // Listed, so ours: the lock directory has the token's device.
+    sec = sys.status(h.directory().string(), workspace);
+  }
+  if (sec)
     return make_failure(sec, describe("commit", t.path, "cannot look at the lock's token " +
                                                            h.path().string(), sec));
-  }
   // The directory is flushed after the release: the flush makes the update
   // durable before update_file returns, and the next holder's update
   // (which contains this one) need not wait for it. The file itself is

@@ -37,10 +37,13 @@
 //     on stdin, prints "alive".
 //   lock_worker incr COUNTER COUNT LOG
 //     COUNT times increment_counter(COUNTER) under COUNTER.lock, logging each
-//     new value to LOG; prints "corrupt" and exits 4 on corrupt_data.
+//     new value to LOG; prints "corrupt" and exits 4 on corrupt_data, and
+//     "stale" and exits 5 on stale_data (a network client's stale cache,
+//     detected: nothing written), "lost" and exits 6 on lock_lost (fenced:
+//     nothing written).
 //
 // Exit status: 0 success, 2 usage or unexpected error, 3 canary violation,
-// 4 corrupt data.
+// 4 corrupt data, 5 stale data, 6 lock lost before a commit.
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -322,6 +325,16 @@ int incr(int argc, char** argv) {
     if (ec == tokenlock::errc::corrupt_data) {
       std::cout << "corrupt" << std::endl;
       return 4;
+    }
+    if (ec == tokenlock::errc::stale_data) {
+      std::cerr << "lock_worker: " << tokenlock::last_error_message() << std::endl;
+      std::cout << "stale" << std::endl;
+      return 5;
+    }
+    if (ec == tokenlock::errc::lock_lost) {
+      std::cerr << "lock_worker: " << tokenlock::last_error_message() << std::endl;
+      std::cout << "lost" << std::endl;
+      return 6;
     }
     if (ec) die(tokenlock::last_error_message());
     append_line(argv[4], std::to_string(v));

@@ -633,4 +633,19 @@ TEST_F(VersionMarkTest, OnALocalFilesystemAStaleFileHandleIsAnErrorAtOnce) {
   EXPECT_TRUE(lock_is_free());
 }
 
+
+TEST_F(UpdateTest, ALookupThatMissesOurTokenIsCheckedAgainstAListingBeforeGivingUp) {
+  // A network client answered the lookup from a stale cache; the server
+  // still has the token, and the listing shows it.
+  spit(target, "7\n");
+  a->fail("status", "/lockfile.", ENOENT, 1);
+  std::uint64_t v = 0;
+  failure f = increment(1, v);
+  EXPECT_FALSE(f) << f.message;
+  EXPECT_EQ(v, 8u);
+  EXPECT_EQ(slurp(target), "8\n");
+  EXPECT_TRUE(lock_is_free());
+  EXPECT_TRUE(temp_files().empty());
+}
+
 }  // namespace
