@@ -1,13 +1,13 @@
 // The clock offset estimate of <tokenlock/clock.hpp>: against a played file
 // server (fake_os stamps files with a clock of its own and plays the round
 // trips), with injected faults, and for real on a local directory.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <regex>
 
 #include <boost/filesystem.hpp>
 
@@ -137,8 +137,12 @@ TEST_F(ClockOffsetTest, ProbesWithOneDotFileThatNothingElseClaims) {
   measure();
   const auto creates = calls_of("create_exclusive");
   ASSERT_EQ(creates.size(), 1u) << "one file for all samples";
-  const std::regex probe("create_exclusive " + dir + "/\\.tokenlock-clock\\.[0-9a-f]{16}");
-  EXPECT_TRUE(std::regex_match(creates[0], probe)) << creates[0];
+  // std::regex is avoided: GCC 12 warns inside it under ASan.
+  const std::string prefix = "create_exclusive " + dir + "/.tokenlock-clock.";
+  EXPECT_EQ(creates[0].rfind(prefix, 0), 0u) << creates[0];
+  const std::string nonce = creates[0].substr(std::min(prefix.size(), creates[0].size()));
+  EXPECT_EQ(nonce.size(), 16u) << creates[0];
+  EXPECT_EQ(nonce.find_first_not_of("0123456789abcdef"), std::string::npos) << creates[0];
   const std::string name = creates[0].substr(creates[0].rfind('/') + 1);
   EXPECT_EQ(tokenlock::detail::classify_name(name), tokenlock::detail::name_kind::other)
       << "never taken for a token in a lock directory";
