@@ -21,6 +21,8 @@
 #
 # FS glusterfs-nocache is GlusterFS with the volume options
 # performance.stat-prefetch and performance.open-behind off.
+# RIG_GLUSTER_M1_OPTIONS adds glusterfs client options to the first mount
+# (for experiments: "--entry-timeout=0 --attribute-timeout=0").
 #
 # Network: sshd listens on 127.0.0.1 (a free port). GlusterFS refuses bricks
 # on 127.0.0.1 and the MooseFS master refuses chunkservers from there, so
@@ -300,7 +302,7 @@ EOF
   RIG_M1=$w/m1 RIG_M2=$w/m2
   rig_mount_client "$RIG_M1" "$w/gluster/logs/client1.out" nsenter --net="/run/netns/$RIG_NS" glusterfs -N \
     --volfile-server="$RIG_ADDR" --volfile-id="$v" --pid-file="$w/gluster/client1.pid" \
-    --log-file="$w/gluster/logs/client1.log" "$RIG_M1" || return 1
+    --log-file="$w/gluster/logs/client1.log" ${RIG_GLUSTER_M1_OPTIONS:-} "$RIG_M1" || return 1
   rig_mount_client "$RIG_M2" "$w/gluster/logs/client2.out" nsenter --net="/run/netns/$RIG_NS" glusterfs -N \
     --volfile-server="$RIG_ADDR" --volfile-id="$v" --pid-file="$w/gluster/client2.pid" \
     --log-file="$w/gluster/logs/client2.log" \
