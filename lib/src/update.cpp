@@ -155,9 +155,11 @@ failure fenced_commit(os& sys, const lock_handle& h, const write_target& t,
   file_status st;
   if (f && f.code == std::errc::no_such_file_or_directory && !token_gone(sys, h) &&
       sys.status(workspace, st) == std::errc::no_such_file_or_directory) {
-    if (auto ec = sys.make_directory(workspace, dir_mode))
+    // EEXIST: it was there after all (a network client's lookup missed it).
+    std::error_code ec = sys.make_directory(workspace, dir_mode);
+    if (ec && ec != std::errc::file_exists)
       return write_failure("create", t, "cannot create the workspace " + workspace, ec);
-    made_workspace = true;
+    made_workspace = !ec;
     f = write_temp(sys, t, workspace, contents, options, tmp);
   }
   // A failed update leaves nothing behind, not even a workspace it made.

@@ -165,7 +165,11 @@ all_zero() { local c; for c in "${CODES[@]}"; do [ "$c" = 0 ] || return 1; done;
 # incr 3). There those
 # outcomes are allowed and counted; a lost update never is.
 TOLERATED=
-case $fs in glusterfs | glusterfs-nocache) TOLERATED="1 3 5 6 75" ;; esac
+# Other errors that GlusterFS's client caches cause now and then (ESTALE or
+# EEXIST on a step under the lock: tokenlock 71, lock_worker 2) also write
+# nothing and are counted too. A signal, a corrupt counter or a lost update
+# fails the test on every filesystem.
+case $fs in glusterfs | glusterfs-nocache) TOLERATED="1 2 3 5 6 71 75" ;; esac
 # All of CODES are 0 or tolerated here.
 all_acceptable() {
   local c
@@ -389,7 +393,7 @@ for r in $(seq "$rounds"); do
 done
 hist=$(for c in "${!s3_codes[@]}"; do echo "$c:${s3_codes[$c]}"; done | sort -n | tr '\n' ' ')
 figure fresh_lock_failed_rounds "$bad_rounds/$rounds" rounds
-for c in 135 77 75 3 1; do figure "fresh_lock_exit_$c" "${s3_codes[$c]:-0}" processes; done
+for c in 135 77 75 71 3 1; do figure "fresh_lock_exit_$c" "${s3_codes[$c]:-0}" processes; done
 if [ $bad_rounds = 0 ] && [ $wrong_values = 0 ]; then
   pass "$rounds rounds x $((2 * per_mount)) processes on a new lock: every counter exact; exit codes $hist (75: refused as stale, 3: token gone before the commit, 1: timed out behind re-reads; allowed on GlusterFS only: ${TOLERATED:-none})"
 else

@@ -648,4 +648,19 @@ TEST_F(UpdateTest, ALookupThatMissesOurTokenIsCheckedAgainstAListingBeforeGiving
   EXPECT_TRUE(temp_files().empty());
 }
 
+
+TEST_F(UpdateTest, AWorkspaceThatALookupMissedButExistsIsUsed) {
+  // A network client said ENOENT for the workspace, then mkdir said EEXIST.
+  std::uint64_t v = 0;
+  ASSERT_FALSE(increment(1, v));
+  a->fail("create_exclusive", "/w/", ENOENT, 1);
+  a->fail("status", "/w", ENOENT, 1);
+  failure f = increment(1, v);
+  EXPECT_FALSE(f) << f.message;
+  EXPECT_EQ(v, 2u);
+  EXPECT_EQ(slurp(target), "2\n");
+  EXPECT_TRUE(lock_is_free());
+  EXPECT_TRUE(temp_files().empty());
+}
+
 }  // namespace
