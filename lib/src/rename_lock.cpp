@@ -506,16 +506,11 @@ void lock_handle::release(std::error_code& ec) noexcept {
       forget();
       return not_owner_failure("release", paths_->dir, true);
     }
+    // Never retried after ENOENT, even when a lookup still finds the name:
+    // GlusterFS renames a directory through a stale name to whatever that
+    // directory is called now, so a retry would release the token of the
+    // process that took ours over (docs/network-filesystems.md).
     std::error_code e = os_->rename(token_path_, paths_->free_path);
-    // A network client may answer ENOENT from a stale cache while our token
-    // is still there (seen on GlusterFS: the lock then stayed held until
-    // its lease ended). A lookup that still finds the token earns a retry;
-    // a lost lock is gone from the lookup too.
-    file_status st;
-    for (int retry = 0; e == std::errc::no_such_file_or_directory && retry < 3 &&
-                        !os_->status(token_path_, st);
-         ++retry)
-      e = os_->rename(token_path_, paths_->free_path);
     if (!e) {
       forget();
       return {};

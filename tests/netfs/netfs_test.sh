@@ -343,10 +343,40 @@ canary_run() {
 }
 # check_canary NAME WHAT: the exit codes in CODES, VALUE against N.
 check_canary() {
-  local name=$1 what=$2 c violations=0
+  local name=$1 what=$2 c violations=0 lines
   for c in "${CODES[@]}"; do [ "$c" = 3 ] && violations=$((violations + 1)); done
+  if [ -n "$TOLERATED" ]; then
+    # GlusterFS does not keep plain exclusion between clients (issue 12,
+    # item 7; docs/network-filesystems.md): counted here, not asserted. A
+    # worker may stop at a second holder (3) or at a token moved away (2);
+    # anything else, a signal above all, still fails.
+    for c in "${CODES[@]}"; do
+      case $c in 0 | 2 | 3) ;; *) fail "exit codes $(code_histogram): $(sort -u "$logs/$name.err" | head -3)"; return ;; esac
+    done
+    lines=$(wc -l <"$logs/$name.log")
+    check_log "$logs/$name.log" "$lines"
+    figure "${name}_second_holder_seen" "$violations" workers
+    figure "${name}_workers_stopped" "$(refused)" workers
+    note "GlusterFS exclusion (measured, not asserted): $violations canary hits, $(refused) workers stopped, counter $VALUE, $LOG_DETAIL"
+    pass "$what: no worker died of a signal; exclusion measured only on GlusterFS"
+    return
+  fi
   [ $violations = 0 ] ||
     fail "$violations processes found another live holder inside (exit 3): $(grep -m1 CANARY "$logs/$name.err")"
+  if ! all_zero && [ $violations = 0 ] && all_acceptable &&
+    [ "$(grep -c 'is gone: the lock was taken over' "$logs/$name.err")" = "$(refused)" ]; then
+    # GlusterFS moved a worker's token to another client's process
+    # (docs/network-filesystems.md): it stopped at its release. Every value
+    # that was committed must still be there once.
+    lines=$(wc -l <"$logs/$name.log")
+    note "$(refused) workers found their token moved away at release (GlusterFS, issue 12 item 7)"
+    figure "${name}_token_moved" "$(refused)" workers
+    [ "$VALUE" = "$lines" ] || fail "counter $VALUE, $lines values logged"
+    check_log "$logs/$name.log" "$lines" || fail "$LOG_DETAIL"
+    [ "$VALUE" = "$lines" ] && check_log "$logs/$name.log" "$lines" &&
+      pass "$what: counter $VALUE, every committed value once; $(refused) workers lost their token to GlusterFS"
+    return
+  fi
   all_zero || [ $violations != 0 ] || fail "exit codes $(code_histogram): $(sort -u "$logs/$name.err" | head -3)"
   [ "$VALUE" = "$N" ] || fail "counter $VALUE after $N cycles"
   check_log "$logs/$name.log" "$N" || fail "$LOG_DETAIL"
