@@ -12,6 +12,7 @@
 #include "tokenlock/keep_alive.hpp"
 
 #include "file_writer.hpp"
+#include "fnv1a.hpp"
 #include "lock_directory.hpp"
 #include "update_impl.hpp"
 
@@ -74,15 +75,6 @@ struct version_mark {
 
 constexpr std::string_view mark_prefix = "v.";
 
-std::uint64_t content_hash(std::string_view data) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : data) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
-  }
-  return h;
-}
-
 std::string mark_name(std::uint64_t hash, std::int64_t mtime_us) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "v.%016llx.%lld", static_cast<unsigned long long>(hash),
@@ -121,8 +113,9 @@ failure read_mark(os& sys, const write_target& t, const std::string& workspace,
 // the next holder sees a version newer than the old mark and takes it.
 void write_mark(os& sys, const std::string& workspace, const version_mark& old,
                 std::uint64_t hash, std::int64_t mtime_us) {
-  const std::string next = workspace + "/" + mark_name(hash, mtime_us);
-  if (old.present && old.name == mark_name(hash, mtime_us)) return;
+  const std::string name = mark_name(hash, mtime_us);
+  if (old.present && old.name == name) return;
+  const std::string next = workspace + "/" + name;
   if (old.present && !sys.rename(workspace + "/" + old.name, next)) return;
   int fd = -1;
   if (!sys.create_exclusive(next, 0644, fd)) sys.close(fd);
@@ -189,7 +182,7 @@ failure fenced_commit(os& sys, const lock_handle& h, const write_target& t,
       return lost_before_commit(t, h.token());
     return write_failure("rename", t, "cannot rename " + tmp.path + " over the target", ec);
   }
-  if (marked) write_mark(sys, workspace, *mark, content_hash(contents), written.mtime_us);
+  if (marked) write_mark(sys, workspace, *mark, fnv1a(contents), written.mtime_us);
   return {};
 }
 
@@ -242,7 +235,7 @@ failure compute_keeping(lock_handle& h, const write_target& t, const compute_fun
 bool matches_mark(os& sys, const version_mark& mark, const std::optional<std::string>& current,
                   int fd, std::int64_t skew_us) {
   if (!mark.present) return true;
-  if (current && content_hash(*current) == mark.hash) return true;
+  if (current && fnv1a(*current) == mark.hash) return true;
   // Newer than the mark: written outside the lock, after the last commit.
   file_status st;
   return current && fd >= 0 && !sys.file_status_of(fd, st) && st.mtime_us > mark.mtime_us + skew_us;

@@ -2,6 +2,8 @@
 // calls the operating system.
 #include "posix/os.hpp"
 
+#include "fnv1a.hpp"
+
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -85,13 +87,6 @@ std::uint64_t splitmix64(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
-std::uint64_t fnv1a(std::string_view s, std::uint64_t h = 0xcbf29ce484222325ULL) {
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
-  }
-  return h;
-}
 
 std::string read_small_file(const char* path) {
   std::ifstream in(path);
