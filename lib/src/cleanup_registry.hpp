@@ -1,6 +1,7 @@
-// What install_signal_cleanup()'s handler acts on: held tokens (renamed
-// back to lockfile) and temporary files (removed). Registering does nothing,
-// and costs one atomic load, until the cleanup is installed.
+// What install_signal_cleanup()'s handler acts on: held tokens (their
+// owner marks removed, then renamed back to lockfile) and temporary files
+// (removed). Registering does nothing, and costs one atomic load, until the
+// cleanup is installed.
 #pragma once
 
 #include <string>
@@ -8,7 +9,10 @@
 namespace tokenlock::detail {
 
 // A slot number, or -1 when not installed, full, or the path is too long.
-int cleanup_track_token(const std::string& token_path, const std::string& free_path) noexcept;
+// `mark`: the token's owner mark (token_mark.hpp), removed before the
+// rename; empty when it has none.
+int cleanup_track_token(const std::string& token_path, const std::string& free_path,
+                        const std::string& mark = {}) noexcept;
 int cleanup_track_file(const std::string& path) noexcept;
 void cleanup_untrack(int slot) noexcept;  // -1: nothing
 

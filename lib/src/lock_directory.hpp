@@ -3,6 +3,7 @@
 // workspace, and turning system errors into messages with a fix.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -19,6 +20,9 @@ struct lock_paths {
   std::string dir_slash;  // dir + '/'
   std::string free_path;  // dir + "/lockfile"
   std::string board_path; // dir + ".wait": the wait board (wait_line.hpp)
+  // Whether acquisitions leave owner marks (token_mark.hpp): -1 until the
+  // first acquisition asks the filesystem, then 0 or 1.
+  mutable std::atomic<int> owner_marks{-1};
 };
 
 // Fails with bad_argument for an empty path, "/" or an embedded NUL.
@@ -65,8 +69,9 @@ judgement judge(os& sys, const lock_options& options, const observed_token& toke
 // (somebody else created it). Leaves no temporary directory behind.
 failure create_lock_directory(os& sys, const lock_paths& paths, const lock_options& options);
 
-// Removes what a previous owner left in a token directory we took over.
-// Best effort: a leftover that cannot be removed stays, and is harmless.
+// Removes what a previous owner left in a token directory we took over,
+// except owner marks (token_mark.hpp). Best effort: a leftover that cannot
+// be removed stays, and is harmless.
 void clear_workspace(os& sys, const std::string& token_dir);
 
 // Builds the failure for a system error at `step`, with the hint that fits

@@ -6,6 +6,7 @@
 #include "cleanup_registry.hpp"
 #include "failure.hpp"
 #include "lock_directory.hpp"
+#include "token_mark.hpp"
 #include "token_name.hpp"
 #include "waiting.hpp"
 
@@ -18,15 +19,16 @@ struct lock_handle_access {
   static void fill(lock_handle& h, std::shared_ptr<os> sys,
                    std::shared_ptr<const lock_paths> paths, std::string token,
                    std::string token_path, std::int64_t expiry_us,
-                   std::chrono::milliseconds lease) {
+                   std::chrono::milliseconds lease, std::string mark) {
     h.os_ = std::move(sys);
     h.paths_ = std::move(paths);
     h.token_ = std::move(token);
     h.token_path_ = std::move(token_path);
     h.expiry_us_ = expiry_us;
     h.lease_ = lease;
+    h.mark_ = std::move(mark);
     h.fork_generation_ = h.os_->fork_generation();
-    h.cleanup_slot_ = cleanup_track_token(h.token_path_, h.paths_->free_path);
+    h.cleanup_slot_ = cleanup_track_token(h.token_path_, h.paths_->free_path, h.mark_);
   }
 };
 
@@ -89,7 +91,7 @@ class acquirer final : public lock_attempt {
     first_round_ = false;
     if (try_rename) {
       std::error_code ec = sys_.rename(paths_.free_path, mine);
-      if (!ec) return held(out, result, std::move(token), std::move(mine), expiry);
+      if (!ec) return finish(out, result, std::move(token), std::move(mine), expiry);
       if (ec != std::errc::no_such_file_or_directory)
         return os_failure(sys_, paths_, "acquire", "cannot rename lockfile to " + token,
                           std::string(free_token), ec);
@@ -97,7 +99,7 @@ class acquirer final : public lock_attempt {
       // the retransmission then fails with ENOENT although the rename
       // happened.
       if (!sys_.status(mine, st))
-        return held(out, result, std::move(token), std::move(mine), expiry);
+        return finish(out, result, std::move(token), std::move(mine), expiry);
       if (!look) {
         result = outcome::busy;
         return {};
@@ -139,7 +141,7 @@ class acquirer final : public lock_attempt {
                         "cannot rename stale token " + obs.token.name + " (" + j.reason + ")",
                         obs.token.name, ec);
     clear_workspace(sys_, mine);
-    return held(out, result, std::move(token), std::move(mine), expiry);
+    return finish(out, result, std::move(token), std::move(mine), expiry);
   }
 
   // For lock_options::owner_pid: that process's start time, read once.
@@ -162,10 +164,25 @@ class acquirer final : public lock_attempt {
 
  private:
   bool first_round_ = true;
-  failure held(lock_handle& out, outcome& result, std::string token, std::string token_path,
-               std::int64_t expiry) {
+  // A rename made the token ours; where a rename can move a token through
+  // a name it no longer has, its owner mark confirms it (token_mark.hpp).
+  failure finish(lock_handle& out, outcome& result, std::string token, std::string token_path,
+                 std::int64_t expiry) {
+    std::string mark;
+    if (lock_needs_owner_marks(sys_, paths_)) {
+      mark_result m;
+      std::string holder;
+      if (failure f = mark_and_check(sys_, paths_, options_, token, token_path, m, holder))
+        return f;
+      if (m == mark_result::yielded) {
+        busy_reason_ = holder.empty() ? "taken by another client at the same moment" : holder;
+        result = outcome::busy;
+        return {};
+      }
+      mark = owner_mark_name(token);
+    }
     lock_handle_access::fill(out, sys_ptr_, paths_ptr_, std::move(token), std::move(token_path),
-                             expiry, options_.lease);
+                             expiry, options_.lease, std::move(mark));
     result = outcome::acquired;
     return {};
   }
@@ -278,8 +295,11 @@ failure adopt_impl(const std::shared_ptr<os>& sys, const boost::filesystem::path
   if (ec) return os_failure(*sys, *paths, "token", "cannot look at " + token, token, ec);
   held_token t;
   classify_name(token, &t);
-  lock_handle_access::fill(out, sys, paths, token, paths->dir_slash + token, t.expiry_us,
-                           options.lease);
+  const std::string token_path = paths->dir_slash + token;
+  std::string mark;
+  if (lock_needs_owner_marks(*sys, *paths)) mark = find_owner_mark(*sys, token_path, token);
+  lock_handle_access::fill(out, sys, paths, token, token_path, t.expiry_us, options.lease,
+                           std::move(mark));
   return {};
 }
 
@@ -315,8 +335,22 @@ failure take_over_impl(const std::shared_ptr<os>& sys, const boost::filesystem::
   if (ec == std::errc::no_such_file_or_directory) return not_held(*paths, token);
   if (ec) return os_failure(*sys, *paths, "break", "cannot rename " + token, token, ec);
   clear_workspace(*sys, mine_path);
+  std::string mark;
+  if (lock_needs_owner_marks(*sys, *paths)) {
+    mark_result m;
+    std::string holder;
+    if (failure f = mark_and_check(*sys, *paths, options, mine, mine_path, m, holder)) return f;
+    if (m == mark_result::yielded)
+      return make_failure(errc::busy,
+                          describe("break", paths->dir,
+                                   "another process took over " + token +
+                                       " at the same moment" +
+                                       (holder.empty() ? std::string() : ": " + holder),
+                                   {}));
+    mark = owner_mark_name(mine);
+  }
   lock_handle_access::fill(out, sys, paths, std::move(mine), std::move(mine_path), expiry,
-                           options.lease);
+                           options.lease, std::move(mark));
   return {};
 }
 
@@ -395,6 +429,7 @@ lock_handle::lock_handle(lock_handle&& other) noexcept
       token_path_(std::move(other.token_path_)),
       expiry_us_(other.expiry_us_),
       lease_(other.lease_),
+      mark_(std::move(other.mark_)),
       fork_generation_(other.fork_generation_),
       cleanup_slot_(other.cleanup_slot_) {
   other.cleanup_slot_ = -1;
@@ -413,6 +448,7 @@ lock_handle& lock_handle::operator=(lock_handle&& other) noexcept {
     token_path_ = std::move(other.token_path_);
     expiry_us_ = other.expiry_us_;
     lease_ = other.lease_;
+    mark_ = std::move(other.mark_);
     fork_generation_ = other.fork_generation_;
     cleanup_untrack(cleanup_slot_);  // an empty or forked-away handle's record
     cleanup_slot_ = other.cleanup_slot_;
@@ -432,6 +468,7 @@ lock_handle::~lock_handle() {
 void lock_handle::forget() noexcept {
   token_.clear();
   token_path_.clear();
+  mark_.clear();
   expiry_us_ = 0;
   cleanup_untrack(cleanup_slot_);
   cleanup_slot_ = -1;
@@ -510,6 +547,12 @@ void lock_handle::release(std::error_code& ec) noexcept {
     // GlusterFS renames a directory through a stale name to whatever that
     // directory is called now, so a retry would release the token of the
     // process that took ours over (docs/network-filesystems.md).
+    if (!mark_.empty()) {
+      // The next holder of "lockfile" would find our mark and step back.
+      if (std::error_code e = remove_owner_mark(*os_, token_path_, mark_))
+        return os_failure(*os_, *paths_, "release",
+                          "cannot remove our owner mark " + mark_ + " from " + token_, token_, e);
+    }
     std::error_code e = os_->rename(token_path_, paths_->free_path);
     if (!e) {
       forget();
@@ -552,7 +595,7 @@ void lock_handle::refresh(std::chrono::milliseconds lease, std::error_code& ec) 
     std::string next_path = paths_->dir_slash + next;
     // Recorded before the rename, so that a stop signal in between releases
     // whichever of the two names holds the token.
-    cleanup_entry next_record(cleanup_track_token(next_path, paths_->free_path));
+    cleanup_entry next_record(cleanup_track_token(next_path, paths_->free_path, mark_));
     std::error_code e = os_->rename(token_path_, next_path);
     if (e == std::errc::no_such_file_or_directory) {
       // NFS retransmit: the first rename may have happened.

@@ -20,6 +20,7 @@ namespace {
 
 constexpr int slot_count = 64;
 constexpr std::size_t max_path = 4096;
+constexpr std::size_t max_mark = 256;
 
 enum : int { slot_free = 0, slot_filling = 1, slot_token = 2, slot_file = 3 };
 
@@ -33,6 +34,7 @@ struct table_t {
   pid_t pid[slot_count];
   char path[slot_count][max_path];
   char free_path[slot_count][max_path];
+  char mark[slot_count][max_mark];  // a token's owner mark (token_mark.hpp), or ""
 };
 table_t table;
 std::atomic<bool> installed{false};
@@ -42,9 +44,12 @@ std::atomic<pid_t> our_pid{0};
 extern "C" void refresh_our_pid() { our_pid.store(::getpid(), std::memory_order_relaxed); }
 constexpr int handled[] = {SIGTERM, SIGINT, SIGHUP};
 
-int track(int kind, const std::string& path, const std::string& free_path) noexcept {
+int track(int kind, const std::string& path, const std::string& free_path,
+          const std::string& mark) noexcept {
   if (!installed.load(std::memory_order_acquire)) return -1;
-  if (path.size() >= max_path || free_path.size() >= max_path) return -1;
+  if (path.size() >= max_path || free_path.size() >= max_path || mark.size() >= max_mark ||
+      path.size() + 1 + mark.size() >= max_path)
+    return -1;
   for (int i = 0; i < slot_count; ++i) {
     int expected = slot_free;
     if (!table.state[i].compare_exchange_strong(expected, slot_filling,
@@ -54,6 +59,7 @@ int track(int kind, const std::string& path, const std::string& free_path) noexc
     table.pid[i] = our_pid.load(std::memory_order_relaxed);
     std::memcpy(table.path[i], path.c_str(), path.size() + 1);
     std::memcpy(table.free_path[i], free_path.c_str(), free_path.size() + 1);
+    std::memcpy(table.mark[i], mark.c_str(), mark.size() + 1);
     table.state[i].store(kind, std::memory_order_release);
     return i;
   }
@@ -67,9 +73,21 @@ extern "C" void on_stop_signal(int sig) {
   for (int i = 0; i < slot_count; ++i)
     if (table.state[i].load(std::memory_order_acquire) == slot_file && table.pid[i] == me)
       ::unlink(table.path[i]);
-  for (int i = 0; i < slot_count; ++i)
-    if (table.state[i].load(std::memory_order_acquire) == slot_token && table.pid[i] == me)
-      ::rename(table.path[i], table.free_path[i]);
+  for (int i = 0; i < slot_count; ++i) {
+    if (table.state[i].load(std::memory_order_acquire) != slot_token || table.pid[i] != me)
+      continue;
+    // The owner mark goes first, or the next holder of "lockfile" would
+    // find a mark of ours and step back until our lease ends.
+    if (table.mark[i][0] != '\0') {
+      char mark_path[max_path];
+      const std::size_t n = std::strlen(table.path[i]);
+      std::memcpy(mark_path, table.path[i], n);
+      mark_path[n] = '/';
+      std::memcpy(mark_path + n + 1, table.mark[i], std::strlen(table.mark[i]) + 1);
+      ::rmdir(mark_path);
+    }
+    ::rename(table.path[i], table.free_path[i]);
+  }
   // End as the signal would have ended us: it is blocked while we run, so
   // it is delivered, with its default action, when we return.
   ::signal(sig, SIG_DFL);
@@ -78,11 +96,12 @@ extern "C" void on_stop_signal(int sig) {
 
 }  // namespace
 
-int cleanup_track_token(const std::string& token_path, const std::string& free_path) noexcept {
-  return track(slot_token, token_path, free_path);
+int cleanup_track_token(const std::string& token_path, const std::string& free_path,
+                        const std::string& mark) noexcept {
+  return track(slot_token, token_path, free_path, mark);
 }
 
-int cleanup_track_file(const std::string& path) noexcept { return track(slot_file, path, {}); }
+int cleanup_track_file(const std::string& path) noexcept { return track(slot_file, path, {}, {}); }
 
 void cleanup_untrack(int i) noexcept {
   if (i >= 0 && i < slot_count) table.state[i].store(slot_free, std::memory_order_release);

@@ -5,7 +5,8 @@
 //     CYCLES times: acquire; create CANARY with O_EXCL (finding it present
 //     with a live creator means two holders at once: exit 3); increment the
 //     20-digit counter in COUNTER; append the new value to LOG; remove CANARY;
-//     release.
+//     release. Prints "stepped back N" when owner marks made it step back
+//     N times (GlusterFS: a token moved by another client's stale rename).
 //   lock_worker hold LOCKDIR LEASE_MS SKEW_MS
 //     Acquires (waiting up to 30 s), prints "H <token>", then waits for a
 //     line on stdin and releases, printing "released" or the error code's
@@ -28,13 +29,14 @@
 //     Up to COUNT times, until the file TARGET.stop exists: update_file
 //     appending the line "ID.i"; after each success appends the same line
 //     to LOG. A lost lock is counted, not fatal. Prints "lost N" at the end.
-//   lock_worker signal-cleanup LOCKDIR TARGET INSTALL IGNORE_HUP FORK
+//   lock_worker signal-cleanup LOCKDIR TARGET INSTALL IGNORE_HUP FORK [FSTYPE]
 //     Ignores SIGHUP if IGNORE_HUP is 1, calls install_signal_cleanup() if
 //     INSTALL is 1, acquires LOCKDIR and refreshes it once, starts an
 //     atomic_file on TARGET (written, not committed), and prints
 //     "ready <token>". If FORK is 1 it then forks a child that prints
 //     "child <pid>" and waits on stdin like its parent. Then, for each line
-//     on stdin, prints "alive".
+//     on stdin, prints "alive". FSTYPE plays that filesystem type for the
+//     lock directory (fuse.glusterfs: the token gets an owner mark).
 //   lock_worker incr COUNTER COUNT LOG
 //     COUNT times increment_counter(COUNTER) under COUNTER.lock, logging each
 //     new value to LOG; prints "corrupt" and exits 4 on corrupt_data, and
@@ -133,7 +135,10 @@ int count(int argc, char** argv) {
   if (argc != 7) die("usage: count LOCKDIR COUNTER CANARY CYCLES LOG");
   tokenlock::lock_options o;
   o.wait = 120s;
-  tokenlock::rename_lock lock(argv[2], o);
+  // The real system, with its calls recorded: they tell how often an
+  // owner mark made this process step back (token_mark.hpp).
+  auto sys = std::make_shared<tokenlock::testing::fake_os>(tokenlock::testing::fake_os::real_process_t{});
+  tokenlock::rename_lock lock(argv[2], o, sys);
   const std::string canary = argv[4];
   const int cycles = std::atoi(argv[5]);
   int counter = ::open(argv[3], O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -150,6 +155,12 @@ int count(int argc, char** argv) {
     ::unlink(canary.c_str());
     h.release();
   }
+  // Every mark made that did not become one of our cycles was a step back:
+  // our token had gone, or held another live owner's mark.
+  long marks = 0;
+  for (const std::string& c : sys->calls)
+    if (c.rfind("make_directory ", 0) == 0 && c.find("/h.") != std::string::npos) ++marks;
+  if (marks > cycles) std::cout << "stepped back " << (marks - cycles) << std::endl;
   return 0;
 }
 
@@ -176,12 +187,16 @@ int hold(int argc, char** argv) {
 }
 
 int signal_cleanup(int argc, char** argv) {
-  if (argc != 7) die("usage: signal-cleanup LOCKDIR TARGET INSTALL IGNORE_HUP FORK");
+  if (argc != 7 && argc != 8) die("usage: signal-cleanup LOCKDIR TARGET INSTALL IGNORE_HUP FORK [FSTYPE]");
   if (std::string(argv[5]) == "1") std::signal(SIGHUP, SIG_IGN);
   if (std::string(argv[4]) == "1") tokenlock::install_signal_cleanup();
   tokenlock::lock_options o;
   o.wait = 30s;
-  tokenlock::rename_lock lock(argv[2], o);
+  // FSTYPE: the lock directory's filesystem is taken to be that network
+  // filesystem (fuse.glusterfs: holders leave owner marks).
+  auto sys = std::make_shared<tokenlock::testing::fake_os>(tokenlock::testing::fake_os::real_process_t{});
+  if (argc == 8) sys->filesystem = tokenlock::detail::filesystem_info{false, argv[7]};
+  tokenlock::rename_lock lock(argv[2], o, sys);
   tokenlock::lock_handle h = lock.acquire();
   h.refresh();
   tokenlock::atomic_file f(argv[3]);

@@ -172,9 +172,11 @@ TEST_F(RenameLockTest, RefreshExtendsTheLeaseAndMovesTheWorkspace) {
 
 TEST_F(RenameLockTest, FastPathIsTwoRenamesAndNothingElse) {
   auto a = process(100);
-  lock_for(a).acquire().release();  // creates the directory
+  rename_lock lock = lock_for(a);
+  lock.acquire().release();  // creates the directory, asks for the filesystem once
+  EXPECT_EQ(std::count(a->calls.begin(), a->calls.end(), "filesystem_of " + dir.string()), 1);
   a->calls.clear();
-  lock_handle h = lock_for(a).acquire();
+  lock_handle h = lock.acquire();
   const std::string token = h.token();
   h.release();
   ASSERT_EQ(a->calls.size(), 2u);

@@ -284,6 +284,7 @@ class lock_handle {
   std::string token_path_;     // directory / token_, ready for release
   std::int64_t expiry_us_ = 0;
   std::chrono::milliseconds lease_{0};
+  std::string mark_;  // our owner mark inside the token, where marks are kept
   std::uint64_t fork_generation_ = 0;
   int cleanup_slot_ = -1;  // install_signal_cleanup()'s record of the token
 };

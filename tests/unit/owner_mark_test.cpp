@@ -1,0 +1,339 @@
+// Owner marks (lib/src/token_mark.hpp): on a filesystem whose rename can
+// move a directory through a name it no longer has (GlusterFS), a second
+// rename of "lockfile" can move a held token to another acquirer's name.
+// These tests play that rename with real renames in a temporary directory,
+// as the other client's stale cache would make it, and check that exactly
+// one process ends up holding the lock, with nothing of the other left.
+#include <algorithm>
+#include <gtest/gtest.h>
+
+#include <cerrno>
+
+#include <boost/filesystem.hpp>
+
+#include "fake_os.hpp"
+#include "temp_dir.hpp"
+#include "token_mark.hpp"
+#include "token_name.hpp"
+#include "tokenlock/tokenlock.hpp"
+
+namespace fs = boost::filesystem;
+using namespace std::chrono_literals;
+using tokenlock::errc;
+using tokenlock::lock_error;
+using tokenlock::lock_handle;
+using tokenlock::lock_options;
+using tokenlock::rename_lock;
+using tokenlock::detail::filesystem_info;
+using tokenlock::testing::fake_os;
+using tokenlock::testing::fake_world;
+using tokenlock::testing::temp_dir;
+
+namespace {
+
+const filesystem_info gluster{false, "fuse.glusterfs"};
+
+class OwnerMarkTest : public ::testing::Test {
+ protected:
+  temp_dir tmp;
+  fs::path dir = tmp / "data.lock";
+  std::shared_ptr<fake_world> world = std::make_shared<fake_world>();
+
+  std::shared_ptr<fake_os> process(int pid, filesystem_info fsi = gluster) {
+    auto p = std::make_shared<fake_os>(world, pid, 5000 + static_cast<std::uint64_t>(pid));
+    p->filesystem = fsi;
+    return p;
+  }
+  static lock_options options() {
+    lock_options o;
+    o.lease = 10s;
+    o.wait = 0ms;
+    o.skew_allowance = 100ms;
+    return o;
+  }
+  rename_lock lock_for(const std::shared_ptr<fake_os>& p) { return rename_lock(dir, options(), p); }
+  static std::vector<std::string> list(const fs::path& d) {
+    std::vector<std::string> out;
+    for (auto& e : fs::directory_iterator(d)) out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  std::vector<std::string> entries() const { return list(dir); }
+  // A held token of a process of this world, as its own acquisition names it.
+  std::string token_of(int pid, std::int64_t expiry_us, const std::string& host = "testhost-0000abcd") {
+    return tokenlock::detail::make_token(expiry_us, host, pid, 5000 + static_cast<std::uint64_t>(pid),
+                                         0x5151);
+  }
+  static std::string mark_of(const std::string& token) {
+    return tokenlock::detail::owner_mark_name(token);
+  }
+  // The lock, created and free.
+  void make_free() {
+    auto p = process(1);
+    lock_for(p).acquire().release();
+    ASSERT_EQ(entries(), std::vector<std::string>{"lockfile"});
+  }
+};
+
+template <class F>
+std::string message_of(F f) {
+  try {
+    f();
+  } catch (const lock_error& e) {
+    return e.what();
+  }
+  return {};
+}
+
+TEST_F(OwnerMarkTest, AHolderOnGlusterFsLeavesItsMarkAndRemovesItBeforeReleasing) {
+  make_free();
+  auto a = process(100);
+  lock_handle h = lock_for(a).acquire();
+  EXPECT_EQ(list(dir / h.token()), std::vector<std::string>{mark_of(h.token())});
+  h.release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+  EXPECT_TRUE(list(dir / "lockfile").empty()) << "a mark left in the free token";
+}
+
+TEST_F(OwnerMarkTest, FilesystemsThatRenameByNameGetNoMarks) {
+  make_free();
+  for (const filesystem_info& fsi :
+       {filesystem_info{true, "ext4"}, filesystem_info{false, "fuse.sshfs"},
+        filesystem_info{false, "fuse.mfs"}, filesystem_info{false, "nfs4"},
+        filesystem_info{false, "nfs"}}) {
+    auto a = process(100, fsi);
+    lock_handle h = lock_for(a).acquire();
+    EXPECT_TRUE(list(dir / h.token()).empty()) << fsi.name;
+    h.release();
+    for (const std::string& c : a->calls)
+      EXPECT_EQ(c.find("/h."), std::string::npos) << fsi.name << ": " << c;
+  }
+}
+
+TEST_F(OwnerMarkTest, UnknownNetworkFilesystemsAndUnanswerableOnesGetMarks) {
+  make_free();
+  auto a = process(100, filesystem_info{false, "fuse.somethingnew"});
+  lock_handle h = lock_for(a).acquire();
+  EXPECT_EQ(list(dir / h.token()), std::vector<std::string>{mark_of(h.token())});
+  h.release();
+
+  auto b = process(200, filesystem_info{true, "ext4"});
+  b->fail("filesystem_of", "data.lock", EACCES, -1);
+  lock_handle g = lock_for(b).acquire();
+  EXPECT_EQ(list(dir / g.token()), std::vector<std::string>{mark_of(g.token())});
+  g.release();
+  EXPECT_TRUE(list(dir / "lockfile").empty());
+}
+
+TEST_F(OwnerMarkTest, TheFilesystemIsAskedOncePerLock) {
+  make_free();
+  auto a = process(100);
+  rename_lock lock = lock_for(a);
+  lock.acquire().release();
+  lock.acquire().release();
+  // Once for the type, once for its name (it is not local).
+  EXPECT_EQ(std::count_if(a->calls.begin(), a->calls.end(),
+                          [](const std::string& c) { return c.rfind("filesystem_of", 0) == 0; }),
+            2);
+}
+
+// The thief's side: its rename of "lockfile" moved a token that another
+// process had just taken (GlusterFS resolved the name through a stale
+// cache). It finds the other's live mark and gives the token back.
+TEST_F(OwnerMarkTest, ARenameThatMovedSomeoneElsesTokenGivesItBackAndWaits) {
+  make_free();
+  auto a = process(100), b = process(200);
+  lock_handle ha = lock_for(a).acquire();
+  const std::string ta = ha.token();
+  b->when("rename", "data.lock/lockfile", [&] { fs::rename(dir / ta, dir / "lockfile"); });
+  EXPECT_FALSE(lock_for(b).try_acquire().has_value());
+  EXPECT_EQ(entries(), std::vector<std::string>{ta});
+  EXPECT_EQ(list(dir / ta), std::vector<std::string>{mark_of(ta)});
+  ha.release();  // the rightful holder's release still finds its token
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+  lock_handle hb = lock_for(b).acquire();
+  EXPECT_TRUE(hb.owns());
+}
+
+// The victim's side, first case: the other rename moved our token before we
+// could mark it. Our mark cannot be made (ENOENT): we hold nothing.
+TEST_F(OwnerMarkTest, AHolderWhoseTokenWasMovedBeforeItsMarkHoldsNothing) {
+  make_free();
+  auto a = process(100);
+  process(200);  // the thief, alive
+  const std::string tb = token_of(200, world->wall_us + 10'000'000);
+  a->when("make_directory", "/h.", [&] {
+    const std::string ta = list(dir).front();
+    fs::rename(dir / ta, dir / tb);
+    fs::create_directory(dir / tb / mark_of(tb));
+  });
+  EXPECT_FALSE(lock_for(a).try_acquire().has_value());
+  EXPECT_EQ(entries(), std::vector<std::string>{tb});
+  EXPECT_EQ(list(dir / tb), std::vector<std::string>{mark_of(tb)});
+}
+
+// The victim's side, second case: both marks landed in the one directory
+// (our name still reached it). The one that marked second sees both and
+// steps back, handing the directory to the other's name.
+TEST_F(OwnerMarkTest, AHolderThatFindsAnotherLiveMarkStepsBack) {
+  make_free();
+  auto a = process(100);
+  process(200);
+  const std::string tb = token_of(200, world->wall_us + 10'000'000);
+  a->when("list_directory", "data.lock/lockfile.", [&] {
+    const std::string ta = list(dir).front();
+    fs::create_directory(dir / ta / mark_of(tb));
+  });
+  const std::string message = message_of([&] { lock_for(a).acquire(); });
+  EXPECT_NE(message.find("held by pid 200 on this host"), std::string::npos) << message;
+  EXPECT_EQ(entries(), std::vector<std::string>{tb});
+  EXPECT_EQ(list(dir / tb), std::vector<std::string>{mark_of(tb)}) << "our mark was left";
+}
+
+TEST_F(OwnerMarkTest, MarksOfDeadOrExpiredOwnersAreRemoved) {
+  make_free();
+  // Left in the free token by owners that died: pid 999 is not running, and
+  // the other host's lease ended long ago.
+  const std::string dead = token_of(999, world->wall_us + 10'000'000);
+  const std::string expired = token_of(7, world->wall_us - 60'000'000, "elsewhere-12345678");
+  fs::create_directory(dir / "lockfile" / mark_of(dead));
+  fs::create_directory(dir / "lockfile" / mark_of(expired));
+  auto a = process(100);
+  lock_handle h = lock_for(a).acquire();
+  EXPECT_EQ(list(dir / h.token()), std::vector<std::string>{mark_of(h.token())});
+  h.release();
+  EXPECT_TRUE(list(dir / "lockfile").empty());
+}
+
+TEST_F(OwnerMarkTest, EntriesThatAreNotMarksAreNotOwners) {
+  make_free();
+  fs::create_directory(dir / "lockfile" / "h.not-a-token");
+  auto a = process(100);
+  lock_handle h = lock_for(a).acquire();
+  EXPECT_TRUE(h.owns());
+  h.release();
+}
+
+TEST_F(OwnerMarkTest, ATakeoverRemovesTheStaleOwnersMarkAndWorkspaceButNotALiveMark) {
+  fs::create_directories(dir);
+  const std::string stale = token_of(999, world->wall_us + 10'000'000);
+  fs::create_directories(dir / stale / "w");
+  fs::create_directory(dir / stale / mark_of(stale));
+  auto a = process(100);
+  lock_handle h = lock_for(a).acquire();
+  EXPECT_EQ(list(dir / h.token()), std::vector<std::string>{mark_of(h.token())});
+  h.release();
+
+  // Another process took the same stale token at the same moment and
+  // marked it: ours steps back and leaves its mark alone.
+  const std::string stale2 = token_of(998, world->wall_us + 10'000'000);
+  fs::rename(dir / "lockfile", dir / stale2);
+  process(300);
+  const std::string tc = token_of(300, world->wall_us + 10'000'000);
+  a->when("make_directory", "/h.", [&] { fs::create_directory(dir / list(dir).front() / mark_of(tc)); });
+  EXPECT_FALSE(lock_for(a).try_acquire().has_value());
+  EXPECT_EQ(entries(), std::vector<std::string>{tc});
+  EXPECT_EQ(list(dir / tc), std::vector<std::string>{mark_of(tc)});
+}
+
+TEST_F(OwnerMarkTest, AMarkThatCannotBeMadeFailsTheAcquisitionAndLeavesTheLockFree) {
+  make_free();
+  auto a = process(100);
+  a->fail("make_directory", "/h.", EACCES);
+  const std::string message = message_of([&] { lock_for(a).acquire(); });
+  EXPECT_NE(message.find("cannot make the owner mark in lockfile."), std::string::npos) << message;
+  EXPECT_NE(message.find(dir.string()), std::string::npos) << message;
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+  EXPECT_TRUE(list(dir / "lockfile").empty());
+
+  a->fail("list_directory", "data.lock/lockfile.", EIO);
+  std::error_code ec;
+  lock_handle h = lock_for(a).acquire(ec);
+  EXPECT_EQ(ec, std::errc::io_error);
+  EXPECT_FALSE(h.owns());
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+  EXPECT_TRUE(list(dir / "lockfile").empty());
+}
+
+// GlusterFS answers ESTALE now and then for a name another client renamed.
+// Once is mended by asking again; if it persists, the token may no longer
+// be ours, and a rename through our name might move another holder's: the
+// acquisition holds nothing and renames nothing more.
+TEST_F(OwnerMarkTest, AStaleHandleIsAskedAgainAndWhenItPersistsNothingIsRenamed) {
+  make_free();
+  auto a = process(100);
+  a->fail("make_directory", "/h.", ESTALE, 2);
+  a->fail("list_directory", "data.lock/lockfile.", ESTALE, 2);
+  lock_handle h = lock_for(a).acquire();
+  EXPECT_EQ(list(dir / h.token()), std::vector<std::string>{mark_of(h.token())});
+  h.release();
+  EXPECT_TRUE(list(dir / "lockfile").empty());
+
+  a->fail("make_directory", "/h.", ESTALE, -1);
+  a->calls.clear();
+  EXPECT_FALSE(lock_for(a).try_acquire().has_value());
+  const std::vector<std::string> held = entries();
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_NE(held[0], "lockfile") << "left as it was: ours until its lease ends";
+  EXPECT_TRUE(list(dir / held[0]).empty());
+  EXPECT_EQ(std::count_if(a->calls.begin(), a->calls.end(),
+                          [](const std::string& c) { return c.rfind("rename", 0) == 0; }),
+            1)
+      << "only the acquiring rename";
+}
+
+TEST_F(OwnerMarkTest, AReleaseThatCannotRemoveItsMarkKeepsTheLockAndCanBeRetried) {
+  make_free();
+  auto a = process(100);
+  lock_handle h = lock_for(a).acquire();
+  const std::string token = h.token();
+  a->fail("remove_directory", "/h.", EIO);
+  std::error_code ec;
+  h.release(ec);
+  EXPECT_EQ(ec, std::errc::io_error);
+  EXPECT_NE(tokenlock::last_error_message().find("cannot remove our owner mark"), std::string::npos)
+      << tokenlock::last_error_message();
+  EXPECT_TRUE(h.owns());
+  EXPECT_EQ(entries(), std::vector<std::string>{token});
+  h.release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+  EXPECT_TRUE(list(dir / "lockfile").empty());
+}
+
+TEST_F(OwnerMarkTest, ARefreshKeepsTheMarkAndAnAdoptedTokenFindsIt) {
+  make_free();
+  auto a = process(100);
+  lock_handle h = lock_for(a).acquire();
+  const std::string mark = mark_of(h.token());
+  world->advance(1'000'000);
+  h.refresh();
+  EXPECT_EQ(list(dir / h.token()), std::vector<std::string>{mark});
+  // Another command releases it by name (tokenlock release TOKEN).
+  const std::string token = h.detach();
+  lock_handle adopted = lock_for(process(100)).adopt(token);
+  adopted.release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+  EXPECT_TRUE(list(dir / "lockfile").empty());
+}
+
+TEST_F(OwnerMarkTest, BreakMarksAndStepsBackFromAConcurrentTaker) {
+  fs::create_directories(dir);
+  const std::string stale = token_of(999, world->wall_us + 10'000'000);
+  fs::create_directory(dir / stale);
+  auto a = process(100);
+  lock_handle h = lock_for(a).take_over(stale, false);
+  EXPECT_EQ(list(dir / h.token()), std::vector<std::string>{mark_of(h.token())});
+  h.release();
+
+  const std::string stale2 = token_of(998, world->wall_us + 10'000'000);
+  fs::rename(dir / "lockfile", dir / stale2);
+  process(300);
+  const std::string tc = token_of(300, world->wall_us + 10'000'000);
+  a->when("make_directory", "/h.", [&] { fs::create_directory(dir / list(dir).front() / mark_of(tc)); });
+  const std::string message = message_of([&] { lock_for(a).take_over(stale2, false); });
+  EXPECT_NE(message.find("took over " + stale2 + " at the same moment"), std::string::npos)
+      << message;
+  EXPECT_EQ(entries(), std::vector<std::string>{tc});
+}
+
+}  // namespace
