@@ -17,6 +17,7 @@
 #include "cli.hpp"
 #include "commands.hpp"
 #include "posix/os.hpp"
+#include "token_mark.hpp"
 #include "token_name.hpp"
 #include "tokenlock/clock.hpp"
 #include "tokenlock/rename_lock.hpp"
@@ -169,7 +170,7 @@ class checkup {
         [this] { return rename_of_vanished_name(); },  [this] { return exclusive_create(); },
         [this] { return token_names(); },              [this] { return fsync_of_file(); },
         [this] { return fsync_of_directory(); },       [this] { return wait_board(); },
-        [this] { return clock(); },
+        [this] { return owner_marks(); },              [this] { return clock(); },
     };
     for (const auto& check : checks) {
       if (g_signal) return;
@@ -488,6 +489,24 @@ class checkup {
       return make(verdict::warn, p, "two mappings of the board do not share memory on " + label +
                                         "; waiters wait longer");
     return make(verdict::ok, p, "maps and is shared on " + label + ": waiters on this host line up");
+  }
+
+  // Not a test of the filesystem (a rename through a stale name needs two
+  // clients and a race), but what the lock will do here, and why.
+  finding owner_marks() {
+    const char* p = "owner marks";
+    if (!fs_known_)
+      return make(verdict::ok, p,
+                  "the filesystem type is unknown: holders mark their tokens, to be safe from a "
+                  "rename through a stale name (docs/protocol.md, Owner marks)");
+    if (!detail::needs_owner_marks(fs_))
+      return make(verdict::ok, p,
+                  "not needed on " + fs_label(fs_) +
+                      ": its renames go by name, so a name that is gone fails with ENOENT");
+    return make(verdict::ok, p,
+                "holders mark their tokens on " + fs_label(fs_) +
+                    " (3 more operations per lock cycle): a client may rename a directory "
+                    "through a name it no longer has (docs/protocol.md, Owner marks)");
   }
 
   finding clock() {
