@@ -268,21 +268,20 @@ failure create_lock_directory(os& sys, const lock_paths& paths, const lock_optio
   return {};
 }
 
-void clear_workspace(os& sys, const std::string& token_dir) {
+void clear_workspace(os& sys, const std::string& token_dir, bool keep_marks) {
   // Depth-limited: an owner's workspace holds temp files, not trees.
   struct local {
-    static void clear(os& s, const std::string& dir, int depth) {
+    static void clear(os& s, const std::string& dir, int depth, bool keep_marks) {
       std::vector<std::string> names;
       if (s.list_directory(dir, names)) return;
       for (const auto& n : names) {
-        // Owner marks are judged one by one (token_mark.cpp): a live one
-        // may belong to a process that took this token at the same moment.
-        if (depth == 0 && n.compare(0, 2, "h.") == 0) continue;
+        // Owner marks were judged one by one (token_mark.cpp); ours stays.
+        if (keep_marks && depth == 0 && !token_of_mark(n).empty()) continue;
         const std::string p = dir + "/" + n;
         file_status st;
         if (s.status(p, st)) continue;
         if (st.is_directory) {
-          if (depth < 8) clear(s, p, depth + 1);
+          if (depth < 8) clear(s, p, depth + 1, keep_marks);
           s.remove_directory(p);
         } else {
           s.remove_file(p);
@@ -290,7 +289,7 @@ void clear_workspace(os& sys, const std::string& token_dir) {
       }
     }
   };
-  local::clear(sys, token_dir, 0);
+  local::clear(sys, token_dir, 0, keep_marks);
 }
 
 failure os_failure(os& sys, const lock_paths& paths, const char* step, const std::string& what,

@@ -70,9 +70,10 @@ judgement judge(os& sys, const lock_options& options, const observed_token& toke
 failure create_lock_directory(os& sys, const lock_paths& paths, const lock_options& options);
 
 // Removes what a previous owner left in a token directory we took over,
-// except owner marks (token_mark.hpp). Best effort: a leftover that cannot
-// be removed stays, and is harmless.
-void clear_workspace(os& sys, const std::string& token_dir);
+// except, with `keep_marks`, owner marks (token_mark.hpp: they have been
+// judged already, and ours is among them). Best effort: a leftover that
+// cannot be removed stays, and is harmless.
+void clear_workspace(os& sys, const std::string& token_dir, bool keep_marks);
 
 // Builds the failure for a system error at `step`, with the hint that fits
 // the errno: permissions, a sticky directory, a read-only filesystem, ...

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <optional>
+#include <vector>
 
 #include "cleanup_registry.hpp"
 #include "failure.hpp"
@@ -19,16 +20,22 @@ struct lock_handle_access {
   static void fill(lock_handle& h, std::shared_ptr<os> sys,
                    std::shared_ptr<const lock_paths> paths, std::string token,
                    std::string token_path, std::int64_t expiry_us,
-                   std::chrono::milliseconds lease, std::string mark) {
+                   std::chrono::milliseconds lease) {
     h.os_ = std::move(sys);
     h.paths_ = std::move(paths);
     h.token_ = std::move(token);
     h.token_path_ = std::move(token_path);
     h.expiry_us_ = expiry_us;
     h.lease_ = lease;
-    h.mark_ = std::move(mark);
     h.fork_generation_ = h.os_->fork_generation();
-    h.cleanup_slot_ = cleanup_track_token(h.token_path_, h.paths_->free_path, h.mark_);
+    h.cleanup_slot_ = cleanup_track_token(h.token_path_, h.paths_->free_path, mark_of(h));
+  }
+  // The owner mark the signal cleanup removes with the token, if any.
+  static std::string mark_of(const lock_handle& h) {
+    return marked(h) ? owner_mark_name(h.token_) : std::string();
+  }
+  static bool marked(const lock_handle& h) {
+    return h.paths_ && h.paths_->owner_marks.load(std::memory_order_relaxed) == 1;
   }
 };
 
@@ -91,7 +98,7 @@ class acquirer final : public lock_attempt {
     first_round_ = false;
     if (try_rename) {
       std::error_code ec = sys_.rename(paths_.free_path, mine);
-      if (!ec) return finish(out, result, std::move(token), std::move(mine), expiry);
+      if (!ec) return finish(out, result, std::move(token), std::move(mine), expiry, {});
       if (ec != std::errc::no_such_file_or_directory)
         return os_failure(sys_, paths_, "acquire", "cannot rename lockfile to " + token,
                           std::string(free_token), ec);
@@ -99,7 +106,7 @@ class acquirer final : public lock_attempt {
       // the retransmission then fails with ENOENT although the rename
       // happened.
       if (!sys_.status(mine, st))
-        return finish(out, result, std::move(token), std::move(mine), expiry);
+        return finish(out, result, std::move(token), std::move(mine), expiry, {});
       if (!look) {
         result = outcome::busy;
         return {};
@@ -108,6 +115,12 @@ class acquirer final : public lock_attempt {
 
     observation obs;
     if (failure f = observe(sys_, paths_, "acquire", obs)) return f;
+    if (obs.kind == observation::held && given_up(obs.token.name)) {
+      // A token of ours we could not confirm, or handed to a holder who
+      // has handed it back: confirming it again makes it ours.
+      std::string name = obs.token.name;
+      return finish(out, result, name, paths_.dir_slash + name, obs.token.expiry_us, {});
+    }
     switch (obs.kind) {
       case observation::missing:
       case observation::empty:
@@ -140,8 +153,7 @@ class acquirer final : public lock_attempt {
       return os_failure(sys_, paths_, "take over",
                         "cannot rename stale token " + obs.token.name + " (" + j.reason + ")",
                         obs.token.name, ec);
-    clear_workspace(sys_, mine);
-    return finish(out, result, std::move(token), std::move(mine), expiry);
+    return finish(out, result, std::move(token), std::move(mine), expiry, obs.token.name);
   }
 
   // For lock_options::owner_pid: that process's start time, read once.
@@ -164,25 +176,38 @@ class acquirer final : public lock_attempt {
 
  private:
   bool first_round_ = true;
-  // A rename made the token ours; where a rename can move a token through
-  // a name it no longer has, its owner mark confirms it (token_mark.hpp).
+  // Tokens of ours that a rename made ours but the owner mark did not
+  // confirm (token_mark.hpp): if one shows up under our name again, it is
+  // ours to confirm, not a live holder's to wait for.
+  std::vector<std::string> given_up_;
+  bool given_up(const std::string& name) const {
+    for (const auto& n : given_up_)
+      if (n == name) return true;
+    return false;
+  }
+
+  // A rename made the token ours (taking over `taken_from`, if not empty);
+  // where a rename can move a token through a name it no longer has, the
+  // owner mark confirms it first.
   failure finish(lock_handle& out, outcome& result, std::string token, std::string token_path,
-                 std::int64_t expiry) {
-    std::string mark;
-    if (lock_needs_owner_marks(sys_, paths_)) {
+                 std::int64_t expiry, const std::string& taken_from) {
+    const bool marks = paths_.owner_marks.load(std::memory_order_relaxed) == 1;
+    if (marks) {
       mark_result m;
       std::string holder;
-      if (failure f = mark_and_check(sys_, paths_, options_, token, token_path, m, holder))
+      if (failure f = mark_and_check(sys_, paths_, options_, "acquire", token, token_path,
+                                     taken_from, m, holder))
         return f;
-      if (m == mark_result::yielded) {
+      if (m != mark_result::held) {
+        if (!given_up(token)) given_up_.push_back(token);
         busy_reason_ = holder.empty() ? "taken by another client at the same moment" : holder;
         result = outcome::busy;
         return {};
       }
-      mark = owner_mark_name(token);
     }
+    if (!taken_from.empty()) clear_workspace(sys_, token_path, marks);
     lock_handle_access::fill(out, sys_ptr_, paths_ptr_, std::move(token), std::move(token_path),
-                             expiry, options_.lease, std::move(mark));
+                             expiry, options_.lease);
     result = outcome::acquired;
     return {};
   }
@@ -209,6 +234,8 @@ failure acquire_impl(const std::shared_ptr<os>& sys, const boost::filesystem::pa
   }
   acquirer a(sys, paths_ptr, options, out);
   if (failure f = a.resolve_owner()) return f;
+  // Before the first rename: no token of ours waits unmarked meanwhile.
+  lock_needs_owner_marks(*sys, *paths_ptr);
   return wait_for_lock(*sys, *paths_ptr, options, waits, may_wait, a, busy);
 }
 
@@ -295,11 +322,9 @@ failure adopt_impl(const std::shared_ptr<os>& sys, const boost::filesystem::path
   if (ec) return os_failure(*sys, *paths, "token", "cannot look at " + token, token, ec);
   held_token t;
   classify_name(token, &t);
-  const std::string token_path = paths->dir_slash + token;
-  std::string mark;
-  if (lock_needs_owner_marks(*sys, *paths)) mark = find_owner_mark(*sys, token_path, token);
-  lock_handle_access::fill(out, sys, paths, token, token_path, t.expiry_us, options.lease,
-                           std::move(mark));
+  lock_needs_owner_marks(*sys, *paths);
+  lock_handle_access::fill(out, sys, paths, token, paths->dir_slash + token, t.expiry_us,
+                           options.lease);
   return {};
 }
 
@@ -331,26 +356,26 @@ failure take_over_impl(const std::shared_ptr<os>& sys, const boost::filesystem::
   const std::int64_t expiry = sys->wall_now_us() + to_us(options.lease);
   std::string mine = make_token(expiry, me.host_tag, me.pid, me.start_time, sys->random_u64());
   std::string mine_path = paths->dir_slash + mine;
+  const bool marks = lock_needs_owner_marks(*sys, *paths);
   ec = sys->rename(paths->dir_slash + token, mine_path);
   if (ec == std::errc::no_such_file_or_directory) return not_held(*paths, token);
   if (ec) return os_failure(*sys, *paths, "break", "cannot rename " + token, token, ec);
-  clear_workspace(*sys, mine_path);
-  std::string mark;
-  if (lock_needs_owner_marks(*sys, *paths)) {
+  if (marks) {
     mark_result m;
     std::string holder;
-    if (failure f = mark_and_check(*sys, *paths, options, mine, mine_path, m, holder)) return f;
-    if (m == mark_result::yielded)
+    if (failure f = mark_and_check(*sys, *paths, options, "break", mine, mine_path, token, m, holder))
+      return f;
+    if (m != mark_result::held)
       return make_failure(errc::busy,
                           describe("break", paths->dir,
-                                   "another process took over " + token +
-                                       " at the same moment" +
-                                       (holder.empty() ? std::string() : ": " + holder),
+                                   "another process took " + token + " at the same moment" +
+                                       (holder.empty() ? std::string() : " (" + holder + ")") +
+                                       "; nothing of theirs was changed",
                                    {}));
-    mark = owner_mark_name(mine);
   }
+  clear_workspace(*sys, mine_path, marks);
   lock_handle_access::fill(out, sys, paths, std::move(mine), std::move(mine_path), expiry,
-                           options.lease, std::move(mark));
+                           options.lease);
   return {};
 }
 
@@ -429,7 +454,6 @@ lock_handle::lock_handle(lock_handle&& other) noexcept
       token_path_(std::move(other.token_path_)),
       expiry_us_(other.expiry_us_),
       lease_(other.lease_),
-      mark_(std::move(other.mark_)),
       fork_generation_(other.fork_generation_),
       cleanup_slot_(other.cleanup_slot_) {
   other.cleanup_slot_ = -1;
@@ -448,7 +472,6 @@ lock_handle& lock_handle::operator=(lock_handle&& other) noexcept {
     token_path_ = std::move(other.token_path_);
     expiry_us_ = other.expiry_us_;
     lease_ = other.lease_;
-    mark_ = std::move(other.mark_);
     fork_generation_ = other.fork_generation_;
     cleanup_untrack(cleanup_slot_);  // an empty or forked-away handle's record
     cleanup_slot_ = other.cleanup_slot_;
@@ -468,7 +491,6 @@ lock_handle::~lock_handle() {
 void lock_handle::forget() noexcept {
   token_.clear();
   token_path_.clear();
-  mark_.clear();
   expiry_us_ = 0;
   cleanup_untrack(cleanup_slot_);
   cleanup_slot_ = -1;
@@ -547,11 +569,13 @@ void lock_handle::release(std::error_code& ec) noexcept {
     // GlusterFS renames a directory through a stale name to whatever that
     // directory is called now, so a retry would release the token of the
     // process that took ours over (docs/network-filesystems.md).
-    if (!mark_.empty()) {
+    const bool marked = lock_handle_access::marked(*this);
+    if (marked) {
       // The next holder of "lockfile" would find our mark and step back.
-      if (std::error_code e = remove_owner_mark(*os_, token_path_, mark_))
+      if (std::error_code e = remove_owner_mark(*os_, token_path_, token_))
         return os_failure(*os_, *paths_, "release",
-                          "cannot remove our owner mark " + mark_ + " from " + token_, token_, e);
+                          "cannot remove our owner mark from " + token_ + " (the lock is still ours)",
+                          token_, e);
     }
     std::error_code e = os_->rename(token_path_, paths_->free_path);
     if (!e) {
@@ -563,8 +587,17 @@ void lock_handle::release(std::error_code& ec) noexcept {
       forget();
       return f;
     }
-    // Still ours: the caller may retry, and the destructor will.
-    return os_failure(*os_, *paths_, "release", "cannot rename " + token_ + " to lockfile", token_, e);
+    // Still ours: the caller may retry, and the destructor will. Held
+    // without its mark, another client's rename through a stale name could
+    // take it beside us.
+    failure f =
+        os_failure(*os_, *paths_, "release", "cannot rename " + token_ + " to lockfile", token_, e);
+    if (marked) {
+      if (std::error_code m = restore_owner_mark(*os_, token_path_, token_))
+        f.message += "; and our owner mark could not be put back (" + m.message() +
+                     "): until the release succeeds, another GlusterFS client may take the lock too";
+    }
+    return f;
   });
 }
 
@@ -595,7 +628,9 @@ void lock_handle::refresh(std::chrono::milliseconds lease, std::error_code& ec) 
     std::string next_path = paths_->dir_slash + next;
     // Recorded before the rename, so that a stop signal in between releases
     // whichever of the two names holds the token.
-    cleanup_entry next_record(cleanup_track_token(next_path, paths_->free_path, mark_));
+    const bool marked = lock_handle_access::marked(*this);
+    cleanup_entry next_record(cleanup_track_token(
+        next_path, paths_->free_path, marked ? owner_mark_name(next) : std::string()));
     std::error_code e = os_->rename(token_path_, next_path);
     if (e == std::errc::no_such_file_or_directory) {
       // NFS retransmit: the first rename may have happened.
@@ -612,10 +647,21 @@ void lock_handle::refresh(std::chrono::milliseconds lease, std::error_code& ec) 
                         token_, e);
     cleanup_untrack(cleanup_slot_);
     cleanup_slot_ = next_record.release();
+    std::string old = std::move(token_);
     token_ = std::move(next);
     token_path_ = std::move(next_path);
     expiry_us_ = expiry;
     lease_ = lease;
+    // The mark names the current lease: one naming the old lease would look
+    // expired to a process judging it after that lease's end.
+    if (marked) {
+      if (std::error_code m = rename_owner_mark(*os_, token_path_, old, token_))
+        return os_failure(*os_, *paths_, "refresh",
+                          "the lease was renewed, but our owner mark in " + token_ +
+                              " could not be renamed to match (until a refresh succeeds, "
+                              "another GlusterFS client may judge it expired at the old lease's end)",
+                          token_, m);
+    }
     return {};
   });
 }

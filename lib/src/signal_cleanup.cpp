@@ -84,7 +84,9 @@ extern "C" void on_stop_signal(int sig) {
       std::memcpy(mark_path, table.path[i], n);
       mark_path[n] = '/';
       std::memcpy(mark_path + n + 1, table.mark[i], std::strlen(table.mark[i]) + 1);
-      ::rmdir(mark_path);
+      // A mark that stays would go into "lockfile" with the token: better
+      // left held, for a taker to judge our death.
+      if (::rmdir(mark_path) != 0 && errno != ENOENT) continue;
     }
     ::rename(table.path[i], table.free_path[i]);
   }

@@ -9,20 +9,66 @@ namespace tokenlock::detail {
 
 namespace {
 
-constexpr std::string_view mark_prefix = "h.";
-
-// The token a mark stands for: "h.X" -> "lockfile.X".
-std::string token_of_mark(std::string_view mark) {
-  std::string t(held_prefix);
-  t.append(mark.substr(mark_prefix.size()));
-  return t;
-}
-
 // ESTALE has no std::errc name.
 const std::error_code stale_handle(ESTALE, std::generic_category());
 
-bool starts_with(std::string_view s, std::string_view prefix) {
-  return s.substr(0, prefix.size()) == prefix;
+// A client's handle for a name another client renamed: asking again usually
+// mends it.
+constexpr int stale_tries = 3;
+
+bool gone(std::error_code ec) {
+  return ec == std::errc::no_such_file_or_directory || ec == stale_handle;
+}
+
+std::error_code list_token(os& sys, const std::string& token_path, std::vector<std::string>& names) {
+  std::error_code ec;
+  for (int i = 0; i < stale_tries; ++i) {
+    names.clear();
+    ec = sys.list_directory(token_path, names);
+    if (ec != stale_handle) break;
+  }
+  return ec;
+}
+
+// What the other marks in a token say.
+struct marks_seen {
+  std::string live_token;   // a live owner's token name (the first one seen)
+  std::string live_reason;  // who that is, for messages
+};
+
+// Judges the marks in `names` other than `ours`: removes those of the owner
+// we took over from and those whose owners are dead or expired, and reports
+// a live one.
+marks_seen judge_marks(os& sys, const lock_options& options, const std::string& token_path,
+                       const std::vector<std::string>& names, std::string_view ours,
+                       std::string_view taken_from) {
+  marks_seen seen;
+  const std::string_view taken_owner = taken_from.empty() ? std::string_view() : owner_part(taken_from);
+  for (const std::string& n : names) {
+    if (n == ours) continue;
+    const std::string implied = token_of_mark(n);
+    // Not a mark any tokenlock writes: not an owner to yield to.
+    if (implied.empty()) continue;
+    if (!taken_owner.empty() && owner_part(implied) == taken_owner) {
+      // The owner we took this token from (stale, or broken with force).
+      sys.remove_directory(token_path + "/" + n);
+      continue;
+    }
+    held_token t;
+    classify_name(implied, &t);
+    observed_token tok{implied, t.expiry_us, std::string(t.host_tag), t.pid, t.start_time};
+    judgement j = judge(sys, options, tok);
+    if (j.stale) {
+      // A dead or expired owner's mark, left by a crash: it holds nothing.
+      sys.remove_directory(token_path + "/" + n);
+      continue;
+    }
+    if (seen.live_token.empty()) {
+      seen.live_token = implied;
+      seen.live_reason = std::move(j.reason);
+    }
+  }
+  return seen;
 }
 
 }  // namespace
@@ -66,100 +112,101 @@ bool lock_needs_owner_marks(os& sys, const lock_paths& paths) {
   return marks;
 }
 
-std::string owner_mark_name(std::string_view token) {
-  std::string m(mark_prefix);
-  m.append(token.substr(held_prefix.size()));
-  return m;
-}
-
 failure mark_and_check(os& sys, const lock_paths& paths, const lock_options& options,
-                       const std::string& token, const std::string& token_path,
+                       const char* step, const std::string& token,
+                       const std::string& token_path, std::string_view taken_from,
                        mark_result& result, std::string& holder) {
-  result = mark_result::yielded;
+  result = mark_result::abandoned;
   holder.clear();
   const std::string mark = owner_mark_name(token);
   const std::string mark_path = token_path + "/" + mark;
-  auto give_up = [&](const char* what, std::error_code ec) {
-    // Not left held: the acquisition fails, so the token goes back to free.
+
+  // The acquisition fails. The token goes back to "lockfile" only when a
+  // listing shows that it holds nobody else's live mark: a rename through
+  // our name might otherwise move another holder's token.
+  auto give_up = [&](const std::string& what, std::error_code ec) {
     sys.remove_directory(mark_path);
-    sys.rename(token_path, paths.free_path);
-    return os_failure(sys, paths, "acquire", std::string(what) + " " + token, token, ec);
+    std::vector<std::string> names;
+    std::string_view outcome = "; the token stays until its lease ends";
+    if (!list_token(sys, token_path, names) &&
+        judge_marks(sys, options, token_path, names, mark, taken_from).live_token.empty() &&
+        !sys.rename(token_path, paths.free_path))
+      outcome = "; the lock was freed again";
+    failure f = os_failure(sys, paths, step, what + " " + token, token, ec);
+    f.message.append(outcome);
+    return f;
   };
 
-  // ESTALE: the client's handle for our token's name is out of date, which
-  // a fresh lookup usually mends. If it persists we cannot tell whether the
-  // name still reaches our token, and renaming through it might move
-  // another holder's: we hold nothing and rename nothing (at worst the lock
-  // stays taken until our lease ends).
-  constexpr int stale_tries = 3;
   std::error_code ec;
   for (int i = 0; i < stale_tries; ++i) {
     ec = sys.make_directory(mark_path, 0700);
     if (ec != stale_handle) break;
   }
-  // Gone already: a second rename of the name we took moved our token.
-  if (ec == std::errc::no_such_file_or_directory || ec == stale_handle) return {};
+  // A retransmitted mkdir whose first reply was lost.
+  if (ec == std::errc::file_exists) ec.clear();
+  // Gone already: a second rename of the name we took moved our token. Or a
+  // persistent ESTALE, after which we cannot tell: either way we hold
+  // nothing and rename nothing through that name.
+  if (gone(ec)) return {};
   if (ec) return give_up("cannot make the owner mark in", ec);
 
   std::vector<std::string> names;
-  for (int i = 0; i < stale_tries; ++i) {
-    names.clear();
-    ec = sys.list_directory(token_path, names);
-    if (ec != stale_handle) break;
-  }
-  if (ec == std::errc::no_such_file_or_directory || ec == stale_handle) {
+  ec = list_token(sys, token_path, names);
+  if (gone(ec)) {
     sys.remove_directory(mark_path);
     return {};
   }
   if (ec) return give_up("cannot list the owner marks in", ec);
 
-  std::string other;
-  for (const std::string& n : names) {
-    if (n == mark || !starts_with(n, mark_prefix)) continue;
-    const std::string implied = token_of_mark(n);
-    held_token t;
-    // Not a mark any tokenlock writes: not an owner to yield to.
-    if (classify_name(implied, &t) != name_kind::held) continue;
-    observed_token seen{implied, t.expiry_us, std::string(t.host_tag), t.pid, t.start_time};
-    judgement j = judge(sys, options, seen);
-    if (j.stale) {
-      // A dead or expired owner's mark, left by a crash: it holds nothing.
-      sys.remove_directory(token_path + "/" + n);
-      continue;
-    }
-    other = implied;
-    holder = j.reason;
-  }
-  if (other.empty()) {
+  marks_seen seen = judge_marks(sys, options, token_path, names, mark, taken_from);
+  if (seen.live_token.empty()) {
     result = mark_result::held;
     return {};
   }
-  // Someone else holds this token directory: our mark goes, and the
-  // directory gets back the name its owner knows it by, so that the owner's
-  // release and commit find it. Best effort: if that owner has moved it
-  // meanwhile, these calls fail and change nothing of theirs.
-  sys.remove_directory(mark_path);
-  sys.rename(token_path, paths.dir_slash + other);
+  // Someone else holds this token directory: it gets back the name its
+  // owner knows it by, so that the owner's release and commit find it. Our
+  // mark goes only after that rename, through the new name: while it is
+  // inside, whoever takes the directory through a stale name of their own
+  // sees it and steps back too, instead of holding beside its owner.
+  result = mark_result::yielded;
+  holder = std::move(seen.live_reason);
+  const std::string back = paths.dir_slash + seen.live_token;
+  if (!sys.rename(token_path, back))
+    sys.remove_directory(back + "/" + mark);
+  else
+    sys.remove_directory(mark_path);
   return {};
 }
 
-std::error_code remove_owner_mark(os& sys, const std::string& token_path,
-                                  const std::string& mark) {
-  std::error_code ec = sys.remove_directory(token_path + "/" + mark);
-  if (ec == std::errc::no_such_file_or_directory) ec.clear();
+std::error_code remove_owner_mark(os& sys, const std::string& token_path, std::string_view token) {
+  std::error_code ec = sys.remove_directory(token_path + "/" + owner_mark_name(token));
+  if (ec != std::errc::no_such_file_or_directory) return ec;
+  // A refresh that could not rename the mark left it under an older lease.
+  std::vector<std::string> names;
+  if (list_token(sys, token_path, names)) return {};
+  const std::string_view owner = owner_part(token);
+  for (const std::string& n : names) {
+    const std::string implied = token_of_mark(n);
+    if (!implied.empty() && owner_part(implied) == owner) {
+      ec = sys.remove_directory(token_path + "/" + n);
+      if (ec && ec != std::errc::no_such_file_or_directory) return ec;
+    }
+  }
+  return {};
+}
+
+std::error_code restore_owner_mark(os& sys, const std::string& token_path, std::string_view token) {
+  std::error_code ec = sys.make_directory(token_path + "/" + owner_mark_name(token), 0700);
+  if (ec == std::errc::file_exists) ec.clear();
   return ec;
 }
 
-std::string find_owner_mark(os& sys, const std::string& token_path, std::string_view token) {
-  std::vector<std::string> names;
-  if (sys.list_directory(token_path, names)) return {};
-  const std::string_view owner = owner_part(token);
-  for (const std::string& n : names) {
-    if (!starts_with(n, mark_prefix)) continue;
-    const std::string implied = token_of_mark(n);
-    if (classify_name(implied) == name_kind::held && owner_part(implied) == owner) return n;
-  }
-  return {};
+std::error_code rename_owner_mark(os& sys, const std::string& token_path,
+                                  std::string_view old_token, std::string_view token) {
+  std::error_code ec = sys.rename(token_path + "/" + owner_mark_name(old_token),
+                                  token_path + "/" + owner_mark_name(token));
+  if (ec == std::errc::no_such_file_or_directory) return restore_owner_mark(sys, token_path, token);
+  return ec;
 }
 
 }  // namespace tokenlock::detail

@@ -115,4 +115,18 @@ std::string with_expiry(std::string_view owner, std::int64_t expiry_us) {
   return s;
 }
 
+std::string owner_mark_name(std::string_view held_token_name) {
+  std::string m(mark_prefix);
+  m.append(held_token_name.substr(held_prefix.size()));
+  return m;
+}
+
+std::string token_of_mark(std::string_view name) {
+  if (name.substr(0, mark_prefix.size()) != mark_prefix) return {};
+  std::string t(held_prefix);
+  t.append(name.substr(mark_prefix.size()));
+  if (classify_name(t) != name_kind::held) return {};
+  return t;
+}
+
 }  // namespace tokenlock::detail

@@ -2,6 +2,8 @@
 //
 //   free:  lockfile
 //   held:  lockfile.<expiry>.<host>-<hash8>.<pid>.<start>.<nonce>
+//   owner mark, inside a held token (token_mark.hpp):
+//          h.<expiry>.<host>-<hash8>.<pid>.<start>.<nonce>
 //     expiry  decimal microseconds since the Unix epoch, 1-19 digits, no
 //             leading zero, at most INT64_MAX
 //     host    1-32 of [A-Za-z0-9_-] (the sanitised host name)
@@ -54,5 +56,14 @@ std::string_view owner_part(std::string_view held_token_name) noexcept;
 
 // "lockfile.<expiry>.<owner_part>": the token name for a new lease.
 std::string with_expiry(std::string_view owner_part, std::int64_t expiry_us);
+
+inline constexpr std::string_view mark_prefix = "h.";
+
+// "h.<token without lockfile.>": the owner mark of a held token.
+std::string owner_mark_name(std::string_view held_token_name);
+
+// The held token an owner mark stands for ("h.X" -> "lockfile.X"), and
+// whether `name` is a well-formed mark at all (empty when not).
+std::string token_of_mark(std::string_view name);
 
 }  // namespace tokenlock::detail

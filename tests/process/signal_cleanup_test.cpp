@@ -77,6 +77,25 @@ TEST_P(SignalCleanupTest, ReleasesTheLockAndRemovesTheTempFileThenDiesBySignal) 
 
 INSTANTIATE_TEST_SUITE_P(StopSignals, SignalCleanupTest, ::testing::Values(SIGTERM, SIGINT, SIGHUP));
 
+// A mark that cannot be removed must not go into "lockfile" with the token
+// (the next holder would step back from it): the token stays, for a taker
+// to judge our death.
+TEST(SignalCleanup, LeavesTheTokenHeldWhenItsOwnerMarkCannotBeRemoved) {
+  worker_setup s;
+  child w = s.start(true, false, false, "fuse.glusterfs");
+  const std::string token = token_of(w.read_line());
+  const auto marks = entries(s.lock / token);
+  ASSERT_EQ(marks.size(), 1u);
+  spit(s.lock / token / marks[0] / "in-the-way", "x");  // rmdir: ENOTEMPTY
+
+  w.signal(SIGTERM);
+  const int status = w.wait();
+  ASSERT_TRUE(WIFSIGNALED(status)) << "status " << status;
+  EXPECT_EQ(entries(s.lock), std::vector<std::string>{token});
+  EXPECT_TRUE(temp_files_below(s.tmp.path()).empty());
+  EXPECT_EQ(slurp(s.target), "old");
+}
+
 // Where holders leave owner marks (GlusterFS), the mark goes too: one left in
 // the free token would make the next holder step back until our lease ends.
 TEST(SignalCleanup, RemovesTheOwnerMarkBeforeReleasing) {

@@ -8,12 +8,12 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <fstream>
 
 #include <boost/filesystem.hpp>
 
 #include "fake_os.hpp"
 #include "temp_dir.hpp"
-#include "token_mark.hpp"
 #include "token_name.hpp"
 #include "tokenlock/tokenlock.hpp"
 
@@ -67,6 +67,29 @@ class OwnerMarkTest : public ::testing::Test {
   static std::string mark_of(const std::string& token) {
     return tokenlock::detail::owner_mark_name(token);
   }
+  // A token of a dead process (pid 999 or 998 are not running), judged stale.
+  std::string plant_dead_token(int pid) {
+    fs::create_directories(dir);
+    const std::string t = token_of(pid, world->wall_us + 10'000'000);
+    fs::create_directory(dir / t);
+    return t;
+  }
+  // Makes `p`'s next owner mark find a live mark of process 300, which took
+  // the same token first (and, with `workspace`, began an update in it);
+  // returns 300's token name.
+  std::string before_marking_300_took_it(const std::shared_ptr<fake_os>& p, bool workspace) {
+    process(300);
+    const std::string tc = token_of(300, world->wall_us + 10'000'000);
+    p->when("make_directory", "/h.", [this, tc, workspace] {
+      const fs::path x = dir / list(dir).front();
+      fs::create_directory(x / mark_of(tc));
+      if (workspace) {
+        fs::create_directories(x / "w");
+        std::ofstream(x / "w" / ".data.tmp.1") << "300's update";
+      }
+    });
+    return tc;
+  }
   // The lock, created and free.
   void make_free() {
     auto p = process(1);
@@ -100,7 +123,8 @@ TEST_F(OwnerMarkTest, FilesystemsThatRenameByNameGetNoMarks) {
   for (const filesystem_info& fsi :
        {filesystem_info{true, "ext4"}, filesystem_info{false, "fuse.sshfs"},
         filesystem_info{false, "fuse.mfs"}, filesystem_info{false, "nfs4"},
-        filesystem_info{false, "nfs"}}) {
+        filesystem_info{false, "nfs"}, filesystem_info{false, "cifs"},
+        filesystem_info{false, "smb3"}, filesystem_info{false, "ceph"}}) {
     auto a = process(100, fsi);
     lock_handle h = lock_for(a).acquire();
     EXPECT_TRUE(list(dir / h.token()).empty()) << fsi.name;
@@ -145,8 +169,18 @@ TEST_F(OwnerMarkTest, ARenameThatMovedSomeoneElsesTokenGivesItBackAndWaits) {
   auto a = process(100), b = process(200);
   lock_handle ha = lock_for(a).acquire();
   const std::string ta = ha.token();
-  b->when("rename", "data.lock/lockfile", [&] { fs::rename(dir / ta, dir / "lockfile"); });
+  bool mark_inside_while_handing_back = false;
+  b->when("rename", "data.lock/lockfile", [&] {
+    fs::rename(dir / ta, dir / "lockfile");
+    // Until the token has its owner's name again, b's mark stays in it, so
+    // that whoever takes it meanwhile through a stale name steps back too.
+    b->when("rename", ".200.", [&] {
+      for (const std::string& n : list(dir / list(dir).front()))
+        if (n.find(".200.") != std::string::npos) mark_inside_while_handing_back = true;
+    });
+  });
   EXPECT_FALSE(lock_for(b).try_acquire().has_value());
+  EXPECT_TRUE(mark_inside_while_handing_back);
   EXPECT_EQ(entries(), std::vector<std::string>{ta});
   EXPECT_EQ(list(dir / ta), std::vector<std::string>{mark_of(ta)});
   ha.release();  // the rightful holder's release still finds its token
@@ -215,8 +249,7 @@ TEST_F(OwnerMarkTest, EntriesThatAreNotMarksAreNotOwners) {
 }
 
 TEST_F(OwnerMarkTest, ATakeoverRemovesTheStaleOwnersMarkAndWorkspaceButNotALiveMark) {
-  fs::create_directories(dir);
-  const std::string stale = token_of(999, world->wall_us + 10'000'000);
+  const std::string stale = plant_dead_token(999);
   fs::create_directories(dir / stale / "w");
   fs::create_directory(dir / stale / mark_of(stale));
   auto a = process(100);
@@ -224,16 +257,16 @@ TEST_F(OwnerMarkTest, ATakeoverRemovesTheStaleOwnersMarkAndWorkspaceButNotALiveM
   EXPECT_EQ(list(dir / h.token()), std::vector<std::string>{mark_of(h.token())});
   h.release();
 
-  // Another process took the same stale token at the same moment and
-  // marked it: ours steps back and leaves its mark alone.
-  const std::string stale2 = token_of(998, world->wall_us + 10'000'000);
-  fs::rename(dir / "lockfile", dir / stale2);
-  process(300);
-  const std::string tc = token_of(300, world->wall_us + 10'000'000);
-  a->when("make_directory", "/h.", [&] { fs::create_directory(dir / list(dir).front() / mark_of(tc)); });
+  // Another process took the same stale token at the same moment, marked
+  // it and began an update: ours steps back and leaves all that alone.
+  fs::remove(dir / "lockfile");
+  const std::string stale2 = plant_dead_token(998);
+  const std::string tc = before_marking_300_took_it(a, true);
   EXPECT_FALSE(lock_for(a).try_acquire().has_value());
   EXPECT_EQ(entries(), std::vector<std::string>{tc});
-  EXPECT_EQ(list(dir / tc), std::vector<std::string>{mark_of(tc)});
+  EXPECT_EQ(list(dir / tc), (std::vector<std::string>{mark_of(tc), "w"}));
+  EXPECT_EQ(list(dir / tc / "w"), std::vector<std::string>{".data.tmp.1"})
+      << "the workspace of the process that holds the token was cleared";
 }
 
 TEST_F(OwnerMarkTest, AMarkThatCannotBeMadeFailsTheAcquisitionAndLeavesTheLockFree) {
@@ -300,14 +333,13 @@ TEST_F(OwnerMarkTest, AReleaseThatCannotRemoveItsMarkKeepsTheLockAndCanBeRetried
   EXPECT_TRUE(list(dir / "lockfile").empty());
 }
 
-TEST_F(OwnerMarkTest, ARefreshKeepsTheMarkAndAnAdoptedTokenFindsIt) {
+TEST_F(OwnerMarkTest, ARefreshRenamesTheMarkAndAnAdoptedTokenReleasesIt) {
   make_free();
   auto a = process(100);
   lock_handle h = lock_for(a).acquire();
-  const std::string mark = mark_of(h.token());
   world->advance(1'000'000);
   h.refresh();
-  EXPECT_EQ(list(dir / h.token()), std::vector<std::string>{mark});
+  EXPECT_EQ(list(dir / h.token()), std::vector<std::string>{mark_of(h.token())});
   // Another command releases it by name (tokenlock release TOKEN).
   const std::string token = h.detach();
   lock_handle adopted = lock_for(process(100)).adopt(token);
@@ -317,23 +349,127 @@ TEST_F(OwnerMarkTest, ARefreshKeepsTheMarkAndAnAdoptedTokenFindsIt) {
 }
 
 TEST_F(OwnerMarkTest, BreakMarksAndStepsBackFromAConcurrentTaker) {
-  fs::create_directories(dir);
-  const std::string stale = token_of(999, world->wall_us + 10'000'000);
-  fs::create_directory(dir / stale);
+  const std::string stale = plant_dead_token(999);
   auto a = process(100);
   lock_handle h = lock_for(a).take_over(stale, false);
   EXPECT_EQ(list(dir / h.token()), std::vector<std::string>{mark_of(h.token())});
   h.release();
 
-  const std::string stale2 = token_of(998, world->wall_us + 10'000'000);
-  fs::rename(dir / "lockfile", dir / stale2);
-  process(300);
-  const std::string tc = token_of(300, world->wall_us + 10'000'000);
-  a->when("make_directory", "/h.", [&] { fs::create_directory(dir / list(dir).front() / mark_of(tc)); });
+  fs::remove(dir / "lockfile");
+  const std::string stale2 = plant_dead_token(998);
+  const std::string tc = before_marking_300_took_it(a, false);
   const std::string message = message_of([&] { lock_for(a).take_over(stale2, false); });
-  EXPECT_NE(message.find("took over " + stale2 + " at the same moment"), std::string::npos)
+  EXPECT_NE(message.find("another process took " + stale2 + " at the same moment"), std::string::npos)
       << message;
   EXPECT_EQ(entries(), std::vector<std::string>{tc});
+}
+
+// A mark that named the first lease would look expired after that lease
+// ends, though its owner refreshed: the thief would then hold beside it.
+TEST_F(OwnerMarkTest, ARefreshedHolderIsStillSeenLiveAfterItsFirstLeaseEnds) {
+  make_free();
+  auto a = process(100), b = process(200);
+  lock_handle ha = lock_for(a).acquire();
+  for (int i = 0; i < 3; ++i) {
+    world->advance(8'000'000);  // 10 s leases: the first one has ended
+    ha.refresh();
+  }
+  const std::string ta = ha.token();
+  b->when("rename", "data.lock/lockfile", [&] { fs::rename(dir / ta, dir / "lockfile"); });
+  EXPECT_FALSE(lock_for(b).try_acquire().has_value());
+  EXPECT_EQ(entries(), std::vector<std::string>{ta}) << "not handed back to the current name";
+  EXPECT_EQ(list(dir / ta), std::vector<std::string>{mark_of(ta)});
+  ha.release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+}
+
+TEST_F(OwnerMarkTest, ARefreshThatCannotRenameTheMarkSaysSoAndTheReleaseStillFindsIt) {
+  make_free();
+  auto a = process(100);
+  lock_handle h = lock_for(a).acquire();
+  const std::string first = h.token();
+  world->advance(1'000'000);
+  a->fail("rename", "/h.", EIO);
+  std::error_code ec;
+  h.refresh(ec);
+  EXPECT_EQ(ec, std::errc::io_error);
+  EXPECT_NE(tokenlock::last_error_message().find("the lease was renewed, but our owner mark"),
+            std::string::npos)
+      << tokenlock::last_error_message();
+  EXPECT_NE(h.token(), first);
+  EXPECT_EQ(list(dir / h.token()), std::vector<std::string>{mark_of(first)});
+  h.release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+  EXPECT_TRUE(list(dir / "lockfile").empty());
+}
+
+TEST_F(OwnerMarkTest, ATokenThatVanishedBeforeItsListingIsConfirmedWhenItShowsUpAgain) {
+  make_free();
+  auto a = process(100);
+  a->fail("list_directory", "data.lock/lockfile.", ENOENT);
+  lock_options o = options();
+  o.wait = 2s;
+  lock_handle h = rename_lock(dir, o, a).acquire();
+  ASSERT_TRUE(h.owns());
+  EXPECT_EQ(entries(), std::vector<std::string>{h.token()});
+  EXPECT_EQ(list(dir / h.token()), std::vector<std::string>{mark_of(h.token())});
+  EXPECT_EQ(std::count_if(a->calls.begin(), a->calls.end(),
+                          [](const std::string& c) { return c.rfind("rename", 0) == 0; }),
+            1)
+      << "the same token, confirmed on a later look";
+  h.release();
+  EXPECT_TRUE(list(dir / "lockfile").empty());
+}
+
+TEST_F(OwnerMarkTest, APersistentlyStaleListingHoldsNothingAndLeavesNoMark) {
+  make_free();
+  auto a = process(100);
+  a->fail("list_directory", "data.lock/lockfile.", ESTALE, 3);
+  EXPECT_FALSE(lock_for(a).try_acquire().has_value());
+  const std::vector<std::string> held = entries();
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_TRUE(list(dir / held[0]).empty());
+}
+
+TEST_F(OwnerMarkTest, AFailureThatCannotFreeTheTokenSaysItStays) {
+  make_free();
+  auto a = process(100);
+  a->fail("make_directory", "/h.", EACCES);
+  a->fail("rename", "data.lock/lockfile.", EIO);
+  const std::string message = message_of([&] { lock_for(a).acquire(); });
+  EXPECT_NE(message.find("cannot make the owner mark in"), std::string::npos) << message;
+  EXPECT_NE(message.find("the token stays until its lease ends"), std::string::npos) << message;
+  const std::vector<std::string> held = entries();
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_NE(held[0], "lockfile");
+  EXPECT_TRUE(list(dir / held[0]).empty());
+}
+
+TEST_F(OwnerMarkTest, AReleaseWhoseRenameFailsPutsTheMarkBack) {
+  make_free();
+  auto a = process(100);
+  lock_handle h = lock_for(a).acquire();
+  a->fail("rename", "data.lock/lockfile.", EIO);
+  std::error_code ec;
+  h.release(ec);
+  EXPECT_EQ(ec, std::errc::io_error);
+  EXPECT_TRUE(h.owns());
+  EXPECT_EQ(list(dir / h.token()), std::vector<std::string>{mark_of(h.token())});
+  h.release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+  EXPECT_TRUE(list(dir / "lockfile").empty());
+}
+
+TEST_F(OwnerMarkTest, AForcedBreakOfALiveOwnerRemovesThatOwnersMark) {
+  make_free();
+  auto owner = process(300);
+  lock_handle held = lock_for(owner).acquire();
+  const std::string token = held.detach();
+  auto a = process(100);
+  lock_handle h = lock_for(a).take_over(token, true);
+  EXPECT_EQ(list(dir / h.token()), std::vector<std::string>{mark_of(h.token())});
+  h.release();
+  EXPECT_TRUE(list(dir / "lockfile").empty());
 }
 
 }  // namespace

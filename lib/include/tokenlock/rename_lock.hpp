@@ -196,8 +196,10 @@ class rename_lock {
   // Takes over exactly `token`, if it is stale (or `force` is set), by
   // renaming that name to a fresh token of ours; any other token is never
   // touched. Fails with busy (with the reason) when it is not stale and not
-  // forced, lock_lost when the lock no longer holds that token, and
-  // bad_argument when it is not a held token name.
+  // forced, or when, on a filesystem where holders leave owner marks
+  // (GlusterFS: docs/protocol.md), another process took the same token at
+  // the same moment; lock_lost when the lock no longer holds that token,
+  // and bad_argument when it is not a held token name.
   lock_handle take_over(const std::string& token, bool force = false) const;
   lock_handle take_over(const std::string& token, bool force,
                         std::error_code& ec) const noexcept;
@@ -238,13 +240,17 @@ class lock_handle {
   // Renames our token back to "lockfile". Afterwards the handle owns
   // nothing. lock_lost when the token was taken over (nothing is renamed:
   // the new owner keeps its lock). On an empty handle: does nothing.
-  // not_owner in a forked child.
+  // not_owner in a forked child. Where holders leave owner marks, the mark
+  // is removed first; a failure to remove it, or a failed rename, keeps the
+  // lock ours (with its mark), and the call may be repeated.
   void release();
   void release(std::error_code& ec) noexcept;
 
   // Extends the lease to now + `lease` (default: the lease the lock was
   // acquired with) by renaming our token to a name with the new expiry.
   // path() and token() change. lock_lost when the token was taken over.
+  // Where holders leave owner marks, the mark is renamed too; if only that
+  // fails, the lease is renewed and the error says so.
   void refresh();
   void refresh(std::error_code& ec) noexcept;
   void refresh(std::chrono::milliseconds lease);
@@ -253,7 +259,8 @@ class lock_handle {
   // Gives up ownership without renaming anything: the token stays held
   // until its lease ends or its owner process is found dead. Returns the
   // token name. For handing a lock over to another process (the tokenlock
-  // command's `acquire`).
+  // command's `acquire`), which adopt()s it; an owner mark stays with the
+  // token and goes with that process's release.
   std::string detach() noexcept;
 
   // True while this handle holds a token in the process that acquired it.
@@ -264,7 +271,8 @@ class lock_handle {
   // The token's current name in the lock directory (empty if none).
   const std::string& token() const noexcept { return token_; }
   // The held token directory: lock directory / token(). The holder's
-  // workspace; it moves on refresh.
+  // workspace; it moves on refresh. Names there starting with "h." are
+  // reserved (owner marks) and "w" is the updater's.
   boost::filesystem::path path() const;
   const boost::filesystem::path& directory() const noexcept;
   // When the current lease ends.
@@ -284,7 +292,6 @@ class lock_handle {
   std::string token_path_;     // directory / token_, ready for release
   std::int64_t expiry_us_ = 0;
   std::chrono::milliseconds lease_{0};
-  std::string mark_;  // our owner mark inside the token, where marks are kept
   std::uint64_t fork_generation_ = 0;
   int cleanup_slot_ = -1;  // install_signal_cleanup()'s record of the token
 };
