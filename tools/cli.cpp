@@ -24,6 +24,8 @@ int exit_code_for(std::error_code ec, int busy_code) {
       case errc::dir_sync_failed: return exit_code::io_error;
       case errc::not_fenced: return exit_code::software;  // the command never requires a fence
       case errc::stale_data: return exit_code::temp_fail;
+      case errc::server_error: return exit_code::unavailable;
+      case errc::not_replicated: return exit_code::temp_fail;
     }
     return exit_code::software;
   }

@@ -21,6 +21,8 @@ class category final : public std::error_category {
       case errc::dir_sync_failed: return "renamed into place, but the directory sync failed";
       case errc::not_fenced: return "the commit cannot be fenced";
       case errc::stale_data: return "the filesystem served a stale version of the file";
+      case errc::server_error: return "the lock server answered an error";
+      case errc::not_replicated: return "too few replicas acknowledged the grant";
     }
     return "unknown tokenlock error";
   }

@@ -59,12 +59,17 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "canary.hpp"
 #include "fake_os.hpp"
 #include "tokenlock/tokenlock.hpp"
 #include "update_impl.hpp"
 #include "versioned_content.hpp"
 
 using namespace std::chrono_literals;
+using tokenlock::testing::enter_canary;
+using tokenlock::testing::read_counter;
+using tokenlock::testing::wait_for_barrier;
+using tokenlock::testing::write_counter;
 
 namespace {
 
@@ -73,63 +78,6 @@ namespace {
   std::exit(2);
 }
 
-void wait_for_barrier() {
-  char c;
-  while (::read(3, &c, 1) < 0 && errno == EINTR) {
-  }
-}
-
-// The canary's creator is gone (killed while holding) when /proc has no
-// entry for it or shows a zombie.
-bool creator_is_gone(int pid) {
-  std::string path = "/proc/" + std::to_string(pid) + "/stat";
-  FILE* f = std::fopen(path.c_str(), "r");
-  if (!f) return true;
-  char buf[512] = {};
-  size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-  std::fclose(f);
-  const char* close = std::strrchr(buf, ')');
-  return n == 0 || !close || close[2] == 'Z' || close[2] == 'X';
-}
-
-// Returns false on a violation: somebody alive is inside.
-bool enter_canary(const std::string& canary) {
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    int fd = ::open(canary.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      std::string pid = std::to_string(::getpid());
-      if (::write(fd, pid.data(), pid.size()) != static_cast<ssize_t>(pid.size())) die("canary write");
-      ::close(fd);
-      return true;
-    }
-    if (errno != EEXIST) die("canary open: " + std::string(std::strerror(errno)));
-    char buf[32] = {};
-    int rfd = ::open(canary.c_str(), O_RDONLY | O_CLOEXEC);
-    ssize_t n = rfd >= 0 ? ::read(rfd, buf, sizeof buf - 1) : -1;
-    if (rfd >= 0) ::close(rfd);
-    int other = n > 0 ? std::atoi(buf) : 0;
-    if (other > 0 && !creator_is_gone(other)) {
-      std::fprintf(stderr, "lock_worker[%d]: CANARY VIOLATION: pid %d is inside too\n",
-                   static_cast<int>(::getpid()), other);
-      return false;
-    }
-    ::unlink(canary.c_str());  // left by a holder that was killed
-  }
-  return false;
-}
-
-unsigned long long read_counter(int fd) {
-  char buf[32] = {};
-  ssize_t n = ::pread(fd, buf, 21, 0);
-  if (n < 0) die("counter read");
-  return n == 0 ? 0 : std::strtoull(buf, nullptr, 10);
-}
-
-void write_counter(int fd, unsigned long long v) {
-  char buf[32];
-  int len = std::snprintf(buf, sizeof buf, "%020llu\n", v);
-  if (::pwrite(fd, buf, static_cast<size_t>(len), 0) != len) die("counter write");
-}
 
 int count(int argc, char** argv) {
   if (argc != 7) die("usage: count LOCKDIR COUNTER CANARY CYCLES LOG");
@@ -147,9 +95,9 @@ int count(int argc, char** argv) {
   if (::fcntl(3, F_GETFD) != -1) wait_for_barrier();
   for (int i = 0; i < cycles; ++i) {
     tokenlock::lock_handle h = lock.acquire();
-    if (!enter_canary(canary)) return 3;
-    unsigned long long v = read_counter(counter) + 1;
-    write_counter(counter, v);
+    if (!enter_canary(canary, "lock_worker")) return 3;
+    unsigned long long v = read_counter(counter, "lock_worker") + 1;
+    write_counter(counter, v, "lock_worker");
     std::string line = std::to_string(v) + "\n";
     if (::write(log, line.data(), line.size()) != static_cast<ssize_t>(line.size())) die("log");
     ::unlink(canary.c_str());

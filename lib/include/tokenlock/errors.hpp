@@ -72,6 +72,13 @@ enum class errc {
   // cache), so updating it would lose updates. Nothing was written; the
   // message names the filesystem setting to change.
   stale_data,
+  // A lock server (redis_lock) answered an error: a wrong password, a
+  // command refused (a read-only replica, out of memory, an ACL). The
+  // message gives the server's words and the fix where one is known.
+  server_error,
+  // redis_lock_options::replicas were asked for, and fewer replicas
+  // acknowledged the grant in time: the grant was released again.
+  not_replicated,
 };
 
 // The category of tokenlock::errc codes; name() is "tokenlock".

@@ -1,0 +1,262 @@
+#include "redis/redis_connection.hpp"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/time.h>
+
+#include <boost/uuid/detail/sha1.hpp>
+#include <hiredis/hiredis.h>
+
+#include "posix/os.hpp"
+
+namespace tokenlock::detail {
+
+void reply_deleter::operator()(redisReply* r) const noexcept { freeReplyObject(r); }
+
+namespace {
+
+timeval to_timeval(std::chrono::milliseconds ms) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
+  return tv;
+}
+
+std::string sha1_hex(const std::string& s) {
+  boost::uuids::detail::sha1 h;
+  h.process_bytes(s.data(), s.size());
+  unsigned int digest[5];
+  h.get_digest(digest);
+  char out[41];
+  for (int i = 0; i < 5; ++i) std::snprintf(out + 8 * i, 9, "%08x", digest[i]);
+  return std::string(out, 40);
+}
+
+std::uint64_t fork_generation() { return system_os()->fork_generation(); }
+
+// hiredis writes with write(2): a server that went away would raise SIGPIPE
+// and end the program. A library must not: the signal is blocked in this
+// thread while a command runs, and one it raised is taken before the mask
+// is restored, so the caller sees EPIPE as an error instead.
+class sigpipe_guard {
+ public:
+  sigpipe_guard() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    blocked_ = pthread_sigmask(SIG_BLOCK, &pipe_, &old_) == 0;
+  }
+  ~sigpipe_guard() {
+    if (!blocked_) return;
+    if (!was_pending_) {
+      const timespec none{0, 0};
+      const int saved = errno;
+      while (sigtimedwait(&pipe_, nullptr, &none) == SIGPIPE) {
+      }
+      errno = saved;
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  sigpipe_guard(const sigpipe_guard&) = delete;
+  sigpipe_guard& operator=(const sigpipe_guard&) = delete;
+
+ private:
+  sigset_t pipe_, old_;
+  bool was_pending_ = false;
+  bool blocked_ = false;
+};
+
+// What to do about an error reply, where it is known.
+std::string hint_for(std::string_view reply) {
+  auto starts = [&](std::string_view p) { return reply.substr(0, p.size()) == p; };
+  if (starts("WRONGPASS") || starts("ERR invalid password") || starts("NOAUTH") ||
+      starts("ERR AUTH") || starts("ERR Client sent AUTH"))
+    return "; check the user and password in the URL (redis://user:password@host)";
+  if (starts("READONLY"))
+    return "; the URL names a read-only replica: point it at the primary";
+  if (starts("OOM")) return "; the server is out of memory (maxmemory): free memory or raise it";
+  if (starts("NOPERM"))
+    return "; the user lacks a permission: allow EVAL, EVALSHA, BLPOP, WAIT, DEL and the "
+           "lock's keys in its ACL";
+  if (starts("ERR DB index") || starts("ERR invalid DB"))
+    return "; the database number in the URL does not exist on the server";
+  return {};
+}
+
+}  // namespace
+
+redis_script::redis_script(std::string b) : body(std::move(b)), sha1(sha1_hex(body)) {}
+
+redis_connection::redis_connection(std::string url, std::chrono::milliseconds connect_timeout,
+                                   std::chrono::milliseconds command_timeout)
+    : url_(std::move(url)), connect_timeout_(connect_timeout), command_timeout_(command_timeout) {}
+
+redis_connection::~redis_connection() { close(); }
+
+void redis_connection::close() noexcept {
+  if (ctx_) redisFree(ctx_);
+  ctx_ = nullptr;
+}
+
+std::string redis_connection::server() const {
+  return parsed_ && parse_error_.empty() ? endpoint_.display() : std::string("the Redis server");
+}
+
+failure redis_connection::io_failure(const char* step, const std::string& what, int err,
+                                     int saved_errno) {
+  // hiredis reports a timeout as an I/O error with EAGAIN.
+  std::error_code ec;
+  std::string cause;
+  if (err == REDIS_ERR_IO && (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK ||
+                              saved_errno == ETIMEDOUT || saved_errno == EINPROGRESS)) {
+    ec = std::make_error_code(std::errc::timed_out);
+    cause = "no answer in time";
+  } else if (err == REDIS_ERR_IO && saved_errno != 0) {
+    ec = std::error_code(saved_errno, std::generic_category());
+    cause = ec.message();
+  } else if (err == REDIS_ERR_EOF) {
+    ec = std::make_error_code(std::errc::connection_reset);
+    cause = "the server closed the connection";
+  } else {
+    ec = std::make_error_code(std::errc::io_error);
+    cause = ctx_ && ctx_->errstr[0] ? ctx_->errstr : "unknown hiredis error";
+  }
+  std::string msg = "tokenlock: " + std::string(step) + " " + server() + ": " + what + ": " + cause;
+  if (ec == std::errc::connection_refused)
+    msg += "; is redis-server running there, and is the port right?";
+  close();  // a link in an unknown state is not reused
+  return make_failure(ec, msg);
+}
+
+failure redis_connection::connect(const char* step) {
+  if (!parsed_) {
+    parse_error_ = parse_redis_url(url_, endpoint_);
+    parsed_ = true;
+  }
+  if (!parse_error_.empty())
+    return make_failure(errc::bad_argument,
+                        "tokenlock: " + std::string(step) + ": bad Redis URL \"" + url_ +
+                            "\": " + parse_error_);
+  if (ctx_ && fork_generation_ != fork_generation()) {
+    // The parent's socket: closing our copy leaves its link alone.
+    close();
+  }
+  if (ctx_) return {};
+  const timeval tv = to_timeval(connect_timeout_);
+  errno = 0;
+  redisContext* c = endpoint_.unix_socket
+                        ? redisConnectUnixWithTimeout(endpoint_.path.c_str(), tv)
+                        : redisConnectWithTimeout(endpoint_.host.c_str(), endpoint_.port, tv);
+  const int saved = errno;
+  if (!c) return make_failure(std::make_error_code(std::errc::not_enough_memory),
+                              "tokenlock: " + std::string(step) + " " + server() +
+                                  ": cannot allocate a connection");
+  ctx_ = c;
+  fork_generation_ = fork_generation();
+  if (c->err) {
+    // hiredis keeps the connect error's text, not its errno.
+    int e = saved;
+    if (std::strstr(c->errstr, "refused")) e = ECONNREFUSED;
+    else if (std::strstr(c->errstr, "timed out")) e = ETIMEDOUT;
+    else if (std::strstr(c->errstr, "No such file")) e = ENOENT;
+    else if (std::strstr(c->errstr, "ermission")) e = EACCES;
+    const int err = c->err;
+    std::string text = c->errstr;
+    failure f = io_failure(step, "cannot connect", err, e);
+    if (f.code == std::errc::io_error) f.message += " (" + text + ")";
+    return f;
+  }
+  redisSetTimeout(c, to_timeval(command_timeout_));
+  if (endpoint_.has_password) {
+    std::vector<std::string> auth{"AUTH"};
+    if (!endpoint_.user.empty()) auth.push_back(endpoint_.user);
+    auth.push_back(endpoint_.password);
+    reply_ptr r;
+    if (failure f = command("authenticate", auth, r)) {
+      close();
+      return f;
+    }
+  }
+  if (endpoint_.db != 0) {
+    reply_ptr r;
+    if (failure f = command("select the database", {"SELECT", std::to_string(endpoint_.db)}, r)) {
+      close();
+      return f;
+    }
+  }
+  return {};
+}
+
+failure redis_connection::command(const char* step, const std::vector<std::string>& argv,
+                                  reply_ptr& out, std::chrono::milliseconds timeout) {
+  out.reset();
+  bool fresh = false;
+  if (!ctx_ || fork_generation_ != fork_generation()) {
+    if (failure f = connect(step)) return f;
+    fresh = true;
+  }
+  std::vector<const char*> args;
+  std::vector<std::size_t> lens;
+  args.reserve(argv.size());
+  lens.reserve(argv.size());
+  for (const auto& a : argv) {
+    args.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  const bool custom = timeout.count() > 0 && timeout != command_timeout_;
+  if (custom) redisSetTimeout(ctx_, to_timeval(timeout));
+  errno = 0;
+  void* raw;
+  int saved;
+  {
+    sigpipe_guard no_sigpipe;
+    raw = redisCommandArgv(ctx_, static_cast<int>(args.size()), args.data(), lens.data());
+    saved = errno;
+  }
+  if (!raw) {
+    const int err = ctx_->err;
+    // A link that sat idle may have been closed by the server (a restart,
+    // a failover, a timeout): the command never reached it. Once, on a new
+    // link; every script of the lock is safe to run twice.
+    const bool broken = err == REDIS_ERR_EOF ||
+                        (err == REDIS_ERR_IO && (saved == ECONNRESET || saved == EPIPE));
+    if (!fresh && broken) {
+      close();
+      return command(step, argv, out, timeout);
+    }
+    return io_failure(step, argv.empty() ? "command" : argv[0], err, saved);
+  }
+  if (custom) redisSetTimeout(ctx_, to_timeval(command_timeout_));
+  out.reset(static_cast<redisReply*>(raw));
+  if (out->type == REDIS_REPLY_ERROR) {
+    const std::string text(out->str, out->len);
+    return make_failure(errc::server_error, "tokenlock: " + std::string(step) + " " + server() +
+                                                ": the server answered \"" + text + "\"" +
+                                                hint_for(text));
+  }
+  return {};
+}
+
+failure redis_connection::eval(const char* step, const redis_script& script,
+                               const std::vector<std::string>& keys,
+                               const std::vector<std::string>& args, reply_ptr& out) {
+  std::vector<std::string> argv{"EVALSHA", script.sha1, std::to_string(keys.size())};
+  argv.insert(argv.end(), keys.begin(), keys.end());
+  argv.insert(argv.end(), args.begin(), args.end());
+  failure f = command(step, argv, out);
+  if (f && f.code == errc::server_error && f.message.find("\"NOSCRIPT") != std::string::npos) {
+    // A restarted or flushed server forgot it: EVAL loads it again.
+    argv[0] = "EVAL";
+    argv[1] = script.body;
+    f = command(step, argv, out);
+  }
+  return f;
+}
+
+}  // namespace tokenlock::detail

@@ -1,0 +1,71 @@
+// One connection to a Redis server, made on first use and remade after a
+// fork or a broken link: commands with timeouts, scripts by SHA1 (loaded on
+// NOSCRIPT), and errors that name the server and the step.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "failure.hpp"
+#include "redis/redis_url.hpp"
+
+struct redisContext;
+struct redisReply;
+
+namespace tokenlock::detail {
+
+struct reply_deleter {
+  void operator()(redisReply* r) const noexcept;
+};
+using reply_ptr = std::unique_ptr<redisReply, reply_deleter>;
+
+// A Lua script and its SHA1 (hex), computed once.
+struct redis_script {
+  explicit redis_script(std::string body);
+  std::string body;
+  std::string sha1;
+};
+
+class redis_connection {
+ public:
+  // `url` is parsed by the first command (a bad URL fails it with
+  // bad_argument).
+  redis_connection(std::string url, std::chrono::milliseconds connect_timeout,
+                   std::chrono::milliseconds command_timeout);
+  ~redis_connection();
+  redis_connection(const redis_connection&) = delete;
+  redis_connection& operator=(const redis_connection&) = delete;
+
+  // Runs one command and waits up to `timeout` (0: the command timeout) for
+  // its reply. An error reply is a failure (server_error). `step` names
+  // what the command is for, in messages.
+  failure command(const char* step, const std::vector<std::string>& argv, reply_ptr& out,
+                  std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+
+  // EVALSHA, and EVAL when the server does not know the script.
+  failure eval(const char* step, const redis_script& script, const std::vector<std::string>& keys,
+               const std::vector<std::string>& args, reply_ptr& out);
+
+  // For messages: the server without credentials ("redis://host:port").
+  std::string server() const;
+  // Closes the link (the next command reconnects).
+  void close() noexcept;
+
+ private:
+  failure connect(const char* step);
+  failure io_failure(const char* step, const std::string& what, int err, int saved_errno);
+
+  std::string url_;
+  redis_endpoint endpoint_;
+  bool parsed_ = false;
+  std::string parse_error_;
+  std::chrono::milliseconds connect_timeout_, command_timeout_;
+  redisContext* ctx_ = nullptr;
+  std::uint64_t fork_generation_ = 0;
+};
+
+}  // namespace tokenlock::detail

@@ -1,0 +1,559 @@
+#include "tokenlock/redis_lock.hpp"
+
+#include <cstdio>
+#include <string_view>
+
+#include <hiredis/hiredis.h>
+
+#include "failure.hpp"
+#include "posix/os.hpp"
+#include "redis/redis_connection.hpp"
+#include "token_name.hpp"
+
+namespace tokenlock {
+
+namespace detail {
+
+// The keys of one lock (docs/redis.md):
+//   <prefix><name>        hash {owner, fence}: the grant; expires with the lease
+//   <prefix><name>:fence  the last fence granted; expires a day after it
+//   <prefix><name>:wake   a list each release pushes one element to and one
+//                         waiter pops (BLPOP); at most 64 long (a wake-up
+//                         nobody waited for costs the next waiter one more
+//                         attempt); expires with a lease
+struct redis_keys {
+  std::string lock, fence, wake;
+};
+
+// Fences are the server's TIME in microseconds, or the last fence + 1 when
+// that is not larger: they keep increasing when the server loses every key
+// (its clock still runs forward), and are exact in Lua's doubles (< 2^53
+// until the year 2255).
+const redis_script& acquire_script() {
+  static const redis_script s(R"lua(
+local owner = redis.call('HGET', KEYS[1], 'owner')
+if owner == ARGV[1] then
+  -- Ours already: this is a retry whose first reply was lost.
+  return {1, owner, tonumber(redis.call('HGET', KEYS[1], 'fence')) or 0, redis.call('PTTL', KEYS[1]), 0}
+end
+if owner then
+  return {0, owner, tonumber(redis.call('HGET', KEYS[1], 'fence')) or 0, redis.call('PTTL', KEYS[1]), 0}
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local fence, behind = now, 0
+if last >= now then fence = last + 1; behind = last - now + 1 end
+local f = string.format('%.0f', fence)
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'fence', f)
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('SET', KEYS[2], f, 'PX', ARGV[3])
+return {1, ARGV[1], fence, tonumber(ARGV[2]), behind}
+)lua");
+  return s;
+}
+
+// Release (ARGV[4] == "release") or refresh (ARGV[4] == "refresh") of the
+// grant of owner ARGV[1] with fence ARGV[2]; ARGV[3]: the wake list's
+// expiry, or the new lease. Not ours: why, from the last fence.
+const redis_script& settle_script() {
+  static const redis_script s(R"lua(
+local owner = redis.call('HGET', KEYS[1], 'owner')
+if owner == ARGV[1] then
+  if ARGV[4] == 'release' then
+    redis.call('DEL', KEYS[1])
+    redis.call('RPUSH', KEYS[3], '1')
+    redis.call('LTRIM', KEYS[3], -64, -1)
+    redis.call('PEXPIRE', KEYS[3], ARGV[3])
+  else
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  end
+  return {1, '', 0}
+end
+if owner then return {0, 'taken', tonumber(redis.call('HGET', KEYS[1], 'fence')) or 0} end
+local last = redis.call('GET', KEYS[2])
+if not last then return {0, 'lost', 0} end
+last = tonumber(last)
+local mine = tonumber(ARGV[2])
+if last > mine then return {0, 'newer', last} end
+if last < mine then return {0, 'lost', last} end
+return {0, 'expired', last}
+)lua");
+  return s;
+}
+
+const redis_script& holder_script() {
+  static const redis_script s(R"lua(
+local owner = redis.call('HGET', KEYS[1], 'owner')
+if not owner then return {0} end
+return {1, owner, tonumber(redis.call('HGET', KEYS[1], 'fence')) or 0, redis.call('PTTL', KEYS[1])}
+)lua");
+  return s;
+}
+
+const redis_script& break_script() {
+  static const redis_script s(R"lua(
+local owner = redis.call('HGET', KEYS[1], 'owner')
+if owner ~= ARGV[1] then return {0, owner or ''} end
+redis.call('DEL', KEYS[1])
+redis.call('RPUSH', KEYS[3], '1')
+redis.call('LTRIM', KEYS[3], -64, -1)
+redis.call('PEXPIRE', KEYS[3], ARGV[2])
+return {1, owner}
+)lua");
+  return s;
+}
+
+constexpr std::int64_t fence_ttl_ms = 24LL * 3600 * 1000;
+
+redis_keys keys_for(const redis_lock_options& o, const std::string& name) {
+  const std::string base = o.key_prefix + name;
+  return {base, base + ":fence", base + ":wake"};
+}
+
+// Element i of an array reply, as an integer (integer or numeric string).
+bool int_at(const redisReply* r, std::size_t i, long long& out) {
+  if (!r || r->type != REDIS_REPLY_ARRAY || i >= r->elements) return false;
+  const redisReply* e = r->element[i];
+  if (e->type == REDIS_REPLY_INTEGER) {
+    out = e->integer;
+    return true;
+  }
+  if (e->type == REDIS_REPLY_STRING) {
+    char* end = nullptr;
+    out = std::strtoll(e->str, &end, 10);
+    return end && *end == '\0' && e->len > 0;
+  }
+  return false;
+}
+
+std::string str_at(const redisReply* r, std::size_t i) {
+  if (!r || r->type != REDIS_REPLY_ARRAY || i >= r->elements) return {};
+  const redisReply* e = r->element[i];
+  if (e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS) return std::string(e->str, e->len);
+  return {};
+}
+
+failure unexpected_reply(const char* step, const std::string& server) {
+  return make_failure(std::make_error_code(std::errc::protocol_error),
+                      "tokenlock: " + std::string(step) + " " + server +
+                          ": the server's reply has an unexpected shape (is it Redis 5 or newer?)");
+}
+
+// "held by pid 123 on host web-1a2b3c4d (fence 17...), 2.5 s of its lease left".
+std::string describe_holder(const std::string& owner, long long fence, long long pttl_ms) {
+  std::string who = owner;
+  // owner = "<host>-<hash8>.<pid>.<start>.<nonce>": the token grammar's owner part.
+  const std::string t = with_expiry(owner, 1);
+  held_token h;
+  if (classify_name(t, &h) == name_kind::held)
+    who = "pid " + std::to_string(h.pid) + " on host " + std::string(h.host_tag);
+  std::string s = "held by " + who + " (fence " + std::to_string(fence) + ")";
+  if (pttl_ms >= 0) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, ", %.3f s of its lease left", static_cast<double>(pttl_ms) / 1000.0);
+    s += buf;
+  }
+  return s;
+}
+
+std::string lost_reason(const std::string& kind, long long fence, long long mine) {
+  if (kind == "taken" || kind == "newer")
+    return "our lease ended and a newer grant (fence " + std::to_string(fence) +
+           ") took the lock after ours (" + std::to_string(mine) + ")";
+  if (kind == "expired") return "our lease ended (nobody has taken the lock since)";
+  return "the server lost the lock's state (a restart without persistence, FLUSHALL, or a "
+         "failover to a replica that missed our grant)";
+}
+
+std::string new_owner_id() {
+  auto sys = system_os();
+  const process_identity& me = sys->self();
+  return std::string(owner_part(make_token(1, me.host_tag, me.pid, me.start_time, sys->random_u64())));
+}
+
+struct redis_handle_access {
+  static void fill(redis_handle& h, std::shared_ptr<redis_connection> conn, std::string key,
+                   std::string owner, std::uint64_t fence, std::chrono::milliseconds lease,
+                   long long pttl_ms) {
+    h.conn_ = std::move(conn);
+    h.key_ = std::move(key);
+    h.owner_ = std::move(owner);
+    h.fence_ = fence;
+    h.lease_ = lease;
+    h.expires_ = std::chrono::system_clock::now() + std::chrono::milliseconds(pttl_ms);
+    h.fork_generation_ = system_os()->fork_generation();
+  }
+};
+
+}  // namespace detail
+
+using namespace detail;
+
+namespace {
+
+failure validate(const redis_lock_options& o, const std::string& name) {
+  auto bad = [](const std::string& what) {
+    return make_failure(errc::bad_argument, "tokenlock: bad redis_lock arguments: " + what);
+  };
+  if (name.empty()) return bad("the lock name is empty");
+  if (o.lease.count() <= 0) return bad("lease must be positive");
+  if (o.wait.count() < 0) return bad("wait must not be negative");
+  if (o.connect_timeout.count() <= 0 || o.command_timeout.count() <= 0)
+    return bad("connect_timeout and command_timeout must be positive");
+  if (o.replicas < 0) return bad("replicas must not be negative");
+  return {};
+}
+
+failure acquire_impl(const std::string& url, const std::string& name,
+                     const redis_lock_options& o, std::shared_ptr<redis_connection>& conn,
+                     bool may_wait, redis_handle& out, bool& busy) {
+  busy = false;
+  if (failure f = validate(o, name)) return f;
+  if (!conn) conn = std::make_shared<redis_connection>(url, o.connect_timeout, o.command_timeout);
+  const redis_keys k = keys_for(o, name);
+  const std::string owner = new_owner_id();
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + (may_wait ? o.wait : std::chrono::milliseconds(0));
+  std::unique_ptr<redis_connection> blocking;
+  std::string reason;
+  for (;;) {
+    reply_ptr r;
+    if (failure f = conn->eval("acquire", acquire_script(), {k.lock, k.fence, k.wake},
+                               {owner, std::to_string(o.lease.count()), std::to_string(fence_ttl_ms)},
+                               r))
+      return f;
+    long long granted = 0, fence = 0, pttl = 0;
+    if (!int_at(r.get(), 0, granted) || !int_at(r.get(), 2, fence) || !int_at(r.get(), 3, pttl))
+      return unexpected_reply("acquire", conn->server());
+    if (granted == 1) {
+      if (o.replicas > 0) {
+        reply_ptr w;
+        failure f = conn->command("wait for replicas",
+                                  {"WAIT", std::to_string(o.replicas),
+                                   std::to_string(o.replica_timeout.count())},
+                                  w, o.replica_timeout + o.command_timeout);
+        long long acked = -1;
+        if (!f && w && w->type == REDIS_REPLY_INTEGER) acked = w->integer;
+        if (f || acked < o.replicas) {
+          // Not kept: a failover now could lose the grant.
+          reply_ptr ignored;
+          conn->eval("release", settle_script(), {k.lock, k.fence, k.wake},
+                     {owner, std::to_string(fence), std::to_string(o.lease.count()), "release"},
+                     ignored);
+          if (f) return f;
+          return make_failure(errc::not_replicated,
+                              "tokenlock: acquire " + conn->server() + " " + name + ": " +
+                                  std::to_string(acked) + " of " + std::to_string(o.replicas) +
+                                  " replicas acknowledged the grant within " +
+                                  std::to_string(o.replica_timeout.count()) +
+                                  " ms; the grant was released again");
+        }
+      }
+      redis_handle_access::fill(out, conn, k.lock, owner, static_cast<std::uint64_t>(fence), o.lease,
+                                pttl);
+      return {};
+    }
+    reason = describe_holder(str_at(r.get(), 1), fence, pttl);
+    const auto now = std::chrono::steady_clock::now();
+    if (!may_wait || now >= deadline) break;
+    // Wait for a release's wake-up, or the holder's lease to end (a
+    // crashed holder never releases), whichever comes first, and never
+    // past the budget.
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+    std::chrono::milliseconds block = left;
+    if (pttl >= 0 && std::chrono::milliseconds(pttl + 1) < block) block = std::chrono::milliseconds(pttl + 1);
+    if (block.count() < 1) block = std::chrono::milliseconds(1);
+    if (!blocking)
+      blocking = std::make_unique<redis_connection>(url, o.connect_timeout, o.command_timeout);
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.3f", static_cast<double>(block.count()) / 1000.0);
+    reply_ptr popped;
+    if (failure f = blocking->command("wait", {"BLPOP", k.wake, secs}, popped,
+                                      block + o.command_timeout))
+      return f;
+  }
+  busy = true;
+  if (!may_wait || o.wait.count() == 0)
+    return make_failure(errc::busy,
+                        "tokenlock: acquire " + conn->server() + " " + name + ": the lock is " + reason);
+  return make_failure(errc::timed_out, "tokenlock: acquire " + conn->server() + " " + name +
+                                           ": waited " + std::to_string(o.wait.count()) +
+                                           " ms; the lock is " + reason);
+}
+
+failure not_owner_failure(const char* step) {
+  return make_failure(errc::not_owner,
+                      "tokenlock: " + std::string(step) +
+                          ": this handle does not hold a grant (released, lost, moved from, or "
+                          "inherited by a forked child)");
+}
+
+}  // namespace
+
+// ---- redis_lock -------------------------------------------------------------
+
+redis_lock::redis_lock(std::string url, std::string name, redis_lock_options options)
+    : url_(std::move(url)), name_(std::move(name)), options_(std::move(options)) {}
+redis_lock::~redis_lock() = default;
+redis_lock::redis_lock(redis_lock&&) noexcept = default;
+redis_lock& redis_lock::operator=(redis_lock&&) noexcept = default;
+
+redis_handle redis_lock::acquire() {
+  redis_handle h;
+  bool busy = false;
+  run_throwing([&] { return acquire_impl(url_, name_, options_, conn_, true, h, busy); });
+  return h;
+}
+
+redis_handle redis_lock::acquire(std::error_code& ec) noexcept {
+  redis_handle h;
+  bool busy = false;
+  run_noexcept(ec, [&] { return acquire_impl(url_, name_, options_, conn_, true, h, busy); });
+  return h;
+}
+
+std::optional<redis_handle> redis_lock::try_acquire() {
+  redis_handle h;
+  bool busy = false;
+  failure f = acquire_impl(url_, name_, options_, conn_, false, h, busy);
+  if (busy) return std::nullopt;
+  if (f) throw_failure(f);
+  return std::optional<redis_handle>(std::move(h));
+}
+
+std::optional<redis_handle> redis_lock::try_acquire(std::error_code& ec) noexcept {
+  redis_handle h;
+  bool busy = false;
+  run_noexcept(ec, [&] {
+    failure f = acquire_impl(url_, name_, options_, conn_, false, h, busy);
+    return busy ? failure{} : f;
+  });
+  if (ec || busy) return std::nullopt;
+  return std::optional<redis_handle>(std::move(h));
+}
+
+namespace {
+
+failure holder_impl(const std::string& url, const std::string& name, const redis_lock_options& o,
+                    std::shared_ptr<redis_connection>& conn, std::optional<redis_holder_info>& out) {
+  out.reset();
+  if (failure f = validate(o, name)) return f;
+  if (!conn) conn = std::make_shared<redis_connection>(url, o.connect_timeout, o.command_timeout);
+  const redis_keys k = keys_for(o, name);
+  reply_ptr r;
+  if (failure f = conn->eval("status", holder_script(), {k.lock}, {}, r)) return f;
+  long long held = 0;
+  if (!int_at(r.get(), 0, held)) return unexpected_reply("status", conn->server());
+  if (!held) return {};
+  long long fence = 0, pttl = 0;
+  if (!int_at(r.get(), 2, fence) || !int_at(r.get(), 3, pttl))
+    return unexpected_reply("status", conn->server());
+  redis_holder_info info;
+  info.owner = str_at(r.get(), 1);
+  info.fence = static_cast<std::uint64_t>(fence);
+  info.remaining = std::chrono::milliseconds(pttl < 0 ? 0 : pttl);
+  held_token t;
+  const std::string as_token = with_expiry(info.owner, 1);  // t points into it
+  if (classify_name(as_token, &t) == name_kind::held) {
+    info.host_tag = std::string(t.host_tag);
+    info.pid = t.pid;
+  }
+  out = std::move(info);
+  return {};
+}
+
+}  // namespace
+
+std::optional<redis_holder_info> redis_lock::holder() {
+  std::optional<redis_holder_info> out;
+  run_throwing([&] { return holder_impl(url_, name_, options_, conn_, out); });
+  return out;
+}
+
+std::optional<redis_holder_info> redis_lock::holder(std::error_code& ec) noexcept {
+  std::optional<redis_holder_info> out;
+  run_noexcept(ec, [&] { return holder_impl(url_, name_, options_, conn_, out); });
+  if (ec) out.reset();
+  return out;
+}
+
+redis_handle redis_lock::adopt(const std::string& owner) {
+  std::error_code ec;
+  redis_handle h = adopt(owner, ec);
+  if (ec) throw lock_error(ec, last_error_message());
+  return h;
+}
+
+redis_handle redis_lock::adopt(const std::string& owner, std::error_code& ec) noexcept {
+  redis_handle h;
+  run_noexcept(ec, [&]() -> failure {
+    std::optional<redis_holder_info> info;
+    if (failure f = holder_impl(url_, name_, options_, conn_, info)) return f;
+    if (!info || info->owner != owner)
+      return make_failure(errc::lock_lost, "tokenlock: adopt " + conn_->server() + " " + name_ +
+                                               ": the lock is not held by " + owner);
+    redis_handle_access::fill(h, conn_, keys_for(options_, name_).lock, owner, info->fence,
+                              options_.lease, info->remaining.count());
+    return {};
+  });
+  return h;
+}
+
+void redis_lock::break_owner(const std::string& owner) {
+  run_throwing([&] {
+    std::error_code ec;
+    break_owner(owner, ec);
+    return ec ? make_failure(ec, last_error_message()) : failure{};
+  });
+}
+
+void redis_lock::break_owner(const std::string& owner, std::error_code& ec) noexcept {
+  run_noexcept(ec, [&]() -> failure {
+    if (failure f = validate(options_, name_)) return f;
+    if (!conn_)
+      conn_ = std::make_shared<redis_connection>(url_, options_.connect_timeout,
+                                                 options_.command_timeout);
+    const redis_keys k = keys_for(options_, name_);
+    reply_ptr r;
+    if (failure f = conn_->eval("break", break_script(), {k.lock, k.fence, k.wake},
+                                {owner, std::to_string(options_.lease.count())}, r))
+      return f;
+    long long done = 0;
+    if (!int_at(r.get(), 0, done)) return unexpected_reply("break", conn_->server());
+    if (done) return {};
+    const std::string now = str_at(r.get(), 1);
+    return make_failure(errc::lock_lost,
+                        "tokenlock: break " + conn_->server() + " " + name_ + ": " + owner +
+                            " does not hold the lock" +
+                            (now.empty() ? std::string(" (it is free)") : " (" + now + " does)"));
+  });
+}
+
+// ---- redis_handle -----------------------------------------------------------
+
+redis_handle::redis_handle(redis_handle&& o) noexcept
+    : conn_(std::move(o.conn_)),
+      owner_(std::move(o.owner_)),
+      fence_(o.fence_),
+      expires_(o.expires_),
+      lease_(o.lease_),
+      fork_generation_(o.fork_generation_) {
+  o.forget();
+}
+
+redis_handle& redis_handle::operator=(redis_handle&& o) noexcept {
+  if (this != &o) {
+    if (owns()) {
+      std::error_code ignored;
+      release(ignored);
+    }
+    conn_ = std::move(o.conn_);
+    owner_ = std::move(o.owner_);
+    fence_ = o.fence_;
+    expires_ = o.expires_;
+    lease_ = o.lease_;
+    fork_generation_ = o.fork_generation_;
+    o.forget();
+  }
+  return *this;
+}
+
+redis_handle::~redis_handle() {
+  if (owns()) {
+    std::error_code ignored;
+    release(ignored);
+  }
+}
+
+void redis_handle::forget() noexcept {
+  owner_.clear();
+  fence_ = 0;
+}
+
+bool redis_handle::owns() const noexcept {
+  return !owner_.empty() && conn_ && system_os()->fork_generation() == fork_generation_;
+}
+
+std::string redis_handle::detach() noexcept {
+  std::string o;
+  o.swap(owner_);
+  forget();
+  return o;
+}
+
+namespace {
+
+// Release or refresh: compare-and-act on our owner id.
+failure settle(redis_connection& conn, const std::string& lock_key, const std::string& owner,
+               std::uint64_t fence, const char* step, const std::string& what_arg) {
+  const std::string& base = lock_key;
+  reply_ptr r;
+  if (failure f = conn.eval(step, settle_script(), {base, base + ":fence", base + ":wake"},
+                            {owner, std::to_string(fence), what_arg, step}, r))
+    return f;
+  long long ok = 0, other = 0;
+  if (!int_at(r.get(), 0, ok) || !int_at(r.get(), 2, other))
+    return unexpected_reply(step, conn.server());
+  if (ok) return {};
+  return make_failure(errc::lock_lost, "tokenlock: " + std::string(step) + " " + conn.server() +
+                                           ": the grant (fence " + std::to_string(fence) +
+                                           ") is no longer ours: " +
+                                           lost_reason(str_at(r.get(), 1), other,
+                                                       static_cast<long long>(fence)));
+}
+
+}  // namespace
+
+void redis_handle::release() {
+  run_throwing([&]() -> failure {
+    std::error_code ec;
+    release(ec);
+    return ec ? make_failure(ec, last_error_message()) : failure{};
+  });
+}
+
+void redis_handle::release(std::error_code& ec) noexcept {
+  run_noexcept(ec, [&]() -> failure {
+    if (owner_.empty()) return {};
+    if (!owns()) {
+      forget();
+      return not_owner_failure("release");
+    }
+    failure f = settle(*conn_, key_, owner_, fence_, "release", std::to_string(lease_.count()));
+    // Not retried: a lost grant stays lost, and a connection error leaves
+    // the grant to end with its lease.
+    if (!f || f.code == errc::lock_lost) forget();
+    return f;
+  });
+}
+
+void redis_handle::refresh() { refresh(lease_); }
+void redis_handle::refresh(std::error_code& ec) noexcept { refresh(lease_, ec); }
+
+void redis_handle::refresh(std::chrono::milliseconds lease) {
+  run_throwing([&]() -> failure {
+    std::error_code ec;
+    refresh(lease, ec);
+    return ec ? make_failure(ec, last_error_message()) : failure{};
+  });
+}
+
+void redis_handle::refresh(std::chrono::milliseconds lease, std::error_code& ec) noexcept {
+  run_noexcept(ec, [&]() -> failure {
+    if (owner_.empty() || !owns()) return not_owner_failure("refresh");
+    if (lease.count() <= 0)
+      return make_failure(errc::bad_argument, "tokenlock: refresh: the lease must be positive");
+    const auto sent = std::chrono::system_clock::now();
+    failure f = settle(*conn_, key_, owner_, fence_, "refresh", std::to_string(lease.count()));
+    if (f) {
+      if (f.code == errc::lock_lost) forget();
+      return f;
+    }
+    lease_ = lease;
+    expires_ = sent + lease;
+    return {};
+  });
+}
+
+}  // namespace tokenlock

@@ -1,0 +1,381 @@
+// redis_lock against a real redis-server that each test starts (127.0.0.1,
+// a free port, and a unix socket) and stops by its pid.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "redis/redis_url.hpp"
+#include "redis_server.hpp"
+#include "tokenlock/redis_lock.hpp"
+
+using namespace std::chrono_literals;
+using tokenlock::errc;
+using tokenlock::lock_error;
+using tokenlock::redis_handle;
+using tokenlock::redis_lock;
+using tokenlock::redis_lock_options;
+using tokenlock::detail::parse_redis_url;
+using tokenlock::detail::redis_endpoint;
+using tokenlock::testing::free_port;
+using tokenlock::testing::redis_server;
+
+namespace {
+
+// ---- URLs (no server) --------------------------------------------------------
+
+TEST(RedisUrl, ParsesEveryPartOfTheTwoForms) {
+  redis_endpoint e;
+  ASSERT_EQ(parse_redis_url("redis://127.0.0.1", e), "");
+  EXPECT_FALSE(e.unix_socket);
+  EXPECT_EQ(e.host, "127.0.0.1");
+  EXPECT_EQ(e.port, 6379);
+  EXPECT_EQ(e.db, 0);
+  EXPECT_FALSE(e.has_password);
+
+  ASSERT_EQ(parse_redis_url("redis://alice:s%40cr%3At@cache-1.example:6380/7", e), "");
+  EXPECT_EQ(e.user, "alice");
+  EXPECT_EQ(e.password, "s@cr:t");
+  EXPECT_EQ(e.host, "cache-1.example");
+  EXPECT_EQ(e.port, 6380);
+  EXPECT_EQ(e.db, 7);
+  EXPECT_EQ(e.display(), "redis://cache-1.example:6380/7") << "no credentials in messages";
+
+  ASSERT_EQ(parse_redis_url("redis://:secret@[::1]:7000", e), "");
+  EXPECT_EQ(e.host, "::1");
+  EXPECT_EQ(e.user, "");
+  EXPECT_EQ(e.password, "secret");
+  EXPECT_EQ(e.port, 7000);
+  EXPECT_EQ(e.display(), "redis://[::1]:7000");
+
+  ASSERT_EQ(parse_redis_url("unix:///run/redis/redis.sock?db=3", e), "");
+  EXPECT_TRUE(e.unix_socket);
+  EXPECT_EQ(e.path, "/run/redis/redis.sock");
+  EXPECT_EQ(e.db, 3);
+  ASSERT_EQ(parse_redis_url("unix://:pw@/tmp/r.sock", e), "");
+  EXPECT_EQ(e.path, "/tmp/r.sock");
+  EXPECT_EQ(e.password, "pw");
+}
+
+TEST(RedisUrl, RefusesWhatDoesNotNameOneServerAndSaysWhichPart) {
+  struct bad {
+    const char* url;
+    const char* says;
+  };
+  for (const bad& b : {bad{"http://host", "must start with redis://"},
+                       bad{"rediss://host", "TLS is not supported"},
+                       bad{"redis://", "host is missing"},
+                       bad{"redis://:6379", "host is missing"},
+                       bad{"redis://host:", "port after ':' is missing"},
+                       bad{"redis://host:0", "port must be a number from 1 to 65535"},
+                       bad{"redis://host:65536", "port must be"},
+                       bad{"redis://host:12ab", "port must be"},
+                       bad{"redis://host/x", "database after the '/' must be a number"},
+                       bad{"redis://[::1", "closing ']'"},
+                       bad{"redis://[::1]x", "only :port may follow"},
+                       bad{"redis://ho st", "character that no host name"},
+                       bad{"redis://user@host", "[user]:password@"},
+                       bad{"redis://:bad%zz@host", "password has a bad %-escape"},
+                       bad{"redis://:bad%4@host", "password has a bad %-escape"},
+                       bad{"unix://relative.sock", "absolute socket path"},
+                       bad{"unix:///s.sock?database=1", "?db=N"}}) {
+    redis_endpoint e;
+    const std::string why = parse_redis_url(b.url, e);
+    EXPECT_NE(why.find(b.says), std::string::npos) << b.url << ": " << why;
+  }
+}
+
+// ---- with a server -------------------------------------------------------------
+
+class RedisLockTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string why = redis_server::unavailable();
+    if (!why.empty()) GTEST_SKIP() << why;
+    server = std::make_unique<redis_server>();
+  }
+  redis_lock_options options(std::chrono::milliseconds lease = 30s,
+                             std::chrono::milliseconds wait = 0ms) const {
+    redis_lock_options o;
+    o.lease = lease;
+    o.wait = wait;
+    return o;
+  }
+  redis_lock lock(const std::string& name = "coupons", redis_lock_options o = {}) const {
+    return redis_lock(server->url(), name, o);
+  }
+  std::unique_ptr<redis_server> server;
+};
+
+template <class F>
+std::pair<std::error_code, std::string> error_of(F f) {
+  try {
+    f();
+  } catch (const lock_error& e) {
+    return {e.code(), e.what()};
+  }
+  return {};
+}
+
+TEST_F(RedisLockTest, GrantsOneHolderAtATimeWithIncreasingFences) {
+  redis_lock a = lock("coupons", options()), b = lock("coupons", options());
+  redis_handle h = a.acquire();
+  ASSERT_TRUE(h.owns());
+  EXPECT_GT(h.fence(), 0u);
+  EXPECT_FALSE(b.try_acquire().has_value());
+  const auto busy = error_of([&] { b.acquire(); });
+  EXPECT_EQ(busy.first, errc::busy);
+  EXPECT_NE(busy.second.find("held by pid " + std::to_string(::getpid())), std::string::npos)
+      << busy.second;
+  const std::uint64_t first = h.fence();
+  h.release();
+  EXPECT_FALSE(h.owns());
+  redis_handle g = b.acquire();
+  EXPECT_GT(g.fence(), first);
+  // Another name is another lock.
+  redis_handle other = lock("elsewhere", options()).acquire();
+  EXPECT_TRUE(other.owns());
+}
+
+TEST_F(RedisLockTest, HolderDescribesTheGrantAndTheKeysExpire) {
+  redis_lock a = lock("coupons", options(20s));
+  EXPECT_FALSE(a.holder().has_value());
+  redis_handle h = a.acquire();
+  auto info = a.holder();
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->owner, h.owner());
+  EXPECT_EQ(info->fence, h.fence());
+  EXPECT_EQ(info->pid, ::getpid());
+  EXPECT_GT(info->remaining.count(), 15000);
+  EXPECT_LE(info->remaining.count(), 20000);
+  const long lock_ttl = std::stol(server->cli({"PTTL", "tokenlock:coupons"}));
+  EXPECT_GT(lock_ttl, 0);
+  EXPECT_LE(lock_ttl, 20000);
+  h.release();
+  EXPECT_FALSE(a.holder().has_value());
+  // Whatever the lock leaves expires: the last fence (a day) and the wake-up.
+  EXPECT_EQ(server->cli({"EXISTS", "tokenlock:coupons"}), "0");
+  EXPECT_GT(std::stol(server->cli({"PTTL", "tokenlock:coupons:fence"})), 0);
+  EXPECT_GT(std::stol(server->cli({"PTTL", "tokenlock:coupons:wake"})), 0);
+  EXPECT_EQ(server->cli({"DBSIZE"}), "2");
+}
+
+TEST_F(RedisLockTest, RefreshExtendsTheLeaseAndKeepsTheFence) {
+  redis_lock a = lock("coupons", options(2s));
+  redis_handle h = a.acquire();
+  const auto fence = h.fence();
+  h.refresh(40s);
+  EXPECT_EQ(h.fence(), fence);
+  EXPECT_GT(std::stol(server->cli({"PTTL", "tokenlock:coupons"})), 30000);
+  EXPECT_EQ(h.lease(), 40s);
+}
+
+TEST_F(RedisLockTest, ALostGrantIsReportedWithItsReason) {
+  redis_lock a = lock("coupons", options()), b = lock("coupons", options());
+  // The lease ended: the key expired (deleted here as expiry would).
+  {
+    redis_handle h = a.acquire();
+    server->cli({"DEL", "tokenlock:coupons"});
+    const auto e = error_of([&] { h.release(); });
+    EXPECT_EQ(e.first, errc::lock_lost);
+    EXPECT_NE(e.second.find("our lease ended (nobody has taken the lock since)"), std::string::npos)
+        << e.second;
+    EXPECT_FALSE(h.owns());
+  }
+  // A newer grant took it.
+  {
+    redis_handle h = a.acquire();
+    server->cli({"DEL", "tokenlock:coupons"});
+    redis_handle newer = b.acquire();
+    std::error_code ec;
+    h.refresh(ec);
+    EXPECT_EQ(ec, errc::lock_lost);
+    EXPECT_NE(tokenlock::last_error_message().find("a newer grant (fence " +
+                                                   std::to_string(newer.fence())),
+              std::string::npos)
+        << tokenlock::last_error_message();
+    EXPECT_TRUE(newer.owns());
+    newer.release();  // the newer holder is untouched
+  }
+  // The server lost everything.
+  {
+    redis_handle h = a.acquire();
+    server->cli({"FLUSHALL"});
+    const auto e = error_of([&] { h.release(); });
+    EXPECT_EQ(e.first, errc::lock_lost);
+    EXPECT_NE(e.second.find("the server lost the lock's state"), std::string::npos) << e.second;
+  }
+}
+
+TEST_F(RedisLockTest, FencesKeepIncreasingWhenTheServerLosesItsData) {
+  redis_lock a = lock("coupons", options());
+  std::uint64_t last = 0;
+  for (int i = 0; i < 3; ++i) {
+    redis_handle h = a.acquire();
+    EXPECT_GT(h.fence(), last);
+    last = h.fence();
+    h.release();
+  }
+  server->cli({"FLUSHALL"});
+  redis_handle h = a.acquire();
+  EXPECT_GT(h.fence(), last) << "after FLUSHALL";
+  last = h.fence();
+  h.detach();  // held when the server dies
+  server->restart();
+  redis_handle g = lock("coupons", options()).acquire();
+  EXPECT_GT(g.fence(), last) << "after a restart without persistence";
+}
+
+TEST_F(RedisLockTest, AWaiterIsWokenByTheReleaseNotByItsBudget) {
+  redis_lock holder_lock = lock("coupons", options(30s));
+  redis_handle h = holder_lock.acquire();
+  std::thread releaser([&] {
+    // Released only once the waiter is blocked on the server: what wakes it
+    // must be the release.
+    const auto give_up = std::chrono::steady_clock::now() + 10s;
+    while (server->cli({"CLIENT", "LIST"}).find("cmd=blpop") == std::string::npos &&
+           std::chrono::steady_clock::now() < give_up) {
+    }
+    h.release();
+  });
+  redis_lock waiter = lock("coupons", options(30s, 5s));
+  const auto start = std::chrono::steady_clock::now();
+  redis_handle g = waiter.acquire();
+  const auto took = std::chrono::steady_clock::now() - start;
+  releaser.join();
+  EXPECT_TRUE(g.owns());
+  EXPECT_LT(took, 4s) << "the wake-up was missed: the waiter ran into its budget";
+}
+
+TEST_F(RedisLockTest, ACrashedHoldersLockFreesWhenItsLeaseEnds) {
+  redis_handle crashed = lock("coupons", options(300ms)).acquire();
+  crashed.detach();  // never released, as after kill -9
+  const auto start = std::chrono::steady_clock::now();
+  redis_handle g = lock("coupons", options(30s, 5s)).acquire();
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_TRUE(g.owns());
+  EXPECT_GE(took, 150ms) << "taken before the lease ended";
+  EXPECT_LT(took, 3s) << "waited well past the lease";
+}
+
+TEST_F(RedisLockTest, AWaitNeverOutlastsItsBudget) {
+  redis_handle h = lock("coupons", options(30s)).acquire();
+  redis_lock waiter = lock("coupons", options(30s, 300ms));
+  const auto start = std::chrono::steady_clock::now();
+  const auto e = error_of([&] { waiter.acquire(); });
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(e.first, errc::timed_out);
+  EXPECT_NE(e.second.find("waited 300 ms"), std::string::npos) << e.second;
+  EXPECT_GE(took, 250ms);
+  EXPECT_LT(took, 2s);
+}
+
+TEST_F(RedisLockTest, WorksOverTheUnixSocketWithAnotherDatabase) {
+  redis_lock a(server->unix_url(3), "coupons", options());
+  redis_handle h = a.acquire();
+  EXPECT_EQ(server->cli({"-n", "3", "EXISTS", "tokenlock:coupons"}), "1");
+  EXPECT_EQ(server->cli({"EXISTS", "tokenlock:coupons"}), "0") << "db 0 untouched";
+  h.release();
+}
+
+TEST_F(RedisLockTest, AdoptAndBreakActOnlyOnTheNamedOwner) {
+  redis_lock a = lock("coupons", options());
+  redis_handle h = a.acquire();
+  const std::string owner = h.detach();
+  redis_lock other = lock("coupons", options());
+  EXPECT_EQ(error_of([&] { other.adopt("somebody-else"); }).first, errc::lock_lost);
+  EXPECT_EQ(error_of([&] { other.break_owner("somebody-else"); }).first, errc::lock_lost);
+  EXPECT_TRUE(other.holder().has_value());
+  redis_handle adopted = other.adopt(owner);
+  adopted.refresh();
+  adopted.detach();
+  other.break_owner(owner);
+  EXPECT_FALSE(other.holder().has_value());
+}
+
+TEST_F(RedisLockTest, AskingForReplicasThatDoNotExistReleasesTheGrant) {
+  redis_lock_options o = options();
+  o.replicas = 1;
+  o.replica_timeout = 100ms;
+  redis_lock a = lock("coupons", o);
+  const auto e = error_of([&] { a.acquire(); });
+  EXPECT_EQ(e.first, errc::not_replicated);
+  EXPECT_NE(e.second.find("0 of 1 replicas acknowledged"), std::string::npos) << e.second;
+  EXPECT_FALSE(a.holder().has_value()) << "the grant was kept";
+}
+
+// ---- errors: clear, naming the server and the step, never a hang ---------------
+
+TEST(RedisLockErrors, AnUnreachableServerIsNamed) {
+  const int port = free_port();
+  redis_lock_options o;
+  o.wait = 2s;
+  redis_lock a("redis://127.0.0.1:" + std::to_string(port), "coupons", o);
+  const auto start = std::chrono::steady_clock::now();
+  const auto e = error_of([&] { a.acquire(); });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  EXPECT_EQ(e.first, std::errc::connection_refused);
+  EXPECT_NE(e.second.find("redis://127.0.0.1:" + std::to_string(port)), std::string::npos) << e.second;
+  EXPECT_NE(e.second.find("cannot connect"), std::string::npos) << e.second;
+  EXPECT_NE(e.second.find("is redis-server running"), std::string::npos) << e.second;
+
+  redis_lock missing("unix:///nonexistent/dir/redis.sock", "coupons", o);
+  const auto m = error_of([&] { missing.acquire(); });
+  EXPECT_TRUE(m.first) << m.second;
+  EXPECT_NE(m.second.find("unix:///nonexistent/dir/redis.sock"), std::string::npos) << m.second;
+}
+
+TEST(RedisLockErrors, BadArgumentsAreRefusedBeforeAnyConnection) {
+  EXPECT_EQ(error_of([] { redis_lock("redis://host:99999", "x").acquire(); }).first,
+            errc::bad_argument);
+  const auto e = error_of([] { redis_lock("redis://host:99999", "x").acquire(); });
+  EXPECT_NE(e.second.find("bad Redis URL \"redis://host:99999\""), std::string::npos) << e.second;
+  EXPECT_EQ(error_of([] { redis_lock("redis://127.0.0.1", "").acquire(); }).first,
+            errc::bad_argument);
+  redis_lock_options o;
+  o.lease = 0ms;
+  EXPECT_EQ(error_of([&] { redis_lock("redis://127.0.0.1", "x", o).acquire(); }).first,
+            errc::bad_argument);
+}
+
+TEST(RedisLockErrors, AWrongPasswordIsAServerErrorWithTheFix) {
+  const std::string why = redis_server::unavailable();
+  if (!why.empty()) GTEST_SKIP() << why;
+  redis_server server({"--requirepass", "s3cret"});
+  redis_lock_options o;
+  o.wait = 0ms;
+  const auto e = error_of([&] { redis_lock(server.url(":wrong"), "coupons", o).acquire(); });
+  EXPECT_EQ(e.first, errc::server_error);
+  EXPECT_NE(e.second.find("authenticate"), std::string::npos) << e.second;
+  EXPECT_NE(e.second.find("check the user and password"), std::string::npos) << e.second;
+  const auto none = error_of([&] { redis_lock(server.url(), "coupons", o).acquire(); });
+  EXPECT_EQ(none.first, errc::server_error) << none.second;
+  EXPECT_NE(none.second.find("NOAUTH"), std::string::npos) << none.second;
+  redis_handle h = redis_lock(server.url(":s3cret"), "coupons", o).acquire();
+  EXPECT_TRUE(h.owns());
+}
+
+TEST(RedisLockErrors, AServerThatStopsAnsweringTimesOutInsteadOfHanging) {
+  const std::string why = redis_server::unavailable();
+  if (!why.empty()) GTEST_SKIP() << why;
+  redis_server server;
+  redis_lock_options o;
+  o.wait = 5s;
+  o.command_timeout = 300ms;
+  o.connect_timeout = 300ms;
+  redis_lock a(server.url(), "coupons", o);
+  redis_handle h = a.acquire();
+  server.stop_answering();
+  // The kernel still accepts the connection; the command gets no answer.
+  redis_lock b(server.url(), "coupons", o);
+  const auto start = std::chrono::steady_clock::now();
+  const auto e = error_of([&] { b.acquire(); });
+  EXPECT_EQ(e.first, std::errc::timed_out) << e.second;
+  EXPECT_NE(e.second.find("acquire " + server.url()), std::string::npos) << e.second;
+  EXPECT_NE(e.second.find("no answer in time"), std::string::npos) << e.second;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+  server.resume();
+  h.release();  // the holder's connection was never disturbed
+}
+
+}  // namespace

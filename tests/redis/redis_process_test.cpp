@@ -1,0 +1,146 @@
+// The Redis lock with real processes, real signals and a real redis-server
+// that is killed, restarted and failed over by the tests.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <sys/wait.h>
+
+#include "child.hpp"
+#include "redis_server.hpp"
+#include "temp_dir.hpp"
+#include "tokenlock/redis_lock.hpp"
+
+using namespace std::chrono_literals;
+using tokenlock::errc;
+using tokenlock::redis_handle;
+using tokenlock::redis_lock;
+using tokenlock::redis_lock_options;
+using tokenlock::testing::child;
+using tokenlock::testing::redis_server;
+using tokenlock::testing::start_barrier;
+using tokenlock::testing::temp_dir;
+
+namespace {
+
+const std::string worker = REDIS_WORKER_PATH;
+
+// "H <fence> <owner>" -> fence.
+std::uint64_t fence_of(const std::string& line) {
+  EXPECT_EQ(line.rfind("H ", 0), 0u) << line;
+  return std::stoull(line.substr(2, line.find(' ', 2) - 2));
+}
+
+redis_lock_options waiting(std::chrono::milliseconds wait, std::chrono::milliseconds lease = 30s) {
+  redis_lock_options o;
+  o.wait = wait;
+  o.lease = lease;
+  return o;
+}
+
+class RedisProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string why = redis_server::unavailable();
+    if (!why.empty()) GTEST_SKIP() << why;
+    server = std::make_unique<redis_server>();
+  }
+  std::unique_ptr<redis_server> server;
+  temp_dir tmp;
+};
+
+TEST_F(RedisProcessTest, SixteenProcessesNeverOverlapAndCountExactly) {
+  constexpr int processes = 16, cycles = 25;
+  const std::string counter = (tmp / "counter").string(), canary = (tmp / "canary").string();
+  start_barrier barrier;
+  std::vector<child> workers;
+  for (int i = 0; i < processes; ++i)
+    workers.emplace_back(std::vector<std::string>{worker, "count", server->url(), "coupons",
+                                                  counter, canary, std::to_string(cycles)},
+                         &barrier);
+  barrier.open_gate();
+  for (auto& w : workers) {
+    EXPECT_EQ(w.read_line(60s), "fences ascending");
+    const int status = w.wait();
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  }
+  std::ifstream in(counter);
+  unsigned long long value = 0;
+  in >> value;
+  EXPECT_EQ(value, static_cast<unsigned long long>(processes * cycles));
+}
+
+TEST_F(RedisProcessTest, AHolderStoppedPastItsLeaseIsTakenOverAndLearnsItLostTheLock) {
+  child h({worker, "hold", server->url(), "coupons", "300"});
+  const std::uint64_t stalled = fence_of(h.read_line());
+  h.signal(SIGSTOP);
+  ASSERT_TRUE(h.wait_stopped());
+  redis_handle next = redis_lock(server->url(), "coupons", waiting(5s)).acquire();
+  EXPECT_GT(next.fence(), stalled);
+  h.signal(SIGCONT);
+  h.write_line("release");
+  const std::string said = h.read_line();
+  EXPECT_EQ(said.rfind("lock_lost ", 0), 0u) << said;
+  EXPECT_NE(said.find("a newer grant (fence " + std::to_string(next.fence()) + ")"),
+            std::string::npos)
+      << said;
+  EXPECT_TRUE(next.owns());
+  next.release();  // untouched by the late release
+}
+
+TEST_F(RedisProcessTest, AKilledHoldersLockFreesAtTheEndOfItsLease) {
+  child h({worker, "hold", server->url(), "coupons", "400"});
+  const std::uint64_t dead = fence_of(h.read_line());
+  h.signal(SIGKILL);
+  h.wait();
+  redis_handle next = redis_lock(server->url(), "coupons", waiting(5s)).acquire();
+  EXPECT_GT(next.fence(), dead);
+}
+
+TEST_F(RedisProcessTest, ARestartWithoutPersistenceTellsHoldersAndFencesKeepIncreasing) {
+  child h({worker, "hold", server->url(), "coupons", "30000"});
+  const std::uint64_t before = fence_of(h.read_line());
+  server->kill_hard();
+  server->restart();
+  h.write_line("release");
+  const std::string said = h.read_line();
+  EXPECT_EQ(said.rfind("lock_lost ", 0), 0u) << said;
+  EXPECT_NE(said.find("the server lost the lock's state"), std::string::npos) << said;
+  redis_handle next = redis_lock(server->url(), "coupons", waiting(0ms)).acquire();
+  EXPECT_GT(next.fence(), before);
+}
+
+// A replica that missed the last grant (asynchronous replication: the
+// primary died before sending it) becomes the primary and takes over the
+// server's address (here its unix socket path, renamed over the old one, as
+// a service address would move). The grant's holder hears that the lock was
+// lost, and the new primary's fences are still larger than that grant's,
+// although it only knows an older last fence.
+TEST_F(RedisProcessTest, AReplicaPromotedWithoutTheLastGrantKeepsFencesIncreasing) {
+  redis_server replica({"--replicaof", "127.0.0.1", std::to_string(server->port())});
+  redis_lock primary_lock(server->unix_url(), "coupons", waiting(0ms));
+  const std::uint64_t earlier = primary_lock.acquire().fence();  // released at once
+  // In sync once the replica has acknowledged everything written so far.
+  ASSERT_EQ(server->cli({"WAIT", "1", "20000"}), "1") << "the replica never synchronised";
+  EXPECT_NE(replica.cli({"GET", "tokenlock:coupons:fence"}), "");
+  // Replication stops here: the replica misses the next grant.
+  ASSERT_EQ(replica.cli({"REPLICAOF", "NO", "ONE"}), "OK");
+  child h({worker, "hold", server->unix_url(), "coupons", "30000"});
+  const std::uint64_t granted = fence_of(h.read_line());
+  EXPECT_GT(granted, earlier);
+  server->kill_hard();
+  replica.move_socket_to(server->socket_path());
+  EXPECT_EQ(replica.cli({"EXISTS", "tokenlock:coupons"}), "0");
+
+  h.write_line("release");
+  const std::string said = h.read_line();
+  EXPECT_EQ(said.rfind("lock_lost ", 0), 0u) << said;
+  EXPECT_NE(said.find("the server lost the lock's state"), std::string::npos) << said;
+  redis_handle next = redis_lock(replica.unix_url(), "coupons", waiting(0ms)).acquire();
+  EXPECT_GT(next.fence(), granted);
+}
+
+}  // namespace
