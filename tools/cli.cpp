@@ -41,6 +41,13 @@ int exit_code_for(std::error_code ec, int busy_code) {
     case ENOTDIR:
     case ENAMETOOLONG: return exit_code::cant_create;
     case EIO: return exit_code::io_error;
+    // A lock server (--redis) that cannot be reached or does not answer.
+    case ECONNREFUSED:
+    case ECONNRESET:
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+    case ETIMEDOUT:
+    case EPROTO: return exit_code::unavailable;
     case EOVERFLOW:
     case EINVAL: return exit_code::data;
     default: return exit_code::os_error;
@@ -95,7 +102,8 @@ namespace {
 
 // Options of `run` that take a value in the next argument.
 bool takes_value(const std::string& s) {
-  return s == "-w" || s == "--wait" || s == "--lease" || s == "-E" || s == "--conflict-exit-code";
+  return s == "-w" || s == "--wait" || s == "--lease" || s == "-E" || s == "--conflict-exit-code" ||
+         s == "--redis";
 }
 
 }  // namespace
@@ -160,6 +168,12 @@ void add_wait_options(po::options_description& d) {
       "nonblock,n", "fail at once if the lock is busy")(
       "conflict-exit-code,E", po::value<int>()->value_name("CODE")->default_value(exit_code::busy),
       "exit status when the lock is busy or the wait times out");
+}
+
+void add_redis_option(po::options_description& d) {
+  d.add_options()("redis", po::value<std::string>()->value_name("URL"),
+                  "the lock is the NAME given for LOCKDIR in this Redis server "
+                  "(redis://[[user]:password@]host[:port][/db] or unix:///path[?db=N])");
 }
 
 int apply_wait(const po::variables_map& v, lock_options& o) {

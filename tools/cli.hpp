@@ -27,7 +27,8 @@ constexpr int lost = 3;          // the token is not held any more: taken over, 
 constexpr int usage = 64;        // EX_USAGE: bad command line
 constexpr int data = 65;         // EX_DATAERR: corrupt counter, malformed token, empty input
 constexpr int no_input = 66;     // EX_NOINPUT: a file or directory that must exist does not
-constexpr int unavailable = 69;  // EX_UNAVAILABLE: the lock directory needs a human (corrupt)
+constexpr int unavailable = 69;  // EX_UNAVAILABLE: the lock directory needs a human (corrupt), or
+                                 // the Redis server cannot be reached or refuses (--redis)
 constexpr int software = 70;     // EX_SOFTWARE: internal error
 constexpr int os_error = 71;     // EX_OSERR: any other system error
 constexpr int cant_create = 73;  // EX_CANTCREAT: no space, quota, read-only, not a file
@@ -64,6 +65,10 @@ void add_wait_options(po::options_description& d);
 // Applies them to `o` (wait forever when neither -w nor -n is given) and
 // returns the exit status for a busy lock. Throws po::error on bad values.
 int apply_wait(const po::variables_map& v, lock_options& o);
+
+// --redis URL, for the lock commands: the lock is then a NAME in that
+// Redis server instead of a directory (commands_redis.cpp).
+void add_redis_option(po::options_description& d);
 
 // `run`'s arguments, split by hand at LOCKDIR (flock's syntax) so that the
 // command's own arguments are never parsed: options (each option that takes

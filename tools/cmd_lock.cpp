@@ -10,6 +10,7 @@
 
 #include "cli.hpp"
 #include "commands.hpp"
+#include "commands_redis.hpp"
 #include "tokenlock/tokenlock.hpp"
 
 namespace tokenlock::cli {
@@ -19,6 +20,9 @@ namespace {
 // detected dead at once on this host, so the lease only matters across
 // hosts and for scripts that are stopped.
 constexpr double acquire_default_lease_s = 3600;
+// With --redis nobody can see that the script died: its lock frees only
+// when the lease ends.
+constexpr double redis_default_lease_s = 300;
 
 std::int64_t micros(std::chrono::system_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
@@ -79,13 +83,22 @@ int cmd_acquire(const args& a) {
       "with 'tokenlock release LOCKDIR TOKEN', when its lease ends, or as soon as its\n"
       "owner is found dead.\n\nOptions");
   add_wait_options(d);
-  d.add_options()("lease", po::value<double>()->value_name("SECS")->default_value(acquire_default_lease_s),
-                  "how long the lock stays valid without a refresh")(
+  d.add_options()("lease", po::value<double>()->value_name("SECS"),
+                  "how long the lock stays valid without a refresh (default 3600; with --redis "
+                  "300: Redis cannot see that the owner died)")(
       "pid", po::value<int>()->value_name("PID"), "the owner process (default: the parent)");
+  add_redis_option(d);
   return with_command_line("acquire", a, d, {"lockdir"}, [](const po::variables_map& v) {
     lock_options o;
     const int conflict = apply_wait(v, o);
-    o.lease = seconds_option("lease", v["lease"].as<double>(), false);
+    if (v.count("redis")) {
+      if (v.count("pid")) throw po::error("--pid has no meaning with --redis");
+      const double lease = v.count("lease") ? v["lease"].as<double>() : redis_default_lease_s;
+      return redis_acquire(v["redis"].as<std::string>(), v["lockdir"].as<std::string>(),
+                           seconds_option("lease", lease, false), o.wait, conflict);
+    }
+    o.lease = seconds_option("lease", v.count("lease") ? v["lease"].as<double>() : acquire_default_lease_s,
+                             false);
     o.max_lease = std::max(o.max_lease, o.lease);
     o.owner_pid = v.count("pid") ? v["pid"].as<int>() : static_cast<int>(::getppid());
     if (o.owner_pid <= 0) throw po::error("--pid takes a process id");
@@ -103,7 +116,11 @@ int cmd_release(const args& a) {
       "Releases the lock held with TOKEN (as printed by acquire or refresh). Exits 3\n"
       "when the lock does not hold TOKEN any more: it was taken over, or TOKEN belongs\n"
       "to another lock.\n\nOptions");
+  add_redis_option(d);
   return with_command_line("release", a, d, {"lockdir", "token"}, [](const po::variables_map& v) {
+    if (v.count("redis"))
+      return redis_release(v["redis"].as<std::string>(), v["lockdir"].as<std::string>(),
+                           v["token"].as<std::string>());
     return with_adopted(v, [](lock_handle& h) {
       std::error_code ec;
       h.release(ec);
@@ -120,8 +137,12 @@ int cmd_refresh(const args& a) {
       "not hold TOKEN any more.\n\nOptions");
   d.add_options()("lease", po::value<double>()->value_name("SECS")->default_value(acquire_default_lease_s),
                   "the new lease, from now");
+  add_redis_option(d);
   return with_command_line("refresh", a, d, {"lockdir", "token"}, [](const po::variables_map& v) {
     const auto lease = seconds_option("lease", v["lease"].as<double>(), false);
+    if (v.count("redis"))
+      return redis_refresh(v["redis"].as<std::string>(), v["lockdir"].as<std::string>(),
+                           v["token"].as<std::string>(), lease);
     return with_adopted(v, [&](lock_handle& h) {
       std::error_code ec;
       h.refresh(lease, ec);
@@ -141,8 +162,10 @@ int cmd_status(const args& a) {
       "other hosts rest on. --json prints one object; its fields are listed in\n"
       "tokenlock(1).\n\nOptions");
   d.add_options()("json", "print a JSON object");
+  add_redis_option(d);
   return with_command_line("status", a, d, {"lockdir"}, [](const po::variables_map& v) {
     const std::string dir = v["lockdir"].as<std::string>();
+    if (v.count("redis")) return redis_status(v["redis"].as<std::string>(), dir, v.count("json") > 0);
     std::error_code ec;
     std::optional<holder_info> h = rename_lock(dir).holder(ec);
     if (ec) return report(ec, last_error_message());
@@ -194,8 +217,12 @@ int cmd_break(const args& a) {
       "not stale is refused (exit 1) unless --force is given; any other token is never\n"
       "touched. Exits 3 when the lock does not hold TOKEN any more.\n\nOptions");
   d.add_options()("force", "take it over even if its owner looks alive and its lease runs");
+  add_redis_option(d);
   return with_command_line("break", a, d, {"lockdir", "token"}, [](const po::variables_map& v) {
     const std::string token = v["token"].as<std::string>();
+    if (v.count("redis"))
+      return redis_break(v["redis"].as<std::string>(), v["lockdir"].as<std::string>(), token,
+                         v.count("force") > 0);
     std::error_code ec;
     lock_handle h = rename_lock(v["lockdir"].as<std::string>()).take_over(token, v.count("force") > 0, ec);
     if (!ec) h.release(ec);

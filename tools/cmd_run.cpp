@@ -11,7 +11,11 @@
 
 #include "cli.hpp"
 #include "commands.hpp"
+#include "commands_redis.hpp"
 #include "tokenlock/tokenlock.hpp"
+#if TOKENLOCK_HAVE_REDIS
+#include "tokenlock/redis_lock.hpp"
+#endif
 
 namespace tokenlock::cli {
 namespace {
@@ -43,6 +47,7 @@ int cmd_run(const args& a) {
   add_wait_options(d);
   d.add_options()("lease", po::value<double>()->value_name("SECS")->default_value(60),
                   "the lease, kept alive while CMD runs")("verbose,v", "say why when the lock is busy");
+  add_redis_option(d);
 
   // Everything after LOCKDIR belongs to the command, untouched.
   const run_arguments split = split_run_arguments(a);
@@ -56,22 +61,22 @@ int cmd_run(const args& a) {
     const int conflict = apply_wait(v, o);
     o.lease = seconds_option("lease", v["lease"].as<double>(), false);
     o.max_lease = std::max(o.max_lease, o.lease);
+    if (v.count("redis"))
+      return redis_run(v["redis"].as<std::string>(), dir, command, o.lease, o.wait, conflict,
+                       v.count("verbose") > 0);
     return run_locked(dir, command, o, conflict, v.count("verbose") > 0);
   });
 }
 
 namespace {
 
-int run_locked(const std::string& dir, const std::vector<std::string>& command,
-               const lock_options& o, int conflict, bool verbose) {
-  rename_lock lock(dir, o);
+// Runs `command` while `h` holds the lock (`what` names it in messages),
+// refreshing every third of `lease`, and releases at the end. Handle: a
+// lock_handle or a redis_handle.
+template <class Handle>
+int supervise(Handle& h, const std::string& what, const std::vector<std::string>& command,
+              std::chrono::milliseconds lease) {
   std::error_code ec;
-  lock_handle h = lock.acquire(ec);
-  if (ec) {
-    if ((ec == errc::busy || ec == errc::timed_out) && !verbose) return conflict;
-    return report(ec, last_error_message(), conflict);
-  }
-
   // Signals are taken with sigtimedwait: no handler runs asynchronously.
   sigset_t set, old;
   sigemptyset(&set);
@@ -101,7 +106,7 @@ int run_locked(const std::string& dir, const std::vector<std::string>& command,
   }
 
   using clock = std::chrono::steady_clock;
-  const auto interval = std::max(std::chrono::milliseconds(1), o.lease / 3);
+  const auto interval = std::max(std::chrono::milliseconds(1), lease / 3);
   auto next_refresh = clock::now() + interval;
   bool lost = false;
   int status = 0;
@@ -126,7 +131,7 @@ int run_locked(const std::string& dir, const std::vector<std::string>& command,
     h.refresh(ec);
     if (ec == errc::lock_lost) {
       lost = true;
-      std::cerr << last_error_message() << "\ntokenlock run: the lock on " << dir
+      std::cerr << last_error_message() << "\ntokenlock run: the lock on " << what
                 << " was lost while " << command[0] << " runs; it keeps running\n";
     } else if (ec) {
       std::cerr << last_error_message() << " (will retry)\n";
@@ -145,12 +150,43 @@ int run_locked(const std::string& dir, const std::vector<std::string>& command,
                    : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
                                          : exit_code::software;
   if (lost) {
-    std::cerr << "tokenlock run: the lock on " << dir << " was lost while " << command[0]
+    std::cerr << "tokenlock run: the lock on " << what << " was lost while " << command[0]
               << " ran (" << describe_status(status) << ")\n";
     return code != 0 ? code : exit_code::lost;
   }
   return code;
 }
 
+int run_locked(const std::string& dir, const std::vector<std::string>& command,
+               const lock_options& o, int conflict, bool verbose) {
+  rename_lock lock(dir, o);
+  std::error_code ec;
+  lock_handle h = lock.acquire(ec);
+  if (ec) {
+    if ((ec == errc::busy || ec == errc::timed_out) && !verbose) return conflict;
+    return report(ec, last_error_message(), conflict);
+  }
+  return supervise(h, dir, command, o.lease);
+}
+
 }  // namespace
+
+#if TOKENLOCK_HAVE_REDIS
+int redis_run(const std::string& url, const std::string& name,
+              const std::vector<std::string>& command, std::chrono::milliseconds lease,
+              std::chrono::milliseconds wait, int conflict, bool verbose) {
+  redis_lock_options o;
+  o.lease = lease;
+  o.wait = wait;
+  redis_lock lock(url, name, o);
+  std::error_code ec;
+  redis_handle h = lock.acquire(ec);
+  if (ec) {
+    if ((ec == errc::busy || ec == errc::timed_out) && !verbose) return conflict;
+    return report(ec, last_error_message(), conflict);
+  }
+  return supervise(h, "Redis lock " + name, command, lease);
+}
+#endif
+
 }  // namespace tokenlock::cli

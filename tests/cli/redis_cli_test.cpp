@@ -1,0 +1,136 @@
+// The tokenlock command with --redis URL, against a real redis-server that
+// each test starts and stops by its pid.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "child.hpp"
+#include "redis_server.hpp"
+#include "tokenlock/redis_lock.hpp"
+
+using tokenlock::redis_handle;
+using tokenlock::redis_lock;
+using tokenlock::testing::command_result;
+using tokenlock::testing::free_port;
+using tokenlock::testing::redis_server;
+using tokenlock::testing::run_command;
+
+namespace {
+
+const std::string tool = TOKENLOCK_CLI_PATH;
+
+class RedisCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string why = redis_server::unavailable();
+    if (!why.empty()) GTEST_SKIP() << why;
+    server = std::make_unique<redis_server>(std::vector<std::string>{"--requirepass", "pw"});
+    url = server->url(":pw");
+  }
+  command_result tl(std::vector<std::string> args) {
+    args.insert(args.begin(), tool);
+    return run_command(args);
+  }
+  static std::string line(const std::string& out) { return out.substr(0, out.find('\n')); }
+  std::unique_ptr<redis_server> server;
+  std::string url;
+};
+
+TEST_F(RedisCliTest, AcquireStatusRefreshReleaseByName) {
+  auto a = tl({"acquire", "--redis", url, "-n", "coupons"});
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  const std::string token = line(a.out);
+  ASSERT_NE(token.find('.'), std::string::npos) << token;
+  const std::string fence = token.substr(0, token.find('.'));
+  EXPECT_EQ(fence.find_first_not_of("0123456789"), std::string::npos) << token;
+
+  auto s = tl({"status", "--redis", url, "coupons"});
+  EXPECT_EQ(s.exit_code, 0) << s.err;
+  EXPECT_NE(s.out.find("held by pid "), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("(fence " + fence + ")"), std::string::npos) << s.out;
+  auto j = tl({"status", "--json", "--redis", url, "coupons"});
+  EXPECT_EQ(j.exit_code, 0) << j.err;
+  EXPECT_NE(j.out.find("\"state\":\"held\""), std::string::npos) << j.out;
+  EXPECT_NE(j.out.find("\"fence\":" + fence), std::string::npos) << j.out;
+  EXPECT_NE(j.out.find("\"owner\":\"" + token.substr(token.find('.') + 1) + "\""), std::string::npos)
+      << j.out;
+  EXPECT_NE(j.out.find("\"remaining_ms\":"), std::string::npos) << j.out;
+  EXPECT_EQ(j.out.find(":pw@"), std::string::npos) << "the password leaked: " << j.out;
+  EXPECT_NE(j.out.find("\"redis\":\"redis://127.0.0.1:" + std::to_string(server->port())),
+            std::string::npos)
+      << j.out;
+
+  auto busy = tl({"acquire", "--redis", url, "-n", "coupons"});
+  EXPECT_EQ(busy.exit_code, 1) << busy.err;
+  EXPECT_EQ(tl({"acquire", "--redis", url, "-n", "-E", "7", "coupons"}).exit_code, 7);
+
+  auto r = tl({"refresh", "--redis", url, "--lease", "100", "coupons", token});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(line(r.out), token) << "the fence stays";
+  EXPECT_GT(std::stol(server->cli({"-a", "pw", "--no-auth-warning", "PTTL", "tokenlock:coupons"})),
+            90000);
+
+  auto rel = tl({"release", "--redis", url, "coupons", token});
+  EXPECT_EQ(rel.exit_code, 0) << rel.err;
+  EXPECT_EQ(line(tl({"status", "--redis", url, "coupons"}).out), "free");
+  auto again = tl({"release", "--redis", url, "coupons", token});
+  EXPECT_EQ(again.exit_code, 3) << again.err;
+  EXPECT_NE(again.err.find("not held by"), std::string::npos) << again.err;
+}
+
+TEST_F(RedisCliTest, RunHoldsTheLockWhileTheCommandRuns) {
+  auto r = tl({"run", "--redis", url, "-n", "coupons", "--", tool, "status", "--redis", url,
+               "coupons"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("held by pid "), std::string::npos) << r.out;
+  EXPECT_EQ(line(tl({"status", "--redis", url, "coupons"}).out), "free");
+  EXPECT_EQ(tl({"run", "--redis", url, "coupons", "--", "sh", "-c", "exit 5"}).exit_code, 5);
+
+  redis_handle held = redis_lock(url, "coupons").acquire();
+  auto busy = tl({"run", "--redis", url, "-n", "coupons", "--", "true"});
+  EXPECT_EQ(busy.exit_code, 1) << busy.err;
+  auto said = tl({"run", "--redis", url, "-n", "-v", "coupons", "--", "true"});
+  EXPECT_NE(said.err.find("held by pid " + std::to_string(::getpid())), std::string::npos)
+      << said.err;
+}
+
+TEST_F(RedisCliTest, BreakRefusesALiveHolderUnlessForcedAndFreesADeadOne) {
+  // The acquiring command has ended: its owner is provably dead here.
+  const std::string dead = line(tl({"acquire", "--redis", url, "-n", "coupons"}).out);
+  auto b = tl({"break", "--redis", url, "coupons", dead});
+  EXPECT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_EQ(line(tl({"status", "--redis", url, "coupons"}).out), "free");
+
+  redis_handle live = redis_lock(url, "coupons").acquire();
+  const std::string token = std::to_string(live.fence()) + "." + live.owner();
+  auto refused = tl({"break", "--redis", url, "coupons", token});
+  EXPECT_EQ(refused.exit_code, 1) << refused.err;
+  EXPECT_NE(refused.err.find("refusing to break"), std::string::npos) << refused.err;
+  EXPECT_EQ(tl({"break", "--redis", url, "--force", "coupons", token}).exit_code, 0);
+  EXPECT_EQ(line(tl({"status", "--redis", url, "coupons"}).out), "free");
+  EXPECT_EQ(tl({"break", "--redis", url, "coupons", "12.not-a-holder"}).exit_code, 3);
+  EXPECT_EQ(tl({"break", "--redis", url, "coupons", "not-a-token"}).exit_code, 64);
+}
+
+TEST_F(RedisCliTest, ServerErrorsHaveTheirExitCodesAndNameTheServer) {
+  auto wrong = tl({"acquire", "--redis", server->url(":nope"), "-n", "coupons"});
+  EXPECT_EQ(wrong.exit_code, 69) << wrong.err;
+  EXPECT_NE(wrong.err.find("check the user and password"), std::string::npos) << wrong.err;
+  EXPECT_EQ(wrong.err.find("nope"), std::string::npos) << "the password leaked: " << wrong.err;
+
+  const int port = free_port();
+  auto refused = tl({"acquire", "--redis", "redis://127.0.0.1:" + std::to_string(port), "-n", "x"});
+  EXPECT_EQ(refused.exit_code, 69) << refused.err;
+  EXPECT_NE(refused.err.find("redis://127.0.0.1:" + std::to_string(port)), std::string::npos)
+      << refused.err;
+
+  auto bad = tl({"status", "--redis", "http://x", "coupons"});
+  EXPECT_EQ(bad.exit_code, 65) << bad.err;
+  EXPECT_NE(bad.err.find("must start with redis://"), std::string::npos) << bad.err;
+  EXPECT_EQ(tl({"acquire", "--redis", url, "--pid", "1", "coupons"}).exit_code, 64);
+}
+
+}  // namespace
