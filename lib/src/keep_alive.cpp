@@ -5,15 +5,12 @@
 
 namespace tokenlock {
 
-namespace {
-
-std::chrono::milliseconds choose_interval(const lock_handle& handle,
-                                          const keep_alive_options& options) {
-  if (!handle.owns())
+std::chrono::milliseconds keep_alive::choose_interval(bool owns, std::chrono::milliseconds lease,
+                                                     const keep_alive_options& options) {
+  if (!owns)
     throw lock_error(make_error_code(errc::not_owner),
                      "tokenlock: keep_alive: the handle owns no token (released, moved from, or "
                      "inherited by fork); acquire the lock first");
-  const std::chrono::milliseconds lease = handle.lease();
   const std::chrono::milliseconds interval =
       options.interval.count() > 0 ? options.interval : lease / 3;
   if (interval.count() <= 0 || interval >= lease)
@@ -25,13 +22,16 @@ std::chrono::milliseconds choose_interval(const lock_handle& handle,
   return interval;
 }
 
-}  // namespace
-
-keep_alive::keep_alive(lock_handle& handle, keep_alive_options options)
-    : handle_(handle),
-      interval_(choose_interval(handle, options)),
+keep_alive::keep_alive(refresher refresh, bool owns, std::chrono::milliseconds lease,
+                       keep_alive_options options)
+    : refresh_(std::move(refresh)),
+      interval_(choose_interval(owns, lease, options)),
       on_refresh_(std::move(options.on_refresh)),
       thread_([this] { run(); }) {}
+
+keep_alive::keep_alive(lock_handle& handle, keep_alive_options options)
+    : keep_alive([&handle](std::error_code& ec) { handle.refresh(ec); }, handle.owns(),
+                 handle.lease(), std::move(options)) {}
 
 keep_alive::~keep_alive() { stop(); }
 
@@ -42,7 +42,7 @@ void keep_alive::run() noexcept {
     // for a rename; only this thread touches the handle meanwhile.
     lock.unlock();
     std::error_code ec;
-    handle_.refresh(ec);
+    refresh_(ec);
     std::string message = ec ? last_error_message() : std::string();
     if (on_refresh_) {
       try {

@@ -450,27 +450,7 @@ failure parse_counter(const std::string& path, const std::optional<std::string>&
 
 }  // namespace detail
 
-namespace {
-
-// Runs an update; an exception thrown by the caller's function is carried
-// past the lock's release and rethrown.
-template <class Run>
-failure with_user_function(const update_function& fn, Run run) {
-  std::exception_ptr thrown;
-  compute_function compute = [&](const std::optional<std::string>& current,
-                                 std::string& next) -> failure {
-    try {
-      next = fn(current);
-    } catch (...) {
-      thrown = std::current_exception();
-      return make_failure(errc::bad_argument, "tokenlock: the update function threw");
-    }
-    return {};
-  };
-  failure f = run(compute);
-  if (thrown) std::rethrow_exception(thrown);
-  return f;
-}
+namespace detail {
 
 compute_function counter_step(const std::string& path, std::uint64_t by, std::uint64_t& out) {
   return [&out, path, by](const std::optional<std::string>& current, std::string& next) -> failure {
@@ -489,7 +469,7 @@ compute_function counter_step(const std::string& path, std::uint64_t by, std::ui
   };
 }
 
-}  // namespace
+}  // namespace detail
 
 update_result update_file(const boost::filesystem::path& target, const rename_lock& lock,
                           const update_function& fn, const update_options& options) {

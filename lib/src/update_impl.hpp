@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <optional>
 #include <string>
@@ -20,6 +21,30 @@ using compute_function =
 failure update_impl(os& sys, const boost::filesystem::path& target, const rename_lock& lock,
                     const compute_function& compute, const update_options& options,
                     update_result& result);
+
+// The step of increment_counter: parses the counter (a missing file is 0),
+// adds `by` (EOVERFLOW past 64 bits) and stores the new value in `out`.
+compute_function counter_step(const std::string& path, std::uint64_t by, std::uint64_t& out);
+
+// Runs an update whose function is the caller's: an exception it throws is
+// carried past the lock's release and rethrown.
+template <class Run>
+failure with_user_function(const update_function& fn, Run run) {
+  std::exception_ptr thrown;
+  compute_function compute = [&](const std::optional<std::string>& current,
+                                 std::string& next) -> failure {
+    try {
+      next = fn(current);
+    } catch (...) {
+      thrown = std::current_exception();
+      return make_failure(errc::bad_argument, "tokenlock: the update function threw");
+    }
+    return {};
+  };
+  failure f = run(compute);
+  if (thrown) std::rethrow_exception(thrown);
+  return f;
+}
 
 // One unsigned 64-bit decimal and a newline, canonical (no sign, no leading
 // zero); a missing file (std::nullopt) is no value. Anything else is

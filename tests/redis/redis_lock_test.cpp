@@ -3,10 +3,18 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <fstream>
+#include <mutex>
 #include <thread>
 
+#include <boost/filesystem.hpp>
+
 #include "redis/redis_url.hpp"
+#include "inspect.hpp"
 #include "redis_server.hpp"
+#include "temp_dir.hpp"
+#include "tokenlock/keep_alive.hpp"
 #include "tokenlock/redis_lock.hpp"
 
 using namespace std::chrono_literals;
@@ -19,6 +27,11 @@ using tokenlock::detail::parse_redis_url;
 using tokenlock::detail::redis_endpoint;
 using tokenlock::testing::free_port;
 using tokenlock::testing::redis_server;
+using tokenlock::testing::slurp;
+using tokenlock::testing::spit;
+using tokenlock::testing::temp_dir;
+using tokenlock::testing::temp_files_below;
+namespace fs = boost::filesystem;
 
 namespace {
 
@@ -302,6 +315,124 @@ TEST_F(RedisLockTest, AskingForReplicasThatDoNotExistReleasesTheGrant) {
   EXPECT_EQ(e.first, errc::not_replicated);
   EXPECT_NE(e.second.find("0 of 1 replicas acknowledged"), std::string::npos) << e.second;
   EXPECT_FALSE(a.holder().has_value()) << "the grant was kept";
+}
+
+// ---- keep_alive, update_file and increment_counter with a Redis lock ------------
+
+TEST_F(RedisLockTest, KeepAliveKeepsAShortLeaseThroughSeveralRefreshes) {
+  redis_lock a = lock("coupons", options(300ms));
+  redis_handle h = a.acquire();
+  std::mutex m;
+  std::condition_variable cv;
+  int ok = 0;
+  tokenlock::keep_alive_options ko;
+  ko.on_refresh = [&](const std::error_code& ec) {
+    std::lock_guard<std::mutex> g(m);
+    if (!ec) ++ok;
+    cv.notify_all();
+  };
+  tokenlock::keep_alive ka(h, ko);
+  {
+    std::unique_lock<std::mutex> g(m);
+    ASSERT_TRUE(cv.wait_for(g, 10s, [&] { return ok >= 4; })) << "refreshes: " << ok;
+  }
+  EXPECT_FALSE(ka.stop());
+  EXPECT_FALSE(lock("coupons", options()).try_acquire().has_value()) << "the lease ran out";
+  h.release();
+}
+
+TEST_F(RedisLockTest, IncrementCounterIsExactAndLeavesOneFenceEntry) {
+  temp_dir tmp;
+  const fs::path file = tmp / "hits";
+  redis_lock a = lock("hits", options());
+  for (std::uint64_t i = 1; i <= 5; ++i) EXPECT_EQ(tokenlock::increment_counter(file, a), i);
+  EXPECT_EQ(slurp(file), "5\n");
+  std::vector<std::string> entries;
+  for (auto& e : fs::directory_iterator(tmp / "hits.fence")) entries.push_back(e.path().filename().string());
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(entries[0].rfind("f.", 0), 0u);
+  EXPECT_TRUE(temp_files_below(tmp.path()).empty());
+  const std::string updated = (tmp / "page").string();
+  tokenlock::update_file(updated, a, [](const std::optional<std::string>& cur) {
+    return cur.value_or("") + "line\n";
+  });
+  EXPECT_EQ(slurp(updated), "line\n");
+}
+
+// A holder stalls in its update function past its lease; a newer holder
+// takes the lock, updates and commits; the stalled one's commit is refused
+// and the newer data stays.
+TEST_F(RedisLockTest, AStalledHoldersCommitIsRefusedByTheFence) {
+  temp_dir tmp;
+  const std::string file = (tmp / "data").string();
+  spit(file, "0\n");
+  std::mutex m;
+  std::condition_variable cv;
+  bool in_function = false, newer_done = false;
+  std::error_code stalled_ec;
+  std::string stalled_message;
+  std::thread stalled([&] {
+    redis_lock a = lock("data", options(300ms));
+    tokenlock::update_file(file, a,
+                           [&](const std::optional<std::string>&) {
+                             std::unique_lock<std::mutex> g(m);
+                             in_function = true;
+                             cv.notify_all();
+                             cv.wait(g, [&] { return newer_done; });
+                             return std::string("stalled\n");
+                           },
+                           {}, stalled_ec);
+    stalled_message = tokenlock::last_error_message();  // per thread
+  });
+  {
+    std::unique_lock<std::mutex> g(m);
+    cv.wait(g, [&] { return in_function; });
+  }
+  // Waits out the stalled holder's lease, then updates.
+  redis_lock b = lock("data", options(30s, 10s));
+  tokenlock::update_file(file, b, [](const std::optional<std::string>&) { return std::string("newer\n"); });
+  {
+    std::lock_guard<std::mutex> g(m);
+    newer_done = true;
+  }
+  cv.notify_all();
+  stalled.join();
+  EXPECT_EQ(stalled_ec, errc::lock_lost);
+  EXPECT_NE(stalled_message.find("a newer holder took the fence before our commit"),
+            std::string::npos)
+      << stalled_message;
+  EXPECT_EQ(slurp(file), "newer\n");
+  EXPECT_TRUE(temp_files_below(tmp.path()).empty());
+}
+
+TEST_F(RedisLockTest, AFenceNewerThanOurGrantRefusesTheUpdateBeforeItReads) {
+  temp_dir tmp;
+  const fs::path file = tmp / "data";
+  spit(file, "7\n");
+  fs::create_directories(tmp / "data.fence" / "f.10000000000000000000");
+  redis_lock a = lock("data", options());
+  std::error_code ec;
+  bool called = false;
+  tokenlock::update_file(file, a,
+                         [&](const std::optional<std::string>&) {
+                           called = true;
+                           return std::string("x");
+                         },
+                         {}, ec);
+  EXPECT_EQ(ec, errc::lock_lost);
+  EXPECT_NE(tokenlock::last_error_message().find("a newer holder of the lock (fence 10000000000000000000)"),
+            std::string::npos)
+      << tokenlock::last_error_message();
+  EXPECT_FALSE(called);
+  EXPECT_EQ(slurp(file), "7\n");
+  EXPECT_FALSE(a.holder().has_value()) << "released after the refusal";
+
+  fs::create_directories(tmp / "data.fence" / "f.00000000000000000001");
+  EXPECT_EQ(tokenlock::increment_counter(file, a, 1, {}, ec), 0u);
+  EXPECT_EQ(ec, errc::lock_corrupt);
+  EXPECT_NE(tokenlock::last_error_message().find("holds 2 fence entries"), std::string::npos);
+  EXPECT_EQ(slurp(file), "7\n");
+  EXPECT_TRUE(temp_files_below(tmp.path()).empty());
 }
 
 // ---- errors: clear, naming the server and the step, never a hang ---------------

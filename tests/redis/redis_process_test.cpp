@@ -4,6 +4,7 @@
 
 #include <csignal>
 #include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,29 @@ TEST_F(RedisProcessTest, SixteenProcessesNeverOverlapAndCountExactly) {
   unsigned long long value = 0;
   in >> value;
   EXPECT_EQ(value, static_cast<unsigned long long>(processes * cycles));
+}
+
+TEST_F(RedisProcessTest, SixteenProcessesIncrementOneCounterFileExactly) {
+  constexpr int processes = 16, count = 20;
+  const std::string file = (tmp / "hits").string();
+  start_barrier barrier;
+  std::vector<child> workers;
+  for (int i = 0; i < processes; ++i)
+    workers.emplace_back(std::vector<std::string>{worker, "incr", server->url(), "hits", file,
+                                                  std::to_string(count)},
+                         &barrier);
+  barrier.open_gate();
+  std::set<unsigned long> seen;
+  for (auto& w : workers) {
+    for (std::string l = w.read_line(60s); l != "done"; l = w.read_line(60s))
+      EXPECT_TRUE(seen.insert(std::stoul(l)).second) << "value " << l << " handed out twice";
+    EXPECT_EQ(w.wait(), 0);
+  }
+  EXPECT_EQ(seen.size(), static_cast<std::size_t>(processes * count));
+  std::ifstream in(file);
+  unsigned long value = 0;
+  in >> value;
+  EXPECT_EQ(value, static_cast<unsigned long>(processes * count));
 }
 
 TEST_F(RedisProcessTest, AHolderStoppedPastItsLeaseIsTakenOverAndLearnsItLostTheLock) {

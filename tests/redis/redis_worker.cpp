@@ -7,6 +7,9 @@
 //     once: exit 3); increment the counter in COUNTER; remove CANARY;
 //     release. Prints "fences ascending" when every fence it got was larger
 //     than the one before.
+//   redis_worker incr URL NAME FILE COUNT
+//     Waits for its start barrier like count, then COUNT times
+//     increment_counter(FILE) under the Redis lock, printing each new value.
 //   redis_worker hold URL NAME LEASE_MS
 //     Acquires, prints "H <fence> <owner>", waits for a line on stdin,
 //     releases, and prints "released", or "lock_lost <message>", or
@@ -64,6 +67,19 @@ int count(int argc, char** argv) {
   return 0;
 }
 
+int incr(int argc, char** argv) {
+  if (argc != 6) die("usage: incr URL NAME FILE COUNT");
+  tokenlock::redis_lock_options o;
+  o.wait = 60s;
+  tokenlock::redis_lock lock(argv[2], argv[3], o);
+  const int count = std::atoi(argv[5]);
+  if (::fcntl(3, F_GETFD) != -1) wait_for_barrier();
+  std::string out;
+  for (int i = 0; i < count; ++i) out += std::to_string(tokenlock::increment_counter(argv[4], lock)) + "\n";
+  std::cout << out << "done" << std::endl;
+  return 0;
+}
+
 int hold(int argc, char** argv) {
   if (argc != 5) die("usage: hold URL NAME LEASE_MS");
   tokenlock::redis_lock_options o;
@@ -91,8 +107,9 @@ int main(int argc, char** argv) {
   try {
     if (argc >= 2 && std::string(argv[1]) == "count") return count(argc, argv);
     if (argc >= 2 && std::string(argv[1]) == "hold") return hold(argc, argv);
+    if (argc >= 2 && std::string(argv[1]) == "incr") return incr(argc, argv);
   } catch (const std::exception& e) {
     die(e.what());
   }
-  die("usage: redis_worker count|hold ...");
+  die("usage: redis_worker count|incr|hold ...");
 }

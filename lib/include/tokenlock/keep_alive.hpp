@@ -48,6 +48,7 @@
 namespace tokenlock {
 
 class lock_handle;
+class redis_handle;
 
 struct keep_alive_options {
   // Time between refreshes; zero means a third of the handle's lease, which
@@ -65,6 +66,9 @@ class keep_alive {
   // the interval is not shorter than the lease, and std::system_error when
   // no thread can be started.
   explicit keep_alive(lock_handle& handle, keep_alive_options options = {});
+  // The same for a Redis lock's grant (tokenlock/redis_lock.hpp; defined in
+  // the tokenlock_redis library).
+  explicit keep_alive(redis_handle& handle, keep_alive_options options = {});
   keep_alive(const keep_alive&) = delete;
   keep_alive& operator=(const keep_alive&) = delete;
   ~keep_alive();  // stop(), ignoring its result
@@ -82,9 +86,14 @@ class keep_alive {
   std::string last_message() const;
 
  private:
+  using refresher = std::function<void(std::error_code&)>;
+  keep_alive(refresher refresh, bool owns, std::chrono::milliseconds lease,
+             keep_alive_options options);
+  static std::chrono::milliseconds choose_interval(bool owns, std::chrono::milliseconds lease,
+                                                   const keep_alive_options& options);
   void run() noexcept;
 
-  lock_handle& handle_;
+  refresher refresh_;  // the handle's refresh(ec)
   std::chrono::milliseconds interval_;
   std::function<void(const std::error_code&)> on_refresh_;
   mutable std::mutex mutex_;

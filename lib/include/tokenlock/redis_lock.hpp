@@ -66,6 +66,7 @@
 #include <system_error>
 
 #include "tokenlock/errors.hpp"
+#include "tokenlock/update.hpp"
 
 namespace tokenlock {
 
@@ -199,5 +200,25 @@ class redis_handle {
   std::chrono::milliseconds lease_{0};
   std::uint64_t fork_generation_ = 0;
 };
+
+// update_file and increment_counter (tokenlock/update.hpp) under a Redis
+// lock. The commit is fenced by the grant's fencing token: a directory
+// TARGET.fence beside the target holds one entry named after the largest
+// fence that has updated the file; a holder renames it to its own fence
+// before it reads the target and commits through it, so a holder that
+// stalled past its lease finds its path gone and writes nothing (lock_lost),
+// and a holder whose fence is older than the entry's fails at once. The
+// target must be written only through these (or by processes that honour
+// the fence directory). update_result::fenced is always true.
+update_result update_file(const boost::filesystem::path& target, redis_lock& lock,
+                          const update_function& fn, const update_options& options = {});
+update_result update_file(const boost::filesystem::path& target, redis_lock& lock,
+                          const update_function& fn, const update_options& options,
+                          std::error_code& ec);
+std::uint64_t increment_counter(const boost::filesystem::path& file, redis_lock& lock,
+                                std::uint64_t by = 1, const update_options& options = {});
+std::uint64_t increment_counter(const boost::filesystem::path& file, redis_lock& lock,
+                                std::uint64_t by, const update_options& options,
+                                std::error_code& ec) noexcept;
 
 }  // namespace tokenlock

@@ -6,6 +6,7 @@
 #include <hiredis/hiredis.h>
 
 #include "failure.hpp"
+#include "tokenlock/keep_alive.hpp"
 #include "posix/os.hpp"
 #include "redis/redis_connection.hpp"
 #include "token_name.hpp"
@@ -555,5 +556,11 @@ void redis_handle::refresh(std::chrono::milliseconds lease, std::error_code& ec)
     return {};
   });
 }
+
+// ---- keep_alive ---------------------------------------------------------------
+
+keep_alive::keep_alive(redis_handle& handle, keep_alive_options options)
+    : keep_alive([&handle](std::error_code& ec) { handle.refresh(ec); }, handle.owns(),
+                 handle.lease(), std::move(options)) {}
 
 }  // namespace tokenlock

@@ -1,0 +1,257 @@
+// update_file and increment_counter under a Redis lock, their commit fenced
+// by the grant's fencing token through a fence directory beside the target
+// (docs/redis.md, The file fence):
+//
+//   TARGET.fence/f.<fence, 20 digits>     exactly one entry, a directory
+//
+// After acquiring, and before reading the target, the holder renames the
+// one entry to its own fence's name, unless the entry's number is larger
+// than its own (then a newer holder has been here: lock_lost, nothing
+// written). Its temporary file is written inside that entry and committed
+// by a rename through the entry's path: a holder whose entry was renamed
+// away by a newer one (it stalled past its lease) finds the path gone and
+// writes nothing. The rename happens before the newer holder reads, so
+// whatever a stalled holder committed before it is read by the newer one.
+#include <cerrno>
+#include <cstdio>
+#include <optional>
+#include <vector>
+
+#include "file_writer.hpp"
+#include "lock_directory.hpp"
+#include "tokenlock/keep_alive.hpp"
+#include "tokenlock/redis_lock.hpp"
+#include "update_impl.hpp"
+
+namespace tokenlock {
+
+using namespace detail;
+
+namespace {
+
+std::string fence_entry(std::uint64_t fence) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "f.%020llu", static_cast<unsigned long long>(fence));
+  return buf;
+}
+
+// "f.<20 digits>" -> the number; false for anything else.
+bool parse_fence_entry(const std::string& name, std::uint64_t& out) {
+  if (name.size() != 22 || name.compare(0, 2, "f.") != 0) return false;
+  std::uint64_t v = 0;
+  for (std::size_t i = 2; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return false;
+    const auto d = static_cast<std::uint64_t>(name[i] - '0');
+    if (v > (UINT64_MAX - d) / 10) return false;  // not a fence any grant has
+    v = v * 10 + d;
+  }
+  out = v;
+  return true;
+}
+
+failure newer_holder(const write_target& t, std::uint64_t theirs, std::uint64_t ours) {
+  return make_failure(errc::lock_lost,
+                      describe("fence", t.path,
+                               "a newer holder of the lock (fence " + std::to_string(theirs) +
+                                   ") has been here since our grant (fence " +
+                                   std::to_string(ours) +
+                                   ") was made: our lease ended; nothing was written",
+                               {}));
+}
+
+// Makes TARGET.fence/f.<fence> the one entry of the fence directory, and
+// sets `workspace` to it.
+failure claim_fence(os& sys, const write_target& t, std::uint64_t fence, unsigned dir_mode,
+                    std::string& workspace) {
+  const std::string dir = t.path + ".fence";
+  const std::string mine_name = fence_entry(fence);
+  const std::string mine = dir + "/" + mine_name;
+  // Each round either ends or saw the directory change under it (another
+  // holder's rename): a handful suffices unless something is wrong.
+  for (int round = 0; round < 16; ++round) {
+    std::vector<std::string> names;
+    std::error_code ec = sys.list_directory(dir, names);
+    if (ec == std::errc::no_such_file_or_directory) {
+      // Made with its first entry in one rename, so that it never exists
+      // empty and two first holders cannot both add an entry.
+      const std::string init = t.dir + "/." + t.name + ".fence.init." + std::to_string(sys.random_u64());
+      if ((ec = sys.make_directory(init, dir_mode)))
+        return write_failure("fence", t, "cannot create " + init, ec);
+      ec = sys.make_directory(init + "/" + mine_name, dir_mode);
+      if (!ec) ec = sys.rename(init, dir);
+      if (!ec) {
+        workspace = mine;
+        return {};
+      }
+      sys.remove_directory(init + "/" + mine_name);
+      sys.remove_directory(init);
+      if (ec == std::errc::directory_not_empty || ec == std::errc::file_exists) continue;
+      return write_failure("fence", t, "cannot create the fence directory " + dir, ec);
+    }
+    if (ec) return write_failure("fence", t, "cannot list the fence directory " + dir, ec);
+    std::vector<std::uint64_t> entries;
+    for (const auto& n : names) {
+      std::uint64_t v;
+      if (parse_fence_entry(n, v)) entries.push_back(v);
+    }
+    if (entries.size() != 1)
+      return make_failure(errc::lock_corrupt,
+                          describe("fence", t.path,
+                                   "the fence directory " + dir + " holds " +
+                                       std::to_string(entries.size()) +
+                                       " fence entries instead of one (changed by hand?); remove "
+                                       "it while no process updates the file",
+                                   {}));
+    const std::uint64_t current = entries[0];
+    if (current == fence) {
+      workspace = mine;
+      return {};
+    }
+    if (current > fence) return newer_holder(t, current, fence);
+    ec = sys.rename(dir + "/" + fence_entry(current), mine);
+    if (!ec) {
+      workspace = mine;
+      return {};
+    }
+    if (ec != std::errc::no_such_file_or_directory)
+      return write_failure("fence", t, "cannot rename the fence entry to " + mine, ec);
+  }
+  return make_failure(std::make_error_code(std::errc::resource_unavailable_try_again),
+                      describe("fence", t.path,
+                               "the fence directory " + dir + " kept changing while we claimed it",
+                               {}));
+}
+
+failure lost_at_commit(const write_target& t, std::uint64_t fence) {
+  return make_failure(errc::lock_lost,
+                      describe("commit", t.path,
+                               "a newer holder took the fence before our commit (our fence " +
+                                   std::to_string(fence) +
+                                   ": our lease ended); nothing was written and the new "
+                                   "holder's data is intact",
+                               {}));
+}
+
+failure redis_update_impl(os& sys, const boost::filesystem::path& target, redis_lock& lock,
+                          const compute_function& compute, const update_options& options) {
+  std::error_code ec;
+  redis_handle h = lock.acquire(ec);
+  if (ec) return make_failure(ec, last_error_message());
+  write_target t;
+  if (failure f = resolve_target(sys, target, options.write, t)) return f;
+  std::string workspace;
+  if (failure f = claim_fence(sys, t, h.fence(), 0755, workspace)) return f;
+
+  int replaced = -1;
+  std::optional<std::string> current;
+  failure f = read_file_impl(sys, t.path, current, &replaced);
+  struct closer {
+    os& sys;
+    int& fd;
+    ~closer() {
+      if (fd >= 0) sys.close(fd);
+    }
+  } close_replaced{sys, replaced};
+  if (f) return f;
+
+  std::string next;
+  if (options.keep_alive) {
+    std::optional<keep_alive> keeper;
+    try {
+      keeper.emplace(h);
+    } catch (const std::system_error& e) {
+      return make_failure(e.code(), describe("keep the lease alive", t.path,
+                                             std::string(e.what()) + "; nothing was written", {}));
+    }
+    f = compute(current, next);
+    keeper->stop();
+    if (f) return f;
+    if (keeper->lost())
+      return make_failure(errc::lock_lost,
+                          describe("commit", t.path,
+                                   "the lock was lost while the update function ran (" +
+                                       keeper->last_message() + "); nothing was written",
+                                   {}));
+  } else if ((f = compute(current, next))) {
+    return f;
+  }
+
+  write_options in_lock = options.write;
+  if (in_lock.sync == durability::file_and_dir) in_lock.sync = durability::file;
+  temp_file tmp;
+  file_status st;
+  if ((f = write_temp(sys, t, workspace, next, in_lock, tmp))) {
+    if (f.code == std::errc::no_such_file_or_directory &&
+        sys.status(workspace, st) == std::errc::no_such_file_or_directory)
+      return lost_at_commit(t, h.fence());
+    return f;
+  }
+  ec = sys.rename(tmp.path, t.path);
+  if (ec) {
+    sys.remove_file(tmp.path);  // gone with the entry when a newer holder took it
+    if (ec == std::errc::no_such_file_or_directory &&
+        sys.status(workspace, st) == std::errc::no_such_file_or_directory)
+      return lost_at_commit(t, h.fence());
+    return write_failure("rename", t, "cannot rename " + tmp.path + " over the target", ec);
+  }
+  // Committed: a failed release cannot undo it (see update_impl).
+  h.release(ec);
+  if (options.write.sync == durability::file_and_dir) {
+    if (auto sec = sys.sync_directory(t.dir))
+      return make_failure(
+          errc::dir_sync_failed,
+          describe("sync", t.path,
+                   "the update is committed, but flushing the directory " + t.dir + " failed (" +
+                       sec.message() + "): a crash may undo it; do not repeat the update",
+                   {}));
+  }
+  return {};
+}
+
+}  // namespace
+
+update_result update_file(const boost::filesystem::path& target, redis_lock& lock,
+                          const update_function& fn, const update_options& options) {
+  failure f = with_user_function(fn, [&](const compute_function& c) {
+    return redis_update_impl(*system_os(), target, lock, c, options);
+  });
+  if (f) throw_failure(f);
+  return update_result{};
+}
+
+update_result update_file(const boost::filesystem::path& target, redis_lock& lock,
+                          const update_function& fn, const update_options& options,
+                          std::error_code& ec) {
+  with_user_function(fn, [&](const compute_function& c) {
+    failure inner;
+    run_noexcept(ec, [&] {
+      inner = redis_update_impl(*system_os(), target, lock, c, options);
+      return inner;
+    });
+    return inner;
+  });
+  return update_result{};
+}
+
+std::uint64_t increment_counter(const boost::filesystem::path& file, redis_lock& lock,
+                                std::uint64_t by, const update_options& options) {
+  std::uint64_t value = 0;
+  run_throwing([&] {
+    return redis_update_impl(*system_os(), file, lock, counter_step(file.string(), by, value),
+                             options);
+  });
+  return value;
+}
+
+std::uint64_t increment_counter(const boost::filesystem::path& file, redis_lock& lock,
+                                std::uint64_t by, const update_options& options,
+                                std::error_code& ec) noexcept {
+  std::uint64_t value = 0;
+  run_noexcept(ec, [&] {
+    return redis_update_impl(*system_os(), file, lock, counter_step(file.string(), by, value),
+                             options);
+  });
+  return !ec || ec == errc::dir_sync_failed ? value : 0;
+}
+
+}  // namespace tokenlock
