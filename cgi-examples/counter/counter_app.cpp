@@ -1,5 +1,9 @@
 #include "counter_app.hpp"
 
+#if COUNTER_HAVE_REDIS
+#include "tokenlock/redis_lock.hpp"
+#endif
+
 #include <cstdlib>
 #include <map>
 
@@ -71,6 +75,15 @@ bool load_config(const std::function<const char*(const char*)>& getenv, config& 
     }
     out.wait = std::chrono::milliseconds(ms);
   }
+  if (const char* redis = getenv("TOKENLOCK_COUNTER_REDIS"); redis && *redis) {
+#if COUNTER_HAVE_REDIS
+    out.redis = redis;
+#else
+    error = "TOKENLOCK_COUNTER_REDIS is set, but this counter.cgi was built without the Redis "
+            "backend (install libhiredis-dev and rebuild)";
+    return false;
+#endif
+  }
   if (const char* sync = getenv("TOKENLOCK_COUNTER_SYNC"); sync && *sync) {
     const std::string s = sync;
     if (s == "none")
@@ -126,7 +139,18 @@ cgi::response handle(const request& req, const config& cfg, std::ostream& log) {
     lo.backoff_max = std::chrono::milliseconds(10);
     tokenlock::update_options uo;
     uo.write.sync = cfg.sync;
-    value = tokenlock::increment_counter(file, tokenlock::rename_lock(file + ".lock", lo), 1, uo, ec);
+#if COUNTER_HAVE_REDIS
+    if (!cfg.redis.empty()) {
+      tokenlock::redis_lock_options ro;
+      ro.wait = cfg.wait;
+      // A CGI holds its lock for milliseconds; a short lease frees a killed
+      // one's lock soon.
+      ro.lease = std::chrono::seconds(10);
+      tokenlock::redis_lock lock(cfg.redis, "counter:" + id, ro);
+      value = tokenlock::increment_counter(file, lock, 1, uo, ec);
+    } else
+#endif
+      value = tokenlock::increment_counter(file, tokenlock::rename_lock(file + ".lock", lo), 1, uo, ec);
   }
   // stale_data: a network client's cache served an old version and did not
   // let go in time; nothing was written, and a retry will likely succeed.
@@ -135,6 +159,16 @@ cgi::response handle(const request& req, const config& cfg, std::ostream& log) {
     log << "counter.cgi: " << tokenlock::last_error_message() << "\n";
     cgi::response r = text(503, "the counter is busy; try again");
     r.headers.emplace_back("Retry-After", "1");
+    return r;
+  }
+  // The lock server (TOKENLOCK_COUNTER_REDIS) is down or refuses: a retry
+  // may find it back.
+  if (ec == tokenlock::errc::server_error || ec == std::errc::connection_refused ||
+      ec == std::errc::timed_out || ec == std::errc::connection_reset ||
+      ec == std::errc::host_unreachable || ec == std::errc::network_unreachable) {
+    log << "counter.cgi: " << tokenlock::last_error_message() << "\n";
+    cgi::response r = text(503, "the lock server is unavailable; try again");
+    r.headers.emplace_back("Retry-After", "5");
     return r;
   }
   if (ec == tokenlock::errc::dir_sync_failed) {

@@ -20,12 +20,17 @@ inline constexpr int default_wait_ms = 5000;
 
 struct config {
   std::string dir = default_dir;
+  // TOKENLOCK_COUNTER_REDIS: a Redis server URL. Set, each counter's lock is
+  // the name "counter:<id>" there (tokenlock/redis_lock.hpp) instead of a
+  // lock directory beside the file; the commit is fenced by the grant's
+  // token (<id>.count.fence beside the file).
+  std::string redis;
   std::chrono::milliseconds wait{default_wait_ms};
   tokenlock::durability sync = tokenlock::durability::file_and_dir;
 };
 
-// Reads TOKENLOCK_COUNTER_DIR, TOKENLOCK_COUNTER_WAIT_MS and
-// TOKENLOCK_COUNTER_SYNC through `getenv`. False, with the reason, on a
+// Reads TOKENLOCK_COUNTER_DIR, TOKENLOCK_COUNTER_WAIT_MS,
+// TOKENLOCK_COUNTER_SYNC and TOKENLOCK_COUNTER_REDIS through `getenv`. False, with the reason, on a
 // value that is not valid (the server is then misconfigured: 500).
 bool load_config(const std::function<const char*(const char*)>& getenv, config& out,
                  std::string& error);

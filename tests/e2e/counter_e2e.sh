@@ -6,6 +6,9 @@
 # full (the default) adds: SIGKILL of CGI processes under load, bad
 # inputs, a corrupt counter, an unwritable data directory, a busy lock
 # (503), HEAD and peek, the SVG as XML. The server is stopped by its pid.
+# TOKENLOCK_E2E_REDIS=1: the counters' locks live in a redis-server that
+# this script starts on 127.0.0.1 (a free port, a password) and stops by its
+# pid (TOKENLOCK_COUNTER_REDIS); skipped (status 77) without redis-server.
 # TOKENLOCK_E2E_WAIT_MS sets the CGI's wait budget under load (default
 # 2000) and TOKENLOCK_E2E_REQUESTS the requests per load (default 2000):
 # sanitizer builds start each CGI several times slower, and use more time
@@ -17,7 +20,15 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 work=$(mktemp -d)
 chmod 0755 "$work"
-trap 'stop_server; rm -rf "$work"' EXIT
+redis_pid=
+stop_redis() {
+  if [ -n "$redis_pid" ]; then
+    kill "$redis_pid" 2>/dev/null || true
+    wait "$redis_pid" 2>/dev/null || true
+    redis_pid=
+  fi
+}
+trap 'stop_server; stop_redis; rm -rf "$work"' EXIT
 fail() {
   echo "FAIL: $*" >&2
   echo "--- server error log:" >&2
@@ -33,9 +44,32 @@ data=$work/data
 make_data_dir "$data"
 echo "must stay" >"$work/outside/secret"
 
+redis_env=()
+if [ "${TOKENLOCK_E2E_REDIS:-0}" = 1 ]; then
+  if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+    echo "SKIP: redis-server or redis-cli is not installed (scripts/install-deps installs them)"
+    exit 77
+  fi
+  redis_port=$(pick_port)
+  mkdir "$work/redis"
+  : >"$work/redis/log"
+  redis-server --port "$redis_port" --bind 127.0.0.1 --requirepass e2e-secret --save "" \
+    --appendonly no --dir "$work/redis" --logfile "$work/redis/log" --daemonize no &
+  redis_pid=$!
+  # Ready when its log says so (tail follows the file: no polling).
+  # (tail ends by SIGPIPE once grep has its line: not a failure.)
+  { timeout 20 tail -n +1 -F "$work/redis/log" 2>/dev/null || true; } |
+    grep -q -m1 "Ready to accept connections" ||
+    fail "redis-server did not start (see $work/redis/log)"
+  redis_env=(TOKENLOCK_COUNTER_REDIS="redis://:e2e-secret@127.0.0.1:$redis_port")
+  echo "redis-server on 127.0.0.1:$redis_port (pid $redis_pid)"
+fi
+rcli() { redis-cli -p "$redis_port" -a e2e-secret --no-auth-warning "$@"; }
+
 port=$(pick_port)
 "start_$server" "$work/$server" "$port" "$work/cgi" TOKENLOCK_COUNTER_DIR="$data" \
-  TOKENLOCK_COUNTER_SYNC=none TOKENLOCK_COUNTER_WAIT_MS="${TOKENLOCK_E2E_WAIT_MS:-2000}" || fail "$server did not start"
+  TOKENLOCK_COUNTER_SYNC=none TOKENLOCK_COUNTER_WAIT_MS="${TOKENLOCK_E2E_WAIT_MS:-2000}" \
+  "${redis_env[@]}" || fail "$server did not start"
 url="http://127.0.0.1:$port/cgi-bin/counter.cgi"
 echo "$server on 127.0.0.1:$port (pid $SERVER_PID)"
 
@@ -74,6 +108,23 @@ for i in 0 1 2 3; do
   [ "$(count_of "many$i")" = "$q" ] || fail "several ids: many$i = $(count_of "many$i"), expected $q"
 done
 pass "4 ids x $q requests, 64 clients in all: every counter = $q"
+
+if [ -n "$redis_pid" ]; then
+  # The locks really were in Redis: fence tokens there, fence directories
+  # beside the counters, and no lock directory.
+  [ -n "$(rcli GET tokenlock:counter:one:fence)" ] || fail "no fence in Redis for counter one"
+  [ -d "$data/one.count.fence" ] || fail "no fence directory beside counter one"
+  [ ! -e "$data/one.count.lock" ] || fail "a lock directory was used instead of Redis"
+  [ "$(rcli EXISTS tokenlock:counter:one)" = 0 ] || fail "a grant was left in Redis"
+  pass "the counters' locks were in Redis, their commits fenced"
+  # Redis gone: every hit is refused with 503, and nothing is counted.
+  stop_redis
+  before=$(count_of one)
+  got=$(curl -s -o /dev/null -w '%{http_code}' "$url?id=one")
+  [ "$got" = 503 ] || fail "with Redis down: status $got, expected 503"
+  [ "$(count_of one)" = "$before" ] || fail "with Redis down the counter changed"
+  pass "Redis down: 503, counter unchanged"
+fi
 
 if [ "$mode" = load ]; then exit 0; fi
 

@@ -10,6 +10,9 @@
 #include "inspect.hpp"
 #include "temp_dir.hpp"
 #include "tokenlock/tokenlock.hpp"
+#if COUNTER_HAVE_REDIS
+#include "redis_server.hpp"
+#endif
 
 namespace fs = boost::filesystem;
 using tokenlock::testing::slurp;
@@ -174,6 +177,30 @@ TEST(CounterConfig, ReadsTheEnvironmentAndRefusesBadValues) {
   EXPECT_NE(error.find("TOKENLOCK_COUNTER_SYNC"), std::string::npos);
   env = {{"TOKENLOCK_COUNTER_WAIT_MS", "-5"}};
   EXPECT_FALSE(counter::load_config(getenv, c, error));
+  env = {{"TOKENLOCK_COUNTER_REDIS", "redis://127.0.0.1:6390/2"}};
+#if COUNTER_HAVE_REDIS
+  ASSERT_TRUE(counter::load_config(getenv, c, error)) << error;
+  EXPECT_EQ(c.redis, "redis://127.0.0.1:6390/2");
+#else
+  EXPECT_FALSE(counter::load_config(getenv, c, error));
+  EXPECT_NE(error.find("built without the Redis backend"), std::string::npos) << error;
+#endif
 }
+
+#if COUNTER_HAVE_REDIS
+// Its lock in a Redis server that is down: 503 with Retry-After, the
+// server named in the log only, and the counter untouched.
+TEST_F(CounterAppTest, AnUnreachableLockServerIs503AndTouchesNothing) {
+  cfg.redis = "redis://127.0.0.1:" + std::to_string(tokenlock::testing::free_port());
+  auto r = get("id=r");
+  EXPECT_EQ(r.status, 503);
+  ASSERT_FALSE(r.headers.empty());
+  EXPECT_EQ(r.headers[0].first, "Retry-After");
+  EXPECT_EQ(r.body.find("127.0.0.1"), std::string::npos) << r.body;
+  EXPECT_NE(log.str().find(cfg.redis), std::string::npos) << log.str();
+  EXPECT_FALSE(fs::exists(tmp / "r.count"));
+  EXPECT_FALSE(fs::exists(tmp / "r.count.fence"));
+}
+#endif
 
 }  // namespace
