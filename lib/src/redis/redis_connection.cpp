@@ -75,9 +75,13 @@ class sigpipe_guard {
 // What to do about an error reply, where it is known.
 std::string hint_for(std::string_view reply) {
   auto starts = [&](std::string_view p) { return reply.substr(0, p.size()) == p; };
-  if (starts("WRONGPASS") || starts("ERR invalid password") || starts("NOAUTH") ||
-      starts("ERR AUTH") || starts("ERR Client sent AUTH"))
+  if (starts("WRONGPASS") || starts("ERR invalid password") || starts("ERR AUTH") ||
+      starts("ERR Client sent AUTH"))
     return "; check the user and password in the URL (redis://user:password@host)";
+  // Redis 7 answers a long command from a client that has not logged in
+  // with a protocol error instead of NOAUTH.
+  if (starts("NOAUTH") || starts("ERR Protocol error: unauthenticated"))
+    return "; the server requires a password: give it in the URL (redis://:password@host)";
   if (starts("READONLY"))
     return "; the URL names a read-only replica: point it at the primary";
   if (starts("OOM")) return "; the server is out of memory (maxmemory): free memory or raise it";

@@ -18,12 +18,16 @@ namespace detail {
 // The keys of one lock (docs/redis.md):
 //   <prefix><name>        hash {owner, fence}: the grant; expires with the lease
 //   <prefix><name>:fence  the last fence granted; expires a day after it
+//   <prefix><name>:waiters  how many are waiting (a count each refused
+//                         attempt increments and the next attempt of the
+//                         same waiter decrements); expires a day after the
+//                         last refusal
 //   <prefix><name>:wake   a list each release pushes one element to and one
 //                         waiter pops (BLPOP); at most 64 long (a wake-up
 //                         nobody waited for costs the next waiter one more
 //                         attempt); expires with a lease
 struct redis_keys {
-  std::string lock, fence, wake;
+  std::string lock, fence, wake, waiters;
 };
 
 // Fences are the server's TIME in microseconds, or the last fence + 1 when
@@ -32,12 +36,16 @@ struct redis_keys {
 // until the year 2255).
 const redis_script& acquire_script() {
   static const redis_script s(R"lua(
+if ARGV[4] == '1' and tonumber(redis.call('DECR', KEYS[4])) < 0 then redis.call('DEL', KEYS[4]) end
 local owner = redis.call('HGET', KEYS[1], 'owner')
 if owner == ARGV[1] then
   -- Ours already: this is a retry whose first reply was lost.
   return {1, owner, tonumber(redis.call('HGET', KEYS[1], 'fence')) or 0, redis.call('PTTL', KEYS[1]), 0}
 end
 if owner then
+  -- The caller will wait: releases must wake someone.
+  redis.call('INCR', KEYS[4])
+  redis.call('PEXPIRE', KEYS[4], ARGV[3])
   return {0, owner, tonumber(redis.call('HGET', KEYS[1], 'fence')) or 0, redis.call('PTTL', KEYS[1]), 0}
 end
 local t = redis.call('TIME')
@@ -63,9 +71,12 @@ local owner = redis.call('HGET', KEYS[1], 'owner')
 if owner == ARGV[1] then
   if ARGV[4] == 'release' then
     redis.call('DEL', KEYS[1])
-    redis.call('RPUSH', KEYS[3], '1')
-    redis.call('LTRIM', KEYS[3], -64, -1)
-    redis.call('PEXPIRE', KEYS[3], ARGV[3])
+    -- Only when someone waits: an uncontended cycle writes nothing more.
+    if tonumber(redis.call('GET', KEYS[4]) or '0') > 0 then
+      redis.call('RPUSH', KEYS[3], '1')
+      redis.call('LTRIM', KEYS[3], -64, -1)
+      redis.call('PEXPIRE', KEYS[3], ARGV[3])
+    end
   else
     redis.call('PEXPIRE', KEYS[1], ARGV[3])
   end
@@ -97,9 +108,11 @@ const redis_script& break_script() {
 local owner = redis.call('HGET', KEYS[1], 'owner')
 if owner ~= ARGV[1] then return {0, owner or ''} end
 redis.call('DEL', KEYS[1])
-redis.call('RPUSH', KEYS[3], '1')
-redis.call('LTRIM', KEYS[3], -64, -1)
-redis.call('PEXPIRE', KEYS[3], ARGV[2])
+if tonumber(redis.call('GET', KEYS[4]) or '0') > 0 then
+  redis.call('RPUSH', KEYS[3], '1')
+  redis.call('LTRIM', KEYS[3], -64, -1)
+  redis.call('PEXPIRE', KEYS[3], ARGV[2])
+end
 return {1, owner}
 )lua");
   return s;
@@ -109,7 +122,7 @@ constexpr std::int64_t fence_ttl_ms = 24LL * 3600 * 1000;
 
 redis_keys keys_for(const redis_lock_options& o, const std::string& name) {
   const std::string base = o.key_prefix + name;
-  return {base, base + ":fence", base + ":wake"};
+  return {base, base + ":fence", base + ":wake", base + ":waiters"};
 }
 
 // Element i of an array reply, as an integer (integer or numeric string).
@@ -218,12 +231,15 @@ failure acquire_impl(const std::string& url, const std::string& name,
   const auto deadline = start + (may_wait ? o.wait : std::chrono::milliseconds(0));
   std::unique_ptr<redis_connection> blocking;
   std::string reason;
+  bool waited = false;  // the last attempt was refused and we blocked since
   for (;;) {
     reply_ptr r;
-    if (failure f = conn->eval("acquire", acquire_script(), {k.lock, k.fence, k.wake},
-                               {owner, std::to_string(o.lease.count()), std::to_string(fence_ttl_ms)},
+    if (failure f = conn->eval("acquire", acquire_script(), {k.lock, k.fence, k.wake, k.waiters},
+                               {owner, std::to_string(o.lease.count()), std::to_string(fence_ttl_ms),
+                                waited ? "1" : "0"},
                                r))
       return f;
+    waited = false;
     long long granted = 0, fence = 0, pttl = 0;
     if (!int_at(r.get(), 0, granted) || !int_at(r.get(), 2, fence) || !int_at(r.get(), 3, pttl))
       return unexpected_reply("acquire", conn->server());
@@ -239,7 +255,7 @@ failure acquire_impl(const std::string& url, const std::string& name,
         if (f || acked < o.replicas) {
           // Not kept: a failover now could lose the grant.
           reply_ptr ignored;
-          conn->eval("release", settle_script(), {k.lock, k.fence, k.wake},
+          conn->eval("release", settle_script(), {k.lock, k.fence, k.wake, k.waiters},
                      {owner, std::to_string(fence), std::to_string(o.lease.count()), "release"},
                      ignored);
           if (f) return f;
@@ -273,6 +289,7 @@ failure acquire_impl(const std::string& url, const std::string& name,
     if (failure f = blocking->command("wait", {"BLPOP", k.wake, secs}, popped,
                                       block + o.command_timeout))
       return f;
+    waited = true;
   }
   busy = true;
   if (!may_wait || o.wait.count() == 0)
@@ -417,7 +434,7 @@ void redis_lock::break_owner(const std::string& owner, std::error_code& ec) noex
                                                  options_.command_timeout);
     const redis_keys k = keys_for(options_, name_);
     reply_ptr r;
-    if (failure f = conn_->eval("break", break_script(), {k.lock, k.fence, k.wake},
+    if (failure f = conn_->eval("break", break_script(), {k.lock, k.fence, k.wake, k.waiters},
                                 {owner, std::to_string(options_.lease.count())}, r))
       return f;
     long long done = 0;
@@ -490,7 +507,8 @@ failure settle(redis_connection& conn, const std::string& lock_key, const std::s
                std::uint64_t fence, const char* step, const std::string& what_arg) {
   const std::string& base = lock_key;
   reply_ptr r;
-  if (failure f = conn.eval(step, settle_script(), {base, base + ":fence", base + ":wake"},
+  if (failure f = conn.eval(step, settle_script(),
+                           {base, base + ":fence", base + ":wake", base + ":waiters"},
                             {owner, std::to_string(fence), what_arg, step}, r))
     return f;
   long long ok = 0, other = 0;

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The Redis lock side by side with its floor and with redis-py's Lock, in
+# one run against one redis-server that this script starts on 127.0.0.1
+# (a free port, a password, no persistence) and stops by its pid.
+#   bench/redis_bench.sh [-b BUILD_DIR] [-q]
+# -q: a quick run (smoke test). Prints FIGURE lines; docs/redis.md has a
+# table from one run.
+set -euo pipefail
+build=build quick=0
+while getopts "b:q" o; do
+  case $o in b) build=$OPTARG ;; q) quick=1 ;; *) exit 64 ;; esac
+done
+bench=$build/bench/redis_bench
+[ -x "$bench" ] || { echo "redis_bench: build it first ($bench)" >&2; exit 1; }
+command -v redis-server >/dev/null || { echo "SKIP: redis-server is not installed"; exit 77; }
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+pid=
+trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; rm -rf "$work"' EXIT
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+: >"$work/log"
+redis-server --port "$port" --bind 127.0.0.1 --requirepass bench --save "" --appendonly no \
+  --dir "$work" --logfile "$work/log" --daemonize no &
+pid=$!
+{ timeout 20 tail -n +1 -F "$work/log" 2>/dev/null || true; } | grep -q -m1 "Ready to accept connections" ||
+  { echo "redis-server did not start" >&2; exit 1; }
+url="redis://:bench@127.0.0.1:$port"
+if [ $quick = 1 ]; then rounds=2 n=50 hand=5 secs=0.2 procs="2 4"; else rounds=31 n=300 hand=200 secs=3 procs="2 4 8 16"; fi
+py=0
+/usr/bin/python3 -c "import redis" 2>/dev/null && py=1 || echo "note: python3-redis is missing; redis-py figures left out"
+"$bench" "$url" pair "$rounds" "$n"
+[ $py = 1 ] && /usr/bin/python3 "$here/redis_py_bench.py" "$port" bench pair "$rounds" "$n"
+"$bench" "$url" handoff "$hand"
+[ $py = 1 ] && /usr/bin/python3 "$here/redis_py_bench.py" "$port" bench handoff "$((hand / 4 + 1))"
+for p in $procs; do
+  "$bench" "$url" contend "$p" "$secs"
+  [ $py = 1 ] && /usr/bin/python3 "$here/redis_py_bench.py" "$port" bench contend "$p" "$secs"
+done
+exit 0
