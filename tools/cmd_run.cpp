@@ -185,6 +185,7 @@ int redis_run(const std::string& url, const std::string& name,
     if ((ec == errc::busy || ec == errc::timed_out) && !verbose) return conflict;
     return report(ec, last_error_message(), conflict);
   }
+  warn_if_clock_behind(h, url);
   return supervise(h, "Redis lock " + name, command, lease);
 }
 #endif

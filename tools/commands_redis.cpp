@@ -42,12 +42,23 @@ std::string owner_of(const std::string& token) {
 
 }  // namespace
 
+void warn_if_clock_behind(const redis_handle& h, const std::string& url) {
+  if (h.clock_behind().count() <= 0) return;
+  detail::redis_endpoint server;
+  detail::parse_redis_url(url, server);
+  std::cerr << "tokenlock: warning: the clock of " << server.display() << " is "
+            << seconds_text(h.clock_behind())
+            << " behind the last fence it granted for this lock (it went back: a failover or a "
+               "clock step); fences still increase, but fix the server's clock (NTP)\n";
+}
+
 int redis_acquire(const std::string& url, const std::string& name, std::chrono::milliseconds lease,
                   std::chrono::milliseconds wait, int conflict) {
   redis_lock lock(url, name, options_with(lease, wait));
   std::error_code ec;
   redis_handle h = lock.acquire(ec);
   if (ec) return report(ec, last_error_message(), conflict);
+  warn_if_clock_behind(h, url);
   std::cout << token_of(h) << std::endl;
   h.detach();
   return exit_code::ok;
@@ -144,6 +155,16 @@ int unavailable() {
   return exit_code::software;
 }
 }  // namespace
+
+void warn_if_clock_behind(const redis_handle& h, const std::string& url) {
+  if (h.clock_behind().count() <= 0) return;
+  detail::redis_endpoint server;
+  detail::parse_redis_url(url, server);
+  std::cerr << "tokenlock: warning: the clock of " << server.display() << " is "
+            << seconds_text(h.clock_behind())
+            << " behind the last fence it granted for this lock (it went back: a failover or a "
+               "clock step); fences still increase, but fix the server's clock (NTP)\n";
+}
 
 int redis_acquire(const std::string&, const std::string&, std::chrono::milliseconds,
                   std::chrono::milliseconds, int) {

@@ -22,6 +22,16 @@ int redis_refresh(const std::string& url, const std::string& name, const std::st
 int redis_status(const std::string& url, const std::string& name, bool json);
 int redis_break(const std::string& url, const std::string& name, const std::string& token,
                 bool force);
+#if TOKENLOCK_HAVE_REDIS
+}  // namespace tokenlock::cli
+namespace tokenlock {
+class redis_handle;
+}
+namespace tokenlock::cli {
+// Warns on stderr when the server's clock was behind the lock's last fence.
+void warn_if_clock_behind(const redis_handle& h, const std::string& url);
+#endif
+
 int redis_run(const std::string& url, const std::string& name,
               const std::vector<std::string>& command, std::chrono::milliseconds lease,
               std::chrono::milliseconds wait, int conflict, bool verbose);

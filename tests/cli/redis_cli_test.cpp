@@ -115,6 +115,18 @@ TEST_F(RedisCliTest, BreakRefusesALiveHolderUnlessForcedAndFreesADeadOne) {
   EXPECT_EQ(tl({"break", "--redis", url, "coupons", "not-a-token"}).exit_code, 64);
 }
 
+TEST_F(RedisCliTest, AcquireWarnsWhenTheServersClockIsBehindTheLastFence) {
+  server->cli({"-a", "pw", "--no-auth-warning", "SET", "tokenlock:coupons:fence",
+               "9000000000000000", "PX", "86400000"});
+  auto a = tl({"acquire", "--redis", url, "-n", "coupons"});
+  EXPECT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(line(a.out).substr(0, 17), "9000000000000001.") << a.out;
+  EXPECT_NE(a.err.find("warning: the clock of redis://127.0.0.1:" + std::to_string(server->port())),
+            std::string::npos)
+      << a.err;
+  EXPECT_EQ(a.err.find(":pw@"), std::string::npos) << a.err;
+}
+
 TEST_F(RedisCliTest, ServerErrorsHaveTheirExitCodesAndNameTheServer) {
   auto wrong = tl({"acquire", "--redis", server->url(":nope"), "-n", "coupons"});
   EXPECT_EQ(wrong.exit_code, 69) << wrong.err;

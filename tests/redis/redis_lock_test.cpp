@@ -246,6 +246,25 @@ TEST_F(RedisLockTest, FencesKeepIncreasingWhenTheServerLosesItsData) {
   EXPECT_GT(g.fence(), last) << "after a restart without persistence";
 }
 
+// The server's clock went back (a failover to a machine whose clock is
+// behind): fences still increase, by one, and the handle says how far.
+TEST_F(RedisLockTest, AServerClockBehindTheLastFenceIsReported) {
+  const std::string ahead = "9000000000000000";  // the year 2255, in us
+  server->cli({"SET", "tokenlock:coupons:fence", ahead, "PX", "86400000"});
+  redis_lock a = lock("coupons", options());
+  redis_handle h = a.acquire();
+  EXPECT_EQ(h.fence(), 9000000000000001u);
+  EXPECT_GT(h.clock_behind(), std::chrono::hours(24 * 365 * 100));
+  h.release();
+  redis_handle g = a.acquire();
+  EXPECT_EQ(g.fence(), 9000000000000002u);
+  g.release();
+  // A server whose clock is fine reports nothing.
+  server->cli({"DEL", "tokenlock:coupons:fence"});
+  redis_handle normal = a.acquire();
+  EXPECT_EQ(normal.clock_behind().count(), 0);
+}
+
 TEST_F(RedisLockTest, AWaiterIsWokenByTheReleaseNotByItsBudget) {
   redis_lock holder_lock = lock("coupons", options(30s));
   redis_handle h = holder_lock.acquire();
@@ -491,6 +510,21 @@ TEST(RedisLockErrors, AWrongPasswordIsAServerErrorWithTheFix) {
   EXPECT_NE(none.second.find("the server requires a password"), std::string::npos) << none.second;
   redis_handle h = redis_lock(server.url(":s3cret"), "coupons", o).acquire();
   EXPECT_TRUE(h.owns());
+}
+
+TEST(RedisLockErrors, AReadOnlyReplicaIsAServerErrorWithTheFix) {
+  const std::string why = redis_server::unavailable();
+  if (!why.empty()) GTEST_SKIP() << why;
+  redis_server primary;
+  redis_server replica({"--replicaof", "127.0.0.1", std::to_string(primary.port())});
+  redis_lock_options o;
+  o.wait = 0ms;
+  redis_lock a(replica.url(), "coupons", o);
+  const auto e = error_of([&] { a.acquire(); });
+  EXPECT_EQ(e.first, errc::server_error);
+  EXPECT_NE(e.second.find("READONLY"), std::string::npos) << e.second;
+  EXPECT_NE(e.second.find("point it at the primary"), std::string::npos) << e.second;
+  EXPECT_EQ(replica.cli({"DBSIZE"}), "0") << "nothing half-made";
 }
 
 TEST(RedisLockErrors, AServerThatStopsAnsweringTimesOutInsteadOfHanging) {

@@ -187,6 +187,13 @@ class redis_handle {
   // lease itself; this is the local estimate from the grant's reply).
   std::chrono::system_clock::time_point expires() const noexcept { return expires_; }
   std::chrono::milliseconds lease() const noexcept { return lease_; }
+  // How far the server's clock was behind the last fence granted for this
+  // name when it granted ours (zero normally). Not zero means the server's
+  // clock went back (a failover to a machine whose clock is behind, or a
+  // clock step): fences still increase (by one each), but if the server
+  // also loses its keys now, a new fence could repeat an old one. Fix the
+  // server's clock (NTP); the command warns on stderr.
+  std::chrono::microseconds clock_behind() const noexcept { return clock_behind_; }
 
  private:
   friend struct detail::redis_handle_access;
@@ -198,6 +205,7 @@ class redis_handle {
   std::uint64_t fence_ = 0;
   std::chrono::system_clock::time_point expires_{};
   std::chrono::milliseconds lease_{0};
+  std::chrono::microseconds clock_behind_{0};
   std::uint64_t fork_generation_ = 0;
 };
 

@@ -198,6 +198,9 @@ struct redis_handle_access {
     h.expires_ = std::chrono::system_clock::now() + std::chrono::milliseconds(pttl_ms);
     h.fork_generation_ = system_os()->fork_generation();
   }
+  static void set_clock_behind(redis_handle& h, long long us) {
+    h.clock_behind_ = std::chrono::microseconds(us > 0 ? us : 0);
+  }
 };
 
 }  // namespace detail
@@ -240,8 +243,9 @@ failure acquire_impl(const std::string& url, const std::string& name,
                                r))
       return f;
     waited = false;
-    long long granted = 0, fence = 0, pttl = 0;
-    if (!int_at(r.get(), 0, granted) || !int_at(r.get(), 2, fence) || !int_at(r.get(), 3, pttl))
+    long long granted = 0, fence = 0, pttl = 0, behind = 0;
+    if (!int_at(r.get(), 0, granted) || !int_at(r.get(), 2, fence) || !int_at(r.get(), 3, pttl) ||
+        !int_at(r.get(), 4, behind))
       return unexpected_reply("acquire", conn->server());
     if (granted == 1) {
       if (o.replicas > 0) {
@@ -269,6 +273,7 @@ failure acquire_impl(const std::string& url, const std::string& name,
       }
       redis_handle_access::fill(out, conn, k.lock, owner, static_cast<std::uint64_t>(fence), o.lease,
                                 pttl);
+      redis_handle_access::set_clock_behind(out, behind);
       return {};
     }
     reason = describe_holder(str_at(r.get(), 1), fence, pttl);
@@ -456,6 +461,7 @@ redis_handle::redis_handle(redis_handle&& o) noexcept
       fence_(o.fence_),
       expires_(o.expires_),
       lease_(o.lease_),
+      clock_behind_(o.clock_behind_),
       fork_generation_(o.fork_generation_) {
   o.forget();
 }
@@ -471,6 +477,7 @@ redis_handle& redis_handle::operator=(redis_handle&& o) noexcept {
     fence_ = o.fence_;
     expires_ = o.expires_;
     lease_ = o.lease_;
+    clock_behind_ = o.clock_behind_;
     fork_generation_ = o.fork_generation_;
     o.forget();
   }
