@@ -156,16 +156,6 @@ int unavailable() {
 }
 }  // namespace
 
-void warn_if_clock_behind(const redis_handle& h, const std::string& url) {
-  if (h.clock_behind().count() <= 0) return;
-  detail::redis_endpoint server;
-  detail::parse_redis_url(url, server);
-  std::cerr << "tokenlock: warning: the clock of " << server.display() << " is "
-            << seconds_text(h.clock_behind())
-            << " behind the last fence it granted for this lock (it went back: a failover or a "
-               "clock step); fences still increase, but fix the server's clock (NTP)\n";
-}
-
 int redis_acquire(const std::string&, const std::string&, std::chrono::milliseconds,
                   std::chrono::milliseconds, int) {
   return unavailable();

@@ -398,15 +398,18 @@ failure update_impl(os& sys, const boost::filesystem::path& target, const rename
   // invite a retry that applies the update twice; the handle's destructor
   // tries once more.
   h.release(ec);
-  if (options.write.sync == durability::file_and_dir) {
-    if (auto sec = sys.sync_directory(t.dir))
-      return make_failure(
-          errc::dir_sync_failed,
-          describe("sync", t.path,
-                   "the update is committed, but flushing the directory " + t.dir + " failed (" +
-                       sec.message() + "): a crash may undo it; do not repeat the update",
-                   {}));
-  }
+  return sync_after_commit(sys, t, options);
+}
+
+failure sync_after_commit(os& sys, const write_target& t, const update_options& options) {
+  if (options.write.sync != durability::file_and_dir) return {};
+  if (auto sec = sys.sync_directory(t.dir))
+    return make_failure(
+        errc::dir_sync_failed,
+        describe("sync", t.path,
+                 "the update is committed, but flushing the directory " + t.dir + " failed (" +
+                     sec.message() + "): a crash may undo it; do not repeat the update",
+                 {}));
   return {};
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "failure.hpp"
+#include "file_writer.hpp"
 #include "posix/os.hpp"
 #include "tokenlock/update.hpp"
 
@@ -21,6 +22,11 @@ using compute_function =
 failure update_impl(os& sys, const boost::filesystem::path& target, const rename_lock& lock,
                     const compute_function& compute, const update_options& options,
                     update_result& result);
+
+// After a commit (and the release): flushes the target's directory when
+// options.write.sync asks for it; a failure is dir_sync_failed, saying the
+// update is committed.
+failure sync_after_commit(os& sys, const write_target& t, const update_options& options);
 
 // The step of increment_counter: parses the counter (a missing file is 0),
 // adds `by` (EOVERFLOW past 64 bits) and stores the new value in `out`.

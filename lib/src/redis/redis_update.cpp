@@ -196,16 +196,7 @@ failure redis_update_impl(os& sys, const boost::filesystem::path& target, redis_
   }
   // Committed: a failed release cannot undo it (see update_impl).
   h.release(ec);
-  if (options.write.sync == durability::file_and_dir) {
-    if (auto sec = sys.sync_directory(t.dir))
-      return make_failure(
-          errc::dir_sync_failed,
-          describe("sync", t.path,
-                   "the update is committed, but flushing the directory " + t.dir + " failed (" +
-                       sec.message() + "): a crash may undo it; do not repeat the update",
-                   {}));
-  }
-  return {};
+  return sync_after_commit(sys, t, options);
 }
 
 }  // namespace
