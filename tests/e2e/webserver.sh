@@ -14,8 +14,15 @@
 
 port_is_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# A port below the kernel's range for outgoing connections: a port in that
+# range may be the local end of a client's connection (ab, curl, a Redis
+# client), which a connect test does not see and which makes the server's
+# bind fail with EADDRINUSE.
 pick_port() {
-  local p=${1:-$((20000 + RANDOM % 30000))}
+  local low=32768
+  read -r low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
+  [ "$low" -gt 11024 ] || low=32768
+  local p=${1:-$((10000 + RANDOM % (low - 10000 - 1000)))}
   while ! port_is_free "$p"; do p=$((p + 1)); done
   echo "$p"
 }
@@ -72,8 +79,9 @@ start_apache() {
   apache2 -f "$work/apache.conf" -DFOREGROUND >"$work/logs/stdout.log" 2>&1 &
   SERVER_PID=$!
   wait_for_port "$port" "$SERVER_PID" || {
-    echo "apache did not start; its error log:" >&2
-    cat "$work/logs/error.log" >&2
+    # Before its error log is open (a failed bind), Apache writes to stderr.
+    echo "apache did not start; its output and error log:" >&2
+    cat "$work/logs/stdout.log" "$work/logs/error.log" >&2 2>/dev/null || true
     return 1
   }
 }
