@@ -136,7 +136,9 @@ failure estimate_clock_offset(os& sys, const std::string& dir, const clock_offse
   // the estimate, their half-widths its uncertainty.
   const std::int64_t granule = granule_of(samples);
   out.offset = std::chrono::microseconds(best->stamp_us - best->midpoint_us + granule / 2);
-  out.uncertainty = std::chrono::microseconds((best->round_trip_us + 1) / 2 + granule / 2);
+  // One microsecond more: both clocks are read truncated to microseconds
+  // (a local probe was once off by exactly that).
+  out.uncertainty = std::chrono::microseconds((best->round_trip_us + 1) / 2 + granule / 2 + 1);
   out.round_trip = std::chrono::microseconds(best->round_trip_us);
   out.granularity = std::chrono::microseconds(granule);
   return {};
