@@ -203,33 +203,6 @@ failure unfenced_commit(os& sys, lock_handle& h, const write_target& t,
   return commit_temp(sys, tmp.path, t, options);
 }
 
-// Runs `compute`, refreshing the lease meanwhile when `keep` is set. A
-// takeover during the computation fails the update before anything is
-// written; other refresh errors are left to the commit's fence to judge.
-failure compute_keeping(lock_handle& h, const write_target& t, const compute_function& compute,
-                        const std::optional<std::string>& current, std::string& next,
-                        bool keep) {
-  if (!keep) return compute(current, next);
-  std::optional<keep_alive> keeper;
-  try {
-    keeper.emplace(h);
-  } catch (const std::system_error& e) {
-    return make_failure(e.code(), describe("keep the lease alive", t.path,
-                                           std::string(e.what()) + "; nothing was written", {}));
-  }
-  failure f = compute(current, next);
-  keeper->stop();
-  if (f) return f;
-  if (keeper->lost())
-    return make_failure(errc::lock_lost,
-                        describe("commit", t.path,
-                                 "the lock was taken over while the update function ran (" +
-                                     keeper->last_message() +
-                                     "); nothing was written and the new owner's data is intact",
-                                 {}));
-  return {};
-}
-
 // Whether `current` (read through descriptor `fd`) is the version that
 // `mark` describes, or one written after it outside the lock.
 bool matches_mark(os& sys, const version_mark& mark, const std::optional<std::string>& current,

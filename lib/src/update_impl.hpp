@@ -10,6 +10,7 @@
 #include "failure.hpp"
 #include "file_writer.hpp"
 #include "posix/os.hpp"
+#include "tokenlock/keep_alive.hpp"
 #include "tokenlock/update.hpp"
 
 namespace tokenlock::detail {
@@ -27,6 +28,34 @@ failure update_impl(os& sys, const boost::filesystem::path& target, const rename
 // options.write.sync asks for it; a failure is dir_sync_failed, saying the
 // update is committed.
 failure sync_after_commit(os& sys, const write_target& t, const update_options& options);
+
+// Runs `compute`, refreshing the lease meanwhile when `keep` is set. A
+// takeover during the computation fails the update before anything is
+// written; other refresh errors are left to the commit's fence to judge.
+template <class Handle>
+failure compute_keeping(Handle& h, const write_target& t, const compute_function& compute,
+                        const std::optional<std::string>& current, std::string& next,
+                        bool keep) {
+  if (!keep) return compute(current, next);
+  std::optional<keep_alive> keeper;
+  try {
+    keeper.emplace(h);
+  } catch (const std::system_error& e) {
+    return make_failure(e.code(), describe("keep the lease alive", t.path,
+                                           std::string(e.what()) + "; nothing was written", {}));
+  }
+  failure f = compute(current, next);
+  keeper->stop();
+  if (f) return f;
+  if (keeper->lost())
+    return make_failure(errc::lock_lost,
+                        describe("commit", t.path,
+                                 "the lock was taken over while the update function ran (" +
+                                     keeper->last_message() +
+                                     "); nothing was written and the new owner's data is intact",
+                                 {}));
+  return {};
+}
 
 // The step of increment_counter: parses the counter (a missing file is 0),
 // adds `by` (EOVERFLOW past 64 bits) and stores the new value in `out`.

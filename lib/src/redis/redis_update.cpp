@@ -155,26 +155,7 @@ failure redis_update_impl(os& sys, const boost::filesystem::path& target, redis_
   if (f) return f;
 
   std::string next;
-  if (options.keep_alive) {
-    std::optional<keep_alive> keeper;
-    try {
-      keeper.emplace(h);
-    } catch (const std::system_error& e) {
-      return make_failure(e.code(), describe("keep the lease alive", t.path,
-                                             std::string(e.what()) + "; nothing was written", {}));
-    }
-    f = compute(current, next);
-    keeper->stop();
-    if (f) return f;
-    if (keeper->lost())
-      return make_failure(errc::lock_lost,
-                          describe("commit", t.path,
-                                   "the lock was lost while the update function ran (" +
-                                       keeper->last_message() + "); nothing was written",
-                                   {}));
-  } else if ((f = compute(current, next))) {
-    return f;
-  }
+  if ((f = compute_keeping(h, t, compute, current, next, options.keep_alive))) return f;
 
   write_options in_lock = options.write;
   if (in_lock.sync == durability::file_and_dir) in_lock.sync = durability::file;
