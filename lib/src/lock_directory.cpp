@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <vector>
 
@@ -64,6 +65,16 @@ std::string joined(const std::vector<std::string>& v) {
   return s;
 }
 
+observed_token observed(const std::string& name, const held_token& t) {
+  observed_token o;
+  o.name = name;
+  o.expiry_us = t.expiry_us;
+  o.host_tag = std::string(t.host_tag);
+  o.pid = t.pid;
+  o.start_time = t.start_time;
+  return o;
+}
+
 void fill_observation(const std::string& name, observation& out) {
   held_token t;
   if (classify_name(name, &t) == name_kind::free) {
@@ -71,11 +82,7 @@ void fill_observation(const std::string& name, observation& out) {
     return;
   }
   out.kind = observation::held;
-  out.token.name = name;
-  out.token.expiry_us = t.expiry_us;
-  out.token.host_tag = std::string(t.host_tag);
-  out.token.pid = t.pid;
-  out.token.start_time = t.start_time;
+  out.token = observed(name, t);
 }
 
 }  // namespace
@@ -97,6 +104,9 @@ failure make_lock_paths(const boost::filesystem::path& dir, lock_paths& out) {
   out.dir_slash = s + "/";
   out.free_path = out.dir_slash + std::string(free_token);
   out.board_path = s + ".wait";
+  const auto slash = s.rfind('/');
+  out.parent = slash == std::string::npos ? "." : slash == 0 ? "/" : s.substr(0, slash);
+  out.init_prefix = (slash == std::string::npos ? s : s.substr(slash + 1)) + ".init.";
   return {};
 }
 
@@ -216,7 +226,17 @@ judgement judge(os& sys, const lock_options& options, const observed_token& t) {
 }
 
 failure create_lock_directory(os& sys, const lock_paths& paths, const lock_options& options) {
-  const std::string init = paths.dir + ".init." + hex16(sys.random_u64());
+  // Named like a token, so that whoever finds it left behind can tell
+  // whether its creator still lives (sweep_creation_leftovers). A name that
+  // would not fit NAME_MAX gets a nonce only, swept by its age.
+  const process_identity& me = sys.self();
+  const std::int64_t expiry = sys.wall_now_us() + std::chrono::duration_cast<std::chrono::microseconds>(options.lease).count();
+  const std::string owned = make_token(expiry, me.host_tag, me.pid, me.start_time, sys.random_u64());
+  std::string init = paths.dir + ".init.";
+  if (paths.init_prefix.size() + owned.size() - held_prefix.size() <= 255)
+    init.append(owned, held_prefix.size(), std::string::npos);
+  else
+    init += hex16(sys.random_u64());
   const std::string init_token = init + "/" + std::string(free_token);
   auto cleanup = [&] {
     sys.remove_directory(init_token);
@@ -241,6 +261,12 @@ failure create_lock_directory(os& sys, const lock_paths& paths, const lock_optio
   if (ec == std::errc::directory_not_empty || ec == std::errc::file_exists) {
     // Somebody else's directory won, or it was not empty after all.
     cleanup();
+    sweep_creation_leftovers(sys, paths, options);
+    return {};
+  }
+  if (ec == std::errc::no_such_file_or_directory) {
+    // A sweeper judged us stalled past our lease and removed it: start over.
+    cleanup();
     return {};
   }
   if (ec == std::errc::operation_not_permitted || ec == std::errc::permission_denied) {
@@ -263,9 +289,43 @@ failure create_lock_directory(os& sys, const lock_paths& paths, const lock_optio
   // Make the new directory entry durable. Failing here is not an error of the
   // lock: the directory exists and works; a crash may undo it, which the
   // next acquire repairs by creating it again.
-  const auto slash = paths.dir.rfind('/');
-  sys.sync_directory(slash == std::string::npos ? "." : slash == 0 ? "/" : paths.dir.substr(0, slash));
+  sys.sync_directory(paths.parent);
+  sweep_creation_leftovers(sys, paths, options);
   return {};
+}
+
+std::size_t sweep_creation_leftovers(os& sys, const lock_paths& paths,
+                                     const lock_options& options) {
+  std::vector<std::string> names;
+  if (sys.list_directory(paths.parent, names)) return 0;
+  const std::string& prefix = paths.init_prefix;
+  const std::string dir_of = paths.parent == "/" ? "/" : paths.parent + "/";
+  std::size_t removed = 0;
+  for (const auto& n : names) {
+    if (n.size() <= prefix.size() || n.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string p = dir_of + n;
+    const std::string rest = n.substr(prefix.size());
+    held_token t;
+    if (classify_name(std::string(held_prefix) + rest, &t) == name_kind::held) {
+      if (!judge(sys, options, observed(n, t)).stale) continue;
+    } else if (rest.size() == 16 &&
+               rest.find_first_not_of("0123456789abcdef") == std::string::npos) {
+      // No owner in the name: old enough that no creation can still be on.
+      file_status st;
+      const auto age = std::chrono::duration_cast<std::chrono::microseconds>(
+          options.max_lease + options.skew_allowance);
+      if (sys.status(p, st) || !st.is_directory ||
+          st.mtime_us > sys.wall_now_us() - age.count())
+        continue;
+    } else {
+      continue;
+    }
+    // By path: had its creator renamed it to the lock directory meanwhile,
+    // these find nothing under this name and remove nothing.
+    sys.remove_directory(p + "/" + std::string(free_token));
+    if (!sys.remove_directory(p)) ++removed;
+  }
+  return removed;
 }
 
 void clear_workspace(os& sys, const std::string& token_dir, bool keep_marks) {

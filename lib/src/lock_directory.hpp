@@ -20,6 +20,8 @@ struct lock_paths {
   std::string dir_slash;  // dir + '/'
   std::string free_path;  // dir + "/lockfile"
   std::string board_path; // dir + ".wait": the wait board (wait_line.hpp)
+  std::string parent;     // the directory that holds dir ("." or "/" at the top)
+  std::string init_prefix;  // basename(dir) + ".init.": creation leftovers in parent
   // Whether acquisitions leave owner marks (token_mark.hpp): -1 until the
   // first acquisition asks the filesystem, then 0 or 1.
   mutable std::atomic<int> owner_marks{-1};
@@ -66,8 +68,17 @@ judgement judge(os& sys, const lock_options& options, const observed_token& toke
 // Creates the lock directory with its free token, atomically: a populated
 // temporary directory beside it is renamed onto it, which succeeds only
 // while the lock directory is missing or empty. Losing that race is success
-// (somebody else created it). Leaves no temporary directory behind.
+// (somebody else created it). Leaves no temporary directory behind, unless
+// killed while it exists: sweep_creation_leftovers() removes those.
 failure create_lock_directory(os& sys, const lock_paths& paths, const lock_options& options);
+
+// Removes the temporary directories (`D.init.<expiry>.<owner>`) of creators
+// that died or stalled past their lease while creating the lock directory,
+// judged like tokens (judge()). Lists the parent directory, so it runs only
+// where that is already paid for or rare: after creating, after a takeover,
+// and with the updaters' occasional sweep. Returns how many it removed.
+std::size_t sweep_creation_leftovers(os& sys, const lock_paths& paths,
+                                     const lock_options& options);
 
 // Removes what a previous owner left in a token directory we took over,
 // except, with `keep_marks`, owner marks (token_mark.hpp: they have been

@@ -205,7 +205,11 @@ class acquirer final : public lock_attempt {
         return {};
       }
     }
-    if (!taken_from.empty()) clear_workspace(sys_, token_path, marks);
+    if (!taken_from.empty()) {
+      clear_workspace(sys_, token_path, marks);
+      // A holder died or stalled; a creator may have died too.
+      sweep_creation_leftovers(sys_, paths_, options_);
+    }
     lock_handle_access::fill(out, sys_ptr_, paths_ptr_, std::move(token), std::move(token_path),
                              expiry, options_.lease);
     result = outcome::acquired;

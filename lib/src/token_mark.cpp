@@ -95,8 +95,7 @@ bool lock_needs_owner_marks(os& sys, const lock_paths& paths) {
   std::error_code ec = sys.filesystem_of(paths.dir, false, fs);
   std::string asked = paths.dir;
   if (ec == std::errc::no_such_file_or_directory) {
-    const auto slash = paths.dir.rfind('/');
-    asked = slash == std::string::npos ? "." : slash == 0 ? "/" : paths.dir.substr(0, slash);
+    asked = paths.parent;
     ec = sys.filesystem_of(asked, false, fs);
   }
   bool marks = true;

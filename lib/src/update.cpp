@@ -308,6 +308,10 @@ failure update_impl(os& sys, const boost::filesystem::path& target, const rename
     sweep_impl(sys, t.dir,
                std::chrono::duration_cast<std::chrono::microseconds>(lock.options().lease), swept,
                t.name);
+    // And what creators of the lock directory left when killed mid-way:
+    // nothing else looks at the lock's parent once the lock exists.
+    lock_paths lp;
+    if (!make_lock_paths(lock.directory(), lp)) sweep_creation_leftovers(sys, lp, lock.options());
   }
 
   // The version we replace stays open until we return, after the release:

@@ -974,6 +974,103 @@ TEST_F(RenameLockTest, ALoserOfTheCreationRaceOverSftpSeesTheWinnerDespiteEPERM)
   EXPECT_TRUE(init_leftovers().empty());
 }
 
+// ---- what a creator killed mid-way leaves --------------------------------------
+
+// "data.lock.init.<expiry>.<owner>" beside the lock, with "lockfile" inside:
+// what a creator killed between its mkdir and its rename leaves.
+std::string plant_init(const fs::path& parent, const std::string& token) {
+  const std::string name = "data.lock.init." + token.substr(std::string("lockfile.").size());
+  fs::create_directories(parent / name / "lockfile");
+  return (parent / name).string();
+}
+
+TEST_F(RenameLockTest, TheCreationDirectoryIsNamedForItsCreatorAndLease) {
+  auto a = process(100);
+  std::string made;
+  std::function<void(const std::string&, const std::string&, const std::string&)> watch =
+      [&](const std::string& op, const std::string& path, const std::string&) {
+        if (op == "make_directory" && path.find(".init.") != std::string::npos)
+          made = path;
+        else
+          a->before = watch;  // cleared before each run: re-armed until found
+      };
+  a->before = watch;
+  lock_for(a).acquire().release();
+  const std::string prefix = (tmp / "data.lock.init.").string();
+  ASSERT_EQ(made.rfind(prefix, 0), 0u) << made;
+  tokenlock::detail::held_token t;
+  ASSERT_EQ(tokenlock::detail::classify_name("lockfile." + made.substr(prefix.size()), &t),
+            tokenlock::detail::name_kind::held)
+      << made;
+  EXPECT_EQ(t.pid, 100);
+  EXPECT_EQ(t.start_time, 5100u);
+  EXPECT_EQ(t.host_tag, "testhost-0000abcd");
+  EXPECT_EQ(t.expiry_us, world->wall_us + 10'000'000);
+  EXPECT_TRUE(init_leftovers().empty());
+}
+
+TEST_F(RenameLockTest, TheNextCreatorRemovesWhatADeadCreatorLeftAndNothingOfTheLiving) {
+  auto live = process(200), c = process(300);
+  const std::int64_t later = world->wall_us + 10'000'000;
+  const std::string dead_here = plant_init(tmp.path(), token_name(later, "testhost-0000abcd", 100, 5100));
+  const std::string live_here = plant_init(tmp.path(), token_name(later, "testhost-0000abcd", 200, 5200));
+  const std::string elsewhere = plant_init(tmp.path(), token_name(later, other_host, 100, 5100));
+  const std::string reused_pid =
+      plant_init(tmp.path(), token_name(later, "testhost-0000abcd", 200, 4200));
+  fs::create_directories(tmp / "other.lock.init.0000000000000001");
+  lock_handle h = lock_for(c).acquire();
+  EXPECT_EQ(entries(), std::vector<std::string>{h.token()});
+  EXPECT_FALSE(fs::exists(dead_here)) << "its creator no longer exists";
+  EXPECT_FALSE(fs::exists(reused_pid)) << "its pid belongs to a newer process";
+  EXPECT_TRUE(fs::exists(live_here)) << "its creator is still at work";
+  EXPECT_TRUE(fs::exists(elsewhere)) << "another host's creator, within its lease";
+  EXPECT_TRUE(fs::exists(tmp / "other.lock.init.0000000000000001")) << "another lock's";
+}
+
+TEST_F(RenameLockTest, ATakeoverRemovesACreationLeftoverWhoseLeaseEnded) {
+  auto a = process(100), b = process(200);
+  lock_handle ha = lock_for(a, options(1s)).acquire();
+  const std::string stalled =
+      plant_init(tmp.path(), token_name(world->wall_us + 1'000'000, other_host, 7, 7));
+  lock_for(a, options(1s)).try_acquire();  // a fast path sweeps nothing
+  ASSERT_TRUE(fs::exists(stalled));
+  world->advance(1'000'000 + 100'000 + 1);
+  lock_handle hb = lock_for(b).acquire();  // takes the expired token over
+  EXPECT_EQ(entries(), std::vector<std::string>{hb.token()});
+  EXPECT_FALSE(fs::exists(stalled));
+  EXPECT_TRUE(init_leftovers().empty());
+}
+
+TEST_F(RenameLockTest, ACreationLeftoverWithoutAnOwnerGoesOnlyWhenOlderThanAnyLease) {
+  auto a = process(100), b = process(200);
+  lock_options o = options(1s);
+  o.max_lease = 60s;
+  const fs::path old = tmp / "data.lock.init.0123456789abcdef";
+  fs::create_directories(old / "lockfile");
+  const std::time_t wall_s = static_cast<std::time_t>(world->wall_us / 1'000'000);
+  fs::last_write_time(old, wall_s - 30);
+  lock_handle ha = lock_for(a, o).acquire();  // creates the directory: sweeps
+  EXPECT_TRUE(fs::exists(old)) << "younger than max_lease + skew";
+  fs::last_write_time(old, wall_s - 61);
+  world->advance(1'000'000 + 100'000 + 1);
+  lock_handle hb = lock_for(b, o).acquire();  // a takeover: sweeps
+  EXPECT_FALSE(fs::exists(old));
+  EXPECT_EQ(entries(), std::vector<std::string>{hb.token()});
+}
+
+TEST_F(RenameLockTest, ACreatorWhoseDirectoryWasSweptMeanwhileStartsOver) {
+  // Stalled past its lease, its directory was judged a leftover and
+  // removed before its rename: the rename finds nothing, and it creates again.
+  auto a = process(100);
+  a->fail("rename", ".init.", ENOENT);
+  std::error_code ec;
+  auto h = lock_for(a).try_acquire(ec);
+  EXPECT_FALSE(ec) << tokenlock::last_error_message();
+  ASSERT_TRUE(h && h->owns());
+  EXPECT_EQ(entries(), std::vector<std::string>{h->token()});
+  EXPECT_TRUE(init_leftovers().empty());
+}
+
 // Even when a lookup still finds our name: on GlusterFS a second rename
 // through a stale name would move the new owner's token.
 TEST_F(RenameLockTest, AReleaseWhoseTokenIsGoneReportsLockLostWithoutRenamingAgain) {
