@@ -246,6 +246,67 @@ TEST_F(RedisLockTest, FencesKeepIncreasingWhenTheServerLosesItsData) {
   EXPECT_GT(g.fence(), last) << "after a restart without persistence";
 }
 
+// Eviction under maxmemory, as a cache server configured with allkeys-lru
+// does it: the least recently used keys go, the lock's among the first.
+TEST_F(RedisLockTest, FencesKeepIncreasingWhenTheServerEvictsTheLocksKeys) {
+  redis_lock a = lock("coupons", options());
+  const std::uint64_t released = a.acquire().fence();  // released at once: :fence stays
+  redis_handle held = lock("vouchers", options()).acquire();
+  const std::string info = server->cli({"INFO", "memory"});
+  const auto at = info.find("used_memory:");
+  ASSERT_NE(at, std::string::npos) << info;
+  const long long used = std::stoll(info.substr(at + 12));
+  ASSERT_EQ(server->cli({"CONFIG", "SET", "maxmemory-policy", "allkeys-lru"}), "OK");
+  ASSERT_EQ(server->cli({"CONFIG", "SET", "maxmemory", std::to_string(used + 256 * 1024)}), "OK");
+  // A script's writes are not checked against maxmemory one by one: it goes
+  // over, and the next command evicts until the server is under again.
+  const std::string fill =
+      "for i = 1, 20000 do redis.call('SET', 'fill:' .. ARGV[1] .. ':' .. i, "
+      "string.rep('x', 200)) end return 1";
+  for (int round = 0; round < 10 && (server->cli({"EXISTS", "tokenlock:coupons:fence"}) != "0" ||
+                                     server->cli({"EXISTS", "tokenlock:vouchers"}) != "0");
+       ++round) {
+    server->cli({"EVAL", fill, "0", std::to_string(round)});
+    server->cli({"SET", "after", "fill"});  // evicts
+  }
+  ASSERT_EQ(server->cli({"EXISTS", "tokenlock:coupons:fence"}), "0") << "never evicted";
+  ASSERT_EQ(server->cli({"EXISTS", "tokenlock:vouchers"}), "0") << "never evicted";
+  const std::string stats = server->cli({"INFO", "stats"});
+  EXPECT_EQ(stats.find("evicted_keys:0\r"), std::string::npos) << stats;
+  server->cli({"FLUSHDB"});  // room again for the lock's own keys
+
+  EXPECT_GT(a.acquire().fence(), released);
+  std::error_code ec;
+  held.release(ec);
+  EXPECT_EQ(ec, errc::lock_lost);
+  EXPECT_NE(tokenlock::last_error_message().find("the server lost the lock's state"),
+            std::string::npos)
+      << tokenlock::last_error_message();
+  EXPECT_GT(lock("vouchers", options()).acquire().fence(), held.fence());
+}
+
+TEST_F(RedisLockTest, AGrantWaitsForItsReplicaAndFailsWhenTheReplicaStopsAnswering) {
+  redis_server replica({"--replicaof", "127.0.0.1", std::to_string(server->port())});
+  ASSERT_EQ(server->cli({"WAIT", "1", "20000"}), "1") << "the replica never synchronised";
+  redis_lock_options o = options();
+  o.replicas = 1;
+  o.replica_timeout = 5s;
+  redis_lock a = lock("coupons", o);
+  redis_handle h = a.acquire();
+  // Acknowledged: the replica has the grant as the primary made it.
+  EXPECT_EQ(replica.cli({"HGET", "tokenlock:coupons", "fence"}), std::to_string(h.fence()));
+  h.release();
+
+  replica.stop_answering();
+  o.replica_timeout = 200ms;
+  redis_lock b = lock("coupons", o);
+  const auto e = error_of([&] { b.acquire(); });
+  replica.resume();
+  EXPECT_EQ(e.first, errc::not_replicated) << e.second;
+  EXPECT_NE(e.second.find("0 of 1 replicas acknowledged"), std::string::npos) << e.second;
+  EXPECT_FALSE(b.holder().has_value()) << "the unreplicated grant was kept";
+}
+
 // The server's clock went back (a failover to a machine whose clock is
 // behind): fences still increase, by one, and the handle says how far.
 TEST_F(RedisLockTest, AServerClockBehindTheLastFenceIsReported) {
@@ -510,6 +571,31 @@ TEST(RedisLockErrors, AWrongPasswordIsAServerErrorWithTheFix) {
   EXPECT_NE(none.second.find("the server requires a password"), std::string::npos) << none.second;
   redis_handle h = redis_lock(server.url(":s3cret"), "coupons", o).acquire();
   EXPECT_TRUE(h.owns());
+}
+
+// Redis 6+ ACL users: the user name in the URL logs in as that user; a user
+// whose ACL forbids the lock's commands is told which to allow.
+TEST(RedisLockErrors, AnAclUserInTheUrlIsUsedAndOneWithoutTheRightsIsToldWhatToAllow) {
+  const std::string why = redis_server::unavailable();
+  if (!why.empty()) GTEST_SKIP() << why;
+  redis_server server({"--user", "locker", "on", ">lockpw", "~tokenlock:*", "&*", "+@all",
+                       "--user", "reader", "on", ">readpw", "~*", "+@read", "+@connection"});
+  redis_lock_options o;
+  o.wait = 0ms;
+  redis_handle h = redis_lock(server.url("locker:lockpw"), "coupons", o).acquire();
+  EXPECT_TRUE(h.owns());
+  EXPECT_EQ(server.cli({"HGET", "tokenlock:coupons", "fence"}), std::to_string(h.fence()));
+  h.release();
+
+  const auto wrong = error_of([&] { redis_lock(server.url("locker:readpw"), "coupons", o).acquire(); });
+  EXPECT_EQ(wrong.first, errc::server_error);
+  EXPECT_NE(wrong.second.find("check the user and password"), std::string::npos) << wrong.second;
+
+  const auto denied = error_of([&] { redis_lock(server.url("reader:readpw"), "coupons", o).acquire(); });
+  EXPECT_EQ(denied.first, errc::server_error);
+  EXPECT_NE(denied.second.find("NOPERM"), std::string::npos) << denied.second;
+  EXPECT_NE(denied.second.find("allow EVAL, EVALSHA"), std::string::npos) << denied.second;
+  EXPECT_EQ(server.cli({"EXISTS", "tokenlock:coupons"}), "0") << "nothing half-made";
 }
 
 TEST(RedisLockErrors, AReadOnlyReplicaIsAServerErrorWithTheFix) {

@@ -99,7 +99,10 @@ void redis_server::start() {
                                 "127.0.0.1", "--unixsocket", socket_, "--unixsocketperm", "700",
                                 "--save", "", "--appendonly", "no", "--dir", dir_.path().string(),
                                 "--logfile", (dir_ / "redis.log").string(), "--supervised",
-                                "systemd", "--daemonize", "no"};
+                                "systemd", "--daemonize", "no",
+                                // A replica's first synchronisation without
+                                // the default 5 s pause for more replicas.
+                                "--repl-diskless-sync-delay", "0"};
   argv.insert(argv.end(), extra_.begin(), extra_.end());
   pid_ = spawn(argv, notify);
   bool ready = false;
@@ -151,8 +154,13 @@ void redis_server::move_socket_to(const std::string& path) {
 void redis_server::resume() { ::kill(pid_, SIGCONT); }
 
 std::string redis_server::cli(const std::vector<std::string>& args) const {
-  std::string cmd = "redis-cli -s '" + socket_ + "'";
-  for (const auto& a : args) cmd += " '" + a + "'";
+  auto quoted = [](const std::string& a) {
+    std::string q = "'";
+    for (char c : a) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+  };
+  std::string cmd = "redis-cli -s " + quoted(socket_);
+  for (const auto& a : args) cmd += " " + quoted(a);
   std::string out;
   FILE* f = ::popen(cmd.c_str(), "r");
   if (!f) return out;
