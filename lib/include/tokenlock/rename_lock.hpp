@@ -100,6 +100,11 @@ struct lock_options {
   // a broken clock or a broken program; it is treated as stale (and
   // holder() says so) instead of blocking for years.
   std::chrono::milliseconds max_lease = std::chrono::hours(24);
+  // A legacy token, "lockfile<epoch seconds>" (the rename lock that many
+  // deployed scripts use: docs/protocol.md, Legacy tokens), names no owner
+  // and no lease: it is stale once its time plus this (and skew_allowance)
+  // has passed, as those scripts judge it.
+  std::chrono::milliseconds legacy_timeout = std::chrono::seconds(60);
   // Mode of a lock directory (and its token) that acquire creates; applied
   // exactly, regardless of the umask. Use 0775 or 0777 when several users
   // share the lock.

@@ -1,0 +1,356 @@
+/* The C interface from a C99 program, as a CGI author or an FFI uses it.
+ * Built twice: against the static library and against libtokenlock_c.so.
+ *   c_api_test SCRATCH_DIR
+ * Prints one line per check and "N passed, N failed" at the end. */
+#define _POSIX_C_SOURCE 200809L
+#include <tokenlock/tokenlock.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int passed, failed;
+static char scratch[4096];
+
+#define CHECK(cond, ...)                                      \
+  do {                                                        \
+    if (cond) {                                               \
+      ++passed;                                               \
+    } else {                                                  \
+      ++failed;                                               \
+      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                           \
+      fprintf(stderr, "\n");                                  \
+    }                                                         \
+  } while (0)
+
+static const char *path_of(const char *name) {
+  static char buf[8][4200];
+  static int next;
+  char *b = buf[next++ % 8];
+  snprintf(b, sizeof buf[0], "%s/%s", scratch, name);
+  return b;
+}
+
+static int exists(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0;
+}
+
+static char *slurp(const char *p) {
+  static char buf[4096];
+  FILE *f = fopen(p, "r");
+  size_t n;
+  if (!f) return NULL;
+  n = fread(buf, 1, sizeof buf - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+  return buf;
+}
+
+static void spit(const char *p, const char *text) {
+  FILE *f = fopen(p, "w");
+  if (!f) abort();
+  fputs(text, f);
+  fclose(f);
+}
+
+/* Temporary files of atomic writes (".NAME.tmp.*") left in the scratch dir. */
+static int temp_files(void) {
+  int n = 0;
+  struct dirent *e;
+  DIR *d = opendir(scratch);
+  if (!d) return -1;
+  while ((e = readdir(d)) != NULL)
+    if (strstr(e->d_name, ".tmp.") != NULL) ++n;
+  closedir(d);
+  return n;
+}
+
+static int64_t now_us(void) {
+  struct timeval tv;
+  gettimeofday(&tv, NULL);
+  return (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
+}
+
+static void lock_and_release(void) {
+  const char *dir = path_of("a.lock");
+  tokenlock_lock *lock = NULL;
+  int rc = tokenlock_acquire(dir, NULL, &lock);
+  CHECK(rc == TOKENLOCK_OK && lock != NULL, "acquire: %d %s", rc, tokenlock_last_error());
+  if (!lock) return;
+  CHECK(strncmp(tokenlock_token(lock), "lockfile.", 9) == 0, "token %s", tokenlock_token(lock));
+  {
+    char held[4300];
+    snprintf(held, sizeof held, "%s/%s", dir, tokenlock_token(lock));
+    CHECK(exists(held), "the token %s is in the lock directory", held);
+  }
+  CHECK(tokenlock_expiry_us(lock) > now_us() + 50 * 1000000LL, "a lease of about 60 s");
+  rc = tokenlock_release(lock);
+  CHECK(rc == TOKENLOCK_OK, "release: %d %s", rc, tokenlock_last_error());
+  {
+    char free_token[4300];
+    snprintf(free_token, sizeof free_token, "%s/lockfile", dir);
+    CHECK(exists(free_token), "released: lockfile is back");
+  }
+  CHECK(tokenlock_release(NULL) == TOKENLOCK_OK, "release(NULL) is a no-op");
+}
+
+static void busy_and_timeout(void) {
+  const char *dir = path_of("b.lock");
+  tokenlock_lock *held = NULL, *other = (tokenlock_lock *)1;
+  tokenlock_options o;
+  int rc;
+  tokenlock_options_init(&o);
+  CHECK(tokenlock_acquire(dir, NULL, &held) == TOKENLOCK_OK, "acquire");
+  rc = tokenlock_try_acquire(dir, NULL, &other);
+  CHECK(rc == TOKENLOCK_EBUSY, "try while held: %d", rc);
+  CHECK(other == NULL, "no lock on failure");
+  CHECK(strstr(tokenlock_last_error(), "b.lock") != NULL, "message names the lock: %s",
+        tokenlock_last_error());
+  o.wait_ms = 100;
+  rc = tokenlock_acquire(dir, &o, &other);
+  CHECK(rc == TOKENLOCK_ETIMEDOUT, "wait while held: %d %s", rc, tokenlock_last_error());
+  CHECK(strcmp(tokenlock_strerror(rc), "timed_out") == 0, "strerror %s", tokenlock_strerror(rc));
+  tokenlock_release(held);
+  rc = tokenlock_try_acquire(dir, NULL, &other);
+  CHECK(rc == TOKENLOCK_OK, "after release: %d %s", rc, tokenlock_last_error());
+  tokenlock_release(other);
+}
+
+static void refresh_and_lost(void) {
+  const char *dir = path_of("c.lock");
+  tokenlock_lock *lock = NULL;
+  tokenlock_options o;
+  char before[300], from[4400], to[4400];
+  int64_t old_expiry;
+  int rc;
+  tokenlock_options_init(&o);
+  o.lease_ms = 5000;
+  CHECK(tokenlock_acquire(dir, &o, &lock) == TOKENLOCK_OK, "acquire");
+  snprintf(before, sizeof before, "%s", tokenlock_token(lock));
+  old_expiry = tokenlock_expiry_us(lock);
+  CHECK(old_expiry < now_us() + 6 * 1000000LL, "a lease of 5 s");
+  o.lease_ms = 120000;
+  rc = tokenlock_refresh(lock, &o);
+  CHECK(rc == TOKENLOCK_OK, "refresh: %d %s", rc, tokenlock_last_error());
+  CHECK(strcmp(before, tokenlock_token(lock)) != 0, "the token was renamed");
+  CHECK(tokenlock_expiry_us(lock) > old_expiry + 100 * 1000000LL, "a lease of 120 s");
+  /* Freed behind our back, as a takeover and release by another would. */
+  snprintf(from, sizeof from, "%s/%s", dir, tokenlock_token(lock));
+  snprintf(to, sizeof to, "%s/lockfile", dir);
+  CHECK(rename(from, to) == 0, "rename %s", strerror(errno));
+  rc = tokenlock_refresh(lock, NULL);
+  CHECK(rc == TOKENLOCK_ELOCK_LOST, "refresh after the takeover: %d", rc);
+  rc = tokenlock_release(lock);
+  CHECK(rc == TOKENLOCK_ELOCK_LOST, "release after the takeover: %d", rc);
+  CHECK(strstr(tokenlock_last_error(), "c.lock") != NULL, "%s", tokenlock_last_error());
+  CHECK(exists(to), "the lock stays free: nothing of anyone's was renamed");
+}
+
+static void forked_child_never_releases(void) {
+  const char *dir = path_of("d.lock");
+  tokenlock_lock *lock = NULL;
+  char held[4400];
+  int status = 0;
+  pid_t pid;
+  CHECK(tokenlock_acquire(dir, NULL, &lock) == TOKENLOCK_OK, "acquire");
+  snprintf(held, sizeof held, "%s/%s", dir, tokenlock_token(lock));
+  pid = fork();
+  if (pid == 0) _exit(tokenlock_release(lock) == TOKENLOCK_ENOT_OWNER ? 0 : 1);
+  CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+        "the child's release says not_owner");
+  CHECK(exists(held), "the parent still holds its token");
+  CHECK(tokenlock_release(lock) == TOKENLOCK_OK, "the parent releases");
+}
+
+static void writes(void) {
+  const char *target = path_of("page.html");
+  int rc;
+  tokenlock_options o;
+  tokenlock_options_init(&o);
+  spit(target, "old\n");
+  rc = tokenlock_write_file(target, "new\n", 4, NULL);
+  CHECK(rc == TOKENLOCK_OK, "write: %d %s", rc, tokenlock_last_error());
+  CHECK(strcmp(slurp(target), "new\n") == 0, "replaced");
+  o.sync = TOKENLOCK_SYNC_NONE;
+  CHECK(tokenlock_write_file(target, "", 0, &o) == TOKENLOCK_OK, "empty write");
+  CHECK(strcmp(slurp(target), "") == 0, "emptied");
+  rc = tokenlock_write_file(path_of("missing/x"), "x", 1, NULL);
+  CHECK(rc == TOKENLOCK_ESYSTEM && tokenlock_last_errno() == ENOENT, "missing dir: %d %d", rc,
+        tokenlock_last_errno());
+  CHECK(strstr(tokenlock_last_error(), "missing/x") != NULL, "names the path: %s",
+        tokenlock_last_error());
+  o.sync = 7;
+  rc = tokenlock_write_file(target, "x", 1, &o);
+  CHECK(rc == TOKENLOCK_EBAD_ARGUMENT, "bad sync: %d", rc);
+  CHECK(strcmp(slurp(target), "") == 0, "untouched by refused writes");
+  CHECK(temp_files() == 0, "no temporary file left");
+}
+
+struct appender {
+  const char *text;
+  int calls;
+  int saw_missing;
+};
+
+static int append(void *arg, const char *current, size_t len, int exists_now,
+                  tokenlock_buffer *next) {
+  struct appender *a = (struct appender *)arg;
+  char buf[1024];
+  ++a->calls;
+  if (!exists_now) a->saw_missing = 1;
+  if (len + strlen(a->text) >= sizeof buf) return 1;
+  memcpy(buf, current, len);
+  memcpy(buf + len, a->text, strlen(a->text));
+  return tokenlock_buffer_set(next, buf, len + strlen(a->text));
+}
+
+static int decline(void *arg, const char *current, size_t len, int exists_now,
+                   tokenlock_buffer *next) {
+  (void)arg, (void)current, (void)len, (void)exists_now;
+  tokenlock_buffer_set(next, "never\n", 6);
+  return 1;
+}
+
+static void updates(void) {
+  const char *target = path_of("guestbook.txt");
+  struct appender a = {"one\n", 0, 0};
+  tokenlock_lock *lock = NULL;
+  int rc = tokenlock_update_file(target, NULL, NULL, append, &a);
+  CHECK(rc == TOKENLOCK_OK && a.calls == 1 && a.saw_missing, "first update: %d %s", rc,
+        tokenlock_last_error());
+  a.text = "two\n";
+  a.saw_missing = 0;
+  rc = tokenlock_update_file(target, NULL, NULL, append, &a);
+  CHECK(rc == TOKENLOCK_OK && !a.saw_missing, "second update: %d", rc);
+  CHECK(strcmp(slurp(target), "one\ntwo\n") == 0, "both appended: %s", slurp(target));
+  rc = tokenlock_update_file(target, NULL, NULL, decline, NULL);
+  CHECK(rc == TOKENLOCK_EABORTED, "declined: %d", rc);
+  CHECK(strcmp(slurp(target), "one\ntwo\n") == 0, "nothing written when declined");
+  CHECK(tokenlock_try_acquire(path_of("guestbook.txt.lock"), NULL, &lock) == TOKENLOCK_OK,
+        "the lock was released: %s", tokenlock_last_error());
+  tokenlock_release(lock);
+  CHECK(tokenlock_update_file(target, NULL, NULL, NULL, NULL) == TOKENLOCK_EBAD_ARGUMENT,
+        "no function");
+  CHECK(temp_files() == 0, "no temporary file left");
+}
+
+static void counters(void) {
+  const char *target = path_of("hits.count");
+  uint64_t v = 0;
+  int rc, i;
+  pid_t pids[4];
+  rc = tokenlock_increment(target, NULL, 1, NULL, &v);
+  CHECK(rc == TOKENLOCK_OK && v == 1, "from nothing: %d %llu", rc, (unsigned long long)v);
+  CHECK(tokenlock_increment(target, path_of("hits.count.lock"), 5, NULL, &v) == TOKENLOCK_OK &&
+            v == 6,
+        "by 5 with the lock named: %llu", (unsigned long long)v);
+  for (i = 0; i < 4; ++i) {
+    pids[i] = fork();
+    if (pids[i] == 0) {
+      int k;
+      for (k = 0; k < 100; ++k)
+        if (tokenlock_increment(target, NULL, 1, NULL, NULL) != TOKENLOCK_OK) _exit(1);
+      _exit(0);
+    }
+  }
+  for (i = 0; i < 4; ++i) {
+    int status = 0;
+    CHECK(waitpid(pids[i], &status, 0) == pids[i] && WIFEXITED(status) &&
+              WEXITSTATUS(status) == 0,
+          "incrementing process %d", i);
+  }
+  CHECK(strcmp(slurp(target), "406\n") == 0, "4 x 100 more, none lost: %s", slurp(target));
+
+  spit(path_of("bad.count"), "garbage\n");
+  rc = tokenlock_increment(path_of("bad.count"), NULL, 1, NULL, &v);
+  CHECK(rc == TOKENLOCK_ECORRUPT_DATA, "corrupt counter: %d", rc);
+  CHECK(strcmp(slurp(path_of("bad.count")), "garbage\n") == 0, "left as it was");
+  CHECK(strstr(tokenlock_last_error(), "bad.count") != NULL, "%s", tokenlock_last_error());
+  CHECK(temp_files() == 0, "no temporary file left");
+}
+
+static void bad_arguments(void) {
+  tokenlock_lock *lock = (tokenlock_lock *)1;
+  tokenlock_options o;
+  tokenlock_options_init(&o);
+  CHECK(tokenlock_acquire(NULL, NULL, &lock) == TOKENLOCK_EBAD_ARGUMENT && lock == NULL,
+        "NULL lockdir");
+  CHECK(tokenlock_acquire(path_of("e.lock"), NULL, NULL) == TOKENLOCK_EBAD_ARGUMENT, "NULL out");
+  CHECK(tokenlock_acquire("", NULL, &lock) == TOKENLOCK_EBAD_ARGUMENT, "empty lockdir: %s",
+        tokenlock_last_error());
+  o.lease_ms = -5;
+  CHECK(tokenlock_acquire(path_of("e.lock"), &o, &lock) == TOKENLOCK_EBAD_ARGUMENT,
+        "negative lease");
+  CHECK(!exists(path_of("e.lock")), "nothing created for refused calls");
+  CHECK(tokenlock_increment(NULL, NULL, 1, NULL, NULL) == TOKENLOCK_EBAD_ARGUMENT, "NULL path");
+  CHECK(strcmp(tokenlock_strerror(12345), "unknown") == 0, "unknown code");
+}
+
+/* Each thread sees its own last error. */
+struct thread_result {
+  const char *dir;
+  int rc;
+  char message[1024];
+};
+
+static pthread_barrier_t both_failed;
+
+static void *fail_in_thread(void *arg) {
+  struct thread_result *r = (struct thread_result *)arg;
+  tokenlock_lock *lock = NULL;
+  r->rc = tokenlock_try_acquire(r->dir, NULL, &lock);
+  pthread_barrier_wait(&both_failed); /* both failures happened before either reads */
+  snprintf(r->message, sizeof r->message, "%s", tokenlock_last_error());
+  return NULL;
+}
+
+static void errors_per_thread(void) {
+  tokenlock_lock *one = NULL, *two = NULL;
+  struct thread_result a, b;
+  pthread_t ta, tb;
+  CHECK(tokenlock_acquire(path_of("t1.lock"), NULL, &one) == TOKENLOCK_OK, "t1");
+  CHECK(tokenlock_acquire(path_of("t2.lock"), NULL, &two) == TOKENLOCK_OK, "t2");
+  a.dir = path_of("t1.lock");
+  b.dir = path_of("t2.lock");
+  pthread_barrier_init(&both_failed, NULL, 2);
+  pthread_create(&ta, NULL, fail_in_thread, &a);
+  pthread_create(&tb, NULL, fail_in_thread, &b);
+  pthread_join(ta, NULL);
+  pthread_join(tb, NULL);
+  pthread_barrier_destroy(&both_failed);
+  CHECK(a.rc == TOKENLOCK_EBUSY && b.rc == TOKENLOCK_EBUSY, "both busy");
+  CHECK(strstr(a.message, "t1.lock") && !strstr(a.message, "t2.lock"), "thread 1: %s", a.message);
+  CHECK(strstr(b.message, "t2.lock") && !strstr(b.message, "t1.lock"), "thread 2: %s", b.message);
+  tokenlock_release(one);
+  tokenlock_release(two);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: c_api_test SCRATCH_DIR\n");
+    return 64;
+  }
+  snprintf(scratch, sizeof scratch, "%s", argv[1]);
+  CHECK(strcmp(tokenlock_version(), EXPECTED_VERSION) == 0, "version %s", tokenlock_version());
+  lock_and_release();
+  busy_and_timeout();
+  refresh_and_lost();
+  forked_child_never_releases();
+  writes();
+  updates();
+  counters();
+  bad_arguments();
+  errors_per_thread();
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed ? 1 : 0;
+}
