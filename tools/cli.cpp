@@ -103,7 +103,7 @@ namespace {
 // Options of `run` that take a value in the next argument.
 bool takes_value(const std::string& s) {
   return s == "-w" || s == "--wait" || s == "--lease" || s == "-E" || s == "--conflict-exit-code" ||
-         s == "--redis";
+         s == "--redis" || s == "--legacy-timeout";
 }
 
 }  // namespace
@@ -168,6 +168,18 @@ void add_wait_options(po::options_description& d) {
       "nonblock,n", "fail at once if the lock is busy")(
       "conflict-exit-code,E", po::value<int>()->value_name("CODE")->default_value(exit_code::busy),
       "exit status when the lock is busy or the wait times out");
+}
+
+void add_legacy_option(po::options_description& d) {
+  d.add_options()("legacy-timeout", po::value<double>()->value_name("SECS"),
+                  "a legacy token (lockfile<seconds>, left by a script using the older rename "
+                  "lock) is stale at this age (default 60)");
+}
+
+lock_options legacy_applied(const po::variables_map& v, lock_options o) {
+  if (v.count("legacy-timeout"))
+    o.legacy_timeout = seconds_option("legacy-timeout", v["legacy-timeout"].as<double>(), false);
+  return o;
 }
 
 void add_redis_option(po::options_description& d) {

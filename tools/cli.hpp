@@ -66,6 +66,12 @@ void add_wait_options(po::options_description& d);
 // returns the exit status for a busy lock. Throws po::error on bad values.
 int apply_wait(const po::variables_map& v, lock_options& o);
 
+// --legacy-timeout SECS, for the commands that lock a directory: the age at
+// which a legacy "lockfile<seconds>" token is stale (lock_options).
+void add_legacy_option(po::options_description& d);
+// A lock_options with it applied (the defaults otherwise).
+lock_options legacy_applied(const po::variables_map& v, lock_options o = {});
+
 // --redis URL, for the lock commands: the lock is then a NAME in that
 // Redis server instead of a directory (commands_redis.cpp).
 void add_redis_option(po::options_description& d);

@@ -25,13 +25,14 @@ durability parse_sync(const std::string& s) {
 }
 
 int write_stdin(const std::string& file, const write_options& wo, const std::string& lock_dir,
-                bool allow_empty);
+                const lock_options& lo, bool allow_empty);
 
 void add_file_options(po::options_description& d) {
   d.add_options()("lock", po::value<std::string>()->value_name("LOCKDIR"),
                   "hold this lock while writing")(
       "sync", po::value<std::string>()->value_name("LEVEL")->default_value("file_and_dir"),
       "durability: none, file or file_and_dir");
+  add_legacy_option(d);
 }
 
 
@@ -60,14 +61,14 @@ int cmd_write(const args& a) {
     if (v.count("follow-symlinks")) wo.symlinks = symlink_policy::follow;
     return write_stdin(v["file"].as<std::string>(), wo,
                        v.count("lock") ? v["lock"].as<std::string>() : std::string(),
-                       v.count("allow-empty") > 0);
+                       legacy_applied(v), v.count("allow-empty") > 0);
   });
 }
 
 namespace {
 
 int write_stdin(const std::string& file, const write_options& wo, const std::string& lock_dir,
-                bool allow_empty) {
+                const lock_options& lo, bool allow_empty) {
   // The interrupting signals stay blocked except while waiting for input
   // (ppoll unblocks them atomically), so one that arrives mid-write is seen
   // at the next wait instead of being missed before a blocking read.
@@ -133,7 +134,7 @@ int write_stdin(const std::string& file, const write_options& wo, const std::str
   } else {
     update_options uo;
     uo.write = wo;
-    update_file(file, rename_lock(lock_dir), [&](const std::optional<std::string>&) { return buffered; },
+    update_file(file, rename_lock(lock_dir, lo), [&](const std::optional<std::string>&) { return buffered; },
                 uo, ec);
   }
   if (ec) return report(ec, last_error_message());
@@ -159,7 +160,8 @@ int cmd_incr(const args& a) {
     const std::optional<std::uint64_t> by = parse_unsigned(v["by"].as<std::string>());
     if (!by) throw po::error("--by takes an unsigned decimal number");
     std::error_code ec;
-    const std::uint64_t value = increment_counter(file, rename_lock(lock_dir), *by, uo, ec);
+    const std::uint64_t value =
+        increment_counter(file, rename_lock(lock_dir, legacy_applied(v)), *by, uo, ec);
     if (ec) return report(ec, last_error_message());
     std::cout << value << std::endl;
     return exit_code::ok;

@@ -83,13 +83,14 @@ int cmd_acquire(const args& a) {
       "with 'tokenlock release LOCKDIR TOKEN', when its lease ends, or as soon as its\n"
       "owner is found dead.\n\nOptions");
   add_wait_options(d);
+  add_legacy_option(d);
   d.add_options()("lease", po::value<double>()->value_name("SECS"),
                   "how long the lock stays valid without a refresh (default 3600; with --redis "
                   "300: Redis cannot see that the owner died)")(
       "pid", po::value<int>()->value_name("PID"), "the owner process (default: the parent)");
   add_redis_option(d);
   return with_command_line("acquire", a, d, {"lockdir"}, [](const po::variables_map& v) {
-    lock_options o;
+    lock_options o = legacy_applied(v);
     const int conflict = apply_wait(v, o);
     if (v.count("redis")) {
       if (v.count("pid")) throw po::error("--pid has no meaning with --redis");
@@ -162,12 +163,13 @@ int cmd_status(const args& a) {
       "other hosts rest on. --json prints one object; its fields are listed in\n"
       "tokenlock(1).\n\nOptions");
   d.add_options()("json", "print a JSON object");
+  add_legacy_option(d);
   add_redis_option(d);
   return with_command_line("status", a, d, {"lockdir"}, [](const po::variables_map& v) {
     const std::string dir = v["lockdir"].as<std::string>();
     if (v.count("redis")) return redis_status(v["redis"].as<std::string>(), dir, v.count("json") > 0);
     std::error_code ec;
-    std::optional<holder_info> h = rename_lock(dir).holder(ec);
+    std::optional<holder_info> h = rename_lock(dir, legacy_applied(v)).holder(ec);
     if (ec) return report(ec, last_error_message());
     const char* state = !h ? "free" : h->stale ? "stale" : "held";
     const std::string clock_dir = clock_directory(dir);
@@ -184,7 +186,8 @@ int cmd_status(const args& a) {
           << ",\"same_host\":" << (h->same_host ? "true" : "false") << ",\"owner\":\""
           << liveness_name(h->owner) << "\",\"expires\":" << json_string(utc(h->expires))
           << ",\"expires_us\":" << micros(h->expires) << ",\"stale\":" << (h->stale ? "true" : "false")
-          << ",\"reason\":" << json_string(h->reason);
+          << ",\"reason\":" << json_string(h->reason)
+          << ",\"legacy\":" << (h->legacy ? "true" : "false");
       j << ",\"clock\":{\"measured_in\":" << json_string(clock_dir);
       if (!clock_error.empty())
         j << ",\"error\":" << json_string(clock_error);
@@ -217,6 +220,7 @@ int cmd_break(const args& a) {
       "not stale is refused (exit 1) unless --force is given; any other token is never\n"
       "touched. Exits 3 when the lock does not hold TOKEN any more.\n\nOptions");
   d.add_options()("force", "take it over even if its owner looks alive and its lease runs");
+  add_legacy_option(d);
   add_redis_option(d);
   return with_command_line("break", a, d, {"lockdir", "token"}, [](const po::variables_map& v) {
     const std::string token = v["token"].as<std::string>();
@@ -224,7 +228,8 @@ int cmd_break(const args& a) {
       return redis_break(v["redis"].as<std::string>(), v["lockdir"].as<std::string>(), token,
                          v.count("force") > 0);
     std::error_code ec;
-    lock_handle h = rename_lock(v["lockdir"].as<std::string>()).take_over(token, v.count("force") > 0, ec);
+    lock_handle h = rename_lock(v["lockdir"].as<std::string>(), legacy_applied(v))
+                        .take_over(token, v.count("force") > 0, ec);
     if (!ec) h.release(ec);
     if (ec) return report(ec, last_error_message());
     std::cout << "broke " << token << "; the lock is free" << std::endl;

@@ -45,6 +45,7 @@ int cmd_run(const args& a) {
       "lost while CMD runs, that is said on stderr and the exit status is CMD's when\n"
       "non-zero, 3 otherwise.\n\nOptions");
   add_wait_options(d);
+  add_legacy_option(d);
   d.add_options()("lease", po::value<double>()->value_name("SECS")->default_value(60),
                   "the lease, kept alive while CMD runs")("verbose,v", "say why when the lock is busy");
   add_redis_option(d);
@@ -57,7 +58,7 @@ int cmd_run(const args& a) {
   return with_command_line("run", split.options, d, {}, [&](const po::variables_map& v) {
     if (dir.empty()) throw po::error("LOCKDIR is missing");
     if (command.empty()) throw po::error("CMD is missing");
-    lock_options o;
+    lock_options o = legacy_applied(v);
     const int conflict = apply_wait(v, o);
     o.lease = seconds_option("lease", v["lease"].as<double>(), false);
     o.max_lease = std::max(o.max_lease, o.lease);

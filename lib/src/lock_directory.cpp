@@ -45,7 +45,8 @@ std::error_code list_once(os& sys, const lock_paths& paths, listing& out) {
   for (const auto& n : out.names) {
     switch (classify_name(n)) {
       case name_kind::free:
-      case name_kind::held: out.tokens.push_back(n); break;
+      case name_kind::held:
+      case name_kind::legacy: out.tokens.push_back(n); break;
       case name_kind::malformed: out.malformed.push_back(n); break;
       case name_kind::other: break;
     }
@@ -65,27 +66,29 @@ std::string joined(const std::vector<std::string>& v) {
   return s;
 }
 
-observed_token observed(const std::string& name, const held_token& t) {
+void fill_observation(const std::string& name, observation& out) {
+  held_token t;
+  const name_kind kind = classify_name(name, &t);
+  if (kind == name_kind::free) {
+    out.kind = observation::free;
+    return;
+  }
+  out.kind = observation::held;
+  out.token = observed(name, t, kind);
+}
+
+}  // namespace
+
+observed_token observed(const std::string& name, const held_token& t, name_kind kind) {
   observed_token o;
   o.name = name;
   o.expiry_us = t.expiry_us;
   o.host_tag = std::string(t.host_tag);
   o.pid = t.pid;
   o.start_time = t.start_time;
+  o.legacy = kind == name_kind::legacy;
   return o;
 }
-
-void fill_observation(const std::string& name, observation& out) {
-  held_token t;
-  if (classify_name(name, &t) == name_kind::free) {
-    out.kind = observation::free;
-    return;
-  }
-  out.kind = observation::held;
-  out.token = observed(name, t);
-}
-
-}  // namespace
 
 failure make_lock_paths(const boost::filesystem::path& dir, lock_paths& out) {
   std::string s = dir.string();
@@ -161,6 +164,37 @@ failure observe(os& sys, const lock_paths& paths, const char* step, observation&
           "on next use");
 }
 
+namespace {
+
+// A legacy token names no owner and no lease: those scripts take over a
+// token older than their timeout, and so does tokenlock, with the skew
+// allowance a lease gets (their clocks may differ from ours).
+judgement judge_legacy(std::int64_t now, std::int64_t skew, std::int64_t max_lease,
+                       const lock_options& options, const observed_token& t) {
+  judgement j;
+  const std::int64_t timeout =
+      std::chrono::duration_cast<std::chrono::microseconds>(options.legacy_timeout).count();
+  const std::int64_t ends = t.expiry_us + timeout;
+  const std::string who = "a script using the legacy rename lock (" + t.name + ", taken " +
+                          format_utc(t.expiry_us) + ")";
+  if (ends - now > max_lease + skew) {
+    j.stale = true;
+    j.reason = "legacy token of " + who + " is dated implausibly far in the future: treated as stale";
+    return j;
+  }
+  if (now > ends + skew) {
+    j.stale = true;
+    j.reason = "legacy token of " + who + " is older than the legacy timeout of " +
+               seconds_text(timeout) + " (by " + seconds_text(now - ends) + ")";
+    return j;
+  }
+  j.reason = "held by " + who + " until " + format_utc(ends) + " (the legacy timeout of " +
+             seconds_text(timeout) + ")";
+  return j;
+}
+
+}  // namespace
+
 judgement judge(os& sys, const lock_options& options, const observed_token& t) {
   judgement j;
   const process_identity& me = sys.self();
@@ -169,6 +203,7 @@ judgement judge(os& sys, const lock_options& options, const observed_token& t) {
       std::chrono::duration_cast<std::chrono::microseconds>(options.skew_allowance).count();
   const std::int64_t max_lease =
       std::chrono::duration_cast<std::chrono::microseconds>(options.max_lease).count();
+  if (t.legacy) return judge_legacy(now, skew, max_lease, options, t);
   j.same_host = t.host_tag == me.host_tag;
   const std::string who = "pid " + std::to_string(t.pid) +
                           (j.same_host ? " on this host" : " on host " + t.host_tag);
@@ -307,7 +342,7 @@ std::size_t sweep_creation_leftovers(os& sys, const lock_paths& paths,
     const std::string rest = n.substr(prefix.size());
     held_token t;
     if (classify_name(std::string(held_prefix) + rest, &t) == name_kind::held) {
-      if (!judge(sys, options, observed(n, t)).stale) continue;
+      if (!judge(sys, options, observed(n, t, name_kind::held)).stale) continue;
     } else if (rest.size() == 16 &&
                rest.find_first_not_of("0123456789abcdef") == std::string::npos) {
       // No owner in the name: old enough that no creation can still be on.

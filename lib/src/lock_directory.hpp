@@ -9,6 +9,7 @@
 
 #include "failure.hpp"
 #include "posix/os.hpp"
+#include "token_name.hpp"
 #include "tokenlock/rename_lock.hpp"
 
 namespace tokenlock::detail {
@@ -32,11 +33,15 @@ failure make_lock_paths(const boost::filesystem::path& dir, lock_paths& out);
 
 struct observed_token {
   std::string name;
-  std::int64_t expiry_us = 0;
+  std::int64_t expiry_us = 0;  // legacy: when it was taken (no expiry of its own)
   std::string host_tag;
   int pid = 0;
   std::uint64_t start_time = 0;
+  bool legacy = false;  // "lockfile<seconds>" (token_name.hpp)
 };
+
+// The observed form of a name that classify_name() found held or legacy.
+observed_token observed(const std::string& name, const held_token& t, name_kind kind);
 
 struct observation {
   enum kind_t {

@@ -292,13 +292,18 @@ std::optional<lock_handle> rename_lock::try_acquire(std::error_code& ec) const n
 
 namespace {
 
-failure held_name(const std::string& dir, const std::string& token) {
-  if (classify_name(token) != name_kind::held)
+// `legacy_too`: a legacy token may be named (to break it), but never
+// adopted: it is a legacy script's, not one that tokenlock handed out.
+failure held_name(const std::string& dir, const std::string& token, bool legacy_too = false) {
+  const name_kind kind = classify_name(token);
+  if (kind != name_kind::held && !(legacy_too && kind == name_kind::legacy))
     return make_failure(errc::bad_argument,
                         describe("token", dir,
                                  "\"" + token +
                                      "\" is not a held token (lockfile.<expiry>.<host>-<hash>."
-                                     "<pid>.<start>.<nonce>, as printed by tokenlock acquire)",
+                                     "<pid>.<start>.<nonce>, as printed by tokenlock acquire" +
+                                     std::string(legacy_too ? "; or a legacy lockfile<seconds>" : "") +
+                                     ")",
                                  {}));
   return {};
 }
@@ -341,11 +346,10 @@ failure take_over_impl(const std::shared_ptr<os>& sys, const boost::filesystem::
     lock_paths unused;
     return make_lock_paths(dir, unused);
   }
-  if (failure f = held_name(paths->dir, token)) return f;
+  if (failure f = held_name(paths->dir, token, true)) return f;
   held_token t;
-  classify_name(token, &t);
-  observed_token observed{token, t.expiry_us, std::string(t.host_tag), t.pid, t.start_time};
-  judgement j = judge(*sys, options, observed);
+  const name_kind kind = classify_name(token, &t);
+  judgement j = judge(*sys, options, observed(token, t, kind));
   file_status st;
   std::error_code ec = sys->status(paths->dir_slash + token, st);
   if (ec == std::errc::no_such_file_or_directory) return not_held(*paths, token);
@@ -395,9 +399,12 @@ failure holder_impl(os& sys, const boost::filesystem::path& dir, const lock_opti
   holder_info h;
   h.token = obs.token.name;
   h.path = dir / obs.token.name;
+  const std::int64_t ends =
+      obs.token.legacy ? obs.token.expiry_us + to_us(options.legacy_timeout) : obs.token.expiry_us;
   h.expires = std::chrono::system_clock::time_point(
       std::chrono::duration_cast<std::chrono::system_clock::duration>(
-          std::chrono::microseconds(obs.token.expiry_us)));
+          std::chrono::microseconds(ends)));
+  h.legacy = obs.token.legacy;
   h.host_tag = obs.token.host_tag;
   h.same_host = j.same_host;
   h.pid = obs.token.pid;

@@ -56,8 +56,7 @@ marks_seen judge_marks(os& sys, const lock_options& options, const std::string& 
     }
     held_token t;
     classify_name(implied, &t);
-    observed_token tok{implied, t.expiry_us, std::string(t.host_tag), t.pid, t.start_time};
-    judgement j = judge(sys, options, tok);
+    judgement j = judge(sys, options, observed(implied, t, name_kind::held));
     if (j.stale) {
       // A dead or expired owner's mark, left by a crash: it holds nothing.
       sys.remove_directory(token_path + "/" + n);

@@ -53,6 +53,19 @@ void append_decimal(std::string& s, std::uint64_t v) {
 
 name_kind classify_name(std::string_view name, held_token* out) noexcept {
   if (name == free_token) return name_kind::free;
+  if (name.size() > free_token.size() && name.substr(0, free_token.size()) == free_token &&
+      is_digit(name[free_token.size()])) {
+    // Anything else after "lockfile" and a digit is not ours to judge: a
+    // name that merely looks like a legacy token is left alone as "other".
+    std::uint64_t seconds = 0;
+    if (!parse_decimal(name.substr(free_token.size()), 12, false, UINT64_MAX, seconds))
+      return name_kind::other;
+    if (out) {
+      *out = held_token{};
+      out->expiry_us = static_cast<std::int64_t>(seconds) * 1'000'000;
+    }
+    return name_kind::legacy;
+  }
   if (name.substr(0, held_prefix.size()) != held_prefix) return name_kind::other;
   std::string_view rest = name.substr(held_prefix.size());
   // Exactly six fields: expiry, host tag, pid, start, nonce; a trailing or

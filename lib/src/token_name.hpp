@@ -2,6 +2,11 @@
 //
 //   free:  lockfile
 //   held:  lockfile.<expiry>.<host>-<hash8>.<pid>.<start>.<nonce>
+//   legacy: lockfile<seconds>
+//     seconds decimal seconds since the Unix epoch when a script using the
+//             widely deployed rename lock took it, 1-12 digits, no leading
+//             zero: held, judged by its age alone (docs/protocol.md,
+//             Legacy tokens)
 //   owner mark, inside a held token (token_mark.hpp):
 //          h.<expiry>.<host>-<hash8>.<pid>.<start>.<nonce>
 //     expiry  decimal microseconds since the Unix epoch, 1-19 digits, no
@@ -28,6 +33,8 @@ inline constexpr std::string_view free_token = "lockfile";
 inline constexpr std::string_view held_prefix = "lockfile.";
 
 struct held_token {
+  // For a legacy token: when it was taken (its seconds, in microseconds);
+  // it names no owner, so the other fields stay empty.
   std::int64_t expiry_us = 0;
   std::string_view host_tag;  // "<host>-<hash8>", points into the parsed name
   int pid = 0;
@@ -38,11 +45,12 @@ struct held_token {
 enum class name_kind {
   free,       // "lockfile"
   held,       // a well-formed held token
+  legacy,     // "lockfile<seconds>": held by a script using the legacy rename lock
   malformed,  // starts with "lockfile." but breaks the grammar
   other,      // anything else: not part of the protocol
 };
 
-// Classifies a directory entry name; fills `out` for held tokens.
+// Classifies a directory entry name; fills `out` for held and legacy tokens.
 name_kind classify_name(std::string_view name, held_token* out = nullptr) noexcept;
 
 // "lockfile.<expiry>.<host_tag>.<pid>.<start>.<nonce as 16 hex>", built in

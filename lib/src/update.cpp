@@ -354,6 +354,11 @@ failure update_impl(os& sys, const boost::filesystem::path& target, const rename
   write_options in_lock = options.write;
   if (in_lock.sync == durability::file_and_dir) in_lock.sync = durability::file;
   bool cross_device = workspace.device != t.dir_device;
+  // A token that is a file, as a legacy script's setup may have made
+  // "lockfile" (docs/protocol.md, Legacy tokens), has no room for the
+  // fenced temporary file.
+  const bool token_is_file = !workspace.is_directory;
+  cross_device = cross_device || token_is_file;
   if (!cross_device) {
     if (failure f = fenced_commit(sys, h, t, next, in_lock, lock.options().dir_mode,
                                   network ? &mark : nullptr, cross_device))
@@ -361,13 +366,20 @@ failure update_impl(os& sys, const boost::filesystem::path& target, const rename
   }
   if (cross_device) {
     if (options.require_fence)
-      return make_failure(errc::not_fenced,
-                          describe("commit", t.path,
-                                   "the lock directory " + lock.directory().string() +
-                                       " and the target are on different filesystems, so the "
-                                       "commit cannot be fenced; nothing was written: put the "
-                                       "lock directory beside the file",
-                                   {}));
+      return make_failure(
+          errc::not_fenced,
+          describe("commit", t.path,
+                   token_is_file
+                       ? "the lock's token " + h.path().string() +
+                             " is a file, not a directory, so the commit cannot be fenced "
+                             "through it; nothing was written: once no legacy script uses the "
+                             "lock, remove the lock directory and it is recreated with a "
+                             "directory token"
+                       : "the lock directory " + lock.directory().string() +
+                             " and the target are on different filesystems, so the commit "
+                             "cannot be fenced; nothing was written: put the lock directory "
+                             "beside the file",
+                   {}));
     result.fenced = false;
     if (failure f = unfenced_commit(sys, h, t, next, in_lock)) return f;
   }

@@ -974,6 +974,99 @@ TEST_F(RenameLockTest, ALoserOfTheCreationRaceOverSftpSeesTheWinnerDespiteEPERM)
   EXPECT_TRUE(init_leftovers().empty());
 }
 
+// ---- legacy tokens: "lockfile<seconds>" of the deployed rename lock -------------
+
+class LegacyTokenTest : public RenameLockTest {
+ protected:
+  // What such a script leaves while it holds the lock: the directory layout
+  // is tokenlock's, the token name its own.
+  std::string plant_legacy(std::int64_t seconds) {
+    fs::create_directories(dir);
+    const std::string name = "lockfile" + std::to_string(seconds);
+    fs::create_directories(dir / name);
+    return name;
+  }
+  std::int64_t now_s() const { return world->wall_us / 1'000'000; }
+};
+
+TEST_F(LegacyTokenTest, IsWaitedForAndDescribedNotReportedAsAMissingToken) {
+  auto a = process(100);
+  const std::string legacy = plant_legacy(now_s());
+  std::error_code ec;
+  EXPECT_FALSE(lock_for(a).try_acquire(ec).has_value());
+  EXPECT_FALSE(ec) << tokenlock::last_error_message();
+  const auto timed_out = code_of([&] { lock_for(a, options(10s, 500ms)).acquire(); });
+  EXPECT_EQ(timed_out, errc::timed_out);
+  auto info = lock_for(a).holder();
+  ASSERT_TRUE(info.has_value());
+  EXPECT_TRUE(info->legacy);
+  EXPECT_FALSE(info->stale);
+  EXPECT_EQ(info->token, legacy);
+  EXPECT_EQ(info->pid, 0);
+  EXPECT_TRUE(info->host_tag.empty());
+  EXPECT_EQ(std::chrono::duration_cast<std::chrono::seconds>(info->expires.time_since_epoch()).count(),
+            now_s() + 60);
+  EXPECT_NE(info->reason.find("legacy rename lock"), std::string::npos) << info->reason;
+  EXPECT_EQ(entries(), std::vector<std::string>{legacy});
+  EXPECT_EQ(count_calls(*a, "signal_probe"), 0) << "it names no owner to ask about";
+}
+
+TEST_F(LegacyTokenTest, IsTakenOverAfterTheLegacyTimeoutAndSkewNotBefore) {
+  auto a = process(100);
+  world->wall_us = now_s() * 1'000'000;  // on a whole second, as the name is
+  const std::string legacy = plant_legacy(now_s());
+  lock_options o = options();
+  o.legacy_timeout = 60s;  // skew_allowance is 100 ms
+  world->advance(60'000'000 + 100'000);
+  EXPECT_FALSE(lock_for(a, o).try_acquire().has_value()) << "at timeout + skew exactly";
+  EXPECT_EQ(entries(), std::vector<std::string>{legacy});
+  world->advance(1);
+  auto h = lock_for(a, o).try_acquire();
+  ASSERT_TRUE(h.has_value()) << tokenlock::last_error_message();
+  EXPECT_EQ(entries(), std::vector<std::string>{h->token()});
+  h->release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+}
+
+TEST_F(LegacyTokenTest, ItsTimeoutIsAnOption) {
+  auto a = process(100);
+  plant_legacy(now_s() - 10);
+  lock_options o = options();
+  EXPECT_FALSE(lock_for(a, o).try_acquire().has_value()) << "10 s old: within 60 s";
+  o.legacy_timeout = 5s;
+  EXPECT_TRUE(lock_for(a, o).try_acquire().has_value()) << "10 s old: past 5 s";
+}
+
+TEST_F(LegacyTokenTest, OneDatedFarInTheFutureIsStale) {
+  auto a = process(100);
+  plant_legacy(now_s() + 3 * 24 * 3600);  // max_lease is a day
+  auto info = lock_for(a).holder();
+  ASSERT_TRUE(info.has_value());
+  EXPECT_TRUE(info->stale);
+  EXPECT_NE(info->reason.find("implausibly far in the future"), std::string::npos) << info->reason;
+  EXPECT_TRUE(lock_for(a).try_acquire().has_value());
+}
+
+TEST_F(LegacyTokenTest, CanBeBrokenWhenStaleOrForcedButNeverAdopted) {
+  auto a = process(100);
+  const std::string legacy = plant_legacy(now_s());
+  EXPECT_EQ(code_of([&] { lock_for(a).take_over(legacy, false); }), errc::busy);
+  EXPECT_EQ(entries(), std::vector<std::string>{legacy});
+  EXPECT_EQ(code_of([&] { lock_for(a).adopt(legacy); }), errc::bad_argument)
+      << "not a token tokenlock handed out";
+  lock_handle h = lock_for(a).take_over(legacy, true);
+  EXPECT_EQ(entries(), std::vector<std::string>{h.token()});
+  h.release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+}
+
+TEST_F(LegacyTokenTest, NamesThoseScriptsDoNotWriteAreNotJudged) {
+  auto a = process(100);
+  fs::create_directories(dir / "lockfile01795425884");
+  EXPECT_EQ(code_of([&] { lock_for(a).acquire(); }), errc::token_missing);
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile01795425884"});
+}
+
 // ---- what a creator killed mid-way leaves --------------------------------------
 
 // "data.lock.init.<expiry>.<owner>" beside the lock, with "lockfile" inside:

@@ -24,10 +24,24 @@ TEST(TokenName, FormatsAndParsesBack) {
 
 TEST(TokenName, TellsFreeHeldAndForeignNamesApart) {
   EXPECT_EQ(classify_name("lockfile"), name_kind::free);
-  EXPECT_EQ(classify_name("lockfile2"), name_kind::other);
   EXPECT_EQ(classify_name("README"), name_kind::other);
   EXPECT_EQ(classify_name(".nfs000123"), name_kind::other);
   EXPECT_EQ(classify_name("lockfile.1.h-0000abcd.1.0.0000000000000000"), name_kind::held);
+}
+
+TEST(TokenName, ReadsLegacyTokensAsTheTimeTheyWereTaken) {
+  tokenlock::detail::held_token t;
+  ASSERT_EQ(classify_name("lockfile1795425884", &t), name_kind::legacy);
+  EXPECT_EQ(t.expiry_us, 1795425884LL * 1000000);
+  EXPECT_EQ(t.pid, 0);
+  EXPECT_TRUE(t.host_tag.empty());
+  EXPECT_EQ(classify_name("lockfile2"), name_kind::legacy);
+  // Not what those scripts write: left alone, never judged.
+  EXPECT_EQ(classify_name("lockfile01795425884"), name_kind::other) << "leading zero";
+  EXPECT_EQ(classify_name("lockfile1795425884000"), name_kind::other) << "13 digits";
+  EXPECT_EQ(classify_name("lockfile1795425884.bak"), name_kind::other);
+  EXPECT_EQ(classify_name("lockfile1795425884x"), name_kind::other);
+  EXPECT_EQ(classify_name("lockfilex1"), name_kind::other);
 }
 
 TEST(TokenName, RejectsEveryBrokenField) {

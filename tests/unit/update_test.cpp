@@ -405,6 +405,30 @@ TEST_F(UpdateTest, SweepsThisTargetsStaleTemporaryFilesWhileHoldingTheLock) {
   EXPECT_TRUE(fs::exists(tmp / ".other.tmp.0123456789abcdef")) << "not this target's";
 }
 
+// A legacy setup made "lockfile" a plain file: the lock works, but the
+// commit cannot go through the token, so it is made beside the target
+// (unfenced, and said so), or refused with require_fence.
+TEST_F(UpdateTest, ATokenThatIsAFileCommitsUnfencedOrIsRefusedWithRequireFence) {
+  fs::create_directories(lock_dir);
+  spit(lock_dir / "lockfile", "");
+  spit(target, "old\n");
+  update_options strict;
+  strict.require_fence = true;
+  const failure refused = update("new\n", strict);
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused.code, errc::not_fenced);
+  EXPECT_NE(refused.message.find("is a file, not a directory"), std::string::npos)
+      << refused.message;
+  EXPECT_EQ(slurp(target), "old\n");
+  EXPECT_TRUE(lock_is_free());
+  update_result r;
+  ASSERT_FALSE(update("new\n", {}, &r));
+  EXPECT_FALSE(r.fenced);
+  EXPECT_EQ(slurp(target), "new\n");
+  EXPECT_TRUE(fs::is_regular_file(lock_dir / "lockfile")) << "released as it was";
+  EXPECT_TRUE(temp_files().empty());
+}
+
 TEST_F(UpdateTest, SweepsWhatAKilledCreatorOfTheLockDirectoryLeft) {
   // The lock exists, so no creator comes again to sweep; the update's
   // occasional sweep does, taking only leftovers of creators that are gone.

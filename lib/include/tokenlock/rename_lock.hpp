@@ -163,6 +163,10 @@ struct holder_info {
   owner_liveness owner = owner_liveness::unknown;
   bool stale = false;                // may be taken over now
   std::string reason;                // why it is (or is not) stale, in words
+  // A legacy token ("lockfile<seconds>", lock_options::legacy_timeout):
+  // no owner is named (host_tag empty, pid 0); `expires` is its time plus
+  // the legacy timeout.
+  bool legacy = false;
 };
 
 class lock_handle;
