@@ -188,14 +188,19 @@ void add_redis_option(po::options_description& d) {
                   "(redis://[[user]:password@]host[:port][/db] or unix:///path[?db=N])");
 }
 
-int apply_wait(const po::variables_map& v, lock_options& o) {
+void apply_wait_budget(const po::variables_map& v, lock_options& o,
+                       std::chrono::milliseconds if_not_given) {
   if (v.count("wait") && v.count("nonblock")) throw po::error("-w and -n exclude each other");
   if (v.count("nonblock"))
     o.wait = std::chrono::milliseconds(0);
   else if (v.count("wait"))
     o.wait = seconds_option("wait", v["wait"].as<double>(), true);
   else
-    o.wait = std::chrono::hours(24 * 365);
+    o.wait = if_not_given;
+}
+
+int apply_wait(const po::variables_map& v, lock_options& o) {
+  apply_wait_budget(v, o, std::chrono::hours(24 * 365));
   const int code = v["conflict-exit-code"].as<int>();
   if (code < 0 || code > 255) throw po::error("-E takes an exit status from 0 to 255");
   return code;

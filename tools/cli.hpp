@@ -65,6 +65,10 @@ void add_wait_options(po::options_description& d);
 // Applies them to `o` (wait forever when neither -w nor -n is given) and
 // returns the exit status for a busy lock. Throws po::error on bad values.
 int apply_wait(const po::variables_map& v, lock_options& o);
+// Only -w and -n (write and incr, which have no -E): `if_not_given` when
+// neither is.
+void apply_wait_budget(const po::variables_map& v, lock_options& o,
+                       std::chrono::milliseconds if_not_given);
 
 // --legacy-timeout SECS, for the commands that lock a directory: the age at
 // which a legacy "lockfile<seconds>" token is stale (lock_options).

@@ -31,8 +31,18 @@ void add_file_options(po::options_description& d) {
   d.add_options()("lock", po::value<std::string>()->value_name("LOCKDIR"),
                   "hold this lock while writing")(
       "sync", po::value<std::string>()->value_name("LEVEL")->default_value("file_and_dir"),
-      "durability: none, file or file_and_dir");
+      "durability: none, file or file_and_dir")(
+      "wait,w", po::value<double>()->value_name("SECS"),
+      "wait at most SECS seconds for the lock (default 10)")(
+      "nonblock,n", "fail at once if the lock is busy");
   add_legacy_option(d);
+}
+
+// The lock options of write and incr: -w, -n and --legacy-timeout applied.
+lock_options file_lock_options(const po::variables_map& v) {
+  lock_options o = legacy_applied(v);
+  apply_wait_budget(v, o, std::chrono::seconds(10));
+  return o;
 }
 
 
@@ -40,7 +50,8 @@ void add_file_options(po::options_description& d) {
 
 int cmd_write(const args& a) {
   po::options_description d(
-      "Usage: tokenlock write [--lock LOCKDIR] [--sync none|file|file_and_dir] [--mode OCTAL]\n"
+      "Usage: tokenlock write [--lock LOCKDIR] [-w SECS | -n] [--sync none|file|file_and_dir]\n"
+      "                       [--mode OCTAL]\n"
       "                       [--follow-symlinks] [--allow-empty] FILE\n\n"
       "Replaces FILE with standard input, atomically: FILE changes only once all input\n"
       "has been read, so an interrupted or killed writer leaves it as it was. Empty\n"
@@ -61,7 +72,7 @@ int cmd_write(const args& a) {
     if (v.count("follow-symlinks")) wo.symlinks = symlink_policy::follow;
     return write_stdin(v["file"].as<std::string>(), wo,
                        v.count("lock") ? v["lock"].as<std::string>() : std::string(),
-                       legacy_applied(v), v.count("allow-empty") > 0);
+                       file_lock_options(v), v.count("allow-empty") > 0);
   });
 }
 
@@ -145,7 +156,8 @@ int write_stdin(const std::string& file, const write_options& wo, const std::str
 
 int cmd_incr(const args& a) {
   po::options_description d(
-      "Usage: tokenlock incr [--lock LOCKDIR] [--by N] [--sync none|file|file_and_dir] FILE\n\n"
+      "Usage: tokenlock incr [--lock LOCKDIR] [-w SECS | -n] [--by N]\n"
+      "                      [--sync none|file|file_and_dir] FILE\n\n"
       "Adds N (default 1) to the counter in FILE under its lock (default FILE.lock) and\n"
       "prints the new value. FILE holds one unsigned decimal and a newline; a missing\n"
       "FILE counts as 0. Anything else is refused (exit 65) and left as it is.\n\nOptions");
@@ -161,7 +173,7 @@ int cmd_incr(const args& a) {
     if (!by) throw po::error("--by takes an unsigned decimal number");
     std::error_code ec;
     const std::uint64_t value =
-        increment_counter(file, rename_lock(lock_dir, legacy_applied(v)), *by, uo, ec);
+        increment_counter(file, rename_lock(lock_dir, file_lock_options(v)), *by, uo, ec);
     if (ec) return report(ec, last_error_message());
     std::cout << value << std::endl;
     return exit_code::ok;

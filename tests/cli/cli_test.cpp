@@ -414,6 +414,27 @@ TEST_F(CliTest, BreakFreesOnlyTheNamedStaleToken) {
   EXPECT_EQ(entries(lock), std::vector<std::string>{"lockfile"});
 }
 
+TEST_F(CliTest, IncrAndWriteWaitAsToldForABusyLock) {
+  const fs::path f = tmp / "c";
+  const std::string lock = (tmp / "c.lock").string();
+  const std::string token = strip(tl({"acquire", "--pid", std::to_string(::getpid()), lock}).out);
+  auto r = tl({"incr", "-n", f.string()});
+  EXPECT_EQ(r.exit_code, code::busy) << r.err;
+  const auto start = std::chrono::steady_clock::now();
+  r = tl({"write", "--lock", lock, "-w", "0.3", f.string()}, "x\n");
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(r.exit_code, code::busy) << r.err;
+  EXPECT_NE(r.err.find("timed out"), std::string::npos) << r.err;
+  EXPECT_GE(waited, std::chrono::milliseconds(300));
+  EXPECT_LT(waited, std::chrono::seconds(5)) << "not the 10 s default";
+  EXPECT_FALSE(fs::exists(f)) << "nothing written while busy";
+  EXPECT_EQ(tl({"incr", "-w", "1", "-n", f.string()}).exit_code, code::usage);
+  EXPECT_EQ(tl({"release", lock, token}).exit_code, 0);
+  r = tl({"incr", "-n", f.string()});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(strip(r.out), "1");
+}
+
 TEST_F(CliTest, WriteReplacesAFileWithStandardInput) {
   const fs::path f = tmp / "config";
   EXPECT_EQ(tl({"write", f.string()}, "first\n").exit_code, 0);
