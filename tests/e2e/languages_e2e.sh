@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# The four hit counters — counter.cgi (C++), counter.pl (Perl), counter.php
+# (php-cgi) and counter.py (Python) — served by one real Apache on
+# 127.0.0.1, deployed as on a shared host: each script with its module and
+# the static tokenlock command beside it in the CGI directory.
+#   languages_e2e.sh SOURCE_DIR COUNTER_CGI TOKENLOCK_STATIC [LIBTOKENLOCK_C]
+# - all four increment one counter file at once under load: every response
+#   200 and the counter exact;
+# - the same requests (bad ids, bad encodings, duplicate and unknown
+#   parameters, other methods, peek, HEAD, formats, a corrupt counter, an
+#   unwritable data directory) get the same status and body from each.
+# Skipped (77) when perl, php-cgi or python3 is missing.
+set -euo pipefail
+src=$1 cgi_binary=$2 tool=$3 libc_api=${4:-}
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/webserver.sh"
+for need in perl php-cgi python3 ab curl apache2; do
+  command -v "$need" >/dev/null || { echo "SKIP: $need is not installed (scripts/install-deps installs it)"; exit 77; }
+done
+
+work=$(mktemp -d)
+chmod 0755 "$work"
+trap 'stop_server; rm -rf "$work"' EXIT
+fail() {
+  echo "FAIL: $*" >&2
+  echo "--- server error log:" >&2
+  tail -30 "$work/logs/error.log" >&2 2>/dev/null || true
+  exit 1
+}
+pass() { echo "ok: $*"; }
+
+cgi=$work/cgi
+mkdir -p "$cgi"
+cp "$cgi_binary" "$cgi/counter.cgi"
+cp "$tool" "$cgi/tokenlock"
+cp "$src/cgi-examples/perl/counter.pl" "$src/bindings/perl/lib/Tokenlock.pm" "$cgi/"
+cp "$src/cgi-examples/php/counter.php" "$src/bindings/php/src/Tokenlock.php" "$cgi/"
+cp "$src/cgi-examples/python/counter.py" "$src/bindings/python/tokenlock.py" "$cgi/"
+[ -n "$libc_api" ] && cp "$libc_api" "$cgi/libtokenlock_c.so"
+chmod 0755 "$cgi" "$cgi"/counter.* "$cgi/tokenlock"
+data=$work/data
+make_data_dir "$data"
+
+port=$(pick_port)
+start_apache "$work" "$port" "$cgi" "TOKENLOCK_COUNTER_DIR=$data" \
+  "TOKENLOCK_COUNTER_WAIT_MS=${TOKENLOCK_E2E_WAIT_MS:-30000}" "TOKENLOCK_COUNTER_SYNC=file" \
+  REDIRECT_STATUS=200 || fail "apache did not start"
+base="http://127.0.0.1:$port/cgi-bin"
+counters=(counter.cgi counter.pl counter.php counter.py)
+echo "apache on 127.0.0.1:$port (pid $SERVER_PID)"
+count_of() { cat "$data/$1.count" 2>/dev/null || echo 0; }
+
+# --- each works ---------------------------------------------------------------
+for c in "${counters[@]}"; do
+  got=$(curl -s -w ' %{http_code}' "$base/$c?id=hello")
+  [[ $got =~ ^[0-9]+\ 200$ ]] || fail "$c: $got"
+done
+[ "$(count_of hello)" = 4 ] || fail "four hits counted $(count_of hello)"
+pass "each of the four counts a hit: hello = 4"
+
+# --- all four on one counter under load --------------------------------------
+n=${TOKENLOCK_E2E_LANG_REQUESTS:-300}
+pids=()
+for c in "${counters[@]}"; do
+  ab -q -r -n "$n" -c 8 "$base/$c?id=shared" >"$work/ab.$c" 2>&1 &
+  pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p" || fail "ab failed"; done
+for c in "${counters[@]}"; do
+  grep -q '^Non-2xx' "$work/ab.$c" && fail "$c: non-2xx responses: $(grep -E '^(Non-2xx|Failed)' "$work/ab.$c")"
+  complete=$(awk '/^Complete requests/ {print $3}' "$work/ab.$c")
+  [ "$complete" = "$n" ] || fail "$c: $complete of $n requests completed"
+done
+[ "$(count_of shared)" = $((4 * n)) ] || fail "shared counter $(count_of shared), expected $((4 * n))"
+leftovers=$(find "$data" -name '.*.tmp.*' -o -name '*.init.*')
+[ -z "$leftovers" ] || fail "left in the data directory: $leftovers"
+rates=$(for c in "${counters[@]}"; do printf '%s %s/s, ' "$c" "$(awk '/^Requests per second/ {print $4}' "$work/ab.$c")"; done)
+pass "4 x $n requests (8 clients each) on one counter: counter = $((4 * n)) (${rates%, })"
+
+# --- the same answers to the same requests -------------------------------------
+printf 'garbage\n' >"$data/bad.count"
+chown "$(cgi_user)" "$data/bad.count"
+answer() {  # COUNTER CURL_ARGS...: status, content type and body
+  local c=$1
+  shift
+  curl -s -D "$work/headers" -o "$work/body" -w '%{http_code}' "$@" | tr -d '\n'
+  printf ' %s ' "$(grep -i '^content-type:' "$work/headers" | tr -d '\r' | cut -d' ' -f2-)"
+  cat "$work/body"
+}
+requests=(
+  "?id=../../etc/passwd" "?id=%2e%2e%2f%2e%2e%2fetc%2fpasswd" "?id=$(printf 'a%.0s' $(seq 65))"
+  "?id=%zz" "?id=one&format=xml" "?id=one&id=two" "?id=one&color=red" "?id=bad"
+  "?id=one&peek=1" "?id=one&peek=1&format=json" "?id=one&peek=1&format=svg" "?id=&peek=1"
+  "?peek=1" "?id=one&peek=2" "?format=text&peek=1&id=one"
+)
+for q in "${requests[@]}"; do
+  want=$(answer counter.cgi "$base/counter.cgi$q")
+  for c in counter.pl counter.php counter.py; do
+    got=$(answer "$c" "$base/$c$q")
+    [ "$got" = "$want" ] || fail "$c$q answered
+  $got
+counter.cgi answered
+  $want"
+  done
+done
+for method in POST PUT DELETE; do
+  want=$(answer counter.cgi -X "$method" -d 'id=one' "$base/counter.cgi?id=one")
+  for c in counter.pl counter.php counter.py; do
+    got=$(answer "$c" -X "$method" -d 'id=one' "$base/$c?id=one")
+    [ "$got" = "$want" ] || fail "$method $c: $got; counter.cgi: $want"
+  done
+done
+before=$(count_of hello)
+for c in "${counters[@]}"; do
+  [ "$(curl -s -I -o /dev/null -w '%{http_code}' "$base/$c?id=hello")" = 200 ] || fail "HEAD $c"
+done
+[ "$(count_of hello)" = "$before" ] || fail "a HEAD request counted"
+[ "$(cat "$data/bad.count")" = garbage ] || fail "the corrupt counter was changed"
+chmod 0555 "$data"
+want=$(answer counter.cgi "$base/counter.cgi?id=fresh")
+for c in counter.pl counter.php counter.py; do
+  got=$(answer "$c" "$base/$c?id=fresh")
+  [ "$got" = "$want" ] || fail "unwritable data directory: $c $got; counter.cgi $want"
+done
+chmod 0755 "$data"
+[ ! -e "$data/fresh.count" ] || fail "a counter was written to an unwritable directory"
+grep -qF "$data" "$work/body" && fail "a response shows a server path"
+pass "${#requests[@]} queries, 3 other methods, HEAD, a corrupt counter and an unwritable directory: the same status, type and body from all four"
