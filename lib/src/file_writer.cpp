@@ -125,11 +125,12 @@ failure create_temp(os& sys, const write_target& target, const std::string& in_d
   out.path = in_dir + "/" + temp_name(target.name, sys.random_u64());
   unsigned mode;
   bool exact;
-  if (options.mode) {
-    mode = *options.mode & 07777;
-    exact = true;
-  } else if (target.exists) {
+  // The file's owner chose its mode; write_options::mode is for new files.
+  if (target.exists) {
     mode = target.existing.mode;
+    exact = true;
+  } else if (options.mode) {
+    mode = *options.mode & 07777;
     exact = true;
   } else {
     mode = 0644 & ~sys.umask_value();

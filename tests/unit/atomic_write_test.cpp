@@ -91,6 +91,16 @@ TEST_F(AtomicWriteTest, AppliesTheCallersModeExactly) {
   EXPECT_EQ(mode_of(target), 0664u);
 }
 
+TEST_F(AtomicWriteTest, TheCallersModeIsForNewFilesOnly) {
+  spit(target, "old");
+  fs::permissions(target, fs::perms(0600));
+  write_options o;
+  o.mode = 0664;
+  tokenlock::atomic_write(target, "new", o);
+  EXPECT_EQ(mode_of(target), 0600u) << "an existing file keeps its mode";
+  EXPECT_EQ(slurp(target), "new");
+}
+
 TEST_F(AtomicWriteTest, KeepsTheOwnerWhenRunningAsRoot) {
   if (::geteuid() != 0) GTEST_SKIP() << "only root can give a file away";
   spit(target, "old");
