@@ -1,0 +1,226 @@
+<?php
+/*
+ * The cost per call of the PHP binding against what a PHP programmer writes
+ * with flock(), side by side in one run:
+ *
+ *   lock: Tokenlock\withLock() around an empty callable (two runs of the
+ *         tokenlock command: acquire, release)
+ *         vs fopen() + flock(LOCK_EX) + flock(LOCK_UN) of a lock file;
+ *   incr: Tokenlock\increment() (one run of `tokenlock incr`)
+ *         vs a flock'ed counter: flock, read, write a temporary file, rename,
+ *         with the same durability (--sync: fsync of the file, and of the
+ *         directory for file_and_dir, as bench/cgi/flock_counter.c does).
+ *
+ *   php bench/lang/php_bench.php [-q] [-n CALLS] [-r ROUNDS] [--sync none|file|file_and_dir] [-d DIR]
+ *
+ * Each round times CALLS calls of each variant, in an order that alternates
+ * between rounds; the ratios are medians over rounds of tokenlock / flock.
+ * The binding starts a process per command, so expect ratios in the
+ * hundreds: the line "tokenlock --version" gives the cost of starting the
+ * command alone, the floor of every call. The last lines are for machines:
+ *   php_lock_ratio=X   withLock() / flock
+ *   php_incr_ratio=Y   increment() / flock'ed counter
+ * -q: a quick run to check that it works (few calls, two rounds); take
+ * figures from a full run on a quiet machine.
+ *
+ * The command is TOKENLOCK_COMMAND, else the build tree's.
+ */
+
+declare(strict_types=1);
+
+$repo = dirname(__DIR__, 2);
+require $repo . '/bindings/php/src/Tokenlock.php';
+
+function usage(string $why): never
+{
+    fwrite(STDERR, "php_bench.php: $why\n"
+        . "usage: php_bench.php [-q] [-n CALLS] [-r ROUNDS] [--sync none|file|file_and_dir] [-d DIR]\n");
+    exit(64);
+}
+
+function removeTree(string $path): void
+{
+    if (is_dir($path) && !is_link($path)) {
+        foreach (array_diff(scandir($path), ['.', '..']) as $name) {
+            removeTree("$path/$name");
+        }
+        rmdir($path);
+    } elseif (file_exists($path) || is_link($path)) {
+        unlink($path);
+    }
+}
+
+$calls = 200;
+$rounds = 5;
+$sync = 'none';
+$base = sys_get_temp_dir();
+$quick = false;
+for ($i = 1; $i < $argc; ++$i) {
+    $arg = $argv[$i];
+    $value = static function () use (&$i, $argc, $argv, $arg): string {
+        if (++$i >= $argc) {
+            usage("$arg needs a value");
+        }
+        return $argv[$i];
+    };
+    switch ($arg) {
+        case '-q':
+        case '--quick':
+            $quick = true;
+            break;
+        case '-n':
+        case '--calls':
+            $calls = (int) $value();
+            break;
+        case '-r':
+        case '--rounds':
+            $rounds = (int) $value();
+            break;
+        case '--sync':
+            $sync = $value();
+            break;
+        case '-d':
+        case '--dir':
+            $base = $value();
+            break;
+        case '-h':
+        case '--help':
+            usage('the cost per call of the PHP binding against flock()');
+        default:
+            usage("unknown argument $arg");
+    }
+}
+if ($quick) {
+    [$calls, $rounds] = [20, 2];
+}
+if ($calls < 2 || $rounds < 1) {
+    usage('CALLS must be at least 2 and ROUNDS at least 1');
+}
+if (!in_array($sync, ['none', 'file', 'file_and_dir'], true)) {
+    usage('--sync takes none, file or file_and_dir');
+}
+$command = getenv('TOKENLOCK_COMMAND') ?: "$repo/build/tools/tokenlock";
+try {
+    Tokenlock\setCommand($command);
+    Tokenlock\findCommand();
+} catch (Tokenlock\Exception $e) {
+    fwrite(STDERR, 'php_bench.php: ' . $e->getMessage() . "\n");
+    exit(1);
+}
+
+$d = $base . '/php-bench-' . getmypid() . '-' . bin2hex(random_bytes(4));
+if (!mkdir($d, 0700)) {
+    fwrite(STDERR, "php_bench.php: cannot create the scratch directory $d\n");
+    exit(1);
+}
+
+$tlLockDir = "$d/tl.lock";
+$flLockFile = "$d/fl.lock";
+$tlCount = "$d/tl.count";
+$flCount = "$d/fl.count";
+$added = ['tl' => 0, 'fl' => 0];
+
+$variants = [
+    'tl_lock' => static function () use ($tlLockDir): void {
+        Tokenlock\withLock($tlLockDir, static function (): void {
+        });
+    },
+    'fl_lock' => static function () use ($flLockFile): void {
+        $h = fopen($flLockFile, 'c');
+        flock($h, LOCK_EX);
+        flock($h, LOCK_UN);
+        fclose($h);
+    },
+    'tl_incr' => static function () use ($tlCount, $sync, &$added): void {
+        Tokenlock\increment($tlCount, ['sync' => $sync]);
+        ++$added['tl'];
+    },
+    'fl_incr' => static function () use ($flCount, $sync, $d, &$added): void {
+        $lock = fopen("$flCount.flock", 'c');
+        flock($lock, LOCK_EX);
+        $text = @file_get_contents($flCount);
+        $value = $text === false ? 0 : (int) $text;
+        $tmp = "$flCount.tmp." . getmypid();
+        $out = fopen($tmp, 'wb');
+        fwrite($out, ($value + 1) . "\n");
+        if ($sync !== 'none') {
+            fflush($out);
+            fsync($out);
+        }
+        fclose($out);
+        rename($tmp, $flCount);
+        if ($sync === 'file_and_dir') {
+            $dir = fopen($d, 'r');
+            fsync($dir);
+            fclose($dir);
+        }
+        flock($lock, LOCK_UN);
+        fclose($lock);
+        ++$added['fl'];
+    },
+    'start' => static function () use ($command): void {
+        $p = proc_open([$command, '--version'], [1 => ['file', '/dev/null', 'w']], $pipes);
+        proc_close($p);
+    },
+];
+$pairs = ['lock' => ['tl_lock', 'fl_lock'], 'incr' => ['tl_incr', 'fl_incr']];
+
+$perCallUs = static function (callable $fn, int $n): float {
+    $t = hrtime(true);
+    for ($i = 0; $i < $n; ++$i) {
+        $fn();
+    }
+    return (hrtime(true) - $t) / $n / 1000;
+};
+$median = static function (array $xs): float {
+    sort($xs);
+    $n = count($xs);
+    return $n % 2 ? $xs[intdiv($n, 2)] : ($xs[$n / 2 - 1] + $xs[$n / 2]) / 2;
+};
+
+try {
+    // One warm-up call each: the first creates the lock directory or file.
+    foreach ($variants as $fn) {
+        $fn();
+    }
+    $times = [];
+    $ratios = ['lock' => [], 'incr' => []];
+    for ($round = 0; $round < $rounds; ++$round) {
+        foreach ($pairs as $name => $pair) {
+            // Alternating which goes first keeps a drift of the machine's
+            // speed within a round from favouring one side.
+            $order = $round % 2 === 0 ? $pair : array_reverse($pair);
+            $r = [];
+            foreach ($order as $key) {
+                $r[$key] = $perCallUs($variants[$key], $calls);
+                $times[$key][] = $r[$key];
+            }
+            $ratios[$name][] = $r[$pair[0]] / $r[$pair[1]];
+        }
+        $times['start'][] = $perCallUs($variants['start'], $calls);
+    }
+
+    // Both counters must hold exactly what was added, or the figures mean nothing.
+    foreach ([[$tlCount, $added['tl']], [$flCount, $added['fl']]] as [$path, $n]) {
+        $v = file_get_contents($path);
+        if ($v !== "$n\n") {
+            throw new RuntimeException("$path holds " . json_encode($v) . " after $n increments");
+        }
+    }
+
+    printf("php %s, command %s; %d calls x %d rounds, sync=%s\n", PHP_VERSION, $command, $calls, $rounds, $sync);
+    printf("%-44s %12s %12s %9s\n", '', 'tokenlock us', 'flock us', 'ratio');
+    $labels = ['lock' => 'withLock(fn () => null) / flock', 'incr' => "increment() / flock'ed counter"];
+    foreach ($pairs as $name => [$tl, $fl]) {
+        printf("%-44s %12.1f %12.1f %9.1f\n", $labels[$name], $median($times[$tl]), $median($times[$fl]), $median($ratios[$name]));
+    }
+    printf("%-44s %12.1f\n", 'tokenlock --version (starting the command)', $median($times['start']));
+    printf("php_lock_ratio=%.2f\n", $median($ratios['lock']));
+    printf("php_incr_ratio=%.2f\n", $median($ratios['incr']));
+} catch (Throwable $e) {
+    fwrite(STDERR, 'php_bench.php: ' . $e->getMessage() . "\n");
+    $failed = true;
+} finally {
+    removeTree($d);
+}
+exit(isset($failed) ? 1 : 0);

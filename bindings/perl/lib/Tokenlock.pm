@@ -1,0 +1,977 @@
+package Tokenlock;
+
+# Perl binding of tokenlock: drives the `tokenlock` command, so that it
+# needs nothing beyond the modules every Perl installation has. The POD at
+# the end is the manual.
+
+use 5.008001;
+use strict;
+use warnings;
+
+# Only small modules are loaded, since a CGI program pays for each of them
+# at every hit: POSIX and Time::HiRes only where they are needed, FindBin
+# not at all.
+use Exporter ();
+use Fcntl qw(F_GETFL F_SETFL O_NONBLOCK);
+
+our $VERSION   = '0.1.0';
+our @ISA       = ('Exporter');
+our @EXPORT_OK = qw(with_lock write_file increment read_counter);
+
+# Exit statuses of the command (docs/tokenlock.1.md, EXIT STATUS) and the
+# error codes they become. 1 is busy or timed_out, decided per call.
+my %CODE_FOR_STATUS = (
+    3  => 'lock_lost',
+    64 => 'usage',
+    65 => 'corrupt_data',
+    66 => 'not_found',
+    69 => 'lock_corrupt',
+    70 => 'internal',
+    71 => 'system',
+    73 => 'cannot_create',
+    74 => 'io_error',
+    75 => 'stale_data',
+    77 => 'permission',
+);
+
+# `tokenlock write` and `incr` wait this long for their lock unless told
+# otherwise with -w, which older commands do not take.
+my $COMMAND_LOCK_WAIT = 10;
+
+# The running script's directory, as FindBin's $Bin, worked out now, before
+# the script can change directories. FindBin itself is used when the script
+# loaded it; otherwise this saves loading Cwd and File::Spec on every run.
+# No script (perl -e, standard input): no directory.
+my $SCRIPT_DIR = _script_dir();
+
+sub _script_dir {
+    return $FindBin::Bin if $INC{'FindBin.pm'} && defined $FindBin::Bin && length $FindBin::Bin;
+    return undef if !defined $0 || $0 eq '-e' || $0 eq '-' || !-f $0;
+    my ($dir) = $0 =~ m{\A(.*)/[^/]*\z}s;
+    $dir = '.' unless defined $dir;
+    $dir = '/' if $dir eq '';
+    return $dir if $dir =~ m{\A/};
+    # suEXEC runs a CGI program by its bare name in its own directory.
+    my $cwd = readlink('/proc/self/cwd');
+    if (!defined $cwd || $cwd !~ m{\A/}) {
+        require Cwd;
+        $cwd = Cwd::getcwd();
+    }
+    return defined $cwd ? ($dir eq '.' ? $cwd : "$cwd/$dir") : undef;
+}
+
+# Per command path and subcommand (write, incr): whether it takes -w. Found
+# out by trying, once per process: an older command refuses the option as a
+# usage error.
+my %TAKES_WAIT;
+
+# ---------------------------------------------------------------------------
+# Errors
+
+sub _error {
+    my (%f) = @_;
+    return Tokenlock::Error->new(%f);
+}
+
+sub _usage {
+    my ($step, $what) = @_;
+    die _error(code => 'usage', message => "Tokenlock: $step: $what");
+}
+
+# ---------------------------------------------------------------------------
+# Finding the command
+
+sub _executable { my ($p) = @_; return defined $p && length $p && -f $p && -x _ }
+
+sub _home {
+    return $ENV{HOME} if defined $ENV{HOME} && length $ENV{HOME};
+    # A CGI program usually runs without HOME.
+    my $home = (getpwuid($<))[7];
+    return $home;
+}
+
+sub command_path {
+    my (%opts) = @_;
+    return _find_command(\%opts, 'find the tokenlock command', undef);
+}
+
+sub _find_command {
+    my ($opts, $step, $path) = @_;
+    my $what = defined $path ? "$step $path" : $step;
+    for my $given (
+        [$opts->{command},         'the command option'],
+        [$ENV{TOKENLOCK_COMMAND}, 'TOKENLOCK_COMMAND'],
+      )
+    {
+        my ($p, $from) = @$given;
+        next unless defined $p && length $p;
+        # A path that was asked for is used or refused, never replaced by
+        # another one found elsewhere: that would hide the mistake.
+        return $p if _executable($p);
+        my $why = -e $p ? (-d _ ? 'it is a directory' : 'it is not executable') : 'it does not exist';
+        die _error(
+            code    => 'no_command',
+            message => "Tokenlock: $what: cannot use the tokenlock command $p (from $from): $why",
+        );
+    }
+    my @looked;
+    if (defined $SCRIPT_DIR) {
+        my $p = "$SCRIPT_DIR/tokenlock";
+        return $p if _executable($p);
+        push @looked, $p;
+    }
+    my $home = _home();
+    if (defined $home && length $home) {
+        my $p = "$home/bin/tokenlock";
+        return $p if _executable($p);
+        push @looked, $p;
+    }
+    my $search = defined $ENV{PATH} ? $ENV{PATH} : '';
+    for my $dir (split /:/, $search, -1) {
+        my $p = (length $dir ? $dir : '.') . '/tokenlock';
+        return $p if _executable($p);
+    }
+    push @looked, "PATH ($search)";
+    die _error(
+        code    => 'no_command',
+        message => "Tokenlock: $what: cannot find the tokenlock command: looked for "
+          . join(', ', @looked)
+          . "; put it beside the script or in ~/bin, or set TOKENLOCK_COMMAND to its path",
+    );
+}
+
+# ---------------------------------------------------------------------------
+# Running the command
+
+# A relative path starting with '-' would be read as an option.
+sub _arg_path {
+    my ($p) = @_;
+    return $p =~ /^-/ ? "./$p" : $p;
+}
+
+# Runs argv without a shell, feeding $stdin (undef: /dev/null), and returns
+# { status, stdout, stderr } or { spawn_error, exec_errno }.
+sub _run {
+    my ($argv, $stdin) = @_;
+    # A command that stops reading must not kill us with SIGPIPE; its exit
+    # status says why it stopped. A caller's CHLD handler (or 'IGNORE')
+    # would take the exit status away from waitpid.
+    local $SIG{PIPE} = 'IGNORE';
+    local $SIG{CHLD} = 'DEFAULT';
+
+    my ($out_r, $out_w, $err_r, $err_w, $exec_r, $exec_w, $in_r, $in_w);
+    unless (pipe($out_r, $out_w) && pipe($err_r, $err_w) && pipe($exec_r, $exec_w)
+        && (!defined $stdin || pipe($in_r, $in_w)))
+    {
+        return { spawn_error => "cannot create a pipe: $!" };
+    }
+    my $pid = fork;
+    return { spawn_error => "cannot fork: $!" } unless defined $pid;
+    if ($pid == 0) {
+        # Perl marks its own descriptors close-on-exec, so only these three
+        # reach the command, and $exec_w closes by itself when exec works.
+        # Reopening a standard handle keeps its descriptor number; a tie
+        # (a web framework's STDOUT) would take the reopening away.
+        untie *STDIN;
+        untie *STDOUT;
+        untie *STDERR;
+        my $ok = (defined $stdin ? open(STDIN, '<&', $in_r) : open(STDIN, '<', '/dev/null'))
+          && open(STDOUT, '>&', $out_w) && open(STDERR, '>&', $err_w);
+        if ($ok) { no warnings 'exec'; exec { $argv->[0] } @$argv; }
+        my $errno = ($! + 0) || 1;
+        syswrite($exec_w, $errno);
+        # No END blocks, no destructors: they belong to the parent.
+        require POSIX;
+        POSIX::_exit(127);
+    }
+    close $out_w;
+    close $err_w;
+    close $exec_w;
+    if (defined $stdin) {
+        close $in_r;
+        # Non-blocking, so that a large input and a full stderr pipe cannot
+        # wait for each other.
+        my $fl = fcntl($in_w, F_GETFL, 0);
+        fcntl($in_w, F_SETFL, $fl | O_NONBLOCK) if defined $fl;
+        if (!length $stdin) { close $in_w; undef $in_w }
+    }
+    my %buf  = (out => '', err => '');
+    my %open = (out => $out_r, err => $err_r);
+    my $off  = 0;
+    while (%open || $in_w) {
+        my ($rbits, $wbits) = ('', '');
+        vec($rbits, fileno($open{$_}), 1) = 1 for keys %open;
+        vec($wbits, fileno($in_w), 1) = 1 if $in_w;
+        my ($rout, $wout) = ($rbits, $wbits);
+        my $n = select($rout, $wout, undef, undef);
+        if ($n < 0) {
+            next if $!{EINTR};
+            last;
+        }
+        if ($in_w && vec($wout, fileno($in_w), 1)) {
+            my $w = syswrite($in_w, $stdin, 65536, $off);
+            if (defined $w) {
+                $off += $w;
+                if ($off >= length $stdin) { close $in_w; undef $in_w }
+            }
+            elsif (!$!{EAGAIN} && !$!{EINTR}) {
+                close $in_w;
+                undef $in_w;
+            }
+        }
+        for my $k (keys %open) {
+            next unless vec($rout, fileno($open{$k}), 1);
+            my $r = sysread($open{$k}, $buf{$k}, 65536, length $buf{$k});
+            next if !defined $r && ($!{EINTR} || $!{EAGAIN});
+            if (!$r) { close $open{$k}; delete $open{$k} }
+        }
+    }
+    my $errno = '';
+    while (1) {
+        my $r = sysread($exec_r, $errno, 16, length $errno);
+        last if defined $r ? $r == 0 : !$!{EINTR};
+    }
+    close $exec_r;
+    my $w;
+    do { $w = waitpid($pid, 0) } while ($w == -1 && $!{EINTR});
+    my $status = $w == $pid ? $? : -1;
+    return { exec_errno => $errno + 0, spawn_error => 'exec' } if length $errno;
+    return { status => $status, stdout => $buf{out}, stderr => $buf{err} };
+}
+
+# Runs the command; returns its stdout, or dies with a Tokenlock::Error
+# that carries the command's own message (which names path, step, cause).
+#   $ctx: step and path (for messages of our own), busy (the code for
+#   status 1), opts (the caller's, for `command`), stdin.
+sub _call {
+    my ($ctx, @args) = @_;
+    my $cmd  = _find_command($ctx->{opts} || {}, $ctx->{step}, $ctx->{path});
+    my @argv = ($cmd, @args);
+    my $r    = _run(\@argv, $ctx->{stdin});
+    my $what = "$ctx->{step} $ctx->{path}";
+    if (defined $r->{spawn_error}) {
+        if (defined $r->{exec_errno}) {
+            local $! = $r->{exec_errno};
+            die _error(
+                code    => 'no_command',
+                command => \@argv,
+                message => "Tokenlock: $what: cannot run the tokenlock command $cmd: $!",
+            );
+        }
+        die _error(code => 'system', command => \@argv, message => "Tokenlock: $what: $r->{spawn_error}");
+    }
+    my $status = $r->{status};
+    return $r->{stdout} if $status == 0;
+
+    my $message = $r->{stderr};
+    $message =~ s/\s+\z//;
+    if ($status == -1 || ($status & 127)) {
+        my $how = $status == -1 ? 'vanished (its exit status was lost)' : 'was killed by signal ' . ($status & 127);
+        $message = "Tokenlock: $what: the tokenlock command $how" . (length $message ? ": $message" : '');
+        die _error(code => 'system', command => \@argv, message => $message);
+    }
+    my $exit = $status >> 8;
+    $message = "Tokenlock: $what: the tokenlock command failed with exit status $exit and said nothing"
+      unless length $message;
+    my $code;
+    if ($exit == 1) {
+        # Both end in status 1; the message says which it was.
+        $code = $message =~ /\btimed out\b/ ? 'timed_out'
+          : $message =~ /\bheld by\b/ ? 'busy'
+          : ($ctx->{busy} || 'busy');
+    }
+    else {
+        $code = $CODE_FOR_STATUS{$exit} || 'system';
+    }
+    die _error(code => $code, status => $exit, command => \@argv, message => $message);
+}
+
+# ---------------------------------------------------------------------------
+# Option checking
+
+sub _seconds {
+    my ($step, $name, $v, $allow_zero) = @_;
+    _usage($step, "$name must be a number of seconds, not " . (defined $v ? "\"$v\"" : 'undef'))
+      unless defined $v && $v =~ /^(?:\d+(?:\.\d*)?|\.\d+)\z/;
+    _usage($step, "$name must be more than 0 seconds") if !$allow_zero && $v == 0;
+    return $v;
+}
+
+sub _sync {
+    my ($step, $v) = @_;
+    return 'file_and_dir' unless defined $v;
+    _usage($step, "sync must be none, file or file_and_dir, not \"$v\"")
+      unless $v eq 'none' || $v eq 'file' || $v eq 'file_and_dir';
+    return $v;
+}
+
+sub _path_arg {
+    my ($step, $name, $v) = @_;
+    _usage($step, "$name must be a non-empty path") unless defined $v && length $v && !ref $v;
+    _usage($step, "$name must not contain a NUL byte") if $v =~ /\0/;
+    return $v;
+}
+
+# --legacy-timeout SECS when asked for: a command from before legacy tokens
+# refuses it, which is right, since it would not honour it.
+sub _legacy_timeout {
+    my ($step, $opts) = @_;
+    return () unless defined $opts->{legacy_timeout};
+    return ('--legacy-timeout', _seconds($step, 'legacy_timeout', $opts->{legacy_timeout}, 0));
+}
+
+sub _check_opts {
+    my ($step, $opts, @known) = @_;
+    my %k = map { $_ => 1 } @known, 'command';
+    for (sort keys %$opts) {
+        _usage($step, "unknown option '$_' (known: " . join(', ', sort keys %k) . ')') unless $k{$_};
+    }
+}
+
+# ---------------------------------------------------------------------------
+# The lock
+
+sub _acquire {
+    my ($class, $step, $lockdir, %opts) = @_;
+    _check_opts($step, \%opts, qw(wait lease legacy_timeout));
+    _path_arg($step, 'the lock directory', $lockdir);
+    my @args = ('acquire', '--pid', $$);
+    my $wait = defined $opts{wait} ? $opts{wait} : 10;
+    my $busy = 'timed_out';
+    if ($wait eq 'forever') {
+        # The command waits as long as it takes when given neither -w nor -n.
+    }
+    elsif (_seconds($step, 'wait', $wait, 1) == 0) {
+        push @args, '-n';
+        $busy = 'busy';
+    }
+    else {
+        push @args, '-w', $wait;
+    }
+    push @args, '--lease', _seconds($step, 'lease', $opts{lease}, 0) if defined $opts{lease};
+    push @args, _legacy_timeout($step, \%opts);
+    push @args, _arg_path($lockdir);
+    my $out = _call({ step => $step, path => $lockdir, busy => $busy, opts => \%opts }, @args);
+    my ($token) = $out =~ /\A(\S+)\s*\z/;
+    die _error(
+        code    => 'internal',
+        message => "Tokenlock: $step $lockdir: the tokenlock command printed no token (it printed \"$out\")",
+    ) unless defined $token;
+    return bless {
+        lockdir => $lockdir,
+        token   => $token,
+        pid     => $$,
+        held    => 1,
+        command => $opts{command},
+    }, ref($class) || $class;
+}
+
+sub acquire {
+    my ($class, $lockdir, %opts) = @_;
+    return $class->_acquire('acquire', $lockdir, %opts);
+}
+
+sub try_acquire {
+    my ($class, $lockdir, %opts) = @_;
+    $opts{wait} = 0 unless defined $opts{wait};
+    my $lock = eval { $class->_acquire('acquire', $lockdir, %opts) };
+    return $lock if $lock;
+    my $err = $@;
+    return undef if ref $err && ($err->code eq 'busy' || $err->code eq 'timed_out');
+    die $err;
+}
+
+sub token   { $_[0]{token} }
+sub lockdir { $_[0]{lockdir} }
+sub held    { $_[0]{held} && $_[0]{pid} == $$ ? 1 : 0 }
+
+sub _owned {
+    my ($self, $step) = @_;
+    my $why = !$self->{held} ? 'this lock object no longer holds the lock (it was released or lost)'
+      : $self->{pid} != $$ ? "the lock belongs to process $self->{pid}, and this is its forked child $$"
+      : undef;
+    die _error(code => 'not_owner', message => "Tokenlock: $step $self->{lockdir}: $why") if defined $why;
+}
+
+sub _opts { my $self = shift; return defined $self->{command} ? { command => $self->{command} } : {} }
+
+sub refresh {
+    my ($self, %opts) = @_;
+    _check_opts('refresh', \%opts, qw(lease));
+    $self->_owned('refresh');
+    my @args = ('refresh');
+    push @args, '--lease', _seconds('refresh', 'lease', $opts{lease}, 0) if defined $opts{lease};
+    my $out = eval {
+        _call({ step => 'refresh', path => $self->{lockdir}, opts => $self->_opts },
+            @args, _arg_path($self->{lockdir}), $self->{token});
+    };
+    if (!defined $out) {
+        my $err = $@;
+        # The old token is gone: nothing is left to release.
+        $self->{held} = 0 if ref $err && $err->code eq 'lock_lost';
+        die $err;
+    }
+    my ($token) = $out =~ /\A(\S+)\s*\z/;
+    # The new name carries the new expiry: only it releases the lock now.
+    $self->{token} = $token if defined $token;
+    return $self->{token};
+}
+
+sub release {
+    my ($self) = @_;
+    $self->_owned('release');
+    my $ok = eval {
+        _call({ step => 'release', path => $self->{lockdir}, opts => $self->_opts },
+            'release', _arg_path($self->{lockdir}), $self->{token});
+        1;
+    };
+    my $err = $@;
+    # Released or lost, the token is not ours to release again; any other
+    # failure (say, no permission) leaves it held, for a retry or DESTROY.
+    $self->{held} = 0 if $ok || (ref $err && $err->code eq 'lock_lost');
+    die $err unless $ok;
+    return 1;
+}
+
+sub DESTROY {
+    my ($self) = @_;
+    return unless $self->{held} && $self->{pid} == $$;
+    # Running the command must not change what the code around us sees,
+    # least of all the exit status of a program that is ending.
+    local ($@, $!, $?);
+    eval { $self->release; 1 }
+      or warn "Tokenlock: the lock $self->{lockdir} was still held when its object went away, "
+      . "and releasing it failed: $@";
+}
+
+# An interpreter thread shares the process: its copy must never release.
+sub CLONE_SKIP { 1 }
+
+sub with_lock {
+    my ($lockdir, $code, %opts) = @_;
+    _usage('with_lock', 'the second argument must be a code reference') unless ref $code eq 'CODE';
+    my $lock = Tokenlock->_acquire('acquire', $lockdir, %opts);
+    my $want = wantarray;
+    my @r;
+    my $ok = eval {
+        if ($want) { @r = $code->($lock) }
+        elsif (defined $want) { $r[0] = $code->($lock) }
+        else { $code->($lock) }
+        1;
+    };
+    if (!$ok) {
+        my $err = $@;
+        $err = "Tokenlock: with_lock $lockdir: the code died with an empty message\n"
+          unless ref $err || length $err;
+        if ($lock->held) {
+            # The code's own error matters more; a lost lock is still said.
+            eval { $lock->release; 1 } or warn $@;
+        }
+        die $err;
+    }
+    # Also after the code released or refreshed it through $lock itself.
+    # A lost lock dies here: another process may have run the critical
+    # section at the same time, and the caller has to know.
+    $lock->release if $lock->held;
+    return $want ? @r : $r[0];
+}
+
+# ---------------------------------------------------------------------------
+# Files
+
+sub write_file {
+    my ($path, $data, %opts) = @_;
+    my $step = 'write';
+    _check_opts($step, \%opts, qw(sync lock wait legacy_timeout mode follow_symlinks));
+    _path_arg($step, 'the file', $path);
+    _usage("$step $path", 'the data is undef; pass "" to write an empty file') unless defined $data;
+    my $bytes = "$data";
+    _usage("$step $path", 'the data holds characters above 255; encode it first (Encode::encode_utf8)')
+      unless utf8::downgrade($bytes, 1);
+    # The data is complete in memory, so empty data is meant: the command's
+    # guard against a failed producer does not apply.
+    my @args = ('write', '--allow-empty', '--sync', _sync($step, $opts{sync}));
+    push @args, '--lock', _arg_path(_path_arg($step, 'lock', $opts{lock})) if defined $opts{lock};
+    if (defined $opts{mode}) {
+        # A number such as 0640 arrives here as 416: refused rather than
+        # guessed, since its digits would also read as an octal mode.
+        _usage("$step $path", "mode must be a string of octal digits such as '0640', not \"$opts{mode}\"")
+          unless $opts{mode} =~ /^0[0-7]{1,4}\z/;
+        push @args, '--mode', $opts{mode};
+    }
+    push @args, '--follow-symlinks' if $opts{follow_symlinks};
+    push @args, _legacy_timeout($step, \%opts);
+    if (defined $opts{wait}) {
+        _usage("$step $path", 'wait applies to the lock: give lock too') unless defined $opts{lock};
+        _seconds($step, 'wait', $opts{wait}, 1);
+    }
+    _call_waiting({ step => $step, path => $path, opts => \%opts, stdin => $bytes, busy => 'timed_out' },
+        $opts{wait}, @args, _arg_path($path));
+    return 1;
+}
+
+sub increment {
+    my ($path, %opts) = @_;
+    my $step = 'incr';
+    _check_opts($step, \%opts, qw(by lock sync wait legacy_timeout));
+    _path_arg($step, 'the counter file', $path);
+    my $by = defined $opts{by} ? $opts{by} : 1;
+    _usage("$step $path", "by must be an unsigned decimal number, not \"$by\"") unless $by =~ /^\d+\z/;
+    my @args = ('incr', '--by', $by, '--sync', _sync($step, $opts{sync}));
+    push @args, '--lock', _arg_path(_path_arg($step, 'lock', $opts{lock})) if defined $opts{lock};
+    push @args, _legacy_timeout($step, \%opts);
+    _seconds($step, 'wait', $opts{wait}, 1) if defined $opts{wait};
+    my $out = _call_waiting({ step => $step, path => $path, opts => \%opts, busy => 'timed_out' },
+        $opts{wait}, @args, _arg_path($path));
+    return _counter_value($out, $path);
+}
+
+# Runs write or incr (@args: the subcommand, its options, the file last)
+# with the wait for its lock, if one is given, as -w before the file.
+sub _call_waiting {
+    my ($ctx, $wait, @args) = @_;
+    my ($sub, $file) = ($args[0], $args[-1]);
+    my $cmd = _find_command($ctx->{opts} || {}, $ctx->{step}, $ctx->{path});
+    if (defined $wait && (!defined $TAKES_WAIT{$cmd}{$sub} || $TAKES_WAIT{$cmd}{$sub})) {
+        my $out = eval { _call($ctx, @args[0 .. $#args - 1], '-w', $wait, $file) };
+        my $err = $@;
+        if (defined $out || !(ref $err && $err->code eq 'usage' && $err->message =~ /unrecogni[sz]ed option '-w'/)) {
+            $TAKES_WAIT{$cmd}{$sub} = 1;
+            return $out if defined $out;
+            die $err;
+        }
+        $TAKES_WAIT{$cmd}{$sub} = 0;
+    }
+    # An older command waits up to $COMMAND_LOCK_WAIT seconds and cannot be
+    # told otherwise: a longer wait is made of as many such waits as fit in
+    # it, and a shorter one is that one wait (stopping the command early
+    # could leave a committed update reported as a failure).
+    my $runs = defined $wait && $wait >= 2 * $COMMAND_LOCK_WAIT ? int($wait / $COMMAND_LOCK_WAIT) : 1;
+    my $deadline;
+    if ($runs > 1) {
+        require Time::HiRes;
+        $deadline = Time::HiRes::time() + $wait;
+    }
+    while (1) {
+        my $out = eval { _call($ctx, @args) };
+        return $out if defined $out;
+        my $err = $@;
+        die $err unless ref $err && ($err->code eq 'busy' || $err->code eq 'timed_out')
+          && --$runs > 0 && $deadline - Time::HiRes::time() >= $COMMAND_LOCK_WAIT;
+    }
+}
+
+sub _counter_value {
+    my ($out, $path) = @_;
+    my ($v) = $out =~ /\A(\d+)\n?\z/;
+    die _error(
+        code    => 'internal',
+        message => "Tokenlock: incr $path: the tokenlock command printed no counter value (it printed \"$out\")",
+    ) unless defined $v;
+    # Kept as the decimal string: values above 2**53 stay exact.
+    return $v;
+}
+
+# The counter's value without the lock and without the command: undef
+# when the file does not exist. A counter is replaced by rename, so a read
+# never sees half of an update.
+sub read_counter {
+    my ($path) = @_;
+    _path_arg('read counter', 'the counter file', $path);
+    my $fh;
+    unless (open $fh, '<', $path) {
+        return undef if $!{ENOENT};
+        my $cause = "$!";
+        die _error(
+            code    => $!{EACCES} ? 'permission' : 'system',
+            message => "Tokenlock: read counter $path: cannot open it: $cause",
+        );
+    }
+    binmode $fh;
+    my $text = '';
+    while (1) {
+        my $r = read($fh, $text, 64, length $text);
+        die _error(code => 'io_error', message => "Tokenlock: read counter $path: cannot read it: $!")
+          unless defined $r;
+        last if $r == 0 || length $text > 21;
+    }
+    close $fh;
+    # The rules of tokenlock incr: one canonical unsigned 64-bit decimal and
+    # a newline, nothing else.
+    if ($text =~ /\A(0|[1-9][0-9]{0,19})\n\z/
+        && (length $1 < 20 || $1 le '18446744073709551615'))
+    {
+        return $1;
+    }
+    my $shown = substr($text, 0, 24);
+    $shown =~ s/([^\x20-\x7e])/sprintf('\\x%02x', ord $1)/ge;
+    $shown .= '...' if length $text > 24;
+    die _error(
+        code    => 'corrupt_data',
+        message => "Tokenlock: read counter $path: the file does not hold one unsigned decimal and a newline "
+          . "(it starts with \"$shown\"); it was left as it is: repair or remove it by hand",
+    );
+}
+
+# ---------------------------------------------------------------------------
+
+package Tokenlock::Error;
+
+use overload
+  '""'     => sub { $_[0]{message} . "\n" },
+  'bool'   => sub { 1 },
+  fallback => 1;
+
+sub new {
+    my ($class, %f) = @_;
+    return bless {%f}, $class;
+}
+
+sub code    { $_[0]{code} }
+sub status  { $_[0]{status} }
+sub message { $_[0]{message} }
+sub command { @{ $_[0]{command} || [] } }
+
+1;
+
+__END__
+
+=head1 NAME
+
+Tokenlock - file locks that work where flock(2) does not, for Perl
+
+=head1 SYNOPSIS
+
+    use Tokenlock qw(with_lock write_file increment);
+
+    # A critical section: at most one process at a time runs the block.
+    my $n = with_lock('/home/alice/data/db.lock', sub {
+        my $v = read_my_data();
+        write_my_data($v + 1);
+        $v + 1;
+    }, wait => 5);
+
+    # The same, held across code of your own.
+    my $lock = Tokenlock->acquire('/home/alice/data/db.lock', wait => 5, lease => 60);
+    ...
+    $lock->refresh(lease => 60);      # a long job keeps its lease alive
+    $lock->release;                   # or let $lock go out of scope
+
+    # Not waiting at all.
+    if (my $lock = Tokenlock->try_acquire('/home/alice/data/cron.lock')) { ... }
+
+    # Replace a file atomically: readers see the old or the new file, never a
+    # torn or empty one.
+    write_file('/home/alice/data/config.json', $json, sync => 'file_and_dir');
+
+    # A counter that loses no increment under any number of processes.
+    my $hits = increment('/home/alice/data/hits.count');
+
+    # Errors are objects.
+    my $ok = eval { increment($file); 1 };
+    if (!$ok && ref $@ && $@->code eq 'corrupt_data') { ... }
+
+=head1 DESCRIPTION
+
+Tokenlock locks with one rename(2) per step, so it works on NFS and other
+network filesystems and on shared web hosts, where flock(2) is missing or
+unreliable. A holder that dies is noticed at once on the same host, and a
+lock can never be stolen from a live holder (docs/protocol.md).
+
+The module is pure Perl with core modules only (Perl 5.8.1 or newer). It
+runs the C<tokenlock> command (docs/tokenlock.1.md) for each operation,
+without a shell, and reads the command's messages from its standard error.
+Each operation therefore costs a process start: C<with_lock> two (acquire
+and release), C<increment> and C<write_file> one. C<bench/lang/perl_bench.pl>
+measures what that costs against flock(2).
+
+Under taint mode (C<perl -T>) the command is run only if C<$ENV{PATH}> and
+every path given to the module, and the command's own path, are untainted
+by the caller: the module does not launder them.
+
+=head2 Finding the command
+
+In this order:
+
+=over
+
+=item 1. the C<< command => PATH >> option of the call;
+
+=item 2. the environment variable C<TOKENLOCK_COMMAND>;
+
+=item 3. C<tokenlock> in the running script's directory (C<$FindBin::Bin>,
+taken when the module is loaded; none under C<perl -e>);
+
+=item 4. F<~/bin/tokenlock> (the home directory from C<HOME>, else from the
+password database, since CGI programs often run without C<HOME>);
+
+=item 5. the directories of C<PATH>.
+
+=back
+
+A path given by 1 or 2 is used or refused with an error (code
+C<no_command>); it is never replaced by another one found further down.
+C<Tokenlock::command_path(%opts)> returns the path a call would use.
+
+=head1 FUNCTIONS AND METHODS
+
+=head2 with_lock
+
+    my @r = Tokenlock::with_lock($lockdir, sub { my ($lock) = @_; ... }, %opts);
+
+Acquires the lock, runs the code with the lock object as its argument, and
+releases the lock, also when the code dies: the code's error is then
+rethrown unchanged, after the release. Returns what the code returns, in the
+caller's context (list, scalar or void). Options are those of C<acquire>.
+
+If the lock turns out to have been lost when it is released (code
+C<lock_lost>), C<with_lock> dies even though the code succeeded: another
+process may have been in the critical section at the same time. When the
+code died too, its error wins and the loss is given as a warning.
+
+=head2 acquire
+
+    my $lock = Tokenlock->acquire($lockdir, wait => SECS, lease => SECS);
+
+Acquires the lock directory C<$lockdir> (created on first use; its parent
+must exist) and returns the lock object. The lock is owned by this process
+(C<tokenlock acquire --pid $$>), so it is freed at once when this process
+dies, however it dies.
+
+=over
+
+=item C<< wait => SECS >>
+
+How long to wait for a busy lock, in seconds (fractions allowed). Default
+10. C<0> tries once (a busy lock gives the error C<busy>); C<'forever'> waits
+as long as it takes. When the wait runs out the error is C<timed_out>.
+
+=item C<< lease => SECS >>
+
+How long the lock stays valid without a C<refresh> (default 3600). It only
+matters for holders on other hosts and for a holder that is stopped; a
+holder that dies on this host loses the lock at once.
+
+=item C<< legacy_timeout => SECS >>
+
+When a legacy token (below) counts as stale: at this age (default 60).
+
+=item C<< command => PATH >>
+
+The C<tokenlock> command to run (see L</Finding the command>).
+
+=back
+
+Bound the wait with C<wait>, not with C<alarm> and a C<die> in its handler:
+an acquire interrupted that way may still succeed in the command, leaving
+a lock owned by this process that no object will release before the
+process ends.
+
+=head2 try_acquire
+
+    my $lock = Tokenlock->try_acquire($lockdir, %opts) or ...;
+
+As C<acquire>, with C<wait> defaulting to 0, but returns C<undef> instead of
+dying when the lock is busy or the wait times out. Other failures still die.
+
+=head2 $lock->token, $lock->lockdir, $lock->held
+
+The token (the name of the held token directory, as C<tokenlock status>
+shows it), the lock directory, and whether this object still holds the
+lock: false after C<release>, after a C<lock_lost> error, and in a forked
+child.
+
+=head2 $lock->refresh(lease => SECS)
+
+Extends the lease to SECS from now (default 3600) and returns the new
+token, which the object uses from then on. Dies with C<lock_lost> if the
+lock was taken over meanwhile; the object then no longer holds it.
+
+=head2 $lock->release
+
+Releases the lock. Dies with C<lock_lost> if it had been taken over (a
+lease that ran out, C<tokenlock break --force>): the critical section may
+not have been exclusive.
+
+=head2 DESTROY
+
+A lock object that goes out of scope while it still holds the lock
+releases it; a failure is given as a warning. It never releases in a
+forked child (the object remembers C<$$> at acquire), nor in another
+interpreter thread: C<release> and C<refresh> die there with C<not_owner>.
+
+=head2 write_file
+
+    Tokenlock::write_file($path, $data, sync => 'file_and_dir', lock => $lockdir, wait => SECS);
+
+Replaces C<$path> with C<$data> atomically (C<tokenlock write>): a temporary
+file C<.NAME.tmp.*> beside it is written, flushed and renamed over it. Empty
+data writes an empty file. C<$data> is bytes: encode text first (a string
+with characters above 255 is refused with C<usage>). Options:
+
+=over
+
+=item C<< sync => 'none' | 'file' | 'file_and_dir' >>
+
+Durability (default C<file_and_dir>): C<file> flushes the new file before the
+rename, C<file_and_dir> also the directory after it.
+
+=item C<< lock => $lockdir >>
+
+Replace the file while holding this lock. The whole data is handed over
+first, so the lock is held only for the replacement.
+
+=item C<< wait => SECS >>
+
+With C<lock>: how long to wait for it (default 10; 0 tries once), as for
+C<increment> below. The errors are C<busy> and C<timed_out>, with the file
+left as it was.
+
+=item C<< legacy_timeout => SECS >>
+
+With C<lock>: as for C<acquire>.
+
+=item C<< mode => '0640' >>
+
+The mode of a new file, as a string of octal digits (a number such as
+C<0640> is refused: it arrives as 416, whose digits would pass for octal).
+tokenlock(1) says that an existing file keeps its mode; the command of this
+version sets it on an existing file too.
+
+=item C<< follow_symlinks => 1 >>
+
+If C<$path> is a symbolic link, replace the file it points to (by default
+the link itself is replaced by a regular file).
+
+=back
+
+=head2 increment
+
+    my $value = Tokenlock::increment($path, by => N, lock => $lockdir, wait => SECS, sync => ...,
+                                     legacy_timeout => SECS);
+
+Adds C<by> (default 1; 0 reads the value under the lock) to the counter in
+C<$path> under its lock (default C<$path.lock>) and returns the new value
+as a decimal string (exact up to 2**64-1). The file holds one unsigned
+decimal and a newline; a missing file counts as 0. Anything else is refused
+with C<corrupt_data> and left as it is. The new value is committed through
+the lock's token (C<tokenlock incr>), so a process that lost the lock cannot
+overwrite it.
+
+C<wait> bounds the wait for the lock, in seconds (default 10, the
+command's own; 0 tries once). A busy lock gives C<busy> with C<wait =E<gt> 0>
+and C<timed_out> otherwise, with the counter left as it was.
+
+The wait is passed as C<tokenlock incr -w>. An older command (a copy
+installed before C<write> and C<incr> took C<-w>) refuses it; the module
+then remembers that for the rest of the process and lets the command wait
+its own 10 seconds: a C<wait> of 20 or more is made of as many such waits
+as fit in it, and a shorter one is that one wait. The command is never cut
+short, since one stopped just after its commit would have counted an
+increment reported as failed. Finding this out costs an older command one
+more process start per process (in a CGI program, per hit): update the
+command.
+
+=head2 read_counter
+
+    my $value = Tokenlock::read_counter($path);   # undef if the file is missing
+
+The counter's value, read without the lock and without running the
+command. The counter is replaced by rename, so the read sees one version or
+the next, never a mix. Dies with C<corrupt_data> under the same rules as
+C<increment>.
+
+=head2 Scripts that lock with lockfile<seconds>
+
+Many scripts on shared hosts lock the same layout with a rename lock of
+their own, written in Perl: they rename F<LOCKDIR/lockfile> to
+F<LOCKDIR/lockfile> followed by the time in seconds, and take over such a
+name once it is 60 seconds old. The command treats these names as held
+tokens, judged by their age, and those scripts never take over a token of
+ours, so a site can move to this module one script at a time, with both on
+the same lock directories (docs/protocol.md, Legacy tokens, has the
+conditions, such as the pattern those scripts must use). C<acquire>,
+C<with_lock>, C<write_file> and C<increment> take C<legacy_timeout> for
+scripts that use another age than 60 seconds.
+
+=head1 ERRORS
+
+Every failure dies with a C<Tokenlock::Error> object:
+
+    $err->code      # a name, below
+    $err->status    # the command's exit status (undef for errors of the module itself)
+    $err->message   # the command's message: it names the path, the step and the cause
+    $err->command   # the command line that was run, as a list
+
+It stringifies to the message followed by a newline, as C<die>'s own
+messages end, so C<warn "failed: $@"> and an uncaught error read well.
+Busy and timed out are distinct codes although the command exits 1 for
+both.
+
+    status  code            meaning
+    1       busy            the lock is held and wait was 0
+    1       timed_out       the lock stayed held for the whole wait
+    3       lock_lost       the lock does not hold this token any more: it was
+                            taken over (lease ended, tokenlock break --force)
+    64      usage           a bad command line (also: bad arguments to this module)
+    65      corrupt_data    bad data: a corrupt counter (left as it is), an
+                            overflow, a string that is not a token
+    66      not_found       a missing directory for the file, or a missing
+                            parent for the lock directory
+    69      lock_corrupt    the lock directory needs a human: no token, two
+                            tokens, or a malformed one
+    70      internal        internal error of the command
+    71      system          another system error (also: fork or pipe failed,
+                            the command was killed by a signal)
+    73      cannot_create   no space, quota, read-only filesystem, not a directory
+    74      io_error        I/O error, or the directory could not be flushed
+                            after the rename (the new contents are in place)
+    75      stale_data      a network filesystem served an old version of the
+                            file; nothing was written: retry
+    77      permission      permission denied on the lock directory or the
+                            file's directory
+    -       no_command      the tokenlock command is not found or cannot run
+    -       not_owner       release or refresh of a lock this object does not
+                            hold (released, lost, or a forked child's copy)
+
+=head1 DEPLOYMENT ON SHARED HOSTING
+
+Shared hosts run Perl with its core modules and let you copy files into your
+home directory, which is all this needs:
+
+=over
+
+=item 1.
+
+Copy the statically linked C<tokenlock> command to F<~/bin/tokenlock> (or
+beside your script, for instance in F<cgi-bin>) and make it executable
+(C<chmod 755>). Check it with C<~/bin/tokenlock doctor ~/data>.
+
+=item 2.
+
+Copy F<Tokenlock.pm> beside your script, or into a F<lib> directory beside
+it, and load it with
+
+    use FindBin;
+    use lib $FindBin::Bin, "$FindBin::Bin/lib";
+    use Tokenlock;
+
+=item 3.
+
+Keep lock directories and data outside the web root (for instance
+F<~/data>), in a directory that every process using them can write and
+search, and that is not sticky (F</tmp> is): in a sticky directory only a
+file's owner may rename it.
+
+=back
+
+Under suEXEC the scripts run as you, and everything above can stay private
+(C<0700> directories). Without suEXEC they run as the server's user, which
+then needs write permission on the data directory.
+
+=head1 SEE ALSO
+
+tokenlock(1) (docs/tokenlock.1.md in the source tree), docs/protocol.md,
+docs/atomic-writes.md.
+
+=cut

@@ -1,0 +1,105 @@
+#!/usr/bin/perl
+# Finding the tokenlock command, and what happens when it is missing.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib", "$FindBin::Bin/../lib";
+use Test::More;
+use TokenlockTest;
+
+use Tokenlock;
+
+my $cmd = tokenlock_command();
+my $dir = scratch_dir();
+
+is(Tokenlock::command_path(), $cmd, 'TOKENLOCK_COMMAND names the command');
+is(Tokenlock::command_path(command => '/bin/true'), '/bin/true', 'the command option comes first');
+
+# An explicit path that does not work is an error that names it, never a
+# silent fall-back to another command.
+for my $case (
+    [{ command => "$dir/nothing/tokenlock" }, undef,             qr/\Q$dir\E\/nothing\/tokenlock \(from the command option\): it does not exist/],
+    [{},                                      "$dir/no-such",    qr/\Q$dir\E\/no-such \(from TOKENLOCK_COMMAND\): it does not exist/],
+    [{},                                      $dir,              qr/\(from TOKENLOCK_COMMAND\): it is a directory/],
+  )
+{
+    my ($opts, $env, $re) = @$case;
+    local $ENV{TOKENLOCK_COMMAND} = defined $env ? $env : $ENV{TOKENLOCK_COMMAND};
+    my $ok = eval { Tokenlock->acquire("$dir/a.lock", %$opts); 1 };
+    my $err = $@;
+    ok(!$ok, 'an unusable command fails');
+    isa_ok($err, 'Tokenlock::Error');
+    is($err->code, 'no_command', 'code no_command');
+    like($err->message, qr/\ATokenlock: acquire \Q$dir\E\/a\.lock: cannot use the tokenlock command /,
+        'the message names the step and the lock');
+    like($err->message, $re, 'and the command and what is wrong with it');
+    ok(!-e "$dir/a.lock", 'nothing was created');
+}
+
+# Not executable.
+TokenlockTest::spit("$dir/plain", "#!/bin/sh\n");
+chmod 0644, "$dir/plain";
+my $ok = eval { Tokenlock::increment("$dir/c.count", command => "$dir/plain"); 1 };
+ok(!$ok && $@->code eq 'no_command' && $@->message =~ /it is not executable/, 'a file that is not executable is refused')
+  or diag($@);
+
+# Found nowhere: the message says where it looked and what to do.
+{
+    local $ENV{TOKENLOCK_COMMAND} = '';
+    local $ENV{PATH} = "$dir/empty-path";
+    local $ENV{HOME} = "$dir/home";
+    my $ok = eval { Tokenlock::write_file("$dir/f", "x"); 1 };
+    my $err = $@;
+    ok(!$ok, 'no command anywhere fails');
+    is($err->code, 'no_command', 'code no_command');
+    like($err->message, qr/\ATokenlock: write \Q$dir\E\/f: cannot find the tokenlock command: looked for /, 'names step and file');
+    like($err->message, qr/\Q$FindBin::Bin\E\/tokenlock/,  'looked beside the script');
+    like($err->message, qr/\Q$dir\E\/home\/bin\/tokenlock/, 'looked in ~/bin');
+    like($err->message, qr/PATH \(\Q$dir\E\/empty-path\)/, 'looked in PATH');
+    like($err->message, qr/set TOKENLOCK_COMMAND/,           'says how to fix it');
+    ok(!-e "$dir/f", 'nothing was written');
+}
+
+# ~/bin, then PATH.
+{
+    mkdir "$dir/home";
+    mkdir "$dir/home/bin";
+    mkdir "$dir/pathdir";
+    symlink($cmd, "$dir/pathdir/tokenlock") or die "symlink: $!";
+    local $ENV{TOKENLOCK_COMMAND} = '';
+    local $ENV{HOME} = "$dir/home";
+    local $ENV{PATH} = "$dir/empty:$dir/pathdir";
+    is(Tokenlock::command_path(), "$dir/pathdir/tokenlock", 'found in PATH');
+    symlink($cmd, "$dir/home/bin/tokenlock") or die "symlink: $!";
+    is(Tokenlock::command_path(), "$dir/home/bin/tokenlock", '~/bin comes before PATH');
+    is(Tokenlock::increment("$dir/found.count"), 1, 'and it works');
+}
+
+# Beside the running script, for a script that does not load FindBin, run
+# by a relative path and changing directories before the first call.
+{
+    my $sd = "$dir/scriptdir";
+    mkdir $sd or die $!;
+    symlink($cmd, "$sd/tokenlock") or die "symlink: $!";
+    TokenlockTest::spit("$sd/s.pl", "chdir '/'; print Tokenlock::command_path(), qq(\\n);\n");
+    chdir $dir or die $!;
+    my ($st, $out, $err) = capture([$^X, '-I', "$FindBin::Bin/../lib", '-MTokenlock', 'scriptdir/s.pl'],
+        env => { TOKENLOCK_COMMAND => undef, PATH => "$dir/empty", HOME => "$dir/nohome" });
+    chdir '/';
+    is($st, 0, 'a script without FindBin runs') or diag($err);
+    is($out, "$dir/scriptdir/tokenlock\n", 'and finds the command beside itself');
+    ($st, $out, $err) = capture([$^X, '-I', "$FindBin::Bin/../lib", '-MTokenlock', '-e', 'print Tokenlock::command_path()'],
+        env => { TOKENLOCK_COMMAND => undef, PATH => "$dir/pathdir", HOME => "$dir/nohome" });
+    is($out, "$dir/pathdir/tokenlock", 'perl -e has no script directory: PATH');
+}
+
+# A command that cannot be executed (a script without its interpreter):
+# the exec failure is reported with its cause.
+TokenlockTest::spit("$dir/broken", "#!$dir/no-interpreter\n");
+chmod 0755, "$dir/broken";
+$ok = eval { Tokenlock->acquire("$dir/b.lock", command => "$dir/broken"); 1 };
+ok(!$ok, 'a command that cannot run fails');
+is($@->code, 'no_command', 'code no_command');
+like($@->message, qr/cannot run the tokenlock command \Q$dir\E\/broken: No such file or directory/, 'with the cause');
+
+done_testing();

@@ -1,0 +1,175 @@
+#!/usr/bin/perl
+# write_file, increment and read_counter: contents, failures, and what a
+# failure leaves behind (the target as it was, no temporary file).
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib", "$FindBin::Bin/../lib";
+use Test::More;
+use TokenlockTest;
+
+use Tokenlock qw(write_file increment read_counter);
+
+my $cmd = tokenlock_command();
+my $dir = scratch_dir();
+
+# Checks that a failed call left $path holding $before and no temporary
+# file beside it.
+sub intact {
+    my ($path, $before, $name) = @_;
+    my ($d, $base) = $path =~ m{\A(.*)/([^/]+)\z};
+    is(slurp($path), $before, "$name: the file is unchanged");
+    is(scalar(leftovers($d, $base)), 0, "$name: no temporary file is left");
+}
+
+# --- write_file -----------------------------------------------------------------
+{
+    my $f = "$dir/config.txt";
+    ok(write_file($f, "first\n"), 'write_file returns true');
+    is(slurp($f), "first\n", 'a new file has the data');
+    my $ino = (stat $f)[1];
+    write_file($f, "second version\n", sync => 'file');
+    is(slurp($f), "second version\n", 'the contents are replaced');
+    isnt((stat $f)[1], $ino, 'by a new file renamed over the old one');
+    is(scalar(leftovers($dir, 'config.txt')), 0, 'no temporary file .config.txt.tmp.* is left');
+
+    write_file($f, '');
+    ok(-e $f, 'empty data: the file exists');
+    is(-s $f, 0, 'and is empty');
+    is(scalar(leftovers($dir, 'config.txt')), 0, 'no temporary file is left');
+
+    my $bin = join('', map { chr } 0 .. 255) x 4096;    # 1 MiB, NULs and all
+    write_file($f, $bin, sync => 'none');
+    ok(slurp($f) eq $bin, 'a mebibyte of binary data arrives byte for byte');
+
+    write_file("$dir/moded", "x", mode => '0640');
+    is((stat "$dir/moded")[2] & 07777, 0640, "mode => '0640' applies to a new file");
+    chmod 0600, "$dir/moded";
+    write_file("$dir/moded", "y");
+    is((stat "$dir/moded")[2] & 07777, 0600, 'an existing file keeps its mode');
+    {
+        # tokenlock(1) and write_options say that --mode applies to a new
+        # file only; the command applies it to an existing one too.
+        local $TODO = 'tokenlock write --mode also changes the mode of an existing file';
+        write_file("$dir/moded", "z", mode => '0644');
+        is((stat "$dir/moded")[2] & 07777, 0600, 'an existing file keeps its mode, also with mode =>');
+    }
+
+    write_file($f, "under the lock\n", lock => "$dir/config.lock");
+    is(slurp($f), "under the lock\n", 'lock => LOCKDIR writes');
+    ok(-d "$dir/config.lock", 'through that lock');
+
+    symlink("$dir/real", "$dir/link") or die $!;
+    write_file("$dir/real", "target\n");
+    write_file("$dir/link", "through the link\n", follow_symlinks => 1);
+    ok(-l "$dir/link", 'follow_symlinks keeps the link');
+    is(slurp("$dir/real"), "through the link\n", 'and replaces the file it points to');
+
+    # Refused before anything is written.
+    write_file($f, "keep\n");
+    for my $case (
+        [undef,          {},                    qr/the data is undef/,             'undef data'],
+        ["caf\x{e9}\x{263a}", {},               qr/characters above 255/,          'characters above 255'],
+        ["x",            { mode => 0640 },      qr/string of octal digits/,        'a numeric mode'],
+        ["x",            { sync => 'fast' },    qr/sync must be none, file or file_and_dir/, 'a bad sync level'],
+        ["x",            { colour => 'red' },   qr/unknown option 'colour'/,       'an unknown option'],
+      )
+    {
+        my ($data, $opts, $re, $name) = @$case;
+        my $ok = eval { write_file($f, $data, %$opts); 1 };
+        ok(!$ok && $@->code eq 'usage', "$name: a usage error") or diag($@);
+        like($@->message, $re, "$name: saying what is wrong");
+        intact($f, "keep\n", $name);
+    }
+
+    # Refused by the command: a missing directory, a directory in the way.
+    my $ok = eval { write_file("$dir/no-such-dir/f", "x"); 1 };
+    ok(!$ok, 'a missing directory fails');
+    is($@->code, 'not_found', 'with not_found');
+    like($@->message, qr/\Q$dir\E\/no-such-dir\/f/, 'naming the file');
+    ok(!-e "$dir/no-such-dir", 'nothing was created');
+
+    mkdir "$dir/adir" or die $!;
+    $ok = eval { write_file("$dir/adir", "x"); 1 };
+    ok(!$ok, 'a directory as the target fails');
+    is($@->code, 'cannot_create', 'with cannot_create') or diag($@);
+    ok(-d "$dir/adir", 'the directory is still there');
+    is(scalar(leftovers($dir, 'adir')), 0, 'no temporary file is left');
+}
+
+# --- increment ------------------------------------------------------------------
+{
+    my $c = "$dir/c.count";
+    is(increment($c), 1, 'a missing counter counts from 0');
+    is(slurp($c), "1\n", 'the file holds the value and a newline');
+    is(increment($c, by => 41), 42, 'by => 41');
+    is(increment($c, by => 0), 42, 'by => 0 reads');
+    is(increment($c, sync => 'none', wait => 1), 43, 'with sync and wait');
+    is(increment("$dir/c2.count", lock => "$dir/other.lock"), 1, 'lock => LOCKDIR');
+    ok(-d "$dir/other.lock" && !-e "$dir/c2.count.lock", 'that lock, not the default one');
+
+    TokenlockTest::spit($c, "18446744073709551614\n");
+    is(increment($c), '18446744073709551615', 'exact up to 2**64-1');
+    my $ok = eval { increment($c); 1 };
+    is($ok ? 'no error' : $@->code, 'corrupt_data', 'past 2**64-1: corrupt_data (status 65)');
+    like($@->message, qr/overflow/, 'the message says overflow') unless $ok;
+    intact($c, "18446744073709551615\n", 'overflow');
+
+    # Corrupt counters are refused and left byte for byte.
+    for my $bad ("garbage\n", "12", "012\n", "-1\n", " 5\n", "", "1\n2\n") {
+        my $shown = join '', map { sprintf '\\x%02x', ord } split //, $bad;
+        TokenlockTest::spit($c, $bad);
+        my $ok = eval { increment($c); 1 };
+        my $err = $@;
+        ok(!$ok, "counter \"$shown\": increment fails");
+        is($err->code,   'corrupt_data', "counter \"$shown\": corrupt_data");
+        is($err->status, 65,             "counter \"$shown\": exit status 65");
+        like($err->message, qr/\Q$c\E/, "counter \"$shown\": the message names the file");
+        intact($c, $bad, "counter \"$shown\"");
+        my $rc = eval { read_counter($c); 1 };
+        is($rc ? 'read' : $@->code, 'corrupt_data', "counter \"$shown\": read_counter agrees");
+    }
+    my $held = Tokenlock->try_acquire("$c.lock");
+    ok($held, 'the failures left the counter\'s lock free');
+    $held->release if $held;
+
+    $ok = eval { increment("$dir/nodir/x.count"); 1 };
+    is($ok ? 'no error' : $@->code, 'not_found', 'a counter in a missing directory: not_found');
+    ok(!-e "$dir/nodir", 'nothing was created');
+
+    for my $by ('-1', '1.5', 'x') {
+        ok(!eval { increment("$dir/u.count", by => $by); 1 } && $@->code eq 'usage', "by => '$by' is a usage error");
+    }
+    ok(!-e "$dir/u.count", 'none of them created the counter');
+}
+
+# --- increment waits for a held lock ----------------------------------------------
+{
+    my $c = "$dir/w.count";
+    TokenlockTest::spit($c, "5\n");
+    my $lock = Tokenlock->acquire("$c.lock");
+    pipe(my $r, my $w) or die $!;
+    my $child = fork_worker(sub {
+        close $r;
+        syswrite $w, "waiting\n";
+        syswrite $w, increment($c) . "\n";
+    });
+    close $w;
+    is(read_line($r), 'waiting', 'an incrementer starts while the lock is held');
+    # The holder changes the counter under the lock: the incrementer must
+    # build on that, not on what it could have read earlier.
+    write_file($c, "100\n");
+    $lock->release;
+    is(read_line($r), 101, 'it waited for the lock and built on the holder\'s update');
+    is(reap($child), 0, 'it ended well');
+}
+
+# --- read_counter -----------------------------------------------------------------
+{
+    is(read_counter("$dir/none.count"), undef, 'read_counter: undef for a missing file');
+    TokenlockTest::spit("$dir/r.count", "77\n");
+    is(read_counter("$dir/r.count"), 77, 'read_counter: the value');
+    is(read_counter("$dir/c2.count"), 1, 'read_counter agrees with increment');
+}
+
+done_testing();

@@ -1,0 +1,124 @@
+#!/usr/bin/perl
+# counter.pl against counter.cgi: byte for byte the same responses to the
+# same requests, and one counter counted by both at once. Needs a built
+# counter.cgi (TOKENLOCK_COUNTER_CGI, else the build tree's).
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib", "$FindBin::Bin/../lib";
+use Test::More;
+use TokenlockTest;
+
+my $cmd  = tokenlock_command();
+my $repo = TokenlockTest::repo_dir();
+my $perl_cgi = "$repo/cgi-examples/perl/counter.pl";
+my $cxx_cgi  = $ENV{TOKENLOCK_COUNTER_CGI};
+$cxx_cgi = "$repo/build/cgi-examples/counter/counter.cgi" unless defined $cxx_cgi && length $cxx_cgi;
+plan(skip_all => "no counter.cgi at $cxx_cgi: build it, or set TOKENLOCK_COUNTER_CGI") unless -x $cxx_cgi;
+
+my $top = scratch_dir();
+
+sub run_cgi {
+    my ($prog, $dir, $method, $query, %env) = @_;
+    my ($st, $out, $err) = capture(
+        [$prog],
+        env => {
+            REQUEST_METHOD            => $method,
+            QUERY_STRING              => $query,
+            TOKENLOCK_COUNTER_DIR     => $dir,
+            TOKENLOCK_COUNTER_SYNC    => 'none',
+            TOKENLOCK_COUNTER_WAIT_MS => undef,
+            TOKENLOCK_COUNTER_REDIS   => undef,
+            CONTENT_LENGTH            => undef,
+            PERL5LIB                  => undef,
+            PERL5OPT                  => undef,
+            %env,
+        },
+    );
+    return ($st, $out, $err);
+}
+
+# Two data directories in the same state, one for each program.
+my %dir = (cxx => "$top/cxx", perl => "$top/perl");
+for my $d (values %dir) {
+    mkdir $d or die "mkdir $d: $!";
+    TokenlockTest::spit("$d/bad.count",  "garbage\n");
+    TokenlockTest::spit("$d/big.count",  "9999999\n");
+    TokenlockTest::spit("$d/max.count",  "18446744073709551615\n");
+}
+
+my @requests = (
+    ['GET', ''], ['GET', 'id=home'], ['GET', 'id=home&format=json'], ['GET', 'id=home&format=svg'],
+    ['GET', 'id=home&format=text'], ['GET', 'id=home&peek=1'], ['GET', 'id=home&peek=0&format=json'],
+    ['HEAD', 'id=home&format=svg'], ['HEAD', 'id=none'], ['GET', 'id=none&peek=1&format=svg'],
+    ['GET', 'id=big&format=svg'], ['GET', 'id=big&format=svg'],
+    ['GET', 'id=bad'], ['GET', 'id=bad&peek=1'], ['HEAD', 'id=bad'],
+    ['GET', 'id=max'],
+    ['GET', 'id=a&id=b'], ['GET', 'foo=1&bar=2'], ['GET', 'id=bad.id'], ['GET', 'id='], ['GET', 'id'],
+    ['GET', 'id=a+b'], ['GET', 'format=xml'], ['GET', 'peek=2'], ['GET', 'id=%zz'], ['GET', 'id=a%4'],
+    ['GET', 'id=a%00'], ['GET', '=x'], ['GET', 'id=' . ('a' x 65)], ['GET', 'id=' . ('a' x 257)],
+    ['GET', ('n' x 33) . '=1'], ['GET', join('&', map { "p$_=1" } 1 .. 17)], ['GET', 'x' x 2049],
+    ['GET', "unknown%0A%E2%98%BA=1"], ['GET', 'id=h%6Fme&&'],
+    ['POST', 'id=home'], ['PUT', ''], ['', 'id=home'],
+);
+
+for my $req (@requests) {
+    my ($method, $query) = @$req;
+    my $shown = "$method ?" . (length $query > 40 ? substr($query, 0, 37) . '...' : $query);
+    my ($cst, $cout) = run_cgi($cxx_cgi,  $dir{cxx},  $method, $query);
+    my ($pst, $pout) = run_cgi($perl_cgi, $dir{perl}, $method, $query);
+    is($pst, $cst, "$shown: the same exit status");
+    is($pout, $cout, "$shown: the same response, byte for byte");
+}
+
+for my $env (
+    [TOKENLOCK_COUNTER_WAIT_MS => 'soon'], [TOKENLOCK_COUNTER_WAIT_MS => '700000'],
+    [TOKENLOCK_COUNTER_SYNC => 'fast'], [TOKENLOCK_COUNTER_DIR => "$top/missing"],
+  )
+{
+    for my $method ('GET', 'HEAD') {
+        my ($c) = (run_cgi($cxx_cgi, $dir{cxx}, $method, 'id=home', @$env))[1];
+        my ($p) = (run_cgi($perl_cgi, $dir{perl}, $method, 'id=home', @$env))[1];
+        is($p, $c, "$env->[0]=$env->[1], $method: the same response");
+    }
+}
+
+for my $name (qw(home bad big max none default)) {
+    is(TokenlockTest::slurp("$dir{perl}/$name.count"), TokenlockTest::slurp("$dir{cxx}/$name.count"),
+        "afterwards $name.count holds the same in both directories");
+}
+
+# --- one counter, both programs ---------------------------------------------------
+my $shared = "$top/shared";
+mkdir $shared or die $!;
+my @seen;
+for my $i (1 .. 10) {
+    for my $prog ($cxx_cgi, $perl_cgi) {
+        my ($st, $out) = run_cgi($prog, $shared, 'GET', 'id=both');
+        push @seen, $out =~ /\r\n\r\n(\d+)\n\z/ ? $1 : "bad: $out";
+    }
+}
+is_deeply(\@seen, [1 .. 20], 'taking turns, the two programs count one counter');
+
+# At once, with the default durability.
+{
+    my ($PER, $HITS) = (4, 8);
+    pipe(my $gate_r, my $gate_w) or die $!;
+    my @pids;
+    for my $prog (($cxx_cgi) x $PER, ($perl_cgi) x $PER) {
+        push @pids, fork_worker(sub {
+            close $gate_w;
+            sysread($gate_r, my $buf, 1);
+            for (1 .. $HITS) {
+                my ($st, $out, $err) = run_cgi($prog, $shared, 'GET', 'id=mixed', TOKENLOCK_COUNTER_SYNC => 'file_and_dir');
+                die "$prog: $out $err" unless $out =~ /\AStatus: 200 /;
+            }
+        });
+    }
+    close $gate_r;
+    close $gate_w;
+    is((grep { reap($_) == 0 } @pids), 2 * $PER, "$PER clients of each program, $HITS hits each: all answered 200");
+    is(TokenlockTest::slurp("$shared/mixed.count"), (2 * $PER * $HITS) . "\n", 'and the shared counter is exact');
+}
+
+done_testing();

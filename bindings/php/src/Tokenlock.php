@@ -1,0 +1,882 @@
+<?php
+/**
+ * tokenlock for PHP: file locking and atomic file updates that work where
+ * flock() does not (NFS, network filesystems, shared hosting).
+ *
+ * This binding drives the `tokenlock` command (docs/tokenlock.1.md) instead
+ * of loading the C++ library: shared hosts seldom enable FFI outside the
+ * CLI, but they run programs. Each call starts one `tokenlock` process with
+ * proc_open() and an argument array, so no shell ever parses a path or a
+ * token. It needs nothing beyond a stock PHP 8.0 or newer.
+ *
+ * Calling sequence:
+ *
+ *     require __DIR__ . '/Tokenlock.php';
+ *
+ *     // A critical section; the lock is released however the callable ends.
+ *     $total = Tokenlock\withLock('/srv/app/data/ledger.lock', function () {
+ *         return updateLedger();
+ *     });
+ *
+ *     // Or by hand, across several steps.
+ *     $lock = Tokenlock\Lock::acquire('/srv/app/data/db.lock', ['wait' => 30]);
+ *     try { ... } finally { $lock->release(); }
+ *
+ *     $hits = Tokenlock\increment('/srv/app/data/hits.count');
+ *     Tokenlock\writeFile('/srv/app/data/config.json', $json);
+ *
+ * Locks belong to the PHP process (getmypid()): one killed with SIGKILL
+ * loses its locks at once, as the command's dead-owner detection sees it
+ * gone. A lock still held when its Lock object is destroyed is released,
+ * except in a forked child, which never owned it.
+ *
+ * Errors are thrown as Tokenlock\Exception (a \RuntimeException): getError()
+ * names the error (`busy`, `timed_out`, `lock_lost`, `corrupt_data`, ...,
+ * from the command's exit status), getCode() is that exit status, and
+ * getMessage() is the command's own message, which names the path, the step
+ * and the cause. BusyException and TimeoutException (both
+ * NotAcquiredException) and LockLostException can be caught apart.
+ * Arguments that are wrong before any command runs (an unknown option, a
+ * negative wait) throw \InvalidArgumentException.
+ *
+ * The command is found, in this order: the `command` option of a call;
+ * setCommand(); the TOKENLOCK_COMMAND environment variable; `tokenlock`
+ * beside the main script (a cgi-bin that holds its own copy); ~/bin/tokenlock;
+ * the directories of PATH.
+ */
+
+declare(strict_types=1);
+
+namespace Tokenlock;
+
+/**
+ * A failed tokenlock operation.
+ *
+ * getCode() is the `tokenlock` command's exit status (tokenlock(1), EXIT
+ * STATUS); errors found before or without running it use the status the
+ * command gives for the same case (127 when it cannot be found).
+ */
+class Exception extends \RuntimeException
+{
+    private string $error;
+    /** @var list<string> */
+    private array $commandLine;
+
+    /**
+     * @param string       $error       the error's name, see getError()
+     * @param string       $message     what failed: path, step and cause
+     * @param int          $status      the command's exit status
+     * @param list<string> $commandLine the command that failed, if one ran
+     */
+    public function __construct(string $error, string $message, int $status, array $commandLine = [], ?\Throwable $previous = null)
+    {
+        parent::__construct($message, $status, $previous);
+        $this->error = $error;
+        $this->commandLine = $commandLine;
+    }
+
+    /**
+     * The error's name: `busy`, `timed_out`, `lock_lost`, `usage`,
+     * `corrupt_data`, `overflow`, `bad_token`, `bad_data`, `not_found`
+     * (a file or directory that must exist does not), `lock_corrupt` (the
+     * lock directory needs a human), `internal`, `system`, `cannot_create`,
+     * `io_error`, `stale_data` (a network filesystem served an old version;
+     * nothing was written, retry), `permission`, `command_not_found`, or
+     * `command_failed` (the command died of a signal or gave an unknown status).
+     */
+    public function getError(): string
+    {
+        return $this->error;
+    }
+
+    /**
+     * The command line that failed (the command's path first), or an empty
+     * list when no command ran.
+     *
+     * @return list<string>
+     */
+    public function getCommandLine(): array
+    {
+        return $this->commandLine;
+    }
+}
+
+/**
+ * The lock was not acquired: it was busy (BusyException) or the wait ran
+ * out (TimeoutException). Nothing was changed.
+ */
+class NotAcquiredException extends Exception
+{
+}
+
+/** The lock was held by another live process and no wait was asked for. */
+class BusyException extends NotAcquiredException
+{
+}
+
+/** The lock stayed held by others for the whole wait. */
+class TimeoutException extends NotAcquiredException
+{
+}
+
+/**
+ * The lock does not hold the token any more: it was taken over (its lease
+ * ended, its owner was judged dead, or `tokenlock break --force`), so
+ * another process may have entered the critical section meanwhile.
+ */
+class LockLostException extends Exception
+{
+}
+
+/**
+ * Sets the `tokenlock` command used by calls that give no `command` option,
+ * ahead of TOKENLOCK_COMMAND and the search; null returns to the search.
+ */
+function setCommand(?string $path): void
+{
+    Command::$configured = ($path === null || $path === '') ? null : $path;
+}
+
+/**
+ * The path of the `tokenlock` command that a call with these options would
+ * run.
+ *
+ * @param array{command?: string} $options
+ * @throws Exception `command_not_found` when there is none
+ */
+function findCommand(array $options = []): string
+{
+    return Command::locate($options);
+}
+
+/**
+ * Runs $fn while holding the lock LOCKDIR, and returns what it returns.
+ *
+ * The lock is released however $fn ends. An exception from $fn reaches
+ * the caller unchanged; if releasing fails too, that is reported as an
+ * E_USER_WARNING. After a normal return, a lock that was lost meanwhile
+ * throws LockLostException: the critical section may have overlapped
+ * another process's, and the caller has to know.
+ *
+ * @param callable(Lock): mixed $fn called with the held Lock (for refresh())
+ * @param array{wait?: int|float|null, lease?: int|float, command?: string} $options
+ *        as for Lock::acquire()
+ * @return mixed $fn's value
+ * @throws BusyException|TimeoutException when the lock is not acquired
+ * @throws LockLostException when the lock was taken over before the release
+ * @throws Exception on any other failure to acquire or release
+ */
+function withLock(string $lockDir, callable $fn, array $options = []): mixed
+{
+    $lock = Lock::acquire($lockDir, $options);
+    try {
+        $result = $fn($lock);
+    } catch (\Throwable $e) {
+        try {
+            $lock->release();
+        } catch (Exception $releaseError) {
+            trigger_error('Tokenlock\withLock: ' . $releaseError->getMessage(), E_USER_WARNING);
+        }
+        throw $e;
+    }
+    $lock->release();
+    return $result;
+}
+
+/**
+ * Replaces FILE with $data atomically: readers see the old contents or the
+ * new, never a mix, and a failure leaves FILE as it was (`tokenlock write`).
+ * Empty $data is written as an empty file.
+ *
+ * @param array{sync?: string, lock?: string, mode?: int, follow_symlinks?: bool, command?: string} $options
+ *        `sync`: `file_and_dir` (default: the file and its directory are
+ *        flushed), `file` or `none`; `lock`: a lock directory to hold while
+ *        replacing (waited for up to 10 s); `mode`: the mode of a new FILE,
+ *        e.g. 0640; `follow_symlinks`: replace the file a link points to
+ *        instead of the link
+ * @throws TimeoutException when `lock` stayed busy
+ * @throws Exception on any failure; FILE is then unchanged
+ */
+function writeFile(string $path, string $data, array $options = []): void
+{
+    Command::checkKeys($options, ['sync', 'lock', 'mode', 'follow_symlinks', 'command'], 'writeFile');
+    $args = ['write', '--allow-empty'];
+    if (isset($options['sync'])) {
+        $args[] = '--sync';
+        $args[] = Command::sync($options['sync']);
+    }
+    if (isset($options['lock'])) {
+        $args[] = '--lock';
+        $args[] = Command::path($options['lock'], 'lock');
+    }
+    if (isset($options['mode'])) {
+        if (!is_int($options['mode']) || $options['mode'] < 0 || $options['mode'] > 07777) {
+            throw new \InvalidArgumentException('Tokenlock\writeFile: mode must be an integer such as 0640');
+        }
+        $args[] = '--mode';
+        $args[] = sprintf('0%o', $options['mode']);
+    }
+    if (!empty($options['follow_symlinks'])) {
+        $args[] = '--follow-symlinks';
+    }
+    $args[] = '--';
+    $args[] = Command::path($path, 'path');
+    Command::run($args, $options, $data);
+}
+
+/**
+ * Adds `by` (default 1; 0 just reads) to the counter in FILE under its lock
+ * and returns the new value (`tokenlock incr`).
+ *
+ * FILE holds one unsigned decimal and a newline; a missing FILE counts as
+ * 0. Anything else throws `corrupt_data` and FILE is left as it is: a
+ * counter is never reset. The new value is committed through the lock's
+ * token, so a process that lost the lock cannot overwrite a newer count.
+ *
+ * Without `wait`, the command waits up to 10 s for the lock. With `wait`,
+ * a lock that is held when the call starts is waited for at most that long
+ * (0: not at all), and a wait longer than 10 s is honoured too. Under heavy
+ * contention the command's own wait for its turn, once the lock was seen
+ * free, can add to the budget.
+ *
+ * @param array{by?: int, lock?: string, wait?: int|float|null, sync?: string, command?: string} $options
+ *        `lock`: the lock directory (default FILE.lock, as `tokenlock incr`
+ *        and counter.cgi use); `wait`: seconds, null for as long as it takes;
+ *        `sync`: as for writeFile()
+ * @return int|string the new value; a decimal string if it exceeds PHP_INT_MAX
+ * @throws BusyException|TimeoutException when the lock stayed busy; nothing changed
+ * @throws Exception `corrupt_data`, `overflow`, `stale_data`, ... ; nothing changed
+ */
+function increment(string $path, array $options = []): int|string
+{
+    Command::checkKeys($options, ['by', 'lock', 'wait', 'sync', 'command'], 'increment');
+    $lockDir = isset($options['lock']) ? Command::path($options['lock'], 'lock') : $path . '.lock';
+    $args = ['incr'];
+    if (isset($options['lock'])) {
+        $args[] = '--lock';
+        $args[] = $lockDir;
+    }
+    if (isset($options['by'])) {
+        if (!is_int($options['by']) || $options['by'] < 0) {
+            throw new \InvalidArgumentException('Tokenlock\increment: by must be an integer of 0 or more');
+        }
+        $args[] = '--by';
+        $args[] = (string) $options['by'];
+    }
+    if (isset($options['sync'])) {
+        $args[] = '--sync';
+        $args[] = Command::sync($options['sync']);
+    }
+    $args[] = '--';
+    $args[] = Command::path($path, 'path');
+
+    if (!array_key_exists('wait', $options)) {
+        return Command::counterValue(Command::run($args, $options)[0], $args);
+    }
+    $wait = Command::seconds($options['wait'], 'wait');
+    $deadline = $wait === null ? null : microtime(true) + $wait;
+    for (;;) {
+        $remaining = $deadline === null ? null : max(0.0, $deadline - microtime(true));
+        // `tokenlock incr` waits up to 10 s on its own. A holder seen now is
+        // waited for here, by acquiring and handing on the lock, so that a
+        // shorter budget is kept; the acquire also takes over a dead holder.
+        if ($remaining !== null && $remaining < Command::INCR_WAIT && !Command::looksFree($lockDir)) {
+            $gate = Lock::acquire($lockDir, ['wait' => $remaining] + array_intersect_key($options, ['command' => 1]));
+            $gate->release();
+        }
+        try {
+            return Command::counterValue(Command::run($args, $options)[0], $args);
+        } catch (TimeoutException $e) {
+            if ($deadline !== null && microtime(true) >= $deadline) {
+                throw $e;
+            }
+        }
+    }
+}
+
+/**
+ * Reads the counter in FILE without locking (renames replace it whole, so
+ * any read sees one committed value). A missing FILE reads as 0.
+ *
+ * @return int|string the value; a decimal string if it exceeds PHP_INT_MAX
+ * @throws Exception `corrupt_data` (65) when FILE is not one unsigned
+ *         decimal and a newline; `permission` (77) or `system` (71) when it
+ *         cannot be read
+ */
+function readCounter(string $path): int|string
+{
+    $h = @fopen($path, 'rb');
+    if ($h === false) {
+        clearstatcache(true, $path);
+        if (!file_exists($path) && !is_link($path)) {
+            return 0;
+        }
+        $cause = error_get_last()['message'] ?? 'unknown error';
+        $error = stripos($cause, 'permission denied') !== false ? ['permission', 77] : ['system', 71];
+        throw new Exception($error[0], "tokenlock: read counter $path: cannot open it: $cause", $error[1]);
+    }
+    $text = stream_get_contents($h, 32);
+    fclose($h);
+    if ($text === false || !preg_match('/\A(0|[1-9][0-9]{0,19})\n\z/', $text, $m) || !Command::fitsUint64($m[1])) {
+        $shown = $text === false ? '' : addcslashes(substr($text, 0, 24), "\0..\37\177..\377");
+        throw new Exception(
+            'corrupt_data',
+            "tokenlock: read counter $path: the file does not hold one unsigned decimal and a newline (it begins \"$shown\"); it was left as it is: repair or remove it by hand",
+            65
+        );
+    }
+    return Command::toInt($m[1]);
+}
+
+/**
+ * A lock held by this PHP process through a token (`tokenlock acquire`).
+ *
+ * Obtain one with Lock::acquire() or Lock::tryAcquire(); give it back with
+ * release(). The lock stays held across calls until then, until its lease
+ * ends (default 3600 s; refresh() extends it), or until this process dies.
+ */
+final class Lock
+{
+    private string $dir;
+    private string $token;
+    private ?float $lease;
+    /** @var array{command?: string} */
+    private array $commandOption;
+    private int $ownerPid;
+    private bool $held = true;
+
+    /** @param array{command?: string} $commandOption */
+    private function __construct(string $dir, string $token, ?float $lease, array $commandOption)
+    {
+        $this->dir = $dir;
+        $this->token = $token;
+        $this->lease = $lease;
+        $this->commandOption = $commandOption;
+        $this->ownerPid = getmypid();
+    }
+
+    /**
+     * Acquires the lock LOCKDIR (a directory, created on first use; its
+     * parent must exist).
+     *
+     * @param array{wait?: int|float|null, lease?: int|float, command?: string} $options
+     *        `wait`: seconds to wait for a busy lock (default 10; 0: fail at
+     *        once with BusyException; null: as long as it takes);
+     *        `lease`: seconds the lock stays valid without refresh()
+     *        (default 3600)
+     * @throws BusyException when busy and `wait` is 0
+     * @throws TimeoutException when still busy after `wait`
+     * @throws Exception on any other failure (`not_found` for a missing
+     *         parent, `permission`, `lock_corrupt`, ...)
+     */
+    public static function acquire(string $dir, array $options = []): self
+    {
+        Command::checkKeys($options, ['wait', 'lease', 'command'], 'Lock::acquire');
+        $wait = array_key_exists('wait', $options) ? Command::seconds($options['wait'], 'wait') : Command::DEFAULT_WAIT;
+        $lease = isset($options['lease']) ? Command::seconds($options['lease'], 'lease') : null;
+        $args = ['acquire'];
+        if ($wait !== null && $wait <= 0) {
+            $args[] = '--nonblock';
+        } elseif ($wait !== null) {
+            $args[] = '--wait';
+            $args[] = Command::formatSeconds($wait);
+        }
+        if ($lease !== null) {
+            $args[] = '--lease';
+            $args[] = Command::formatSeconds($lease);
+        }
+        // The PHP process, not the short-lived command, owns the token: its
+        // death frees the lock.
+        $args[] = '--pid';
+        $args[] = (string) getmypid();
+        $args[] = '--';
+        $args[] = Command::path($dir, 'lock directory');
+        [$out] = Command::run($args, $options, null, $wait !== null && $wait <= 0 ? 'busy' : 'timed_out');
+        return new self($dir, trim($out), $lease, array_intersect_key($options, ['command' => 1]));
+    }
+
+    /**
+     * Like acquire(), but returns null when the lock is busy or the wait
+     * runs out. `wait` defaults to 0 here.
+     *
+     * @param array{wait?: int|float|null, lease?: int|float, command?: string} $options
+     * @throws Exception on failures other than a busy lock
+     */
+    public static function tryAcquire(string $dir, array $options = []): ?self
+    {
+        try {
+            return self::acquire($dir, $options + ['wait' => 0]);
+        } catch (NotAcquiredException $e) {
+            return null;
+        }
+    }
+
+    /**
+     * The current token, as `tokenlock release` and `tokenlock status` name
+     * it. It changes with every refresh().
+     */
+    public function token(): string
+    {
+        return $this->token;
+    }
+
+    /** The lock directory, as given to acquire(). */
+    public function dir(): string
+    {
+        return $this->dir;
+    }
+
+    /**
+     * Whether this object still believes it holds the lock: false after
+     * release() or after an operation found the lock lost.
+     */
+    public function isHeld(): bool
+    {
+        return $this->held;
+    }
+
+    /**
+     * Extends the lease to $lease seconds from now (default: the lease given
+     * to acquire(), else 3600) and returns the new token.
+     *
+     * @throws LockLostException when the lock was taken over; it is then
+     *         no longer held
+     * @throws \LogicException after release()
+     * @throws Exception on any other failure
+     */
+    public function refresh(int|float|null $lease = null): string
+    {
+        if (!$this->held) {
+            throw new \LogicException("Tokenlock\\Lock::refresh: the lock {$this->dir} is no longer held by this object");
+        }
+        $lease = $lease === null ? $this->lease : Command::seconds($lease, 'lease');
+        $args = ['refresh'];
+        if ($lease !== null) {
+            $args[] = '--lease';
+            $args[] = Command::formatSeconds($lease);
+        }
+        array_push($args, '--', Command::path($this->dir, 'lock directory'), $this->token);
+        try {
+            [$out] = Command::run($args, $this->commandOption);
+        } catch (LockLostException $e) {
+            $this->held = false;
+            throw $e;
+        }
+        $this->token = trim($out);
+        $this->lease = $lease;
+        return $this->token;
+    }
+
+    /**
+     * Releases the lock. Does nothing if it is no longer held.
+     *
+     * @throws LockLostException when the lock was taken over meanwhile
+     *         (nothing was changed, and it is no longer held)
+     * @throws Exception on any other failure; the lock then stays held and
+     *         release() may be called again
+     */
+    public function release(): void
+    {
+        if (!$this->held) {
+            return;
+        }
+        try {
+            Command::run(['release', '--', Command::path($this->dir, 'lock directory'), $this->token], $this->commandOption);
+        } catch (LockLostException $e) {
+            $this->held = false;
+            throw $e;
+        }
+        $this->held = false;
+    }
+
+    /**
+     * Releases a lock still held, but only in the process that acquired
+     * it: a forked child shares the object, not the lock. A failure is
+     * reported as an E_USER_WARNING, since a destructor cannot throw to
+     * anyone who would handle it.
+     */
+    public function __destruct()
+    {
+        if (!$this->held || getmypid() !== $this->ownerPid) {
+            return;
+        }
+        try {
+            $this->release();
+        } catch (Exception $e) {
+            trigger_error('Tokenlock\Lock: releasing on destruction: ' . $e->getMessage(), E_USER_WARNING);
+        }
+    }
+
+    // A copy would release the same token twice.
+    private function __clone()
+    {
+    }
+}
+
+/**
+ * Finding and running the `tokenlock` command.
+ *
+ * @internal
+ */
+final class Command
+{
+    /** `tokenlock incr` and `write --lock` wait this long for their lock. */
+    public const INCR_WAIT = 10.0;
+    /** Lock::acquire()'s wait when none is given, as the library's. */
+    public const DEFAULT_WAIT = 10.0;
+
+    /** Set by setCommand(). */
+    public static ?string $configured = null;
+    /** @var array<string, string> search inputs => path found */
+    private static array $found = [];
+
+    /**
+     * The command a call with these options runs (see findCommand()).
+     *
+     * @param array{command?: string} $options
+     */
+    public static function locate(array $options): string
+    {
+        if (isset($options['command']) && $options['command'] !== '') {
+            return self::checkExecutable((string) $options['command'], "the 'command' option");
+        }
+        if (self::$configured !== null) {
+            return self::checkExecutable(self::$configured, 'Tokenlock\setCommand()');
+        }
+        $env = getenv('TOKENLOCK_COMMAND');
+        if ($env !== false && $env !== '') {
+            return self::checkExecutable($env, 'TOKENLOCK_COMMAND');
+        }
+        $script = get_included_files()[0] ?? '';
+        $home = self::home();
+        $path = (string) getenv('PATH');
+        $key = "$script\0$home\0$path";
+        if (isset(self::$found[$key])) {
+            return self::$found[$key];
+        }
+        $places = [];
+        if ($script !== '') {
+            $places[] = dirname($script) . '/tokenlock';
+        }
+        if ($home !== '') {
+            $places[] = rtrim($home, '/') . '/bin/tokenlock';
+        }
+        foreach (explode(':', $path) as $dir) {
+            if ($dir !== '') {
+                $places[] = rtrim($dir, '/') . '/tokenlock';
+            }
+        }
+        foreach ($places as $candidate) {
+            if (is_file($candidate) && is_executable($candidate)) {
+                return self::$found[$key] = $candidate;
+            }
+        }
+        throw new Exception(
+            'command_not_found',
+            'tokenlock: cannot find the tokenlock command: TOKENLOCK_COMMAND is not set, and it is not '
+            . ($script !== '' ? 'beside the script in ' . dirname($script) . ', ' : '')
+            . ($home !== '' ? "in $home/bin, " : '')
+            . "nor in PATH ($path); copy it to one of these places or set TOKENLOCK_COMMAND to its path",
+            127
+        );
+    }
+
+    /**
+     * Runs `tokenlock ARGS`, feeding $stdin (none when null), and returns
+     * [stdout, stderr]. $busyAs names what status 1 means for this call.
+     *
+     * @param list<string> $args
+     * @param array{command?: string} $options
+     * @return array{0: string, 1: string}
+     */
+    public static function run(array $args, array $options, ?string $stdin = null, string $busyAs = 'timed_out'): array
+    {
+        $argv = array_merge([self::locate($options)], $args);
+        $spec = [
+            0 => $stdin === null ? ['file', '/dev/null', 'r'] : ['pipe', 'r'],
+            1 => ['pipe', 'w'],
+            2 => ['pipe', 'w'],
+        ];
+        $proc = @proc_open($argv, $spec, $pipes);
+        if (!is_resource($proc)) {
+            $cause = error_get_last()['message'] ?? 'unknown error';
+            throw new Exception('system', "tokenlock: start {$argv[0]}: proc_open failed: $cause", 71, $argv);
+        }
+        [$out, $err] = self::exchange($pipes, $stdin);
+        [$status, $signal] = self::waitFor($proc);
+        if ($status === 0) {
+            return [$out, $err];
+        }
+        $message = rtrim($err);
+        if ($signal !== null) {
+            throw new Exception('command_failed', ($message !== '' ? "$message\n" : '')
+                . "tokenlock: {$args[0]}: the command {$argv[0]} was killed by signal $signal", 128 + $signal, $argv);
+        }
+        if ($message === '') {
+            $message = "tokenlock: {$args[0]}: {$argv[0]} exited with status $status";
+        }
+        [$error, $class] = self::classify($status, $args[0], $message, $busyAs);
+        throw new $class($error, $message, $status, $argv);
+    }
+
+    /**
+     * Feeds stdin and collects stdout and stderr together, so that a
+     * command that fills one pipe while PHP waits on another cannot stall.
+     *
+     * @param array<int, resource> $pipes
+     * @return array{0: string, 1: string}
+     */
+    private static function exchange(array $pipes, ?string $stdin): array
+    {
+        $out = '';
+        $err = '';
+        $offset = 0;
+        $writer = $stdin === null ? null : $pipes[0];
+        if ($writer !== null) {
+            stream_set_blocking($writer, false);
+            if ($stdin === '') {
+                fclose($writer);
+                $writer = null;
+            }
+        }
+        $readers = [1 => $pipes[1], 2 => $pipes[2]];
+        while ($readers || $writer !== null) {
+            $r = array_values($readers);
+            $w = $writer === null ? [] : [$writer];
+            $e = null;
+            if (@stream_select($r, $w, $e, null) === false) {
+                // Interrupted by a signal: look again.
+                continue;
+            }
+            if ($w) {
+                $n = @fwrite($writer, substr($stdin, $offset, 65536));
+                if ($n === false || $n === 0) {
+                    // The command stopped reading; its status says why.
+                    fclose($writer);
+                    $writer = null;
+                } else {
+                    $offset += $n;
+                    if ($offset >= strlen($stdin)) {
+                        fclose($writer);
+                        $writer = null;
+                    }
+                }
+            }
+            foreach ($r as $stream) {
+                $key = array_search($stream, $readers, true);
+                $chunk = fread($stream, 65536);
+                if ($chunk === false || ($chunk === '' && feof($stream))) {
+                    fclose($stream);
+                    unset($readers[$key]);
+                } elseif ($key === 1) {
+                    $out .= $chunk;
+                } else {
+                    $err .= $chunk;
+                }
+            }
+        }
+        return [$out, $err];
+    }
+
+    /**
+     * The command's exit status and, if a signal ended it, that signal.
+     * proc_close() would report a signal as if it were an exit status.
+     *
+     * @param resource $proc
+     * @return array{0: int, 1: ?int}
+     */
+    private static function waitFor($proc): array
+    {
+        // The command has closed its output, so it is exiting: the wait is
+        // short, and the backoff keeps it from spinning.
+        for ($pause = 0; ; $pause = min(max(2 * $pause, 20), 5000)) {
+            $st = proc_get_status($proc);
+            if (!$st['running']) {
+                proc_close($proc);
+                return $st['signaled'] ? [128 + $st['termsig'], $st['termsig']] : [$st['exitcode'], null];
+            }
+            if ($pause > 0) {
+                usleep($pause);
+            }
+        }
+    }
+
+    /** @return array{0: string, 1: class-string<Exception>} */
+    private static function classify(int $status, string $subcommand, string $message, string $busyAs): array
+    {
+        switch ($status) {
+            case 1:
+                // Busy and timed out share status 1: what was asked decides,
+                // and the message confirms a timeout.
+                return $busyAs === 'busy' && stripos($message, 'timed out') === false
+                    ? ['busy', BusyException::class]
+                    : ['timed_out', TimeoutException::class];
+            case 3:
+                return ['lock_lost', LockLostException::class];
+            case 64:
+                return ['usage', Exception::class];
+            case 65:
+                if ($subcommand === 'incr') {
+                    return [stripos($message, 'overflow') !== false ? 'overflow' : 'corrupt_data', Exception::class];
+                }
+                return [in_array($subcommand, ['release', 'refresh', 'break'], true) ? 'bad_token' : 'bad_data', Exception::class];
+            case 66:
+                return ['not_found', Exception::class];
+            case 69:
+                return ['lock_corrupt', Exception::class];
+            case 70:
+                return ['internal', Exception::class];
+            case 71:
+                return ['system', Exception::class];
+            case 73:
+                return ['cannot_create', Exception::class];
+            case 74:
+                return ['io_error', Exception::class];
+            case 75:
+                return ['stale_data', Exception::class];
+            case 77:
+                return ['permission', Exception::class];
+            case 126:
+            case 127:
+                return ['command_not_found', Exception::class];
+            default:
+                return ['command_failed', Exception::class];
+        }
+    }
+
+    /**
+     * Whether the lock looks free at a glance: its directory is not made
+     * yet, or holds `lockfile`, the token's name while nobody holds it
+     * (tokenlock(1), DESCRIPTION).
+     */
+    public static function looksFree(string $lockDir): bool
+    {
+        clearstatcache(true, $lockDir);
+        clearstatcache(true, $lockDir . '/lockfile');
+        return !is_dir($lockDir) || is_dir($lockDir . '/lockfile');
+    }
+
+    /**
+     * The value `tokenlock incr` printed.
+     *
+     * @param list<string> $argv the command line, for the error
+     */
+    public static function counterValue(string $out, array $argv): int|string
+    {
+        $text = trim($out);
+        if (!preg_match('/\A[0-9]{1,20}\z/', $text)) {
+            throw new Exception('internal', "tokenlock: incr: the command printed \"$text\" instead of a number", 70, $argv);
+        }
+        return self::toInt($text);
+    }
+
+    /** A decimal as an int, or as the string itself beyond PHP_INT_MAX. */
+    public static function toInt(string $digits): int|string
+    {
+        $max = (string) PHP_INT_MAX;
+        if (strlen($digits) < strlen($max) || (strlen($digits) === strlen($max) && strcmp($digits, $max) <= 0)) {
+            return (int) $digits;
+        }
+        return $digits;
+    }
+
+    /** Whether a decimal without leading zeros is at most 2^64-1, the counter's range. */
+    public static function fitsUint64(string $digits): bool
+    {
+        return strlen($digits) < 20 || (strlen($digits) === 20 && strcmp($digits, '18446744073709551615') <= 0);
+    }
+
+    /**
+     * Refuses option names a function does not take, so that a misspelt
+     * option is not silently ignored.
+     *
+     * @param array<string, mixed> $options
+     * @param list<string> $known
+     */
+    public static function checkKeys(array $options, array $known, string $function): void
+    {
+        $unknown = array_diff(array_keys($options), $known);
+        if ($unknown) {
+            throw new \InvalidArgumentException("Tokenlock\\$function: unknown option '" . implode("', '", $unknown)
+                . "'; it takes " . implode(', ', $known));
+        }
+    }
+
+    /**
+     * A duration option in seconds; null (and INF) mean no limit.
+     *
+     * @param mixed $value
+     */
+    public static function seconds($value, string $name): ?float
+    {
+        if ($value === null) {
+            return null;
+        }
+        if ((!is_int($value) && !is_float($value)) || is_nan((float) $value) || $value < 0) {
+            throw new \InvalidArgumentException("Tokenlock: $name must be a number of seconds, 0 or more");
+        }
+        return is_infinite((float) $value) ? null : (float) $value;
+    }
+
+    /** Seconds as the command reads them: plain decimal, never an exponent. */
+    public static function formatSeconds(float $seconds): string
+    {
+        $text = rtrim(rtrim(sprintf('%.6F', $seconds), '0'), '.');
+        return $text === '' ? '0' : $text;
+    }
+
+    /**
+     * A durability level, checked.
+     *
+     * @param mixed $level
+     */
+    public static function sync($level): string
+    {
+        if (!in_array($level, ['none', 'file', 'file_and_dir'], true)) {
+            throw new \InvalidArgumentException('Tokenlock: sync must be none, file or file_and_dir');
+        }
+        return $level;
+    }
+
+    /**
+     * A path argument, checked: PHP strings may hold NUL, which no path can.
+     *
+     * @param mixed $path
+     */
+    public static function path($path, string $what): string
+    {
+        if (!is_string($path) || $path === '' || strpos($path, "\0") !== false) {
+            throw new \InvalidArgumentException("Tokenlock: the $what must be a non-empty path without NUL bytes");
+        }
+        return $path;
+    }
+
+    private static function checkExecutable(string $path, string $source): string
+    {
+        if (!is_file($path) || !is_executable($path)) {
+            throw new Exception(
+                'command_not_found',
+                "tokenlock: the tokenlock command $path (from $source) "
+                . (file_exists($path) ? 'is not an executable file' : 'does not exist'),
+                127
+            );
+        }
+        return $path;
+    }
+
+    private static function home(): string
+    {
+        $home = getenv('HOME');
+        if ($home !== false && $home !== '') {
+            return $home;
+        }
+        // A CGI program is seldom given HOME.
+        if (function_exists('posix_getpwuid') && function_exists('posix_geteuid')) {
+            $entry = posix_getpwuid(posix_geteuid());
+            if (is_array($entry) && ($entry['dir'] ?? '') !== '') {
+                return $entry['dir'];
+            }
+        }
+        return '';
+    }
+}

@@ -1,0 +1,151 @@
+<?php
+
+declare(strict_types=1);
+
+namespace Tokenlock\Tests;
+
+use Tokenlock\Exception;
+use Tokenlock\Tests\Support\TempDirTestCase;
+use Tokenlock\Tests\Support\Tool;
+
+use function Tokenlock\findCommand;
+use function Tokenlock\increment;
+use function Tokenlock\setCommand;
+use function Tokenlock\writeFile;
+
+/** Finding the tokenlock command, and what its failures become. */
+final class CommandTest extends TempDirTestCase
+{
+    protected function tearDown(): void
+    {
+        setCommand(null);
+        putenv('TOKENLOCK_COMMAND=' . Tool::path());
+        parent::tearDown();
+    }
+
+    public function testAMissingCommandGivenAsOptionIsAClearErrorAndTouchesNothing(): void
+    {
+        $file = "$this->dir/hits.count";
+        try {
+            increment($file, ['command' => "$this->dir/bin/tokenlock"]);
+            $this->fail('ran a command that does not exist');
+        } catch (Exception $e) {
+            $this->assertSame('command_not_found', $e->getError());
+            $this->assertSame(127, $e->getCode());
+            $this->assertStringContainsString("$this->dir/bin/tokenlock", $e->getMessage());
+            $this->assertStringContainsString('does not exist', $e->getMessage());
+        }
+        $this->assertSame([], self::tree($this->dir));
+    }
+
+    public function testTokenlockCommandNamingAFileThatIsNotExecutableIsAClearError(): void
+    {
+        $fake = "$this->dir/tokenlock";
+        file_put_contents($fake, "#!/bin/sh\n");
+        chmod($fake, 0644);
+        putenv("TOKENLOCK_COMMAND=$fake");
+        try {
+            writeFile("$this->dir/out", "x\n");
+            $this->fail('ran a file that is not executable');
+        } catch (Exception $e) {
+            $this->assertSame('command_not_found', $e->getError());
+            $this->assertStringContainsString("$fake (from TOKENLOCK_COMMAND) is not an executable file", $e->getMessage());
+        }
+        $this->assertFileDoesNotExist("$this->dir/out");
+    }
+
+    public function testSetCommandComesBeforeTheEnvironmentAndTheOptionBeforeBoth(): void
+    {
+        $other = "$this->dir/other";
+        symlink(Tool::path(), $other);
+        setCommand($other);
+        $this->assertSame($other, findCommand());
+        $this->assertSame(Tool::path(), findCommand(['command' => Tool::path()]));
+        setCommand(null);
+        $this->assertSame(Tool::path(), findCommand());
+    }
+
+    public function testTheCommandIsFoundBesideTheScriptThenInHomeBinThenOnPath(): void
+    {
+        mkdir("$this->dir/site");
+        mkdir("$this->dir/home/bin", 0755, true);
+        mkdir("$this->dir/pathbin");
+        mkdir("$this->dir/empty");
+        $script = "$this->dir/site/find.php";
+        file_put_contents($script, '<?php require ' . var_export(dirname(__DIR__) . '/src/Tokenlock.php', true) . ";\n"
+            . "try { echo Tokenlock\\findCommand(), ' ', Tokenlock\\increment(__DIR__ . '/n.count'); }\n"
+            . "catch (Tokenlock\\Exception \$e) { echo \$e->getError(), ' ', \$e->getCode(), ' ', \$e->getMessage(); }\n");
+        $env = ['HOME' => "$this->dir/empty", 'PATH' => '/usr/bin:/bin'];
+
+        symlink(Tool::path(), "$this->dir/site/tokenlock");
+        symlink(Tool::path(), "$this->dir/home/bin/tokenlock");
+        symlink(Tool::path(), "$this->dir/pathbin/tokenlock");
+        $this->assertSame("$this->dir/site/tokenlock 1", $this->runPhp($script, $env));
+
+        unlink("$this->dir/site/tokenlock");
+        $this->assertSame("$this->dir/home/bin/tokenlock 2", $this->runPhp($script, ['HOME' => "$this->dir/home"] + $env));
+
+        $this->assertSame("$this->dir/pathbin/tokenlock 3", $this->runPhp($script, ['PATH' => "$this->dir/pathbin:/usr/bin"] + $env));
+
+        $out = $this->runPhp($script, $env);
+        $this->assertStringStartsWith('command_not_found 127 ', $out);
+        $this->assertStringContainsString('TOKENLOCK_COMMAND', $out);
+        $this->assertStringContainsString("beside the script in $this->dir/site", $out);
+        $this->assertStringContainsString("$this->dir/empty/bin", $out);
+        $this->assertStringContainsString('PATH (/usr/bin:/bin)', $out);
+        $this->assertSame("3\n", file_get_contents("$this->dir/site/n.count"), 'the failed call changed nothing');
+    }
+
+    /** @return array<string, array{0: string, 1: string, 2: int, 3: string}> */
+    public function exitStatuses(): array
+    {
+        return [
+            'silent internal error' => ['exit 70', 'internal', 70, 'exited with status 70'],
+            'permission, with a message' => ['echo "tokenlock: write /x: permission denied" >&2; exit 77', 'permission', 77, 'tokenlock: write /x: permission denied'],
+            'stale data' => ['exit 75', 'stale_data', 75, 'exited with status 75'],
+            'lock needs a human' => ['exit 69', 'lock_corrupt', 69, 'exited with status 69'],
+            'unknown status' => ['exit 42', 'command_failed', 42, 'exited with status 42'],
+            'killed by a signal' => ['kill -KILL $$', 'command_failed', 137, 'killed by signal 9'],
+        ];
+    }
+
+    /** @dataProvider exitStatuses */
+    public function testEachExitStatusBecomesItsErrorName(string $script, string $error, int $code, string $message): void
+    {
+        $fake = "$this->dir/fake-tokenlock";
+        file_put_contents($fake, "#!/bin/sh\n$script\n");
+        chmod($fake, 0755);
+        try {
+            writeFile("$this->dir/out", "x\n", ['command' => $fake]);
+            $this->fail('a failing command was taken for success');
+        } catch (Exception $e) {
+            $this->assertSame($error, $e->getError());
+            $this->assertSame($code, $e->getCode());
+            $this->assertStringContainsString($message, $e->getMessage());
+            $this->assertSame($fake, $e->getCommandLine()[0]);
+            $this->assertSame('write', $e->getCommandLine()[1]);
+        }
+    }
+
+    public function testArgumentsReachTheCommandUntouched(): void
+    {
+        // No shell: spaces, quotes, a leading dash and $ stay as they are.
+        $name = "$this->dir/-a b'c\"\$HOME;*";
+        writeFile($name, "x\n", ['sync' => 'none']);
+        $this->assertSame("x\n", file_get_contents($name));
+        $this->assertSame(1, increment("$name.count"));
+        $this->assertFileExists("$name.count");
+    }
+
+    /** @param array<string, string> $env */
+    private function runPhp(string $script, array $env): string
+    {
+        $proc = proc_open([PHP_BINARY, $script], [0 => ['file', '/dev/null', 'r'], 1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes, null, $env);
+        $out = stream_get_contents($pipes[1]);
+        $err = stream_get_contents($pipes[2]);
+        fclose($pipes[1]);
+        fclose($pipes[2]);
+        $this->assertSame(0, proc_close($proc), "php $script: $err");
+        return (string) $out;
+    }
+}

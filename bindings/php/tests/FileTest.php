@@ -1,0 +1,317 @@
+<?php
+
+declare(strict_types=1);
+
+namespace Tokenlock\Tests;
+
+use Tokenlock\BusyException;
+use Tokenlock\Exception;
+use Tokenlock\Lock;
+use Tokenlock\TimeoutException;
+use Tokenlock\Tests\Support\Channel;
+use Tokenlock\Tests\Support\Child;
+use Tokenlock\Tests\Support\TempDirTestCase;
+use Tokenlock\Tests\Support\Tool;
+
+use function Tokenlock\increment;
+use function Tokenlock\readCounter;
+use function Tokenlock\writeFile;
+
+final class FileTest extends TempDirTestCase
+{
+    public function testIncrementCountsFromAMissingFileUnderFileDotLock(): void
+    {
+        $file = "$this->dir/hits.count";
+        $this->assertSame(1, increment($file));
+        $this->assertSame(6, increment($file, ['by' => 5]));
+        $this->assertSame(6, increment($file, ['by' => 0]));
+        $this->assertSame("6\n", file_get_contents($file));
+        $this->assertDirectoryExists("$file.lock", 'the same lock as tokenlock incr and counter.cgi');
+        $this->assertSame(6, readCounter($file));
+        $this->assertSame(0, readCounter("$this->dir/none.count"));
+        $this->assertNoTemporaryFiles($this->dir);
+    }
+
+    public function testIncrementUnderAnotherLockDirectory(): void
+    {
+        $file = "$this->dir/hits.count";
+        $this->assertSame(1, increment($file, ['lock' => "$this->dir/shared.lock", 'sync' => 'file']));
+        $this->assertDirectoryExists("$this->dir/shared.lock");
+        $this->assertDirectoryDoesNotExist("$file.lock");
+    }
+
+    public function testIncrementFromEightProcessesHandsOutEveryValueOnce(): void
+    {
+        $file = "$this->dir/hits.count";
+        $children = [];
+        for ($i = 0; $i < 8; ++$i) {
+            // Half give a wait budget, which takes another path when the
+            // lock is seen held.
+            $options = $i % 2 === 0 ? ['sync' => 'none'] : ['sync' => 'none', 'wait' => 60];
+            $children[] = Child::start(function (Channel $ch) use ($file, $options): void {
+                $ch->receive();  // go
+                $values = [];
+                for ($n = 0; $n < 50; ++$n) {
+                    $values[] = increment($file, $options);
+                }
+                $ch->send(implode(',', $values));
+            });
+        }
+        foreach ($children as $child) {
+            $child->channel->send('go');
+        }
+        $all = [];
+        foreach ($children as $child) {
+            $values = array_map('intval', explode(',', $child->channel->receive()));
+            $this->assertCount(50, $values);
+            $this->assertSame($values, array_values(array_unique($values)));
+            $sorted = $values;
+            sort($sorted);
+            $this->assertSame($sorted, $values, 'each process sees its values grow');
+            $all = array_merge($all, $values);
+            $this->assertSame(0, $child->wait());
+        }
+        sort($all);
+        $this->assertSame(range(1, 400), $all);
+        $this->assertSame("400\n", file_get_contents($file));
+        $this->assertNoTemporaryFiles($this->dir);
+        $this->assertLockFree("$file.lock");
+    }
+
+    public function testACorruptCounterThrowsCorruptDataAndIsLeftAsItIs(): void
+    {
+        $file = "$this->dir/hits.count";
+        file_put_contents($file, "garbage\n");
+        $before = self::tree($this->dir);
+        try {
+            increment($file);
+            $this->fail('a corrupt counter was incremented');
+        } catch (Exception $e) {
+            $this->assertSame('corrupt_data', $e->getError());
+            $this->assertSame(65, $e->getCode());
+            $this->assertStringContainsString($file, $e->getMessage());
+            $this->assertStringContainsString('left as it is', $e->getMessage());
+        }
+        $this->assertSame("garbage\n", file_get_contents($file));
+        $this->assertNoTemporaryFiles($this->dir);
+        $this->assertLockFree("$file.lock");
+        $this->assertSame($before, array_values(array_filter(self::tree($this->dir), fn ($n) => strpos($n, 'hits.count.lock') !== 0)));
+
+        try {
+            readCounter($file);
+            $this->fail('readCounter accepted a corrupt counter');
+        } catch (Exception $e) {
+            $this->assertSame('corrupt_data', $e->getError());
+            $this->assertStringContainsString($file, $e->getMessage());
+        }
+    }
+
+    /** @return array<string, array{0: string}> */
+    public function corruptCounters(): array
+    {
+        return [
+            'empty' => [''],
+            'no newline' => ['5'],
+            'leading zero' => ["05\n"],
+            'sign' => ["+5\n"],
+            'space' => [" 5\n"],
+            'two lines' => ["5\n6\n"],
+            'above 2^64-1' => ["18446744073709551616\n"],
+        ];
+    }
+
+    /** @dataProvider corruptCounters */
+    public function testEveryNonCanonicalCounterIsRefusedByBothReadAndIncrement(string $contents): void
+    {
+        $file = "$this->dir/c.count";
+        file_put_contents($file, $contents);
+        foreach (['increment' => fn () => increment($file), 'readCounter' => fn () => readCounter($file)] as $what => $call) {
+            try {
+                $call();
+                $this->fail("$what accepted " . json_encode($contents));
+            } catch (Exception $e) {
+                $this->assertSame('corrupt_data', $e->getError(), $what);
+            }
+        }
+        $this->assertSame($contents, file_get_contents($file));
+        $this->assertNoTemporaryFiles($this->dir);
+    }
+
+    public function testAnOverflowIsRefusedAndValuesBeyondPhpIntMaxComeAsStrings(): void
+    {
+        $file = "$this->dir/c.count";
+        file_put_contents($file, PHP_INT_MAX . "\n");
+        $this->assertSame('9223372036854775808', increment($file));
+        $this->assertSame('9223372036854775808', readCounter($file));
+
+        file_put_contents($file, "18446744073709551615\n");
+        $this->assertSame('18446744073709551615', readCounter($file));
+        try {
+            increment($file);
+            $this->fail('the counter overflowed');
+        } catch (Exception $e) {
+            $this->assertSame('overflow', $e->getError());
+            $this->assertSame(65, $e->getCode());
+        }
+        $this->assertSame("18446744073709551615\n", file_get_contents($file));
+        $this->assertNoTemporaryFiles($this->dir);
+    }
+
+    public function testIncrementKeepsItsWaitBudgetWhileAnotherProcessHoldsTheLock(): void
+    {
+        $file = "$this->dir/c.count";
+        file_put_contents($file, "7\n");
+        $child = Child::start(function (Channel $ch) use ($file): void {
+            $lock = Lock::acquire("$file.lock");
+            $ch->send('held');
+            $ch->receive();
+            $lock->release();
+            $ch->send('released');
+        });
+        $this->assertSame('held', $child->channel->receive());
+
+        $start = microtime(true);
+        try {
+            increment($file, ['wait' => 0.3]);
+            $this->fail('incremented under another process\'s lock');
+        } catch (TimeoutException $e) {
+            $this->assertSame('timed_out', $e->getError());
+            $this->assertSame(1, $e->getCode());
+        }
+        $waited = microtime(true) - $start;
+        $this->assertGreaterThanOrEqual(0.25, $waited);
+        $this->assertLessThan(5.0, $waited, 'the budget, not the command\'s 10 s, bounds the wait');
+        try {
+            increment($file, ['wait' => 0]);
+            $this->fail('incremented under another process\'s lock');
+        } catch (BusyException $e) {
+            $this->assertSame('busy', $e->getError());
+        }
+        $this->assertSame("7\n", file_get_contents($file));
+        $this->assertNoTemporaryFiles($this->dir);
+
+        $child->channel->send('release');
+        $this->assertSame('released', $child->channel->receive());
+        $this->assertSame(0, $child->wait());
+        $this->assertSame(8, increment($file, ['wait' => 0]));
+    }
+
+    public function testIncrementWithABudgetTakesOverTheLockOfAKilledHolder(): void
+    {
+        $file = "$this->dir/c.count";
+        $child = Child::start(function (Channel $ch) use ($file): void {
+            Lock::acquire("$file.lock");
+            $ch->send('held');
+            $ch->receive();  // never comes: killed
+        });
+        $this->assertSame('held', $child->channel->receive());
+        $child->kill();
+        $this->assertSame(1, increment($file, ['wait' => 1]));
+    }
+
+    public function testWriteFileReplacesTheContentsAndLeavesNoTemporaryFile(): void
+    {
+        $file = "$this->dir/config.json";
+        writeFile($file, "{\"v\":1}\n");
+        $this->assertSame("{\"v\":1}\n", file_get_contents($file));
+        writeFile($file, "{\"v\":2}\n", ['sync' => 'none']);
+        $this->assertSame("{\"v\":2}\n", file_get_contents($file));
+        writeFile($file, '', ['sync' => 'file']);
+        $this->assertSame('', file_get_contents($file), 'empty data makes an empty file');
+        $this->assertSame(['config.json'], self::tree($this->dir));
+    }
+
+    public function testWriteFileSetsTheModeOfANewFileAndCanHoldALock(): void
+    {
+        $file = "$this->dir/secret";
+        writeFile($file, "x\n", ['mode' => 0600, 'lock' => "$this->dir/secret.lock"]);
+        $this->assertSame(0600, fileperms($file) & 0777);
+        $this->assertSame("x\n", file_get_contents($file));
+        $this->assertLockFree("$this->dir/secret.lock");
+        $this->assertNoTemporaryFiles($this->dir);
+    }
+
+    public function testReadersNeverSeeAHalfWrittenFile(): void
+    {
+        $file = "$this->dir/data";
+        $a = str_repeat('A', 1 << 20);
+        $b = str_repeat('B', 1 << 20);
+        writeFile($file, $a, ['sync' => 'none']);
+        $writer = Child::start(function (Channel $ch) use ($file, $a, $b): void {
+            for ($i = 0; $i < 40; ++$i) {
+                writeFile($file, $i % 2 === 0 ? $b : $a, ['sync' => 'none']);
+            }
+            $ch->send('done');
+        });
+        $reads = 0;
+        $seen = ['A' => 0, 'B' => 0];
+        $done = false;
+        while (!$done) {
+            $contents = file_get_contents($file);
+            $this->assertTrue($contents === $a || $contents === $b, 'read ' . strlen((string) $contents) . ' bytes that are neither version');
+            ++$seen[$contents[0]];
+            ++$reads;
+            if ($writer->channel->ready()) {
+                $this->assertSame('done', $writer->channel->receive());
+                $done = true;
+            }
+        }
+        $this->assertSame(0, $writer->wait());
+        $this->assertSame($a, file_get_contents($file), 'the last version written');
+        $this->assertGreaterThan(1, $reads);
+        $this->assertSame(['data'], self::tree($this->dir));
+    }
+
+    public function testWriteFileIntoAMissingDirectoryFailsAndCreatesNothing(): void
+    {
+        $file = "$this->dir/missing/out";
+        try {
+            writeFile($file, "x\n");
+            $this->fail('wrote into a missing directory');
+        } catch (Exception $e) {
+            $this->assertSame('not_found', $e->getError());
+            $this->assertSame(66, $e->getCode());
+            $this->assertStringContainsString("$this->dir/missing", $e->getMessage());
+        }
+        $this->assertSame([], self::tree($this->dir));
+    }
+
+    public function testWriteFileOverADirectoryFailsAndLeavesIt(): void
+    {
+        mkdir("$this->dir/target");
+        file_put_contents("$this->dir/target/inside", "kept\n");
+        try {
+            writeFile("$this->dir/target", "x\n");
+            $this->fail('replaced a directory');
+        } catch (Exception $e) {
+            $this->assertContains($e->getError(), ['cannot_create', 'system']);
+            $this->assertStringContainsString("$this->dir/target", $e->getMessage());
+        }
+        $this->assertSame("kept\n", file_get_contents("$this->dir/target/inside"));
+        $this->assertSame(['target', 'target/inside'], self::tree($this->dir));
+    }
+
+    public function testWriteFileWithALockHeldElsewhereTimesOutAndLeavesTheFile(): void
+    {
+        $file = "$this->dir/f";
+        file_put_contents($file, "old\n");
+        $child = Child::start(function (Channel $ch) use ($file): void {
+            $lock = Lock::acquire("$file.lock");
+            $ch->send('held');
+            $ch->receive();
+            $lock->release();
+        });
+        $this->assertSame('held', $child->channel->receive());
+        try {
+            // The command waits 10 s for a lock it is to hold while writing.
+            writeFile($file, "new\n", ['lock' => "$file.lock"]);
+            $this->fail('wrote under another process\'s lock');
+        } catch (TimeoutException $e) {
+            $this->assertSame('timed_out', $e->getError());
+        }
+        $this->assertSame("old\n", file_get_contents($file));
+        $this->assertNoTemporaryFiles($this->dir);
+        $child->channel->send('release');
+        $this->assertSame(0, $child->wait());
+    }
+}
