@@ -1,15 +1,11 @@
 #include "tokenlock/signal_cleanup.hpp"
 
-#include <pthread.h>
-#include <signal.h>
-#include <unistd.h>
-
 #include <atomic>
-#include <cerrno>
 #include <cstring>
 
 #include "cleanup_registry.hpp"
 #include "failure.hpp"
+#include "posix/signals.hpp"
 
 namespace tokenlock {
 
@@ -31,7 +27,7 @@ enum : int { slot_free = 0, slot_filling = 1, slot_token = 2, slot_file = 3 };
 // The states share one page, so looking for a free slot touches no other.
 struct table_t {
   std::atomic<int> state[slot_count];
-  pid_t pid[slot_count];
+  int pid[slot_count];
   char path[slot_count][max_path];
   char free_path[slot_count][max_path];
   char mark[slot_count][max_mark];  // a token's owner mark (token_mark.hpp), or ""
@@ -40,9 +36,8 @@ table_t table;
 std::atomic<bool> installed{false};
 // Our pid, kept current across fork by an atfork handler, so that tracking
 // adds no system call to acquire and release.
-std::atomic<pid_t> our_pid{0};
-extern "C" void refresh_our_pid() { our_pid.store(::getpid(), std::memory_order_relaxed); }
-constexpr int handled[] = {SIGTERM, SIGINT, SIGHUP};
+std::atomic<int> our_pid{0};
+extern "C" void refresh_our_pid() { our_pid.store(posix::current_pid(), std::memory_order_relaxed); }
 
 int track(int kind, const std::string& path, const std::string& free_path,
           const std::string& mark) noexcept {
@@ -67,12 +62,12 @@ int track(int kind, const std::string& path, const std::string& free_path,
 }
 
 extern "C" void on_stop_signal(int sig) {
-  const pid_t me = ::getpid();
+  const int me = posix::current_pid();
   // Files first: a temporary file inside a token directory must not end up
   // inside "lockfile".
   for (int i = 0; i < slot_count; ++i)
     if (table.state[i].load(std::memory_order_acquire) == slot_file && table.pid[i] == me)
-      ::unlink(table.path[i]);
+      posix::unlink_path(table.path[i]);
   for (int i = 0; i < slot_count; ++i) {
     if (table.state[i].load(std::memory_order_acquire) != slot_token || table.pid[i] != me)
       continue;
@@ -86,14 +81,13 @@ extern "C" void on_stop_signal(int sig) {
       std::memcpy(mark_path + n + 1, table.mark[i], std::strlen(table.mark[i]) + 1);
       // A mark that stays would go into "lockfile" with the token: better
       // left held, for a taker to judge our death.
-      if (::rmdir(mark_path) != 0 && errno != ENOENT) continue;
+      if (!posix::remove_directory_or_absent(mark_path)) continue;
     }
-    ::rename(table.path[i], table.free_path[i]);
+    posix::rename_path(table.path[i], table.free_path[i]);
   }
   // End as the signal would have ended us: it is blocked while we run, so
   // it is delivered, with its default action, when we return.
-  ::signal(sig, SIG_DFL);
-  ::raise(sig);
+  posix::end_by(sig);
 }
 
 }  // namespace
@@ -116,30 +110,17 @@ namespace {
 failure install() {
   static const int atfork = [] {
     detail::refresh_our_pid();
-    return ::pthread_atfork(nullptr, nullptr, detail::refresh_our_pid);
+    return posix::after_fork_in_child(detail::refresh_our_pid);
   }();
   if (atfork != 0)
     return make_failure(std::error_code(atfork, std::generic_category()),
                         "tokenlock: install_signal_cleanup: pthread_atfork failed");
   detail::installed.store(true, std::memory_order_release);
-  for (int sig : detail::handled) {
-    struct sigaction current;
-    if (::sigaction(sig, nullptr, &current) != 0)
-      return make_failure(std::error_code(errno, std::generic_category()),
-                          "tokenlock: install_signal_cleanup: cannot read the action of " +
-                              std::string(::strsignal(sig)));
-    if (current.sa_handler == detail::on_stop_signal) continue;  // installed before
-    // Ignored (nohup) or handled by the program: its choice stands.
-    if ((current.sa_flags & SA_SIGINFO) || current.sa_handler != SIG_DFL) continue;
-    struct sigaction sa;
-    std::memset(&sa, 0, sizeof sa);
-    sa.sa_handler = detail::on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    for (int other : detail::handled) sigaddset(&sa.sa_mask, other);
-    if (::sigaction(sig, &sa, nullptr) != 0)
-      return make_failure(std::error_code(errno, std::generic_category()),
-                          "tokenlock: install_signal_cleanup: cannot handle " +
-                              std::string(::strsignal(sig)));
+  for (int sig : posix::stop_signals) {
+    bool kept = false;  // the program's own choice for sig stands
+    if (std::error_code ec = posix::install_stop_handler(sig, detail::on_stop_signal, kept))
+      return make_failure(ec, "tokenlock: install_signal_cleanup: cannot handle " +
+                                  posix::signal_name(sig) + ": " + ec.message());
   }
   return {};
 }

@@ -3,7 +3,9 @@
 // Every system call tokenlock makes goes through one `os` object: renames,
 // directory listings, stat, kill, reading /proc, the clocks, sleeping,
 // random numbers, directory watches and the wait board. The POSIX implementation
-// (posix_os.cpp) is the only file that includes system headers; tests
+// (posix_os.cpp, with signals.hpp for what a signal handler and the Redis
+// client's SIGPIPE guard need) is the only code that includes system headers
+// and calls the OS (hiredis makes its own socket calls); tests
 // substitute their own implementation to inject failures, to drive the clocks
 // and to play several processes (pids, hosts) inside one test.
 //
@@ -11,7 +13,7 @@
 // - EINTR is retried inside the implementation; callers never see it.
 // - Failures come back as std::error_code in std::generic_category() holding
 //   the errno value. The seam adds no context: the caller knows the step and
-//   the path and builds the message (see describe() in lock_errors.hpp), so
+//   the path and builds the message (see describe() in failure.hpp), so
 //   that the success path never formats a string.
 // - Paths are plain strings; no method normalises them.
 #pragma once

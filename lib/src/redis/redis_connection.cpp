@@ -4,14 +4,13 @@
 #include <cstdio>
 #include <cstring>
 
-#include <pthread.h>
-#include <signal.h>
 #include <sys/time.h>
 
 #include <boost/uuid/detail/sha1.hpp>
 #include <hiredis/hiredis.h>
 
 #include "posix/os.hpp"
+#include "posix/signals.hpp"
 
 namespace tokenlock::detail {
 
@@ -39,38 +38,9 @@ std::string sha1_hex(const std::string& s) {
 std::uint64_t fork_generation() { return system_os()->fork_generation(); }
 
 // hiredis writes with write(2): a server that went away would raise SIGPIPE
-// and end the program. A library must not: the signal is blocked in this
-// thread while a command runs, and one it raised is taken before the mask
-// is restored, so the caller sees EPIPE as an error instead.
-class sigpipe_guard {
- public:
-  sigpipe_guard() {
-    sigemptyset(&pipe_);
-    sigaddset(&pipe_, SIGPIPE);
-    sigset_t pending;
-    sigpending(&pending);
-    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
-    blocked_ = pthread_sigmask(SIG_BLOCK, &pipe_, &old_) == 0;
-  }
-  ~sigpipe_guard() {
-    if (!blocked_) return;
-    if (!was_pending_) {
-      const timespec none{0, 0};
-      const int saved = errno;
-      while (sigtimedwait(&pipe_, nullptr, &none) == SIGPIPE) {
-      }
-      errno = saved;
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-  sigpipe_guard(const sigpipe_guard&) = delete;
-  sigpipe_guard& operator=(const sigpipe_guard&) = delete;
-
- private:
-  sigset_t pipe_, old_;
-  bool was_pending_ = false;
-  bool blocked_ = false;
-};
+// and end the program. A library must not: posix::sigpipe_guard blocks it
+// around each command, so the caller sees EPIPE as an error instead.
+using posix::sigpipe_guard;
 
 // What to do about an error reply, where it is known.
 std::string hint_for(std::string_view reply) {

@@ -1,0 +1,78 @@
+#include "posix/signals.hpp"
+
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace tokenlock::detail::posix {
+
+static_assert(sizeof(sigset_t) <= 128, "sigpipe_guard keeps a sigset_t in 128 bytes");
+
+const int stop_signals[stop_signal_count] = {SIGTERM, SIGINT, SIGHUP};
+
+int current_pid() noexcept { return ::getpid(); }
+
+void unlink_path(const char* path) noexcept { ::unlink(path); }
+
+bool remove_directory_or_absent(const char* path) noexcept {
+  return ::rmdir(path) == 0 || errno == ENOENT;
+}
+
+void rename_path(const char* from, const char* to) noexcept { ::rename(from, to); }
+
+void end_by(int sig) noexcept {
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+int after_fork_in_child(void (*child)()) noexcept { return ::pthread_atfork(nullptr, nullptr, child); }
+
+std::error_code install_stop_handler(int sig, void (*handler)(int), bool& kept) noexcept {
+  kept = false;
+  struct sigaction current;
+  if (::sigaction(sig, nullptr, &current) != 0) return {errno, std::generic_category()};
+  if (current.sa_handler == handler) return {};
+  // Ignored (nohup) or handled by the program: its choice stands.
+  if ((current.sa_flags & SA_SIGINFO) || current.sa_handler != SIG_DFL) {
+    kept = true;
+    return {};
+  }
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof sa);
+  sa.sa_handler = handler;
+  sigemptyset(&sa.sa_mask);
+  for (int other : stop_signals) sigaddset(&sa.sa_mask, other);
+  if (::sigaction(sig, &sa, nullptr) != 0) return {errno, std::generic_category()};
+  return {};
+}
+
+std::string signal_name(int sig) { return ::strsignal(sig); }
+
+sigpipe_guard::sigpipe_guard() noexcept {
+  sigset_t pipe, pending;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  sigpending(&pending);
+  was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+  blocked_ = pthread_sigmask(SIG_BLOCK, &pipe, reinterpret_cast<sigset_t*>(old_mask_)) == 0;
+}
+
+sigpipe_guard::~sigpipe_guard() {
+  if (!blocked_) return;
+  if (!was_pending_) {
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    const timespec none{0, 0};
+    const int saved = errno;
+    while (sigtimedwait(&pipe, nullptr, &none) == SIGPIPE) {
+    }
+    errno = saved;
+  }
+  pthread_sigmask(SIG_SETMASK, reinterpret_cast<const sigset_t*>(old_mask_), nullptr);
+}
+
+}  // namespace tokenlock::detail::posix
