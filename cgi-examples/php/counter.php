@@ -13,7 +13,8 @@
  *   TOKENLOCK_COUNTER_DIR      data directory, outside the web root
  *                              (default /var/lib/tokenlock-counter)
  *   TOKENLOCK_COUNTER_WAIT_MS  how long a hit waits for a busy counter
- *                              before 503 (0 to 600000, default 5000)
+ *                              before 503 (0 to 600000, default 5000):
+ *                              the `tokenlock incr -w`, or -n for 0
  *   TOKENLOCK_COUNTER_SYNC     none, file or file_and_dir (default)
  *   TOKENLOCK_COMMAND          the tokenlock command, if it is not beside
  *                              this script, in ~/bin or on PATH

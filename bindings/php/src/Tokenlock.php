@@ -188,18 +188,20 @@ function withLock(string $lockDir, callable $fn, array $options = []): mixed
  * new, never a mix, and a failure leaves FILE as it was (`tokenlock write`).
  * Empty $data is written as an empty file.
  *
- * @param array{sync?: string, lock?: string, mode?: int, follow_symlinks?: bool, command?: string} $options
+ * @param array{sync?: string, lock?: string, wait?: int|float|null, mode?: int, follow_symlinks?: bool, command?: string} $options
  *        `sync`: `file_and_dir` (default: the file and its directory are
  *        flushed), `file` or `none`; `lock`: a lock directory to hold while
- *        replacing (waited for up to 10 s); `mode`: the mode of a new FILE,
+ *        replacing; `wait`: seconds to wait for a busy `lock` (default 10;
+ *        0: fail at once with BusyException; null: as long as it takes, up
+ *        to a year, the command's limit); `mode`: the mode of a new FILE,
  *        e.g. 0640; `follow_symlinks`: replace the file a link points to
  *        instead of the link
- * @throws TimeoutException when `lock` stayed busy
+ * @throws BusyException|TimeoutException when `lock` stayed busy; FILE is then unchanged
  * @throws Exception on any failure; FILE is then unchanged
  */
 function writeFile(string $path, string $data, array $options = []): void
 {
-    Command::checkKeys($options, ['sync', 'lock', 'mode', 'follow_symlinks', 'command'], 'writeFile');
+    Command::checkKeys($options, ['sync', 'lock', 'wait', 'mode', 'follow_symlinks', 'command'], 'writeFile');
     $args = ['write', '--allow-empty'];
     if (isset($options['sync'])) {
         $args[] = '--sync';
@@ -209,6 +211,8 @@ function writeFile(string $path, string $data, array $options = []): void
         $args[] = '--lock';
         $args[] = Command::path($options['lock'], 'lock');
     }
+    $waitArgs = Command::fileWaitArgs($options);
+    array_push($args, ...$waitArgs);
     if (isset($options['mode'])) {
         if (!is_int($options['mode']) || $options['mode'] < 0 || $options['mode'] > 07777) {
             throw new \InvalidArgumentException('Tokenlock\writeFile: mode must be an integer such as 0640');
@@ -221,7 +225,7 @@ function writeFile(string $path, string $data, array $options = []): void
     }
     $args[] = '--';
     $args[] = Command::path($path, 'path');
-    Command::run($args, $options, $data);
+    Command::run($args, $options, $data, $waitArgs === ['--nonblock'] ? 'busy' : 'timed_out');
 }
 
 /**
@@ -233,16 +237,15 @@ function writeFile(string $path, string $data, array $options = []): void
  * counter is never reset. The new value is committed through the lock's
  * token, so a process that lost the lock cannot overwrite a newer count.
  *
- * Without `wait`, the command waits up to 10 s for the lock. With `wait`,
- * a lock that is held when the call starts is waited for at most that long
- * (0: not at all), and a wait longer than 10 s is honoured too. Under heavy
- * contention the command's own wait for its turn, once the lock was seen
- * free, can add to the budget.
+ * `wait` is the command's own `-w` (0: `-n`), so it bounds the whole wait.
+ * The command has no wait without limit: null, and any wait beyond a
+ * year, waits a year.
  *
  * @param array{by?: int, lock?: string, wait?: int|float|null, sync?: string, command?: string} $options
  *        `lock`: the lock directory (default FILE.lock, as `tokenlock incr`
- *        and counter.cgi use); `wait`: seconds, null for as long as it takes;
- *        `sync`: as for writeFile()
+ *        and counter.cgi use); `wait`: seconds to wait for a busy lock
+ *        (default 10; 0: fail at once with BusyException; null: as long as
+ *        it takes, up to a year); `sync`: as for writeFile()
  * @return int|string the new value; a decimal string if it exceeds PHP_INT_MAX
  * @throws BusyException|TimeoutException when the lock stayed busy; nothing changed
  * @throws Exception `corrupt_data`, `overflow`, `stale_data`, ... ; nothing changed
@@ -250,12 +253,13 @@ function writeFile(string $path, string $data, array $options = []): void
 function increment(string $path, array $options = []): int|string
 {
     Command::checkKeys($options, ['by', 'lock', 'wait', 'sync', 'command'], 'increment');
-    $lockDir = isset($options['lock']) ? Command::path($options['lock'], 'lock') : $path . '.lock';
     $args = ['incr'];
     if (isset($options['lock'])) {
         $args[] = '--lock';
-        $args[] = $lockDir;
+        $args[] = Command::path($options['lock'], 'lock');
     }
+    $waitArgs = Command::fileWaitArgs($options);
+    array_push($args, ...$waitArgs);
     if (isset($options['by'])) {
         if (!is_int($options['by']) || $options['by'] < 0) {
             throw new \InvalidArgumentException('Tokenlock\increment: by must be an integer of 0 or more');
@@ -270,28 +274,8 @@ function increment(string $path, array $options = []): int|string
     $args[] = '--';
     $args[] = Command::path($path, 'path');
 
-    if (!array_key_exists('wait', $options)) {
-        return Command::counterValue(Command::run($args, $options)[0], $args);
-    }
-    $wait = Command::seconds($options['wait'], 'wait');
-    $deadline = $wait === null ? null : microtime(true) + $wait;
-    for (;;) {
-        $remaining = $deadline === null ? null : max(0.0, $deadline - microtime(true));
-        // `tokenlock incr` waits up to 10 s on its own. A holder seen now is
-        // waited for here, by acquiring and handing on the lock, so that a
-        // shorter budget is kept; the acquire also takes over a dead holder.
-        if ($remaining !== null && $remaining < Command::INCR_WAIT && !Command::looksFree($lockDir)) {
-            $gate = Lock::acquire($lockDir, ['wait' => $remaining] + array_intersect_key($options, ['command' => 1]));
-            $gate->release();
-        }
-        try {
-            return Command::counterValue(Command::run($args, $options)[0], $args);
-        } catch (TimeoutException $e) {
-            if ($deadline !== null && microtime(true) >= $deadline) {
-                throw $e;
-            }
-        }
-    }
+    [$out] = Command::run($args, $options, null, $waitArgs === ['--nonblock'] ? 'busy' : 'timed_out');
+    return Command::counterValue($out, $args);
 }
 
 /**
@@ -520,8 +504,11 @@ final class Lock
  */
 final class Command
 {
-    /** `tokenlock incr` and `write --lock` wait this long for their lock. */
-    public const INCR_WAIT = 10.0;
+    /**
+     * The longest wait `tokenlock write` and `incr` accept (a year). They
+     * have no wait without limit, so this stands in for one.
+     */
+    public const LONGEST_WAIT = 31536000.0;
     /** Lock::acquire()'s wait when none is given, as the library's. */
     public const DEFAULT_WAIT = 10.0;
 
@@ -745,18 +732,6 @@ final class Command
     }
 
     /**
-     * Whether the lock looks free at a glance: its directory is not made
-     * yet, or holds `lockfile`, the token's name while nobody holds it
-     * (tokenlock(1), DESCRIPTION).
-     */
-    public static function looksFree(string $lockDir): bool
-    {
-        clearstatcache(true, $lockDir);
-        clearstatcache(true, $lockDir . '/lockfile');
-        return !is_dir($lockDir) || is_dir($lockDir . '/lockfile');
-    }
-
-    /**
      * The value `tokenlock incr` printed.
      *
      * @param list<string> $argv the command line, for the error
@@ -816,6 +791,26 @@ final class Command
             throw new \InvalidArgumentException("Tokenlock: $name must be a number of seconds, 0 or more");
         }
         return is_infinite((float) $value) ? null : (float) $value;
+    }
+
+    /**
+     * The options that give `tokenlock write` or `incr` the `wait` of
+     * $options: none without one (the command's 10 s), `--nonblock` for 0,
+     * else `--wait SECS`, null and anything beyond a year as a year.
+     *
+     * @param array{wait?: int|float|null} $options
+     * @return list<string>
+     */
+    public static function fileWaitArgs(array $options): array
+    {
+        if (!array_key_exists('wait', $options)) {
+            return [];
+        }
+        $wait = self::seconds($options['wait'], 'wait');
+        if ($wait !== null && $wait <= 0) {
+            return ['--nonblock'];
+        }
+        return ['--wait', self::formatSeconds(min($wait ?? self::LONGEST_WAIT, self::LONGEST_WAIT))];
     }
 
     /** Seconds as the command reads them: plain decimal, never an exponent. */

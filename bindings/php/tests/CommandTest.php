@@ -137,6 +137,57 @@ final class CommandTest extends TempDirTestCase
         $this->assertFileExists("$name.count");
     }
 
+    /** @return array<string, array{0: array<string, mixed>, 1: list<string>}> */
+    public function waits(): array
+    {
+        return [
+            'none: the command\'s 10 s' => [[], []],
+            '0' => [['wait' => 0], ['--nonblock']],
+            '0.3' => [['wait' => 0.3], ['--wait', '0.3']],
+            'beyond 10 s' => [['wait' => 25], ['--wait', '25']],
+            'null: a year, the longest' => [['wait' => null], ['--wait', '31536000']],
+            'INF' => [['wait' => INF], ['--wait', '31536000']],
+            'beyond a year' => [['wait' => 1e12], ['--wait', '31536000']],
+        ];
+    }
+
+    /**
+     * @dataProvider waits
+     * @param array<string, mixed> $options
+     * @param list<string> $expected
+     */
+    public function testTheWaitIsPassedAsTheCommandsOwnOptionToIncrAndWrite(array $options, array $expected): void
+    {
+        $fake = "$this->dir/fake-tokenlock";
+        $log = "$this->dir/argv";
+        file_put_contents($fake, "#!/bin/sh\nprintf '%s\\n' \"\$@\" >> '$log'\ncat >/dev/null\necho 1\n");
+        chmod($fake, 0755);
+
+        $this->assertSame(1, increment("$this->dir/c", $options + ['command' => $fake]));
+        writeFile("$this->dir/f", "x\n", $options + ['lock' => "$this->dir/f.lock", 'command' => $fake]);
+        $this->assertSame(
+            array_merge(
+                ['incr'], $expected, ['--', "$this->dir/c"],
+                ['write', '--allow-empty', '--lock', "$this->dir/f.lock"], $expected, ['--', "$this->dir/f"]
+            ),
+            explode("\n", rtrim((string) file_get_contents($log), "\n")),
+            'one command per call, and no acquire before it'
+        );
+    }
+
+    public function testANegativeWaitIsRefusedBeforeAnythingRuns(): void
+    {
+        foreach ([fn () => increment("$this->dir/c", ['wait' => -1]), fn () => writeFile("$this->dir/f", "x\n", ['wait' => -0.5])] as $call) {
+            try {
+                $call();
+                $this->fail('a negative wait was accepted');
+            } catch (\InvalidArgumentException $e) {
+                $this->assertStringContainsString('wait must be a number of seconds', $e->getMessage());
+            }
+        }
+        $this->assertSame([], self::tree($this->dir));
+    }
+
     /** @param array<string, string> $env */
     private function runPhp(string $script, array $env): string
     {

@@ -45,8 +45,8 @@ final class FileTest extends TempDirTestCase
         $file = "$this->dir/hits.count";
         $children = [];
         for ($i = 0; $i < 8; ++$i) {
-            // Half give a wait budget, which takes another path when the
-            // lock is seen held.
+            // Half give a wait budget, so that the command's -w is
+            // exercised under contention too.
             $options = $i % 2 === 0 ? ['sync' => 'none'] : ['sync' => 'none', 'wait' => 60];
             $children[] = Child::start(function (Channel $ch) use ($file, $options): void {
                 $ch->receive();  // go
@@ -177,16 +177,21 @@ final class FileTest extends TempDirTestCase
         } catch (TimeoutException $e) {
             $this->assertSame('timed_out', $e->getError());
             $this->assertSame(1, $e->getCode());
+            $this->assertStringContainsString('timed out', $e->getMessage());
+            $this->assertSame('incr', $e->getCommandLine()[1], 'the increment itself waited');
         }
         $waited = microtime(true) - $start;
-        $this->assertGreaterThanOrEqual(0.25, $waited);
+        $this->assertGreaterThanOrEqual(0.3, $waited);
         $this->assertLessThan(5.0, $waited, 'the budget, not the command\'s 10 s, bounds the wait');
+        $start = microtime(true);
         try {
             increment($file, ['wait' => 0]);
             $this->fail('incremented under another process\'s lock');
         } catch (BusyException $e) {
             $this->assertSame('busy', $e->getError());
+            $this->assertSame(1, $e->getCode());
         }
+        $this->assertLessThan(5.0, microtime(true) - $start);
         $this->assertSame("7\n", file_get_contents($file));
         $this->assertNoTemporaryFiles($this->dir);
 
@@ -207,6 +212,23 @@ final class FileTest extends TempDirTestCase
         $this->assertSame('held', $child->channel->receive());
         $child->kill();
         $this->assertSame(1, increment($file, ['wait' => 1]));
+    }
+
+    public function testIncrementWithoutALimitWaitsForTheHolder(): void
+    {
+        $file = "$this->dir/c.count";
+        $child = Child::start(function (Channel $ch) use ($file): void {
+            $lock = Lock::acquire("$file.lock");
+            $ch->send('held');
+            usleep(500000);
+            $lock->release();
+        });
+        $this->assertSame('held', $child->channel->receive());
+        $start = microtime(true);
+        $this->assertSame(1, increment($file, ['wait' => null]));
+        $this->assertGreaterThanOrEqual(0.3, microtime(true) - $start, 'it waited for the release');
+        $this->assertSame(0, $child->wait());
+        $this->assertSame(2, increment($file, ['wait' => 1e12]), 'a wait beyond the command\'s year is a year');
     }
 
     public function testWriteFileReplacesTheContentsAndLeavesNoTemporaryFile(): void
@@ -313,5 +335,47 @@ final class FileTest extends TempDirTestCase
         $this->assertNoTemporaryFiles($this->dir);
         $child->channel->send('release');
         $this->assertSame(0, $child->wait());
+    }
+
+    public function testWriteFileKeepsItsWaitBudgetForALockHeldElsewhere(): void
+    {
+        $file = "$this->dir/f";
+        file_put_contents($file, "old\n");
+        $child = Child::start(function (Channel $ch) use ($file): void {
+            $lock = Lock::acquire("$file.lock");
+            $ch->send('held');
+            $ch->receive();
+            $lock->release();
+            $ch->send('released');
+        });
+        $this->assertSame('held', $child->channel->receive());
+
+        $start = microtime(true);
+        try {
+            writeFile($file, "new\n", ['lock' => "$file.lock", 'wait' => 0.3]);
+            $this->fail('wrote under another process\'s lock');
+        } catch (TimeoutException $e) {
+            $this->assertSame('timed_out', $e->getError());
+            $this->assertSame(1, $e->getCode());
+        }
+        $waited = microtime(true) - $start;
+        $this->assertGreaterThanOrEqual(0.3, $waited);
+        $this->assertLessThan(5.0, $waited, 'the budget, not the command\'s 10 s, bounds the wait');
+        try {
+            writeFile($file, "new\n", ['lock' => "$file.lock", 'wait' => 0]);
+            $this->fail('wrote under another process\'s lock');
+        } catch (BusyException $e) {
+            $this->assertSame('busy', $e->getError());
+            $this->assertSame(1, $e->getCode());
+        }
+        $this->assertSame("old\n", file_get_contents($file));
+        $this->assertNoTemporaryFiles($this->dir);
+
+        $child->channel->send('release');
+        $this->assertSame('released', $child->channel->receive());
+        $this->assertSame(0, $child->wait());
+        writeFile($file, "new\n", ['lock' => "$file.lock", 'wait' => 0]);
+        $this->assertSame("new\n", file_get_contents($file));
+        $this->assertNoTemporaryFiles($this->dir);
     }
 }
