@@ -263,9 +263,9 @@ int tokenlock_increment(const char* path, const char* lockdir, uint64_t by,
     std::error_code ec;
     const std::uint64_t v =
         tokenlock::increment_counter(path, lock, by, update_options_of(options), ec);
-    if (ec) return failed(ec);
-    if (value) *value = v;
-    return TOKENLOCK_OK;
+    // After dir_sync_failed the count is committed: its value is handed out.
+    if (value && (!ec || ec == tokenlock::errc::dir_sync_failed)) *value = v;
+    return ec ? failed(ec) : TOKENLOCK_OK;
   });
 }
 

@@ -52,8 +52,8 @@ count_of() { cat "$data/$1.count" 2>/dev/null || echo 0; }
 
 # --- each works ---------------------------------------------------------------
 for c in "${counters[@]}"; do
-  got=$(curl -s -w ' %{http_code}' "$base/$c?id=hello")
-  [[ $got =~ ^[0-9]+\ 200$ ]] || fail "$c: $got"
+  got=$(curl -s -o "$work/body" -w '%{http_code}' "$base/$c?id=hello")
+  [ "$got" = 200 ] && grep -qE '^[0-9]+$' "$work/body" || fail "$c: status $got, body $(cat "$work/body")"
 done
 [ "$(count_of hello)" = 4 ] || fail "four hits counted $(count_of hello)"
 pass "each of the four counts a hit: hello = 4"

@@ -173,7 +173,8 @@ TOKENLOCK_C_API int tokenlock_update_file(const char *path, const char *lockdir,
 /* Adds `by` to the decimal counter in `path` (a missing file counts as 0)
  * under the lock `lockdir` (NULL: path + ".lock") and sets *value (may be
  * NULL) to the new count. A file that holds anything but one unsigned
- * decimal and a newline is left as it is: TOKENLOCK_ECORRUPT_DATA. */
+ * decimal and a newline is left as it is: TOKENLOCK_ECORRUPT_DATA. With
+ * TOKENLOCK_EDIR_SYNC_FAILED the count was made and *value is set too. */
 TOKENLOCK_C_API int tokenlock_increment(const char *path, const char *lockdir, uint64_t by,
                                         const tokenlock_options *options, uint64_t *value);
 
