@@ -59,6 +59,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "with_os.hpp"
 #include "canary.hpp"
 #include "fake_os.hpp"
 #include "tokenlock/tokenlock.hpp"
@@ -86,7 +87,7 @@ int count(int argc, char** argv) {
   // The real system, with its calls recorded: they tell how often an
   // owner mark made this process step back (token_mark.hpp).
   auto sys = std::make_shared<tokenlock::testing::fake_os>(tokenlock::testing::fake_os::real_process_t{});
-  tokenlock::rename_lock lock(argv[2], o, sys);
+  tokenlock::rename_lock lock = tokenlock::detail::with_os::lock(argv[2], o, sys);
   const std::string canary = argv[4];
   const int cycles = std::atoi(argv[5]);
   int counter = ::open(argv[3], O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -144,7 +145,7 @@ int signal_cleanup(int argc, char** argv) {
   // filesystem (fuse.glusterfs: holders leave owner marks).
   auto sys = std::make_shared<tokenlock::testing::fake_os>(tokenlock::testing::fake_os::real_process_t{});
   if (argc == 8) sys->filesystem = tokenlock::detail::filesystem_info{false, argv[7]};
-  tokenlock::rename_lock lock(argv[2], o, sys);
+  tokenlock::rename_lock lock = tokenlock::detail::with_os::lock(argv[2], o, sys);
   tokenlock::lock_handle h = lock.acquire();
   h.refresh();
   tokenlock::atomic_file f(argv[3]);
@@ -217,7 +218,7 @@ int stall_update(int argc, char** argv) {
     std::cout << "T" << std::endl;
     std::raise(SIGSTOP);
   });
-  tokenlock::rename_lock lock(argv[2], lease_options(argv[4]), sys);
+  tokenlock::rename_lock lock = tokenlock::detail::with_os::lock(argv[2], lease_options(argv[4]), sys);
   const std::string value = std::string(argv[5]) + "\n";
   tokenlock::update_result r;
   tokenlock::detail::failure f = tokenlock::detail::update_impl(

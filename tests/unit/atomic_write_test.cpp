@@ -10,6 +10,7 @@
 #include <boost/filesystem.hpp>
 #include <boost/filesystem/fstream.hpp>
 
+#include "with_os.hpp"
 #include "fake_os.hpp"
 #include "inspect.hpp"
 #include "file_writer.hpp"
@@ -302,7 +303,7 @@ TEST_F(AtomicWriteTest, AnAtomicFileThatIsNotCommittedRollsBack) {
 
 TEST_F(AtomicWriteTest, AStreamErrorIsReportedByCommit) {
   spit(target, "old");
-  tokenlock::atomic_file f(target, {}, sys);
+  tokenlock::atomic_file f = tokenlock::detail::with_os::file(target, {}, sys);
   sys->fail("write", ".tmp.", ENOSPC);
   f.stream() << std::string(200000, 'x');  // more than the buffer: a write happens
   EXPECT_TRUE(f.stream().bad());

@@ -12,6 +12,7 @@
 
 #include <boost/filesystem.hpp>
 
+#include "with_os.hpp"
 #include "fake_os.hpp"
 #include "temp_dir.hpp"
 #include "token_name.hpp"
@@ -51,7 +52,7 @@ class OwnerMarkTest : public ::testing::Test {
     o.skew_allowance = 100ms;
     return o;
   }
-  rename_lock lock_for(const std::shared_ptr<fake_os>& p) { return rename_lock(dir, options(), p); }
+  rename_lock lock_for(const std::shared_ptr<fake_os>& p) { return tokenlock::detail::with_os::lock(dir, options(), p); }
   static std::vector<std::string> list(const fs::path& d) {
     std::vector<std::string> out;
     for (auto& e : fs::directory_iterator(d)) out.push_back(e.path().filename().string());
@@ -409,7 +410,7 @@ TEST_F(OwnerMarkTest, ATokenThatVanishedBeforeItsListingIsConfirmedWhenItShowsUp
   a->fail("list_directory", "data.lock/lockfile.", ENOENT);
   lock_options o = options();
   o.wait = 2s;
-  lock_handle h = rename_lock(dir, o, a).acquire();
+  lock_handle h = tokenlock::detail::with_os::lock(dir, o, a).acquire();
   ASSERT_TRUE(h.owns());
   EXPECT_EQ(entries(), std::vector<std::string>{h.token()});
   EXPECT_EQ(list(dir / h.token()), std::vector<std::string>{mark_of(h.token())});

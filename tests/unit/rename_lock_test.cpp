@@ -11,6 +11,7 @@
 
 #include <boost/filesystem.hpp>
 
+#include "with_os.hpp"
 #include "fake_os.hpp"
 #include "temp_dir.hpp"
 #include "token_name.hpp"
@@ -52,7 +53,7 @@ class RenameLockTest : public ::testing::Test {
     return o;
   }
   rename_lock lock_for(const std::shared_ptr<fake_os>& p, lock_options o = options()) {
-    return rename_lock(dir, o, p);
+    return tokenlock::detail::with_os::lock(dir, o, p);
   }
   std::vector<std::string> entries() const {
     std::vector<std::string> out;
@@ -1212,9 +1213,9 @@ TEST_F(RenameLockTest, RejectsBadArgumentsWithoutTouchingTheDisk) {
   auto a = process(100);
   auto before = snapshot(tmp.path());
   std::error_code ec;
-  rename_lock(fs::path(), options(), a).acquire(ec);
+  tokenlock::detail::with_os::lock(fs::path(), options(), a).acquire(ec);
   EXPECT_EQ(ec, errc::bad_argument);
-  rename_lock("/", options(), a).acquire(ec);
+  tokenlock::detail::with_os::lock("/", options(), a).acquire(ec);
   EXPECT_EQ(ec, errc::bad_argument);
   EXPECT_EQ(code_of([&] { lock_for(a, options(0ms)).acquire(); }), errc::bad_argument);
   lock_options o = options();
@@ -1375,7 +1376,7 @@ TEST_F(RenameLockTest, ReportsAPathThroughAFileAsNotADirectory) {
   auto a = process(100);
   auto before = snapshot(tmp.path());
   std::error_code ec;
-  rename_lock(tmp / "file" / "x.lock", options(), a).acquire(ec);
+  tokenlock::detail::with_os::lock(tmp / "file" / "x.lock", options(), a).acquire(ec);
   EXPECT_EQ(ec, std::errc::not_a_directory);
   EXPECT_NE(tokenlock::last_error_message().find("is not a directory"), std::string::npos)
       << tokenlock::last_error_message();
@@ -1385,7 +1386,7 @@ TEST_F(RenameLockTest, ReportsAPathThroughAFileAsNotADirectory) {
 TEST_F(RenameLockTest, ReportsAMissingParentDirectory) {
   auto a = process(100);
   std::error_code ec;
-  rename_lock(tmp / "no" / "x.lock", options(), a).acquire(ec);
+  tokenlock::detail::with_os::lock(tmp / "no" / "x.lock", options(), a).acquire(ec);
   EXPECT_EQ(ec, std::errc::no_such_file_or_directory);
   EXPECT_NE(tokenlock::last_error_message().find("parent directory"), std::string::npos);
   EXPECT_FALSE(fs::exists(tmp / "no"));

@@ -11,6 +11,7 @@
 #include <boost/filesystem.hpp>
 #include <boost/filesystem/fstream.hpp>
 
+#include "with_os.hpp"
 #include "fake_os.hpp"
 #include "inspect.hpp"
 #include "file_writer.hpp"
@@ -60,7 +61,7 @@ class UpdateTest : public ::testing::Test {
     o.lease = lease;
     o.wait = 0ms;
     o.skew_allowance = 0ms;
-    return rename_lock(lock_dir, o, p);
+    return tokenlock::detail::with_os::lock(lock_dir, o, p);
   }
   failure update(const std::string& next, update_options o = {}, update_result* r = nullptr) {
     update_result ignored;
@@ -153,7 +154,7 @@ TEST_F(UpdateTest, WritesInAWorkspaceInsideTheTokenMadeOnceWithTheLocksMode) {
   lock_options o;
   o.wait = 0ms;
   o.dir_mode = 0775;  // shared by a group: the umask must not narrow it
-  rename_lock lock(lock_dir, o, a);
+  rename_lock lock = tokenlock::detail::with_os::lock(lock_dir, o, a);
   const auto update_with = [&](const std::string& next) {
     update_result r;
     return tokenlock::detail::update_impl(

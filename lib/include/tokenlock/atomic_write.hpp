@@ -60,6 +60,7 @@ namespace tokenlock {
 
 namespace detail {
 class os;
+struct with_os;  // lib/src/with_os.hpp: the same objects over another OS seam, for tests
 }
 
 // How much is flushed before an atomic write reports success.
@@ -111,9 +112,6 @@ class atomic_file {
   // but rollback() fails with errc::bad_argument).
   atomic_file(const boost::filesystem::path& target, const write_options& options,
               std::error_code& ec) noexcept;
-  // For tests: system calls go through `os`.
-  atomic_file(const boost::filesystem::path& target, const write_options& options,
-              std::shared_ptr<detail::os> os);
   atomic_file(atomic_file&&) noexcept;
   atomic_file& operator=(atomic_file&&) noexcept;
   atomic_file(const atomic_file&) = delete;
@@ -143,6 +141,10 @@ class atomic_file {
   const boost::filesystem::path& temp_path() const noexcept;
 
  private:
+  friend struct detail::with_os;
+  atomic_file(const boost::filesystem::path& target, const write_options& options,
+              std::shared_ptr<detail::os> os);
+
   struct impl;
   std::unique_ptr<impl> impl_;
 };

@@ -170,15 +170,14 @@ struct holder_info {
 };
 
 class lock_handle;
+namespace detail {
+struct with_os;  // lib/src/with_os.hpp: the same objects over another OS seam, for tests
+}
 
 class rename_lock {
  public:
   // Names the lock directory `dir`; touches nothing until the first call.
   explicit rename_lock(boost::filesystem::path dir, lock_options options = {});
-  // As above, with system calls made through `os` (tests inject faults and
-  // drive the clock with it; see lib/src/posix/os.hpp).
-  rename_lock(boost::filesystem::path dir, lock_options options,
-              std::shared_ptr<detail::os> os);
 
   // Acquires the lock, waiting up to options().wait. On success the
   // returned handle owns a token with a lease of options().lease. Stale
@@ -222,6 +221,10 @@ class rename_lock {
   const lock_options& options() const noexcept { return options_; }
 
  private:
+  friend struct detail::with_os;
+  rename_lock(boost::filesystem::path dir, lock_options options,
+              std::shared_ptr<detail::os> os);
+
   boost::filesystem::path dir_;
   lock_options options_;
   std::shared_ptr<detail::os> os_;

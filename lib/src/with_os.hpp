@@ -1,0 +1,30 @@
+// The public objects over another OS seam (posix/os.hpp): what tests use to
+// inject faults, drive the clocks and play several processes. Kept out of
+// the installed headers, so that the public interface has no test hooks.
+#pragma once
+
+#include <memory>
+
+#include <boost/filesystem/path.hpp>
+
+#include "posix/os.hpp"
+#include "tokenlock/atomic_write.hpp"
+#include "tokenlock/rename_lock.hpp"
+
+namespace tokenlock::detail {
+
+struct with_os {
+  // A rename_lock whose system calls go through `os`.
+  static rename_lock lock(boost::filesystem::path dir, lock_options options,
+                          std::shared_ptr<os> sys) {
+    return rename_lock(std::move(dir), std::move(options), std::move(sys));
+  }
+  // An atomic_file whose system calls go through `os`; throws as the public
+  // constructor does.
+  static atomic_file file(const boost::filesystem::path& target, const write_options& options,
+                          std::shared_ptr<os> sys) {
+    return atomic_file(target, options, std::move(sys));
+  }
+};
+
+}  // namespace tokenlock::detail
