@@ -1,0 +1,183 @@
+"""Choosing the backend: where the library and the command are looked for,
+the errors when neither is there, and the two backends sharing one lock."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+from support import BINDING, COMMAND, LIBRARY, select_backend, tokenlock
+
+# Run in a fresh interpreter: what `import tokenlock` chose, and what the
+# first call does with it.
+PROBE = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import tokenlock
+out = {"backend": tokenlock.backend, "load_error": tokenlock.load_error}
+try:
+    out["value"] = tokenlock.increment(sys.argv[2])
+except tokenlock.Error as e:
+    out["error"] = [type(e).__name__, e.code, str(e)]
+print(json.dumps(out))
+"""
+
+
+class BackendChoiceTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="tokenlock-py-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.addCleanup(self.restore, tokenlock._backend)
+        os.mkdir(os.path.join(self.dir, "empty-path"))
+
+    def restore(self, previous):
+        tokenlock._backend = previous
+        tokenlock._publish()
+
+    def need(self, path, what):
+        if not os.path.exists(path):
+            if os.environ.get("TOKENLOCK_LIBRARY" if what == "library" else "TOKENLOCK_COMMAND"):
+                self.fail("%s does not exist" % path)
+            self.skipTest("the %s (%s) was not built" % (what, path))
+
+    def probe(self, **env):
+        """Imports the module in a fresh interpreter whose environment holds
+        nothing but `env`; what it chose and what an increment did."""
+        full = {"PATH": os.path.join(self.dir, "empty-path"), "HOME": self.dir}
+        full.update(env)
+        p = subprocess.run([sys.executable, "-c", PROBE, BINDING, os.path.join(self.dir, "c.count")],
+                           env=full, capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return json.loads(p.stdout)
+
+    def test_a_missing_library_asked_for_by_name_is_a_clear_error(self):
+        before = tokenlock.backend
+        missing = os.path.join(self.dir, "nowhere", "libtokenlock_c.so")
+        with self.assertRaises(tokenlock.BackendUnavailable) as cm:
+            tokenlock.use("library", library=missing)
+        self.assertEqual(cm.exception.code, "unavailable")
+        self.assertIn(missing, str(cm.exception))
+        self.assertIn("TOKENLOCK_LIBRARY", str(cm.exception))
+        self.assertEqual(tokenlock.backend, before)
+
+    def test_a_file_that_is_not_the_library_is_a_clear_error(self):
+        impostor = os.path.join(self.dir, "libtokenlock_c.so")
+        with open(impostor, "w") as f:
+            f.write("not a shared object\n")
+        with self.assertRaises(tokenlock.BackendUnavailable) as cm:
+            tokenlock.use("library", library=impostor)
+        self.assertIn(impostor, str(cm.exception))
+
+    def test_a_missing_command_asked_for_by_name_is_a_clear_error(self):
+        missing = os.path.join(self.dir, "nowhere", "tokenlock")
+        with self.assertRaises(tokenlock.BackendUnavailable) as cm:
+            tokenlock.use("command", command=missing)
+        self.assertIn(missing, str(cm.exception))
+        self.assertIn("TOKENLOCK_COMMAND", str(cm.exception))
+
+    def test_an_unknown_backend_is_refused(self):
+        with self.assertRaises(tokenlock.BadArgument):
+            tokenlock.use("carrier-pigeon")
+
+    def test_without_library_or_command_import_works_and_the_first_call_says_what_is_missing(self):
+        lib = os.path.join(self.dir, "no", "libtokenlock_c.so")
+        cmd = os.path.join(self.dir, "no", "tokenlock")
+        out = self.probe(TOKENLOCK_LIBRARY=lib, TOKENLOCK_COMMAND=cmd)
+        self.assertIsNone(out["backend"])
+        name, code, message = out["error"]
+        self.assertEqual((name, code), ("BackendUnavailable", "unavailable"))
+        self.assertIn(lib, message)
+        self.assertIn(cmd, message)
+        self.assertEqual(out["load_error"], message)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "c.count")))
+
+    def test_without_the_library_the_command_is_used_and_the_reason_kept(self):
+        self.need(COMMAND, "command")
+        lib = os.path.join(self.dir, "no", "libtokenlock_c.so")
+        out = self.probe(TOKENLOCK_LIBRARY=lib, TOKENLOCK_COMMAND=COMMAND)
+        self.assertEqual(out["backend"], "command")
+        self.assertIn(lib, out["load_error"])
+        self.assertEqual(out.get("value"), 1, out)
+
+    def test_the_command_is_found_on_path(self):
+        self.need(COMMAND, "command")
+        bindir = os.path.join(self.dir, "bin")
+        os.mkdir(bindir)
+        os.symlink(COMMAND, os.path.join(bindir, "tokenlock"))
+        out = self.probe(TOKENLOCK_LIBRARY=os.path.join(self.dir, "no.so"), PATH=bindir)
+        self.assertEqual((out["backend"], out.get("value")), ("command", 1), out)
+
+    def test_the_library_is_preferred_when_it_loads(self):
+        self.need(LIBRARY, "library")
+        out = self.probe(TOKENLOCK_LIBRARY=LIBRARY, TOKENLOCK_COMMAND=COMMAND)
+        self.assertEqual((out["backend"], out["load_error"], out.get("value")),
+                         ("library", None, 1), out)
+
+    def test_tokenlock_backend_command_forces_the_command(self):
+        self.need(LIBRARY, "library")
+        self.need(COMMAND, "command")
+        out = self.probe(TOKENLOCK_LIBRARY=LIBRARY, TOKENLOCK_COMMAND=COMMAND,
+                         TOKENLOCK_BACKEND="command")
+        self.assertEqual((out["backend"], out.get("value")), ("command", 1), out)
+
+    def test_tokenlock_backend_library_does_not_fall_back_to_the_command(self):
+        self.need(COMMAND, "command")
+        lib = os.path.join(self.dir, "no", "libtokenlock_c.so")
+        out = self.probe(TOKENLOCK_LIBRARY=lib, TOKENLOCK_COMMAND=COMMAND,
+                         TOKENLOCK_BACKEND="library")
+        self.assertIsNone(out["backend"])
+        self.assertIn(lib, out["error"][2])
+
+    def test_the_librarys_names_for_its_codes_are_the_modules(self):
+        select_backend(self, "library")
+        lib = tokenlock._backend.lib
+        for code, name in tokenlock._CODE_NAMES.items():
+            self.assertEqual(lib.tokenlock_strerror(code).decode(), name)
+        self.assertEqual(tokenlock.version(), lib.tokenlock_version().decode())
+
+    def test_both_backends_report_the_same_version(self):
+        select_backend(self, "library")
+        library_version = tokenlock.version()
+        select_backend(self, "command")
+        self.assertEqual(tokenlock.version(), library_version)
+
+    def test_a_lock_held_through_one_backend_excludes_the_other(self):
+        lockdir = os.path.join(self.dir, "a.lock")
+        for first, second in (("library", "command"), ("command", "library")):
+            with self.subTest(first=first):
+                select_backend(self, first)
+                held = tokenlock.Lock.acquire(lockdir)
+                select_backend(self, second)
+                self.assertIsNone(tokenlock.Lock.try_acquire(lockdir))
+                self.assertEqual(held.backend, first)
+                held.release()
+                other = tokenlock.Lock.try_acquire(lockdir)
+                self.assertIsNotNone(other)
+                self.assertEqual(other.backend, second)
+                other.release()
+
+
+class ErrorsTest(unittest.TestCase):
+    def test_errors_keep_their_kind_code_and_errno_through_pickle(self):
+        import pickle
+
+        samples = [(tokenlock.Busy("m1", "timed_out"), tokenlock.Busy),
+                   (tokenlock.LockLost("m2", "lock_lost"), tokenlock.LockLost),
+                   (tokenlock.CorruptData("m3", "corrupt_data"), tokenlock.CorruptData),
+                   (tokenlock.BadArgument("m4"), ValueError),
+                   (tokenlock._os_failure("m5", 13), PermissionError),
+                   (tokenlock._os_failure("m6", 75), tokenlock.OSFailure),
+                   (tokenlock.Error("m7", "not_owner"), tokenlock.Error)]
+        for e, cls in samples:
+            with self.subTest(error=type(e).__name__):
+                back = pickle.loads(pickle.dumps(e))
+                self.assertIsInstance(back, cls)
+                self.assertIsInstance(back, tokenlock.Error)
+                self.assertEqual((str(back), back.code, back.errno), (str(e), e.code, e.errno))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,1169 @@
+"""tokenlock for Python: the rename-token lock, atomic writes and fenced updates.
+
+One file with nothing but the standard library: put it beside your script
+(or on sys.path) on any host, shared hosting included.
+
+    import tokenlock
+
+    with tokenlock.lock("/srv/app/data/guestbook.lock", wait=10.0) as held:
+        ...                                  # only one process at a time here
+        held.refresh()                       # a new lease, for long work
+
+    tokenlock.write_file("/srv/app/data/config.json", text)      # never torn
+    hits = tokenlock.increment("/srv/app/data/hits.count")        # exact
+    tokenlock.update_file("/srv/app/data/guestbook.txt",
+                          lambda old: (old or b"") + entry)       # fenced
+
+Backends
+    The module does the work through one of two backends, named in
+    `tokenlock.backend`:
+
+    "library"  libtokenlock_c.so, the C interface (tokenlock/tokenlock.h),
+               loaded with ctypes. Looked for in TOKENLOCK_LIBRARY (only
+               there when it is set), beside this file, then with
+               ctypes.util.find_library("tokenlock_c").
+    "command"  the tokenlock command, run once per operation (a few
+               milliseconds each). Looked for in TOKENLOCK_COMMAND (only
+               there when it is set), beside this file, in ~/bin, then on
+               PATH. Used when the library cannot be loaded, so that a host
+               where only the statically linked command was copied works too.
+
+    TOKENLOCK_BACKEND=library or =command, or use(), chooses one; when it
+    cannot be had, use() raises and `tokenlock.load_error` says why. Both
+    backends take the same lock directory through the same protocol, so
+    processes using either, the C++ library or the command exclude each
+    other.
+
+Errors
+    Every failure raises tokenlock.Error (or a subclass), whose str() is the
+    library's message: the path, the step, the cause and, where known, the
+    fix. `.code` names the condition ("busy", "timed_out", "lock_lost",
+    "corrupt_data", "not_owner", "system", ...); `.errno` is set for system
+    errors. Busy (busy, timed_out), LockLost and CorruptData are
+    subclasses; system errors are also instances of the matching OSError
+    subclass (FileNotFoundError, PermissionError, ...), and bad arguments of
+    ValueError.
+
+Fork and threads
+    A Lock belongs to one thread at a time. A forked child never releases
+    its parent's lock: its release() and refresh() raise Error("not_owner"),
+    and its garbage collector leaves the lock alone.
+"""
+
+import atexit
+import ctypes
+import datetime
+import errno as _errno
+import os
+import stat
+import warnings
+
+# ctypes.util, shutil and subprocess are imported where they are needed, and
+# re not at all: importing them takes about 15 ms, three times as long as
+# counter.cgi takes to answer a hit.
+
+__all__ = [
+    "Lock", "lock", "write_file", "update_file", "increment", "read_counter", "use",
+    "version", "Error", "Busy", "LockLost", "CorruptData", "BadArgument", "OSFailure",
+    "BackendUnavailable", "backend", "library_path", "command_path", "load_error",
+    "DEFAULT_WAIT", "DEFAULT_LEASE",
+]
+
+DEFAULT_WAIT = 10.0
+"""Seconds an acquire waits for a busy lock unless told otherwise (the library's default)."""
+
+DEFAULT_LEASE = 60.0
+"""Seconds of a lease unless told otherwise (the library's default)."""
+
+backend = None
+"""The backend in use: "library", "command", or None when neither was found."""
+
+library_path = None
+"""The libtokenlock_c.so the library backend loaded, or None."""
+
+command_path = None
+"""The tokenlock command the command backend runs, or None."""
+
+load_error = None
+"""Why the preferred backend could not be had (None when it was)."""
+
+_SYNC_LEVELS = {"none": 0, "file": 1, "file_and_dir": 2}
+
+# The C interface's return codes (tokenlock.h) and their names, as
+# tokenlock_strerror() gives them; the command backend reports the same.
+_OK, _EBUSY, _ETIMEDOUT, _ELOCK_LOST = 0, 1, 2, 3
+_ECORRUPT_DATA, _EBAD_ARGUMENT, _ENOT_OWNER = 6, 7, 8
+_EABORTED, _ESYSTEM, _ENOMEM = 50, 100, 101
+_CODE_NAMES = {
+    0: "ok", 1: "busy", 2: "timed_out", 3: "lock_lost", 4: "token_missing",
+    5: "lock_corrupt", 6: "corrupt_data", 7: "bad_argument", 8: "not_owner",
+    9: "dir_sync_failed", 10: "not_fenced", 11: "stale_data", 12: "server_error",
+    13: "not_replicated", 50: "aborted", 100: "system", 101: "no_memory",
+}
+
+
+
+def _token_expiry(token):
+    """The expiry (microseconds since the epoch) a held token's name
+    carries, or None when it is not "lockfile.<expiry>.<owner>"."""
+    parts = token.split(".", 2)
+    # str.isdigit() alone would take other scripts' digits.
+    if (len(parts) == 3 and parts[0] == "lockfile" and parts[2] and parts[1]
+            and not parts[1].strip("0123456789") and parts[1][0] != "0" and len(parts[1]) <= 19):
+        return int(parts[1])
+    return None
+
+
+# ---- errors -------------------------------------------------------------------
+
+
+class Error(Exception):
+    """A tokenlock failure.
+
+    str(e) (also `e.message`) is the library's message, naming the path,
+    the step and the cause. `e.code` is the condition's name: "busy",
+    "timed_out", "lock_lost", "token_missing", "lock_corrupt",
+    "corrupt_data", "bad_argument", "not_owner", "dir_sync_failed",
+    "not_fenced", "stale_data", "system", "no_memory", "unavailable" (no
+    backend), "command_failed" (the command died or answered nonsense).
+    `e.errno` is the errno of a system error, else None.
+    """
+
+    def __init__(self, message, code="system", errno=None):
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.errno = errno
+
+    def __str__(self):
+        return self.message
+
+    def __reduce__(self):
+        # Pickled (by multiprocessing, say) with its code and errno, which
+        # the default, built from args alone, would lose.
+        kind = "os" if isinstance(self, OSError) else type(self).__name__
+        return (_restore_error, (kind, self.message, self.code, self.errno))
+
+
+class Busy(Error):
+    """The lock is held by another: code "busy" (one attempt) or "timed_out"
+    (the wait budget ran out)."""
+
+
+class LockLost(Error):
+    """Our token was taken over (its lease ended, or its owner was judged
+    dead): we no longer hold the lock, and what was done under it may have
+    overlapped with the new holder. A fenced update wrote nothing."""
+
+
+class CorruptData(Error):
+    """A counter file holds something other than one unsigned decimal and a
+    newline. It was left as it is: repair or remove it by hand."""
+
+
+class BadArgument(Error, ValueError):
+    """An unusable argument (a negative wait, an unknown sync level, a path
+    with a NUL byte ...). Also a ValueError."""
+
+    def __init__(self, message):
+        Error.__init__(self, message, "bad_argument")
+
+
+class BackendUnavailable(Error):
+    """Neither libtokenlock_c.so nor the tokenlock command could be found or
+    loaded (code "unavailable"); the message says where they were looked
+    for."""
+
+    def __init__(self, message):
+        Error.__init__(self, message, "unavailable")
+
+
+class OSFailure(Error, OSError):
+    """A system call failed (code "system"). The exception is also an
+    instance of the OSError subclass that matches its errno, so
+    `except FileNotFoundError` and `except PermissionError` work."""
+
+    def __init__(self, message, errno):
+        OSError.__init__(self, errno, message)
+        self.message = message
+        self.code = "system"
+
+    def __str__(self):
+        return self.message
+
+
+_os_failure_classes = {}
+
+
+def _restore_error(kind, message, code, err):
+    if kind == "os":
+        return _os_failure(message, err)
+    cls = globals().get(kind)
+    if not (isinstance(cls, type) and issubclass(cls, Error)):
+        cls = Error
+    e = cls.__new__(cls, message)
+    Error.__init__(e, message, code, err)
+    return e
+
+
+def _os_failure(message, err):
+    """An OSFailure that is also the OSError subclass Python uses for `err`."""
+    if not err:
+        return Error(message, "system")
+    base = type(OSError(err, ""))
+    if base is OSError:
+        return OSFailure(message, err)
+    cls = _os_failure_classes.get(base)
+    if cls is None:
+        cls = type(base.__name__, (OSFailure, base), {"__module__": __name__,
+                                                        "__doc__": OSFailure.__doc__})
+        _os_failure_classes[base] = cls
+    return cls(message, err)
+
+
+def _error_for(code, message, err=0):
+    """The exception for a return code of the C interface."""
+    name = _CODE_NAMES.get(code, "unknown")
+    if code in (_EBUSY, _ETIMEDOUT):
+        return Busy(message, name)
+    if code == _ELOCK_LOST:
+        return LockLost(message, name)
+    if code == _ECORRUPT_DATA:
+        return CorruptData(message, name)
+    if code == _EBAD_ARGUMENT:
+        return BadArgument(message)
+    if code == _ESYSTEM:
+        return _os_failure(message, err)
+    if code == _ENOMEM:
+        return Error(message, name, _errno.ENOMEM)
+    return Error(message, name, err or None)
+
+
+def _from_oserror(step, path, e, then=""):
+    """An OSError from this module's own system calls, as tokenlock reports
+    them: step, path, cause (and what was left)."""
+    msg = "tokenlock: %s %s: %s" % (step, _show(path), e.strerror or e)
+    if getattr(e, "filename", None) is not None and os.fsdecode(e.filename) != _show(path):
+        msg = "tokenlock: %s %s: %s: %s" % (step, _show(path), os.fsdecode(e.filename),
+                                             e.strerror or e)
+    return _os_failure(msg + then, e.errno)
+
+
+# ---- arguments ----------------------------------------------------------------
+
+
+def _show(path):
+    return os.fsdecode(path)
+
+
+def _path(path, what="path"):
+    """`path` (str, bytes or os.PathLike) as bytes for the C interface and the
+    command line; refuses what C would silently cut short."""
+    try:
+        p = os.fsencode(path)
+    except TypeError:
+        raise BadArgument("tokenlock: %s must be a str, bytes or os.PathLike, not %s"
+                          % (what, type(path).__name__)) from None
+    if not p:
+        raise BadArgument("tokenlock: %s must not be empty" % what)
+    if b"\0" in p:
+        raise BadArgument("tokenlock: %s %r contains a NUL byte" % (what, os.fsdecode(p)))
+    return p
+
+
+def _seconds(value, what, allow_zero):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BadArgument("tokenlock: %s must be a number of seconds, not %r" % (what, value))
+    if value != value or value < 0 or (value == 0 and not allow_zero) or value > 1e9:
+        raise BadArgument("tokenlock: %s must be %s seconds, not %r"
+                          % (what, "0 or more" if allow_zero else "more than 0", value))
+    return value
+
+
+def _sync(sync):
+    if sync not in _SYNC_LEVELS:
+        raise BadArgument("tokenlock: sync must be 'none', 'file' or 'file_and_dir', not %r"
+                          % (sync,))
+    return sync
+
+
+def _data(value, what):
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError("tokenlock: %s must be bytes or str, not %s" % (what, type(value).__name__))
+
+
+def _by(by):
+    if isinstance(by, bool) or not isinstance(by, int) or not 0 <= by < 2 ** 64:
+        raise BadArgument("tokenlock: by must be an integer from 0 to 2**64-1, not %r" % (by,))
+    return by
+
+
+def _parse_counter(path, text):
+    """The value of a counter file's contents, exactly as the library reads it:
+    one unsigned 64-bit decimal without leading zeros and a newline."""
+    if text is None:
+        return None
+    ok = (2 <= len(text) <= 21 and text.endswith(b"\n") and text[:-1].isdigit()
+          and (text[0:1] != b"0" or len(text) == 2))
+    if ok and int(text[:-1]) < 2 ** 64:
+        return int(text[:-1])
+    shown = "".join(chr(c) if 0x20 <= c < 0x7F else "\\x%02x" % c for c in text[:24])
+    if len(text) > 24:
+        shown += "..."
+    raise CorruptData("tokenlock: read counter %s: the file does not hold one unsigned decimal "
+                      "and a newline (it holds \"%s\", %d bytes); it was left as it is: repair "
+                      "or remove it by hand" % (_show(path), shown, len(text)), "corrupt_data")
+
+
+def _read_or_none(path, step):
+    """The file's contents, or None when it does not exist."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise _from_oserror(step, path, e) from None
+
+
+def read_counter(path):
+    """The value of the counter file `path`, read without its lock, or None
+    when the file does not exist.
+
+    Counter files are only ever replaced whole (by rename), so the value is
+    one that some increment committed. Raises CorruptData when the file is
+    not a counter, and an OSFailure when it cannot be read.
+    """
+    p = _path(path)
+    return _parse_counter(p, _read_or_none(p, "read counter"))
+
+
+# ---- the library backend ------------------------------------------------------
+
+
+class _Options(ctypes.Structure):
+    _fields_ = [("wait_ms", ctypes.c_int64), ("lease_ms", ctypes.c_int64),
+                ("legacy_timeout_ms", ctypes.c_int64), ("dir_mode", ctypes.c_int),
+                ("sync", ctypes.c_int)]
+
+
+# `current` is a void pointer, not c_char_p, which would stop at a NUL byte.
+_UPDATE_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                              ctypes.c_int, ctypes.c_void_p)
+
+
+class _Library:
+    name = "library"
+
+    def __init__(self, path):
+        self.path = path
+        lib = ctypes.CDLL(path)
+        c_int, c_char_p, c_void_p, c_size_t = (ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p,
+                                               ctypes.c_size_t)
+        opts = ctypes.POINTER(_Options)
+        for fname, res, args in [
+            ("tokenlock_options_init", None, [opts]),
+            ("tokenlock_acquire", c_int, [c_char_p, opts, ctypes.POINTER(c_void_p)]),
+            ("tokenlock_try_acquire", c_int, [c_char_p, opts, ctypes.POINTER(c_void_p)]),
+            ("tokenlock_release", c_int, [c_void_p]),
+            ("tokenlock_refresh", c_int, [c_void_p, opts]),
+            ("tokenlock_token", c_char_p, [c_void_p]),
+            ("tokenlock_expiry_us", ctypes.c_int64, [c_void_p]),
+            ("tokenlock_write_file", c_int, [c_char_p, c_char_p, c_size_t, opts]),
+            ("tokenlock_buffer_set", c_int, [c_void_p, c_char_p, c_size_t]),
+            ("tokenlock_update_file", c_int, [c_char_p, c_char_p, opts, _UPDATE_FN, c_void_p]),
+            ("tokenlock_increment", c_int, [c_char_p, c_char_p, ctypes.c_uint64, opts,
+                                            ctypes.POINTER(ctypes.c_uint64)]),
+            ("tokenlock_last_error", c_char_p, []),
+            ("tokenlock_last_errno", c_int, []),
+            ("tokenlock_strerror", c_char_p, [c_int]),
+            ("tokenlock_version", c_char_p, []),
+        ]:
+            try:
+                f = getattr(lib, fname)
+            except AttributeError:
+                raise OSError("%s does not export %s: it is not libtokenlock_c.so, or too old"
+                              % (path, fname)) from None
+            f.restype = res
+            f.argtypes = args
+        self.lib = lib
+        self._options_made = {}
+
+    def version(self):
+        return self.lib.tokenlock_version().decode()
+
+    def _error(self, code):
+        # The message and errno are per thread, and read on the thread that
+        # made the failing call, right after it.
+        message = os.fsdecode(self.lib.tokenlock_last_error() or b"")
+        return _error_for(code, message or "tokenlock: %s" % _CODE_NAMES.get(code, code),
+                          self.lib.tokenlock_last_errno())
+
+    def _options(self, wait=None, lease=None, sync=None):
+        # Kept and reused (never changed once made): building one costs as
+        # much as a third of an uncontended acquire.
+        key = (wait, lease, sync)
+        o = self._options_made.get(key)
+        if o is None:
+            o = _Options()
+            self.lib.tokenlock_options_init(ctypes.byref(o))
+            if wait is not None:
+                o.wait_ms = int(round(wait * 1000))
+            if lease is not None:
+                o.lease_ms = max(1, int(round(lease * 1000)))
+            if sync is not None:
+                o.sync = _SYNC_LEVELS[sync]
+            if len(self._options_made) < 64:
+                self._options_made[key] = o
+        return o
+
+    def acquire(self, lockdir, wait, lease, once):
+        out = ctypes.c_void_p()
+        o = self._options(wait=wait, lease=lease)
+        f = self.lib.tokenlock_try_acquire if once else self.lib.tokenlock_acquire
+        rc = f(lockdir, ctypes.byref(o), ctypes.byref(out))
+        if rc:
+            raise self._error(rc)
+        return {"handle": out.value, "token": os.fsdecode(self.lib.tokenlock_token(out.value)),
+                "pid": os.getpid()}
+
+    def expiry_us(self, state):
+        return self.lib.tokenlock_expiry_us(state["handle"])
+
+    def refresh(self, state, lockdir, lease):
+        o = self._options(lease=lease)
+        rc = self.lib.tokenlock_refresh(state["handle"], ctypes.byref(o))
+        if rc:
+            raise self._error(rc)
+        state["token"] = os.fsdecode(self.lib.tokenlock_token(state["handle"]))
+
+    def release(self, state, lockdir):
+        handle, state["handle"] = state["handle"], None
+        # The C library frees the handle whatever it returns, and refuses in
+        # a forked child (not_owner) without touching the parent's token.
+        rc = self.lib.tokenlock_release(handle)
+        if rc:
+            raise self._error(rc)
+
+    def abandon(self, state, lockdir):
+        handle, state["handle"] = state.get("handle"), None
+        if handle:
+            self.lib.tokenlock_release(handle)
+
+    def write_file(self, path, data, sync):
+        o = self._options(sync=sync)
+        rc = self.lib.tokenlock_write_file(path, data, len(data), ctypes.byref(o))
+        if rc:
+            raise self._error(rc)
+
+    def update_file(self, path, lockdir, fn, wait, lease, sync):
+        outcome = {}
+        set_buffer = self.lib.tokenlock_buffer_set
+
+        def call(arg, current, current_len, exists, next_buffer):
+            # Nothing may escape into C: an exception here would make ctypes
+            # print it and return 0, and 0 commits.
+            try:
+                old = ctypes.string_at(current, current_len) if exists else None
+                new = _data(fn(old), "the update function's result")
+                rc = set_buffer(next_buffer, new, len(new))
+                if rc:
+                    outcome["error"] = self._error(rc)
+                    return 1
+                outcome["data"] = new
+                return 0
+            except BaseException as e:  # noqa: B902 - KeyboardInterrupt too must not commit
+                outcome["exception"] = e
+                return 1
+
+        callback = _UPDATE_FN(call)
+        o = self._options(wait=wait, lease=lease, sync=sync)
+        rc = self.lib.tokenlock_update_file(path, lockdir, ctypes.byref(o), callback, None)
+        if "exception" in outcome:
+            e = outcome.pop("exception")
+            try:
+                raise e
+            finally:
+                del e
+        if "error" in outcome:
+            raise outcome.pop("error")
+        if rc:
+            raise self._error(rc)
+        return outcome["data"]
+
+    def increment(self, path, lockdir, by, wait, lease, sync):
+        value = ctypes.c_uint64()
+        o = self._options(wait=wait, lease=lease, sync=sync)
+        rc = self.lib.tokenlock_increment(path, lockdir, by, ctypes.byref(o), ctypes.byref(value))
+        if rc:
+            raise self._error(rc)
+        return value.value
+
+
+# ---- the command backend ------------------------------------------------------
+
+# Exit statuses of the tokenlock command (docs/tokenlock.1.md, EXIT STATUS),
+# as the errno they stand for when the message names none.
+_EXIT_ERRNO = {66: _errno.ENOENT, 74: _errno.EIO, 77: _errno.EACCES}
+_strerrors = None
+
+
+def _errno_in(message):
+    """The errno whose text the message quotes (the library appends
+    strerror's words), longest text first so that "No such device or
+    address" is not read as "No such device"."""
+    global _strerrors
+    if _strerrors is None:
+        _strerrors = sorted(((os.strerror(e), e) for e in _errno.errorcode),
+                            key=lambda t: -len(t[0]))
+    for text, e in _strerrors:
+        if ": " + text in message or "(" + text + ")" in message:
+            return e
+    return 0
+
+
+def _arg(path):
+    # A path that starts with '-' would be read as an option.
+    return b"./" + path if path.startswith(b"-") else path
+
+
+def _secs(seconds):
+    return "%.6f" % seconds
+
+
+# `tokenlock incr` refuses a wait beyond a year and has none without limit:
+# a longer one is cut to a year, which waits as long in practice.
+_LONGEST_FILE_WAIT = 31536000.0
+
+
+class _Command:
+    name = "command"
+
+    def __init__(self, path):
+        self.path = path
+
+    def _run(self, args, step, target, input=None, once=False):
+        """Runs the command; its stdout on success, else the exception its
+        exit status and message stand for."""
+        import subprocess
+
+        try:
+            # close_fds=False lets subprocess use posix_spawn (vfork), several
+            # times cheaper than fork from a large interpreter; Python's own
+            # descriptors are not inheritable unless made so.
+            # stdin: a CGI program's is the request body, not the command's.
+            feed = {"input": input} if input is not None else {"stdin": subprocess.DEVNULL}
+            p = subprocess.run([self.path] + args, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, close_fds=False, **feed)
+        except OSError as e:
+            raise BackendUnavailable("tokenlock: %s %s: cannot run the tokenlock command %s: %s"
+                                     % (step, _show(target), _show(self.path),
+                                        e.strerror or e)) from None
+        if p.returncode == 0:
+            return p.stdout
+        raise self._error(p.returncode, os.fsdecode(p.stderr).strip(), step, target, once)
+
+    def _error(self, status, message, step, target, once):
+        if status < 0:
+            return Error("tokenlock: %s %s: the tokenlock command %s was killed by signal %d"
+                         % (step, _show(target), _show(self.path), -status), "command_failed")
+        if not message:
+            message = ("tokenlock: %s %s: the tokenlock command exited with status %d"
+                       % (step, _show(target), status))
+        if status == 1:
+            return Busy(message, "busy" if once else "timed_out")
+        if status == 3:
+            return LockLost(message, "lock_lost")
+        if status == 64:
+            return BadArgument(message)
+        if status == 65:
+            if "overflow" in message:
+                return _os_failure(message, _errno.EOVERFLOW)
+            if "unsigned decimal" in message:
+                return CorruptData(message, "corrupt_data")
+            return BadArgument(message)
+        if status == 69:
+            return Error(message, "token_missing" if "holds no token" in message
+                         else "lock_corrupt")
+        if status == 70:
+            return Error(message, "not_owner" if "does not own" in message else "command_failed")
+        if status == 74 and "contents are in place" in message:
+            return Error(message, "dir_sync_failed", _errno_in(message) or None)
+        if status == 75:
+            return Error(message, "stale_data")
+        if status in (66, 71, 73, 74, 77):
+            return _os_failure(message, _errno_in(message) or _EXIT_ERRNO.get(status, 0))
+        return Error(message, "command_failed")
+
+    def version(self):
+        out = self._run([b"--version"], "version", self.path)
+        return os.fsdecode(out).split()[-1]
+
+    def acquire(self, lockdir, wait, lease, once):
+        args = [b"acquire", b"--pid", b"%d" % os.getpid()]
+        # The command's own default is to wait for ever; the library's is 10 s.
+        args += [b"-n"] if once else [b"-w", _secs(DEFAULT_WAIT if wait is None else wait).encode()]
+        args += [b"--lease", _secs(DEFAULT_LEASE if lease is None else lease).encode()]
+        out = self._run(args + [_arg(lockdir)], "acquire", lockdir, once=once or wait == 0)
+        token = os.fsdecode(out).strip()
+        if _token_expiry(token) is None:
+            raise Error("tokenlock: acquire %s: the tokenlock command printed %r, not a token"
+                        % (_show(lockdir), token), "command_failed")
+        return {"token": token, "pid": os.getpid(), "lease": lease}
+
+    @staticmethod
+    def expiry_us(state):
+        return _token_expiry(state["token"])
+
+    def _not_owner(self, step, lockdir):
+        return Error("tokenlock: %s %s: this process (pid %d) is a forked child of the one that "
+                     "acquired the lock, and never %ss its parent's lock"
+                     % (step, _show(lockdir), os.getpid(), step), "not_owner")
+
+    def refresh(self, state, lockdir, lease):
+        if state["pid"] != os.getpid():
+            raise self._not_owner("refresh", lockdir)
+        lease = state["lease"] if lease is None else lease
+        out = self._run([b"refresh", b"--lease", _secs(DEFAULT_LEASE if lease is None else lease)
+                         .encode(), _arg(lockdir), state["token"].encode()], "refresh", lockdir)
+        state["token"] = os.fsdecode(out).strip()
+
+    def release(self, state, lockdir):
+        if state["pid"] != os.getpid():
+            raise self._not_owner("release", lockdir)
+        token, state["token_held"] = state["token"], False
+        self._run([b"release", _arg(lockdir), token.encode()], "release", lockdir)
+
+    def abandon(self, state, lockdir):
+        if state.get("token_held", True) and state["pid"] == os.getpid():
+            state["token_held"] = False
+            try:
+                import subprocess
+
+                subprocess.run([self.path, b"release", _arg(lockdir), state["token"].encode()],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+            except Exception:  # noqa: BLE001 - at garbage collection there is no one to tell
+                pass
+
+    def write_file(self, path, data, sync):
+        self._run([b"write", b"--sync", sync.encode(), b"--allow-empty", _arg(path)], "write",
+                  path, input=data)
+
+    def increment(self, path, lockdir, by, wait, lease, sync):
+        # `incr` takes no lease: it holds its lock only while it counts,
+        # under the command's own lease.
+        wait = DEFAULT_WAIT if wait is None else wait
+        # A wait that rounds to 0 ms is one attempt, as the library counts it.
+        once = round(wait * 1000) == 0
+        args = [b"incr", b"--by", b"%d" % by, b"--sync", sync.encode()]
+        args += [b"-n"] if once else [b"-w", _secs(min(wait, _LONGEST_FILE_WAIT)).encode()]
+        if lockdir is not None:
+            args += [b"--lock", _arg(lockdir)]
+        out = self._run(args + [_arg(path)], "increment", path, once=once)
+        try:
+            return int(out)
+        except ValueError:
+            raise Error("tokenlock: increment %s: the tokenlock command printed %r, not a "
+                        "number" % (_show(path), out), "command_failed") from None
+
+    def update_file(self, path, lockdir, fn, wait, lease, sync):
+        """Lock, read, call fn, commit fenced through the token, unlock: the
+        library's update_file (docs/atomic-writes.md) over a lock held by
+        the command."""
+        lockdir = path + b".lock" if lockdir is None else lockdir
+        state = self.acquire(lockdir, wait, lease, once=False)
+        token_dir = os.path.join(lockdir, state["token"].encode())
+        try:
+            current = _read_or_none(path, "update")
+            new = _data(fn(current), "the update function's result")
+            _fenced_commit(path, lockdir, token_dir, new, sync)
+        except BaseException as e:
+            try:
+                self.release(state, lockdir)
+            except Error as release_error:
+                if hasattr(e, "add_note"):
+                    e.add_note("while releasing the lock: %s" % release_error)
+            raise
+        # After the commit a failed release is not reported: the update is
+        # in place, and a caller told it failed might apply it twice.
+        try:
+            self.release(state, lockdir)
+        except Error:
+            pass
+        if sync == "file_and_dir":
+            _sync_dir(path)
+        return new
+
+
+def _fenced_commit(path, lockdir, token_dir, data, sync):
+    """Writes `data` to a temporary file in the held token's workspace
+    (TOKEN/w) and renames it over `path` through the token's name: if the
+    lock was taken over meanwhile, that name is gone and nothing is written."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise _from_oserror("update", path, e, "; the file was left as it was") from None
+    if st is not None and not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+        raise _os_failure("tokenlock: update %s: not a regular file; it was left as it was"
+                          % _show(path), _errno.EISDIR if stat.S_ISDIR(st.st_mode)
+                          else _errno.EINVAL)
+
+    def lost():
+        return LockLost("tokenlock: update %s: the lock %s was taken over before the commit "
+                        "(%s is gone); nothing was written"
+                        % (_show(path), _show(lockdir), _show(os.path.basename(token_dir))),
+                        "lock_lost")
+
+    work = os.path.join(token_dir, b"w")
+    try:
+        os.mkdir(work, 0o755)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        raise lost() from None
+    except OSError as e:
+        raise _from_oserror("update", path, e, "; the file was left as it was") from None
+    tmp = os.path.join(work, b".%s.tmp.%s" % (os.path.basename(path),
+                                              os.urandom(8).hex().encode()))
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o644)
+    except FileNotFoundError:
+        raise lost() from None
+    except OSError as e:
+        raise _from_oserror("update", path, e, "; the file was left as it was") from None
+    try:
+        try:
+            if st is not None and stat.S_ISREG(st.st_mode):
+                os.fchmod(fd, stat.S_IMODE(st.st_mode))
+                if os.geteuid() == 0:
+                    try:
+                        os.fchown(fd, st.st_uid, st.st_gid)
+                    except OSError:
+                        pass  # best effort, as the library does
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if sync != "none":
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        # A version mark left by a library updater on a network filesystem
+        # would make its next update take this commit for a stale read; with
+        # no mark it does not check (docs/atomic-writes.md). Removed before
+        # the commit, so a crash in between only skips one check.
+        try:
+            for name in os.listdir(work):
+                if name.startswith(b"v."):
+                    os.unlink(os.path.join(work, name))
+        except OSError:
+            pass
+        os.rename(tmp, path)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(e, OSError) and not isinstance(e, Error):
+            if e.errno == _errno.ENOENT and not os.path.isdir(token_dir):
+                raise lost() from None
+            if e.errno == _errno.EXDEV:
+                raise Error("tokenlock: update %s: the lock %s is on another filesystem, so the "
+                            "commit cannot be fenced; nothing was written: put the lock beside "
+                            "the file, or use the library backend" % (_show(path),
+                                                                      _show(lockdir)),
+                            "not_fenced") from None
+            raise _from_oserror("update", path, e, "; the file was left as it was") from None
+        raise
+
+
+def _sync_dir(path):
+    directory = os.path.dirname(path) or b"."
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise Error("tokenlock: sync %s: the new contents are in place, but flushing the "
+                    "directory %s failed (%s): a crash may bring back the old file"
+                    % (_show(path), _show(directory), e.strerror), "dir_sync_failed",
+                    e.errno) from None
+
+
+# ---- choosing the backend -------------------------------------------------------
+
+_here = os.path.dirname(os.path.abspath(__file__))
+_backend = None
+_unavailable = "tokenlock: no backend was found"
+
+
+def _library_candidates(library):
+    if library is not None:
+        return [os.fspath(library)]
+    env = os.environ.get("TOKENLOCK_LIBRARY")
+    if env:
+        return [env]
+    candidates = [os.path.join(_here, "libtokenlock_c.so")]
+    try:
+        import ctypes.util
+
+        found = ctypes.util.find_library("tokenlock_c")
+    except Exception:  # noqa: BLE001 - find_library runs tools that may be missing
+        found = None
+    return candidates + ([found] if found else [])
+
+
+def _command_candidates(command):
+    if command is not None:
+        return [os.fspath(command)]
+    env = os.environ.get("TOKENLOCK_COMMAND")
+    if env:
+        return [env]
+    candidates = [os.path.join(_here, "tokenlock"), os.path.expanduser("~/bin/tokenlock")]
+    import shutil
+
+    found = shutil.which("tokenlock")
+    return candidates + ([found] if found else [])
+
+
+def _load_library(library):
+    problems = []
+    for path in _library_candidates(library):
+        if os.sep in path and not os.path.exists(path):
+            problems.append("%s: no such file" % path)
+            continue
+        try:
+            return _Library(path), []
+        except OSError as e:
+            problems.append(str(e))
+    return None, problems
+
+
+def _find_command(command):
+    problems = []
+    for path in _command_candidates(command):
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return _Command(os.path.abspath(path)), []
+        problems.append("%s: %s" % (path, "not executable" if os.path.exists(path)
+                                    else "no such file"))
+    return None, problems
+
+
+def use(backend=None, library=None, command=None):
+    """Chooses the backend and returns its name ("library" or "command").
+
+    backend: "library", "command", or None for the library when it loads
+    and the command otherwise (TOKENLOCK_BACKEND gives the default).
+    library: the path of libtokenlock_c.so (else TOKENLOCK_LIBRARY, beside
+    this file, find_library). command: the path of the tokenlock command
+    (else TOKENLOCK_COMMAND, beside this file, ~/bin, PATH).
+
+    Raises BackendUnavailable, naming every place looked at and why each
+    failed, when the backend asked for (or, for None, either) cannot be
+    had; the backend in use then stays as it was. Locks already held keep
+    the backend that acquired them.
+    """
+    global _backend, load_error
+    wanted = backend if backend is not None else (os.environ.get("TOKENLOCK_BACKEND") or None)
+    if wanted not in (None, "library", "command"):
+        raise BadArgument("tokenlock: backend must be 'library' or 'command', not %r" % (wanted,))
+    chosen, problems = None, []
+    if wanted in (None, "library"):
+        chosen, lib_problems = _load_library(library)
+        if lib_problems:
+            problems.append("libtokenlock_c.so: " + "; ".join(lib_problems))
+    if chosen is None and wanted in (None, "command"):
+        chosen, cmd_problems = _find_command(command)
+        if cmd_problems:
+            problems.append("the tokenlock command: " + "; ".join(cmd_problems))
+    if chosen is None:
+        raise BackendUnavailable(
+            "tokenlock: cannot %s: %s; set TOKENLOCK_LIBRARY to libtokenlock_c.so or "
+            "TOKENLOCK_COMMAND to the tokenlock command, or put one beside %s"
+            % ("load the library" if wanted == "library" else "run the command"
+               if wanted == "command" else "find libtokenlock_c.so or the tokenlock command",
+               "; ".join(problems), os.path.join(_here, "tokenlock.py")))
+    _backend = chosen
+    load_error = "; ".join(problems) if problems else None
+    _publish()
+    return chosen.name
+
+
+def _publish():
+    global backend, library_path, command_path
+    backend = _backend.name if _backend else None
+    library_path = _backend.path if isinstance(_backend, _Library) else None
+    command_path = os.fsdecode(_backend.path) if isinstance(_backend, _Command) else None
+
+
+def _current():
+    if _backend is None:
+        raise BackendUnavailable(_unavailable)
+    return _backend
+
+
+def version():
+    """The version of the library or command in use, "MAJOR.MINOR.PATCH"."""
+    return _current().version()
+
+
+# ---- the lock -----------------------------------------------------------------
+
+
+class Lock:
+    """A held lock on a lock directory; get one with Lock.acquire(),
+    Lock.try_acquire() or lock().
+
+    Use it in a with-statement, which always releases it, or call
+    release(). A Lock still held when it is garbage-collected (or at
+    interpreter exit) is released then, with a ResourceWarning; never by a
+    forked child.
+    """
+
+    def __init__(self, _backend_obj, _state, lockdir, lease):
+        """Not for direct use: see Lock.acquire()."""
+        self._backend = _backend_obj
+        self._state = _state
+        self._lockdir = lockdir
+        self._lease = lease
+        self._held = True
+        _live[id(_state)] = (_backend_obj, _state, lockdir)
+
+    @classmethod
+    def acquire(cls, lockdir, wait=DEFAULT_WAIT, lease=DEFAULT_LEASE):
+        """Acquires the lock directory `lockdir` (created if missing; its parent
+        must exist), waiting up to `wait` seconds (0: one attempt) for a
+        holder to let go. The lease of `lease` seconds is how long the lock
+        stays ours without refresh() once we stall; a holder that dies is
+        detected on the same host at once.
+
+        Raises Busy ("timed_out", or "busy" with wait=0) when another holds
+        it, otherwise an Error naming the directory and the cause.
+        """
+        return cls._take(lockdir, _seconds(wait, "wait", True), lease, once=False)
+
+    @classmethod
+    def try_acquire(cls, lockdir, lease=DEFAULT_LEASE):
+        """One attempt at `lockdir`: a held Lock, or None when another holds
+        it. Other failures raise as in acquire()."""
+        try:
+            return cls._take(lockdir, 0, lease, once=True)
+        except Busy:
+            return None
+
+    @classmethod
+    def _take(cls, lockdir, wait, lease, once):
+        lease = _seconds(lease, "lease", False)
+        b = _current()
+        p = _path(lockdir, "lockdir")
+        return cls(b, b.acquire(p, wait, lease, once), p, lease)
+
+    @property
+    def lockdir(self):
+        """The lock directory, as given (as a str)."""
+        return os.fsdecode(self._lockdir)
+
+    @property
+    def token(self):
+        """The token's name in the lock directory:
+        "lockfile.<expiry>.<host>-<hash8>.<pid>.<start>.<nonce>". It changes
+        with every refresh()."""
+        return self._state["token"]
+
+    @property
+    def path(self):
+        """The held token's directory, the holder's private workspace."""
+        return os.path.join(self.lockdir, self.token)
+
+    @property
+    def expiry_us(self):
+        """When the lease ends, in microseconds since the Unix epoch."""
+        if self._backend.name == "library" and self._state.get("handle"):
+            return self._backend.expiry_us(self._state)
+        return _token_expiry(self._state["token"])
+
+    @property
+    def expires(self):
+        """When the lease ends, as an aware datetime in UTC."""
+        return (datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+                + datetime.timedelta(microseconds=self.expiry_us))
+
+    @property
+    def held(self):
+        """False once release() was called (whatever it returned)."""
+        return self._held
+
+    @property
+    def backend(self):
+        """The backend that acquired this lock: "library" or "command"."""
+        return self._backend.name
+
+    def refresh(self, lease=None):
+        """Starts a new lease of `lease` seconds (default: the acquire's) from
+        now. Raises LockLost when the token was taken over; the lock then
+        still has to be released, which fails the same way."""
+        if not self._held:
+            raise Error("tokenlock: refresh %s: this lock was released already"
+                        % self.lockdir, "not_owner")
+        lease = self._lease if lease is None else _seconds(lease, "lease", False)
+        self._backend.refresh(self._state, self._lockdir, lease)
+
+    def release(self):
+        """Frees the lock. Raises LockLost when the token had been taken over
+        (what was done under it may have overlapped with the new holder),
+        and Error("not_owner") when it was released already or when called
+        in a forked child, which leaves its parent's lock alone. Either way
+        this Lock is done with."""
+        if not self._held:
+            raise Error("tokenlock: release %s: this lock was released already"
+                        % self.lockdir, "not_owner")
+        self._held = False
+        _live.pop(id(self._state), None)
+        self._backend.release(self._state, self._lockdir)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc is None:
+            self.release()
+            return False
+        # The body's exception goes on; a failed release is added to it
+        # rather than hiding it.
+        try:
+            self.release()
+        except Error as e:
+            if hasattr(exc, "add_note"):
+                exc.add_note("while releasing the lock: %s" % e)
+        return False
+
+    def __del__(self):
+        # __del__ rather than weakref.finalize, which costs as much as a
+        # tenth of an uncontended acquire and release.
+        if getattr(self, "_held", False):
+            self._held = False
+            try:
+                if _live.pop(id(self._state), None) is not None:
+                    _abandon(self._backend, self._state, self._lockdir)
+            except Exception:  # noqa: BLE001 - late in interpreter exit, module globals may be gone
+                pass
+
+    def __repr__(self):
+        return "<tokenlock.Lock %r %s %s>" % (self.lockdir, self.token,
+                                             "held" if self._held else "released")
+
+
+# The locks held, by id of their state, so that those still held at exit are
+# released then (as a lock found at garbage collection is).
+_live = {}
+
+
+def _abandon(backend_obj, state, lockdir):
+    if state.get("pid") == os.getpid():
+        try:
+            warnings.warn("tokenlock: the lock %s was still held when its Lock was "
+                          "garbage-collected or the interpreter exited; it was released then"
+                          % _show(lockdir), ResourceWarning, stacklevel=3)
+        except Exception:  # noqa: BLE001 - at interpreter exit warnings may be gone
+            pass
+    # In a forked child both backends leave the parent's token alone: the C
+    # library refuses (and frees the child's copy), the command is not run.
+    backend_obj.abandon(state, lockdir)
+
+
+@atexit.register
+def _release_at_exit():
+    while _live:
+        _, (backend_obj, state, lockdir) = _live.popitem()
+        _abandon(backend_obj, state, lockdir)
+
+
+def lock(lockdir, wait=DEFAULT_WAIT, lease=DEFAULT_LEASE):
+    """Acquires `lockdir` (as Lock.acquire) for a with-statement:
+
+        with tokenlock.lock("/srv/app/data/db.lock", wait=10.0, lease=60.0) as held:
+            ...   # held.token, held.expires, held.refresh()
+
+    The lock is released when the block ends, also by an exception, which
+    goes on. A LockLost from the release after a normal end is raised.
+    """
+    return Lock.acquire(lockdir, wait=wait, lease=lease)
+
+
+# ---- files --------------------------------------------------------------------
+
+
+def write_file(path, data, sync="file_and_dir"):
+    """Replaces `path` with `data` (bytes, or str written as UTF-8)
+    atomically: readers see the old or the new contents, never a mixture.
+    On failure the file is untouched and no temporary file is left.
+
+    sync: "none" (rename only), "file" (flush the file first) or
+    "file_and_dir" (also flush the directory after: the rename survives a
+    crash). Error("dir_sync_failed") means the new contents are in place
+    but a crash may bring the old ones back.
+    """
+    p, d, s = _path(path), _data(data, "data"), _sync(sync)
+    _current().write_file(p, d, s)
+
+
+def update_file(path, fn, lock=None, wait=None, lease=None, sync="file_and_dir"):
+    """Read-modify-write of `path` under a lock: acquires `lock` (a lock
+    directory; default path + ".lock"), reads the file, calls
+    fn(current) with its contents as bytes (None when it does not exist),
+    writes what fn returns (bytes, or str as UTF-8) atomically, releases.
+    Returns the bytes written.
+
+    The commit is fenced through the held token: if the lock was taken over
+    meanwhile (this process stalled past its lease), nothing is written and
+    LockLost is raised. If fn raises, nothing is written, the lock is
+    released and the exception reaches the caller unchanged. fn runs with
+    the lock held: keep it short, or give a `lease` (seconds) that covers
+    it. wait: seconds to wait for the lock (default 10).
+    """
+    p = _path(path)
+    ld = None if lock is None else _path(lock, "lock")
+    wait = None if wait is None else _seconds(wait, "wait", True)
+    lease = None if lease is None else _seconds(lease, "lease", False)
+    if not callable(fn):
+        raise TypeError("tokenlock: fn must be callable, not %s" % type(fn).__name__)
+    return _current().update_file(p, ld, fn, wait, lease, _sync(sync))
+
+
+def increment(path, by=1, lock=None, wait=None, lease=None, sync="file_and_dir"):
+    """Adds `by` to the decimal counter in `path` (a missing file counts as 0)
+    under the lock `lock` (default path + ".lock") and returns the new
+    value. The file holds one unsigned decimal and a newline, as
+    `tokenlock incr` and counter.cgi keep it; anything else raises
+    CorruptData and is left as it is. by=0 reads the counter under the
+    lock.
+
+    wait: seconds to wait for a busy lock (default 10; 0: one attempt):
+    then Busy ("timed_out", or "busy" with wait 0), with nothing changed.
+    lease: seconds of the lease while counting, with the library backend;
+    the command backend runs one `tokenlock incr -w SECS` (-n for 0),
+    which holds its lock only while it counts, under its own lease, and
+    waits at most a year (the command's limit) for a longer wait.
+    Error("dir_sync_failed"): the new value is committed, only its
+    durability is in doubt; read_counter() gives it.
+    """
+    p = _path(path)
+    ld = None if lock is None else _path(lock, "lock")
+    wait = None if wait is None else _seconds(wait, "wait", True)
+    lease = None if lease is None else _seconds(lease, "lease", False)
+    return _current().increment(p, ld, _by(by), wait, lease, _sync(sync))
+
+
+try:
+    use()
+except Error as _e:
+    # Importing never fails: the first call says what is missing.
+    _unavailable = load_error = str(_e)

@@ -1,0 +1,1 @@
+../../bindings/python/tokenlock.py
