@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "file_writer.hpp"
+#include "atomic_write_impl.hpp"
 
 namespace tokenlock {
 
@@ -191,12 +192,28 @@ void atomic_file::write(std::string_view data, std::error_code& ec) noexcept {
 }
 
 std::ostream& atomic_file::stream() {
-  if (!impl_) throw_failure(empty_failure("stream"));
-  if (!impl_->out) {
-    impl_->buf = std::make_unique<impl::stream_buf>(*impl_);
-    impl_->out = std::make_unique<std::ostream>(impl_->buf.get());
-  }
-  return *impl_->out;
+  std::error_code ec;
+  std::ostream* out = stream(ec);
+  if (!out) throw lock_error(ec, last_error_message());
+  return *out;
+}
+
+std::ostream* atomic_file::stream(std::error_code& ec) noexcept {
+  run_noexcept(ec, [&] {
+    if (!impl_) return empty_failure("stream");
+    // A stream given out before stays available: its badbit says how the
+    // writes went. A new one onto a finished file would only fail.
+    if (!impl_->out && impl_->state != impl::open)
+      return make_failure(errc::bad_argument,
+                          describe("stream", impl_->target.path,
+                                   "the atomic_file is already finished", {}));
+    if (!impl_->out) {
+      impl_->buf = std::make_unique<impl::stream_buf>(*impl_);
+      impl_->out = std::make_unique<std::ostream>(impl_->buf.get());
+    }
+    return failure{};
+  });
+  return ec ? nullptr : impl_->out.get();
 }
 
 void atomic_file::commit() {

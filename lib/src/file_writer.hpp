@@ -65,19 +65,6 @@ failure write_temp(os& sys, const write_target& target, const std::string& in_di
 // Closes (if open) and removes the temporary file. Never fails.
 void abandon(os& sys, temp_file& file) noexcept;
 
-// atomic_write() over a given OS (the public function uses the system's).
-failure atomic_write_impl(os& sys, const boost::filesystem::path& target, std::string_view data,
-                          const write_options& options);
-// Reads the whole file; a missing one gives std::nullopt. With `keep`,
-// the file read stays open and its descriptor goes to *keep (-1 when there
-// was none) for the caller to close.
-failure read_file_impl(os& sys, const std::string& path, std::optional<std::string>& out,
-                       int* keep = nullptr);
-// Removes temporary files in `dir` older than `older_than`; with a
-// non-empty `target_name`, only that target's.
-failure sweep_impl(os& sys, const std::string& dir, std::chrono::microseconds older_than,
-                   std::size_t& removed, const std::string& target_name = {});
-
 // "tokenlock: <step> <target>: <what>: <cause>" plus a hint for the errno.
 failure write_failure(const char* step, const write_target& target, const std::string& what,
                       std::error_code ec);

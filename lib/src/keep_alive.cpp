@@ -3,35 +3,61 @@
 #include "tokenlock/errors.hpp"
 #include "tokenlock/rename_lock.hpp"
 
+#include "failure.hpp"
+
 namespace tokenlock {
 
-std::chrono::milliseconds keep_alive::choose_interval(bool owns, std::chrono::milliseconds lease,
-                                                     const keep_alive_options& options) {
-  if (!owns)
-    throw lock_error(make_error_code(errc::not_owner),
-                     "tokenlock: keep_alive: the handle owns no token (released, moved from, or "
-                     "inherited by fork); acquire the lock first");
-  const std::chrono::milliseconds interval =
-      options.interval.count() > 0 ? options.interval : lease / 3;
-  if (interval.count() <= 0 || interval >= lease)
-    throw lock_error(make_error_code(errc::bad_argument),
-                     "tokenlock: keep_alive: the interval (" + std::to_string(interval.count()) +
-                         " ms) must be positive and shorter than the lease (" +
-                         std::to_string(lease.count()) +
-                         " ms), or the lease ends before the next refresh");
-  return interval;
+std::error_code keep_alive::choose_interval(bool owns, std::chrono::milliseconds lease,
+                                            const keep_alive_options& options,
+                                            std::chrono::milliseconds& interval,
+                                            std::string& message) {
+  if (!owns) {
+    message = "tokenlock: keep_alive: the handle owns no token (released, moved from, or "
+              "inherited by fork); acquire the lock first";
+    return make_error_code(errc::not_owner);
+  }
+  interval = options.interval.count() > 0 ? options.interval : lease / 3;
+  if (interval.count() <= 0 || interval >= lease) {
+    message = "tokenlock: keep_alive: the interval (" + std::to_string(interval.count()) +
+              " ms) must be positive and shorter than the lease (" + std::to_string(lease.count()) +
+              " ms), or the lease ends before the next refresh";
+    return make_error_code(errc::bad_argument);
+  }
+  return {};
 }
 
 keep_alive::keep_alive(refresher refresh, bool owns, std::chrono::milliseconds lease,
-                       keep_alive_options options)
-    : refresh_(std::move(refresh)),
-      interval_(choose_interval(owns, lease, options)),
-      on_refresh_(std::move(options.on_refresh)),
-      thread_([this] { run(); }) {}
+                       keep_alive_options options, std::error_code* ec)
+    : refresh_(std::move(refresh)), on_refresh_(std::move(options.on_refresh)) {
+  std::string message;
+  std::error_code failed = choose_interval(owns, lease, options, interval_, message);
+  if (!failed) {
+    try {
+      thread_ = std::thread([this] { run(); });
+      return;
+    } catch (const std::system_error& e) {
+      failed = e.code();
+      message = std::string("tokenlock: keep_alive: cannot start its thread: ") + e.what();
+    }
+  }
+  if (!ec) throw lock_error(failed, message);
+  *ec = failed;
+  // Inert: stop() reports why, and the error_code form's caller finds the
+  // text where every other one leaves it.
+  stopping_ = true;
+  error_ = failed;
+  message_ = message;
+  detail::set_last_error_message(message);
+}
 
 keep_alive::keep_alive(lock_handle& handle, keep_alive_options options)
     : keep_alive([&handle](std::error_code& ec) { handle.refresh(ec); }, handle.owns(),
-                 handle.lease(), std::move(options)) {}
+                 handle.lease(), std::move(options), nullptr) {}
+
+keep_alive::keep_alive(lock_handle& handle, keep_alive_options options,
+                       std::error_code& ec) noexcept
+    : keep_alive([&handle](std::error_code& e) { handle.refresh(e); }, handle.owns(),
+                 handle.lease(), std::move(options), &ec) {}
 
 keep_alive::~keep_alive() { stop(); }
 

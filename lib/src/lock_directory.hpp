@@ -7,10 +7,12 @@
 #include <cstdint>
 #include <string>
 
+#include <boost/filesystem/path.hpp>
+
 #include "failure.hpp"
 #include "posix/os.hpp"
 #include "token_name.hpp"
-#include "tokenlock/rename_lock.hpp"
+#include "tokenlock/lock_options.hpp"
 
 namespace tokenlock::detail {
 

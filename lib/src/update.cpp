@@ -12,6 +12,7 @@
 #include "tokenlock/keep_alive.hpp"
 
 #include "file_writer.hpp"
+#include "atomic_write_impl.hpp"
 #include "fnv1a.hpp"
 #include "lock_directory.hpp"
 #include "update_impl.hpp"

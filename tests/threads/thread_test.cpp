@@ -133,6 +133,21 @@ TEST(KeepAlive, ReportsATakeoverAndLeavesTheNewOwnerAlone) {
   EXPECT_EQ(entries(tmp / "lock"), std::vector<std::string>{"lockfile"});
 }
 
+TEST(KeepAlive, TheErrorCodeFormRefreshesAsTheOtherDoes) {
+  temp_dir tmp;
+  tl::rename_lock lock(tmp / "lock", short_lease(300ms));
+  tl::lock_handle h = lock.acquire();
+  const std::string first = h.token();
+  refresh_log log;
+  std::error_code ec;
+  tl::keep_alive ka(h, {20ms, log.callback()}, ec);
+  EXPECT_FALSE(ec);
+  ASSERT_TRUE(log.wait_for_successes(2));
+  EXPECT_FALSE(ka.stop());
+  EXPECT_NE(h.token(), first);
+  h.release();
+}
+
 TEST(KeepAlive, RefusesAnEmptyHandleAndAnIntervalAsLongAsTheLease) {
   temp_dir tmp;
   tl::rename_lock lock(tmp / "lock", short_lease(300ms));
@@ -153,6 +168,20 @@ TEST(KeepAlive, RefusesAnEmptyHandleAndAnIntervalAsLongAsTheLease) {
   } catch (const tl::lock_error& e) {
     EXPECT_EQ(e.code(), tl::errc::bad_argument);
     EXPECT_NE(std::string(e.what()).find("300 ms"), std::string::npos) << e.what();
+  }
+  // The error_code form: the same refusals, and an inert object.
+  std::error_code ec;
+  {
+    tl::keep_alive ka(empty, {}, ec);
+    EXPECT_EQ(ec, tl::errc::not_owner);
+    EXPECT_NE(tl::last_error_message().find("acquire the lock first"), std::string::npos);
+    EXPECT_EQ(ka.stop(), tl::errc::not_owner) << "stop() reports the same";
+    EXPECT_EQ(ka.refreshes(), 0u);
+  }
+  {
+    tl::keep_alive ka(h, {300ms, {}}, ec);
+    EXPECT_EQ(ec, tl::errc::bad_argument);
+    EXPECT_NE(ka.last_message().find("300 ms"), std::string::npos) << ka.last_message();
   }
   // Nothing was touched: the same token, still ours.
   EXPECT_EQ(h.token(), token);

@@ -14,6 +14,7 @@
 #include "fake_os.hpp"
 #include "inspect.hpp"
 #include "file_writer.hpp"
+#include "atomic_write_impl.hpp"
 #include "temp_dir.hpp"
 #include "tokenlock/tokenlock.hpp"
 
@@ -283,6 +284,30 @@ TEST_F(AtomicWriteTest, AtomicFileStreamsAndCommits) {
   std::error_code ec;
   f.write("more", ec);
   EXPECT_EQ(ec, errc::bad_argument);
+  EXPECT_NE(f.stream(ec), nullptr) << "the stream given out stays";
+  EXPECT_FALSE(ec);
+  tokenlock::atomic_file unused(tmp / "other");
+  unused.commit();
+  EXPECT_EQ(unused.stream(ec), nullptr) << "no first stream onto a finished file";
+  EXPECT_EQ(ec, errc::bad_argument);
+  EXPECT_NE(tokenlock::last_error_message().find("already finished"), std::string::npos);
+  tokenlock::atomic_file moved_to = std::move(f);
+  EXPECT_EQ(f.stream(ec), nullptr) << "moved from";  // NOLINT(bugprone-use-after-move)
+  EXPECT_EQ(ec, errc::bad_argument);
+  EXPECT_THROW(f.stream(), tokenlock::lock_error);  // NOLINT(bugprone-use-after-move)
+  EXPECT_EQ(slurp(target), "line 1\nline 2\nline 3\n");
+}
+
+TEST_F(AtomicWriteTest, TheStreamsErrorCodeFormGivesTheSameStream) {
+  tokenlock::atomic_file f(target);
+  std::error_code ec;
+  std::ostream* out = f.stream(ec);
+  ASSERT_NE(out, nullptr);
+  EXPECT_FALSE(ec);
+  EXPECT_EQ(out, &f.stream());
+  *out << "via the pointer\n";
+  f.commit();
+  EXPECT_EQ(slurp(target), "via the pointer\n");
 }
 
 TEST_F(AtomicWriteTest, AnAtomicFileThatIsNotCommittedRollsBack) {

@@ -122,8 +122,13 @@ class atomic_file {
   void write(std::string_view data);
   void write(std::string_view data, std::error_code& ec) noexcept;
   // A buffered stream onto write(). Its failures set the stream's badbit
-  // and are reported again by commit(), which flushes it.
+  // and are reported again by commit(), which flushes it. The same stream
+  // stays available to the end; asking for the first one after the file is
+  // committed, rolled back or failed, or of a moved-from object, fails
+  // with errc::bad_argument.
   std::ostream& stream();
+  // As above; nullptr and `ec` set when there is no stream to give.
+  std::ostream* stream(std::error_code& ec) noexcept;
 
   // Flushes (per options.sync), renames over the target, syncs the
   // directory. After a failure before the rename, the temporary file is

@@ -17,10 +17,12 @@
 // Messages
 //   A lock_error's what() names the step, the path and the cause, and says
 //   how to fix it where that is known, for example:
-//     tokenlock: acquire /srv/app/locks/db: rename lockfile ->
+//     tokenlock: acquire /srv/app/locks/db: cannot rename lockfile to
 //     lockfile.1763712000000000.web1-3fa2c1d0.4242.981234.9c1e...: Permission
 //     denied; the user (uid 33) needs write and search permission on
-//     /srv/app/locks/db: ...
+//     /srv/app/locks/db and search permission on its parents: for a lock
+//     shared by several users, give them a common group and a lock
+//     directory of mode 0775 (lock_options::dir_mode)
 //   The error_code& forms cannot carry that text in the code, so they leave
 //   it in last_error_message(), per thread, until the next failure.
 //

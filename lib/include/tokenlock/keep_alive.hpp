@@ -66,9 +66,13 @@ class keep_alive {
   // the interval is not shorter than the lease, and std::system_error when
   // no thread can be started.
   explicit keep_alive(lock_handle& handle, keep_alive_options options = {});
+  // As above; on failure `ec` is set (with last_error_message() and
+  // last_message()), no thread runs, and stop() returns the same code.
+  keep_alive(lock_handle& handle, keep_alive_options options, std::error_code& ec) noexcept;
   // The same for a Redis lock's grant (tokenlock/redis_lock.hpp; defined in
   // the tokenlock_redis library).
   explicit keep_alive(redis_handle& handle, keep_alive_options options = {});
+  keep_alive(redis_handle& handle, keep_alive_options options, std::error_code& ec) noexcept;
   keep_alive(const keep_alive&) = delete;
   keep_alive& operator=(const keep_alive&) = delete;
   ~keep_alive();  // stop(), ignoring its result
@@ -87,14 +91,18 @@ class keep_alive {
 
  private:
   using refresher = std::function<void(std::error_code&)>;
+  // Throws when `ec` is null; otherwise sets it.
   keep_alive(refresher refresh, bool owns, std::chrono::milliseconds lease,
-             keep_alive_options options);
-  static std::chrono::milliseconds choose_interval(bool owns, std::chrono::milliseconds lease,
-                                                   const keep_alive_options& options);
+             keep_alive_options options, std::error_code* ec);
+  // The refresh interval, or why there is none (and its message).
+  static std::error_code choose_interval(bool owns, std::chrono::milliseconds lease,
+                                         const keep_alive_options& options,
+                                         std::chrono::milliseconds& interval,
+                                         std::string& message);
   void run() noexcept;
 
   refresher refresh_;  // the handle's refresh(ec)
-  std::chrono::milliseconds interval_;
+  std::chrono::milliseconds interval_{0};
   std::function<void(const std::error_code&)> on_refresh_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
@@ -103,7 +111,7 @@ class keep_alive {
   std::uint64_t refreshes_ = 0;
   std::error_code error_;
   std::string message_;
-  std::thread thread_;  // last: started once everything above is set
+  std::thread thread_;  // started in the constructor's body, once everything is set
 };
 
 }  // namespace tokenlock

@@ -72,6 +72,7 @@
 #include <boost/filesystem/path.hpp>
 
 #include "tokenlock/errors.hpp"
+#include "tokenlock/lock_options.hpp"
 
 namespace tokenlock {
 
@@ -82,74 +83,7 @@ struct lock_paths;
 struct wait_state;
 }
 
-struct lock_options {
-  // How long a token stays valid after acquire or refresh. A holder that
-  // needs longer refreshes; a holder that stalls past it may be taken over.
-  std::chrono::milliseconds lease = std::chrono::seconds(60);
-  // How long acquire() waits for a busy lock before errc::timed_out. Zero
-  // means one attempt (errc::busy).
-  std::chrono::milliseconds wait = std::chrono::seconds(10);
-  // Take over a token whose owner process is provably gone (same host only:
-  // kill(pid, 0) says ESRCH, the process is a zombie, or the pid was reused
-  // by a process with another start time). Off: only expired leases count.
-  bool detect_dead_owner = true;
-  // Clock disagreement tolerated between hosts: a lease counts as ended only
-  // when now > expiry + skew_allowance.
-  std::chrono::milliseconds skew_allowance = std::chrono::seconds(1);
-  // A token whose lease ends further than this in the future was written by
-  // a broken clock or a broken program; it is treated as stale (and
-  // holder() says so) instead of blocking for years.
-  std::chrono::milliseconds max_lease = std::chrono::hours(24);
-  // A legacy token, "lockfile<epoch seconds>" (the rename lock that many
-  // deployed scripts use: docs/protocol.md, Legacy tokens), names no owner
-  // and no lease: it is stale once its time plus this (and skew_allowance)
-  // has passed, as those scripts judge it.
-  std::chrono::milliseconds legacy_timeout = std::chrono::seconds(60);
-  // Mode of a lock directory (and its token) that acquire creates; applied
-  // exactly, regardless of the umask. Use 0775 or 0777 when several users
-  // share the lock.
-  unsigned dir_mode = 0755;
-  // Wake a waiter as soon as the token is released (inotify on Linux), on
-  // top of the backoff polling that is always done. It keeps waiters fair
-  // when the lock is held for a while; a waiter that sees releases follow
-  // each other within 200 us polls instead (docs/protocol.md, Waiting).
-  bool wake_on_release = true;
-  // Waiters on this host line up on a small shared file beside the lock
-  // directory, named after it with ".wait" appended (data.lock.wait): only
-  // the first in line watches the lock (by wake_on_release, or polling);
-  // the others sleep, without touching the lock, until it gets the lock
-  // and hands its place on (or stops beating: then the first to notice
-  // takes its place). A freed lock is then taken in microseconds, without
-  // waking every waiter, and waiting costs almost no CPU. A head that has
-  // waited 1 ms marks the line hungry: a process that has waited on this
-  // lock object before then joins the line instead of taking the freed
-  // lock past the head, so that a loop of acquire and release cannot
-  // starve the others. The file only times the waits: locking stays
-  // correct without it, and whatever it holds delays a waiter from a freed
-  // lock by at most 8 x backoff_max + 40 ms (440 ms by default). Where it
-  // cannot be used (no permission, no futex, a network or FUSE filesystem)
-  // waiters poll as with false. It is created only by a waiter that has
-  // seen the lock held; never truncate it while the lock is in use
-  // (docs/protocol.md, The line of waiters).
-  bool queue_waiters = true;
-  // The process that owns the lock: 0 means the calling process. With
-  // another pid (on this host), the token carries that process's pid and
-  // start time, so the lock counts as abandoned once that process is gone.
-  // The tokenlock command uses it to give a lock to the calling shell.
-  int owner_pid = 0;
-  // A waiter sleeps backoff_min at first, doubling up to backoff_max, each
-  // time ±25 % at random. Early retries are what hands the lock from one
-  // waiter to the next, and each hand-off costs the holder time: see
-  // docs/benchmarks.md before lowering backoff_min.
-  std::chrono::microseconds backoff_min = std::chrono::microseconds(100);
-  std::chrono::microseconds backoff_max = std::chrono::milliseconds(50);
-};
 
-enum class owner_liveness {
-  alive,    // same host, the process exists (or we may not look at it)
-  dead,     // same host, the process is gone, a zombie, or its pid was reused
-  unknown,  // another host (or dead-owner detection is off): lease only
-};
 
 // A snapshot of who holds a lock, for status displays and diagnostics.
 struct holder_info {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "file_writer.hpp"
+#include "atomic_write_impl.hpp"
 #include "lock_directory.hpp"
 #include "tokenlock/keep_alive.hpp"
 #include "tokenlock/redis_lock.hpp"
