@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "decimal.hpp"
 #include "tokenlock/errors.hpp"
 
 namespace tokenlock::cli {
@@ -100,15 +101,20 @@ int with_command_line(const char* command, const std::vector<std::string>& args,
 
 namespace {
 
-// Options of `run` that take a value in the next argument.
-bool takes_value(const std::string& s) {
-  return s == "-w" || s == "--wait" || s == "--lease" || s == "-E" || s == "--conflict-exit-code" ||
-         s == "--redis" || s == "--legacy-timeout";
+// Whether option `s` ("-w", "--lease") takes its value from the next
+// argument, as the options table says ("--lease=5" carries its own).
+bool takes_value(const po::options_description& d, const std::string& s) {
+  if (s.find('=') != std::string::npos) return false;
+  // Boost keeps a short name with its dash ("-w"), a long one without.
+  const bool is_short = s.size() == 2 && s[0] == '-' && s[1] != '-';
+  const po::option_description* o = d.find_nothrow(is_short ? s : s.substr(2), false);
+  return o && o->semantic()->max_tokens() > 0;
 }
 
 }  // namespace
 
-run_arguments split_run_arguments(const std::vector<std::string>& a) {
+run_arguments split_run_arguments(const std::vector<std::string>& a,
+                                  const po::options_description& d) {
   std::size_t i = 0;
   for (; i < a.size(); ++i) {
     if (a[i] == "--") {
@@ -116,7 +122,7 @@ run_arguments split_run_arguments(const std::vector<std::string>& a) {
       break;
     }
     if (a[i].size() > 1 && a[i][0] == '-') {
-      if (takes_value(a[i])) ++i;
+      if (takes_value(d, a[i])) ++i;
       continue;
     }
     break;
@@ -144,14 +150,8 @@ std::optional<unsigned> parse_mode(const std::string& s) {
 }
 
 std::optional<std::uint64_t> parse_unsigned(const std::string& s) {
-  if (s.empty()) return std::nullopt;
   std::uint64_t v = 0;
-  for (char ch : s) {
-    if (ch < '0' || ch > '9') return std::nullopt;
-    const auto digit = static_cast<std::uint64_t>(ch - '0');
-    if (v > (UINT64_MAX - digit) / 10) return std::nullopt;
-    v = v * 10 + digit;
-  }
+  if (!detail::parse_decimal(s, 20, true, UINT64_MAX, v)) return std::nullopt;
   return v;
 }
 
@@ -168,6 +168,12 @@ void add_wait_options(po::options_description& d) {
       "nonblock,n", "fail at once if the lock is busy")(
       "conflict-exit-code,E", po::value<int>()->value_name("CODE")->default_value(exit_code::busy),
       "exit status when the lock is busy or the wait times out");
+}
+
+void add_lease_option(po::options_description& d, const char* help, double default_secs) {
+  auto* value = po::value<double>()->value_name("SECS");
+  if (default_secs > 0) value->default_value(default_secs);
+  d.add_options()("lease", value, help);
 }
 
 void add_legacy_option(po::options_description& d) {

@@ -70,6 +70,10 @@ int apply_wait(const po::variables_map& v, lock_options& o);
 void apply_wait_budget(const po::variables_map& v, lock_options& o,
                        std::chrono::milliseconds if_not_given);
 
+// --lease SECS with `help`; `default_secs` 0: no default (the command
+// chooses one later). Read it with seconds_option("lease", ...).
+void add_lease_option(po::options_description& d, const char* help, double default_secs = 0);
+
 // --legacy-timeout SECS, for the commands that lock a directory: the age at
 // which a legacy "lockfile<seconds>" token is stale (lock_options).
 void add_legacy_option(po::options_description& d);
@@ -89,7 +93,9 @@ struct run_arguments {
   std::string dir;
   std::vector<std::string> command;
 };
-run_arguments split_run_arguments(const std::vector<std::string>& args);
+// `d` is run's options table: it says which options take a value.
+run_arguments split_run_arguments(const std::vector<std::string>& args,
+                                  const po::options_description& d);
 
 // "0640": octal digits only, at most 07777. std::nullopt otherwise.
 std::optional<unsigned> parse_mode(const std::string& s);

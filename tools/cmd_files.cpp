@@ -18,9 +18,7 @@ volatile std::sig_atomic_t g_interrupted = 0;
 void on_interrupt(int sig) { g_interrupted = sig; }
 
 durability parse_sync(const std::string& s) {
-  if (s == "none") return durability::none;
-  if (s == "file") return durability::file;
-  if (s == "file_and_dir") return durability::file_and_dir;
+  if (const std::optional<durability> d = durability_from_name(s)) return *d;
   throw po::error("--sync takes none, file or file_and_dir");
 }
 

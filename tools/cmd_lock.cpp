@@ -84,9 +84,10 @@ int cmd_acquire(const args& a) {
       "owner is found dead.\n\nOptions");
   add_wait_options(d);
   add_legacy_option(d);
-  d.add_options()("lease", po::value<double>()->value_name("SECS"),
-                  "how long the lock stays valid without a refresh (default 3600; with --redis "
-                  "300: Redis cannot see that the owner died)")(
+  add_lease_option(d,
+                   "how long the lock stays valid without a refresh (default 3600; with --redis "
+                   "300: Redis cannot see that the owner died)");
+  d.add_options()(
       "pid", po::value<int>()->value_name("PID"), "the owner process (default: the parent)");
   add_redis_option(d);
   return with_command_line("acquire", a, d, {"lockdir"}, [](const po::variables_map& v) {
@@ -136,8 +137,7 @@ int cmd_refresh(const args& a) {
       "Extends the lease of the lock held with TOKEN and prints the new token (the\n"
       "token's name carries its expiry, so it changes). Exits 3 when the lock does\n"
       "not hold TOKEN any more.\n\nOptions");
-  d.add_options()("lease", po::value<double>()->value_name("SECS")->default_value(acquire_default_lease_s),
-                  "the new lease, from now");
+  add_lease_option(d, "the new lease, from now", acquire_default_lease_s);
   add_redis_option(d);
   return with_command_line("refresh", a, d, {"lockdir", "token"}, [](const po::variables_map& v) {
     const auto lease = seconds_option("lease", v["lease"].as<double>(), false);

@@ -46,12 +46,12 @@ int cmd_run(const args& a) {
       "non-zero, 3 otherwise.\n\nOptions");
   add_wait_options(d);
   add_legacy_option(d);
-  d.add_options()("lease", po::value<double>()->value_name("SECS")->default_value(60),
-                  "the lease, kept alive while CMD runs")("verbose,v", "say why when the lock is busy");
+  add_lease_option(d, "the lease, kept alive while CMD runs", 60);
+  d.add_options()("verbose,v", "say why when the lock is busy");
   add_redis_option(d);
 
   // Everything after LOCKDIR belongs to the command, untouched.
-  const run_arguments split = split_run_arguments(a);
+  const run_arguments split = split_run_arguments(a, d);
   const std::string& dir = split.dir;
   const std::vector<std::string>& command = split.command;
 

@@ -67,6 +67,8 @@ bool load_config(const std::function<const char*(const char*)>& getenv, config& 
   out = config{};
   if (const char* dir = getenv("TOKENLOCK_COUNTER_DIR"); dir && *dir) out.dir = dir;
   if (const char* wait = getenv("TOKENLOCK_COUNTER_WAIT_MS"); wait && *wait) {
+    // strtol's reading (leading blanks and a sign allowed), which the Perl,
+    // PHP and Python counters reproduce: one rule for all four.
     char* end = nullptr;
     long ms = std::strtol(wait, &end, 10);
     if (*end != '\0' || ms < 0 || ms > 600000) {
@@ -85,17 +87,13 @@ bool load_config(const std::function<const char*(const char*)>& getenv, config& 
 #endif
   }
   if (const char* sync = getenv("TOKENLOCK_COUNTER_SYNC"); sync && *sync) {
-    const std::string s = sync;
-    if (s == "none")
-      out.sync = tokenlock::durability::none;
-    else if (s == "file")
-      out.sync = tokenlock::durability::file;
-    else if (s == "file_and_dir")
-      out.sync = tokenlock::durability::file_and_dir;
-    else {
-      error = "TOKENLOCK_COUNTER_SYNC must be none, file or file_and_dir, not \"" + s + "\"";
+    const std::optional<tokenlock::durability> level = tokenlock::durability_from_name(sync);
+    if (!level) {
+      error = std::string("TOKENLOCK_COUNTER_SYNC must be none, file or file_and_dir, not \"") +
+              sync + "\"";
       return false;
     }
+    out.sync = *level;
   }
   return true;
 }

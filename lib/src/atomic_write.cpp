@@ -24,6 +24,21 @@ failure atomic_write_impl(os& sys, const boost::filesystem::path& target, std::s
 
 }  // namespace detail
 
+std::optional<durability> durability_from_name(std::string_view name) noexcept {
+  for (durability d : {durability::none, durability::file, durability::file_and_dir})
+    if (name == durability_name(d)) return d;
+  return std::nullopt;
+}
+
+const char* durability_name(durability level) noexcept {
+  switch (level) {
+    case durability::none: return "none";
+    case durability::file: return "file";
+    case durability::file_and_dir: return "file_and_dir";
+  }
+  return "file_and_dir";
+}
+
 void atomic_write(const boost::filesystem::path& target, std::string_view data,
                   const write_options& options) {
   run_throwing([&] { return atomic_write_impl(*system_os(), target, data, options); });

@@ -341,7 +341,9 @@ std::size_t sweep_creation_leftovers(os& sys, const lock_paths& paths,
     const std::string p = dir_of + n;
     const std::string rest = n.substr(prefix.size());
     held_token t;
-    if (classify_name(std::string(held_prefix) + rest, &t) == name_kind::held) {
+    // t's host tag points into this name: it must outlive the judging.
+    const std::string as_token = std::string(held_prefix) + rest;
+    if (classify_name(as_token, &t) == name_kind::held) {
       if (!judge(sys, options, observed(n, t, name_kind::held)).stale) continue;
     } else if (rest.size() == 16 &&
                rest.find_first_not_of("0123456789abcdef") == std::string::npos) {

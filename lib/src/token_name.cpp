@@ -1,5 +1,7 @@
 #include "token_name.hpp"
 
+#include "decimal.hpp"
+
 #include <charconv>
 #include <climits>
 
@@ -10,17 +12,6 @@ bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_lower_hex(char c) { return is_digit(c) || (c >= 'a' && c <= 'f'); }
 bool is_host_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || is_digit(c) || c == '_' || c == '-';
-}
-
-// Decimal without sign or leading zero (a lone "0" only when allowed).
-bool parse_decimal(std::string_view s, size_t max_digits, bool allow_zero, std::uint64_t max,
-                   std::uint64_t& out) {
-  if (s.empty() || s.size() > max_digits) return false;
-  for (char c : s)
-    if (!is_digit(c)) return false;
-  if (s[0] == '0' && (s.size() > 1 || !allow_zero)) return false;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-  return ec == std::errc() && p == s.data() + s.size() && out <= max;
 }
 
 bool parse_host_tag(std::string_view s) {

@@ -13,6 +13,7 @@
 
 #include "file_writer.hpp"
 #include "atomic_write_impl.hpp"
+#include "decimal.hpp"
 #include "fnv1a.hpp"
 #include "lock_directory.hpp"
 #include "update_impl.hpp"
@@ -408,15 +409,9 @@ failure parse_counter(const std::string& path, const std::optional<std::string>&
   value.reset();
   if (!text) return {};
   const std::string& s = *text;
-  bool ok = s.size() >= 2 && s.size() <= 21 && s.back() == '\n' && (s[0] != '0' || s.size() == 2);
   std::uint64_t v = 0;
-  if (ok) {
-    for (size_t i = 0; i + 1 < s.size(); ++i) ok = ok && s[i] >= '0' && s[i] <= '9';
-    if (ok) {
-      auto [p, ec] = std::from_chars(s.data(), s.data() + s.size() - 1, v);
-      ok = ec == std::errc() && p == s.data() + s.size() - 1;
-    }
-  }
+  const bool ok = !s.empty() && s.back() == '\n' &&
+                  parse_decimal(std::string_view(s).substr(0, s.size() - 1), 20, true, UINT64_MAX, v);
   if (!ok) {
     std::string shown;
     for (char c : s.substr(0, 24)) {

@@ -171,4 +171,17 @@ std::string redis_server::cli(const std::vector<std::string>& args) const {
   return out;
 }
 
+bool redis_server::replicas_caught_up(int replicas) const {
+  const std::string cmd = "printf 'SET tokenlock-test:replication-marker 1\\nWAIT " +
+                          std::to_string(replicas) + " 20000\\n' | redis-cli -s '" + socket_ + "'";
+  std::string out;
+  FILE* f = ::popen(cmd.c_str(), "r");
+  if (!f) return false;
+  char buf[256];
+  while (std::fgets(buf, sizeof buf, f)) out = buf;  // the last line: WAIT's answer
+  ::pclose(f);
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out == std::to_string(replicas);
+}
+
 }  // namespace tokenlock::testing

@@ -43,6 +43,11 @@ class redis_server {
   // A command through redis-cli, for inspecting what the lock left:
   // its output without the trailing newline.
   std::string cli(const std::vector<std::string>& args) const;
+  // Whether `replicas` replicas have everything written so far, by any
+  // client: a marker is written and WAITed for on one connection (WAIT
+  // counts only its own connection's writes, and the replication stream is
+  // in order). Waits at most 20 s.
+  bool replicas_caught_up(int replicas) const;
 
  private:
   void start();

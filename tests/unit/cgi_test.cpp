@@ -175,8 +175,18 @@ TEST(CounterConfig, ReadsTheEnvironmentAndRefusesBadValues) {
   env = {{"TOKENLOCK_COUNTER_SYNC", "always"}};
   EXPECT_FALSE(counter::load_config(getenv, c, error));
   EXPECT_NE(error.find("TOKENLOCK_COUNTER_SYNC"), std::string::npos);
-  env = {{"TOKENLOCK_COUNTER_WAIT_MS", "-5"}};
-  EXPECT_FALSE(counter::load_config(getenv, c, error));
+  for (const char* bad : {"-5", "600001", "1e3", "5ms", ""}) {
+    env = {{"TOKENLOCK_COUNTER_WAIT_MS", bad}};
+    if (*bad == '\0') {
+      EXPECT_TRUE(counter::load_config(getenv, c, error)) << "empty: the default";
+      continue;
+    }
+    EXPECT_FALSE(counter::load_config(getenv, c, error)) << bad;
+    EXPECT_NE(error.find("0 to 600000"), std::string::npos) << error;
+  }
+  env = {{"TOKENLOCK_COUNTER_WAIT_MS", "600000"}};
+  ASSERT_TRUE(counter::load_config(getenv, c, error)) << error;
+  EXPECT_EQ(c.wait.count(), 600000);
   env = {{"TOKENLOCK_COUNTER_REDIS", "redis://127.0.0.1:6390/2"}};
 #if COUNTER_HAVE_REDIS
   ASSERT_TRUE(counter::load_config(getenv, c, error)) << error;

@@ -1092,8 +1092,9 @@ TEST_F(RenameLockTest, TheCreationDirectoryIsNamedForItsCreatorAndLease) {
   lock_for(a).acquire().release();
   const std::string prefix = (tmp / "data.lock.init.").string();
   ASSERT_EQ(made.rfind(prefix, 0), 0u) << made;
-  tokenlock::detail::held_token t;
-  ASSERT_EQ(tokenlock::detail::classify_name("lockfile." + made.substr(prefix.size()), &t),
+  tokenlock::detail::held_token t;  // its host tag points into `as_token`
+  const std::string as_token = "lockfile." + made.substr(prefix.size());
+  ASSERT_EQ(tokenlock::detail::classify_name(as_token, &t),
             tokenlock::detail::name_kind::held)
       << made;
   EXPECT_EQ(t.pid, 100);

@@ -94,6 +94,12 @@ struct write_options {
   symlink_policy symlinks = symlink_policy::replace;
 };
 
+// The names of the durability levels, as the command (--sync), the counter
+// CGI (TOKENLOCK_COUNTER_SYNC) and configuration files spell them: "none",
+// "file", "file_and_dir". std::nullopt for any other name.
+std::optional<durability> durability_from_name(std::string_view name) noexcept;
+const char* durability_name(durability level) noexcept;
+
 // Replaces `target` with `data`. Fails with errno codes (ENOENT for a
 // missing directory, EISDIR when the target is a directory, EACCES, ENOSPC,
 // EDQUOT, EIO, EFBIG ...), errc::dir_sync_failed, or errc::bad_argument.
