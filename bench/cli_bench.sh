@@ -7,6 +7,9 @@
 #   version_dynamic       the same command linked against shared libraries
 #   run_dynamic           `run` of that dynamic build (what static linking saves)
 #   run_static, flock     the comparison
+#   dotlockfile           `dotlockfile -l F true` (liblockfile-bin), when installed
+#   lockfile_progs        `lockfile-create F; true; lockfile-remove F`
+#                         (lockfile-progs: no command mode, three programs)
 # Usage: cli_bench.sh -b BUILD_DIR [-q] [-d DIR]
 #   -q  a quick run (3 rounds of 30 calls) that only checks that it works
 #   -d  the directory (filesystem) to lock in; default a new one under /tmp
@@ -32,6 +35,12 @@ true_path=$(command -v true)
 
 args=("true=$true_path" "flock=flock|$work/f|$true_path"
   "run_static=$tool|run|$work/l|--|$true_path" "version_static=$tool|--version")
+if command -v dotlockfile >/dev/null; then
+  args+=("dotlockfile=dotlockfile|-l|$work/d.lock|$true_path")
+fi
+if command -v lockfile-create >/dev/null; then
+  args+=("lockfile_progs=lockfile-create|--lock-name|$work/p.lock|;|$true_path|;|lockfile-remove|--lock-name|$work/p.lock")
+fi
 if [ -x "$dynamic" ]; then
   args+=("run_dynamic=$dynamic|run|$work/l|--|$true_path" "version_dynamic=$dynamic|--version")
 fi
@@ -41,6 +50,9 @@ echo "$out"
 value() { sed -n "s/^calls_us_$1=//p" <<<"$out"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 echo "cli_run_vs_flock=$(ratio "$(value run_static)" "$(value flock)")"
+for peer in dotlockfile lockfile_progs; do
+  [ -n "$(value $peer)" ] && echo "cli_run_vs_$peer=$(ratio "$(value run_static)" "$(value $peer)")"
+done
 if [ -x "$dynamic" ]; then
   echo "cli_run_dynamic_vs_flock=$(ratio "$(value run_dynamic)" "$(value flock)")"
   echo "cli_startup_static_vs_dynamic=$(ratio "$(value version_static)" "$(value version_dynamic)")"

@@ -7,8 +7,10 @@
 //   command_calls [-r ROUNDS] [-n CALLS] LABEL=ARGV... [LABEL=ARGV...]
 //
 // ARGV is one argument string whose words are separated by '|', so that
-// paths may contain spaces: "flock=flock|/tmp/x/f|true". Prints a table and
-// one `calls_us_<LABEL>=<microseconds>` line per command.
+// paths may contain spaces: "flock=flock|/tmp/x/f|true". A word ";" ends one
+// program and starts the next, run in turn as one call (a lock command
+// without a command mode: "lockfile-create|F|;|true|;|lockfile-remove|F").
+// Prints a table and one `calls_us_<LABEL>=<microseconds>` line per command.
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,8 +32,8 @@ namespace {
 
 struct command {
   std::string label;
-  std::vector<std::string> argv;
-  std::vector<double> per_call_us;  // one per round
+  std::vector<std::vector<std::string>> programs;  // run in turn: one call
+  std::vector<double> per_call_us;                 // one per round
 };
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -49,23 +51,25 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-// Runs the command once; exits the benchmark if it fails, since a command
-// that fails fast would look cheap.
+// Runs the command's programs once; exits the benchmark if one fails, since
+// a command that fails fast would look cheap.
 void run_once(const command& c) {
-  std::vector<char*> argv;
-  for (const auto& a : c.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  if (int err = posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ)) {
-    std::cerr << "command_calls: cannot run " << c.argv[0] << ": " << std::strerror(err) << "\n";
-    std::exit(1);
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::cerr << "command_calls: " << c.label << " failed (status " << status << ")\n";
-    std::exit(1);
+  for (const auto& program : c.programs) {
+    std::vector<char*> argv;
+    for (const auto& a : program) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    if (int err = posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ)) {
+      std::cerr << "command_calls: cannot run " << program[0] << ": " << std::strerror(err) << "\n";
+      std::exit(1);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0) {
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      std::cerr << "command_calls: " << c.label << " failed (status " << status << ")\n";
+      std::exit(1);
+    }
   }
 }
 
@@ -89,7 +93,13 @@ int main(int argc, char** argv) {
     } else if (a.find('=') != std::string::npos) {
       command c;
       c.label = a.substr(0, a.find('='));
-      c.argv = split(a.substr(a.find('=') + 1), '|');
+      c.programs.emplace_back();
+      for (auto& word : split(a.substr(a.find('=') + 1), '|')) {
+        if (word == ";")
+          c.programs.emplace_back();
+        else
+          c.programs.back().push_back(std::move(word));
+      }
       commands.push_back(std::move(c));
     } else {
       std::cerr << "usage: command_calls [-r ROUNDS] [-n CALLS] LABEL=ARG|ARG|... ...\n";

@@ -113,6 +113,23 @@ bool takes_value(const po::options_description& d, const std::string& s) {
 
 }  // namespace
 
+po::options_description run_options() {
+  po::options_description d(
+      "Usage: tokenlock run [-w SECS | -n] [--lease SECS] [-E CODE] LOCKDIR [--] CMD [ARGS...]\n\n"
+      "Runs CMD with its arguments untouched while holding the lock, refreshes the lease\n"
+      "every third of it while CMD runs, passes SIGTERM, SIGINT and SIGHUP on to CMD, and\n"
+      "releases the lock when CMD ends. Exits with CMD's status (128+N when a signal N\n"
+      "killed it), or with CODE (default 1) when the lock stays busy. If the lock is\n"
+      "lost while CMD runs, that is said on stderr and the exit status is CMD's when\n"
+      "non-zero, 3 otherwise.\n\nOptions");
+  add_wait_options(d);
+  add_legacy_option(d);
+  add_lease_option(d, "the lease, kept alive while CMD runs", 60);
+  d.add_options()("verbose,v", "say why when the lock is busy");
+  add_redis_option(d);
+  return d;
+}
+
 run_arguments split_run_arguments(const std::vector<std::string>& a,
                                   const po::options_description& d) {
   std::size_t i = 0;
@@ -150,8 +167,11 @@ std::optional<unsigned> parse_mode(const std::string& s) {
 }
 
 std::optional<std::uint64_t> parse_unsigned(const std::string& s) {
+  // A person may write --by 007; the strict parser reads what follows.
+  std::string_view digits = s;
+  while (digits.size() > 1 && digits[0] == '0') digits.remove_prefix(1);
   std::uint64_t v = 0;
-  if (!detail::parse_decimal(s, 20, true, UINT64_MAX, v)) return std::nullopt;
+  if (!detail::parse_decimal(digits, 20, true, UINT64_MAX, v)) return std::nullopt;
   return v;
 }
 

@@ -93,6 +93,9 @@ struct run_arguments {
   std::string dir;
   std::vector<std::string> command;
 };
+// run's options table (with its usage text), here so that the split below
+// and its fuzzer see the same table as the command.
+po::options_description run_options();
 // `d` is run's options table: it says which options take a value.
 run_arguments split_run_arguments(const std::vector<std::string>& args,
                                   const po::options_description& d);

@@ -36,19 +36,7 @@ std::string describe_status(int status) {
 }  // namespace
 
 int cmd_run(const args& a) {
-  po::options_description d(
-      "Usage: tokenlock run [-w SECS | -n] [--lease SECS] [-E CODE] LOCKDIR [--] CMD [ARGS...]\n\n"
-      "Runs CMD with its arguments untouched while holding the lock, refreshes the lease\n"
-      "every third of it while CMD runs, passes SIGTERM, SIGINT and SIGHUP on to CMD, and\n"
-      "releases the lock when CMD ends. Exits with CMD's status (128+N when a signal N\n"
-      "killed it), or with CODE (default 1) when the lock stays busy. If the lock is\n"
-      "lost while CMD runs, that is said on stderr and the exit status is CMD's when\n"
-      "non-zero, 3 otherwise.\n\nOptions");
-  add_wait_options(d);
-  add_legacy_option(d);
-  add_lease_option(d, "the lease, kept alive while CMD runs", 60);
-  d.add_options()("verbose,v", "say why when the lock is busy");
-  add_redis_option(d);
+  po::options_description d = run_options();
 
   // Everything after LOCKDIR belongs to the command, untouched.
   const run_arguments split = split_run_arguments(a, d);

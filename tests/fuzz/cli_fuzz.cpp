@@ -47,7 +47,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
 
   using tokenlock::cli::run_arguments;
-  const run_arguments r = tokenlock::cli::split_run_arguments(args);
+  static const auto table = tokenlock::cli::run_options();
+  const run_arguments r = tokenlock::cli::split_run_arguments(args, table);
   if (r.options.size() > args.size()) fail("more options than arguments");
   for (std::size_t i = 0; i < r.options.size(); ++i)
     if (r.options[i] != args[i]) fail("options are not a prefix of the arguments");
