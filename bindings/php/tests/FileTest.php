@@ -19,6 +19,23 @@ use function Tokenlock\writeFile;
 
 final class FileTest extends TempDirTestCase
 {
+    /**
+     * A child process that holds $lockDir until the test sends it anything;
+     * it then releases and says 'released'. Returns once the lock is held.
+     */
+    private function holdInChild(string $lockDir): Child
+    {
+        $child = Child::start(function (Channel $ch) use ($lockDir): void {
+            $lock = Lock::acquire($lockDir);
+            $ch->send('held');
+            $ch->receive();
+            $lock->release();
+            $ch->send('released');
+        });
+        $this->assertSame('held', $child->channel->receive());
+        return $child;
+    }
+
     public function testIncrementCountsFromAMissingFileUnderFileDotLock(): void
     {
         $file = "$this->dir/hits.count";
@@ -161,14 +178,7 @@ final class FileTest extends TempDirTestCase
     {
         $file = "$this->dir/c.count";
         file_put_contents($file, "7\n");
-        $child = Child::start(function (Channel $ch) use ($file): void {
-            $lock = Lock::acquire("$file.lock");
-            $ch->send('held');
-            $ch->receive();
-            $lock->release();
-            $ch->send('released');
-        });
-        $this->assertSame('held', $child->channel->receive());
+        $child = $this->holdInChild("$file.lock");
 
         $start = microtime(true);
         try {
@@ -317,13 +327,7 @@ final class FileTest extends TempDirTestCase
     {
         $file = "$this->dir/f";
         file_put_contents($file, "old\n");
-        $child = Child::start(function (Channel $ch) use ($file): void {
-            $lock = Lock::acquire("$file.lock");
-            $ch->send('held');
-            $ch->receive();
-            $lock->release();
-        });
-        $this->assertSame('held', $child->channel->receive());
+        $child = $this->holdInChild("$file.lock");
         try {
             // The command waits 10 s for a lock it is to hold while writing.
             writeFile($file, "new\n", ['lock' => "$file.lock"]);
@@ -341,14 +345,7 @@ final class FileTest extends TempDirTestCase
     {
         $file = "$this->dir/f";
         file_put_contents($file, "old\n");
-        $child = Child::start(function (Channel $ch) use ($file): void {
-            $lock = Lock::acquire("$file.lock");
-            $ch->send('held');
-            $ch->receive();
-            $lock->release();
-            $ch->send('released');
-        });
-        $this->assertSame('held', $child->channel->receive());
+        $child = $this->holdInChild("$file.lock");
 
         $start = microtime(true);
         try {
