@@ -37,21 +37,19 @@ failure compute_keeping(Handle& h, const write_target& t, const compute_function
                         const std::optional<std::string>& current, std::string& next,
                         bool keep) {
   if (!keep) return compute(current, next);
-  std::optional<keep_alive> keeper;
-  try {
-    keeper.emplace(h);
-  } catch (const std::system_error& e) {
-    return make_failure(e.code(), describe("keep the lease alive", t.path,
-                                           std::string(e.what()) + "; nothing was written", {}));
-  }
+  std::error_code ec;
+  keep_alive keeper(h, {}, ec);
+  if (ec)
+    return make_failure(ec, describe("keep the lease alive", t.path,
+                                     keeper.last_message() + "; nothing was written", {}));
   failure f = compute(current, next);
-  keeper->stop();
+  keeper.stop();
   if (f) return f;
-  if (keeper->lost())
+  if (keeper.lost())
     return make_failure(errc::lock_lost,
                         describe("commit", t.path,
                                  "the lock was taken over while the update function ran (" +
-                                     keeper->last_message() +
+                                     keeper.last_message() +
                                      "); nothing was written and the new owner's data is intact",
                                  {}));
   return {};
