@@ -129,12 +129,11 @@ fi
 if [ "$mode" = load ]; then exit 0; fi
 
 # --- CGI processes killed with SIGKILL under load --------------------------
-# Only this server's CGI processes, told by their executable: another test's
+# Only this server's CGI processes, told by ancestry: another test's
 # counter.cgi (another server, run at the same time) is not ours to kill.
 kill_our_cgis() {  # prints how many it killed
   local p killed=0
-  for p in $(find /proc -mindepth 2 -maxdepth 2 -name exe -lname "$work/cgi/counter.cgi" \
-    -printf '%h\n' 2>/dev/null | sed 's|^/proc/||'); do
+  for p in $(server_processes_named counter.cgi); do
     kill -9 "$p" 2>/dev/null && killed=$((killed + 1))
   done
   echo "$killed"

@@ -129,6 +129,30 @@ stop_server() {
   SERVER_PID=
 }
 
+# Pids of the running server's processes, at any depth below SERVER_PID,
+# whose command name is $1. Told by /proc/PID/stat, which every user may
+# read: /proc/PID/exe of processes running as the CGI user needs ptrace
+# rights that root in a container may lack. Builtins only, so that the scan
+# is quick enough to catch CGI processes that live a few milliseconds.
+server_processes_named() {
+  local name=$1 stat line rest q ppid pid
+  for stat in /proc/[0-9]*/stat; do
+    read -r line 2>/dev/null <"$stat" || continue
+    rest=${line#*\(}
+    [ "${rest%%) *}" = "$name" ] || continue
+    pid=${line%% *}
+    q=$pid
+    while [ "$q" -gt 1 ]; do
+      read -r line 2>/dev/null <"/proc/$q/stat" || break
+      rest=${line##*) }
+      ppid=${rest#* }
+      ppid=${ppid%% *}
+      if [ "$ppid" = "$SERVER_PID" ]; then echo "$pid"; break; fi
+      q=$ppid
+    done
+  done
+}
+
 # A data directory the CGI user can write, below a path it can search.
 make_data_dir() {
   mkdir -p "$1"
