@@ -6,10 +6,17 @@
 #include <condition_variable>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <boost/filesystem.hpp>
 
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "posix/socket_io.hpp"
 #include "redis/redis_url.hpp"
 #include "inspect.hpp"
 #include "redis_server.hpp"
@@ -34,6 +41,30 @@ using tokenlock::testing::temp_files_below;
 namespace fs = boost::filesystem;
 
 namespace {
+
+// ---- the link ---------------------------------------------------------------
+
+// A write to a link whose peer has gone is an error the caller sees, never
+// SIGPIPE: in a child whose SIGPIPE has its default action (the end of the
+// process), two writes to a socket whose other end was closed.
+TEST(RedisLink, AWriteToAClosedLinkFailsWithEpipeInsteadOfRaisingSigpipe) {
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::signal(SIGPIPE, SIG_DFL);
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) _exit(100);
+    ::close(sv[1]);
+    const char msg[] = "PING\r\n";
+    const int first = tokenlock::detail::posix::send_all(sv[0], msg, sizeof msg - 1);
+    const int second = tokenlock::detail::posix::send_all(sv[0], msg, sizeof msg - 1);
+    _exit(first == EPIPE && second == EPIPE ? 0 : 101);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_FALSE(WIFSIGNALED(status)) << "ended by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
 
 // ---- URLs (no server) --------------------------------------------------------
 
@@ -148,6 +179,26 @@ TEST_F(RedisLockTest, GrantsOneHolderAtATimeWithIncreasingFences) {
   // Another name is another lock.
   redis_handle other = lock("elsewhere", options()).acquire();
   EXPECT_TRUE(other.owns());
+}
+
+// A handle moved (try_acquire's optional, a container, a return) is the
+// same grant: its release and refresh act on the lock, and the one moved
+// from owns nothing.
+TEST_F(RedisLockTest, AMovedHandleReleasesAndRefreshesTheSameGrant) {
+  redis_lock a = lock("coupons", options()), b = lock("coupons", options());
+  std::optional<redis_handle> h = a.try_acquire();
+  ASSERT_TRUE(h.has_value());
+  redis_handle moved = std::move(*h);
+  EXPECT_FALSE(h->owns());
+  ASSERT_TRUE(moved.owns());
+  moved.refresh();
+  redis_handle assigned;
+  assigned = std::move(moved);
+  EXPECT_FALSE(moved.owns());
+  assigned.release();
+  EXPECT_FALSE(a.holder().has_value()) << "the moved handle's release left the lock held";
+  std::optional<redis_handle> g = b.try_acquire();
+  EXPECT_TRUE(g.has_value());
 }
 
 TEST_F(RedisLockTest, HolderDescribesTheGrantAndTheKeysExpire) {
@@ -294,7 +345,7 @@ TEST_F(RedisLockTest, AGrantWaitsForItsReplicaAndFailsWhenTheReplicaStopsAnsweri
   redis_lock a = lock("coupons", o);
   redis_handle h = a.acquire();
   // Acknowledged: the replica has the grant as the primary made it.
-  EXPECT_EQ(replica.cli({"HGET", "tokenlock:coupons", "fence"}), std::to_string(h.fence()));
+  EXPECT_EQ(replica.cli({"GET", "tokenlock:coupons"}), std::to_string(h.fence()) + " " + h.owner());
   h.release();
 
   replica.stop_answering();
@@ -584,7 +635,7 @@ TEST(RedisLockErrors, AnAclUserInTheUrlIsUsedAndOneWithoutTheRightsIsToldWhatToA
   o.wait = 0ms;
   redis_handle h = redis_lock(server.url("locker:lockpw"), "coupons", o).acquire();
   EXPECT_TRUE(h.owns());
-  EXPECT_EQ(server.cli({"HGET", "tokenlock:coupons", "fence"}), std::to_string(h.fence()));
+  EXPECT_EQ(server.cli({"GET", "tokenlock:coupons"}), std::to_string(h.fence()) + " " + h.owner());
   h.release();
 
   const auto wrong = error_of([&] { redis_lock(server.url("locker:readpw"), "coupons", o).acquire(); });

@@ -9,8 +9,6 @@
 
 namespace tokenlock::detail::posix {
 
-static_assert(sizeof(sigset_t) <= 128, "sigpipe_guard keeps a sigset_t in 128 bytes");
-
 const int stop_signals[stop_signal_count] = {SIGTERM, SIGINT, SIGHUP};
 
 int current_pid() noexcept { return ::getpid(); }
@@ -50,29 +48,5 @@ std::error_code install_stop_handler(int sig, void (*handler)(int), bool& kept) 
 }
 
 std::string signal_name(int sig) { return ::strsignal(sig); }
-
-sigpipe_guard::sigpipe_guard() noexcept {
-  sigset_t pipe, pending;
-  sigemptyset(&pipe);
-  sigaddset(&pipe, SIGPIPE);
-  sigpending(&pending);
-  was_pending_ = sigismember(&pending, SIGPIPE) == 1;
-  blocked_ = pthread_sigmask(SIG_BLOCK, &pipe, reinterpret_cast<sigset_t*>(old_mask_)) == 0;
-}
-
-sigpipe_guard::~sigpipe_guard() {
-  if (!blocked_) return;
-  if (!was_pending_) {
-    sigset_t pipe;
-    sigemptyset(&pipe);
-    sigaddset(&pipe, SIGPIPE);
-    const timespec none{0, 0};
-    const int saved = errno;
-    while (sigtimedwait(&pipe, nullptr, &none) == SIGPIPE) {
-    }
-    errno = saved;
-  }
-  pthread_sigmask(SIG_SETMASK, reinterpret_cast<const sigset_t*>(old_mask_), nullptr);
-}
 
 }  // namespace tokenlock::detail::posix

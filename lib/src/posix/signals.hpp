@@ -33,20 +33,4 @@ int after_fork_in_child(void (*child)()) noexcept;
 std::error_code install_stop_handler(int sig, void (*handler)(int), bool& kept) noexcept;
 std::string signal_name(int sig);
 
-// Blocks SIGPIPE in this thread for its lifetime, and takes one it raised
-// before restoring the mask, so that a write to a closed socket fails with
-// EPIPE instead of ending the program (the Redis client's writes).
-class sigpipe_guard {
- public:
-  sigpipe_guard() noexcept;
-  ~sigpipe_guard();
-  sigpipe_guard(const sigpipe_guard&) = delete;
-  sigpipe_guard& operator=(const sigpipe_guard&) = delete;
-
- private:
-  alignas(8) unsigned char old_mask_[128];  // a sigset_t, without <signal.h> here
-  bool was_pending_ = false;
-  bool blocked_ = false;
-};
-
 }  // namespace tokenlock::detail::posix

@@ -1,6 +1,7 @@
 #include "redis/redis_connection.hpp"
 
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 
@@ -10,7 +11,7 @@
 #include <hiredis/hiredis.h>
 
 #include "posix/os.hpp"
-#include "posix/signals.hpp"
+#include "posix/socket_io.hpp"
 
 namespace tokenlock::detail {
 
@@ -37,10 +38,25 @@ std::string sha1_hex(const std::string& s) {
 
 std::uint64_t fork_generation() { return system_os()->fork_generation(); }
 
-// hiredis writes with write(2): a server that went away would raise SIGPIPE
-// and end the program. A library must not: posix::sigpipe_guard blocks it
-// around each command, so the caller sees EPIPE as an error instead.
-using posix::sigpipe_guard;
+// A command in the protocol's request form: an array of bulk strings.
+// Written here rather than by redisFormatCommandArgv, whose sprintf per
+// argument cost the client more than the rest of a lock cycle.
+void encode_command(const std::vector<std::string>& argv, std::string& out) {
+  out.clear();
+  char num[24];
+  auto append_header = [&](char kind, std::size_t n) {
+    out.push_back(kind);
+    const auto r = std::to_chars(num, num + sizeof num, n);
+    out.append(num, r.ptr);
+    out.append("\r\n", 2);
+  };
+  append_header('*', argv.size());
+  for (const std::string& a : argv) {
+    append_header('$', a.size());
+    out.append(a);
+    out.append("\r\n", 2);
+  }
+}
 
 // What to do about an error reply, where it is known.
 std::string hint_for(std::string_view reply) {
@@ -175,26 +191,24 @@ failure redis_connection::command(const char* step, const std::vector<std::strin
     if (failure f = connect(step)) return f;
     fresh = true;
   }
-  std::vector<const char*> args;
-  std::vector<std::size_t> lens;
-  args.reserve(argv.size());
-  lens.reserve(argv.size());
-  for (const auto& a : argv) {
-    args.push_back(a.data());
-    lens.push_back(a.size());
-  }
   const bool custom = timeout.count() > 0 && timeout != command_timeout_;
   if (custom) redisSetTimeout(ctx_, to_timeval(timeout));
-  errno = 0;
-  void* raw;
-  int saved;
-  {
-    sigpipe_guard no_sigpipe;
-    raw = redisCommandArgv(ctx_, static_cast<int>(args.size()), args.data(), lens.data());
+  // The command is sent here, not by hiredis: its write(2) would raise
+  // SIGPIPE on a link the server closed (posix::send_all). hiredis then only
+  // reads the reply, from a socket whose buffer it has nothing to flush.
+  encode_command(argv, wire_);
+  int err = 0;
+  int saved = posix::send_all(ctx_->fd, wire_.data(), wire_.size());
+  void* raw = nullptr;
+  if (saved != 0) {
+    err = REDIS_ERR_IO;
+  } else {
+    errno = 0;
+    if (redisGetReply(ctx_, &raw) != REDIS_OK) raw = nullptr;
     saved = errno;
+    err = ctx_->err;
   }
   if (!raw) {
-    const int err = ctx_->err;
     // A link that sat idle may have been closed by the server (a restart,
     // a failover, a timeout): the command never reached it. Once, on a new
     // link; every script of the lock is safe to run twice.

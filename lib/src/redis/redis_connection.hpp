@@ -65,6 +65,7 @@ class redis_connection {
   std::string parse_error_;
   std::chrono::milliseconds connect_timeout_, command_timeout_;
   redisContext* ctx_ = nullptr;
+  std::string wire_;  // the last command as sent, kept for its capacity
   std::uint64_t fork_generation_ = 0;
 };
 

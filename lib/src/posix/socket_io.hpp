@@ -1,0 +1,19 @@
+// Socket writes for the Redis client, beside the OS seam (os.hpp) so that,
+// as there, nothing outside lib/src/posix/ calls the OS.
+#pragma once
+
+#include <cstddef>
+
+namespace tokenlock::detail::posix {
+
+// Writes all `size` bytes of `data` to the connected socket `fd`, resuming
+// after partial writes and EINTR. 0 on success, else the errno of the write
+// that failed (EAGAIN when the socket's send timeout ran out).
+//
+// A peer that closed the connection makes the write fail with EPIPE
+// instead of raising SIGPIPE (MSG_NOSIGNAL): a library must not end the
+// program it runs in, and this costs no system call more than the write,
+// where blocking the signal around each command cost four.
+int send_all(int fd, const char* data, std::size_t size) noexcept;
+
+}  // namespace tokenlock::detail::posix
