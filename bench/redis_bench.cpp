@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -85,11 +86,35 @@ double us_since(clk::time_point t) {
   return std::chrono::duration<double, std::micro>(clk::now() - t).count();
 }
 
+// The server's own time spent so far in the commands named, in
+// microseconds (INFO commandstats).
+double server_usec(redisContext* c, std::initializer_list<std::string> names) {
+  auto* r = static_cast<redisReply*>(redisCommand(c, "INFO commandstats"));
+  if (!r || r->type != REDIS_REPLY_STRING) die("INFO commandstats failed");
+  double total = 0;
+  const std::string text(r->str, r->len);
+  freeReplyObject(r);
+  for (std::size_t at = 0; (at = text.find("cmdstat_", at)) != std::string::npos;) {
+    const std::size_t colon = text.find(':', at);
+    const std::string name = text.substr(at + 8, colon - at - 8);
+    const std::size_t u = text.find(",usec=", colon);
+    for (const std::string& n : names)
+      if (name == n) total += std::atof(text.c_str() + u + 6);
+    at = colon;
+  }
+  return total;
+}
+
 int pair(const std::string& url, int rounds, int n) {
   redisContext* c = raw_connect(url);
   tokenlock::redis_lock lock(url, "bench:pair");
   std::vector<double> floor_us, lock_us;
+  // Where the lock's extra time goes: the server's time per cycle in each
+  // half (the lock's scripts count their inner commands too, so only
+  // EVALSHA is summed for it).
+  double floor_server = 0, lock_server = 0;
   for (int r = 0; r < rounds; ++r) {
+    const double s0 = server_usec(c, {"set", "del"});
     auto t = clk::now();
     for (int i = 0; i < n; ++i) {
       auto* a = static_cast<redisReply*>(redisCommand(c, "SET bench:floor x NX PX 30000"));
@@ -99,9 +124,13 @@ int pair(const std::string& url, int rounds, int n) {
       freeReplyObject(b);
     }
     floor_us.push_back(us_since(t) / n);
+    const double s1 = server_usec(c, {"set", "del"});
+    const double e0 = server_usec(c, {"evalsha"});
     t = clk::now();
     for (int i = 0; i < n; ++i) lock.acquire().release();
     lock_us.push_back(us_since(t) / n);
+    lock_server += server_usec(c, {"evalsha"}) - e0;
+    floor_server += s1 - s0;
   }
   // The ratio of each round's pair, then their median: a machine whose
   // speed drifts (a shared VM) moves both halves of a round alike.
@@ -110,20 +139,25 @@ int pair(const std::string& url, int rounds, int n) {
   std::printf("FIGURE name=floor_set_nx_del value=%.1f unit=us\n", median(floor_us));
   std::printf("FIGURE name=lock_acquire_release value=%.1f unit=us\n", median(lock_us));
   std::printf("FIGURE name=lock_vs_floor value=%.2f unit=x\n", median(ratio));
+  const double cycles = static_cast<double>(rounds) * n;
+  std::printf("FIGURE name=floor_server_time value=%.1f unit=us\n", floor_server / cycles);
+  std::printf("FIGURE name=lock_server_time value=%.1f unit=us\n", lock_server / cycles);
   redisFree(c);
   return 0;
 }
 
 int handoff(const std::string& url, int n) {
   redisContext* c = raw_connect(url);
+  // Round trips are timed between the hand-offs, not before them: what a
+  // round trip costs on a shared VM drifts over a run.
   std::vector<double> rtt;
-  for (int i = 0; i < 200; ++i) {
-    auto t = clk::now();
-    freeReplyObject(redisCommand(c, "PING"));
-    rtt.push_back(us_since(t));
-  }
   std::vector<double> lat;
   for (int i = 0; i < n; ++i) {
+    for (int k = 0; k < 5; ++k) {
+      auto t = clk::now();
+      freeReplyObject(redisCommand(c, "PING"));
+      rtt.push_back(us_since(t));
+    }
     tokenlock::redis_lock_options o;
     o.wait = 10s;
     tokenlock::redis_lock holder_lock(url, "bench:handoff", o);

@@ -41,7 +41,7 @@ std::uint64_t fork_generation() { return system_os()->fork_generation(); }
 // A command in the protocol's request form: an array of bulk strings.
 // Written here rather than by redisFormatCommandArgv, whose sprintf per
 // argument cost the client more than the rest of a lock cycle.
-void encode_command(const std::vector<std::string>& argv, std::string& out) {
+void encode_command(const std::string_view* argv, std::size_t argc, std::string& out) {
   out.clear();
   char num[24];
   auto append_header = [&](char kind, std::size_t n) {
@@ -50,10 +50,10 @@ void encode_command(const std::vector<std::string>& argv, std::string& out) {
     out.append(num, r.ptr);
     out.append("\r\n", 2);
   };
-  append_header('*', argv.size());
-  for (const std::string& a : argv) {
-    append_header('$', a.size());
-    out.append(a);
+  append_header('*', argc);
+  for (std::size_t i = 0; i < argc; ++i) {
+    append_header('$', argv[i].size());
+    out.append(argv[i]);
     out.append("\r\n", 2);
   }
 }
@@ -164,11 +164,12 @@ failure redis_connection::connect(const char* step) {
   }
   redisSetTimeout(c, to_timeval(command_timeout_));
   if (endpoint_.has_password) {
-    std::vector<std::string> auth{"AUTH"};
-    if (!endpoint_.user.empty()) auth.push_back(endpoint_.user);
-    auth.push_back(endpoint_.password);
+    const std::string_view with_user[] = {"AUTH", endpoint_.user, endpoint_.password};
+    const std::string_view* auth = endpoint_.user.empty() ? nullptr : with_user;
+    const std::string_view password_only[] = {"AUTH", endpoint_.password};
     reply_ptr r;
-    if (failure f = command("authenticate", auth, r)) {
+    if (failure f = auth ? command("authenticate", auth, 3, r)
+                         : command("authenticate", password_only, 2, r)) {
       close();
       return f;
     }
@@ -183,8 +184,14 @@ failure redis_connection::connect(const char* step) {
   return {};
 }
 
-failure redis_connection::command(const char* step, const std::vector<std::string>& argv,
+failure redis_connection::command(const char* step, std::initializer_list<std::string_view> argv,
                                   reply_ptr& out, std::chrono::milliseconds timeout) {
+  return command(step, argv.begin(), argv.size(), out, timeout);
+}
+
+failure redis_connection::command(const char* step, const std::string_view* argv,
+                                  std::size_t argc, reply_ptr& out,
+                                  std::chrono::milliseconds timeout) {
   out.reset();
   bool fresh = false;
   if (!ctx_ || fork_generation_ != fork_generation()) {
@@ -196,7 +203,7 @@ failure redis_connection::command(const char* step, const std::vector<std::strin
   // The command is sent here, not by hiredis: its write(2) would raise
   // SIGPIPE on a link the server closed (posix::send_all). hiredis then only
   // reads the reply, from a socket whose buffer it has nothing to flush.
-  encode_command(argv, wire_);
+  encode_command(argv, argc, wire_);
   int err = 0;
   int saved = posix::send_all(ctx_->fd, wire_.data(), wire_.size());
   void* raw = nullptr;
@@ -216,9 +223,9 @@ failure redis_connection::command(const char* step, const std::vector<std::strin
                         (err == REDIS_ERR_IO && (saved == ECONNRESET || saved == EPIPE));
     if (!fresh && broken) {
       close();
-      return command(step, argv, out, timeout);
+      return command(step, argv, argc, out, timeout);
     }
-    return io_failure(step, argv.empty() ? "command" : argv[0], err, saved);
+    return io_failure(step, argc == 0 ? std::string("command") : std::string(argv[0]), err, saved);
   }
   if (custom) redisSetTimeout(ctx_, to_timeval(command_timeout_));
   out.reset(static_cast<redisReply*>(raw));
@@ -232,17 +239,29 @@ failure redis_connection::command(const char* step, const std::vector<std::strin
 }
 
 failure redis_connection::eval(const char* step, const redis_script& script,
-                               const std::vector<std::string>& keys,
-                               const std::vector<std::string>& args, reply_ptr& out) {
-  std::vector<std::string> argv{"EVALSHA", script.sha1, std::to_string(keys.size())};
-  argv.insert(argv.end(), keys.begin(), keys.end());
-  argv.insert(argv.end(), args.begin(), args.end());
-  failure f = command(step, argv, out);
+                               std::initializer_list<std::string_view> keys,
+                               std::initializer_list<std::string_view> args, reply_ptr& out) {
+  // EVALSHA sha numkeys key... arg...: every lock script has at most 4 keys
+  // and 5 arguments.
+  constexpr std::size_t most = 12;
+  if (3 + keys.size() + args.size() > most)
+    return make_failure(errc::bad_argument,
+                        "tokenlock: " + std::string(step) + ": too many script arguments");
+  char numkeys[24];
+  const auto n = std::to_chars(numkeys, numkeys + sizeof numkeys, keys.size());
+  std::string_view argv[most];
+  std::size_t argc = 0;
+  argv[argc++] = "EVALSHA";
+  argv[argc++] = script.sha1;
+  argv[argc++] = std::string_view(numkeys, static_cast<std::size_t>(n.ptr - numkeys));
+  for (std::string_view k : keys) argv[argc++] = k;
+  for (std::string_view a : args) argv[argc++] = a;
+  failure f = command(step, argv, argc, out);
   if (f && f.code == errc::server_error && f.message.find("\"NOSCRIPT") != std::string::npos) {
     // A restarted or flushed server forgot it: EVAL loads it again.
     argv[0] = "EVAL";
     argv[1] = script.body;
-    f = command(step, argv, out);
+    f = command(step, argv, argc, out);
   }
   return f;
 }

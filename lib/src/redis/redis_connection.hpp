@@ -4,11 +4,12 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "failure.hpp"
 #include "redis/redis_url.hpp"
@@ -42,13 +43,17 @@ class redis_connection {
 
   // Runs one command and waits up to `timeout` (0: the command timeout) for
   // its reply. An error reply is a failure (server_error). `step` names
-  // what the command is for, in messages.
-  failure command(const char* step, const std::vector<std::string>& argv, reply_ptr& out,
+  // what the command is for, in messages. The arguments are views: nothing
+  // is copied on the way to the socket.
+  failure command(const char* step, std::initializer_list<std::string_view> argv, reply_ptr& out,
                   std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+  failure command(const char* step, const std::string_view* argv, std::size_t argc,
+                  reply_ptr& out, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
 
   // EVALSHA, and EVAL when the server does not know the script.
-  failure eval(const char* step, const redis_script& script, const std::vector<std::string>& keys,
-               const std::vector<std::string>& args, reply_ptr& out);
+  failure eval(const char* step, const redis_script& script,
+               std::initializer_list<std::string_view> keys,
+               std::initializer_list<std::string_view> args, reply_ptr& out);
 
   // For messages: the server without credentials ("redis://host:port").
   std::string server() const;

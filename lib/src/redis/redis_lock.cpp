@@ -1,5 +1,6 @@
 #include "tokenlock/redis_lock.hpp"
 
+#include <charconv>
 #include <cstdio>
 #include <string_view>
 
@@ -30,8 +31,27 @@ namespace detail {
 // The grant is one string, not a hash of owner and fence: one SET with PX
 // writes it where a hash took HSET and PEXPIRE, and an uncontended cycle
 // costs the server about a third less (docs/redis.md, Figures).
-struct redis_keys {
-  std::string lock, fence, wake, waiters;
+// The four names in one buffer (one allocation per call, not four); views
+// into it, so neither copied nor moved.
+class redis_keys {
+ public:
+  explicit redis_keys(std::string_view base)
+      : buf_(std::string(base) + ":fence" + std::string(base) + ":wake" + std::string(base) +
+             ":waiters") {
+    const std::size_t b = base.size();
+    const std::string_view all(buf_);
+    fence = all.substr(0, b + 6);
+    lock = all.substr(0, b);
+    wake = all.substr(b + 6, b + 5);
+    waiters = all.substr(2 * b + 11);
+  }
+  redis_keys(const redis_keys&) = delete;
+  redis_keys& operator=(const redis_keys&) = delete;
+
+  std::string_view lock, fence, wake, waiters;
+
+ private:
+  std::string buf_;
 };
 
 // The grant's two parts, in Lua: `grant(v)` returns owner, fence.
@@ -69,6 +89,8 @@ if last >= now then fence = last + 1; behind = last - now + 1 end
 local f = string.format('%.0f', fence)
 redis.call('SET', KEYS[1], f .. ' ' .. ARGV[1], 'PX', ARGV[2])
 redis.call('SET', KEYS[2], f, 'PX', ARGV[3])
+-- The common answer is the fence alone: an array costs the server more.
+if behind == 0 then return fence end
 return {1, ARGV[1], fence, tonumber(ARGV[2]), behind}
 )lua");
   return s;
@@ -92,7 +114,7 @@ if owner == ARGV[1] then
   else
     redis.call('PEXPIRE', KEYS[1], ARGV[3])
   end
-  return {1, '', 0}
+  return 1
 end
 if owner then return {0, 'taken', held} end
 local last = redis.call('GET', KEYS[2])
@@ -134,9 +156,8 @@ return {1, owner}
 
 constexpr std::int64_t fence_ttl_ms = 24LL * 3600 * 1000;
 
-redis_keys keys_for(const redis_lock_options& o, const std::string& name) {
-  const std::string base = o.key_prefix + name;
-  return {base, base + ":fence", base + ":wake", base + ":waiters"};
+std::string lock_key(const redis_lock_options& o, const std::string& name) {
+  return o.key_prefix + name;
 }
 
 // Element i of an array reply, as an integer (integer or numeric string).
@@ -242,7 +263,7 @@ failure acquire_impl(const std::string& url, const std::string& name,
   busy = false;
   if (failure f = validate(o, name)) return f;
   if (!conn) conn = std::make_shared<redis_connection>(url, o.connect_timeout, o.command_timeout);
-  const redis_keys k = keys_for(o, name);
+  const redis_keys k(lock_key(o, name));
   const std::string owner = new_owner_id();
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + (may_wait ? o.wait : std::chrono::milliseconds(0));
@@ -258,9 +279,15 @@ failure acquire_impl(const std::string& url, const std::string& name,
       return f;
     waited = false;
     long long granted = 0, fence = 0, pttl = 0, behind = 0;
-    if (!int_at(r.get(), 0, granted) || !int_at(r.get(), 2, fence) || !int_at(r.get(), 3, pttl) ||
-        !int_at(r.get(), 4, behind))
+    if (r && r->type == REDIS_REPLY_INTEGER) {
+      // A fresh grant, the server's clock ahead of the last fence.
+      granted = 1;
+      fence = r->integer;
+      pttl = o.lease.count();
+    } else if (!int_at(r.get(), 0, granted) || !int_at(r.get(), 2, fence) ||
+               !int_at(r.get(), 3, pttl) || !int_at(r.get(), 4, behind)) {
       return unexpected_reply("acquire", conn->server());
+    }
     if (granted == 1) {
       if (o.replicas > 0) {
         reply_ptr w;
@@ -285,7 +312,7 @@ failure acquire_impl(const std::string& url, const std::string& name,
                                   " ms; the grant was released again");
         }
       }
-      redis_handle_access::fill(out, conn, k.lock, owner, static_cast<std::uint64_t>(fence), o.lease,
+      redis_handle_access::fill(out, conn, std::string(k.lock), owner, static_cast<std::uint64_t>(fence), o.lease,
                                 pttl);
       redis_handle_access::set_clock_behind(out, behind);
       return {};
@@ -377,7 +404,7 @@ failure holder_impl(const std::string& url, const std::string& name, const redis
   out.reset();
   if (failure f = validate(o, name)) return f;
   if (!conn) conn = std::make_shared<redis_connection>(url, o.connect_timeout, o.command_timeout);
-  const redis_keys k = keys_for(o, name);
+  const redis_keys k(lock_key(o, name));
   reply_ptr r;
   if (failure f = conn->eval("status", holder_script(), {k.lock}, {}, r)) return f;
   long long held = 0;
@@ -430,7 +457,7 @@ redis_handle redis_lock::adopt(const std::string& owner, std::error_code& ec) no
     if (!info || info->owner != owner)
       return make_failure(errc::lock_lost, "tokenlock: adopt " + conn_->server() + " " + name_ +
                                                ": the lock is not held by " + owner);
-    redis_handle_access::fill(h, conn_, keys_for(options_, name_).lock, owner, info->fence,
+    redis_handle_access::fill(h, conn_, lock_key(options_, name_), owner, info->fence,
                               options_.lease, info->remaining.count());
     return {};
   });
@@ -451,7 +478,7 @@ void redis_lock::break_owner(const std::string& owner, std::error_code& ec) noex
     if (!conn_)
       conn_ = std::make_shared<redis_connection>(url_, options_.connect_timeout,
                                                  options_.command_timeout);
-    const redis_keys k = keys_for(options_, name_);
+    const redis_keys k(lock_key(options_, name_));
     reply_ptr r;
     if (failure f = conn_->eval("break", break_script(), {k.lock, k.fence, k.wake, k.waiters},
                                 {owner, std::to_string(options_.lease.count())}, r))
@@ -528,13 +555,17 @@ namespace {
 // Release or refresh: compare-and-act on our owner id.
 failure settle(redis_connection& conn, const std::string& lock_key, const std::string& owner,
                std::uint64_t fence, const char* step, const std::string& what_arg) {
-  const std::string& base = lock_key;
+  const redis_keys k(lock_key);
+  char mine[24];
+  const auto n = std::to_chars(mine, mine + sizeof mine, fence);
   reply_ptr r;
-  if (failure f = conn.eval(step, settle_script(),
-                           {base, base + ":fence", base + ":wake", base + ":waiters"},
-                            {owner, std::to_string(fence), what_arg, step}, r))
+  if (failure f = conn.eval(step, settle_script(), {k.lock, k.fence, k.wake, k.waiters},
+                            {owner, std::string_view(mine, static_cast<std::size_t>(n.ptr - mine)),
+                             what_arg, step},
+                            r))
     return f;
   long long ok = 0, other = 0;
+  if (r && r->type == REDIS_REPLY_INTEGER && r->integer == 1) return {};
   if (!int_at(r.get(), 0, ok) || !int_at(r.get(), 2, other))
     return unexpected_reply(step, conn.server());
   if (ok) return {};
