@@ -54,7 +54,7 @@ start_apache() {
     echo "ServerRoot \"$work\""
     echo "Listen 127.0.0.1:$port"
     echo "ServerName 127.0.0.1"
-    for m in mpm_event authz_core alias cgid env; do echo "LoadModule ${m}_module $mods/mod_$m.so"; done
+    for m in mpm_event authz_core alias cgid env mime dir; do echo "LoadModule ${m}_module $mods/mod_$m.so"; done
     echo "PidFile $work/run/apache.pid"
     echo "DefaultRuntimeDir $work/run"
     echo "ScriptSock $work/run/cgid.sock"
@@ -62,6 +62,10 @@ start_apache() {
     echo "LogLevel warn"
     if [ "$(id -u)" -eq 0 ]; then echo "User $user"; echo "Group $user"; fi
     echo "DocumentRoot \"$work\""
+    # The demo's page (scripts/demo, e2e_browser), served as a site serves it.
+    echo "TypesConfig /dev/null"
+    echo "AddType text/html .html"
+    echo "DirectoryIndex index.html"
     echo "StartServers 2"
     echo "ServerLimit 16"
     echo "ThreadsPerChild 25"
