@@ -6,6 +6,7 @@
 # percentile of response times in ms (flock, counter); every run also
 # checks that no hit was lost (a 2xx answer the counter does not count),
 # and the script fails if one was. Refused requests (non-2xx) are shown.
+# Each row is also printed as FIGURE lines for bench/plots.sh.
 #   bench/cgi_bench.sh [-b BUILD_DIR] [-n REQUESTS] [-r ROUNDS] [-c "16 64"] [-s "none file_and_dir"]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -71,6 +72,11 @@ for sync in $syncs; do
     awk -v s="$sync" -v c="$c" -v n="$noop" -v f="$flock" -v t="$counter" -v l="$lost" \
         -v fp="$flock_p99" -v tp="$counter_p99" -v rf="$refused" 'BEGIN {
       printf "%-13s %7d %9.0f %9.0f %9.0f %13.2fx %11.2fx %13.2fx %5d %8d %10d %10d\n", s, c, n, f, t, t/f, f/n, t/n, l, rf, fp, tp }'
+    # The same, for bench/plots.sh.
+    for pair in "noop $noop" "flock $flock" "counter $counter"; do
+      set -- $pair
+      echo "FIGURE name=cgi_${sync}_${c}_$1 value=$2 unit=requests/s"
+    done
   done
   stop_server
 done

@@ -202,6 +202,11 @@ int main(int argc, char** argv) {
       };
       std::printf("%-13s %6d %12.0f %9.2fx %7.3f %5lld\n", w.name().c_str(), n,
                   median(rates), median(ratios), median(jains), lost);
+      // The same, for bench/plots.sh.
+      std::printf("FIGURE name=contention_%s_%d_vs1 value=%.3f unit=x\n", w.name().c_str(), n,
+                  median(ratios));
+      std::printf("FIGURE name=contention_%s_%d_jain value=%.3f unit=index\n", w.name().c_str(),
+                  n, median(jains));
       std::fflush(stdout);
       failures += lost != 0;
     }

@@ -13,10 +13,11 @@
 //
 // Uncontended: acquire+release per second by one process, the locks in
 // shuffled rounds. Contended: N processes each loop (acquire, read a shared
-// counter file, +1, write it in place, release) for S seconds: operations
-// per second, Jain's index over the processes' counts, and lost updates
-// (the sum of the counts minus the counter: must be 0). Prints a table and
-// FIGURE lines (name, value, unit) for scripts/plots.
+// counter file, +1, write it in place, release) for S seconds in all, split
+// into the same shuffled rounds: operations per second, Jain's index over
+// the processes' counts, the slowest process's share, and lost updates (the
+// sum of the counts minus the counter: must be 0). Prints a table and
+// FIGURE lines (name, value, unit) for bench/plots.sh.
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -169,6 +170,9 @@ void write_counter(const std::string& path, long long v) {
 
 struct contended {
   double ops = 0, jain = 0;
+  // The slowest process's updates against an equal share (1 = equal):
+  // what the unluckiest client of a busy lock sees.
+  double slowest = 0;
   long long lost = 0;
 };
 
@@ -225,6 +229,8 @@ contended contend(const lock_kind& k, const fs::path& dir, int procs, double sec
   contended r;
   r.ops = static_cast<double>(sum) / took;
   r.jain = jain(counts);
+  const double mean = static_cast<double>(sum) / static_cast<double>(counts.size());
+  r.slowest = mean > 0 ? static_cast<double>(*std::min_element(counts.begin(), counts.end())) / mean : 0;
   r.lost = sum - read_counter(counter);
   return r;
 }
@@ -302,15 +308,35 @@ int main(int argc, char** argv) {
     std::printf("FIGURE name=uncontended_%s value=%.0f unit=ops/s\n", k.name.c_str(), m);
   }
 
+  // Contended: each round runs every lock for seconds / rounds, in a new
+  // order; medians over the rounds, lost updates summed. A machine whose
+  // speed drifts over a run then moves every lock alike.
   for (int n : procs) {
-    std::printf("\n%d processes incrementing one counter, %.1f s each\n", n, seconds);
-    std::printf("%-12s %14s %8s %6s\n", "lock", "ops/s", "Jain", "lost");
+    std::map<std::string, std::vector<double>> ops, jains, slowest;
+    std::map<std::string, long long> lost;
+    for (int r = 0; r < rounds; ++r) {
+      std::shuffle(order.begin(), order.end(), rng);
+      for (size_t i : order) {
+        const contended c = contend(all[i], dir, n, seconds / rounds);
+        ops[all[i].name].push_back(c.ops);
+        jains[all[i].name].push_back(c.jain);
+        slowest[all[i].name].push_back(c.slowest);
+        lost[all[i].name] += c.lost;
+      }
+    }
+    std::printf("\n%d processes incrementing one counter, %d rounds of %.2f s, medians\n", n, rounds,
+                seconds / rounds);
+    std::printf("%-12s %14s %8s %8s %6s\n", "lock", "ops/s", "Jain", "slowest", "lost");
     for (const auto& k : all) {
-      const contended c = contend(k, dir, n, seconds);
-      std::printf("%-12s %14.0f %8.3f %6lld\n", k.name.c_str(), c.ops, c.jain, c.lost);
-      std::printf("FIGURE name=contended_%d_%s_ops value=%.0f unit=ops/s\n", n, k.name.c_str(), c.ops);
-      std::printf("FIGURE name=contended_%d_%s_jain value=%.3f unit=index\n", n, k.name.c_str(), c.jain);
-      std::printf("FIGURE name=contended_%d_%s_lost value=%lld unit=updates\n", n, k.name.c_str(), c.lost);
+      const std::string& m = k.name;
+      std::printf("%-12s %14.0f %8.3f %8.3f %6lld\n", m.c_str(), median(ops[m]), median(jains[m]),
+                  median(slowest[m]), lost[m]);
+      std::printf("FIGURE name=contended_%d_%s_ops value=%.0f unit=ops/s\n", n, m.c_str(), median(ops[m]));
+      std::printf("FIGURE name=contended_%d_%s_jain value=%.3f unit=index\n", n, m.c_str(),
+                  median(jains[m]));
+      std::printf("FIGURE name=contended_%d_%s_slowest value=%.3f unit=share\n", n, m.c_str(),
+                  median(slowest[m]));
+      std::printf("FIGURE name=contended_%d_%s_lost value=%lld unit=updates\n", n, m.c_str(), lost[m]);
     }
   }
   fs::remove_all(dir);
