@@ -193,14 +193,14 @@ if [ -n "$cgi" ]; then
   # cgi_<durability>_<clients>_<noop|flock|counter>: one group per
   # durability and client count.
   sed -n 's/^cgi_\(.*\)_\([0-9]*\)_noop .*/\1 \2/p' "$work/cgi" | while read -r s c; do
-    echo "\"$s, $c clients\" $(value "$work/cgi" "cgi_${s}_${c}_noop") \
+    echo "\"$s, $c\" $(value "$work/cgi" "cgi_${s}_${c}_noop") \
 $(value "$work/cgi" "cgi_${s}_${c}_flock") $(value "$work/cgi" "cgi_${s}_${c}_counter")"
   done >"$work/cgi.dat"
   gnuplot <<GP
 $common
 set output "$out/cgi-throughput.svg"
 set title "CGI requests per second under Apache (higher is better)"
-set ylabel "requests per second"; set key top right
+set ylabel "requests per second"; set xlabel "durability, concurrent clients"; set key top right
 set style data histograms; set style histogram clustered gap 1
 plot "$work/cgi.dat" using 2:xtic(1) title "a CGI that does nothing" lc rgb "#888888", \
      "" using 3 title "flock(2) counter" lc rgb "${colours[1]}", \
@@ -212,4 +212,4 @@ fi
 for f in "${written[@]}"; do
   grep -q "<svg" "$out/$f.svg" || { echo "plots.sh: $out/$f.svg was not written" >&2; exit 1; }
 done
-echo "wrote ${written[*]/#/$out/} (.svg)"
+echo "wrote $(printf "$out/%s.svg " "${written[@]}")"
