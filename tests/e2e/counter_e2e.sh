@@ -17,6 +17,12 @@ set -euo pipefail
 server=$1 cgi_binary=$2 tool=$3 mode=${4:-full}
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/webserver.sh"
+server_command=$server
+[ "$server" = apache ] && server_command=apache2
+for need in "$server_command" ab curl; do
+  command -v "$need" >/dev/null ||
+    { echo "SKIP: $need is not installed (scripts/install-deps installs it)"; exit 77; }
+done
 
 work=$(mktemp -d)
 chmod 0755 "$work"

@@ -6,8 +6,14 @@
 # tests/fuzz/corpus/TARGET. Longer runs: TOKENLOCK_FUZZ_SECONDS=600.
 set -euo pipefail
 src=$1 target=$2 seconds=${TOKENLOCK_FUZZ_SECONDS:-$3}
+# libFuzzer comes with clang and its runtime (Debian: clang, libclang-rt-14-dev).
+command -v clang++ >/dev/null ||
+  { echo "SKIP: clang++ is not installed (scripts/install-deps installs clang)"; exit 77; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' |
+  clang++ -x c++ -fsanitize=fuzzer - -o "$work/probe" 2>/dev/null ||
+  { echo "SKIP: clang cannot link a libFuzzer program (scripts/install-deps installs libclang-rt-14-dev)"; exit 77; }
 lib=("$src"/lib/src/*.cpp "$src"/lib/src/posix/*.cpp)
 lib_includes=(-I "$src/lib/src" -I "$src/lib/include" -I "$work/include")
 mkdir -p "$work/include/tokenlock"

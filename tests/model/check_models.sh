@@ -11,6 +11,10 @@
 # that shared-hosting scripts use. The mkdir lock's interleaving is printed.
 set -euo pipefail
 src=$(cd "$(dirname "$0")" && pwd)
+for need in spin cc; do
+  command -v "$need" >/dev/null ||
+    { echo "SKIP: $need is not installed (scripts/install-deps installs spin and a compiler)"; exit 77; }
+done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 counts=("$@")
