@@ -15,6 +15,9 @@ int cleanup_track_token(const std::string& token_path, const std::string& free_p
                         const std::string& mark = {}) noexcept;
 int cleanup_track_file(const std::string& path) noexcept;
 void cleanup_untrack(int slot) noexcept;  // -1: nothing
+// How many slots are in use (for tests: a slot that outlives its token or
+// file is a leak that would fill the table and turn tracking off silently).
+int cleanup_tracked_count() noexcept;
 
 // A tracked temporary file: untracked when it goes away.
 class cleanup_entry {

@@ -103,6 +103,13 @@ void cleanup_untrack(int i) noexcept {
   if (i >= 0 && i < slot_count) table.state[i].store(slot_free, std::memory_order_release);
 }
 
+int cleanup_tracked_count() noexcept {
+  int n = 0;
+  for (int i = 0; i < slot_count; ++i)
+    n += table.state[i].load(std::memory_order_acquire) != slot_free;
+  return n;
+}
+
 }  // namespace detail
 
 namespace {

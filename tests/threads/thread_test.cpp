@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "cleanup_registry.hpp"
 #include "inspect.hpp"
 #include "temp_dir.hpp"
 #include "tokenlock/tokenlock.hpp"
@@ -321,6 +322,18 @@ TEST(Threads, UpdatesFromManyThreadsAreSerialised) {
 TEST(Threads, SignalCleanupTrackingFromManyThreads) {
   temp_dir tmp;
   tl::install_signal_cleanup();
+  // Tracking is on: a held token and an open temporary file take a slot
+  // each, and give it back. (A table that leaked slots would fill, and
+  // tracking would then return -1 silently.)
+  ASSERT_EQ(tl::detail::cleanup_tracked_count(), 0);
+  {
+    tl::rename_lock probe(tmp / "probe");
+    tl::lock_handle h = probe.acquire();
+    EXPECT_EQ(tl::detail::cleanup_tracked_count(), 1);
+    tl::atomic_file f(tmp / "probe-file");
+    EXPECT_EQ(tl::detail::cleanup_tracked_count(), 2);
+  }
+  EXPECT_EQ(tl::detail::cleanup_tracked_count(), 0);
   constexpr int threads = 4, rounds = 200;
   std::vector<std::thread> workers;
   for (int t = 0; t < threads; ++t) {
@@ -342,4 +355,5 @@ TEST(Threads, SignalCleanupTrackingFromManyThreads) {
     EXPECT_EQ(slurp(tmp / ("file" + std::to_string(t))), std::to_string(rounds - 1));
   }
   EXPECT_TRUE(temp_files_below(tmp.path()).empty());
+  EXPECT_EQ(tl::detail::cleanup_tracked_count(), 0) << "slots outlived their tokens or files";
 }
