@@ -160,10 +160,11 @@ TEST_F(CliTest, RunKeepsTheLeaseAliveWhileTheCommandOutlastsIt) {
   child run({tool, "run", "--lease", "0.3", lock, "--", "/bin/sh", "-c",
              "echo started; read x < '" + fifo + "'"});
   ASSERT_EQ(run.read_line(), "started");
-  // Watch for four leases: the lock must stay held and never look stale.
+  // Watch for four leases and at least six looks, however slowly a loaded
+  // machine runs them: the lock must stay held and never look stale.
   const std::int64_t end = monotonic_ns() + 1'200'000'000;
   int looks = 0;
-  while (monotonic_ns() < end) {
+  while (monotonic_ns() < end || looks < 6) {
     auto s = tl({"status", "--json", lock});
     ASSERT_NE(s.out.find("\"state\":\"held\""), std::string::npos) << s.out;
     ++looks;
@@ -174,7 +175,6 @@ TEST_F(CliTest, RunKeepsTheLeaseAliveWhileTheCommandOutlastsIt) {
   int status = run.wait();
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
-  EXPECT_GT(looks, 5);
 }
 
 TEST_F(CliTest, ConcurrentNonBlockingRunsRunExactlyOnce) {
@@ -257,11 +257,12 @@ TEST_F(CliTest, AScriptKilledWhileHoldingTheLockLosesItAtOnce) {
   EXPECT_EQ(tl({"run", "-n", lock, "true"}).exit_code, code::busy);
   script.signal(SIGKILL);
   script.wait();
+  // A wait of 5 s against a one-hour lease: only detecting the holder's
+  // death can free the lock in time (a loaded machine still has seconds).
   const std::int64_t t0 = monotonic_ns();
   auto r = tl({"run", "-w", "5", lock, "--", "true"});
   const double ms = static_cast<double>(monotonic_ns() - t0) / 1e6;
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_LT(ms, 500.0) << "dead-owner detection, not the one-hour lease";
+  EXPECT_EQ(r.exit_code, 0) << r.err << " (after " << ms << " ms)";
 }
 
 TEST_F(CliTest, RefreshPrintsTheNewTokenAndReportsALostOne) {

@@ -169,7 +169,11 @@ struct takeover_case {
 class TakeoverTimeTest : public MultiProcessTest,
                          public ::testing::WithParamInterface<takeover_case> {};
 
-TEST_P(TakeoverTimeTest, ALockIsTakenOverWithin100msOfItsHoldersDeath) {
+// The property: a dead holder's lock is taken over by detecting the death,
+// not by waiting out its 60 s lease. The bound leaves a loaded machine
+// seconds of slack; the time itself is a figure (takeover_ms here, and
+// docs/benchmarks.md, "Takeover after a holder's death"), not a pass mark.
+TEST_P(TakeoverTimeTest, ALockIsTakenOverOnItsHoldersDeathNotAtTheEndOfItsLease) {
   child holder({worker, "hold", dir.string(), "60000", "1000"});
   ASSERT_EQ(holder.read_line().substr(0, 2), "H ");
   child waiter({worker, "wait", dir.string()});
@@ -181,7 +185,7 @@ TEST_P(TakeoverTimeTest, ALockIsTakenOverWithin100msOfItsHoldersDeath) {
   std::string line = waiter.read_line();
   ASSERT_EQ(line.substr(0, 2), "A ");
   const double ms = static_cast<double>(std::stoll(line.substr(2)) - t0) / 1e6;
-  EXPECT_LT(ms, 100.0) << "dead-owner detection, not the 60 s lease";
+  EXPECT_LT(ms, 5000.0) << "dead-owner detection, not the 60 s lease";
   RecordProperty("takeover_ms", std::to_string(ms));
   expect_clean_exit(waiter.wait(), "waiter");
 }
