@@ -5,8 +5,10 @@
 //     CYCLES times: acquire; create CANARY with O_EXCL (finding it present
 //     with a live creator means two holders at once: exit 3); increment the
 //     20-digit counter in COUNTER; append the new value to LOG; remove CANARY;
-//     release. Prints "stepped back N" when owner marks made it step back
-//     N times (GlusterFS: a token moved by another client's stale rename).
+//     release. Prints "waited N": how many acquisitions found the lock held
+//     (a first try failed), then "stepped back N" when owner marks made it
+//     step back N times (GlusterFS: a token moved by another client's stale
+//     rename).
 //   lock_worker hold LOCKDIR LEASE_MS SKEW_MS
 //     Acquires (waiting up to 30 s), prints "H <token>", then waits for a
 //     line on stdin and releases, printing "released" or the error code's
@@ -51,6 +53,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include <csignal>
@@ -94,8 +97,11 @@ int count(int argc, char** argv) {
   int log = ::open(argv[6], O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (counter < 0 || log < 0) die("cannot open counter or log");
   if (::fcntl(3, F_GETFD) != -1) wait_for_barrier();
+  long waited = 0;  // acquisitions that found the lock held and had to wait
   for (int i = 0; i < cycles; ++i) {
-    tokenlock::lock_handle h = lock.acquire();
+    std::optional<tokenlock::lock_handle> tried = lock.try_acquire();
+    if (!tried) ++waited;
+    tokenlock::lock_handle h = tried ? std::move(*tried) : lock.acquire();
     if (!enter_canary(canary, "lock_worker")) return 3;
     unsigned long long v = read_counter(counter, "lock_worker") + 1;
     write_counter(counter, v, "lock_worker");
@@ -109,6 +115,7 @@ int count(int argc, char** argv) {
   long marks = 0;
   for (const std::string& c : sys->calls)
     if (c.rfind("make_directory ", 0) == 0 && c.find("/h.") != std::string::npos) ++marks;
+  std::cout << "waited " << waited << std::endl;
   if (marks > cycles) std::cout << "stepped back " << (marks - cycles) << std::endl;
   return 0;
 }

@@ -65,7 +65,9 @@ class WaitLineProcessTest : public ::testing::Test {
     in >> v;
     return v;
   }
-  void run_counting_workers(int n, int cycles) {
+  // Returns how many acquisitions, over all workers, found the lock held
+  // and waited: a test of the waiting must see some.
+  long run_counting_workers(int n, int cycles) {
     start_barrier barrier;
     std::vector<child> workers;
     for (int i = 0; i < n; ++i)
@@ -75,13 +77,19 @@ class WaitLineProcessTest : public ::testing::Test {
                                                     (tmp / ("log." + std::to_string(i))).string()},
                            &barrier);
     barrier.open_gate();
+    long waited = 0;
     for (auto& w : workers) {
       int status = w.wait();
-      ASSERT_TRUE(WIFEXITED(status));
-      ASSERT_NE(WEXITSTATUS(status), 3) << "two processes were inside at once";
-      ASSERT_EQ(WEXITSTATUS(status), 0);
+      EXPECT_TRUE(WIFEXITED(status));
+      EXPECT_NE(WEXITSTATUS(status), 3) << "two processes were inside at once";
+      EXPECT_EQ(WEXITSTATUS(status), 0);
+      std::string line;
+      while ((line = w.read_line()).rfind("waited ", 0) != 0) {
+      }
+      waited += std::stol(line.substr(7));
     }
     EXPECT_EQ(counter_value(), static_cast<unsigned long long>(n) * cycles);
+    return waited;
   }
 };
 
@@ -173,7 +181,7 @@ TEST_F(WaitLineProcessTest, ABoardLeftByTheLastBootDoesNotHoldAWaiterFromAFreedL
 // A board tokenlock cannot use costs latency, never exclusion or counts.
 TEST_F(WaitLineProcessTest, ADirectoryWhereTheBoardGoesIsLeftAloneAndLockingWorks) {
   fs::create_directory(board);
-  run_counting_workers(4, 100);
+  EXPECT_GT(run_counting_workers(4, 100), 0) << "no worker ever waited: the board was never tried";
   EXPECT_TRUE(fs::is_directory(board));
   EXPECT_TRUE(fs::is_empty(board));
 }
@@ -182,7 +190,7 @@ TEST_F(WaitLineProcessTest, ASymlinkWhereTheBoardGoesIsNotFollowed) {
   const fs::path elsewhere = tmp / "elsewhere";
   { std::ofstream(elsewhere.string()) << "keep"; }
   fs::create_symlink(elsewhere, board);
-  run_counting_workers(4, 100);
+  EXPECT_GT(run_counting_workers(4, 100), 0) << "no worker ever waited: the board was never tried";
   EXPECT_TRUE(fs::is_symlink(board));
   std::ifstream in(elsewhere.string());
   std::string content;
@@ -194,14 +202,14 @@ TEST_F(WaitLineProcessTest, ASymlinkWhereTheBoardGoesIsNotFollowed) {
 TEST_F(WaitLineProcessTest, ABoardHoldingSomethingElseIsNotUsedOrChanged) {
   const std::string junk(8192, 'x');
   { std::ofstream(board.string(), std::ios::binary) << junk; }
-  run_counting_workers(4, 100);
+  EXPECT_GT(run_counting_workers(4, 100), 0) << "no worker ever waited: the board was never tried";
   std::ifstream in(board.string(), std::ios::binary);
   std::string after((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(after, junk);
 }
 
 TEST_F(WaitLineProcessTest, ContendingWorkersWithTheLineLoseNothing) {
-  run_counting_workers(8, 150);
+  EXPECT_GT(run_counting_workers(8, 150), 0) << "no worker ever waited: the line was never used";
   EXPECT_EQ(board_word(wait_line::magic_word), wait_line::board_magic);
   EXPECT_EQ(board_word(wait_line::head_word), 0u);
 }

@@ -228,7 +228,9 @@ TEST_F(ClockOffsetTest, AgreesWithThisHostsOwnClockOnALocalDirectory) {
   const clock_offset c = tokenlock::estimate_clock_offset(tmp.path());
   EXPECT_LE(std::llabs(c.offset.count()), c.uncertainty.count())
       << c.offset.count() << " ± " << c.uncertainty.count();
-  EXPECT_LT(c.uncertainty, 100ms) << "a local write and fstat take microseconds";
+  // A local write and fstat take microseconds; the bound leaves a loaded
+  // machine a second (the property is the agreement above).
+  EXPECT_LT(c.uncertainty, 1s);
   EXPECT_TRUE(c.within(1s));
   EXPECT_TRUE(entries(dir).empty());
 }
