@@ -71,6 +71,7 @@
 
 using namespace std::chrono_literals;
 using tokenlock::testing::enter_canary;
+using tokenlock::testing::op;
 using tokenlock::testing::read_counter;
 using tokenlock::testing::wait_for_barrier;
 using tokenlock::testing::write_counter;
@@ -221,7 +222,7 @@ int stall_update(int argc, char** argv) {
   if (argc != 6) die("usage: stall-update LOCKDIR TARGET LEASE_MS VALUE");
   auto sys = std::make_shared<tokenlock::testing::fake_os>(tokenlock::testing::fake_os::real_process_t{});
   const std::string temp_marker = "/." + boost::filesystem::path(argv[3]).filename().string() + ".tmp.";
-  sys->when("rename", temp_marker, [] {
+  sys->when(op::rename, temp_marker, [] {
     std::cout << "T" << std::endl;
     std::raise(SIGSTOP);
   });

@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+
+#include <gtest/gtest.h>
 
 namespace tokenlock::testing {
 
@@ -19,13 +23,65 @@ fake_os::fake_os(std::shared_ptr<fake_world> world, int pid, std::uint64_t start
 
 fake_os::fake_os(real_process_t) : real_(detail::system_os()) {}
 
-void fake_os::fail(const std::string& op, const std::string& substring, int err, int times) {
-  faults_.push_back({op, substring, err, times, 0});
+namespace {
+
+constexpr const char* op_names[] = {
+    "rename",        "make_directory", "remove_directory",  "remove_file",     "status",
+    "list_directory", "sync_directory", "status_following", "read_link",       "create_exclusive",
+    "open_read",     "write",          "read",              "sync_file",       "close",
+    "file_status_of", "set_mode",      "set_owner",         "filesystem_of",   "open_wait_board",
+    "create_wait_board", "board_wait", "board_wake"};
+static_assert(sizeof op_names / sizeof op_names[0] == static_cast<std::size_t>(op::board_wake) + 1,
+              "a name for every op");
+
+// In a test: a failure of that test. Elsewhere (a worker process that a
+// test drives): a crash the test sees.
+void report_unfired(const std::string& what) {
+  if (::testing::UnitTest::GetInstance()->current_test_info() != nullptr) {
+    ADD_FAILURE() << what;
+    return;
+  }
+  std::fprintf(stderr, "fake_os: %s\n", what.c_str());
+  std::abort();
 }
 
-void fake_os::fail_after(const std::string& op, const std::string& substring, int err, int skip,
-                         int times) {
-  faults_.push_back({op, substring, err, times, skip});
+}  // namespace
+
+const char* op_name(op o) noexcept { return op_names[static_cast<int>(o)]; }
+
+std::optional<op> op_from_name(const std::string& name) noexcept {
+  for (std::size_t i = 0; i < sizeof op_names / sizeof op_names[0]; ++i)
+    if (name == op_names[i]) return static_cast<op>(i);
+  return std::nullopt;
+}
+
+fake_os::~fake_os() { check_fired(); }
+
+void fake_os::fail(op o, const std::string& substring, int err, int times) {
+  faults_.push_back({o, substring, err, times, 0, 0});
+}
+
+void fake_os::fail_after(op o, const std::string& substring, int err, int skip, int times) {
+  faults_.push_back({o, substring, err, times, skip, 0});
+}
+
+void fake_os::disarm() noexcept {
+  faults_.clear();
+  pending_when_.clear();
+  before = nullptr;
+}
+
+void fake_os::check_fired() {
+  for (const fault& f : faults_) {
+    if (f.times < 0 && f.fired > 0) continue;
+    report_unfired(std::string("a fault armed on ") + op_name(f.o) + " of paths containing \"" +
+                   f.substring + "\" never fired" +
+                   (f.times > 0 ? " in full: " + std::to_string(f.times) + " call(s) left" : "") +
+                   (f.skip > 0 ? ", " + std::to_string(f.skip) + " to let through first" : ""));
+  }
+  if (!pending_when_.empty()) report_unfired("when(" + pending_when_ + ") never fired");
+  faults_.clear();
+  pending_when_.clear();
 }
 
 void fake_os::short_writes(const std::string& substring, std::size_t max_bytes) {
@@ -38,32 +94,33 @@ std::string fake_os::path_of(int fd) const {
   return it == fd_paths_.end() ? "fd:" + std::to_string(fd) : it->second;
 }
 
-void fake_os::when(const std::string& op, const std::string& substring,
-                   std::function<void()> action) {
-  before = [this, op, substring, action](const std::string& o, const std::string& p,
-                                         const std::string&) {
-    if (o == op && p.find(substring) != std::string::npos)
+void fake_os::when(op o, const std::string& substring, std::function<void()> action) {
+  pending_when_ = std::string(op_name(o)) + ", \"" + substring + "\"";
+  before = [this, o, substring, action](op called, const std::string& p, const std::string&) {
+    if (called == o && p.find(substring) != std::string::npos) {
+      pending_when_.clear();
       action();
-    else
-      when(op, substring, action);
+    } else {
+      when(o, substring, action);
+    }
   };
 }
 
-std::error_code fake_os::enter(const std::string& op, const std::string& path,
-                               const std::string& path2) {
-  calls.push_back(op + " " + path + (path2.empty() ? "" : " -> " + path2));
+std::error_code fake_os::enter(op o, const std::string& path, const std::string& path2) {
+  calls.push_back(std::string(op_name(o)) + " " + path + (path2.empty() ? "" : " -> " + path2));
   if (before) {
     auto hook = std::move(before);
     before = nullptr;
-    hook(op, path, path2);
+    hook(o, path, path2);
   }
   for (auto it = faults_.begin(); it != faults_.end(); ++it) {
-    if (it->op != op || path.find(it->substring) == std::string::npos) continue;
+    if (it->o != o || path.find(it->substring) == std::string::npos) continue;
     if (it->skip > 0) {
       --it->skip;
       continue;
     }
     int err = it->err;
+    ++it->fired;
     if (it->times > 0 && --it->times == 0) faults_.erase(it);
     return {err, std::generic_category()};
   }
@@ -71,49 +128,49 @@ std::error_code fake_os::enter(const std::string& op, const std::string& path,
 }
 
 std::error_code fake_os::rename(const std::string& from, const std::string& to) noexcept {
-  if (auto ec = enter("rename", from, to)) return ec;
+  if (auto ec = enter(op::rename, from, to)) return ec;
   return real_->rename(from, to);
 }
 
 std::error_code fake_os::make_directory(const std::string& path, unsigned mode) noexcept {
-  if (auto ec = enter("make_directory", path)) return ec;
+  if (auto ec = enter(op::make_directory, path)) return ec;
   return real_->make_directory(path, mode);
 }
 
 std::error_code fake_os::remove_directory(const std::string& path) noexcept {
-  if (auto ec = enter("remove_directory", path)) return ec;
+  if (auto ec = enter(op::remove_directory, path)) return ec;
   return real_->remove_directory(path);
 }
 
 std::error_code fake_os::remove_file(const std::string& path) noexcept {
-  if (auto ec = enter("remove_file", path)) return ec;
+  if (auto ec = enter(op::remove_file, path)) return ec;
   return real_->remove_file(path);
 }
 
 std::error_code fake_os::status(const std::string& path, detail::file_status& out) noexcept {
-  if (auto ec = enter("status", path)) return ec;
+  if (auto ec = enter(op::status, path)) return ec;
   return real_->status(path, out);
 }
 
 std::error_code fake_os::list_directory(const std::string& path,
                                         std::vector<std::string>& names) {
-  if (auto ec = enter("list_directory", path)) return ec;
+  if (auto ec = enter(op::list_directory, path)) return ec;
   return real_->list_directory(path, names);
 }
 
 std::error_code fake_os::sync_directory(const std::string& path) noexcept {
-  if (auto ec = enter("sync_directory", path)) return ec;
+  if (auto ec = enter(op::sync_directory, path)) return ec;
   return real_->sync_directory(path);
 }
 
 std::error_code fake_os::status_following(const std::string& path,
                                           detail::file_status& out) noexcept {
-  if (auto ec = enter("status_following", path)) return ec;
+  if (auto ec = enter(op::status_following, path)) return ec;
   return real_->status_following(path, out);
 }
 
 std::error_code fake_os::read_link(const std::string& path, std::string& target) {
-  if (auto ec = enter("read_link", path)) return ec;
+  if (auto ec = enter(op::read_link, path)) return ec;
   return real_->read_link(path, target);
 }
 
@@ -126,7 +183,7 @@ void fake_os::stamp(int fd) {
 
 std::error_code fake_os::create_exclusive(const std::string& path, unsigned mode,
                                           int& fd) noexcept {
-  if (auto ec = enter("create_exclusive", path)) return ec;
+  if (auto ec = enter(op::create_exclusive, path)) return ec;
   auto ec = real_->create_exclusive(path, mode, fd);
   if (!ec) {
     fd_paths_[fd] = path;
@@ -140,7 +197,7 @@ void fake_os::serve_stale(const std::string& path, const std::string& decoy, int
 }
 
 std::error_code fake_os::open_read(const std::string& path, int& fd) noexcept {
-  if (auto ec = enter("open_read", path)) return ec;
+  if (auto ec = enter(op::open_read, path)) return ec;
   std::string from = path;
   auto stale = stale_.find(path);
   if (stale != stale_.end() && stale->second.times != 0) {
@@ -155,7 +212,7 @@ std::error_code fake_os::open_read(const std::string& path, int& fd) noexcept {
 std::error_code fake_os::write(int fd, const char* data, std::size_t size,
                                std::size_t& written) noexcept {
   const std::string path = path_of(fd);
-  if (auto ec = enter("write", path)) {
+  if (auto ec = enter(op::write, path)) {
     written = 0;
     return ec;
   }
@@ -167,12 +224,12 @@ std::error_code fake_os::write(int fd, const char* data, std::size_t size,
 }
 
 std::error_code fake_os::read(int fd, char* data, std::size_t size, std::size_t& got) noexcept {
-  if (auto ec = enter("read", path_of(fd))) return ec;
+  if (auto ec = enter(op::read, path_of(fd))) return ec;
   return real_->read(fd, data, size, got);
 }
 
 std::error_code fake_os::sync_file(int fd) noexcept {
-  if (auto ec = enter("sync_file", path_of(fd))) return ec;
+  if (auto ec = enter(op::sync_file, path_of(fd))) return ec;
   return real_->sync_file(fd);
 }
 
@@ -180,13 +237,13 @@ std::error_code fake_os::close(int fd) noexcept {
   const std::string path = path_of(fd);
   fd_paths_.erase(fd);
   fd_stamps_.erase(fd);
-  auto injected = enter("close", path);
+  auto injected = enter(op::close, path);
   auto ec = real_->close(fd);  // the descriptor is gone either way
   return injected ? injected : ec;
 }
 
 std::error_code fake_os::file_status_of(int fd, detail::file_status& out) noexcept {
-  if (auto ec = enter("file_status_of", path_of(fd))) return ec;
+  if (auto ec = enter(op::file_status_of, path_of(fd))) return ec;
   auto ec = real_->file_status_of(fd, out);
   auto it = fd_stamps_.find(fd);
   if (!ec && it != fd_stamps_.end()) out.mtime_us = it->second;
@@ -194,12 +251,12 @@ std::error_code fake_os::file_status_of(int fd, detail::file_status& out) noexce
 }
 
 std::error_code fake_os::set_mode(int fd, unsigned mode) noexcept {
-  if (auto ec = enter("set_mode", path_of(fd))) return ec;
+  if (auto ec = enter(op::set_mode, path_of(fd))) return ec;
   return real_->set_mode(fd, mode);
 }
 
 std::error_code fake_os::set_owner(int fd, unsigned uid, unsigned gid) noexcept {
-  if (auto ec = enter("set_owner", path_of(fd))) return ec;
+  if (auto ec = enter(op::set_owner, path_of(fd))) return ec;
   return real_->set_owner(fd, uid, gid);
 }
 
@@ -271,13 +328,13 @@ class fake_board final : public detail::wait_board {
   fake_board(fake_os& owner, std::string path) : owner_(owner), path_(std::move(path)) {}
   std::uint32_t* word(int i) noexcept override { return &owner_.world().boards[path_][i]; }
   bool wait(int i, std::uint32_t expected, std::chrono::microseconds timeout) noexcept override {
-    owner_.enter("board_wait", path_ + " " + std::to_string(expected) + " " +
+    owner_.enter(op::board_wait, path_ + " " + std::to_string(expected) + " " +
                                    std::to_string(timeout.count()));
     if (*word(i) != expected) return true;
     owner_.world().advance(timeout.count());
     return false;
   }
-  void wake_one(int) noexcept override { owner_.enter("board_wake", path_); }
+  void wake_one(int) noexcept override { owner_.enter(op::board_wake, path_); }
 
  private:
   fake_os& owner_;
@@ -286,7 +343,7 @@ class fake_board final : public detail::wait_board {
 
 std::error_code fake_os::filesystem_of(const std::string& path, bool with_name,
                                        detail::filesystem_info& out) {
-  if (auto ec = enter("filesystem_of", path)) return ec;
+  if (auto ec = enter(op::filesystem_of, path)) return ec;
   if (filesystem) {
     out = *filesystem;
     return {};
@@ -298,7 +355,7 @@ std::error_code fake_os::open_wait_board(const std::string& path, unsigned mode,
                                          std::unique_ptr<detail::wait_board>& out) {
   out.reset();
   if (!world_) return real_->open_wait_board(path, mode, create, out);
-  if (auto ec = enter(create ? "create_wait_board" : "open_wait_board", path)) return ec;
+  if (auto ec = enter(create ? op::create_wait_board : op::open_wait_board, path)) return ec;
   if (!create && !world_->boards.count(path)) return {ENOENT, std::generic_category()};
   world_->boards[path];  // exists from now on, zeroed like a new file
   out = std::make_unique<fake_board>(*this, path);

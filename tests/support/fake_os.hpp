@@ -7,7 +7,11 @@
 //
 // Faults: fail(op, substring, errno) makes the next matching calls fail
 // without touching the disk. Interleavings: `before` runs ahead of every call
-// and may act as another process at exactly that point.
+// and may act as another process at exactly that point. Operations are
+// named by `op`, not by strings, so that a misspelt one does not compile;
+// and a fault or when() that never fired is a test failure when the
+// fake_os goes away (a test that armed a fault its code never reached
+// proved nothing).
 #pragma once
 
 #include <array>
@@ -49,6 +53,37 @@ struct fake_world {
   }
 };
 
+// The calls that fail(), fail_after(), when() and `before` can name.
+enum class op {
+  rename,
+  make_directory,
+  remove_directory,
+  remove_file,
+  status,
+  list_directory,
+  sync_directory,
+  status_following,
+  read_link,
+  create_exclusive,
+  open_read,
+  write,
+  read,
+  sync_file,
+  close,
+  file_status_of,
+  set_mode,
+  set_owner,
+  filesystem_of,
+  open_wait_board,
+  create_wait_board,
+  board_wait,
+  board_wake,
+};
+// Its name in `calls` ("rename"), and back (for programs that take
+// faults on their command line): nullopt for a name that is no op.
+const char* op_name(op o) noexcept;
+std::optional<op> op_from_name(const std::string& name) noexcept;
+
 class fake_os final : public detail::os {
  public:
   fake_os(std::shared_ptr<fake_world> world, int pid, std::uint64_t start_time,
@@ -59,26 +94,27 @@ class fake_os final : public detail::os {
   struct real_process_t {};
   explicit fake_os(real_process_t);
 
-  // The next `times` calls of `op` ("rename", "make_directory",
-  // "remove_directory", "remove_file", "status", "list_directory",
-  // "sync_directory") whose first path contains `substring` fail with `err`
-  // (times < 0: every call).
-  void fail(const std::string& op, const std::string& substring, int err, int times = 1);
+  ~fake_os() override;
+
+  // The next `times` calls of `op` whose first path contains `substring`
+  // fail with `err` (times < 0: every call, and at least one must come).
+  void fail(op o, const std::string& substring, int err, int times = 1);
   // As fail(), but lets the first `skip` matching calls through: fails the
   // (skip+1)-th write of a file, say.
-  void fail_after(const std::string& op, const std::string& substring, int err, int skip,
-                  int times = 1);
+  void fail_after(op o, const std::string& substring, int err, int skip, int times = 1);
   // Every write(2) to a file whose path contains `substring` writes at most
   // `max_bytes` (a real short write).
   void short_writes(const std::string& substring, std::size_t max_bytes);
   // Runs before each call with the op and its paths (path2: a rename's
   // target); may act as another process. Cleared before it runs, so it fires
   // once unless it re-arms (see when()).
-  std::function<void(const std::string& op, const std::string& path, const std::string& path2)>
-      before;
-  // Arms `before` to run `action` at the first call of `op` whose first path
+  std::function<void(op o, const std::string& path, const std::string& path2)> before;
+  // Arms `before` to run `action` at the first call of `o` whose first path
   // contains `substring`, letting earlier calls pass.
-  void when(const std::string& op, const std::string& substring, std::function<void()> action);
+  void when(op o, const std::string& substring, std::function<void()> action);
+  // Forgets the faults and the when() still armed: for a test whose fault
+  // may rightly never be reached (say why where it is called).
+  void disarm() noexcept;
   // Every call made, as "op path[ -> path2]".
   std::vector<std::string> calls;
 
@@ -149,16 +185,20 @@ class fake_os final : public detail::os {
 
  private:
   // Records the call, runs the hook, and returns the injected error if any.
-  std::error_code enter(const std::string& op, const std::string& path,
-                        const std::string& path2 = {});
+  std::error_code enter(op o, const std::string& path, const std::string& path2 = {});
+  // Reports each fault and when() that did not fire in full.
+  void check_fired();
   friend class fake_board;
 
   struct fault {
-    std::string op, substring;
+    op o;
+    std::string substring;
     int err;
     int times;
     int skip;
+    int fired;
   };
+  std::string pending_when_;  // the when() armed and not yet fired, described
   std::string path_of(int fd) const;
   struct stale_copy {
     std::string decoy;

@@ -24,6 +24,7 @@ using tokenlock::durability;
 using tokenlock::errc;
 using tokenlock::write_options;
 using tokenlock::testing::fake_os;
+using tokenlock::testing::op;
 using tokenlock::testing::fake_world;
 using tokenlock::testing::snapshot;
 using tokenlock::testing::temp_dir;
@@ -204,7 +205,7 @@ TEST_F(AtomicWriteTest, SyncsAsMuchAsTheDurabilityLevelSays) {
 // ---- every step, every errno: target intact, no temporary file -------------
 
 struct fault_case {
-  const char* step;   // op of the fake OS
+  op step;            // the fake OS's call that fails
   int skip;           // matching calls let through first
   int err;
   const char* message_step;
@@ -234,23 +235,23 @@ TEST_P(AtomicWriteFaultTest, LeavesTheTargetIntactAndNoTemporaryFile) {
 
 INSTANTIATE_TEST_SUITE_P(
     EveryStep, AtomicWriteFaultTest,
-    ::testing::Combine(::testing::Values(fault_case{"create_exclusive", 0, 0, "create"},
-                                         fault_case{"write", 0, 0, "write"},
-                                         fault_case{"write", 2, 0, "write"},
-                                         fault_case{"sync_file", 0, 0, "sync"},
-                                         fault_case{"close", 0, 0, "close"},
-                                         fault_case{"rename", 0, 0, "rename"}),
+    ::testing::Combine(::testing::Values(fault_case{op::create_exclusive, 0, 0, "create"},
+                                         fault_case{op::write, 0, 0, "write"},
+                                         fault_case{op::write, 2, 0, "write"},
+                                         fault_case{op::sync_file, 0, 0, "sync"},
+                                         fault_case{op::close, 0, 0, "close"},
+                                         fault_case{op::rename, 0, 0, "rename"}),
                        ::testing::Values(ENOSPC, EIO, EDQUOT)),
     [](const auto& info) {
       const fault_case& c = std::get<0>(info.param);
-      std::string name = std::string(c.step) + (c.skip ? "_later" : "") + "_";
+      std::string name = std::string(tokenlock::testing::op_name(c.step)) + (c.skip ? "_later" : "") + "_";
       int e = std::get<1>(info.param);
       return name + (e == ENOSPC ? "ENOSPC" : e == EIO ? "EIO" : "EDQUOT");
     });
 
 TEST_F(AtomicWriteTest, ADirectorySyncFailureAfterTheRenameIsItsOwnError) {
   spit(target, "old");
-  sys->fail("sync_directory", tmp.path().string(), EIO);
+  sys->fail(op::sync_directory, tmp.path().string(), EIO);
   auto f = write_with_fake("new");
   EXPECT_EQ(f.code, errc::dir_sync_failed);
   EXPECT_NE(f.message.find("the new contents are in place"), std::string::npos) << f.message;
@@ -260,7 +261,7 @@ TEST_F(AtomicWriteTest, ADirectorySyncFailureAfterTheRenameIsItsOwnError) {
 
 TEST_F(AtomicWriteTest, NamesTheFixForAPermissionError) {
   spit(target, "old");
-  sys->fail("create_exclusive", ".tmp.", EACCES);
+  sys->fail(op::create_exclusive, ".tmp.", EACCES);
   auto f = write_with_fake("new");
   EXPECT_EQ(f.code, std::errc::permission_denied);
   EXPECT_NE(f.message.find("write and search permission"), std::string::npos) << f.message;
@@ -329,7 +330,7 @@ TEST_F(AtomicWriteTest, AnAtomicFileThatIsNotCommittedRollsBack) {
 TEST_F(AtomicWriteTest, AStreamErrorIsReportedByCommit) {
   spit(target, "old");
   tokenlock::atomic_file f = tokenlock::detail::with_os::file(target, {}, sys);
-  sys->fail("write", ".tmp.", ENOSPC);
+  sys->fail(op::write, ".tmp.", ENOSPC);
   f.stream() << std::string(200000, 'x');  // more than the buffer: a write happens
   EXPECT_TRUE(f.stream().bad());
   std::error_code ec;

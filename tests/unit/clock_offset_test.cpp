@@ -24,6 +24,8 @@ using tokenlock::clock_offset;
 using tokenlock::clock_offset_options;
 using tokenlock::testing::entries;
 using tokenlock::testing::fake_os;
+using tokenlock::testing::op;
+using tokenlock::testing::op_name;
 using tokenlock::testing::fake_world;
 using tokenlock::testing::temp_dir;
 
@@ -58,9 +60,9 @@ class ClockOffsetTest : public ::testing::Test {
     arm();
   }
   void arm() {
-    sys.before = [this](const std::string& op, const std::string&, const std::string&) {
-      if (op == "write") world->advance(delay_(writes_++));
-      if (op == "file_status_of") world->advance(delay_(stats_++));
+    sys.before = [this](op called, const std::string&, const std::string&) {
+      if (called == op::write) world->advance(delay_(writes_++));
+      if (called == op::file_status_of) world->advance(delay_(stats_++));
       arm();
     };
   }
@@ -152,30 +154,30 @@ TEST_F(ClockOffsetTest, ProbesWithOneDotFileThatNothingElseClaims) {
 
 TEST_F(ClockOffsetTest, EveryFailureNamesTheDirectoryTheStepAndTheCauseAndLeavesNothing) {
   struct fault {
-    const char* op;
+    op o;
     int err;
     const char* step;
   };
-  for (const fault& f : {fault{"create_exclusive", EACCES, "cannot create the probe file"},
-                         fault{"write", ENOSPC, "cannot write to the probe file"},
-                         fault{"file_status_of", EIO, "cannot read the modification time"},
-                         fault{"close", EIO, "cannot close the probe file"}}) {
+  for (const fault& f : {fault{op::create_exclusive, EACCES, "cannot create the probe file"},
+                         fault{op::write, ENOSPC, "cannot write to the probe file"},
+                         fault{op::file_status_of, EIO, "cannot read the modification time"},
+                         fault{op::close, EIO, "cannot close the probe file"}}) {
     fake_os s(world, 101, 5101);
-    s.fail(f.op, ".tokenlock-clock.", f.err);
+    s.fail(f.o, ".tokenlock-clock.", f.err);
     clock_offset out;
     auto failure = tokenlock::detail::estimate_clock_offset(s, dir, {}, out);
-    EXPECT_EQ(failure.code, std::error_code(f.err, std::generic_category())) << f.op;
+    EXPECT_EQ(failure.code, std::error_code(f.err, std::generic_category())) << op_name(f.o);
     EXPECT_NE(failure.message.find("estimate clock offset in " + dir), std::string::npos)
         << failure.message;
     EXPECT_NE(failure.message.find(f.step), std::string::npos) << failure.message;
     EXPECT_NE(failure.message.find(std::strerror(f.err)), std::string::npos) << failure.message;
-    EXPECT_TRUE(entries(dir).empty()) << f.op << ": the probe file is removed";
-    EXPECT_EQ(s.open_descriptors(), 0u) << f.op;
+    EXPECT_TRUE(entries(dir).empty()) << op_name(f.o) << ": the probe file is removed";
+    EXPECT_EQ(s.open_descriptors(), 0u) << op_name(f.o);
   }
 }
 
 TEST_F(ClockOffsetTest, APermissionErrorSaysWhatTheUserNeeds) {
-  sys.fail("create_exclusive", ".tokenlock-clock.", EACCES);
+  sys.fail(op::create_exclusive, ".tokenlock-clock.", EACCES);
   clock_offset out;
   auto f = tokenlock::detail::estimate_clock_offset(sys, dir, {}, out);
   EXPECT_NE(f.message.find("needs write and search permission on " + dir), std::string::npos)
@@ -183,7 +185,7 @@ TEST_F(ClockOffsetTest, APermissionErrorSaysWhatTheUserNeeds) {
 }
 
 TEST_F(ClockOffsetTest, AProbeFileThatCannotBeRemovedIsNamed) {
-  sys.fail("remove_file", ".tokenlock-clock.", EBUSY);
+  sys.fail(op::remove_file, ".tokenlock-clock.", EBUSY);
   clock_offset out;
   auto f = tokenlock::detail::estimate_clock_offset(sys, dir, {}, out);
   EXPECT_EQ(f.code, std::errc::device_or_resource_busy);
@@ -195,8 +197,8 @@ TEST_F(ClockOffsetTest, AProbeFileThatCannotBeRemovedIsNamed) {
   EXPECT_NE(f.message.find("remove it by hand"), std::string::npos) << f.message;
   // After an earlier failure, the leftover is named too.
   fake_os s(world, 101, 5101);
-  s.fail("write", ".tokenlock-clock.", EIO);
-  s.fail("remove_file", ".tokenlock-clock.", EBUSY);
+  s.fail(op::write, ".tokenlock-clock.", EIO);
+  s.fail(op::remove_file, ".tokenlock-clock.", EBUSY);
   f = tokenlock::detail::estimate_clock_offset(s, dir, {}, out);
   EXPECT_EQ(f.code, std::errc::io_error) << "the first failure is the one reported";
   EXPECT_NE(f.message.find("; and cannot remove the probe file"), std::string::npos) << f.message;

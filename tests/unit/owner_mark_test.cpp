@@ -27,6 +27,7 @@ using tokenlock::lock_options;
 using tokenlock::rename_lock;
 using tokenlock::detail::filesystem_info;
 using tokenlock::testing::fake_os;
+using tokenlock::testing::op;
 using tokenlock::testing::fake_world;
 using tokenlock::testing::temp_dir;
 
@@ -81,7 +82,7 @@ class OwnerMarkTest : public ::testing::Test {
   std::string before_marking_300_took_it(const std::shared_ptr<fake_os>& p, bool workspace) {
     process(300);
     const std::string tc = token_of(300, world->wall_us + 10'000'000);
-    p->when("make_directory", "/h.", [this, tc, workspace] {
+    p->when(op::make_directory, "/h.", [this, tc, workspace] {
       const fs::path x = dir / list(dir).front();
       fs::create_directory(x / mark_of(tc));
       if (workspace) {
@@ -143,7 +144,7 @@ TEST_F(OwnerMarkTest, UnknownNetworkFilesystemsAndUnanswerableOnesGetMarks) {
   h.release();
 
   auto b = process(200, filesystem_info{true, "ext4"});
-  b->fail("filesystem_of", "data.lock", EACCES, -1);
+  b->fail(op::filesystem_of, "data.lock", EACCES, -1);
   lock_handle g = lock_for(b).acquire();
   EXPECT_EQ(list(dir / g.token()), std::vector<std::string>{mark_of(g.token())});
   g.release();
@@ -171,11 +172,11 @@ TEST_F(OwnerMarkTest, ARenameThatMovedSomeoneElsesTokenGivesItBackAndWaits) {
   lock_handle ha = lock_for(a).acquire();
   const std::string ta = ha.token();
   bool mark_inside_while_handing_back = false;
-  b->when("rename", "data.lock/lockfile", [&] {
+  b->when(op::rename, "data.lock/lockfile", [&] {
     fs::rename(dir / ta, dir / "lockfile");
     // Until the token has its owner's name again, b's mark stays in it, so
     // that whoever takes it meanwhile through a stale name steps back too.
-    b->when("rename", ".200.", [&] {
+    b->when(op::rename, ".200.", [&] {
       for (const std::string& n : list(dir / list(dir).front()))
         if (n.find(".200.") != std::string::npos) mark_inside_while_handing_back = true;
     });
@@ -197,7 +198,7 @@ TEST_F(OwnerMarkTest, AHolderWhoseTokenWasMovedBeforeItsMarkHoldsNothing) {
   auto a = process(100);
   process(200);  // the thief, alive
   const std::string tb = token_of(200, world->wall_us + 10'000'000);
-  a->when("make_directory", "/h.", [&] {
+  a->when(op::make_directory, "/h.", [&] {
     const std::string ta = list(dir).front();
     fs::rename(dir / ta, dir / tb);
     fs::create_directory(dir / tb / mark_of(tb));
@@ -215,7 +216,7 @@ TEST_F(OwnerMarkTest, AHolderThatFindsAnotherLiveMarkStepsBack) {
   auto a = process(100);
   process(200);
   const std::string tb = token_of(200, world->wall_us + 10'000'000);
-  a->when("list_directory", "data.lock/lockfile.", [&] {
+  a->when(op::list_directory, "data.lock/lockfile.", [&] {
     const std::string ta = list(dir).front();
     fs::create_directory(dir / ta / mark_of(tb));
   });
@@ -273,14 +274,14 @@ TEST_F(OwnerMarkTest, ATakeoverRemovesTheStaleOwnersMarkAndWorkspaceButNotALiveM
 TEST_F(OwnerMarkTest, AMarkThatCannotBeMadeFailsTheAcquisitionAndLeavesTheLockFree) {
   make_free();
   auto a = process(100);
-  a->fail("make_directory", "/h.", EACCES);
+  a->fail(op::make_directory, "/h.", EACCES);
   const std::string message = message_of([&] { lock_for(a).acquire(); });
   EXPECT_NE(message.find("cannot make the owner mark in lockfile."), std::string::npos) << message;
   EXPECT_NE(message.find(dir.string()), std::string::npos) << message;
   EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
   EXPECT_TRUE(list(dir / "lockfile").empty());
 
-  a->fail("list_directory", "data.lock/lockfile.", EIO);
+  a->fail(op::list_directory, "data.lock/lockfile.", EIO);
   std::error_code ec;
   lock_handle h = lock_for(a).acquire(ec);
   EXPECT_EQ(ec, std::errc::io_error);
@@ -296,14 +297,14 @@ TEST_F(OwnerMarkTest, AMarkThatCannotBeMadeFailsTheAcquisitionAndLeavesTheLockFr
 TEST_F(OwnerMarkTest, AStaleHandleIsAskedAgainAndWhenItPersistsNothingIsRenamed) {
   make_free();
   auto a = process(100);
-  a->fail("make_directory", "/h.", ESTALE, 2);
-  a->fail("list_directory", "data.lock/lockfile.", ESTALE, 2);
+  a->fail(op::make_directory, "/h.", ESTALE, 2);
+  a->fail(op::list_directory, "data.lock/lockfile.", ESTALE, 2);
   lock_handle h = lock_for(a).acquire();
   EXPECT_EQ(list(dir / h.token()), std::vector<std::string>{mark_of(h.token())});
   h.release();
   EXPECT_TRUE(list(dir / "lockfile").empty());
 
-  a->fail("make_directory", "/h.", ESTALE, -1);
+  a->fail(op::make_directory, "/h.", ESTALE, -1);
   a->calls.clear();
   EXPECT_FALSE(lock_for(a).try_acquire().has_value());
   const std::vector<std::string> held = entries();
@@ -321,7 +322,7 @@ TEST_F(OwnerMarkTest, AReleaseThatCannotRemoveItsMarkKeepsTheLockAndCanBeRetried
   auto a = process(100);
   lock_handle h = lock_for(a).acquire();
   const std::string token = h.token();
-  a->fail("remove_directory", "/h.", EIO);
+  a->fail(op::remove_directory, "/h.", EIO);
   std::error_code ec;
   h.release(ec);
   EXPECT_EQ(ec, std::errc::io_error);
@@ -376,7 +377,7 @@ TEST_F(OwnerMarkTest, ARefreshedHolderIsStillSeenLiveAfterItsFirstLeaseEnds) {
     ha.refresh();
   }
   const std::string ta = ha.token();
-  b->when("rename", "data.lock/lockfile", [&] { fs::rename(dir / ta, dir / "lockfile"); });
+  b->when(op::rename, "data.lock/lockfile", [&] { fs::rename(dir / ta, dir / "lockfile"); });
   EXPECT_FALSE(lock_for(b).try_acquire().has_value());
   EXPECT_EQ(entries(), std::vector<std::string>{ta}) << "not handed back to the current name";
   EXPECT_EQ(list(dir / ta), std::vector<std::string>{mark_of(ta)});
@@ -390,7 +391,7 @@ TEST_F(OwnerMarkTest, ARefreshThatCannotRenameTheMarkSaysSoAndTheReleaseStillFin
   lock_handle h = lock_for(a).acquire();
   const std::string first = h.token();
   world->advance(1'000'000);
-  a->fail("rename", "/h.", EIO);
+  a->fail(op::rename, "/h.", EIO);
   std::error_code ec;
   h.refresh(ec);
   EXPECT_EQ(ec, std::errc::io_error);
@@ -407,7 +408,7 @@ TEST_F(OwnerMarkTest, ARefreshThatCannotRenameTheMarkSaysSoAndTheReleaseStillFin
 TEST_F(OwnerMarkTest, ATokenThatVanishedBeforeItsListingIsConfirmedWhenItShowsUpAgain) {
   make_free();
   auto a = process(100);
-  a->fail("list_directory", "data.lock/lockfile.", ENOENT);
+  a->fail(op::list_directory, "data.lock/lockfile.", ENOENT);
   lock_options o = options();
   o.wait = 2s;
   lock_handle h = tokenlock::detail::with_os::lock(dir, o, a).acquire();
@@ -425,7 +426,7 @@ TEST_F(OwnerMarkTest, ATokenThatVanishedBeforeItsListingIsConfirmedWhenItShowsUp
 TEST_F(OwnerMarkTest, APersistentlyStaleListingHoldsNothingAndLeavesNoMark) {
   make_free();
   auto a = process(100);
-  a->fail("list_directory", "data.lock/lockfile.", ESTALE, 3);
+  a->fail(op::list_directory, "data.lock/lockfile.", ESTALE, 3);
   EXPECT_FALSE(lock_for(a).try_acquire().has_value());
   const std::vector<std::string> held = entries();
   ASSERT_EQ(held.size(), 1u);
@@ -435,8 +436,8 @@ TEST_F(OwnerMarkTest, APersistentlyStaleListingHoldsNothingAndLeavesNoMark) {
 TEST_F(OwnerMarkTest, AFailureThatCannotFreeTheTokenSaysItStays) {
   make_free();
   auto a = process(100);
-  a->fail("make_directory", "/h.", EACCES);
-  a->fail("rename", "data.lock/lockfile.", EIO);
+  a->fail(op::make_directory, "/h.", EACCES);
+  a->fail(op::rename, "data.lock/lockfile.", EIO);
   const std::string message = message_of([&] { lock_for(a).acquire(); });
   EXPECT_NE(message.find("cannot make the owner mark in"), std::string::npos) << message;
   EXPECT_NE(message.find("the token stays until its lease ends"), std::string::npos) << message;
@@ -450,7 +451,7 @@ TEST_F(OwnerMarkTest, AReleaseWhoseRenameFailsPutsTheMarkBack) {
   make_free();
   auto a = process(100);
   lock_handle h = lock_for(a).acquire();
-  a->fail("rename", "data.lock/lockfile.", EIO);
+  a->fail(op::rename, "data.lock/lockfile.", EIO);
   std::error_code ec;
   h.release(ec);
   EXPECT_EQ(ec, std::errc::io_error);

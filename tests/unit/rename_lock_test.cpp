@@ -27,6 +27,7 @@ using tokenlock::lock_handle;
 using tokenlock::lock_options;
 using tokenlock::rename_lock;
 using tokenlock::testing::fake_os;
+using tokenlock::testing::op;
 using tokenlock::testing::fake_world;
 using tokenlock::testing::snapshot;
 using tokenlock::testing::temp_dir;
@@ -328,7 +329,7 @@ class WaitLineTest : public RenameLockTest {
                                    const std::shared_ptr<fake_os>& b) {
     rename_lock lock = lock_for(b, options(10s, 1s));
     lock_handle h = lock_for(a).acquire();
-    b->when("create_wait_board", "", [&] { h.release(); });
+    b->when(op::create_wait_board, "", [&] { h.release(); });
     lock.acquire().release();
     return lock;
   }
@@ -347,7 +348,7 @@ TEST_F(WaitLineTest, AWaiterAloneHeadsTheLineAndHandsItOnOnceItHasTheLock) {
   rename_lock lock = lock_for(b, options(10s, 1s));
   // Released while b creates the board: b heads the line, looks once more
   // after its pause, and takes the lock.
-  b->when("create_wait_board", "", [&] { h.release(); });
+  b->when(op::create_wait_board, "", [&] { h.release(); });
   lock_handle mine = lock.acquire();
   EXPECT_TRUE(mine.owns());
   EXPECT_EQ(count_calls(*b, "open_wait_board " + board_path()), 1) << "a line to join?";
@@ -384,7 +385,7 @@ TEST_F(WaitLineTest, TheFirstAcquisitionOfAFreshLockLeavesNoBoard) {
   lock_for(a, options(10s, 1s)).acquire().release();
   // And a waiter that finds the lock free after all makes none either.
   lock_handle h = lock_for(a).acquire();
-  b->when("open_wait_board", "", [&] { h.release(); });
+  b->when(op::open_wait_board, "", [&] { h.release(); });
   lock_for(b, options(10s, 1s)).acquire().release();
   EXPECT_EQ(count_calls(*a, "create_wait_board") + count_calls(*b, "create_wait_board"), 0);
   EXPECT_EQ(world->boards.count(board_path()), 0u);
@@ -451,7 +452,7 @@ TEST_F(WaitLineTest, AWaiterHandedThePlaceLeavesTheNewHolderUnjudgedForALookInte
   someone_at_the_head(0);
   // The head hands its place on while b sleeps: it has just taken the lock
   // (played by a's token), so the holder is alive.
-  b->when("board_wait", board_path(), [&] {
+  b->when(op::board_wait, board_path(), [&] {
     board()[wait_line::head_word] = 0;
     ++board()[wait_line::turn_word];
   });
@@ -486,7 +487,7 @@ TEST_F(WaitLineTest, AHandOffWakesTheSleeperWhichThenTakesTheLockAndPassesTheTur
   const auto start = world->steady_us;
   // The head gets the lock... and hands its place on; here the holder
   // releases at that moment too.
-  b->when("board_wait", board_path(), [&] {
+  b->when(op::board_wait, board_path(), [&] {
     board()[wait_line::head_word] = 0;
     ++board()[wait_line::turn_word];
     h.release();
@@ -557,7 +558,7 @@ TEST_F(WaitLineTest, ABoardHoldsAWaiterFromAFreedLockNoLongerThanTheStaleTimeWha
     board()[wait_line::hungry_word] = 1;
     board()[wait_line::turn_word] = 0xfffffff0u;
     std::int64_t freed_at = 0;
-    b->when("open_wait_board", "", [&] {
+    b->when(op::open_wait_board, "", [&] {
       h.release();
       freed_at = world->steady_us;
     });
@@ -588,12 +589,14 @@ TEST_F(WaitLineTest, ASleeperLooksForItselfWhenTheHeadNeverHandsOn) {
     board()[wait_line::beat_word] = now_ms();
     ++board()[wait_line::turn_word];
     ++scribbles;
-    b->when("board_wait", board_path(), scribble);
+    b->when(op::board_wait, board_path(), scribble);
   };
-  b->when("board_wait", board_path(), scribble);
+  b->when(op::board_wait, board_path(), scribble);
   lock_handle mine = lock_for(b, o).acquire();
   ASSERT_TRUE(mine.owns());
-  b->before = nullptr;
+  // The scribbler re-arms itself after each wait: its last arming is meant
+  // to stay unused (scribbles counts the ones that fired).
+  b->disarm();
   EXPECT_GT(scribbles, 10) << "it slept through the scribbles for a while";
   const std::int64_t bound_us = tokenlock::detail::sleeper_look_interval(o).count() * 1000;
   EXPECT_EQ(bound_us, 440'000) << "the documented bound for the default options";
@@ -605,7 +608,7 @@ TEST_F(WaitLineTest, WhereNoBoardCanBeMadeWaitersPollAndNoFileIsLeft) {
   // ENOTSUP: the filesystem is a network or FUSE one (posix_os.cpp).
   auto a = process(100), b = process(200);
   lock_handle h = lock_for(a).acquire();
-  b->fail("create_wait_board", "", ENOTSUP);
+  b->fail(op::create_wait_board, "", ENOTSUP);
   rename_lock lock = lock_for(b, options(10s, 20ms));
   EXPECT_EQ(code_of([&] { lock.acquire(); }), errc::timed_out);
   EXPECT_EQ(code_of([&] { lock.acquire(); }), errc::timed_out);
@@ -622,7 +625,7 @@ TEST_F(WaitLineTest, AProcessThatWaitedBeforeJoinsAHungryLineInsteadOfTakingTheF
   someone_at_the_head(0);
   board()[wait_line::hungry_word] = 1;
   // The head gets the lock while b sleeps, and hands its place on.
-  b->when("board_wait", board_path(), [&] {
+  b->when(op::board_wait, board_path(), [&] {
     lock_handle theirs = lock_for(a).acquire();
     board()[wait_line::head_word] = 0;
     board()[wait_line::hungry_word] = 0;
@@ -663,10 +666,13 @@ TEST_F(WaitLineTest, AHeadPastItsPatienceMarksTheLineHungryAndPollsQuicklyUntilI
   std::vector<std::uint32_t> hungry_at_looks;
   std::function<void()> record = [&] {
     hungry_at_looks.push_back(board()[wait_line::hungry_word]);
-    b->when("list_directory", dir.string(), record);
+    b->when(op::list_directory, dir.string(), record);
   };
-  b->when("list_directory", dir.string(), record);
+  b->when(op::list_directory, dir.string(), record);
   EXPECT_EQ(code_of([&] { lock_for(b, o).acquire(); }), errc::timed_out);
+  // The recorder re-arms itself after each look: its last arming is meant
+  // to stay unused (hungry_at_looks holds the ones that fired).
+  b->disarm();
   ASSERT_GE(hungry_at_looks.size(), 2u);
   EXPECT_EQ(hungry_at_looks.front(), 0u) << "not hungry when it first looked, as a new head";
   EXPECT_EQ(hungry_at_looks.back(), 1u) << "marked after 1 ms at the head";
@@ -684,7 +690,7 @@ TEST_F(WaitLineTest, AHeadPastItsPatienceMarksTheLineHungryAndPollsQuicklyUntilI
 TEST_F(WaitLineTest, WithoutABoardEachWaiterPollsOnItsOwn) {
   auto a = process(100), b = process(200), c = process(300);
   lock_handle h = lock_for(a).acquire();
-  b->fail("open_wait_board", "", EACCES);
+  b->fail(op::open_wait_board, "", EACCES);
   EXPECT_EQ(code_of([&] { lock_for(b, options(10s, 20ms)).acquire(); }), errc::timed_out);
   EXPECT_EQ(count_calls(*b, "open_wait_board"), 1);
   EXPECT_GT(count_calls(*b, "sleep_for"), 0);
@@ -830,7 +836,7 @@ TEST_F(RenameLockTest, TwoTakersOfOneStaleTokenExactlyOneWins) {
   std::optional<lock_handle> hb;
   // C has judged the token stale; just before its takeover rename, B takes
   // the same token over.
-  c->when("rename", stale, [&] { hb = lock_for(b).try_acquire(); });
+  c->when(op::rename, stale, [&] { hb = lock_for(b).try_acquire(); });
   auto hc = lock_for(c).try_acquire();
   ASSERT_TRUE(hb && hb->owns()) << "B took it over first";
   EXPECT_FALSE(hc.has_value()) << "C's rename of the observed name must fail";
@@ -841,7 +847,7 @@ TEST_F(RenameLockTest, AnOwnerThatRefreshesWhileATakerDecidesKeepsTheLock) {
   auto a = process(100, other_host), b = process(200);
   lock_handle ha = lock_for(a, options(1s)).acquire();
   world->advance(2'000'000);  // A's lease has ended: B judges it stale
-  b->when("rename", ha.token(), [&] { ha.refresh(); });
+  b->when(op::rename, ha.token(), [&] { ha.refresh(); });
   EXPECT_FALSE(lock_for(b).try_acquire().has_value());
   EXPECT_TRUE(ha.owns());
   EXPECT_EQ(entries(), std::vector<std::string>{ha.token()});
@@ -904,9 +910,9 @@ TEST_F(RenameLockTest, ATransientlyMissingTokenIsNotConcludedFromOneListing) {
   lock_handle ha = lock_for(a).acquire();
   const std::string t = ha.token();
   // The token vanishes from the first listing only (a rename racing readdir).
-  b->when("list_directory", dir.string(), [&] {
+  b->when(op::list_directory, dir.string(), [&] {
     fs::rename(dir / t, dir / "moving");
-    b->when("list_directory", dir.string(), [&] { fs::rename(dir / "moving", dir / t); });
+    b->when(op::list_directory, dir.string(), [&] { fs::rename(dir / "moving", dir / t); });
   });
   std::error_code ec;
   EXPECT_FALSE(lock_for(b).try_acquire(ec).has_value());
@@ -942,10 +948,10 @@ TEST_F(RenameLockTest, TreatsAnNfsRetransmitOfASuccessfulRenameAsAcquired) {
   lock_for(a).acquire().release();
   // The server performed the rename, but the reply was lost and the
   // retransmission failed with ENOENT.
-  a->before = [](const std::string& op, const std::string& from, const std::string& to) {
-    if (op == "rename") fs::rename(from, to);
+  a->before = [](op called, const std::string& from, const std::string& to) {
+    if (called == op::rename) fs::rename(from, to);
   };
-  a->fail("rename", "/lockfile", ENOENT);
+  a->fail(op::rename, "/lockfile", ENOENT);
   lock_handle h = lock_for(a).acquire();
   EXPECT_TRUE(h.owns());
   EXPECT_EQ(entries(), std::vector<std::string>{h.token()});
@@ -954,7 +960,7 @@ TEST_F(RenameLockTest, TreatsAnNfsRetransmitOfASuccessfulRenameAsAcquired) {
 TEST_F(RenameLockTest, ALoserOfTheCreationRaceCleansUpAndSeesTheWinner) {
   auto a = process(100), b = process(200);
   std::optional<lock_handle> hb;
-  a->when("rename", ".init.", [&] { hb = lock_for(b).try_acquire(); });
+  a->when(op::rename, ".init.", [&] { hb = lock_for(b).try_acquire(); });
   EXPECT_FALSE(lock_for(a).try_acquire().has_value());
   ASSERT_TRUE(hb && hb->owns());
   EXPECT_EQ(entries(), std::vector<std::string>{hb->token()});
@@ -965,8 +971,8 @@ TEST_F(RenameLockTest, ALoserOfTheCreationRaceOverSftpSeesTheWinnerDespiteEPERM)
   // sshfs reports a directory renamed onto a non-empty one as EPERM.
   auto a = process(100), b = process(200);
   std::optional<lock_handle> hb;
-  a->when("rename", ".init.", [&] { hb = lock_for(b).try_acquire(); });
-  a->fail("rename", ".init.", EPERM);
+  a->when(op::rename, ".init.", [&] { hb = lock_for(b).try_acquire(); });
+  a->fail(op::rename, ".init.", EPERM);
   std::error_code ec;
   EXPECT_FALSE(lock_for(a).try_acquire(ec).has_value());
   EXPECT_FALSE(ec) << tokenlock::last_error_message();
@@ -1081,9 +1087,9 @@ std::string plant_init(const fs::path& parent, const std::string& token) {
 TEST_F(RenameLockTest, TheCreationDirectoryIsNamedForItsCreatorAndLease) {
   auto a = process(100);
   std::string made;
-  std::function<void(const std::string&, const std::string&, const std::string&)> watch =
-      [&](const std::string& op, const std::string& path, const std::string&) {
-        if (op == "make_directory" && path.find(".init.") != std::string::npos)
+  std::function<void(op, const std::string&, const std::string&)> watch =
+      [&](op called, const std::string& path, const std::string&) {
+        if (called == op::make_directory && path.find(".init.") != std::string::npos)
           made = path;
         else
           a->before = watch;  // cleared before each run: re-armed until found
@@ -1157,7 +1163,7 @@ TEST_F(RenameLockTest, ACreatorWhoseDirectoryWasSweptMeanwhileStartsOver) {
   // Stalled past its lease, its directory was judged a leftover and
   // removed before its rename: the rename finds nothing, and it creates again.
   auto a = process(100);
-  a->fail("rename", ".init.", ENOENT);
+  a->fail(op::rename, ".init.", ENOENT);
   std::error_code ec;
   auto h = lock_for(a).try_acquire(ec);
   EXPECT_FALSE(ec) << tokenlock::last_error_message();
@@ -1309,7 +1315,7 @@ TEST_F(RenameLockTest, TakesOverExactlyTheNamedStaleTokenAndNothingElse) {
 
 struct errno_case {
   const char* name;
-  const char* op;
+  op call;
   const char* substring;  // of the failing call's first path
   int err;
   const char* hint;       // expected in the message
@@ -1322,7 +1328,7 @@ TEST_P(ErrnoPathTest, GivesAClearErrorAndChangesNothing) {
   const errno_case& c = GetParam();
   auto a = process(100);
   if (c.existing) lock_for(a).acquire().release();
-  a->fail(c.op, c.substring, c.err, -1);
+  a->fail(c.call, c.substring, c.err, -1);
   auto before = snapshot(tmp.path());
   std::error_code ec;
   lock_handle h = lock_for(a).acquire(ec);
@@ -1340,17 +1346,17 @@ TEST_P(ErrnoPathTest, GivesAClearErrorAndChangesNothing) {
 INSTANTIATE_TEST_SUITE_P(
     Errno, ErrnoPathTest,
     ::testing::Values(
-        errno_case{"EACCES", "rename", "/lockfile", EACCES, "needs write and search permission", true},
-        errno_case{"EROFS", "rename", "/lockfile", EROFS, "read-only filesystem", true},
-        errno_case{"ENAMETOOLONG", "rename", "/lockfile", ENAMETOOLONG, "shorter lock directory path", true},
-        errno_case{"EIO_listing", "list_directory", "data.lock", EIO, "cannot list", false},
-        errno_case{"ENOSPC_on_creation", "make_directory", ".init.", ENOSPC, "free some space", false},
-        errno_case{"ENOSPC_on_token", "make_directory", "/lockfile", ENOSPC, "free some space", false},
-        errno_case{"EACCES_on_creation", "make_directory", ".init.", EACCES, "needs write and search permission", false},
-        errno_case{"EIO_on_sync", "sync_directory", ".init.", EIO, "cannot sync", false},
-        errno_case{"EXDEV_on_placing", "rename", ".init.", EXDEV, "cannot rename", false},
+        errno_case{"EACCES", op::rename, "/lockfile", EACCES, "needs write and search permission", true},
+        errno_case{"EROFS", op::rename, "/lockfile", EROFS, "read-only filesystem", true},
+        errno_case{"ENAMETOOLONG", op::rename, "/lockfile", ENAMETOOLONG, "shorter lock directory path", true},
+        errno_case{"EIO_listing", op::list_directory, "data.lock", EIO, "cannot list", false},
+        errno_case{"ENOSPC_on_creation", op::make_directory, ".init.", ENOSPC, "free some space", false},
+        errno_case{"ENOSPC_on_token", op::make_directory, "/lockfile", ENOSPC, "free some space", false},
+        errno_case{"EACCES_on_creation", op::make_directory, ".init.", EACCES, "needs write and search permission", false},
+        errno_case{"EIO_on_sync", op::sync_directory, ".init.", EIO, "cannot sync", false},
+        errno_case{"EXDEV_on_placing", op::rename, ".init.", EXDEV, "cannot rename", false},
         // No lock directory appeared: a real permission problem, not a race.
-        errno_case{"EPERM_on_placing", "rename", ".init.", EPERM, "forbids this rename", false}),
+        errno_case{"EPERM_on_placing", op::rename, ".init.", EPERM, "forbids this rename", false}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST_F(RenameLockTest, NamesTheOwnerOfATokenInAStickyDirectory) {
@@ -1363,7 +1369,7 @@ TEST_F(RenameLockTest, NamesTheOwnerOfATokenInAStickyDirectory) {
   fs::permissions(dir, fs::perms(01777));
   ASSERT_EQ(::chown((dir / t).c_str(), 33, 33), 0);
   // The kernel lets root rename anything; for uid 1000 it would say EPERM.
-  b->fail("rename", t, EPERM, -1);
+  b->fail(op::rename, t, EPERM, -1);
   auto before = snapshot(tmp.path());
   std::string msg = message_of([&] { lock_for(b).acquire(); });
   EXPECT_NE(msg.find("is sticky and the token belongs to uid 33"), std::string::npos) << msg;
@@ -1396,7 +1402,7 @@ TEST_F(RenameLockTest, ReportsAMissingParentDirectory) {
 TEST_F(RenameLockTest, AReleaseThatFailsKeepsOwnership) {
   auto a = process(100);
   lock_handle h = lock_for(a).acquire();
-  a->fail("rename", h.token(), EIO);
+  a->fail(op::rename, h.token(), EIO);
   std::error_code ec;
   h.release(ec);
   EXPECT_EQ(ec, std::errc::io_error);

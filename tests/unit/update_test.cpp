@@ -29,6 +29,7 @@ using tokenlock::update_options;
 using tokenlock::update_result;
 using tokenlock::detail::failure;
 using tokenlock::testing::fake_os;
+using tokenlock::testing::op;
 using tokenlock::testing::fake_world;
 using tokenlock::testing::snapshot;
 using tokenlock::testing::temp_dir;
@@ -94,10 +95,10 @@ class UpdateTest : public ::testing::Test {
   bool lock_is_free() { return !lock_of(a).holder().has_value(); }
   // An update by A that stalls, past its lease, at the first `op` on a path
   // containing `where`, while B (another host) takes the lock over.
-  failure update_losing_the_lock_at(const char* op, const char* where,
+  failure update_losing_the_lock_at(op call, const char* where,
                                     std::optional<tokenlock::lock_handle>& hb) {
     auto b = std::make_shared<fake_os>(world, 200, 2, "elsewhere-12345678");
-    a->when(op, where, [&, b] {
+    a->when(call, where, [&, b] {
       world->advance(20'000'000);
       hb = lock_of(b).try_acquire();
     });
@@ -188,7 +189,7 @@ TEST_F(UpdateTest, AWorkspaceThatCannotBeMadeFailsTheUpdateAndChangesNothing) {
   spit(target, "old\n");
   lock_of(a).acquire().release();
   auto before = snapshot(tmp.path());
-  a->fail("make_directory", "/w", EACCES);
+  a->fail(op::make_directory, "/w", EACCES);
   failure f = update("new\n");
   ASSERT_TRUE(f);
   EXPECT_EQ(f.code, std::errc::permission_denied);
@@ -241,7 +242,7 @@ TEST_F(UpdateTest, AFunctionThatThrowsChangesNothingAndReleasesTheLock) {
 TEST_F(UpdateTest, ALockLostBetweenWriteAndCommitWritesNothing) {
   spit(target, "old\n");
   std::optional<tokenlock::lock_handle> hb;
-  failure f = update_losing_the_lock_at("rename", "/.data.txt.tmp.", hb);
+  failure f = update_losing_the_lock_at(op::rename, "/.data.txt.tmp.", hb);
   EXPECT_EQ(f.code, errc::lock_lost);
   EXPECT_NE(f.message.find("nothing was written"), std::string::npos) << f.message;
   EXPECT_EQ(slurp(target), "old\n");
@@ -252,14 +253,14 @@ TEST_F(UpdateTest, ALockLostBetweenWriteAndCommitWritesNothing) {
 TEST_F(UpdateTest, ALockLostBeforeTheTemporaryFileIsCreatedWritesNothing) {
   spit(target, "old\n");
   std::optional<tokenlock::lock_handle> hb;
-  failure f = update_losing_the_lock_at("create_exclusive", "/.data.txt.tmp.", hb);
+  failure f = update_losing_the_lock_at(op::create_exclusive, "/.data.txt.tmp.", hb);
   EXPECT_EQ(f.code, errc::lock_lost);
   EXPECT_EQ(slurp(target), "old\n");
   EXPECT_TRUE(temp_files().empty());
 }
 
 struct step_case {
-  const char* op;
+  op call;
   const char* where;  // substring of the failing call's path
 };
 
@@ -272,7 +273,7 @@ TEST_P(UpdateFaultTest, LeavesTheTargetIntactNoTemporaryFileAndTheLockFree) {
   spit(target, "old contents\n");
   lock_of(a).acquire().release();  // the lock directory exists
   auto before = snapshot(tmp.path());
-  a->fail(c.op, c.where, err);
+  a->fail(c.call, c.where, err);
   failure f = update("new contents\n");
   ASSERT_TRUE(f);
   EXPECT_EQ(f.code, std::error_code(err, std::generic_category()));
@@ -286,35 +287,35 @@ TEST_P(UpdateFaultTest, LeavesTheTargetIntactNoTemporaryFileAndTheLockFree) {
 
 INSTANTIATE_TEST_SUITE_P(
     EveryStep, UpdateFaultTest,
-    ::testing::Combine(::testing::Values(step_case{"open_read", "data.txt"},
-                                         step_case{"create_exclusive", ".tmp."},
-                                         step_case{"write", ".tmp."},
-                                         step_case{"sync_file", ".tmp."},
-                                         step_case{"close", ".tmp."},
-                                         step_case{"rename", ".tmp."}),
+    ::testing::Combine(::testing::Values(step_case{op::open_read, "data.txt"},
+                                         step_case{op::create_exclusive, ".tmp."},
+                                         step_case{op::write, ".tmp."},
+                                         step_case{op::sync_file, ".tmp."},
+                                         step_case{op::close, ".tmp."},
+                                         step_case{op::rename, ".tmp."}),
                        ::testing::Values(ENOSPC, EIO, EDQUOT)),
     [](const auto& info) {
       int e = std::get<1>(info.param);
-      return std::string(std::get<0>(info.param).op) + "_" +
+      return std::string(tokenlock::testing::op_name(std::get<0>(info.param).call)) + "_" +
              (e == ENOSPC ? "ENOSPC" : e == EIO ? "EIO" : "EDQUOT");
     });
 
 TEST_F(UpdateTest, IncrementCounterFaultsAtEveryStepLeaveTheCounterAsItWas) {
-  const char* steps[][2] = {{"open_read", "data.txt"}, {"create_exclusive", ".tmp."},
-                            {"write", ".tmp."},        {"sync_file", ".tmp."},
-                            {"close", ".tmp."},        {"rename", ".tmp."}};
+  const std::pair<op, const char*> steps[] = {
+      {op::open_read, "data.txt"}, {op::create_exclusive, ".tmp."}, {op::write, ".tmp."},
+      {op::sync_file, ".tmp."},    {op::close, ".tmp."},            {op::rename, ".tmp."}};
   spit(target, "41\n");
   lock_of(a).acquire().release();
   for (const auto& step : steps)
     for (int err : {ENOSPC, EIO, EDQUOT}) {
-      a->fail(step[0], step[1], err);
+      a->fail(step.first, step.second, err);
       std::uint64_t v = 0;
       failure f = increment(1, v);
-      EXPECT_EQ(f.code, std::error_code(err, std::generic_category())) << step[0];
-      EXPECT_EQ(slurp(target), "41\n") << step[0];
-      EXPECT_TRUE(temp_files().empty()) << step[0];
-      EXPECT_TRUE(lock_is_free()) << step[0];
-      EXPECT_EQ(a->open_descriptors(), 0u) << step[0];
+      EXPECT_EQ(f.code, std::error_code(err, std::generic_category())) << tokenlock::testing::op_name(step.first);
+      EXPECT_EQ(slurp(target), "41\n") << tokenlock::testing::op_name(step.first);
+      EXPECT_TRUE(temp_files().empty()) << tokenlock::testing::op_name(step.first);
+      EXPECT_TRUE(lock_is_free()) << tokenlock::testing::op_name(step.first);
+      EXPECT_EQ(a->open_descriptors(), 0u) << tokenlock::testing::op_name(step.first);
     }
   std::uint64_t v = 0;
   ASSERT_FALSE(increment(1, v));
@@ -323,7 +324,7 @@ TEST_F(UpdateTest, IncrementCounterFaultsAtEveryStepLeaveTheCounterAsItWas) {
 
 TEST_F(UpdateTest, FallsBackToAnUnfencedCommitAcrossDevicesAndSaysSo) {
   spit(target, "old\n");
-  a->fail("rename", "/.data.txt.tmp.", EXDEV);  // a bind mount: same st_dev, other mount
+  a->fail(op::rename, "/.data.txt.tmp.", EXDEV);  // a bind mount: same st_dev, other mount
   update_result r;
   ASSERT_FALSE(update("new\n", {}, &r));
   EXPECT_FALSE(r.fenced);
@@ -334,7 +335,7 @@ TEST_F(UpdateTest, FallsBackToAnUnfencedCommitAcrossDevicesAndSaysSo) {
 
 TEST_F(UpdateTest, RefusesAnUnfencedCommitWhenFencingIsRequired) {
   spit(target, "old\n");
-  a->fail("rename", "/.data.txt.tmp.", EXDEV);
+  a->fail(op::rename, "/.data.txt.tmp.", EXDEV);
   update_options o;
   o.require_fence = true;
   failure f = update("new\n", o);
@@ -349,10 +350,10 @@ TEST_F(UpdateTest, TheUnfencedCommitChecksOwnershipJustBeforeTheRename) {
   spit(target, "old\n");
   auto b = std::make_shared<fake_os>(world, 200, 2, "elsewhere-12345678");
   std::optional<tokenlock::lock_handle> hb;
-  a->fail("rename", "/.data.txt.tmp.", EXDEV);
+  a->fail(op::rename, "/.data.txt.tmp.", EXDEV);
   // The stall lands after the beside-the-target temporary file is written.
-  a->when("sync_file", ".data.txt.tmp.", [&] {
-    a->when("sync_file", ".data.txt.tmp.", [&] {
+  a->when(op::sync_file, ".data.txt.tmp.", [&] {
+    a->when(op::sync_file, ".data.txt.tmp.", [&] {
       world->advance(20'000'000);
       hb = lock_of(b).try_acquire();
     });
@@ -505,7 +506,7 @@ TEST_F(UpdateTest, RefusesToOverflowAndLeavesTheCounter) {
 TEST_F(UpdateTest, ADirectorySyncFailureStillHandsOutTheCommittedValue) {
   spit(target, "7\n");
   lock_of(a).acquire().release();  // the lock directory's own syncs are done
-  a->fail("sync_directory", tmp.path().string(), EIO);
+  a->fail(op::sync_directory, tmp.path().string(), EIO);
   std::uint64_t v = 0;
   failure f = increment(1, v);
   EXPECT_EQ(f.code, errc::dir_sync_failed);
@@ -520,14 +521,14 @@ TEST_F(UpdateTest, FlushesTheDirectoryAfterReleasingTheLock) {
   spit(target, "7\n");
   lock_of(a).acquire().release();  // the lock directory's own syncs are done
   bool free_at_dir_sync = false;
-  a->when("sync_directory", tmp.path().string(), [&] { free_at_dir_sync = lock_is_free(); });
+  a->when(op::sync_directory, tmp.path().string(), [&] { free_at_dir_sync = lock_is_free(); });
   std::uint64_t v = 0;
   ASSERT_FALSE(increment(1, v)) << "the increment failed";
   EXPECT_EQ(v, 8u);
   EXPECT_TRUE(free_at_dir_sync) << "the directory was flushed while the lock was held";
 
   bool held_at_file_sync = false;
-  a->when("sync_file", lock_dir.string(), [&] { held_at_file_sync = !lock_is_free(); });
+  a->when(op::sync_file, lock_dir.string(), [&] { held_at_file_sync = !lock_is_free(); });
   ASSERT_FALSE(increment(1, v)) << "the increment failed";
   EXPECT_TRUE(held_at_file_sync) << "the temporary file was not flushed under the lock";
   EXPECT_EQ(v, 9u);
@@ -649,7 +650,7 @@ TEST_F(VersionMarkTest, OnALocalFilesystemNoMarkIsKeptOrRead) {
 TEST_F(VersionMarkTest, AStaleFileHandleIsOpenedAgainUntilTheNameLeadsToTheFile) {
   std::uint64_t v = 0;
   ASSERT_FALSE(increment(1, v));
-  a->fail("open_read", target.string(), ESTALE, 2);  // GlusterFS's cached gfid, twice
+  a->fail(op::open_read, target.string(), ESTALE, 2);  // GlusterFS's cached gfid, twice
   ASSERT_FALSE(increment(1, v));
   EXPECT_EQ(v, 2u);
   EXPECT_EQ(slurp(target), "2\n");
@@ -659,7 +660,7 @@ TEST_F(VersionMarkTest, AStaleFileHandleIsOpenedAgainUntilTheNameLeadsToTheFile)
 TEST_F(VersionMarkTest, AStaleFileHandleThatStaysFailsWithStaleDataNamingIt) {
   std::uint64_t v = 0;
   ASSERT_FALSE(increment(1, v));
-  a->fail("open_read", target.string(), ESTALE, -1);
+  a->fail(op::open_read, target.string(), ESTALE, -1);
   const auto before = snapshot(tmp.path());
   failure f = increment(1, v);
   EXPECT_EQ(f.code, errc::stale_data);
@@ -674,7 +675,7 @@ TEST_F(VersionMarkTest, OnALocalFilesystemAStaleFileHandleIsAnErrorAtOnce) {
   a->filesystem = tokenlock::detail::filesystem_info{true, "ext4"};
   std::uint64_t v = 0;
   ASSERT_FALSE(increment(1, v));
-  a->fail("open_read", target.string(), ESTALE, -1);
+  a->fail(op::open_read, target.string(), ESTALE, -1);
   a->calls.clear();
   failure f = increment(1, v);
   EXPECT_EQ(f.code, std::error_code(ESTALE, std::generic_category()));
@@ -688,7 +689,7 @@ TEST_F(UpdateTest, ALookupThatMissesOurTokenIsCheckedAgainstAListingBeforeGiving
   // A network client answered the lookup from a stale cache; the server
   // still has the token, and the listing shows it.
   spit(target, "7\n");
-  a->fail("status", "/lockfile.", ENOENT, 1);
+  a->fail(op::status, "/lockfile.", ENOENT, 1);
   std::uint64_t v = 0;
   failure f = increment(1, v);
   EXPECT_FALSE(f) << f.message;
@@ -703,8 +704,8 @@ TEST_F(UpdateTest, AWorkspaceThatALookupMissedButExistsIsUsed) {
   // A network client said ENOENT for the workspace, then mkdir said EEXIST.
   std::uint64_t v = 0;
   ASSERT_FALSE(increment(1, v));
-  a->fail("create_exclusive", "/w/", ENOENT, 1);
-  a->fail("status", "/w", ENOENT, 1);
+  a->fail(op::create_exclusive, "/w/", ENOENT, 1);
+  a->fail(op::status, "/w", ENOENT, 1);
   failure f = increment(1, v);
   EXPECT_FALSE(f) << f.message;
   EXPECT_EQ(v, 2u);
