@@ -95,13 +95,20 @@ std::string fake_os::path_of(int fd) const {
 }
 
 void fake_os::when(op o, const std::string& substring, std::function<void()> action) {
+  // A when() still waiting would be dropped unseen by the new one.
+  if (!pending_when_.empty())
+    report_unfired("when(" + pending_when_ + ") never fired before another when() replaced it");
+  arm_when(o, substring, std::move(action));
+}
+
+void fake_os::arm_when(op o, const std::string& substring, std::function<void()> action) {
   pending_when_ = std::string(op_name(o)) + ", \"" + substring + "\"";
   before = [this, o, substring, action](op called, const std::string& p, const std::string&) {
     if (called == o && p.find(substring) != std::string::npos) {
       pending_when_.clear();
       action();
     } else {
-      when(o, substring, action);
+      arm_when(o, substring, action);  // not yet: still the same when()
     }
   };
 }

@@ -110,7 +110,8 @@ class fake_os final : public detail::os {
   // once unless it re-arms (see when()).
   std::function<void(op o, const std::string& path, const std::string& path2)> before;
   // Arms `before` to run `action` at the first call of `o` whose first path
-  // contains `substring`, letting earlier calls pass.
+  // contains `substring`, letting earlier calls pass. Arming another when()
+  // before this one fired is reported as a failure (it would be lost).
   void when(op o, const std::string& substring, std::function<void()> action);
   // Forgets the faults and the when() still armed: for a test whose fault
   // may rightly never be reached (say why where it is called).
@@ -188,6 +189,7 @@ class fake_os final : public detail::os {
   std::error_code enter(op o, const std::string& path, const std::string& path2 = {});
   // Reports each fault and when() that did not fire in full.
   void check_fired();
+  void arm_when(op o, const std::string& substring, std::function<void()> action);
   friend class fake_board;
 
   struct fault {

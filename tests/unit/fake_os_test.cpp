@@ -60,6 +60,20 @@ TEST(FakeOs, AWhenThatNeverFiredFailsTheTest) {
       "when(list_directory, \"/nowhere\") never fired");
 }
 
+TEST(FakeOs, AWhenReplacedBeforeItFiredFailsTheTest) {
+  temp_dir tmp;
+  EXPECT_NONFATAL_FAILURE(
+      {
+        auto sys = a_process();
+        sys->when(op::rename, "/first", [] {});
+        bool ran = false;
+        sys->when(op::make_directory, "z", [&] { ran = true; });
+        EXPECT_FALSE(sys->make_directory((tmp / "z").string(), 0755));
+        EXPECT_TRUE(ran);
+      },
+      "when(rename, \"/first\") never fired before another when() replaced it");
+}
+
 TEST(FakeOs, FiredFaultsAndDisarmedOnesPass) {
   temp_dir tmp;
   auto sys = a_process();
