@@ -26,11 +26,12 @@ fake_os::fake_os(real_process_t) : real_(detail::system_os()) {}
 namespace {
 
 constexpr const char* op_names[] = {
-    "rename",        "make_directory", "remove_directory",  "remove_file",     "status",
-    "list_directory", "sync_directory", "status_following", "read_link",       "create_exclusive",
-    "open_read",     "write",          "read",              "sync_file",       "close",
-    "file_status_of", "set_mode",      "set_owner",         "filesystem_of",   "open_wait_board",
-    "create_wait_board", "board_wait", "board_wake"};
+    "rename",          "make_directory",    "remove_directory", "remove_file",
+    "status",          "list_directory",    "sync_directory",   "status_following",
+    "read_link",       "create_exclusive",  "open_read",        "write",
+    "read",            "sync_file",         "close",            "file_status_of",
+    "set_mode",        "set_owner",         "filesystem_of",    "open_wait_board",
+    "create_wait_board", "board_wait",      "board_wake"};
 static_assert(sizeof op_names / sizeof op_names[0] == static_cast<std::size_t>(op::board_wake) + 1,
               "a name for every op");
 

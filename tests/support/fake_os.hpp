@@ -79,8 +79,8 @@ enum class op {
   board_wait,
   board_wake,
 };
-// Its name in `calls` ("rename"), and back (for programs that take
-// faults on their command line): nullopt for a name that is no op.
+// Its name in `calls` ("rename"), and back (nullopt for a name that is no
+// op), so that a call log's names can be read as ops.
 const char* op_name(op o) noexcept;
 std::optional<op> op_from_name(const std::string& name) noexcept;
 

@@ -164,12 +164,15 @@ failure redis_connection::connect(const char* step) {
   }
   redisSetTimeout(c, to_timeval(command_timeout_));
   if (endpoint_.has_password) {
-    const std::string_view with_user[] = {"AUTH", endpoint_.user, endpoint_.password};
-    const std::string_view* auth = endpoint_.user.empty() ? nullptr : with_user;
-    const std::string_view password_only[] = {"AUTH", endpoint_.password};
+    // AUTH [user] password
+    std::string_view auth[] = {"AUTH", endpoint_.user, endpoint_.password};
+    std::size_t n = 3;
+    if (endpoint_.user.empty()) {
+      auth[1] = endpoint_.password;
+      n = 2;
+    }
     reply_ptr r;
-    if (failure f = auth ? command("authenticate", auth, 3, r)
-                         : command("authenticate", password_only, 2, r)) {
+    if (failure f = command("authenticate", auth, n, r)) {
       close();
       return f;
     }

@@ -31,6 +31,7 @@ namespace detail {
 // The grant is one string, not a hash of owner and fence: one SET with PX
 // writes it where a hash took HSET and PEXPIRE, and an uncontended cycle
 // costs the server about a third less (docs/redis.md, Figures).
+
 // The four names in one buffer (one allocation per call, not four); views
 // into it, so neither copied nor moved.
 class redis_keys {
