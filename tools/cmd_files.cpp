@@ -172,8 +172,10 @@ int cmd_incr(const args& a) {
     std::error_code ec;
     const std::uint64_t value =
         increment_counter(file, rename_lock(lock_dir, file_lock_options(v)), *by, uo, ec);
+    // After dir_sync_failed the count is made and must not be repeated: the
+    // value is printed, and the exit status says its durability is in doubt.
+    if (!ec || ec == errc::dir_sync_failed) std::cout << value << std::endl;
     if (ec) return report(ec, last_error_message());
-    std::cout << value << std::endl;
     return exit_code::ok;
   });
 }

@@ -195,16 +195,22 @@ failure commit_temp(os& sys, const std::string& rename_from, const write_target&
     sys.remove_file(rename_from);
     return write_failure("rename", target, "cannot rename " + rename_from + " over the target", ec);
   }
-  if (options.sync == durability::file_and_dir) {
-    if (auto ec = sys.sync_directory(target.dir))
-      return make_failure(
-          errc::dir_sync_failed,
-          describe("sync", target.path,
-                   "the new contents are in place, but flushing the directory " + target.dir +
-                       " failed (" + ec.message() + "): a crash may bring back the old file",
-                   {}));
-  }
-  return {};
+  return sync_target_directory(sys, target, options.sync, "the new contents are in place", "");
+}
+
+failure sync_target_directory(os& sys, const write_target& target, durability sync,
+                              const char* done, const char* advice) {
+  if (sync != durability::file_and_dir) return {};
+  const std::error_code ec = sys.sync_directory(target.dir);
+  if (!ec) return {};
+  std::string what = std::string(done) + ", but flushing the directory " + target.dir +
+                     " failed (" + ec.message() + "): a crash may undo it" + advice;
+  // fsync(2) needs the directory open, and open needs read permission,
+  // which a drop directory (mode 0333) or a web server's user may lack.
+  if (ec == std::errc::permission_denied || ec == std::errc::operation_not_permitted)
+    what += "; give this user read permission on " + target.dir +
+            " (chmod u+r, or g+r for a shared group), or write with sync file";
+  return make_failure(errc::dir_sync_failed, describe("sync", target.path, what, {}));
 }
 
 failure write_temp(os& sys, const write_target& target, const std::string& in_dir,

@@ -65,6 +65,13 @@ failure write_temp(os& sys, const write_target& target, const std::string& in_di
 // Closes (if open) and removes the temporary file. Never fails.
 void abandon(os& sys, temp_file& file) noexcept;
 
+// Syncs the target's directory after a commit (per sync): errc::dir_sync_failed
+// says that `done` ("the new contents are in place", "the update is
+// committed") holds but may not survive a crash, and why, with the fix for
+// a directory this user cannot open.
+failure sync_target_directory(os& sys, const write_target& target, durability sync,
+                              const char* done, const char* advice);
+
 // "tokenlock: <step> <target>: <what>: <cause>" plus a hint for the errno.
 failure write_failure(const char* step, const write_target& target, const std::string& what,
                       std::error_code ec);

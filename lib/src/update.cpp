@@ -393,15 +393,8 @@ failure update_impl(os& sys, const boost::filesystem::path& target, const rename
 }
 
 failure sync_after_commit(os& sys, const write_target& t, const update_options& options) {
-  if (options.write.sync != durability::file_and_dir) return {};
-  if (auto sec = sys.sync_directory(t.dir))
-    return make_failure(
-        errc::dir_sync_failed,
-        describe("sync", t.path,
-                 "the update is committed, but flushing the directory " + t.dir + " failed (" +
-                     sec.message() + "): a crash may undo it; do not repeat the update",
-                 {}));
-  return {};
+  return sync_target_directory(sys, t, options.write.sync, "the update is committed",
+                               "; do not repeat the update");
 }
 
 failure parse_counter(const std::string& path, const std::optional<std::string>& text,

@@ -522,6 +522,46 @@ TEST_F(CliTest, IncrPrintsTheNewValue) {
   EXPECT_EQ(slurp(c), "42\n");
 }
 
+// A directory its user can write but not read (mode 0333, as upload drop
+// directories are) cannot be opened, so it cannot be flushed: a real
+// dir_sync_failed. The count is made then, so incr must print it, or a
+// caller would either lose the value or count the hit twice.
+TEST_F(CliTest, AnUnflushableDirectoryStillGivesTheCountAndSaysHowToFixIt) {
+  const bool root = ::geteuid() == 0;
+  const int uid = root ? 65534 : -1;  // root opens any directory
+  fs::permissions(tmp.path(), fs::perms(0755));
+  const fs::path drop = tmp / "drop";
+  fs::create_directories(drop);
+  fs::permissions(drop, fs::perms(0333));
+  const std::string c = (drop / "hits").string();
+  for (const char* want : {"1", "2"}) {
+    auto r = tl({"incr", c}, {}, uid);
+    EXPECT_EQ(r.exit_code, code::io_error) << r.err;
+    EXPECT_EQ(strip(r.out), want);
+    EXPECT_NE(r.err.find("sync " + c + ": the update is committed, but flushing the directory " +
+                         drop.string() + " failed (Permission denied)"),
+              std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find("do not repeat the update; give this user read permission on " +
+                         drop.string()),
+              std::string::npos)
+        << r.err;
+  }
+  auto w = tl({"write", (drop / "page").string()}, "new\n", uid);
+  EXPECT_EQ(w.exit_code, code::io_error) << w.err;
+  EXPECT_NE(w.err.find("the new contents are in place, but flushing"), std::string::npos) << w.err;
+  // The fix the message offers works.
+  auto f = tl({"incr", "--sync", "file", c}, {}, uid);
+  EXPECT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_EQ(strip(f.out), "3");
+  fs::permissions(drop, fs::perms(0755));
+  EXPECT_EQ(slurp(c), "3\n");
+  EXPECT_EQ(slurp(drop / "page"), "new\n");
+  EXPECT_EQ(entries(drop), (std::vector<std::string>{"hits", "hits.lock", "page"}))
+      << "a temporary file was left";
+  EXPECT_EQ(entries(drop / "hits.lock"), std::vector<std::string>{"lockfile"});
+}
+
 TEST_F(CliTest, SixteenShellLoopsOfIncrWithRandomKillsLoseNothing) {
   const std::string c = (tmp / "hits").string();
   const int loops = 16, per_loop = 25, kills = 8;
