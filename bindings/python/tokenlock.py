@@ -64,7 +64,8 @@ import warnings
 
 __all__ = [
     "Lock", "lock", "write_file", "update_file", "increment", "read_counter", "use",
-    "version", "Error", "Busy", "LockLost", "CorruptData", "BadArgument", "OSFailure",
+    "version", "Error", "Busy", "LockLost", "CorruptData", "DirSyncFailed", "BadArgument",
+    "OSFailure",
     "BackendUnavailable", "backend", "library_path", "command_path", "load_error",
     "DEFAULT_WAIT", "DEFAULT_LEASE",
 ]
@@ -92,7 +93,7 @@ _SYNC_LEVELS = {"none": 0, "file": 1, "file_and_dir": 2}
 # The C interface's return codes (tokenlock.h) and their names, as
 # tokenlock_strerror() gives them; the command backend reports the same.
 _OK, _EBUSY, _ETIMEDOUT, _ELOCK_LOST = 0, 1, 2, 3
-_ECORRUPT_DATA, _EBAD_ARGUMENT, _ENOT_OWNER = 6, 7, 8
+_ECORRUPT_DATA, _EBAD_ARGUMENT, _ENOT_OWNER, _EDIR_SYNC_FAILED = 6, 7, 8, 9
 _EABORTED, _ESYSTEM, _ENOMEM = 50, 100, 101
 _CODE_NAMES = {
     0: "ok", 1: "busy", 2: "timed_out", 3: "lock_lost", 4: "token_missing",
@@ -159,6 +160,20 @@ class LockLost(Error):
 class CorruptData(Error):
     """A counter file holds something other than one unsigned decimal and a
     newline. It was left as it is: repair or remove it by hand."""
+
+
+class DirSyncFailed(Error):
+    """The new contents are in place (an update is committed, a count is
+    made), but the directory could not be flushed, so a crash may undo them
+    (code "dir_sync_failed"). Do not repeat the update. `e.value` is
+    increment()'s new value (None for the other calls)."""
+
+    def __init__(self, message, errno=None, value=None):
+        Error.__init__(self, message, "dir_sync_failed", errno)
+        self.value = value
+
+    def __reduce__(self):
+        return (DirSyncFailed, (self.message, self.errno, self.value))
 
 
 class BadArgument(Error, ValueError):
@@ -236,6 +251,8 @@ def _error_for(code, message, err=0):
         return _os_failure(message, err)
     if code == _ENOMEM:
         return Error(message, name, _errno.ENOMEM)
+    if code == _EDIR_SYNC_FAILED:
+        return DirSyncFailed(message, err or None)
     return Error(message, name, err or None)
 
 
@@ -499,7 +516,10 @@ class _Library:
         o = self._options(wait=wait, lease=lease, sync=sync)
         rc = self.lib.tokenlock_increment(path, lockdir, by, ctypes.byref(o), ctypes.byref(value))
         if rc:
-            raise self._error(rc)
+            e = self._error(rc)
+            if isinstance(e, DirSyncFailed):
+                e.value = value.value  # counted: the C interface hands out the value
+            raise e
         return value.value
 
 
@@ -564,7 +584,9 @@ class _Command:
                                         e.strerror or e)) from None
         if p.returncode == 0:
             return p.stdout
-        raise self._error(p.returncode, os.fsdecode(p.stderr).strip(), step, target, once)
+        e = self._error(p.returncode, os.fsdecode(p.stderr).strip(), step, target, once)
+        e.output = p.stdout
+        raise e
 
     def _error(self, status, message, step, target, once):
         if status < 0:
@@ -590,8 +612,8 @@ class _Command:
                          else "lock_corrupt")
         if status == 70:
             return Error(message, "not_owner" if "does not own" in message else "command_failed")
-        if status == 74 and "contents are in place" in message:
-            return Error(message, "dir_sync_failed", _errno_in(message) or None)
+        if status == 74 and "but flushing the directory" in message:
+            return DirSyncFailed(message, _errno_in(message) or None)
         if status == 75:
             return Error(message, "stale_data")
         if status in (66, 71, 73, 74, 77):
@@ -663,7 +685,16 @@ class _Command:
         args += [b"-n"] if once else [b"-w", _secs(min(wait, _LONGEST_FILE_WAIT)).encode()]
         if lockdir is not None:
             args += [b"--lock", _arg(lockdir)]
-        out = self._run(args + [_arg(path)], "increment", path, once=once)
+        try:
+            out = self._run(args + [_arg(path)], "increment", path, once=once)
+        except DirSyncFailed as e:
+            # Counted all the same: the command printed the new value.
+            e.value = self._counter_value(e.output, path)
+            raise
+        return self._counter_value(out, path)
+
+    @staticmethod
+    def _counter_value(out, path):
         try:
             return int(out)
         except ValueError:
@@ -792,10 +823,15 @@ def _sync_dir(path):
         finally:
             os.close(fd)
     except OSError as e:
-        raise Error("tokenlock: sync %s: the new contents are in place, but flushing the "
-                    "directory %s failed (%s): a crash may bring back the old file"
-                    % (_show(path), _show(directory), e.strerror), "dir_sync_failed",
-                    e.errno) from None
+        # The library's message and fix for the same failure.
+        fix = ""
+        if e.errno in (_errno.EACCES, _errno.EPERM):
+            fix = ("; give this user read permission on %s (chmod u+r, or g+r for a shared "
+                   "group), or write with sync file" % _show(directory))
+        raise DirSyncFailed("tokenlock: sync %s: the update is committed, but flushing the "
+                            "directory %s failed (%s): a crash may undo it; do not repeat the "
+                            "update%s" % (_show(path), _show(directory), e.strerror, fix),
+                            e.errno) from None
 
 
 # ---- choosing the backend -------------------------------------------------------
@@ -1108,8 +1144,8 @@ def write_file(path, data, sync="file_and_dir"):
 
     sync: "none" (rename only), "file" (flush the file first) or
     "file_and_dir" (also flush the directory after: the rename survives a
-    crash). Error("dir_sync_failed") means the new contents are in place
-    but a crash may bring the old ones back.
+    crash). DirSyncFailed means the new contents are in place but a crash
+    may bring the old ones back.
     """
     p, d, s = _path(path), _data(data, "data"), _sync(sync)
     _current().write_file(p, d, s)
@@ -1152,8 +1188,8 @@ def increment(path, by=1, lock=None, wait=None, lease=None, sync="file_and_dir")
     the command backend runs one `tokenlock incr -w SECS` (-n for 0),
     which holds its lock only while it counts, under its own lease, and
     waits at most a year (the command's limit) for a longer wait.
-    Error("dir_sync_failed"): the new value is committed, only its
-    durability is in doubt; read_counter() gives it.
+    DirSyncFailed: the new value is committed, only its durability is in
+    doubt; its `value` is the new value.
     """
     p = _path(path)
     ld = None if lock is None else _path(lock, "lock")

@@ -213,6 +213,8 @@ sub handle {
     return text(500, 'the counter file is corrupt; it was left as it is')
       if $code eq 'corrupt_data' && $err->message !~ /overflow/;
     return text(500, "the counter is misconfigured; see the server's error log") if $code eq 'no_command';
+    # The hit is counted; only its durability is in doubt.
+    return value_response($id, $format, $err->value) if $code eq 'dir_sync_failed' && defined $err->value;
     return text(500, "internal error; see the server's error log");
 }
 

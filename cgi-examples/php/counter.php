@@ -296,7 +296,11 @@ function counter_handle(string $method, string $query, array $config): array
         if ($e->getError() === 'corrupt_data') {
             return [500, "the counter file is corrupt; it was left as it is\n", $text, []];
         }
-        return [500, "internal error; see the server's error log\n", $text, []];
+        if (!($e instanceof Tokenlock\DirSyncException) || $e->getValue() === null) {
+            return [500, "internal error; see the server's error log\n", $text, []];
+        }
+        // The hit is counted; only its durability is in doubt.
+        $value = $e->getValue();
     }
     $value = (string) $value;
     if ($format === 'json') {

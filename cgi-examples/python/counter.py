@@ -224,15 +224,10 @@ def handle(method, query, cfg, tokenlock):
             return text(503, b"the counter is busy; try again", [(b"Retry-After", b"1")])
         if isinstance(e, tokenlock.CorruptData):
             return text(500, b"the counter file is corrupt; it was left as it is")
-        if e.code != "dir_sync_failed":
+        if not isinstance(e, tokenlock.DirSyncFailed) or e.value is None:
             return text(500, b"internal error; see the server's error log")
-        # The hit is counted; only its durability is in doubt. The C
-        # interface does not hand out the value then, so it is read back.
-        try:
-            value = tokenlock.read_counter(path) or 0
-        except (tokenlock.Error, OSError) as e2:
-            log(e2)
-            return text(500, b"internal error; see the server's error log")
+        # The hit is counted; only its durability is in doubt.
+        value = e.value
     return value_response(counter_id, fmt, value)
 
 

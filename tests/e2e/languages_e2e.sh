@@ -8,7 +8,9 @@
 #   200 and the counter exact;
 # - the same requests (bad ids, bad encodings, duplicate and unknown
 #   parameters, other methods, peek, HEAD, formats, a corrupt counter, an
-#   unwritable data directory) get the same status and body from each.
+#   unwritable data directory) get the same status and body from each;
+# - with a data directory that cannot be flushed (write-only), each counts
+#   its hits and answers 200 with the count, as counter.cgi does.
 # Skipped (77) when perl, php-cgi or python3 is missing.
 set -euo pipefail
 src=$1 cgi_binary=$2 tool=$3 libc_api=${4:-}
@@ -48,7 +50,8 @@ start_apache "$work" "$port" "$cgi" "TOKENLOCK_COUNTER_DIR=$data" \
 base="http://127.0.0.1:$port/cgi-bin"
 counters=(counter.cgi counter.pl counter.php counter.py)
 echo "apache on 127.0.0.1:$port (pid $SERVER_PID)"
-count_of() { cat "$data/$1.count" 2>/dev/null || echo 0; }
+count_of_in() { cat "$1/$2.count" 2>/dev/null || echo 0; }
+count_of() { count_of_in "$data" "$1"; }
 
 # --- each works ---------------------------------------------------------------
 for c in "${counters[@]}"; do
@@ -126,3 +129,38 @@ chmod 0755 "$data"
 [ ! -e "$data/fresh.count" ] || fail "a counter was written to an unwritable directory"
 grep -qF "$data" "$work/body" && fail "a response shows a server path"
 pass "${#requests[@]} queries, 3 other methods, HEAD, a corrupt counter and an unwritable directory: the same status, type and body from all four"
+
+# --- a data directory that cannot be flushed -------------------------------------
+# Write-only for the CGI user (mode 0333, as upload drop directories are):
+# with the default durability every commit is made, then fsync(2) of the
+# directory cannot even open it. Each hit is counted, so each counter must
+# answer 200 with its count, as counter.cgi does, and log the fix. A second
+# server, since SetEnv is per server.
+stop_server
+drop=$work/drop
+make_data_dir "$drop"
+chmod 0333 "$drop"
+port=$(pick_port)
+start_apache "$work" "$port" "$cgi" "TOKENLOCK_COUNTER_DIR=$drop" "TOKENLOCK_COUNTER_SYNC=file_and_dir" \
+  REDIRECT_STATUS=200 || fail "apache did not start with the unflushable directory"
+base="http://127.0.0.1:$port/cgi-bin"
+: >"$work/logs/error.log"
+hit=0
+for round in 1 2; do
+  for c in "${counters[@]}"; do
+    hit=$((hit + 1))
+    got=$(answer "$c" "$base/$c?id=drop&format=json")
+    want="200 application/json {\"id\":\"drop\",\"count\":$hit}"
+    [ "$got" = "$want" ] || fail "unflushable directory, round $round: $c answered
+  $got
+instead of
+  $want"
+  done
+done
+chmod 0755 "$drop"
+[ "$(count_of_in "$drop" drop)" = "$hit" ] || fail "unflushable directory: counter $(count_of_in "$drop" drop), expected $hit"
+logged=$(grep -c "give this user read permission on $drop" "$work/logs/error.log" || true)
+[ "$logged" -ge "$hit" ] || fail "unflushable directory: the fix was logged $logged times for $hit hits"
+leftovers=$(find "$drop" -name '.*.tmp.*' -o -name '*.init.*')
+[ -z "$leftovers" ] || fail "left in the unflushable directory: $leftovers"
+pass "a data directory that cannot be flushed: $hit hits through the four counters, each answered 200 with its count, all counted, the fix logged"

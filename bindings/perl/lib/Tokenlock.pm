@@ -280,10 +280,14 @@ sub _call {
           : $message =~ /\bheld by\b/ ? 'busy'
           : ($ctx->{busy} || 'busy');
     }
+    elsif ($exit == 74 && $message =~ /but flushing the directory/) {
+        # The rename is done; only the directory flush failed.
+        $code = 'dir_sync_failed';
+    }
     else {
         $code = $CODE_FOR_STATUS{$exit} || 'system';
     }
-    die _error(code => $code, status => $exit, command => \@argv, message => $message);
+    die _error(code => $code, status => $exit, command => \@argv, message => $message, output => $r->{stdout});
 }
 
 # ---------------------------------------------------------------------------
@@ -521,8 +525,15 @@ sub increment {
     push @args, '--lock', _arg_path(_path_arg($step, 'lock', $opts{lock})) if defined $opts{lock};
     push @args, _legacy_timeout($step, \%opts);
     _seconds($step, 'wait', $opts{wait}, 1) if defined $opts{wait};
-    my $out = _call_waiting({ step => $step, path => $path, opts => \%opts, busy => 'timed_out' },
-        $opts{wait}, @args, _arg_path($path));
+    my $out = eval { _call_waiting({ step => $step, path => $path, opts => \%opts, busy => 'timed_out' },
+        $opts{wait}, @args, _arg_path($path)) };
+    if (!defined $out) {
+        my $err = $@;
+        # Counted all the same: the command printed the new value.
+        $err->{value} = _counter_value($err->{output}, $path)
+          if ref $err && $err->code eq 'dir_sync_failed';
+        die $err;
+    }
     return _counter_value($out, $path);
 }
 
@@ -631,6 +642,7 @@ sub code    { $_[0]{code} }
 sub status  { $_[0]{status} }
 sub message { $_[0]{message} }
 sub command { @{ $_[0]{command} || [] } }
+sub value   { $_[0]{value} }
 
 1;
 
@@ -835,8 +847,7 @@ With C<lock>: as for C<acquire>.
 
 The mode of a new file, as a string of octal digits (a number such as
 C<0640> is refused: it arrives as 416, whose digits would pass for octal).
-tokenlock(1) says that an existing file keeps its mode; the command of this
-version sets it on an existing file too.
+An existing file keeps its mode.
 
 =item C<< follow_symlinks => 1 >>
 
@@ -857,6 +868,10 @@ decimal and a newline; a missing file counts as 0. Anything else is refused
 with C<corrupt_data> and left as it is. The new value is committed through
 the lock's token (C<tokenlock incr>), so a process that lost the lock cannot
 overwrite it.
+
+When the directory cannot be flushed after the commit, the error is
+C<dir_sync_failed> and C<< $err->value >> is the new value: the count is
+made (do not repeat it), only a crash could undo it.
 
 C<wait> bounds the wait for the lock, in seconds (default 10, the
 command's own; 0 tries once). A busy lock gives C<busy> with C<wait =E<gt> 0>
@@ -902,6 +917,7 @@ Every failure dies with a C<Tokenlock::Error> object:
     $err->status    # the command's exit status (undef for errors of the module itself)
     $err->message   # the command's message: it names the path, the step and the cause
     $err->command   # the command line that was run, as a list
+    $err->value     # dir_sync_failed from increment: the new value (counted)
 
 It stringifies to the message followed by a newline, as C<die>'s own
 messages end, so C<warn "failed: $@"> and an uncaught error read well.
@@ -924,8 +940,11 @@ both.
     71      system          another system error (also: fork or pipe failed,
                             the command was killed by a signal)
     73      cannot_create   no space, quota, read-only filesystem, not a directory
-    74      io_error        I/O error, or the directory could not be flushed
-                            after the rename (the new contents are in place)
+    74      dir_sync_failed the directory could not be flushed after the
+                            rename: the new contents are in place, or the
+                            count is made ($err->value has it), but a crash
+                            may undo them; do not repeat the call
+    74      io_error        another I/O error
     75      stale_data      a network filesystem served an old version of the
                             file; nothing was written: retry
     77      permission      permission denied on the lock directory or the

@@ -47,13 +47,8 @@ sub intact {
     chmod 0600, "$dir/moded";
     write_file("$dir/moded", "y");
     is((stat "$dir/moded")[2] & 07777, 0600, 'an existing file keeps its mode');
-    {
-        # tokenlock(1) and write_options say that --mode applies to a new
-        # file only; the command applies it to an existing one too.
-        local $TODO = 'tokenlock write --mode also changes the mode of an existing file';
-        write_file("$dir/moded", "z", mode => '0644');
-        is((stat "$dir/moded")[2] & 07777, 0600, 'an existing file keeps its mode, also with mode =>');
-    }
+    write_file("$dir/moded", "z", mode => '0644');
+    is((stat "$dir/moded")[2] & 07777, 0600, 'an existing file keeps its mode, also with mode =>');
 
     write_file($f, "under the lock\n", lock => "$dir/config.lock");
     is(slurp($f), "under the lock\n", 'lock => LOCKDIR writes');
@@ -162,6 +157,49 @@ sub intact {
     $lock->release;
     is(read_line($r), 101, 'it waited for the lock and built on the holder\'s update');
     is(reap($child), 0, 'it ended well');
+}
+
+# --- a directory that cannot be flushed ---------------------------------------------
+# Write-only for its user (mode 0333, as upload drop directories are), so
+# fsync(2) cannot even open it: each commit is made, then its flush fails.
+# The count is made, so the error carries its value. Root opens any
+# directory: the calls then run in a child that is nobody.
+{
+    my $drop = "$dir/drop";
+    mkdir $drop or die "mkdir $drop: $!";
+    chmod 0755, $dir;
+    chmod 0333, $drop;
+    pipe(my $r, my $w) or die $!;
+    my $child = fork_worker(sub {
+        close $r;
+        if ($> == 0) {
+            require POSIX;
+            POSIX::setgid(65534) or die "setgid: $!";
+            POSIX::setuid(65534) or die "setuid: $!";
+        }
+        for my $call (sub { increment("$drop/c.count") }, sub { increment("$drop/c.count") },
+            sub { write_file("$drop/page", "new\n") })
+        {
+            my $ok = eval { $call->(); 1 };
+            my $e = $@;
+            print $w join("\t", $ok ? ('none', '', '') : ($e->code, defined $e->value ? $e->value : 'undef',
+                $e->message)), "\n";
+        }
+        close $w;
+    });
+    close $w;
+    my @got = map { [ split /\t/, read_line($r), 3 ] } 1 .. 3;
+    is(reap($child), 0, 'unflushable directory: the child ended well');
+    chmod 0755, $drop;
+    is_deeply([ map { [ @$_[0, 1] ] } @got ], [ [ 'dir_sync_failed', 1 ], [ 'dir_sync_failed', 2 ], [ 'dir_sync_failed', 'undef' ] ],
+        'unflushable directory: increment and write_file fail with dir_sync_failed, increment with the value it counted');
+    like($got[0][2], qr/\Qsync $drop\/c.count: the update is committed, but flushing the directory $drop failed\E/,
+        'unflushable directory: the message names the file, the step and the directory');
+    like($_->[2], qr/\Qgive this user read permission on $drop\E/, 'unflushable directory: the message gives the fix')
+      for @got;
+    is(slurp("$drop/c.count"), "2\n", 'unflushable directory: both counts are made');
+    is(slurp("$drop/page"),    "new\n", 'unflushable directory: the new contents are in place');
+    is(scalar(leftovers($drop, 'page')), 0, 'unflushable directory: no temporary file is left');
 }
 
 # --- read_counter -----------------------------------------------------------------

@@ -121,4 +121,35 @@ is_deeply(\@seen, [1 .. 20], 'taking turns, the two programs count one counter')
     is(TokenlockTest::slurp("$shared/mixed.count"), (2 * $PER * $HITS) . "\n", 'and the shared counter is exact');
 }
 
+# --- a data directory that cannot be flushed --------------------------------------
+# Write-only for the CGI's user (mode 0333, as upload drop directories are):
+# each commit is made, but the directory cannot be opened to flush it. The
+# hit is counted, so both programs answer 200 with its count, and log the
+# fix. Root opens any directory: the programs then run as nobody.
+{
+    my $drop = "$top/drop";
+    mkdir $drop or die $!;
+    chmod 0755, $top;
+    chmod 0333, $drop;
+    my @as = $> == 0 ? ('setpriv', '--reuid=65534', '--regid=65534', '--clear-groups') : ();
+    my (@seen, @logs);
+    for my $prog ($cxx_cgi, $perl_cgi, $cxx_cgi, $perl_cgi) {
+        my ($st, $out, $err) = capture([ @as, $prog ], env => {
+            REQUEST_METHOD => 'GET', QUERY_STRING => 'id=drop&format=json', TOKENLOCK_COUNTER_DIR => $drop,
+            TOKENLOCK_COUNTER_SYNC => 'file_and_dir', PERL5LIB => undef, PERL5OPT => undef });
+        push @seen, $out;
+        push @logs, $err;
+    }
+    chmod 0755, $drop;
+    (my $first = $seen[0]) =~ s/"count":1\b/"count":N/;
+    for my $n (1 .. 4) {
+        (my $got = $seen[$n - 1]) =~ s/"count":$n\b/"count":N/;
+        is($got, $first, "unflushable directory, hit $n: 200 with the count, as counter.cgi answers");
+        like($logs[$n - 1], qr/\Qgive this user read permission on $drop\E/, "unflushable directory, hit $n: the log gives the fix");
+    }
+    like($first, qr/\AStatus: 200 .*"count":N/s, 'unflushable directory: the answer is 200 with the count');
+    is(TokenlockTest::slurp("$drop/drop.count"), "4\n", 'unflushable directory: every hit is counted');
+    is(scalar(leftovers($drop, 'drop.count')), 0, 'unflushable directory: no temporary file is left');
+}
+
 done_testing();

@@ -80,7 +80,8 @@ class Exception extends \RuntimeException
      * `corrupt_data`, `overflow`, `bad_token`, `bad_data`, `not_found`
      * (a file or directory that must exist does not), `lock_corrupt` (the
      * lock directory needs a human), `internal`, `system`, `cannot_create`,
-     * `io_error`, `stale_data` (a network filesystem served an old version;
+     * `dir_sync_failed` (DirSyncException: the new contents are in place,
+     * a crash may undo them), `io_error`, `stale_data` (a network filesystem served an old version;
      * nothing was written, retry), `permission`, `command_not_found`, or
      * `command_failed` (the command died of a signal or gave an unknown status).
      */
@@ -117,6 +118,32 @@ class BusyException extends NotAcquiredException
 /** The lock stayed held by others for the whole wait. */
 class TimeoutException extends NotAcquiredException
 {
+}
+
+/**
+ * The new contents are in place (or the count is made) but the directory
+ * could not be flushed after the rename, so a crash may undo them: error
+ * `dir_sync_failed`, status 74. Do not repeat the call.
+ */
+class DirSyncException extends Exception
+{
+    private int|string|null $value = null;
+
+    /**
+     * increment()'s new value, which was counted; null for other calls.
+     *
+     * @return int|string|null a decimal string if it exceeds PHP_INT_MAX
+     */
+    public function getValue(): int|string|null
+    {
+        return $this->value;
+    }
+
+    /** @internal set by increment() from what the command printed */
+    public function setValue(int|string $value): void
+    {
+        $this->value = $value;
+    }
 }
 
 /**
@@ -197,7 +224,9 @@ function withLock(string $lockDir, callable $fn, array $options = []): mixed
  *        e.g. 0640; `follow_symlinks`: replace the file a link points to
  *        instead of the link
  * @throws BusyException|TimeoutException when `lock` stayed busy; FILE is then unchanged
- * @throws Exception on any failure; FILE is then unchanged
+ * @throws DirSyncException the new contents are in place, but the directory
+ *         could not be flushed: a crash may bring back the old ones
+ * @throws Exception on any other failure; FILE is then unchanged
  */
 function writeFile(string $path, string $data, array $options = []): void
 {
@@ -248,6 +277,8 @@ function writeFile(string $path, string $data, array $options = []): void
  *        it takes, up to a year); `sync`: as for writeFile()
  * @return int|string the new value; a decimal string if it exceeds PHP_INT_MAX
  * @throws BusyException|TimeoutException when the lock stayed busy; nothing changed
+ * @throws DirSyncException `dir_sync_failed`: counted (getValue() has the new
+ *         value), but the directory could not be flushed; do not repeat
  * @throws Exception `corrupt_data`, `overflow`, `stale_data`, ... ; nothing changed
  */
 function increment(string $path, array $options = []): int|string
@@ -603,7 +634,12 @@ final class Command
             $message = "tokenlock: {$args[0]}: {$argv[0]} exited with status $status";
         }
         [$error, $class] = self::classify($status, $args[0], $message, $busyAs);
-        throw new $class($error, $message, $status, $argv);
+        $e = new $class($error, $message, $status, $argv);
+        // incr prints the value it counted before reporting the failed flush.
+        if ($e instanceof DirSyncException && $args[0] === 'incr' && preg_match('/\A[0-9]{1,20}\z/', trim($out))) {
+            $e->setValue(self::toInt(trim($out)));
+        }
+        throw $e;
     }
 
     /**
@@ -718,7 +754,10 @@ final class Command
             case 73:
                 return ['cannot_create', Exception::class];
             case 74:
-                return ['io_error', Exception::class];
+                // The rename is done; only the directory flush failed.
+                return stripos($message, 'but flushing the directory') !== false
+                    ? ['dir_sync_failed', DirSyncException::class]
+                    : ['io_error', Exception::class];
             case 75:
                 return ['stale_data', Exception::class];
             case 77:

@@ -224,6 +224,28 @@ final class CounterCgiTest extends TempDirTestCase
         $this->assertDirectoryDoesNotExist($missing);
     }
 
+    /**
+     * A data directory that cannot be flushed: each hit is counted and then
+     * its flush fails, so the answer is 200 with the count, as counter.cgi
+     * answers, and the log says what to fix.
+     */
+    public function testAnUnflushableDataDirectoryCountsAndAnswers200(): void
+    {
+        $drop = $this->unflushableDirectory('drop');
+        $env = ['TOKENLOCK_COUNTER_DIR' => $drop, 'TOKENLOCK_COUNTER_SYNC' => 'file_and_dir',
+            'TOKENLOCK_COMMAND' => $this->commandWithoutPrivileges()];
+        foreach ([1, 2, 3] as $n) {
+            $r = $this->get('id=drop&format=json', $env);
+            $this->assertSame(200, $r->status, $r->raw . $r->stderr);
+            $this->assertSame("{\"id\":\"drop\",\"count\":$n}\n", $r->body);
+            $this->assertCommonHeaders($r);
+            $this->assertStringContainsString("give this user read permission on $drop", $r->stderr);
+        }
+        chmod($drop, 0755);
+        $this->assertSame("3\n", file_get_contents("$drop/drop.count"));
+        $this->assertNoTemporaryFiles($drop);
+    }
+
     /** @return array<string, array{0: string, 1: string, 2: string}> */
     public function badConfigurations(): array
     {

@@ -5,6 +5,7 @@ declare(strict_types=1);
 namespace Tokenlock\Tests;
 
 use Tokenlock\BusyException;
+use Tokenlock\DirSyncException;
 use Tokenlock\Exception;
 use Tokenlock\Lock;
 use Tokenlock\TimeoutException;
@@ -239,6 +240,42 @@ final class FileTest extends TempDirTestCase
         $this->assertGreaterThanOrEqual(0.3, microtime(true) - $start, 'it waited for the release');
         $this->assertSame(0, $child->wait());
         $this->assertSame(2, increment($file, ['wait' => 1e12]), 'a wait beyond the command\'s year is a year');
+    }
+
+    /**
+     * Each commit into a directory that cannot be flushed is made, then
+     * reported as dir_sync_failed; the count is made, so the exception
+     * carries it.
+     */
+    public function testAnUnflushableDirectoryStillCommitsAndHandsOutTheCount(): void
+    {
+        $drop = $this->unflushableDirectory('drop');
+        $options = ['command' => $this->commandWithoutPrivileges()];
+        foreach ([1, 2] as $n) {
+            try {
+                increment("$drop/c.count", $options);
+                $this->fail('increment did not report the failed flush');
+            } catch (DirSyncException $e) {
+                $this->assertSame('dir_sync_failed', $e->getError());
+                $this->assertSame(74, $e->getCode());
+                $this->assertSame($n, $e->getValue(), 'the value it counted');
+                $this->assertStringContainsString("sync $drop/c.count: the update is committed, but flushing the directory $drop failed", $e->getMessage());
+                $this->assertStringContainsString("give this user read permission on $drop", $e->getMessage());
+            }
+        }
+        try {
+            writeFile("$drop/page", "new\n", $options);
+            $this->fail('writeFile did not report the failed flush');
+        } catch (DirSyncException $e) {
+            $this->assertSame('dir_sync_failed', $e->getError());
+            $this->assertNull($e->getValue());
+            $this->assertStringContainsString('the new contents are in place', $e->getMessage());
+        }
+        chmod($drop, 0755);
+        $this->assertSame("2\n", file_get_contents("$drop/c.count"));
+        $this->assertSame("new\n", file_get_contents("$drop/page"));
+        $this->assertNoTemporaryFiles($drop);
+        $this->assertLockFree("$drop/c.count.lock");
     }
 
     public function testWriteFileReplacesTheContentsAndLeavesNoTemporaryFile(): void

@@ -64,9 +64,10 @@ class CounterCgiTests:
     def counter(self, name):
         return os.path.join(self.data, name + ".count")
 
-    def cgi(self, query="", method="GET", program=COUNTER_PY, data=None, body=b"", **env):
-        """Runs the CGI program as a server would; checks what every answer
-        must have, and returns it."""
+    def cgi(self, query="", method="GET", program=COUNTER_PY, data=None, body=b"", nobody=False,
+            **env):
+        """Runs the CGI program as a server would (as user nobody, when root
+        and asked); checks what every answer must have, and returns it."""
         full = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GATEWAY_INTERFACE": "CGI/1.1",
                 "SERVER_PROTOCOL": "HTTP/1.1", "REQUEST_METHOD": method, "QUERY_STRING": query,
                 "TOKENLOCK_COUNTER_DIR": data or self.data, "TOKENLOCK_LIBRARY": LIBRARY,
@@ -74,7 +75,11 @@ class CounterCgiTests:
         if body:
             full["CONTENT_LENGTH"] = str(len(body))
         full.update(env)
-        p = subprocess.run([program], input=body, env=full, capture_output=True, timeout=120)
+        user = {}
+        if nobody and os.geteuid() == 0:
+            user = {"user": 65534, "group": 65534, "extra_groups": []}
+        p = subprocess.run([program], input=body, env=full, capture_output=True, timeout=120,
+                           **user)
         self.assertEqual(p.returncode, 0, p.stderr)
         r = Reply(p.stdout, p.stderr)
         self.assertEqual(r.headers["Cache-Control"], "no-store")
@@ -276,6 +281,28 @@ class CounterCgiTests:
                                             answers["py"], answers["cgi"]):
             with self.subTest(method=method, query=query[:40]):
                 self.assertEqual(py, cgi)
+
+    def test_an_unflushable_data_directory_counts_and_answers_200_as_counter_cgi_does(self):
+        # Write-only for the CGI's user (mode 0333, as upload drop
+        # directories are): each commit is made, but the directory cannot
+        # be opened to flush it. The hit is counted, so the answer is 200
+        # with its count, and the log says what to fix. Root opens any
+        # directory: the programs then run as nobody.
+        self.need_counter_cgi()
+        os.chmod(self.dir, 0o755)
+        os.chmod(self.data, 0o333)
+        replies = [self.cgi("id=drop&format=json", program=program, nobody=True)
+                   for program in (COUNTER_PY, COUNTER_CGI, COUNTER_PY, COUNTER_CGI)]
+        os.chmod(self.data, 0o755)
+        for n, r in enumerate(replies, 1):
+            self.assertStatus(r, 200)
+            self.assertEqual(r.body, b'{"id":"drop","count":%d}\n' % n)
+            self.assertEqual(r.headers["Content-Type"], replies[1].headers["Content-Type"])
+            self.assertIn("give this user read permission on " + self.data, r.stderr)
+        with open(self.counter("drop"), "rb") as f:
+            self.assertEqual(f.read(), b"4\n")
+        self.assertNoTempFiles()
+        self.assertLockFree(self.counter("drop") + ".lock")
 
     def test_counter_py_and_counter_cgi_count_one_counter_together(self):
         self.need_counter_cgi()

@@ -343,6 +343,55 @@ class FileTests:
         self.assertIn(self.path("missing"), str(cm.exception))
         self.assertEqual(os.listdir(self.dir), [])
 
+    def test_an_unflushable_directory_still_commits_and_hands_out_the_count(self):
+        # A directory its user can write but not read (mode 0333, as upload
+        # drop directories are) cannot be opened for fsync(2): a real
+        # dir_sync_failed after each commit. The count is made, so the error
+        # carries its value.
+        drop = self.path("drop")
+        os.mkdir(drop)
+        os.chmod(self.dir, 0o755)
+        os.chmod(drop, 0o333)
+        counter, page = os.path.join(drop, "c.count"), os.path.join(drop, "page")
+        got = Child(_calls_in_an_unflushable_directory, counter, page).result()
+        os.chmod(drop, 0o755)
+        fix = "give this user read permission on " + drop
+        (k1, v1, m1), (k2, v2, _), (kw, vw, mw), (ku, vu, mu) = got
+        self.assertEqual((k1, v1, k2, v2), ("dir_sync_failed", 1, "dir_sync_failed", 2))
+        self.assertIn("sync %s: the update is committed, but flushing the directory %s failed"
+                      % (counter, drop), m1)
+        self.assertIn(fix, m1)
+        self.assertEqual((kw, vw), ("dir_sync_failed", None))
+        self.assertIn("the new contents are in place", mw)
+        self.assertIn(fix, mw)
+        self.assertEqual((ku, vu), ("dir_sync_failed", None))
+        self.assertIn("the update is committed", mu)
+        self.assertIn(fix, mu)
+        with open(counter, "rb") as f:
+            self.assertEqual(f.read(), b"2\n")
+        with open(page, "rb") as f:
+            self.assertEqual(f.read(), b"new\nmore\n")
+        self.assertNoTempFiles()
+        self.assertLockFree(counter + ".lock")
+        self.assertLockFree(page + ".lock")
+
+
+def _calls_in_an_unflushable_directory(counter, page):
+    if os.geteuid() == 0:  # root opens any directory: be nobody
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)
+    out = []
+    for call in (lambda: tokenlock.increment(counter), lambda: tokenlock.increment(counter),
+                 lambda: tokenlock.write_file(page, b"new\n"),
+                 lambda: tokenlock.update_file(page, lambda old: old + b"more\n")):
+        try:
+            call()
+            out.append(("no error", None, ""))
+        except tokenlock.DirSyncFailed as e:
+            out.append((e.code, e.value, str(e)))
+    return out
+
 
 class FileLibraryTest(FileTests, LibraryTestCase):
     pass

@@ -65,6 +65,37 @@ abstract class TempDirTestCase extends TestCase
         return $names;
     }
 
+    /**
+     * A write-only directory (mode 0333, as upload drop directories are)
+     * below the scratch directory: its user can create and rename in it
+     * but cannot open it, so fsync(2) of it fails after every commit.
+     */
+    protected function unflushableDirectory(string $name): string
+    {
+        $drop = "$this->dir/$name";
+        mkdir($drop);
+        chmod($this->dir, 0755);
+        chmod($drop, 0333);
+        return $drop;
+    }
+
+    /**
+     * The tokenlock command to run where permissions must be able to fail:
+     * root opens any directory, so as root a wrapper in the scratch
+     * directory runs the command as user nobody.
+     */
+    protected function commandWithoutPrivileges(): string
+    {
+        if (posix_geteuid() !== 0) {
+            return Tool::path();
+        }
+        $wrapper = "$this->dir/tokenlock-as-nobody";
+        file_put_contents($wrapper, "#!/bin/sh\nexec setpriv --reuid=65534 --regid=65534 --clear-groups "
+            . escapeshellarg(Tool::path()) . " \"\$@\"\n");
+        chmod($wrapper, 0755);
+        return $wrapper;
+    }
+
     /** Fails if a temporary file of an atomic write or an update is left below $dir. */
     protected function assertNoTemporaryFiles(string $dir): void
     {
