@@ -63,17 +63,19 @@ static void spit(const char *p, const char *text) {
   fclose(f);
 }
 
-/* Temporary files of atomic writes (".NAME.tmp.*") left in the scratch dir. */
-static int temp_files(void) {
+/* Temporary files of atomic writes (".NAME.tmp.*") left in a directory. */
+static int temp_files_in(const char *dir) {
   int n = 0;
   struct dirent *e;
-  DIR *d = opendir(scratch);
+  DIR *d = opendir(dir);
   if (!d) return -1;
   while ((e = readdir(d)) != NULL)
     if (strstr(e->d_name, ".tmp.") != NULL) ++n;
   closedir(d);
   return n;
 }
+
+static int temp_files(void) { return temp_files_in(scratch); }
 
 static int64_t now_us(void) {
   struct timeval tv;
@@ -279,6 +281,56 @@ static void counters(void) {
   CHECK(temp_files() == 0, "no temporary file left");
 }
 
+/* A directory its user can write but not read (mode 0333, as upload drop
+ * directories are) cannot be opened for fsync(2): each commit is made, then
+ * TOKENLOCK_EDIR_SYNC_FAILED, with the count handed out. Root opens any
+ * directory: the calls run in a child that is nobody. */
+struct unflushable_outcome {
+  int rc[3];
+  uint64_t value[2];
+  int fix_named[3];
+};
+
+static void unflushable_directory(void) {
+  char drop[4200], counter[4300], page[4300];
+  struct unflushable_outcome out;
+  int fds[2], status = 0;
+  pid_t pid;
+  snprintf(drop, sizeof drop, "%s", path_of("drop"));
+  snprintf(counter, sizeof counter, "%s/c.count", drop);
+  snprintf(page, sizeof page, "%s/page", drop);
+  memset(&out, 0, sizeof out);
+  if (mkdir(drop, 0700) != 0 || chmod(scratch, 0755) != 0 || chmod(drop, 0333) != 0 ||
+      pipe(fds) != 0)
+    abort();
+  pid = fork();
+  if (pid == 0) {
+    int i;
+    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) _exit(70);
+    for (i = 0; i < 3; ++i) {
+      out.rc[i] = i < 2 ? tokenlock_increment(counter, NULL, 1, NULL, &out.value[i])
+                        : tokenlock_write_file(page, "new\n", 4, NULL);
+      out.fix_named[i] = strstr(tokenlock_last_error(), "give this user read permission") != NULL;
+    }
+    _exit(write(fds[1], &out, sizeof out) == (ssize_t)sizeof out ? 0 : 71);
+  }
+  close(fds[1]);
+  CHECK(read(fds[0], &out, sizeof out) == (ssize_t)sizeof out, "the child's outcome");
+  close(fds[0]);
+  CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+        "the child (status %#x)", status);
+  chmod(drop, 0755);
+  CHECK(out.rc[0] == TOKENLOCK_EDIR_SYNC_FAILED && out.value[0] == 1 &&
+            out.rc[1] == TOKENLOCK_EDIR_SYNC_FAILED && out.value[1] == 2,
+        "unflushable: increments %d %llu, %d %llu", out.rc[0], (unsigned long long)out.value[0],
+        out.rc[1], (unsigned long long)out.value[1]);
+  CHECK(out.rc[2] == TOKENLOCK_EDIR_SYNC_FAILED, "unflushable: write %d", out.rc[2]);
+  CHECK(out.fix_named[0] && out.fix_named[1] && out.fix_named[2], "unflushable: the fix named");
+  CHECK(slurp(counter) && strcmp(slurp(counter), "2\n") == 0, "unflushable: both counted");
+  CHECK(slurp(page) && strcmp(slurp(page), "new\n") == 0, "unflushable: new contents in place");
+  CHECK(temp_files_in(drop) == 0, "unflushable: no temporary file left");
+}
+
 static void bad_arguments(void) {
   tokenlock_lock *lock = (tokenlock_lock *)1;
   tokenlock_options o;
@@ -349,6 +401,7 @@ int main(int argc, char **argv) {
   writes();
   updates();
   counters();
+  unflushable_directory();
   bad_arguments();
   errors_per_thread();
   printf("%d passed, %d failed\n", passed, failed);
