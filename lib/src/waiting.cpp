@@ -60,7 +60,17 @@ struct wait_state {
   // The board if an earlier wait mapped it, without opening it.
   std::shared_ptr<wait_board> mapped_board() {
     std::lock_guard<std::mutex> lock(mutex);
+    drop_broken_board();
     return board;
+  }
+
+  // A board whose file was truncated under its mapping is dropped, and the
+  // file opened afresh by the next wait that needs it. Called locked.
+  void drop_broken_board() {
+    if (board && !board->intact()) {
+      board.reset();
+      board_settled = false;
+    }
   }
 
   // The board, mapping it on first use. With `create` false an absent board
@@ -70,6 +80,7 @@ struct wait_state {
   std::shared_ptr<wait_board> board_for(os& sys, const lock_paths& paths, unsigned dir_mode,
                                         bool create, bool& settled) {
     std::lock_guard<std::mutex> lock(mutex);
+    drop_broken_board();
     if (!board_settled) {
       std::unique_ptr<wait_board> b;
       std::error_code ec = sys.open_wait_board(paths.board_path, dir_mode & 0666, create, b);

@@ -46,6 +46,14 @@
 //     detected: nothing written), "lost" and exits 6 on lock_lost (fenced:
 //     nothing written).
 //
+//   lock_worker sigbus LOCKDIR SCRATCH OWN
+//     With OWN 1, first installs a SIGBUS handler of its own that prints
+//     "own handler" and exits 42. Waits 100 ms for LOCKDIR, which another
+//     process holds, so that the wait board gets mapped (LOCKDIR "-": no
+//     lock, no board, for comparison); prints "board";
+//     then stores into a page past the end of an empty file in SCRATCH (a
+//     SIGBUS that is not the board's), and prints "survived" if it does.
+//
 // Exit status: 0 success, 2 usage or unexpected error, 3 canary violation,
 // 4 corrupt data, 5 stale data, 6 lock lost before a commit.
 #include <cerrno>
@@ -59,6 +67,8 @@
 #include <csignal>
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -181,6 +191,45 @@ int wait_mode(int argc, char** argv) {
   std::cout << "A " << (static_cast<long long>(ts.tv_sec) * 1000000000LL + ts.tv_nsec)
             << std::endl;
   h.release();
+  return 0;
+}
+
+// Another SIGBUS than a board's, with the board's handler installed: it
+// must reach the handler installed before, or end the process by default.
+void own_sigbus_handler(int) {
+  static const char said[] = "own handler\n";
+  (void)!::write(1, said, sizeof said - 1);
+  ::_exit(42);
+}
+
+int sigbus(int argc, char** argv) {
+  if (argc != 5) die("usage: sigbus LOCKDIR SCRATCH OWN");
+  if (std::string(argv[4]) == "1") {
+    struct sigaction sa {};
+    sa.sa_handler = own_sigbus_handler;
+    sigemptyset(&sa.sa_mask);
+    if (::sigaction(SIGBUS, &sa, nullptr) != 0) die("sigaction");
+  }
+  if (std::string(argv[2]) != "-") {
+    tokenlock::lock_options o;
+    o.wait = 100ms;
+    tokenlock::rename_lock lock(argv[2], o);
+    std::error_code ec;
+    tokenlock::lock_handle h = lock.acquire(ec);
+    if (ec != tokenlock::errc::timed_out) die("the wait did not time out behind the holder");
+    struct stat st {};
+    const std::string board = std::string(argv[2]) + ".wait";
+    if (::stat(board.c_str(), &st) != 0) die("no board beside the lock after a wait");
+  }
+  std::cout << "board" << std::endl;
+  // A page past the end of an empty file: SIGBUS on the store.
+  const std::string empty = std::string(argv[3]) + "/empty";
+  const int fd = ::open(empty.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) die("open " + empty);
+  void* p = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) die("mmap");
+  static_cast<volatile char*>(p)[0] = 1;
+  std::cout << "survived" << std::endl;
   return 0;
 }
 
@@ -328,6 +377,7 @@ int main(int argc, char** argv) {
     if (mode == "append") return append(argc, argv);
     if (mode == "incr") return incr(argc, argv);
     if (mode == "signal-cleanup") return signal_cleanup(argc, argv);
+    if (mode == "sigbus") return sigbus(argc, argv);
     die("unknown mode; see the comment at the top of lock_worker.cpp");
   } catch (const std::exception& e) {
     die(e.what());

@@ -3,10 +3,12 @@
 // boards that cannot be used.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdint>
 #include <fstream>
 #include <iostream>
+#include <thread>
 
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -206,6 +208,52 @@ TEST_F(WaitLineProcessTest, ABoardHoldingSomethingElseIsNotUsedOrChanged) {
   std::ifstream in(board.string(), std::ios::binary);
   std::string after((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(after, junk);
+}
+
+// Anyone who may write the board may also empty it (`: > D.wait`) while
+// waiters have it mapped; a store into such a page raises SIGBUS. Before
+// the board's truncation guard, five of six workers died of it here.
+TEST_F(WaitLineProcessTest, ABoardEmptiedUnderItsWaitersKillsNobodyAndLosesNothing) {
+  std::atomic<bool> done{false};
+  long truncations = 0;
+  std::thread emptier([&] {
+    while (!done.load()) {
+      if (::truncate(board.c_str(), 0) == 0) ++truncations;
+      std::this_thread::yield();
+    }
+  });
+  // run_counting_workers fails on any worker that did not exit 0 (SIGBUS
+  // is status 135) and on a counter that is not exact.
+  const long waited = run_counting_workers(6, 2000);
+  done = true;
+  emptier.join();
+  EXPECT_GT(waited, 0) << "no worker ever waited: the board was never mapped";
+  EXPECT_GT(truncations, 100) << "the board was hardly ever emptied";
+}
+
+// The board's handler takes only faults on boards: any other SIGBUS goes to
+// the handler the program had, or ends the program as it would have.
+TEST_F(WaitLineProcessTest, AnotherSigbusReachesTheProgramsHandlerOrEndsItAsBefore) {
+  child holder({worker, "hold", dir.string(), "60000", "1000"});
+  ASSERT_EQ(holder.read_line().substr(0, 2), "H ");
+  child own({worker, "sigbus", dir.string(), tmp.path().string(), "1"});
+  EXPECT_EQ(own.read_line(), "board");
+  EXPECT_EQ(own.read_line(), "own handler");
+  int status = own.wait();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 42) << status;
+  // Without a handler of its own the program ends as the same program
+  // without a board does: killed by SIGBUS, or, under AddressSanitizer,
+  // by its report.
+  child before({worker, "sigbus", "-", tmp.path().string(), "0"});
+  EXPECT_EQ(before.read_line(), "board");
+  const int status_without_board = before.wait();
+  EXPECT_FALSE(WIFEXITED(status_without_board) && WEXITSTATUS(status_without_board) == 0);
+  child none({worker, "sigbus", dir.string(), tmp.path().string(), "0"});
+  EXPECT_EQ(none.read_line(), "board");
+  status = none.wait();
+  EXPECT_EQ(status, status_without_board);
+  holder.write_line("release");
+  EXPECT_EQ(holder.read_line(), "released");
 }
 
 TEST_F(WaitLineProcessTest, ContendingWorkersWithTheLineLoseNothing) {

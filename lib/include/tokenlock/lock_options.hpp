@@ -62,8 +62,12 @@ struct lock_options {
   // lock by at most 8 x backoff_max + 40 ms (440 ms by default). Where it
   // cannot be used (no permission, no futex, a network or FUSE filesystem)
   // waiters poll as with false. It is created only by a waiter that has
-  // seen the lock held; never truncate it while the lock is in use
-  // (docs/protocol.md, The line of waiters).
+  // seen the lock held. Mapping it installs a SIGBUS handler for the
+  // board's pages, so that a board emptied under its waiters (`: > D.wait`)
+  // kills nobody; other SIGBUS faults go to the handler installed before,
+  // or end the process as usual. A program that installs its own SIGBUS
+  // handler afterwards sets this to false (docs/protocol.md, The line of
+  // waiters).
   bool queue_waiters = true;
   // The process that owns the lock: 0 means the calling process. With
   // another pid (on this host), the token carries that process's pid and

@@ -109,6 +109,9 @@ class wait_board {
                     std::chrono::microseconds timeout) noexcept = 0;
   // futex(FUTEX_WAKE) for one sleeper on word(i).
   virtual void wake_one(int i) noexcept = 0;
+  // False once the board's file was truncated under the mapping: its words
+  // are then private zeros, and the board is to be dropped and opened anew.
+  virtual bool intact() const noexcept { return true; }
 };
 
 class os {

@@ -234,16 +234,100 @@ class inotify_watch final : public dir_watch {
   int wd_ = -1;
 };
 
+// Truncation guard for mapped boards. Anyone who may write the board can
+// also truncate it (`: > D.wait`, an editor, a clean-up script), and a
+// store into a mapped page past the end of its file raises SIGBUS, which
+// would kill a process that merely waits for a lock. So a SIGBUS handler,
+// installed once with the first board, looks up the faulting address: on a
+// board it puts zeroed private memory in the page's place, so that the
+// access completes, and marks the board broken (the waiter drops it and
+// maps the file afresh on its next wait). Any other SIGBUS gets what it
+// would have got without us: the previous handler, or the default action.
+namespace board_guard {
+
+constexpr std::size_t page = 4096;
+constexpr int slots = 256;
+std::atomic<char*> base[slots];
+std::atomic<bool> broken[slots];
+struct sigaction previous;
+
+void on_sigbus(int sig, siginfo_t* info, void* context) {
+  const int saved_errno = errno;
+  char* const addr = static_cast<char*>(info->si_addr);
+  for (int i = 0; i < slots; ++i) {
+    char* const b = base[i].load(std::memory_order_acquire);
+    if (b == nullptr || addr < b || addr >= b + page) continue;
+    // mmap(2) is a plain system call here, safe in a handler.
+    if (::mmap(b, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) !=
+        MAP_FAILED) {
+      broken[i].store(true, std::memory_order_release);
+      errno = saved_errno;
+      return;
+    }
+    break;  // the access would fault again: let it end as it would have
+  }
+  if (previous.sa_flags & SA_SIGINFO) {
+    previous.sa_sigaction(sig, info, context);
+  } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
+    previous.sa_handler(sig);
+  } else {
+    // SIGBUS stays blocked until we return, then the default action ends
+    // the process as it would have without this handler.
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    ::sigaction(SIGBUS, &dfl, nullptr);
+    ::raise(SIGBUS);
+  }
+  errno = saved_errno;
+}
+
+bool install() {
+  static const bool installed = [] {
+    struct sigaction sa {};
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    return ::sigaction(SIGBUS, &sa, &previous) == 0;
+  }();
+  return installed;
+}
+
+// The slot now guarding the page at `b`, or -1 when none is free.
+int enter(char* b) {
+  if (!install()) return -1;
+  for (int i = 0; i < slots; ++i) {
+    char* expected = nullptr;
+    if (base[i].compare_exchange_strong(expected, b, std::memory_order_acq_rel)) {
+      // Nothing reads the new board's flag before this returns.
+      broken[i].store(false, std::memory_order_release);
+      return i;
+    }
+  }
+  return -1;
+}
+
+void leave(int slot) { base[slot].store(nullptr, std::memory_order_release); }
+
+}  // namespace board_guard
+
 // The wait board: one page of a file beside the lock directory, shared by
 // mapping. The file is never shrunk by tokenlock; a mapping outlives the
 // descriptor and the file's name.
 class mapped_board final : public wait_board {
  public:
-  static constexpr std::size_t file_size = 4096;
-  explicit mapped_board(void* base) : base_(base) {}
-  ~mapped_board() override { ::munmap(base_, file_size); }
+  static constexpr std::size_t file_size = board_guard::page;
+  mapped_board(void* base, int slot) : base_(base), slot_(slot) {}
+  ~mapped_board() override {
+    board_guard::leave(slot_);
+    ::munmap(base_, file_size);
+  }
 
   std::uint32_t* word(int i) noexcept override { return static_cast<std::uint32_t*>(base_) + i; }
+
+  bool intact() const noexcept override {
+    return !board_guard::broken[slot_].load(std::memory_order_acquire);
+  }
 
   bool wait(int i, std::uint32_t expected, std::chrono::microseconds timeout) noexcept override {
     if (timeout.count() <= 0) return false;
@@ -264,6 +348,7 @@ class mapped_board final : public wait_board {
 
  private:
   void* base_;
+  int slot_;
 };
 
 // The type of the mount that holds `path`, from the line of
@@ -338,7 +423,13 @@ std::error_code map_board(const std::string& path, unsigned mode, bool create,
     ec = last_errno();
   ::close(fd);
   if (ec) return ec;
-  out = std::make_unique<mapped_board>(base);
+  // Guarded before its first access (board_guard).
+  const int slot = board_guard::enter(static_cast<char*>(base));
+  if (slot < 0) {
+    ::munmap(base, mapped_board::file_size);
+    return errno_code(ENOTSUP);
+  }
+  out = std::make_unique<mapped_board>(base, slot);
   return {};
 }
 #endif
