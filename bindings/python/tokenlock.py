@@ -67,7 +67,7 @@ __all__ = [
     "version", "Error", "Busy", "LockLost", "CorruptData", "DirSyncFailed", "BadArgument",
     "OSFailure",
     "BackendUnavailable", "backend", "library_path", "command_path", "load_error",
-    "DEFAULT_WAIT", "DEFAULT_LEASE",
+    "DEFAULT_WAIT", "DEFAULT_LEASE", "set_legacy_timeout",
 ]
 
 DEFAULT_WAIT = 10.0
@@ -297,6 +297,27 @@ def _seconds(value, what, allow_zero):
     return value
 
 
+# Seconds after its timestamp at which a token of the deployed Perl rename
+# lock is stale; None: the library's default (60 s, that procedure's own).
+_legacy_timeout = None
+
+
+def set_legacy_timeout(seconds):
+    """Sets the age, in seconds, at which a token of the widely deployed
+    Perl rename lock ("lockfile<epoch seconds>", docs/protocol.md, Legacy
+    tokens) counts as stale and is taken over, for every lock taken from
+    now on in this process; None returns to the default, 60 s, which is
+    that procedure's own. Set it to the timeout your old scripts use while
+    they share lock directories with tokenlock."""
+    global _legacy_timeout
+    _legacy_timeout = None if seconds is None else _seconds(seconds, "legacy_timeout", False)
+
+
+def _legacy_args():
+    return [] if _legacy_timeout is None else [b"--legacy-timeout",
+                                               _secs(_legacy_timeout).encode()]
+
+
 def _sync(sync):
     if sync not in _SYNC_LEVELS:
         raise BadArgument("tokenlock: sync must be 'none', 'file' or 'file_and_dir', not %r"
@@ -422,7 +443,7 @@ class _Library:
     def _options(self, wait=None, lease=None, sync=None):
         # Kept and reused (never changed once made): building one costs as
         # much as a third of an uncontended acquire.
-        key = (wait, lease, sync)
+        key = (wait, lease, sync, _legacy_timeout)
         o = self._options_made.get(key)
         if o is None:
             o = _Options()
@@ -433,6 +454,8 @@ class _Library:
                 o.lease_ms = max(1, int(round(lease * 1000)))
             if sync is not None:
                 o.sync = _SYNC_LEVELS[sync]
+            if _legacy_timeout is not None:
+                o.legacy_timeout_ms = max(1, int(round(_legacy_timeout * 1000)))
             if len(self._options_made) < 64:
                 self._options_made[key] = o
         return o
@@ -629,6 +652,7 @@ class _Command:
         # The command's own default is to wait for ever; the library's is 10 s.
         args += [b"-n"] if once else [b"-w", _secs(DEFAULT_WAIT if wait is None else wait).encode()]
         args += [b"--lease", _secs(DEFAULT_LEASE if lease is None else lease).encode()]
+        args += _legacy_args()
         out = self._run(args + [_arg(lockdir)], "acquire", lockdir, once=once or wait == 0)
         token = os.fsdecode(out).strip()
         if _token_expiry(token) is None:
@@ -685,6 +709,7 @@ class _Command:
         args += [b"-n"] if once else [b"-w", _secs(min(wait, _LONGEST_FILE_WAIT)).encode()]
         if lockdir is not None:
             args += [b"--lock", _arg(lockdir)]
+        args += _legacy_args()
         try:
             out = self._run(args + [_arg(path)], "increment", path, once=once)
         except DirSyncFailed as e:

@@ -165,6 +165,24 @@ function setCommand(?string $path): void
 }
 
 /**
+ * Sets the age, in seconds, at which a token of the widely deployed Perl
+ * rename lock (`lockfile<epoch seconds>`, docs/protocol.md, Legacy tokens)
+ * counts as stale and is taken over, for every lock taken from now on in
+ * this process (`tokenlock --legacy-timeout`); null returns to the default,
+ * 60 s, which is that procedure's own. Set it to the timeout your old
+ * scripts use while they share lock directories with tokenlock.
+ *
+ * @throws \InvalidArgumentException for a value that is not more than 0 seconds
+ */
+function setLegacyTimeout(int|float|null $seconds): void
+{
+    if ($seconds !== null && (is_nan((float) $seconds) || $seconds <= 0 || $seconds > 1e9)) {
+        throw new \InvalidArgumentException('Tokenlock\setLegacyTimeout: the timeout must be more than 0 seconds');
+    }
+    Command::$legacyTimeout = $seconds === null ? null : (float) $seconds;
+}
+
+/**
  * The path of the `tokenlock` command that a call with these options would
  * run.
  *
@@ -545,6 +563,8 @@ final class Command
 
     /** Set by setCommand(). */
     public static ?string $configured = null;
+    /** Set by setLegacyTimeout(). */
+    public static ?float $legacyTimeout = null;
     /** @var array<string, string> search inputs => path found */
     private static array $found = [];
 
@@ -609,6 +629,10 @@ final class Command
      */
     public static function run(array $args, array $options, ?string $stdin = null, string $busyAs = 'timed_out'): array
     {
+        // The subcommands that take a lock take the legacy timeout too.
+        if (self::$legacyTimeout !== null && in_array($args[0], ['acquire', 'incr', 'write', 'run'], true)) {
+            array_splice($args, 1, 0, ['--legacy-timeout', self::formatSeconds(self::$legacyTimeout)]);
+        }
         $argv = array_merge([self::locate($options)], $args);
         $spec = [
             0 => $stdin === null ? ['file', '/dev/null', 'r'] : ['pipe', 'r'],

@@ -16,6 +16,7 @@ use Tokenlock\Tests\Support\Tool;
 
 use function Tokenlock\increment;
 use function Tokenlock\readCounter;
+use function Tokenlock\setLegacyTimeout;
 use function Tokenlock\writeFile;
 
 final class FileTest extends TempDirTestCase
@@ -231,13 +232,18 @@ final class FileTest extends TempDirTestCase
         $child = Child::start(function (Channel $ch) use ($file): void {
             $lock = Lock::acquire("$file.lock");
             $ch->send('held');
-            usleep(500000);
+            // Released once the incrementer waits: a waiter that has seen
+            // the lock held lines up on the board beside it (at most 10 s,
+            // should that never show).
+            for ($i = 0; $i < 10000 && !file_exists("$file.lock.wait"); ++$i) {
+                usleep(1000);
+            }
+            touch("$file.released");
             $lock->release();
         });
         $this->assertSame('held', $child->channel->receive());
-        $start = microtime(true);
         $this->assertSame(1, increment($file, ['wait' => null]));
-        $this->assertGreaterThanOrEqual(0.3, microtime(true) - $start, 'it waited for the release');
+        $this->assertFileExists("$file.released", 'it returned only after the holder released');
         $this->assertSame(0, $child->wait());
         $this->assertSame(2, increment($file, ['wait' => 1e12]), 'a wait beyond the command\'s year is a year');
     }
@@ -276,6 +282,50 @@ final class FileTest extends TempDirTestCase
         $this->assertSame("new\n", file_get_contents("$drop/page"));
         $this->assertNoTemporaryFiles($drop);
         $this->assertLockFree("$drop/c.count.lock");
+    }
+
+    /**
+     * A token of the deployed Perl rename lock, 30 s old: held under the
+     * default timeout of 60 s, stale under one of 10 s.
+     */
+    public function testALegacyTokenIsWaitedForUntilTheTimeoutTheModuleSets(): void
+    {
+        $file = "$this->dir/c.count";
+        $lockDir = "$file.lock";
+        mkdir($lockDir);
+        $legacy = 'lockfile' . (time() - 30);
+        mkdir("$lockDir/$legacy");
+        try {
+            increment($file, ['wait' => 0]);
+            $this->fail('a legacy token 30 s old was not waited for');
+        } catch (BusyException $e) {
+            $this->assertStringContainsString('legacy rename lock', $e->getMessage());
+        }
+        $this->assertNull(Lock::tryAcquire($lockDir));
+        $this->assertSame([$legacy], array_values(array_diff(scandir($lockDir), ['.', '..'])));
+        $this->assertFileDoesNotExist($file);
+        foreach ([0, -1, NAN] as $bad) {
+            try {
+                setLegacyTimeout($bad);
+                $this->fail("setLegacyTimeout($bad) was accepted");
+            } catch (\InvalidArgumentException $e) {
+                $this->assertStringContainsString('more than 0 seconds', $e->getMessage());
+            }
+        }
+        setLegacyTimeout(10);
+        try {
+            $this->assertSame(1, increment($file, ['wait' => 0]));
+            $this->assertSame(['lockfile'], array_values(array_diff(scandir($lockDir), ['.', '..'])));
+            // An acquire takes over such a token as well.
+            rename("$lockDir/lockfile", "$lockDir/$legacy");
+            $lock = Lock::tryAcquire($lockDir);
+            $this->assertNotNull($lock);
+            $lock->release();
+        } finally {
+            setLegacyTimeout(null);
+        }
+        $this->assertSame(['lockfile'], array_values(array_diff(scandir($lockDir), ['.', '..'])));
+        $this->assertNoTemporaryFiles($this->dir);
     }
 
     public function testWriteFileReplacesTheContentsAndLeavesNoTemporaryFile(): void

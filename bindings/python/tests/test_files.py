@@ -375,6 +375,35 @@ class FileTests:
         self.assertLockFree(counter + ".lock")
         self.assertLockFree(page + ".lock")
 
+    def test_a_legacy_token_is_waited_for_until_the_timeout_the_module_sets(self):
+        # A token of the deployed Perl rename lock, 30 s old: held under the
+        # default timeout of 60 s, stale under one of 10 s.
+        counter = self.path("c.count")
+        lockdir = counter + ".lock"
+        os.mkdir(lockdir)
+        legacy = "lockfile%d" % (int(time.time()) - 30)
+        os.mkdir(os.path.join(lockdir, legacy))
+        with self.assertRaises(tokenlock.Busy) as cm:
+            tokenlock.increment(counter, wait=0)
+        self.assertIn("legacy rename lock", str(cm.exception))
+        self.assertIsNone(tokenlock.Lock.try_acquire(lockdir))
+        self.assertEqual(os.listdir(lockdir), [legacy])
+        self.assertFalse(os.path.exists(counter))
+        for bad in (0, -1, "10"):
+            with self.assertRaises(tokenlock.BadArgument):
+                tokenlock.set_legacy_timeout(bad)
+        tokenlock.set_legacy_timeout(10)
+        self.addCleanup(tokenlock.set_legacy_timeout, None)
+        self.assertEqual(tokenlock.increment(counter, wait=0), 1)
+        self.assertEqual(os.listdir(lockdir), ["lockfile"])
+        # An acquire takes over such a token as well.
+        os.rename(os.path.join(lockdir, "lockfile"), os.path.join(lockdir, legacy))
+        held = tokenlock.Lock.try_acquire(lockdir)
+        self.assertIsNotNone(held)
+        held.release()
+        self.assertEqual(os.listdir(lockdir), ["lockfile"])
+        self.assertNoTempFiles()
+
 
 def _calls_in_an_unflushable_directory(counter, page):
     if os.geteuid() == 0:  # root opens any directory: be nobody
