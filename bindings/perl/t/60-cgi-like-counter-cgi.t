@@ -14,6 +14,9 @@ my $repo = TokenlockTest::repo_dir();
 my $perl_cgi = "$repo/cgi-examples/perl/counter.pl";
 my $cxx_cgi  = $ENV{TOKENLOCK_COUNTER_CGI};
 $cxx_cgi = "$repo/build/cgi-examples/counter/counter.cgi" unless defined $cxx_cgi && length $cxx_cgi;
+# Named by the caller (ctest does): it must be there.
+BAIL_OUT("TOKENLOCK_COUNTER_CGI names $cxx_cgi, which is not executable")
+  if !-x $cxx_cgi && $ENV{TOKENLOCK_COUNTER_CGI};
 plan(skip_all => "no counter.cgi at $cxx_cgi: build it, or set TOKENLOCK_COUNTER_CGI") unless -x $cxx_cgi;
 
 my $top = scratch_dir();

@@ -316,6 +316,8 @@ final class CounterCgiTest extends TempDirTestCase
     {
         $cgi = getenv('TOKENLOCK_COUNTER_CGI') ?: dirname(__DIR__, 3) . '/build/cgi-examples/counter/counter.cgi';
         if (!is_executable($cgi)) {
+            // Named by the caller (ctest does): it must be there.
+            $this->assertFalse((bool) getenv('TOKENLOCK_COUNTER_CGI'), "TOKENLOCK_COUNTER_CGI names $cgi, which is not executable");
             $this->markTestSkipped("counter.cgi is not built ($cgi); set TOKENLOCK_COUNTER_CGI to compare with it");
         }
         $requests = [];
