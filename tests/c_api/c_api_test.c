@@ -331,6 +331,60 @@ static void unflushable_directory(void) {
   CHECK(temp_files_in(drop) == 0, "unflushable: no temporary file left");
 }
 
+/* Options and failures of the file calls: a lock directory's mode, a held
+ * lock (busy, timed out), an overflow and a commit that cannot rename; each
+ * failure leaves the target as it was and no temporary file. */
+static void file_call_failures(void) {
+  const char *counter = path_of("f.count");
+  const char *lockdir = path_of("f.count.lock");
+  tokenlock_options o;
+  tokenlock_lock *held = NULL;
+  struct appender a = {"x\n", 0, 0};
+  struct stat st;
+  uint64_t v = 7;
+  int rc;
+  tokenlock_options_init(&o);
+  o.dir_mode = 0700;
+  o.sync = TOKENLOCK_SYNC_FILE;
+  rc = tokenlock_increment(counter, NULL, 1, &o, &v);
+  CHECK(rc == TOKENLOCK_OK && v == 1, "sync file: %d %llu", rc, (unsigned long long)v);
+  CHECK(stat(lockdir, &st) == 0 && (st.st_mode & 0777) == 0700, "dir_mode 0700: %o",
+        (unsigned)(st.st_mode & 0777));
+
+  CHECK(tokenlock_acquire(lockdir, NULL, &held) == TOKENLOCK_OK, "hold: %s",
+        tokenlock_last_error());
+  o.wait_ms = 0;
+  rc = tokenlock_increment(counter, NULL, 1, &o, &v);
+  CHECK(rc == TOKENLOCK_EBUSY && tokenlock_last_errno() == 0, "busy: %d errno %d", rc,
+        tokenlock_last_errno());
+  o.wait_ms = 30;
+  rc = tokenlock_increment(counter, NULL, 1, &o, &v);
+  CHECK(rc == TOKENLOCK_ETIMEDOUT, "timed out: %d", rc);
+  CHECK(strstr(tokenlock_last_error(), "f.count.lock") != NULL, "names the lock: %s",
+        tokenlock_last_error());
+  rc = tokenlock_update_file(counter, NULL, &o, append, &a);
+  CHECK(rc == TOKENLOCK_ETIMEDOUT && a.calls == 0, "update behind a holder: %d", rc);
+  tokenlock_release(held);
+  CHECK(strcmp(slurp(counter), "1\n") == 0, "left at 1: %s", slurp(counter));
+
+  spit(path_of("max.count"), "18446744073709551615\n");
+  rc = tokenlock_increment(path_of("max.count"), NULL, 1, NULL, &v);
+  CHECK(rc != TOKENLOCK_OK && strstr(tokenlock_last_error(), "max.count") != NULL,
+        "overflow: %d %s", rc, tokenlock_last_error());
+  CHECK(strcmp(slurp(path_of("max.count")), "18446744073709551615\n") == 0, "left at the maximum");
+
+  /* A directory where the file goes: the commit's rename fails. */
+  if (mkdir(path_of("isdir"), 0755) != 0) abort();
+  rc = tokenlock_update_file(path_of("isdir"), path_of("isdir.lock"), NULL, append, &a);
+  CHECK(rc == TOKENLOCK_ESYSTEM && tokenlock_last_errno() != 0, "commit over a directory: %d %s",
+        rc, tokenlock_last_error());
+  CHECK(stat(path_of("isdir"), &st) == 0 && S_ISDIR(st.st_mode), "the directory is left");
+  CHECK(tokenlock_try_acquire(path_of("isdir.lock"), NULL, &held) == TOKENLOCK_OK,
+        "the lock was released after the failure: %s", tokenlock_last_error());
+  tokenlock_release(held);
+  CHECK(temp_files() == 0, "no temporary file left");
+}
+
 static void bad_arguments(void) {
   tokenlock_lock *lock = (tokenlock_lock *)1;
   tokenlock_options o;
@@ -402,6 +456,7 @@ int main(int argc, char **argv) {
   updates();
   counters();
   unflushable_directory();
+  file_call_failures();
   bad_arguments();
   errors_per_thread();
   printf("%d passed, %d failed\n", passed, failed);
