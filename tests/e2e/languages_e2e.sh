@@ -10,7 +10,9 @@
 #   parameters, other methods, peek, HEAD, formats, a corrupt counter, an
 #   unwritable data directory) get the same status and body from each;
 # - with a data directory that cannot be flushed (write-only), each counts
-#   its hits and answers 200 with the count, as counter.cgi does.
+#   its hits and answers 200 with the count, as counter.cgi does;
+# - a counter held past the wait budget: 503 with Retry-After from each.
+# Answers are compared by status, Content-Type, Allow, Retry-After and body.
 # Skipped (77) when perl, php-cgi or python3 is missing.
 set -euo pipefail
 src=$1 cgi_binary=$2 tool=$3 libc_api=${4:-}
@@ -83,11 +85,12 @@ pass "4 x $n requests (8 clients each) on one counter: counter = $((4 * n)) (${r
 # --- the same answers to the same requests -------------------------------------
 printf 'garbage\n' >"$data/bad.count"
 chown "$(cgi_user)" "$data/bad.count"
-answer() {  # COUNTER CURL_ARGS...: status, content type and body
+answer() {  # COUNTER CURL_ARGS...: status, content type, Allow, Retry-After and body
   local c=$1
   shift
   curl -s -D "$work/headers" -o "$work/body" -w '%{http_code}' "$@" | tr -d '\n'
   printf ' %s ' "$(grep -i '^content-type:' "$work/headers" | tr -d '\r' | cut -d' ' -f2-)"
+  grep -i -E '^(allow|retry-after):' "$work/headers" | tr -d '\r' | tr '[:upper:]' '[:lower:]' | sort | tr '\n' ' '
   cat "$work/body"
 }
 requests=(
@@ -142,7 +145,7 @@ make_data_dir "$drop"
 chmod 0333 "$drop"
 port=$(pick_port)
 start_apache "$work" "$port" "$cgi" "TOKENLOCK_COUNTER_DIR=$drop" "TOKENLOCK_COUNTER_SYNC=file_and_dir" \
-  REDIRECT_STATUS=200 || fail "apache did not start with the unflushable directory"
+  TOKENLOCK_COUNTER_WAIT_MS=300 REDIRECT_STATUS=200 || fail "apache did not start with the unflushable directory"
 base="http://127.0.0.1:$port/cgi-bin"
 : >"$work/logs/error.log"
 hit=0
@@ -163,4 +166,22 @@ logged=$(grep -c "give this user read permission on $drop" "$work/logs/error.log
 [ "$logged" -ge "$hit" ] || fail "unflushable directory: the fix was logged $logged times for $hit hits"
 leftovers=$(find "$drop" -name '.*.tmp.*' -o -name '*.init.*')
 [ -z "$leftovers" ] || fail "left in the unflushable directory: $leftovers"
+
 pass "a data directory that cannot be flushed: $hit hits through the four counters, each answered 200 with its count, all counted, the fix logged"
+
+# --- a counter busy past the wait budget (300 ms on this server) -----------------
+# Held by the CGI user's tokenlock for this shell: each counter waits its
+# budget, then answers 503 with Retry-After, as counter.cgi does.
+as_cgi_user=()
+[ "$(id -u)" -eq 0 ] && as_cgi_user=(setpriv --reuid="$(cgi_user)" --regid="$(cgi_user)" --clear-groups)
+busy_lock=$drop/busy.count.lock
+token=$("${as_cgi_user[@]}" "$tool" acquire --pid $$ "$busy_lock") || fail "could not hold $busy_lock"
+want=$(answer counter.cgi "$base/counter.cgi?id=busy")
+[[ $want == "503 "*"retry-after: 1 "* ]] || fail "counter.cgi behind a holder answered $want"
+for c in counter.pl counter.php counter.py; do
+  got=$(answer "$c" "$base/$c?id=busy")
+  [ "$got" = "$want" ] || fail "behind a holder: $c $got; counter.cgi $want"
+done
+"${as_cgi_user[@]}" "$tool" release "$busy_lock" "$token" || fail "releasing $busy_lock"
+[ ! -e "$drop/busy.count" ] || fail "a busy counter was written"
+pass "a counter held past the 300 ms budget: 503 with Retry-After from all four, nothing written"
