@@ -364,6 +364,15 @@ final class CounterCgiTest extends TempDirTestCase
         $php = Cgi::request($this->script, 'GET', 'id=bad', ['TOKENLOCK_COUNTER_DIR' => "$this->dir/php"]);
         $cpp = Cgi::request($cgi, 'GET', 'id=bad', ['TOKENLOCK_COUNTER_DIR' => "$this->dir/cpp"]);
         $this->assertSame([$cpp->status, $cpp->body], [$php->status, $php->body]);
+        // A counter at its maximum: the increment would overflow.
+        foreach (['php', 'cpp'] as $side) {
+            file_put_contents("$this->dir/$side/max.count", "18446744073709551615\n");
+        }
+        $php = Cgi::request($this->script, 'GET', 'id=max', ['TOKENLOCK_COUNTER_DIR' => "$this->dir/php"]);
+        $cpp = Cgi::request($cgi, 'GET', 'id=max', ['TOKENLOCK_COUNTER_DIR' => "$this->dir/cpp"]);
+        $this->assertSame([$cpp->status, $cpp->body], [$php->status, $php->body]);
+        $this->assertSame(500, $php->status);
+        $this->assertSame("18446744073709551615\n", file_get_contents("$this->dir/php/max.count"));
         $locks = [Lock::acquire("$this->dir/php/home.count.lock"), Lock::acquire("$this->dir/cpp/home.count.lock")];
         $php = Cgi::request($this->script, 'GET', 'id=home', ['TOKENLOCK_COUNTER_DIR' => "$this->dir/php", 'TOKENLOCK_COUNTER_WAIT_MS' => '100']);
         $cpp = Cgi::request($cgi, 'GET', 'id=home', ['TOKENLOCK_COUNTER_DIR' => "$this->dir/cpp", 'TOKENLOCK_COUNTER_WAIT_MS' => '100']);

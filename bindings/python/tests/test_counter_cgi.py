@@ -260,6 +260,7 @@ class CounterCgiTests:
         requests = [("GET", "id=home"), ("GET", "id=home&format=json"), ("GET", "format=svg"),
                     ("GET", "id=home&peek=1"), ("HEAD", "id=home&format=svg"),
                     ("POST", "id=home"), ("GET", "id=bad"), ("GET", "id=bad&peek=1"),
+                    ("GET", "id=max"), ("GET", "id=max&peek=1"),
                     ("GET", "id=busy")]
         requests += [("GET", query) for query, _ in BAD_QUERIES]
         requests += [("GET", q) for q in ("a&&b", "&id=x&", "id=x&format=svg&peek=0",
@@ -269,6 +270,7 @@ class CounterCgiTests:
             data = self.path(name)
             os.mkdir(data)
             self.write(os.path.join(data, "bad.count"), b"garbage\n")
+            self.write(os.path.join(data, "max.count"), b"18446744073709551615\n")
             out = []
             with tokenlock.lock(os.path.join(data, "busy.count.lock")):
                 for method, query in requests:
