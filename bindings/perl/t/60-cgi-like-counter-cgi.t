@@ -124,6 +124,29 @@ is_deeply(\@seen, [1 .. 20], 'taking turns, the two programs count one counter')
     is(TokenlockTest::slurp("$shared/mixed.count"), (2 * $PER * $HITS) . "\n", 'and the shared counter is exact');
 }
 
+# --- a stale read on a network filesystem ------------------------------------------
+# `tokenlock incr` exit 75: the client kept serving an old version and
+# nothing was written. A stand-in command gives it: 503 with Retry-After,
+# as counter.cgi answers stale_data.
+{
+    my $stub = "$top/tokenlock-stale";
+    TokenlockTest::spit($stub, <<'SH');
+#!/bin/sh
+case "$1" in
+  --version) echo "tokenlock 0.1.0"; exit 0 ;;
+esac
+echo "tokenlock: incr: the network filesystem kept serving a version older than the last committed one" >&2
+exit 75
+SH
+    chmod 0755, $stub;
+    mkdir "$top/net" or die $!;
+    my ($st, $out, $err) = run_cgi($perl_cgi, "$top/net", 'GET', 'id=net', TOKENLOCK_COMMAND => $stub);
+    like($out, qr/\AStatus: 503 .*\r\nRetry-After: 1\r\n(?:[^\r]*\r\n)*\r\nthe counter is busy; try again\n\z/s,
+        'stale data: 503 with Retry-After');
+    like($err, qr/kept serving a version older/, 'stale data: the log says why');
+    ok(!-e "$top/net/net.count", 'stale data: nothing written');
+}
+
 # --- a data directory that cannot be flushed --------------------------------------
 # Write-only for the CGI's user (mode 0333, as upload drop directories are):
 # each commit is made, but the directory cannot be opened to flush it. The

@@ -246,6 +246,32 @@ final class CounterCgiTest extends TempDirTestCase
         $this->assertNoTemporaryFiles($drop);
     }
 
+    /**
+     * `tokenlock incr` exit 75: a network filesystem's client kept serving
+     * an old version, and nothing was written. A stand-in command gives it:
+     * 503 with Retry-After, as counter.cgi answers stale_data.
+     */
+    public function testStaleDataIs503WithRetryAfterAndWritesNothing(): void
+    {
+        $stub = "$this->dir/tokenlock-stale";
+        file_put_contents($stub, <<<'SH'
+#!/bin/sh
+case "$1" in
+  --version) echo "tokenlock 0.1.0"; exit 0 ;;
+esac
+echo "tokenlock: incr: the network filesystem kept serving a version older than the last committed one" >&2
+exit 75
+SH);
+        chmod($stub, 0755);
+        $r = $this->get('id=net', ['TOKENLOCK_COMMAND' => $stub]);
+        $this->assertSame(503, $r->status, $r->raw);
+        $this->assertSame("the counter is busy; try again\n", $r->body);
+        $this->assertSame('1', $r->header('Retry-After'));
+        $this->assertCommonHeaders($r);
+        $this->assertStringContainsString('kept serving a version older', $r->stderr);
+        $this->assertFileDoesNotExist("$this->data/net.count");
+    }
+
     /** @return array<string, array{0: string, 1: string, 2: string}> */
     public function badConfigurations(): array
     {

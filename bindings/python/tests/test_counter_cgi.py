@@ -41,6 +41,16 @@ BAD_QUERIES = [
 ]
 
 
+# A tokenlock command that reports a stale read (exit 75) for every count.
+STALE_COMMAND = b"""#!/bin/sh
+case "$1" in
+  --version) echo "tokenlock 0.1.0"; exit 0 ;;
+esac
+echo "tokenlock: incr: the network filesystem kept serving a version older than the last committed one" >&2
+exit 75
+"""
+
+
 class Reply:
     def __init__(self, raw, stderr):
         self.raw = raw
@@ -246,6 +256,19 @@ class CounterCgiTests:
         self.assertIn(self.path("no.so"), r.stderr)
         self.assertIn(self.path("no-command"), r.stderr)
         self.assertFalse(os.path.exists(self.counter("x")))
+
+    def test_stale_data_answers_503_with_retry_after_and_writes_nothing(self):
+        # `tokenlock incr` exit 75: a network filesystem's client kept
+        # serving an old version, and nothing was written. A stand-in
+        # command gives it here; the library backend has its own tests.
+        stub = self.path("tokenlock-stale")
+        self.write(stub, STALE_COMMAND)
+        os.chmod(stub, 0o755)
+        r = self.cgi("id=net", TOKENLOCK_COMMAND=stub, TOKENLOCK_BACKEND="command")
+        self.assertStatus(r, 503, b"the counter is busy; try again")
+        self.assertEqual(r.headers["Retry-After"], "1")
+        self.assertIn("kept serving a version older", r.stderr)
+        self.assertFalse(os.path.exists(self.counter("net")))
 
     # -- counter.cgi -----------------------------------------------------------------
 
