@@ -296,6 +296,10 @@ function counter_handle(string $method, string $query, array $config): array
         if ($e->getError() === 'corrupt_data') {
             return [500, "the counter file is corrupt; it was left as it is\n", $text, []];
         }
+        // No tokenlock command where it was looked for.
+        if ($e->getError() === 'command_not_found') {
+            return [500, "the counter is misconfigured; see the server's error log\n", $text, []];
+        }
         if (!($e instanceof Tokenlock\DirSyncException) || $e->getValue() === null) {
             return [500, "internal error; see the server's error log\n", $text, []];
         }

@@ -224,6 +224,9 @@ def handle(method, query, cfg, tokenlock):
             return text(503, b"the counter is busy; try again", [(b"Retry-After", b"1")])
         if isinstance(e, tokenlock.CorruptData):
             return text(500, b"the counter file is corrupt; it was left as it is")
+        # Neither libtokenlock_c.so nor the command where they were looked for.
+        if isinstance(e, tokenlock.BackendUnavailable):
+            return text(500, b"the counter is misconfigured; see the server's error log")
         if not isinstance(e, tokenlock.DirSyncFailed) or e.value is None:
             return text(500, b"internal error; see the server's error log")
         # The hit is counted; only its durability is in doubt.

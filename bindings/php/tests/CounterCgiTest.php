@@ -213,6 +213,16 @@ final class CounterCgiTest extends TempDirTestCase
         $this->assertLockFree("$this->data/home.count.lock");
     }
 
+    public function testWithoutTheCommandAHitIs500MisconfiguredAndTheLogSaysWhere(): void
+    {
+        $r = $this->get('id=home', ['TOKENLOCK_COMMAND' => "$this->dir/no-command"]);
+        $this->assertSame(500, $r->status, $r->raw);
+        $this->assertSame("the counter is misconfigured; see the server's error log\n", $r->body);
+        $this->assertCommonHeaders($r);
+        $this->assertStringContainsString("$this->dir/no-command", $r->stderr);
+        $this->assertFileDoesNotExist("$this->data/home.count");
+    }
+
     public function testAMissingDataDirectoryIs500AndTheLogSaysWhere(): void
     {
         $missing = "$this->dir/no-such-dir";

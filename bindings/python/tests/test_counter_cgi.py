@@ -252,7 +252,7 @@ class CounterCgiTests:
     def test_without_library_or_command_a_hit_answers_500_and_logs_why(self):
         r = self.cgi("id=x", TOKENLOCK_LIBRARY=self.path("no.so"),
                      TOKENLOCK_COMMAND=self.path("no-command"), TOKENLOCK_BACKEND="")
-        self.assertStatus(r, 500, b"internal error; see the server's error log")
+        self.assertStatus(r, 500, b"the counter is misconfigured; see the server's error log")
         self.assertIn(self.path("no.so"), r.stderr)
         self.assertIn(self.path("no-command"), r.stderr)
         self.assertFalse(os.path.exists(self.counter("x")))
