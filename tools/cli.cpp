@@ -27,6 +27,7 @@ int exit_code_for(std::error_code ec, int busy_code) {
       case errc::stale_data: return exit_code::temp_fail;
       case errc::server_error: return exit_code::unavailable;
       case errc::not_replicated: return exit_code::temp_fail;
+      case errc::untrusted: return exit_code::no_perm;
     }
     return exit_code::software;
   }

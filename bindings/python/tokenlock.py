@@ -99,7 +99,7 @@ _CODE_NAMES = {
     0: "ok", 1: "busy", 2: "timed_out", 3: "lock_lost", 4: "token_missing",
     5: "lock_corrupt", 6: "corrupt_data", 7: "bad_argument", 8: "not_owner",
     9: "dir_sync_failed", 10: "not_fenced", 11: "stale_data", 12: "server_error",
-    13: "not_replicated", 50: "aborted", 100: "system", 101: "no_memory",
+    13: "not_replicated", 14: "untrusted", 50: "aborted", 100: "system", 101: "no_memory",
 }
 
 

@@ -44,6 +44,7 @@ static_assert(TOKENLOCK_ENOT_FENCED == static_cast<int>(tokenlock::errc::not_fen
 static_assert(TOKENLOCK_ESTALE_DATA == static_cast<int>(tokenlock::errc::stale_data));
 static_assert(TOKENLOCK_ESERVER == static_cast<int>(tokenlock::errc::server_error));
 static_assert(TOKENLOCK_ENOT_REPLICATED == static_cast<int>(tokenlock::errc::not_replicated));
+static_assert(TOKENLOCK_EUNTRUSTED == static_cast<int>(tokenlock::errc::untrusted));
 
 thread_local std::string last_message;
 thread_local int last_errno = 0;
@@ -289,6 +290,7 @@ const char* tokenlock_strerror(int code) {
     case TOKENLOCK_ESTALE_DATA: return "stale_data";
     case TOKENLOCK_ESERVER: return "server_error";
     case TOKENLOCK_ENOT_REPLICATED: return "not_replicated";
+    case TOKENLOCK_EUNTRUSTED: return "untrusted";
     case TOKENLOCK_EABORTED: return "aborted";
     case TOKENLOCK_ESYSTEM: return "system";
     case TOKENLOCK_ENOMEM: return "no_memory";

@@ -23,6 +23,7 @@ class category final : public std::error_category {
       case errc::stale_data: return "the filesystem served a stale version of the file";
       case errc::server_error: return "the lock server answered an error";
       case errc::not_replicated: return "too few replicas acknowledged the grant";
+      case errc::untrusted: return "another user could change the lock directory";
     }
     return "unknown tokenlock error";
   }

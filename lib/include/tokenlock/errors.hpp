@@ -81,6 +81,12 @@ enum class errc {
   // redis_lock_options::replicas were asked for, and fewer replicas
   // acknowledged the grant in time: the grant was released again.
   not_replicated,
+  // A lock directory, token, workspace or fence directory that another user
+  // could change: owned by a user other than the caller and root, or
+  // writable by others (by a group only where the caller chose group
+  // sharing, lock_options::dir_mode). Nothing in it was touched; the
+  // message names the owner, the mode and the fix (docs/security.md).
+  untrusted,
 };
 
 // The category of tokenlock::errc codes; name() is "tokenlock".

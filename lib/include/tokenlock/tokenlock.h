@@ -81,6 +81,7 @@ enum {
   TOKENLOCK_ESTALE_DATA = 11,     /* a network filesystem served an old version */
   TOKENLOCK_ESERVER = 12,         /* a lock server answered an error */
   TOKENLOCK_ENOT_REPLICATED = 13, /* replicas did not acknowledge a grant */
+  TOKENLOCK_EUNTRUSTED = 14,      /* another user could change the lock directory */
   TOKENLOCK_EABORTED = 50,        /* the update callback declined: nothing written */
   TOKENLOCK_ESYSTEM = 100,        /* a system call failed: see tokenlock_last_errno() */
   TOKENLOCK_ENOMEM = 101          /* out of memory */
