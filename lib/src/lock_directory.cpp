@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "token_name.hpp"
+#include "trust.hpp"
 
 namespace tokenlock::detail {
 namespace {
@@ -39,9 +40,9 @@ struct listing {
   std::vector<std::string> malformed;  // "lockfile.*" names that break the grammar
 };
 
-std::error_code list_once(os& sys, const lock_paths& paths, listing& out) {
+std::error_code list_once(os& sys, const open_dir& dir, listing& out) {
   out = listing{};
-  if (auto ec = sys.list_directory(paths.dir, out.names)) return ec;
+  if (auto ec = sys.list_directory_at(dir.fd, out.names)) return ec;
   for (const auto& n : out.names) {
     switch (classify_name(n)) {
       case name_kind::free:
@@ -61,7 +62,7 @@ std::string joined(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& n : v) {
     if (!s.empty()) s += ", ";
-    s += n;
+    s += shown_name(n);
   }
   return s;
 }
@@ -109,14 +110,86 @@ failure make_lock_paths(const boost::filesystem::path& dir, lock_paths& out) {
   out.board_path = s + ".wait";
   const auto slash = s.rfind('/');
   out.parent = slash == std::string::npos ? "." : slash == 0 ? "/" : s.substr(0, slash);
-  out.init_prefix = (slash == std::string::npos ? s : s.substr(slash + 1)) + ".init.";
+  out.name = slash == std::string::npos ? s : s.substr(slash + 1);
+  out.init_prefix = out.name + ".init.";
   return {};
 }
 
-failure observe(os& sys, const lock_paths& paths, const char* step, observation& out) {
+open_dir::open_dir(std::shared_ptr<os> s, int f, const file_status& st) noexcept
+    : sys(std::move(s)), fd(f), device(st.device), inode(st.inode) {}
+
+open_dir::~open_dir() { sys->close(fd); }
+
+namespace {
+
+// Opens the directory at the lock's path and judges it; null when missing.
+failure open_and_judge(const std::shared_ptr<os>& sys, const lock_paths& paths, unsigned dir_mode,
+                       const char* step, std::shared_ptr<const open_dir>& out) {
+  out.reset();
+  int fd = -1;
+  std::error_code ec = sys->open_directory(os::cwd, paths.dir, fd);
+  if (ec == std::errc::no_such_file_or_directory) return {};
+  if (ec == std::errc::too_many_symbolic_link_levels || ec == std::errc::not_a_directory) {
+    file_status st;
+    if (!sys->status(paths.dir, st) && st.is_symlink)
+      return make_failure(errc::untrusted,
+                          describe(step, paths.dir,
+                                   "refusing a lock directory that is a symbolic link (owner uid " +
+                                       std::to_string(st.uid) +
+                                       "): tokenlock never follows one there",
+                                   {}) +
+                              "; name the directory it points to, or remove the link");
+  }
+  if (ec) return os_failure(*sys, paths, step, "cannot open the lock directory", "", ec);
+  file_status st;
+  ec = sys->status_at(fd, "", st);
+  if (ec) {
+    sys->close(fd);
+    return os_failure(*sys, paths, step, "cannot look at the lock directory", "", ec);
+  }
+  if (failure f = check_trusted(*sys, st, paths.dir, step, "lock directory",
+                                chooses_group_sharing(dir_mode))) {
+    sys->close(fd);
+    return f;
+  }
+  out = std::make_shared<const open_dir>(sys, fd, st);
+  std::atomic_store(&paths.opened, out);
+  return {};
+}
+
+}  // namespace
+
+failure lock_directory_fd(const std::shared_ptr<os>& sys, const lock_paths& paths,
+                          unsigned dir_mode, const char* step,
+                          std::shared_ptr<const open_dir>& out) {
+  out = current_dir(paths);
+  if (out) return {};
+  return open_and_judge(sys, paths, dir_mode, step, out);
+}
+
+failure reopen_if_replaced(const std::shared_ptr<os>& sys, const lock_paths& paths,
+                           unsigned dir_mode, const char* step,
+                           std::shared_ptr<const open_dir>& current) {
+  file_status st;
+  std::error_code ec = sys->status(paths.dir, st);
+  if (ec == std::errc::no_such_file_or_directory) {
+    current.reset();
+    std::atomic_store(&paths.opened, current);
+    return {};
+  }
+  if (!ec && current && st.device == current->device && st.inode == current->inode) return {};
+  return open_and_judge(sys, paths, dir_mode, step, current);
+}
+
+failure observe(os& sys, const lock_paths& paths, const open_dir* dir, const char* step,
+                observation& out) {
+  if (!dir) {
+    out.kind = observation::missing;
+    return {};
+  }
   listing first;
   for (int round = 0;; ++round) {
-    if (auto ec = list_once(sys, paths, first)) {
+    if (auto ec = list_once(sys, *dir, first)) {
       if (ec == std::errc::no_such_file_or_directory) {
         out.kind = observation::missing;
         return {};
@@ -206,7 +279,7 @@ judgement judge(os& sys, const lock_options& options, const observed_token& t) {
   if (t.legacy) return judge_legacy(now, skew, max_lease, options, t);
   j.same_host = t.host_tag == me.host_tag;
   const std::string who = "pid " + std::to_string(t.pid) +
-                          (j.same_host ? " on this host" : " on host " + t.host_tag);
+                          (j.same_host ? " on this host" : " on host " + shown_name(t.host_tag));
 
   if (t.expiry_us - now > max_lease + skew) {
     j.stale = true;
@@ -260,66 +333,143 @@ judgement judge(os& sys, const lock_options& options, const observed_token& t) {
   return j;
 }
 
-failure create_lock_directory(os& sys, const lock_paths& paths, const lock_options& options) {
-  // Named like a token, so that whoever finds it left behind can tell
-  // whether its creator still lives (sweep_creation_leftovers). A name that
-  // would not fit NAME_MAX gets a nonce only, swept by its age.
+namespace {
+
+// A directory that the caller opened by descriptor and closes on every way out.
+struct scoped_fd {
+  os& sys;
+  int fd = -1;
+  ~scoped_fd() {
+    if (fd >= 0) sys.close(fd);
+  }
+};
+
+// The directory that holds the lock directory, by descriptor. Its path is
+// the caller's and may run through symbolic links (/var/lock is one on
+// Debian): "/." makes the last component "." so that the link is followed
+// where the caller named it and nowhere else.
+std::error_code open_parent(os& sys, const lock_paths& paths, int& fd) {
+  return sys.open_directory(os::cwd, paths.parent == "/" ? "/" : paths.parent + "/.", fd);
+}
+
+// The creation directory's name: named like a token, so that whoever finds
+// it left behind can tell whether its creator still lives
+// (sweep_creation_leftovers). A name that would not fit NAME_MAX gets a
+// nonce only, swept by its age.
+std::string init_name(os& sys, const lock_paths& paths, const lock_options& options) {
   const process_identity& me = sys.self();
-  const std::int64_t expiry = sys.wall_now_us() + std::chrono::duration_cast<std::chrono::microseconds>(options.lease).count();
-  const std::string owned = make_token(expiry, me.host_tag, me.pid, me.start_time, sys.random_u64());
-  std::string init = paths.dir + ".init.";
+  const std::int64_t expiry =
+      sys.wall_now_us() +
+      std::chrono::duration_cast<std::chrono::microseconds>(options.lease).count();
+  const std::string owned =
+      make_token(expiry, me.host_tag, me.pid, me.start_time, sys.random_u64());
+  std::string init = paths.init_prefix;
   if (paths.init_prefix.size() + owned.size() - held_prefix.size() <= 255)
     init.append(owned, held_prefix.size(), std::string::npos);
   else
     init += hex16(sys.random_u64());
-  const std::string init_token = init + "/" + std::string(free_token);
-  auto cleanup = [&] {
-    sys.remove_directory(init_token);
-    sys.remove_directory(init);
-  };
-  if (auto ec = sys.make_directory(init, options.dir_mode)) {
+  return init;
+}
+
+// Fills the creation directory `name` (in the parent open as `parent`)
+// with the free token and flushes it. `made` is its identity, checked
+// before anything is removed from it.
+failure populate_init(os& sys, const lock_paths& paths, const lock_options& options, int parent,
+                      const std::string& name, file_status& made) {
+  const std::string init = paths.parent + "/" + name;
+  scoped_fd dir{sys};
+  std::error_code ec = sys.open_directory(parent, name, dir.fd);
+  if (!ec) ec = sys.status_at(dir.fd, "", made);
+  if (ec) return os_failure(sys, paths, "create", "cannot open " + init + " that we made", "", ec);
+  if (made.uid != sys.self().euid)
+    return make_failure(errc::untrusted,
+                        describe("create", paths.dir,
+                                 "refusing " + init + ": it was replaced by a directory of uid " +
+                                     std::to_string(made.uid) + " while we created it",
+                                 {}) +
+                            "; another user can write " + paths.parent +
+                            ": keep locks in a directory only trusted users can write");
+  if ((ec = sys.make_directory_at(dir.fd, std::string(free_token), options.dir_mode)))
+    return os_failure(sys, paths, "create", "cannot create the token " + init + "/lockfile", "", ec);
+  if ((ec = sys.sync_directory(init)))
+    return os_failure(sys, paths, "create", "cannot sync " + init, "", ec);
+  return {};
+}
+
+// Removes the creation directory `name` with its token, if it still is the
+// directory `made` (in a parent that others may write, the name may lead
+// elsewhere by now).
+void remove_init(os& sys, int parent, const std::string& name, const file_status& made) {
+  scoped_fd dir{sys};
+  file_status st;
+  if (sys.open_directory(parent, name, dir.fd) || sys.status_at(dir.fd, "", st) ||
+      st.device != made.device || st.inode != made.inode)
+    return;
+  sys.remove_at(dir.fd, std::string(free_token), true);
+  sys.remove_at(parent, name, true);
+}
+
+// What the rename of the populated creation directory onto the lock
+// directory's name answered: created, lost to another creator, or failed.
+failure placed(os& sys, const lock_paths& paths, int parent, const std::string& name,
+               std::error_code ec, bool& remove) {
+  remove = true;
+  if (ec == std::errc::directory_not_empty || ec == std::errc::file_exists) {
+    // Somebody else's directory won, or it was not empty after all.
+    return {};
+  }
+  if (ec == std::errc::no_such_file_or_directory) return {};  // swept meanwhile: start over
+  if (ec == std::errc::operation_not_permitted || ec == std::errc::permission_denied) {
+    // sshfs (SFTP) reports a directory renamed onto a non-empty one as
+    // EPERM, where a local filesystem says ENOTEMPTY. If the lock directory
+    // now exists and is one we may use, that is what happened; one we may
+    // not use (say another user's, in a sticky directory) is refused by the
+    // next look, which judges it.
+    file_status st;
+    if (!sys.status_at(parent, paths.name, st) && st.is_directory) return {};
+  }
+  if (ec)
+    return os_failure(sys, paths, "create",
+                      "cannot rename " + paths.parent + "/" + name + " to the lock directory", "",
+                      ec);
+  remove = false;
+  return {};
+}
+
+}  // namespace
+
+failure create_lock_directory(os& sys, const lock_paths& paths, const lock_options& options) {
+  scoped_fd parent{sys};
+  if (std::error_code ec = open_parent(sys, paths, parent.fd)) {
+    if (ec == std::errc::no_such_file_or_directory)
+      return make_failure(ec, describe("create", paths.dir, "cannot open its parent directory", ec) +
+                                  "; the parent directory of the lock directory must exist");
+    return os_failure(sys, paths, "create", "cannot open the parent directory " + paths.parent, "", ec);
+  }
+  const std::string name = init_name(sys, paths, options);
+  const std::string init = paths.parent + "/" + name;
+  if (std::error_code ec = sys.make_directory_at(parent.fd, name, options.dir_mode)) {
     std::string what = "cannot create the temporary directory " + init;
     if (ec == std::errc::no_such_file_or_directory)
       return make_failure(ec, describe("create", paths.dir, what, ec) +
                                   "; the parent directory of the lock directory must exist");
     return os_failure(sys, paths, "create", what, "", ec);
   }
-  if (auto ec = sys.make_directory(init_token, options.dir_mode)) {
-    cleanup();
-    return os_failure(sys, paths, "create", "cannot create the token " + init_token, "", ec);
+  file_status made;
+  if (failure f = populate_init(sys, paths, options, parent.fd, name, made)) {
+    if (made.inode != 0)
+      remove_init(sys, parent.fd, name, made);
+    else
+      sys.remove_at(parent.fd, name, true);  // empty: rmdir removes nothing else
+    return f;
   }
-  if (auto ec = sys.sync_directory(init)) {
-    cleanup();
-    return os_failure(sys, paths, "create", "cannot sync " + init, "", ec);
-  }
-  std::error_code ec = sys.rename(init, paths.dir);
-  if (ec == std::errc::directory_not_empty || ec == std::errc::file_exists) {
-    // Somebody else's directory won, or it was not empty after all.
-    cleanup();
-    sweep_creation_leftovers(sys, paths, options);
-    return {};
-  }
-  if (ec == std::errc::no_such_file_or_directory) {
-    // A sweeper judged us stalled past our lease and removed it: start over.
-    cleanup();
-    return {};
-  }
-  if (ec == std::errc::operation_not_permitted || ec == std::errc::permission_denied) {
-    // sshfs (SFTP) reports a directory renamed onto a non-empty one as
-    // EPERM, where a local filesystem says ENOTEMPTY. If the lock directory
-    // now exists, that is what happened: we lost the race, as above. (A
-    // real permission problem shows again, and is explained, at the next
-    // rename inside it.)
-    file_status st;
-    if (!sys.status(paths.dir, st) && st.is_directory) {
-      cleanup();
-      return {};
-    }
-  }
-  if (ec) {
-    cleanup();
-    return os_failure(sys, paths, "create", "cannot rename " + init + " to the lock directory",
-                      "", ec);
+  bool remove = true;
+  failure f = placed(sys, paths, parent.fd, name,
+                     sys.rename_at(parent.fd, name, parent.fd, paths.name), remove);
+  if (remove) {
+    remove_init(sys, parent.fd, name, made);
+    if (!f) sweep_creation_leftovers(sys, paths, options);
+    return f;
   }
   // Make the new directory entry durable. Failing here is not an error of the
   // lock: the directory exists and works; a crash may undo it, which the
@@ -329,64 +479,79 @@ failure create_lock_directory(os& sys, const lock_paths& paths, const lock_optio
   return {};
 }
 
+namespace {
+
+// Whether the creation leftover `name` (of `st`) is ours to remove now: our
+// own, a directory, of the exact form, and its creator gone or stalled past
+// its lease (judged like a token), or, when its name holds only a nonce,
+// older than any creation can take.
+bool removable_leftover(os& sys, const lock_paths& paths, const lock_options& options,
+                        const std::string& name, const file_status& st) {
+  if (st.is_symlink || !st.is_directory || st.uid != sys.self().euid) return false;
+  const std::string rest = name.substr(paths.init_prefix.size());
+  held_token t;
+  // t's host tag points into this name: it must outlive the judging.
+  const std::string as_token = std::string(held_prefix) + rest;
+  if (classify_name(as_token, &t) == name_kind::held)
+    return judge(sys, options, observed(name, t, name_kind::held)).stale;
+  if (rest.size() != 16 || rest.find_first_not_of("0123456789abcdef") != std::string::npos)
+    return false;
+  const auto age = std::chrono::duration_cast<std::chrono::microseconds>(options.max_lease +
+                                                                         options.skew_allowance);
+  return st.mtime_us <= sys.wall_now_us() - age.count();
+}
+
+}  // namespace
+
 std::size_t sweep_creation_leftovers(os& sys, const lock_paths& paths,
                                      const lock_options& options) {
+  scoped_fd parent{sys};
   std::vector<std::string> names;
-  if (sys.list_directory(paths.parent, names)) return 0;
+  if (open_parent(sys, paths, parent.fd) || sys.list_directory_at(parent.fd, names)) return 0;
   const std::string& prefix = paths.init_prefix;
-  const std::string dir_of = paths.parent == "/" ? "/" : paths.parent + "/";
   std::size_t removed = 0;
   for (const auto& n : names) {
     if (n.size() <= prefix.size() || n.compare(0, prefix.size(), prefix) != 0) continue;
-    const std::string p = dir_of + n;
-    const std::string rest = n.substr(prefix.size());
-    held_token t;
-    // t's host tag points into this name: it must outlive the judging.
-    const std::string as_token = std::string(held_prefix) + rest;
-    if (classify_name(as_token, &t) == name_kind::held) {
-      if (!judge(sys, options, observed(n, t, name_kind::held)).stale) continue;
-    } else if (rest.size() == 16 &&
-               rest.find_first_not_of("0123456789abcdef") == std::string::npos) {
-      // No owner in the name: old enough that no creation can still be on.
-      file_status st;
-      const auto age = std::chrono::duration_cast<std::chrono::microseconds>(
-          options.max_lease + options.skew_allowance);
-      if (sys.status(p, st) || !st.is_directory ||
-          st.mtime_us > sys.wall_now_us() - age.count())
-        continue;
-    } else {
-      continue;
-    }
-    // By path: had its creator renamed it to the lock directory meanwhile,
-    // these find nothing under this name and remove nothing.
-    sys.remove_directory(p + "/" + std::string(free_token));
-    if (!sys.remove_directory(p)) ++removed;
+    file_status st;
+    if (sys.status_at(parent.fd, n, st) || !removable_leftover(sys, paths, options, n, st)) continue;
+    // By name, relative to the parent: had its creator renamed it to the
+    // lock directory meanwhile, these find nothing under this name and
+    // remove nothing. A name swapped for another directory since the look
+    // is left alone (remove_init checks the identity).
+    remove_init(sys, parent.fd, n, st);
+    file_status after;
+    if (sys.status_at(parent.fd, n, after) == std::errc::no_such_file_or_directory) ++removed;
   }
   return removed;
 }
 
-void clear_workspace(os& sys, const std::string& token_dir, bool keep_marks) {
-  // Depth-limited: an owner's workspace holds temp files, not trees.
-  struct local {
-    static void clear(os& s, const std::string& dir, int depth, bool keep_marks) {
-      std::vector<std::string> names;
-      if (s.list_directory(dir, names)) return;
-      for (const auto& n : names) {
-        // Owner marks were judged one by one (token_mark.cpp); ours stays.
-        if (keep_marks && depth == 0 && !token_of_mark(n).empty()) continue;
-        const std::string p = dir + "/" + n;
-        file_status st;
-        if (s.status(p, st)) continue;
-        if (st.is_directory) {
-          if (depth < 8) clear(s, p, depth + 1, keep_marks);
-          s.remove_directory(p);
-        } else {
-          s.remove_file(p);
-        }
-      }
+namespace {
+
+// Depth-limited: an owner's workspace holds temp files, not trees.
+void clear_directory(os& sys, int fd, int depth, bool keep_marks) {
+  std::vector<std::string> names;
+  if (sys.list_directory_at(fd, names)) return;
+  for (const auto& n : names) {
+    // Owner marks were judged one by one (token_mark.cpp); ours stays.
+    if (keep_marks && depth == 0 && !token_of_mark(n).empty()) continue;
+    file_status st;
+    if (sys.status_at(fd, n, st)) continue;
+    if (st.is_directory && !st.is_symlink) {
+      scoped_fd sub{sys};
+      if (depth < 8 && !sys.open_directory(fd, n, sub.fd)) clear_directory(sys, sub.fd, depth + 1, keep_marks);
+      sys.remove_at(fd, n, true);
+    } else {
+      sys.remove_at(fd, n, false);  // a symbolic link itself, never what it names
     }
-  };
-  local::clear(sys, token_dir, 0, keep_marks);
+  }
+}
+
+}  // namespace
+
+void clear_workspace(os& sys, int dir_fd, const std::string& token, bool keep_marks) {
+  scoped_fd workspace{sys};
+  if (sys.open_directory(dir_fd, token, workspace.fd)) return;
+  clear_directory(sys, workspace.fd, 0, keep_marks);
 }
 
 failure os_failure(os& sys, const lock_paths& paths, const char* step, const std::string& what,

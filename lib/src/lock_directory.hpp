@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include <boost/filesystem/path.hpp>
@@ -14,7 +15,26 @@
 #include "token_name.hpp"
 #include "tokenlock/lock_options.hpp"
 
+namespace tokenlock {
+class lock_handle;
+}
+
 namespace tokenlock::detail {
+
+// The lock directory, open by descriptor once it was judged trustworthy
+// (trust.hpp). Every rename, listing and removal inside it is made relative
+// to `fd` (docs/security.md): whatever happens to the path afterwards, the
+// lock works on the directory that was judged.
+struct open_dir {
+  open_dir(std::shared_ptr<os> sys, int fd, const file_status& st) noexcept;
+  ~open_dir();
+  open_dir(const open_dir&) = delete;
+  open_dir& operator=(const open_dir&) = delete;
+  std::shared_ptr<os> sys;
+  int fd;
+  std::uint64_t device;
+  std::uint64_t inode;
+};
 
 // The strings the protocol renames between, built once per lock.
 struct lock_paths {
@@ -24,7 +44,13 @@ struct lock_paths {
   std::string free_path;  // dir + "/lockfile"
   std::string board_path; // dir + ".wait": the wait board (wait_line.hpp)
   std::string parent;     // the directory that holds dir ("." or "/" at the top)
-  std::string init_prefix;  // basename(dir) + ".init.": creation leftovers in parent
+  std::string name;       // basename(dir): its entry in `parent`
+  std::string init_prefix;  // name + ".init.": creation leftovers in parent
+  // The lock directory's descriptor, shared by the lock and its handles:
+  // read and replaced only with std::atomic_load / std::atomic_store (a
+  // waiter may reopen it while a handle releases through the old one).
+  // Null until the first look at the directory, and while it is missing.
+  mutable std::shared_ptr<const open_dir> opened;
   // Whether acquisitions leave owner marks (token_mark.hpp): -1 until the
   // first acquisition asks the filesystem, then 0 or 1.
   mutable std::atomic<int> owner_marks{-1};
@@ -32,6 +58,31 @@ struct lock_paths {
 
 // Fails with bad_argument for an empty path, "/" or an embedded NUL.
 failure make_lock_paths(const boost::filesystem::path& dir, lock_paths& out);
+
+// The lock directory's descriptor: the one open already, or else the
+// directory opened (without following a symbolic link) and judged now
+// (check_trusted, with group sharing as `dir_mode` chooses). `out` is null,
+// without a failure, when the directory does not exist.
+failure lock_directory_fd(const std::shared_ptr<os>& sys, const lock_paths& paths,
+                          unsigned dir_mode, const char* step,
+                          std::shared_ptr<const open_dir>& out);
+
+// For the slow path: whether `current` is still the directory at the lock's
+// path (somebody may have removed the directory and a creator made a new
+// one). Opens and judges the one there now when it is not, and stores it
+// for the lock and its handles; `current` becomes null when the path is
+// missing.
+failure reopen_if_replaced(const std::shared_ptr<os>& sys, const lock_paths& paths,
+                           unsigned dir_mode, const char* step,
+                           std::shared_ptr<const open_dir>& current);
+
+// The lock directory a handle's token is in (null: none open).
+std::shared_ptr<const open_dir> handle_directory(const lock_handle& h);
+
+// The descriptor the lock and its handles use now (null: none yet).
+inline std::shared_ptr<const open_dir> current_dir(const lock_paths& paths) {
+  return std::atomic_load(&paths.opened);
+}
 
 struct observed_token {
   std::string name;
@@ -55,12 +106,13 @@ struct observation {
   observed_token token;
 };
 
-// Lists the lock directory and says what it holds. Conclusions that would be
+// Lists the lock directory (open as `dir`; null: missing) and says what it holds. Conclusions that would be
 // errors (no token, two tokens) are drawn only when a second listing a
 // moment later agrees, because a listing is not a snapshot: a rename during
 // readdir may hide a name or show it twice. Fails with token_missing,
 // lock_corrupt or the listing's errno.
-failure observe(os& sys, const lock_paths& paths, const char* step, observation& out);
+failure observe(os& sys, const lock_paths& paths, const open_dir* dir, const char* step,
+                observation& out);
 
 struct judgement {
   bool stale = false;
@@ -87,11 +139,13 @@ failure create_lock_directory(os& sys, const lock_paths& paths, const lock_optio
 std::size_t sweep_creation_leftovers(os& sys, const lock_paths& paths,
                                      const lock_options& options);
 
-// Removes what a previous owner left in a token directory we took over,
-// except, with `keep_marks`, owner marks (token_mark.hpp: they have been
-// judged already, and ours is among them). Best effort: a leftover that
-// cannot be removed stays, and is harmless.
-void clear_workspace(os& sys, const std::string& token_dir, bool keep_marks);
+// Removes what a previous owner left in the token directory `token` (inside
+// the lock directory open as `dir_fd`) that we took over, except, with
+// `keep_marks`, owner marks (token_mark.hpp: they have been judged already,
+// and ours is among them). Works by descriptor and never follows a
+// symbolic link: a link is removed, not what it points to. Best effort: a
+// leftover that cannot be removed stays, and is harmless.
+void clear_workspace(os& sys, int dir_fd, const std::string& token, bool keep_marks);
 
 // Builds the failure for a system error at `step`, with the hint that fits
 // the errno: permissions, a sticky directory, a read-only filesystem, ...

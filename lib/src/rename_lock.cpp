@@ -9,6 +9,7 @@
 #include "lock_directory.hpp"
 #include "token_mark.hpp"
 #include "token_name.hpp"
+#include "trust.hpp"
 #include "waiting.hpp"
 
 namespace tokenlock {
@@ -34,10 +35,17 @@ struct lock_handle_access {
   static std::string mark_of(const lock_handle& h) {
     return marked(h) ? owner_mark_name(h.token_) : std::string();
   }
+  static std::shared_ptr<const open_dir> directory_of(const lock_handle& h) {
+    return h.paths_ ? current_dir(*h.paths_) : nullptr;
+  }
   static bool marked(const lock_handle& h) {
     return h.paths_ && h.paths_->owner_marks.load(std::memory_order_relaxed) == 1;
   }
 };
+
+std::shared_ptr<const open_dir> handle_directory(const lock_handle& h) {
+  return lock_handle_access::directory_of(h);
+}
 
 }  // namespace detail
 
@@ -79,47 +87,49 @@ class acquirer final : public lock_attempt {
     const int owner = options_.owner_pid ? options_.owner_pid : me.pid;
     const std::uint64_t owner_start = options_.owner_pid ? owner_start_ : me.start_time;
     const std::uint64_t nonce = sys_.random_u64();
-    std::int64_t expiry = sys_.wall_now_us() + to_us(options_.lease);
+    const std::int64_t expiry = sys_.wall_now_us() + to_us(options_.lease);
     std::string token = make_token(expiry, me.host_tag, owner, owner_start, nonce);
     std::string mine = paths_.dir_slash + token;
+    std::shared_ptr<const open_dir> d;
+    if (failure f = lock_directory_fd(sys_ptr_, paths_, options_.dir_mode, "acquire", d)) return f;
 
     // After the first round a waiter checks that the token is free with a
     // lookup, which takes no lock, before a rename, which locks the
     // directory exclusively and so would stall the holder's own renames.
     file_status st;
-    bool try_rename = true;
-    if (!first_round_) {
-      try_rename = !sys_.status(paths_.free_path, st);
-      if (!try_rename && !look) {
-        result = outcome::busy;
-        return {};
-      }
+    bool try_rename = d != nullptr;
+    if (!first_round_ && d) try_rename = !sys_.status_at(d->fd, std::string(free_token), st);
+    if (!try_rename && !look) {
+      result = outcome::busy;
+      return {};
     }
     first_round_ = false;
     if (try_rename) {
-      std::error_code ec = sys_.rename(paths_.free_path, mine);
-      if (!ec) return finish(out, result, std::move(token), std::move(mine), expiry, {});
+      std::error_code ec = sys_.rename_at(d->fd, std::string(free_token), d->fd, token);
+      if (!ec) return finish(out, result, *d, std::move(token), std::move(mine), expiry, {});
       if (ec != std::errc::no_such_file_or_directory)
         return os_failure(sys_, paths_, "acquire", "cannot rename lockfile to " + token,
                           std::string(free_token), ec);
       // An NFS client may retransmit a rename whose first reply was lost;
       // the retransmission then fails with ENOENT although the rename
       // happened.
-      if (!sys_.status(mine, st))
-        return finish(out, result, std::move(token), std::move(mine), expiry, {});
+      if (!sys_.status_at(d->fd, token, st))
+        return finish(out, result, *d, std::move(token), std::move(mine), expiry, {});
       if (!look) {
         result = outcome::busy;
         return {};
       }
     }
-
+    // The slow path looks at the directory that is there now: somebody
+    // may have removed the one we opened and a creator made another.
+    if (failure f = reopen_if_replaced(sys_ptr_, paths_, options_.dir_mode, "acquire", d)) return f;
     observation obs;
-    if (failure f = observe(sys_, paths_, "acquire", obs)) return f;
+    if (failure f = observe(sys_, paths_, d.get(), "acquire", obs)) return f;
     if (obs.kind == observation::held && given_up(obs.token.name)) {
       // A token of ours we could not confirm, or handed to a holder who
       // has handed it back: confirming it again makes it ours.
       std::string name = obs.token.name;
-      return finish(out, result, name, paths_.dir_slash + name, obs.token.expiry_us, {});
+      return finish(out, result, *d, name, paths_.dir_slash + name, obs.token.expiry_us, {});
     }
     switch (obs.kind) {
       case observation::missing:
@@ -132,28 +142,34 @@ class acquirer final : public lock_attempt {
         return {};
       case observation::held: break;
     }
-    judgement j = judge(sys_, options_, obs.token);
+    return take_over_if_stale(result, *d, obs.token, owner, owner_start, nonce);
+  }
+
+  // Takes over `stale` if it is: exactly the name we judged, so that if its
+  // owner refreshed or released it, or another taker was first, this name
+  // is gone and the rename fails without touching anyone's token.
+  failure take_over_if_stale(outcome& result, const open_dir& d, const observed_token& seen,
+                             int owner, std::uint64_t owner_start, std::uint64_t nonce) {
+    const process_identity& me = sys_.self();
+    judgement j = judge(sys_, options_, seen);
     if (!j.stale) {
       busy_reason_ = std::move(j.reason);
       result = outcome::busy;
       return {};
     }
-    // Take over exactly the name we judged: if its owner refreshed or
-    // released it, or another taker was first, this name is gone and the
-    // rename fails without touching anyone's token.
-    expiry = sys_.wall_now_us() + to_us(options_.lease);
-    token = make_token(expiry, me.host_tag, owner, owner_start, nonce);
-    mine = paths_.dir_slash + token;
-    std::error_code ec = sys_.rename(paths_.dir_slash + obs.token.name, mine);
+    const std::int64_t expiry = sys_.wall_now_us() + to_us(options_.lease);
+    std::string token = make_token(expiry, me.host_tag, owner, owner_start, nonce);
+    std::string mine = paths_.dir_slash + token;
+    std::error_code ec = sys_.rename_at(d.fd, seen.name, d.fd, token);
     if (ec == std::errc::no_such_file_or_directory) {
       result = outcome::again;
       return {};
     }
     if (ec)
       return os_failure(sys_, paths_, "take over",
-                        "cannot rename stale token " + obs.token.name + " (" + j.reason + ")",
-                        obs.token.name, ec);
-    return finish(out, result, std::move(token), std::move(mine), expiry, obs.token.name);
+                        "cannot rename stale token " + shown_name(seen.name) + " (" + j.reason + ")",
+                        seen.name, ec);
+    return finish(out_, result, d, std::move(token), std::move(mine), expiry, seen.name);
   }
 
   // For lock_options::owner_pid: that process's start time, read once.
@@ -189,8 +205,8 @@ class acquirer final : public lock_attempt {
   // A rename made the token ours (taking over `taken_from`, if not empty);
   // where a rename can move a token through a name it no longer has, the
   // owner mark confirms it first.
-  failure finish(lock_handle& out, outcome& result, std::string token, std::string token_path,
-                 std::int64_t expiry, const std::string& taken_from) {
+  failure finish(lock_handle& out, outcome& result, const open_dir& d, std::string token,
+                 std::string token_path, std::int64_t expiry, const std::string& taken_from) {
     const bool marks = paths_.owner_marks.load(std::memory_order_relaxed) == 1;
     if (marks) {
       mark_result m;
@@ -206,7 +222,7 @@ class acquirer final : public lock_attempt {
       }
     }
     if (!taken_from.empty()) {
-      clear_workspace(sys_, token_path, marks);
+      clear_workspace(sys_, d.fd, token, marks);
       // A holder died or stalled; a creator may have died too.
       sweep_creation_leftovers(sys_, paths_, options_);
     }
@@ -325,8 +341,11 @@ failure adopt_impl(const std::shared_ptr<os>& sys, const boost::filesystem::path
     return make_lock_paths(dir, unused);
   }
   if (failure f = held_name(paths->dir, token)) return f;
+  std::shared_ptr<const open_dir> d;
+  if (failure f = lock_directory_fd(sys, *paths, options.dir_mode, "token", d)) return f;
+  if (!d) return not_held(*paths, token);
   file_status st;
-  std::error_code ec = sys->status(paths->dir_slash + token, st);
+  std::error_code ec = sys->status_at(d->fd, token, st);
   if (ec == std::errc::no_such_file_or_directory) return not_held(*paths, token);
   if (ec) return os_failure(*sys, *paths, "token", "cannot look at " + token, token, ec);
   held_token t;
@@ -350,8 +369,11 @@ failure take_over_impl(const std::shared_ptr<os>& sys, const boost::filesystem::
   held_token t;
   const name_kind kind = classify_name(token, &t);
   judgement j = judge(*sys, options, observed(token, t, kind));
+  std::shared_ptr<const open_dir> d;
+  if (failure f = lock_directory_fd(sys, *paths, options.dir_mode, "break", d)) return f;
+  if (!d) return not_held(*paths, token);
   file_status st;
-  std::error_code ec = sys->status(paths->dir_slash + token, st);
+  std::error_code ec = sys->status_at(d->fd, token, st);
   if (ec == std::errc::no_such_file_or_directory) return not_held(*paths, token);
   if (ec) return os_failure(*sys, *paths, "break", "cannot look at " + token, token, ec);
   if (!j.stale && !force)
@@ -365,7 +387,7 @@ failure take_over_impl(const std::shared_ptr<os>& sys, const boost::filesystem::
   std::string mine = make_token(expiry, me.host_tag, me.pid, me.start_time, sys->random_u64());
   std::string mine_path = paths->dir_slash + mine;
   const bool marks = lock_needs_owner_marks(*sys, *paths);
-  ec = sys->rename(paths->dir_slash + token, mine_path);
+  ec = sys->rename_at(d->fd, token, d->fd, mine);
   if (ec == std::errc::no_such_file_or_directory) return not_held(*paths, token);
   if (ec) return os_failure(*sys, *paths, "break", "cannot rename " + token, token, ec);
   if (marks) {
@@ -381,19 +403,22 @@ failure take_over_impl(const std::shared_ptr<os>& sys, const boost::filesystem::
                                        "; nothing of theirs was changed",
                                    {}));
   }
-  clear_workspace(*sys, mine_path, marks);
+  clear_workspace(*sys, d->fd, mine, marks);
   lock_handle_access::fill(out, sys, paths, std::move(mine), std::move(mine_path), expiry,
                            options.lease);
   return {};
 }
 
-failure holder_impl(os& sys, const boost::filesystem::path& dir, const lock_options& options,
-                    std::optional<holder_info>& out) {
+failure holder_impl(const std::shared_ptr<os>& sys_ptr, const boost::filesystem::path& dir,
+                    const lock_options& options, std::optional<holder_info>& out) {
   out.reset();
+  os& sys = *sys_ptr;
   lock_paths paths;
   if (failure f = make_lock_paths(dir, paths)) return f;
+  std::shared_ptr<const open_dir> d;
+  if (failure f = lock_directory_fd(sys_ptr, paths, options.dir_mode, "status", d)) return f;
   observation obs;
-  if (failure f = observe(sys, paths, "status", obs)) return f;
+  if (failure f = observe(sys, paths, d.get(), "status", obs)) return f;
   if (obs.kind != observation::held) return {};
   judgement j = judge(sys, options, obs.token);
   holder_info h;
@@ -445,13 +470,13 @@ lock_handle rename_lock::take_over(const std::string& token, bool force,
 
 std::optional<holder_info> rename_lock::holder() const {
   std::optional<holder_info> out;
-  run_throwing([&] { return holder_impl(*os_, dir_, options_, out); });
+  run_throwing([&] { return holder_impl(os_, dir_, options_, out); });
   return out;
 }
 
 std::optional<holder_info> rename_lock::holder(std::error_code& ec) const noexcept {
   std::optional<holder_info> out;
-  run_noexcept(ec, [&] { return holder_impl(*os_, dir_, options_, out); });
+  run_noexcept(ec, [&] { return holder_impl(os_, dir_, options_, out); });
   if (ec) out.reset();
   return out;
 }
@@ -535,6 +560,16 @@ std::string lock_handle::detach() noexcept {
 
 namespace {
 
+// A rename inside the lock directory that the handle's token was acquired
+// in. None open any more: the directory was found missing since, and with
+// it our token.
+std::error_code rename_in_lock(os& sys, const lock_paths& paths, const std::string& from,
+                               const std::string& to) {
+  const auto d = current_dir(paths);
+  if (!d) return std::make_error_code(std::errc::no_such_file_or_directory);
+  return sys.rename_at(d->fd, from, d->fd, to);
+}
+
 failure not_owner_failure(const char* step, const std::string& dir, bool forked) {
   return make_failure(
       errc::not_owner,
@@ -588,7 +623,7 @@ void lock_handle::release(std::error_code& ec) noexcept {
                           "cannot remove our owner mark from " + token_ + " (the lock is still ours)",
                           token_, e);
     }
-    std::error_code e = os_->rename(token_path_, paths_->free_path);
+    std::error_code e = rename_in_lock(*os_, *paths_, token_, std::string(free_token));
     if (!e) {
       forget();
       return {};
@@ -642,11 +677,12 @@ void lock_handle::refresh(std::chrono::milliseconds lease, std::error_code& ec) 
     const bool marked = lock_handle_access::marked(*this);
     cleanup_entry next_record(cleanup_track_token(
         next_path, paths_->free_path, marked ? owner_mark_name(next) : std::string()));
-    std::error_code e = os_->rename(token_path_, next_path);
+    std::error_code e = rename_in_lock(*os_, *paths_, token_, next);
     if (e == std::errc::no_such_file_or_directory) {
       // NFS retransmit: the first rename may have happened.
       file_status st;
-      if (os_->status(next_path, st)) {
+      const auto d = current_dir(*paths_);
+      if (!d || os_->status_at(d->fd, next, st)) {
         failure f = lost_failure("refresh", dir, token_, expiry_us_);
         forget();
         return f;

@@ -16,6 +16,7 @@
 #include "decimal.hpp"
 #include "fnv1a.hpp"
 #include "lock_directory.hpp"
+#include "trust.hpp"
 #include "update_impl.hpp"
 
 namespace tokenlock {
@@ -138,29 +139,60 @@ void write_mark(os& sys, const std::string& workspace, const version_mark& old,
 // increment_counter). The path still runs through the token's name, so
 // the fence is the same. A takeover clears `w` with the rest of the
 // workspace; the next update makes it again, with the lock's dir_mode.
+// The token directory and its workspace `w`, open by descriptor and judged
+// (trust.hpp) before anything is written in them: a workspace that another
+// user could write lets that user swap the temporary file for one of their
+// own just before the commit renames it over the target.
+struct workspace_fds {
+  os& sys;
+  int token = -1;
+  int w = -1;
+  bool made = false;  // `w` is new: a failed update removes it again
+  ~workspace_fds() {
+    if (w >= 0) sys.close(w);
+    if (token >= 0) sys.close(token);
+  }
+};
+
+failure open_workspace(os& sys, const lock_handle& h, const open_dir& d, const write_target& t,
+                       unsigned dir_mode, workspace_fds& ws) {
+  const std::string token_dir = h.path().string();
+  const std::string workspace = token_dir + "/w";
+  const bool group = chooses_group_sharing(dir_mode);
+  std::error_code ec = sys.open_directory(d.fd, h.token(), ws.token);
+  if (ec == std::errc::no_such_file_or_directory && token_gone(sys, h))
+    return lost_before_commit(t, h.token());
+  if (ec) return write_failure("commit", t, "cannot open the lock's token " + token_dir, ec);
+  if (failure f = check_trusted_fd(sys, ws.token, token_dir, "commit", "lock's token", group))
+    return f;
+  ec = sys.open_directory(ws.token, "w", ws.w);
+  if (ec == std::errc::no_such_file_or_directory) {
+    // EEXIST: it was there after all (a network client's lookup missed it).
+    ec = sys.make_directory_at(ws.token, "w", dir_mode);
+    if (ec && ec != std::errc::file_exists)
+      return write_failure("create", t, "cannot create the workspace " + workspace, ec);
+    ws.made = !ec;
+    ec = sys.open_directory(ws.token, "w", ws.w);
+  }
+  if (ec) return write_failure("commit", t, "cannot open the workspace " + workspace, ec);
+  return check_trusted_fd(sys, ws.w, workspace, "commit", "lock's workspace", group);
+}
+
 failure fenced_commit(os& sys, const lock_handle& h, const write_target& t,
                       const std::string& contents, const write_options& options,
                       unsigned dir_mode, const version_mark* mark, bool& cross_device) {
   cross_device = false;
-  const std::string token_dir = h.path().string();
-  const std::string workspace = token_dir + "/w";
-  temp_file tmp;
-  bool made_workspace = false;
-  failure f = write_temp(sys, t, workspace, contents, options, tmp);
-  file_status st;
-  if (f && f.code == std::errc::no_such_file_or_directory && !token_gone(sys, h) &&
-      sys.status(workspace, st) == std::errc::no_such_file_or_directory) {
-    // EEXIST: it was there after all (a network client's lookup missed it).
-    std::error_code ec = sys.make_directory(workspace, dir_mode);
-    if (ec && ec != std::errc::file_exists)
-      return write_failure("create", t, "cannot create the workspace " + workspace, ec);
-    made_workspace = !ec;
-    f = write_temp(sys, t, workspace, contents, options, tmp);
-  }
+  const std::string workspace = h.path().string() + "/w";
+  const auto d = handle_directory(h);
+  if (!d) return lost_before_commit(t, h.token());
+  workspace_fds ws{sys};
+  failure f = open_workspace(sys, h, *d, t, dir_mode, ws);
   // A failed update leaves nothing behind, not even a workspace it made.
   auto undo_workspace = [&] {
-    if (made_workspace) sys.remove_directory(workspace);
+    if (ws.made) sys.remove_at(ws.token, "w", true);
   };
+  temp_file tmp;
+  if (!f) f = write_temp(sys, t, workspace, contents, options, tmp);
   if (f) {
     undo_workspace();
     if (f.code == std::errc::no_such_file_or_directory && token_gone(sys, h))
@@ -170,7 +202,9 @@ failure fenced_commit(os& sys, const lock_handle& h, const write_target& t,
   // The time the file server gave the new version, for the mark.
   file_status written;
   const bool marked = mark && !sys.status(tmp.path, written);
-  std::error_code ec = sys.rename(tmp.path, t.path);
+  // Relative to the lock directory and through the token's name: the fence.
+  const std::string in_lock = h.token() + "/w/" + tmp.path.substr(workspace.size() + 1);
+  std::error_code ec = sys.rename_at(d->fd, in_lock, os::cwd, t.path);
   if (ec == std::errc::cross_device_link) {
     sys.remove_file(tmp.path);
     undo_workspace();

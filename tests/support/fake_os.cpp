@@ -15,7 +15,9 @@ fake_os::fake_os(std::shared_ptr<fake_world> world, int pid, std::uint64_t start
   identity_.pid = pid;
   identity_.start_time = start_time;
   identity_.host_tag = std::move(host_tag);
-  identity_.euid = euid;
+  const detail::process_identity& real = real_->self();
+  identity_.euid = euid == real_euid ? real.euid : euid;
+  identity_.groups = real.groups;
   fake_world::proc p;
   p.start_time = start_time;
   world_->processes.emplace(pid, p);
@@ -31,8 +33,8 @@ constexpr const char* op_names[] = {
     "read_link",       "create_exclusive",  "open_read",        "write",
     "read",            "sync_file",         "close",            "file_status_of",
     "set_mode",        "set_owner",         "filesystem_of",    "open_wait_board",
-    "create_wait_board", "board_wait",      "board_wake"};
-static_assert(sizeof op_names / sizeof op_names[0] == static_cast<std::size_t>(op::board_wake) + 1,
+    "create_wait_board", "board_wait",      "board_wake",       "open_directory"};
+static_assert(sizeof op_names / sizeof op_names[0] == static_cast<std::size_t>(op::open_directory) + 1,
               "a name for every op");
 
 // In a test: a failure of that test. Elsewhere (a worker process that a
@@ -88,6 +90,64 @@ void fake_os::check_fired() {
 void fake_os::short_writes(const std::string& substring, std::size_t max_bytes) {
   short_substring_ = substring;
   short_max_ = max_bytes;
+}
+
+std::string fake_os::path_at(int at, const std::string& name) const {
+  if (at == cwd) return name;
+  const std::string dir = path_of(at);
+  if (name.empty() || name == ".") return dir;
+  return dir == "/" ? "/" + name : dir + "/" + name;
+}
+
+std::error_code fake_os::open_directory(int at, const std::string& name, int& fd) noexcept {
+  std::string path = path_at(at, name);
+  // "DIR/." (a directory opened through the links in its path) is DIR.
+  if (path.size() > 2 && path.compare(path.size() - 2, 2, "/.") == 0) path.resize(path.size() - 2);
+  if (auto ec = enter(op::open_directory, path)) return ec;
+  auto ec = real_->open_directory(at, name, fd);
+  if (!ec) fd_paths_[fd] = path;
+  return ec;
+}
+
+std::error_code fake_os::status_at(int at, const std::string& name,
+                                   detail::file_status& out) noexcept {
+  if (auto ec = enter(op::status, path_at(at, name))) return ec;
+  return real_->status_at(at, name, out);
+}
+
+std::error_code fake_os::rename_at(int from_at, const std::string& from, int to_at,
+                                   const std::string& to) noexcept {
+  if (auto ec = enter(op::rename, path_at(from_at, from), path_at(to_at, to))) return ec;
+  return real_->rename_at(from_at, from, to_at, to);
+}
+
+std::error_code fake_os::make_directory_at(int at, const std::string& name,
+                                           unsigned mode) noexcept {
+  if (auto ec = enter(op::make_directory, path_at(at, name))) return ec;
+  return real_->make_directory_at(at, name, mode);
+}
+
+std::error_code fake_os::remove_at(int at, const std::string& name, bool directory) noexcept {
+  if (auto ec = enter(directory ? op::remove_directory : op::remove_file, path_at(at, name)))
+    return ec;
+  return real_->remove_at(at, name, directory);
+}
+
+std::error_code fake_os::list_directory_at(int fd, std::vector<std::string>& names) {
+  if (auto ec = enter(op::list_directory, path_of(fd))) return ec;
+  return real_->list_directory_at(fd, names);
+}
+
+std::error_code fake_os::create_exclusive_at(int at, const std::string& name, unsigned mode,
+                                             int& fd) noexcept {
+  const std::string path = path_at(at, name);
+  if (auto ec = enter(op::create_exclusive, path)) return ec;
+  auto ec = real_->create_exclusive_at(at, name, mode, fd);
+  if (!ec) {
+    fd_paths_[fd] = path;
+    stamp(fd);
+  }
+  return ec;
 }
 
 std::string fake_os::path_of(int fd) const {

@@ -78,6 +78,7 @@ enum class op {
   create_wait_board,
   board_wait,
   board_wake,
+  open_directory,
 };
 // Its name in `calls` ("rename"), and back (nullopt for a name that is no
 // op), so that a call log's names can be read as ops.
@@ -87,7 +88,10 @@ std::optional<op> op_from_name(const std::string& name) noexcept;
 class fake_os final : public detail::os {
  public:
   fake_os(std::shared_ptr<fake_world> world, int pid, std::uint64_t start_time,
-          std::string host_tag = "testhost-0000abcd", unsigned euid = 1000);
+          std::string host_tag = "testhost-0000abcd", unsigned euid = real_euid);
+  // The default euid: the real one, so that the files the test makes are
+  // the played process's own (whom a lock directory may trust).
+  static constexpr unsigned real_euid = ~0u;
   // The real process: identity, clocks, kill, /proc, sleeping and watches
   // are the system's; only faults and hooks are added. For real-process
   // tests that must stop a process at an exact call.
@@ -136,6 +140,21 @@ class fake_os final : public detail::os {
   std::error_code status_following(const std::string& path,
                                    detail::file_status& out) noexcept override;
   std::error_code read_link(const std::string& path, std::string& target) override;
+  // The *_at calls are recorded and faulted as their path twins, with the
+  // path the directory was opened by joined to the name ("rename D/lockfile
+  // -> D/lockfile.123..."), so that a fault or when() names the same paths
+  // whichever form the library uses; open_directory is an op of its own.
+  std::error_code open_directory(int at, const std::string& name, int& fd) noexcept override;
+  std::error_code status_at(int at, const std::string& name,
+                            detail::file_status& out) noexcept override;
+  std::error_code rename_at(int from_at, const std::string& from, int to_at,
+                            const std::string& to) noexcept override;
+  std::error_code make_directory_at(int at, const std::string& name,
+                                    unsigned mode) noexcept override;
+  std::error_code remove_at(int at, const std::string& name, bool directory) noexcept override;
+  std::error_code list_directory_at(int fd, std::vector<std::string>& names) override;
+  std::error_code create_exclusive_at(int at, const std::string& name, unsigned mode,
+                                      int& fd) noexcept override;
   std::error_code create_exclusive(const std::string& path, unsigned mode,
                                    int& fd) noexcept override;
   std::error_code open_read(const std::string& path, int& fd) noexcept override;
@@ -202,6 +221,8 @@ class fake_os final : public detail::os {
   };
   std::string pending_when_;  // the when() armed and not yet fired, described
   std::string path_of(int fd) const;
+  // `name` inside directory descriptor `at`, as a path.
+  std::string path_at(int at, const std::string& name) const;
   struct stale_copy {
     std::string decoy;
     int times;

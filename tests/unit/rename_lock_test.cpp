@@ -1349,7 +1349,7 @@ INSTANTIATE_TEST_SUITE_P(
         errno_case{"EACCES", op::rename, "/lockfile", EACCES, "needs write and search permission", true},
         errno_case{"EROFS", op::rename, "/lockfile", EROFS, "read-only filesystem", true},
         errno_case{"ENAMETOOLONG", op::rename, "/lockfile", ENAMETOOLONG, "shorter lock directory path", true},
-        errno_case{"EIO_listing", op::list_directory, "data.lock", EIO, "cannot list", false},
+        errno_case{"EIO_opening", op::open_directory, "data.lock", EIO, "cannot open", false},
         errno_case{"ENOSPC_on_creation", op::make_directory, ".init.", ENOSPC, "free some space", false},
         errno_case{"ENOSPC_on_token", op::make_directory, "/lockfile", ENOSPC, "free some space", false},
         errno_case{"EACCES_on_creation", op::make_directory, ".init.", EACCES, "needs write and search permission", false},
@@ -1366,12 +1366,16 @@ TEST_F(RenameLockTest, NamesTheOwnerOfATokenInAStickyDirectory) {
   const std::string t = ha.token();
   ha.detach();
   world->processes.erase(100);  // dead: B will try to take the token over
-  fs::permissions(dir, fs::perms(01777));
+  // Shared with a group on purpose (a sticky directory writable by every
+  // user is refused before any rename: TrustTest).
+  fs::permissions(dir, fs::perms(01775));
   ASSERT_EQ(::chown((dir / t).c_str(), 33, 33), 0);
   // The kernel lets root rename anything; for uid 1000 it would say EPERM.
   b->fail(op::rename, t, EPERM, -1);
   auto before = snapshot(tmp.path());
-  std::string msg = message_of([&] { lock_for(b).acquire(); });
+  lock_options shared;
+  shared.dir_mode = 0775;
+  std::string msg = message_of([&] { lock_for(b, shared).acquire(); });
   EXPECT_NE(msg.find("is sticky and the token belongs to uid 33"), std::string::npos) << msg;
   EXPECT_NE(msg.find("use a non-sticky directory shared by the users that lock"), std::string::npos);
   EXPECT_NE(msg.find("take over"), std::string::npos) << msg;

@@ -37,6 +37,7 @@ struct file_status {
   unsigned uid = 0;
   unsigned gid = 0;
   std::uint64_t device = 0;
+  std::uint64_t inode = 0;
   std::uint64_t size = 0;
   std::int64_t mtime_us = 0;  // modification time, microseconds since the epoch
 };
@@ -68,6 +69,9 @@ struct process_identity {
   // process see the same processes as the token's owner did.
   std::string host_tag;
   unsigned euid = 0;
+  // The effective group and the supplementary groups: whose directories a
+  // lock shared with a group may trust (trust.hpp).
+  std::vector<unsigned> groups;
 };
 
 // An early wake-up source for one directory (inotify on Linux). It watches
@@ -143,6 +147,39 @@ class os {
                                            file_status& out) noexcept = 0;
   // readlink(2).
   virtual std::error_code read_link(const std::string& path, std::string& target) = 0;
+
+  // --- inside a directory, by descriptor -----------------------------------
+  // What a lock directory is worked on with (docs/security.md): a directory
+  // is opened once, judged by fstat, and everything inside it is reached
+  // relative to its descriptor, so that nobody can swap a path component
+  // under us between the judging and the use. `at` is a descriptor from
+  // open_directory() or `cwd`. No method follows a symbolic link in the last
+  // component of `name`; the components before it are resolved as usual, so
+  // callers pass single names where an entry could have been planted.
+  static constexpr int cwd = -100;  // AT_FDCWD
+  // openat(at, name, O_RDONLY|O_DIRECTORY|O_NOFOLLOW|O_CLOEXEC): ELOOP or
+  // ENOTDIR when `name` is a symbolic link or not a directory. A directory
+  // that may be searched but not read is opened with O_PATH where the
+  // platform has it: a base for the *at calls that cannot be listed.
+  virtual std::error_code open_directory(int at, const std::string& name, int& fd) noexcept = 0;
+  // fstatat(at, name, AT_SYMLINK_NOFOLLOW); an empty `name` is `at` itself.
+  virtual std::error_code status_at(int at, const std::string& name,
+                                    file_status& out) noexcept = 0;
+  // renameat(2).
+  virtual std::error_code rename_at(int from_at, const std::string& from, int to_at,
+                                    const std::string& to) noexcept = 0;
+  // mkdirat(2), then the mode applied exactly (as make_directory) through a
+  // descriptor opened without following links.
+  virtual std::error_code make_directory_at(int at, const std::string& name,
+                                            unsigned mode) noexcept = 0;
+  // unlinkat(2): rmdir with `directory`, unlink otherwise. Never follows.
+  virtual std::error_code remove_at(int at, const std::string& name, bool directory) noexcept = 0;
+  // All names in the directory open as `fd` except "." and "..", from its
+  // start; `fd` stays open and usable.
+  virtual std::error_code list_directory_at(int fd, std::vector<std::string>& names) = 0;
+  // openat(at, name, O_WRONLY|O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC, mode).
+  virtual std::error_code create_exclusive_at(int at, const std::string& name, unsigned mode,
+                                              int& fd) noexcept = 0;
 
   // --- files, by descriptor ---------------------------------------------
   // open(O_WRONLY|O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC, mode): a new file

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <mutex>
 #include <string_view>
+#include <vector>
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -495,6 +496,75 @@ class posix_os final : public os {
     }
   }
 
+  std::error_code open_directory(int at, const std::string& name, int& fd) noexcept override {
+    fd = retry_eintr([&] {
+      return ::openat(at, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    });
+#if defined(O_PATH)
+    // A directory this user may search and write but not read (a drop
+    // directory, mode 0333) still serves as the base of *at calls.
+    if (fd < 0 && errno == EACCES)
+      fd = retry_eintr([&] {
+        return ::openat(at, name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      });
+#endif
+    return fd < 0 ? last_errno() : std::error_code{};
+  }
+
+  std::error_code status_at(int at, const std::string& name, file_status& out) noexcept override {
+    struct stat st {};
+    const int r = name.empty() ? retry_eintr([&] { return ::fstat(at, &st); })
+                               : retry_eintr([&] {
+                                   return ::fstatat(at, name.c_str(), &st, AT_SYMLINK_NOFOLLOW);
+                                 });
+    if (r != 0) return last_errno();
+    fill_status(st, out);
+    return {};
+  }
+
+  std::error_code rename_at(int from_at, const std::string& from, int to_at,
+                            const std::string& to) noexcept override {
+    if (retry_eintr([&] { return ::renameat(from_at, from.c_str(), to_at, to.c_str()); }) != 0)
+      return last_errno();
+    return {};
+  }
+
+  std::error_code make_directory_at(int at, const std::string& name,
+                                    unsigned mode) noexcept override {
+    if (retry_eintr([&] { return ::mkdirat(at, name.c_str(), static_cast<mode_t>(mode)); }) != 0)
+      return last_errno();
+    int fd = -1;
+    std::error_code ec = open_directory(at, name, fd);
+    if (!ec && retry_eintr([&] { return ::fchmod(fd, static_cast<mode_t>(mode)); }) != 0)
+      ec = last_errno();
+    if (fd >= 0) ::close(fd);
+    if (ec) ::unlinkat(at, name.c_str(), AT_REMOVEDIR);
+    return ec;
+  }
+
+  std::error_code remove_at(int at, const std::string& name, bool directory) noexcept override {
+    if (retry_eintr([&] { return ::unlinkat(at, name.c_str(), directory ? AT_REMOVEDIR : 0); }) != 0)
+      return last_errno();
+    return {};
+  }
+
+  std::error_code list_directory_at(int fd, std::vector<std::string>& names) override {
+    // A listing of its own: readdir moves the position of the descriptor it
+    // reads, which other threads may be listing through too.
+    int own = -1;
+    if (auto ec = open_directory(fd, ".", own)) return ec;
+    return list_open_directory(own, names);
+  }
+
+  std::error_code create_exclusive_at(int at, const std::string& name, unsigned mode,
+                                      int& fd) noexcept override {
+    fd = retry_eintr([&] {
+      return ::openat(at, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                      static_cast<mode_t>(mode));
+    });
+    return fd < 0 ? last_errno() : std::error_code{};
+  }
+
   std::error_code create_exclusive(const std::string& path, unsigned mode, int& fd) noexcept override {
     fd = retry_eintr([&] {
       return ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
@@ -587,11 +657,16 @@ class posix_os final : public os {
 
   std::error_code list_directory(const std::string& path,
                                  std::vector<std::string>& names) override {
-    names.clear();
     int fd = retry_eintr([&] {
       return ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
     });
     if (fd < 0) return last_errno();
+    return list_open_directory(fd, names);
+  }
+
+  // Lists and closes `fd`.
+  static std::error_code list_open_directory(int fd, std::vector<std::string>& names) {
+    names.clear();
     DIR* d = ::fdopendir(fd);
     if (!d) {
       auto ec = last_errno();
@@ -677,6 +752,13 @@ class posix_os final : public os {
       process_identity id;
       id.pid = static_cast<int>(::getpid());
       id.euid = static_cast<unsigned>(::geteuid());
+      id.groups.push_back(static_cast<unsigned>(::getegid()));
+      const int n = ::getgroups(0, nullptr);
+      if (n > 0) {
+        std::vector<gid_t> g(static_cast<std::size_t>(n));
+        const int got = ::getgroups(n, g.data());
+        for (int i = 0; i < got; ++i) id.groups.push_back(static_cast<unsigned>(g[static_cast<std::size_t>(i)]));
+      }
       process_status ps;
       if (!read_process_status(id.pid, ps)) id.start_time = ps.start_time;
       std::string host = sanitized_host_name();
@@ -755,6 +837,7 @@ class posix_os final : public os {
     out.uid = st.st_uid;
     out.gid = st.st_gid;
     out.device = static_cast<std::uint64_t>(st.st_dev);
+    out.inode = static_cast<std::uint64_t>(st.st_ino);
     out.size = static_cast<std::uint64_t>(st.st_size);
 #if defined(__APPLE__)
     out.mtime_us = static_cast<std::int64_t>(st.st_mtimespec.tv_sec) * 1000000 + st.st_mtimespec.tv_nsec / 1000;
