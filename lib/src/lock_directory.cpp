@@ -274,8 +274,11 @@ judgement judge(os& sys, const lock_options& options, const observed_token& t) {
   const std::int64_t now = sys.wall_now_us();
   const std::int64_t skew =
       std::chrono::duration_cast<std::chrono::microseconds>(options.skew_allowance).count();
+  // The protocol's bound, not this process's max_lease: every process must
+  // agree on which leases are implausible, or an honest holder's long lease
+  // would be taken over by a process that allows less.
   const std::int64_t max_lease =
-      std::chrono::duration_cast<std::chrono::microseconds>(options.max_lease).count();
+      std::chrono::duration_cast<std::chrono::microseconds>(protocol_max_lease).count();
   if (t.legacy) return judge_legacy(now, skew, max_lease, options, t);
   j.same_host = t.host_tag == me.host_tag;
   const std::string who = "pid " + std::to_string(t.pid) +

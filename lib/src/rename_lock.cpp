@@ -62,7 +62,12 @@ failure validate(const lock_options& o) {
   if (o.lease.count() <= 0) return bad("lease must be positive");
   if (o.wait.count() < 0) return bad("wait must not be negative");
   if (o.skew_allowance.count() < 0) return bad("skew_allowance must not be negative");
-  if (o.max_lease < o.lease) return bad("lease must not exceed max_lease");
+  if (o.max_lease > protocol_max_lease)
+    return bad("max_lease must not exceed 24 hours (protocol_max_lease): every process judges a "
+               "longer lease implausible and takes the lock over");
+  if (o.max_lease < o.lease)
+    return bad("lease must not exceed max_lease (at most 24 hours, the bound every process judges "
+               "tokens by)");
   if (o.dir_mode > 07777) return bad("dir_mode must be a permission mode (at most 07777)");
   if (o.backoff_min.count() <= 0 || o.backoff_max < o.backoff_min)
     return bad("backoff_min must be positive and at most backoff_max");
@@ -669,6 +674,13 @@ void lock_handle::refresh(std::chrono::milliseconds lease, std::error_code& ec) 
     if (lease.count() <= 0)
       return make_failure(errc::bad_argument,
                           describe("refresh", dir, "the lease must be positive", {}));
+    if (lease > protocol_max_lease)
+      return make_failure(errc::bad_argument,
+                          describe("refresh", dir,
+                                   "the lease must not exceed 24 hours (protocol_max_lease): "
+                                   "every process judges a longer one implausible and takes the "
+                                   "lock over",
+                                   {}));
     const std::int64_t expiry = os_->wall_now_us() + to_us(lease);
     std::string next = with_expiry(owner_part(token_), expiry);
     std::string next_path = paths_->dir_slash + next;

@@ -70,6 +70,21 @@ failure check_trusted_fd(os& sys, int fd, const std::string& path, const char* s
   return check_trusted(sys, st, path, step, what, group_sharing);
 }
 
+failure check_trusted_path(os& sys, const std::string& path, const char* step, const char* what,
+                           bool group_sharing) {
+  int fd = -1;
+  std::error_code ec = sys.open_directory(os::cwd, path, fd);
+  if (ec == std::errc::too_many_symbolic_link_levels || ec == std::errc::not_a_directory) {
+    file_status st;
+    if (!sys.status(path, st)) return check_trusted(sys, st, path, step, what, group_sharing);
+  }
+  if (ec)
+    return make_failure(ec, describe(step, path, std::string("cannot open the ") + what, ec));
+  failure f = check_trusted_fd(sys, fd, path, step, what, group_sharing);
+  sys.close(fd);
+  return f;
+}
+
 std::string shown_name(const std::string& name) {
   std::string out;
   out.reserve(name.size());

@@ -30,6 +30,12 @@ failure check_trusted(os& sys, const file_status& st, const std::string& path, c
 failure check_trusted_fd(os& sys, int fd, const std::string& path, const char* step,
                          const char* what, bool group_sharing);
 
+// The same for the directory at `path` (not followed when it is a
+// symbolic link: that is refused too). Fails with the open's errno when it
+// cannot be opened (ENOENT when missing).
+failure check_trusted_path(os& sys, const std::string& path, const char* step, const char* what,
+                           bool group_sharing);
+
 // `name` as it may be shown in a message: bytes below 0x20, 0x7f and above
 // as \xNN, so that a name planted by someone else cannot drive the terminal
 // or forge lines in a log.

@@ -15,6 +15,14 @@
 
 namespace tokenlock {
 
+// The longest lease any process may write, and so the bound every process
+// judges a token by: a token whose lease ends further than this in the
+// future is treated as stale (written by a broken clock or program). It is
+// a constant of the protocol, not an option, so that no caller can write a
+// lease that another process judges implausible and takes over while its
+// holder is alive (docs/security.md).
+inline constexpr std::chrono::hours protocol_max_lease{24};
+
 struct lock_options {
   // How long a token stays valid after acquire or refresh. A holder that
   // needs longer refreshes; a holder that stalls past it may be taken over.
@@ -29,10 +37,12 @@ struct lock_options {
   // Clock disagreement tolerated between hosts: a lease counts as ended only
   // when now > expiry + skew_allowance.
   std::chrono::milliseconds skew_allowance = std::chrono::seconds(1);
-  // A token whose lease ends further than this in the future was written by
-  // a broken clock or a broken program; it is treated as stale (and
-  // holder() says so) instead of blocking for years.
-  std::chrono::milliseconds max_lease = std::chrono::hours(24);
+  // The longest lease this process writes: lease, refresh(lease) and
+  // keep_alive above it are bad arguments. At most protocol_max_lease, the
+  // bound by which every process judges tokens (a larger value is a bad
+  // argument too). Also how old a creation leftover without an owner must
+  // be before it is removed.
+  std::chrono::milliseconds max_lease = protocol_max_lease;
   // A legacy token, "lockfile<epoch seconds>" (the rename lock that many
   // deployed scripts use: docs/protocol.md, Legacy tokens), names no owner
   // and no lease: it is stale once its time plus this (and skew_allowance)

@@ -20,6 +20,7 @@
 #include "file_writer.hpp"
 #include "atomic_write_impl.hpp"
 #include "lock_directory.hpp"
+#include "trust.hpp"
 #include "tokenlock/keep_alive.hpp"
 #include "tokenlock/redis_lock.hpp"
 #include "update_impl.hpp"
@@ -60,6 +61,22 @@ failure newer_holder(const write_target& t, std::uint64_t theirs, std::uint64_t 
                                {}));
 }
 
+// The fence entry we hold becomes the workspace once it is judged: the
+// temporary file is written in it.
+failure claimed(os& sys, const write_target& t, const std::string& entry, bool group,
+                std::string& workspace) {
+  if (failure f = check_trusted_path(sys, entry, "fence", "fence entry", group)) {
+    if (f.code != std::errc::no_such_file_or_directory) return f;
+    return make_failure(errc::lock_lost,
+                        describe("fence", t.path,
+                                 "our fence entry " + entry +
+                                     " was renamed away by a newer holder; nothing was written",
+                                 {}));
+  }
+  workspace = entry;
+  return {};
+}
+
 // Makes TARGET.fence/f.<fence> the one entry of the fence directory, and
 // sets `workspace` to it.
 failure claim_fence(os& sys, const write_target& t, std::uint64_t fence, unsigned dir_mode,
@@ -90,6 +107,10 @@ failure claim_fence(os& sys, const write_target& t, std::uint64_t fence, unsigne
       return write_failure("fence", t, "cannot create the fence directory " + dir, ec);
     }
     if (ec) return write_failure("fence", t, "cannot list the fence directory " + dir, ec);
+    // Another user's fence directory (or one others may write) could hold
+    // an entry of theirs for our temporary file: judged before it is used.
+    const bool group = chooses_group_sharing(dir_mode);
+    if (failure f = check_trusted_path(sys, dir, "fence", "fence directory", group)) return f;
     std::vector<std::uint64_t> entries;
     for (const auto& n : names) {
       std::uint64_t v;
@@ -104,16 +125,11 @@ failure claim_fence(os& sys, const write_target& t, std::uint64_t fence, unsigne
                                        "it while no process updates the file",
                                    {}));
     const std::uint64_t current = entries[0];
-    if (current == fence) {
-      workspace = mine;
-      return {};
-    }
+    if (current == fence)
+      return claimed(sys, t, mine, group, workspace);
     if (current > fence) return newer_holder(t, current, fence);
     ec = sys.rename(dir + "/" + fence_entry(current), mine);
-    if (!ec) {
-      workspace = mine;
-      return {};
-    }
+    if (!ec) return claimed(sys, t, mine, group, workspace);
     if (ec != std::errc::no_such_file_or_directory)
       return write_failure("fence", t, "cannot rename the fence entry to " + mine, ec);
   }
