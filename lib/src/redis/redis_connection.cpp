@@ -98,6 +98,26 @@ std::string redis_connection::server() const {
   return parsed_ && parse_error_.empty() ? endpoint_.display() : std::string("the Redis server");
 }
 
+std::string shell_word(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                        "0123456789-_.:/@%+=,") == std::string::npos)
+    return s;
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string redis_connection::cli_command() const {
+  if (!parsed_ || !parse_error_.empty()) return "redis-cli";
+  const redis_endpoint& e = endpoint_;
+  std::string c = e.unix_socket ? "redis-cli -s " + shell_word(e.path)
+                                : "redis-cli -h " + shell_word(e.host) + " -p " + std::to_string(e.port);
+  if (e.db != 0) c += " -n " + std::to_string(e.db);
+  if (!e.user.empty()) c += " --user " + shell_word(e.user);
+  if (e.has_password) c += " --askpass";
+  return c;
+}
+
 failure redis_connection::io_failure(const char* step, const std::string& what, int err,
                                      int saved_errno) {
   // hiredis reports a timeout as an I/O error with EAGAIN.
