@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include <netdb.h>
 #include <sys/time.h>
 
 #include <boost/uuid/detail/sha1.hpp>
@@ -12,6 +13,11 @@
 
 #include "posix/os.hpp"
 #include "posix/socket_io.hpp"
+
+// Defined only in the statically linked programs (lib/static/
+// numeric_resolver.cpp, which replaces their name resolution): why a host
+// name did not resolve there. Weak, so elsewhere it is null.
+extern "C" const char* tokenlock_static_resolver_note() __attribute__((weak));
 
 namespace tokenlock::detail {
 
@@ -77,6 +83,12 @@ std::string hint_for(std::string_view reply) {
   if (starts("ERR DB index") || starts("ERR invalid DB"))
     return "; the database number in the URL does not exist on the server";
   return {};
+}
+
+bool name_not_resolved(const char* errstr) {
+  for (int e : {EAI_NONAME, EAI_NODATA, EAI_AGAIN, EAI_FAIL})
+    if (std::strcmp(errstr, gai_strerror(e)) == 0) return true;
+  return false;
 }
 
 }  // namespace
@@ -169,6 +181,16 @@ failure redis_connection::connect(const char* step) {
                                   ": cannot allocate a connection");
   ctx_ = c;
   fork_generation_ = fork_generation();
+  if (c->err && name_not_resolved(c->errstr)) {
+    // A host name that did not resolve (hiredis keeps gai_strerror's text).
+    std::string msg = "tokenlock: " + std::string(step) + " " + server() +
+                      ": cannot connect: cannot resolve the host name \"" + endpoint_.host +
+                      "\" (" + c->errstr + "); ";
+    msg += tokenlock_static_resolver_note ? tokenlock_static_resolver_note()
+                                          : "is the host name in the URL right?";
+    close();
+    return make_failure(std::make_error_code(std::errc::host_unreachable), msg);
+  }
   if (c->err) {
     // hiredis keeps the connect error's text, not its errno.
     int e = saved;
