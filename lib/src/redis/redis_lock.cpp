@@ -415,6 +415,45 @@ failure validate(const redis_lock_options& o, const std::string& name) {
   return {};
 }
 
+// With options.replicas: waits for them to acknowledge the grant just
+// made; when they do not, releases it (a failover now could lose it).
+failure keep_on_replicas(redis_connection& conn, const redis_keys& k, const std::string& owner,
+                         long long fence, const redis_lock_options& o, const std::string& name) {
+  if (o.replicas <= 0) return {};
+  reply_ptr w;
+  failure f = conn.command("wait for replicas",
+                           {"WAIT", std::to_string(o.replicas), std::to_string(o.replica_timeout.count())},
+                           w, o.replica_timeout + o.command_timeout);
+  long long acked = -1;
+  if (!f && w && w->type == REDIS_REPLY_INTEGER) acked = w->integer;
+  if (!f && acked >= o.replicas) return {};
+  reply_ptr ignored;
+  conn.eval("release", settle_script(), {k.lock, k.fence, k.wake, k.waiters},
+            {owner, std::to_string(fence), std::to_string(o.lease.count()), "release"}, ignored);
+  if (f) return f;
+  return make_failure(errc::not_replicated,
+                      "tokenlock: acquire " + conn.server() + " " + name + ": " +
+                          std::to_string(acked) + " of " + std::to_string(o.replicas) +
+                          " replicas acknowledged the grant within " +
+                          std::to_string(o.replica_timeout.count()) +
+                          " ms; the grant was released again");
+}
+
+// Blocks on the lock's wake list until a release's wake-up, or the
+// holder's lease ends (a crashed holder never releases: `pttl` ms left),
+// whichever comes first, and never past the budget (`left`).
+failure block_for_release(redis_connection& blocking, const redis_keys& k,
+                          std::chrono::steady_clock::duration left, long long pttl,
+                          const redis_lock_options& o) {
+  auto block = std::chrono::duration_cast<std::chrono::milliseconds>(left);
+  if (pttl >= 0 && std::chrono::milliseconds(pttl + 1) < block) block = std::chrono::milliseconds(pttl + 1);
+  if (block.count() < 1) block = std::chrono::milliseconds(1);
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%.3f", static_cast<double>(block.count()) / 1000.0);
+  reply_ptr popped;
+  return blocking.command("wait", {"BLPOP", k.wake, secs}, popped, block + o.command_timeout);
+}
+
 failure acquire_impl(const std::string& url, const std::string& name,
                      const redis_lock_options& o, std::shared_ptr<redis_connection>& conn,
                      bool may_wait, redis_handle& out, bool& busy) {
@@ -448,29 +487,7 @@ failure acquire_impl(const std::string& url, const std::string& name,
       return unexpected_reply("acquire", conn->server());
     }
     if (granted == 1) {
-      if (o.replicas > 0) {
-        reply_ptr w;
-        failure f = conn->command("wait for replicas",
-                                  {"WAIT", std::to_string(o.replicas),
-                                   std::to_string(o.replica_timeout.count())},
-                                  w, o.replica_timeout + o.command_timeout);
-        long long acked = -1;
-        if (!f && w && w->type == REDIS_REPLY_INTEGER) acked = w->integer;
-        if (f || acked < o.replicas) {
-          // Not kept: a failover now could lose the grant.
-          reply_ptr ignored;
-          conn->eval("release", settle_script(), {k.lock, k.fence, k.wake, k.waiters},
-                     {owner, std::to_string(fence), std::to_string(o.lease.count()), "release"},
-                     ignored);
-          if (f) return f;
-          return make_failure(errc::not_replicated,
-                              "tokenlock: acquire " + conn->server() + " " + name + ": " +
-                                  std::to_string(acked) + " of " + std::to_string(o.replicas) +
-                                  " replicas acknowledged the grant within " +
-                                  std::to_string(o.replica_timeout.count()) +
-                                  " ms; the grant was released again");
-        }
-      }
+      if (failure f = keep_on_replicas(*conn, k, owner, fence, o, name)) return f;
       redis_handle_access::fill(out, conn, std::string(k.lock), owner, static_cast<std::uint64_t>(fence), o.lease,
                                 pttl);
       redis_handle_access::set_clock_behind(out, behind);
@@ -479,21 +496,9 @@ failure acquire_impl(const std::string& url, const std::string& name,
     reason = describe_holder(str_at(r.get(), 1), fence, pttl);
     const auto now = std::chrono::steady_clock::now();
     if (!may_wait || now >= deadline) break;
-    // Wait for a release's wake-up, or the holder's lease to end (a
-    // crashed holder never releases), whichever comes first, and never
-    // past the budget.
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
-    std::chrono::milliseconds block = left;
-    if (pttl >= 0 && std::chrono::milliseconds(pttl + 1) < block) block = std::chrono::milliseconds(pttl + 1);
-    if (block.count() < 1) block = std::chrono::milliseconds(1);
     if (!blocking)
       blocking = std::make_unique<redis_connection>(url, o.connect_timeout, o.command_timeout);
-    char secs[32];
-    std::snprintf(secs, sizeof secs, "%.3f", static_cast<double>(block.count()) / 1000.0);
-    reply_ptr popped;
-    if (failure f = blocking->command("wait", {"BLPOP", k.wake, secs}, popped,
-                                      block + o.command_timeout))
-      return f;
+    if (failure f = block_for_release(*blocking, k, deadline - now, pttl, o)) return f;
     waited = true;
   }
   busy = true;
