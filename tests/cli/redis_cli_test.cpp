@@ -2,12 +2,15 @@
 // each test starts and stops by its pid.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <unistd.h>
 
 #include "child.hpp"
+#include "redis_raw.hpp"
 #include "redis_server.hpp"
 #include "tokenlock/redis_lock.hpp"
 
@@ -15,6 +18,7 @@ using tokenlock::redis_handle;
 using tokenlock::redis_lock;
 using tokenlock::testing::command_result;
 using tokenlock::testing::free_port;
+using tokenlock::testing::raw;
 using tokenlock::testing::redis_server;
 using tokenlock::testing::run_command;
 
@@ -143,6 +147,121 @@ TEST_F(RedisCliTest, ServerErrorsHaveTheirExitCodesAndNameTheServer) {
   EXPECT_EQ(bad.exit_code, 65) << bad.err;
   EXPECT_NE(bad.err.find("must start with redis://"), std::string::npos) << bad.err;
   EXPECT_EQ(tl({"acquire", "--redis", url, "--pid", "1", "coupons"}).exit_code, 64);
+}
+
+// ---- keys the lock never writes: exit 69, the key, what it holds, the fix -----
+
+TEST_F(RedisCliTest, StatusAndAcquireReportAGrantOfAnotherFormWithTheKeyAndTheFix) {
+  ASSERT_EQ(raw(*server, {"SET", "tokenlock:coupons", "garbage", "PX", "60000"}, "pw"), "OK");
+  const std::string fix = "redis-cli -h 127.0.0.1 -p " + std::to_string(server->port()) +
+                          " --askpass DEL tokenlock:coupons";
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"status", "--redis", url, "coupons"},
+        std::vector<std::string>{"status", "--json", "--redis", url, "coupons"},
+        std::vector<std::string>{"acquire", "--redis", url, "-n", "coupons"},
+        std::vector<std::string>{"run", "--redis", url, "-w", "1", "coupons", "--", "true"}}) {
+    auto r = tl(args);
+    EXPECT_EQ(r.exit_code, 69) << args[0] << ": " << r.err;
+    EXPECT_NE(r.err.find("the key tokenlock:coupons holds \"garbage\", which is not a grant"),
+              std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find(fix), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("pw"), std::string::npos) << "the password leaked: " << r.err;
+    EXPECT_EQ(r.out.find("held by"), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(raw(*server, {"GET", "tokenlock:coupons"}, "pw"), "garbage");
+  EXPECT_EQ(raw(*server, {"DBSIZE"}, "pw"), "1") << "a refused command wrote a key";
+}
+
+TEST_F(RedisCliTest, StatusReportsAGrantWithoutAnExpiryInsteadOfAHolderForever) {
+  auto a = tl({"acquire", "--redis", url, "-n", "coupons"});
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  ASSERT_EQ(raw(*server, {"PERSIST", "tokenlock:coupons"}, "pw"), "1");
+  auto s = tl({"status", "--redis", url, "coupons"});
+  EXPECT_EQ(s.exit_code, 69) << s.err;
+  EXPECT_NE(s.err.find("a grant without an expiry (PTTL -1)"), std::string::npos) << s.err;
+  EXPECT_NE(s.err.find("PEXPIRE tokenlock:coupons MILLISECONDS"), std::string::npos) << s.err;
+  // The command's refresh and release find the grant through status too.
+  const std::string token = line(a.out);
+  EXPECT_EQ(tl({"refresh", "--redis", url, "coupons", token}).exit_code, 69);
+  EXPECT_EQ(raw(*server, {"PTTL", "tokenlock:coupons"}, "pw"), "-1");
+  // The fix the message gives: a lease again; then it is the holder's.
+  ASSERT_EQ(raw(*server, {"PEXPIRE", "tokenlock:coupons", "60000"}, "pw"), "1");
+  auto again = tl({"status", "--redis", url, "coupons"});
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.out.find("held by pid"), std::string::npos) << again.out;
+  EXPECT_EQ(tl({"release", "--redis", url, "coupons", token}).exit_code, 0);
+  EXPECT_EQ(raw(*server, {"EXISTS", "tokenlock:coupons"}, "pw"), "0");
+}
+
+TEST_F(RedisCliTest, AcquireReportsAFenceKeyThatIsNotAFenceAndGrantsNothing) {
+  ASSERT_EQ(raw(*server, {"SET", "tokenlock:coupons:fence", "1e23"}, "pw"), "OK");
+  auto a = tl({"acquire", "--redis", url, "-n", "coupons"});
+  EXPECT_EQ(a.exit_code, 69) << a.err;
+  EXPECT_EQ(a.out, "");
+  EXPECT_NE(a.err.find("the key tokenlock:coupons:fence holds \"1e23\", which is not a fence"),
+            std::string::npos)
+      << a.err;
+  EXPECT_NE(a.err.find("above every fence already handed out"), std::string::npos) << a.err;
+  EXPECT_NE(a.err.find("--askpass SET tokenlock:coupons:fence FENCE"), std::string::npos) << a.err;
+  EXPECT_EQ(raw(*server, {"EXISTS", "tokenlock:coupons"}, "pw"), "0");
+  auto s = tl({"status", "--redis", url, "coupons"});
+  EXPECT_EQ(s.exit_code, 0) << s.err;
+  EXPECT_EQ(s.out, "free\n") << "status reads no fence";
+}
+
+// ---- names in the URL ------------------------------------------------------------
+
+// Whether /etc/hosts names localhost as 127.0.0.1 (the address the test
+// servers listen on); Debian's always does.
+bool etc_hosts_has_localhost() {
+  std::ifstream in("/etc/hosts");
+  std::string l;
+  while (std::getline(in, l)) {
+    std::istringstream words(l.substr(0, l.find('#')));
+    std::string address, name;
+    words >> address;
+    while (address == "127.0.0.1" && words >> name)
+      if (name == "localhost") return true;
+  }
+  return false;
+}
+
+// With the static command (TOKENLOCK_CLI_IS_STATIC), this is its own
+// resolver reading /etc/hosts; a dynamically linked command gets the same
+// from the system's.
+TEST_F(RedisCliTest, LocalhostInTheUrlReachesTheServer) {
+  if (!etc_hosts_has_localhost()) GTEST_SKIP() << "/etc/hosts has no line \"127.0.0.1 localhost\"";
+  const std::string local = "redis://:pw@localhost:" + std::to_string(server->port());
+  auto a = tl({"acquire", "--redis", local, "-n", "coupons"});
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  const std::string token = line(a.out);
+  EXPECT_EQ(raw(*server, {"EXISTS", "tokenlock:coupons"}, "pw"), "1");
+  auto s = tl({"status", "--redis", local, "coupons"});
+  EXPECT_EQ(s.exit_code, 0) << s.err;
+  EXPECT_NE(s.out.find("token " + token), std::string::npos) << s.out;
+  EXPECT_EQ(tl({"release", "--redis", local, "coupons", token}).exit_code, 0);
+  EXPECT_EQ(raw(*server, {"EXISTS", "tokenlock:coupons"}, "pw"), "0");
+}
+
+TEST_F(RedisCliTest, TheStaticCommandSaysItResolvesOnlyNamesInEtcHosts) {
+  if (!TOKENLOCK_CLI_IS_STATIC)
+    GTEST_SKIP() << "the tokenlock command is linked dynamically (TOKENLOCK_CLI_STATIC is OFF): "
+                    "it resolves names through the system";
+  // .invalid never resolves (RFC 2606), and is in no hosts file.
+  const std::string elsewhere =
+      "redis://:pw@tokenlock-test.invalid:" + std::to_string(server->port());
+  auto a = tl({"acquire", "--redis", elsewhere, "-n", "coupons"});
+  EXPECT_EQ(a.exit_code, 69) << a.err;
+  EXPECT_NE(a.err.find("cannot resolve the host name \"tokenlock-test.invalid\""),
+            std::string::npos)
+      << a.err;
+  EXPECT_NE(a.err.find("resolves only names in /etc/hosts and numeric addresses"),
+            std::string::npos)
+      << a.err;
+  EXPECT_NE(a.err.find("use the dynamically linked tokenlock command"), std::string::npos)
+      << a.err;
+  EXPECT_EQ(raw(*server, {"DBSIZE"}, "pw"), "0");
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "posix/socket_io.hpp"
 #include "redis/redis_url.hpp"
 #include "inspect.hpp"
+#include "redis_raw.hpp"
 #include "redis_server.hpp"
 #include "temp_dir.hpp"
 #include "tokenlock/keep_alive.hpp"
@@ -33,6 +34,7 @@ using tokenlock::redis_lock_options;
 using tokenlock::detail::parse_redis_url;
 using tokenlock::detail::redis_endpoint;
 using tokenlock::testing::free_port;
+using tokenlock::testing::raw;
 using tokenlock::testing::redis_server;
 using tokenlock::testing::slurp;
 using tokenlock::testing::spit;
@@ -571,6 +573,212 @@ TEST_F(RedisLockTest, AFenceNewerThanOurGrantRefusesTheUpdateBeforeItReads) {
   EXPECT_NE(tokenlock::last_error_message().find("holds 2 fence entries"), std::string::npos);
   EXPECT_EQ(slurp(file), "7\n");
   EXPECT_TRUE(temp_files_below(tmp.path()).empty());
+}
+
+// ---- keys the lock cannot use: lock_corrupt, the key, what it holds, the fix ----
+
+// What lock_corrupt says about `key`: its name, the value as the message
+// shows it, and the redis-cli command that repairs it.
+void expect_corrupt(const std::pair<std::error_code, std::string>& e, const std::string& key,
+                    const std::string& shows, const std::string& fix) {
+  EXPECT_EQ(e.first, errc::lock_corrupt) << e.second;
+  EXPECT_NE(e.second.find("the key " + key + " holds " + shows), std::string::npos) << e.second;
+  EXPECT_NE(e.second.find("fix: "), std::string::npos) << e.second;
+  EXPECT_NE(e.second.find(fix), std::string::npos) << e.second;
+}
+
+TEST_F(RedisLockTest, AFenceKeyThatIsNotAFenceIsCorruptForAcquireAndNothingIsWritten) {
+  const std::string key = "tokenlock:coupons:fence";
+  const std::string fix = "redis-cli -h 127.0.0.1 -p " + std::to_string(server->port()) +
+                          " SET " + key + " FENCE";
+  struct hostile {
+    std::string value, shows;
+  };
+  for (const hostile& h :
+       {hostile{"1e23", "\"1e23\", which is not a fence"}, hostile{"inf", "\"inf\""},
+        hostile{"-5", "\"-5\""}, hostile{"abc", "\"abc\""},
+        hostile{"9223372036854775808", "\"9223372036854775808\", which is not a fence"},
+        hostile{"", "\"\", which is not a fence"}, hostile{"0x10", "\"0x10\""},
+        hostile{" 17", "\" 17\""}, hostile{"0017", "\"0017\""},
+        hostile{std::string("1\x01\n\xff\\", 5), "\"1\\x01\\x0a\\xff\\x5c\""}}) {
+    ASSERT_EQ(raw(*server, {"SET", key, h.value}), "OK");
+    redis_lock a = lock("coupons", options());
+    const auto e = error_of([&] { a.acquire(); });
+    expect_corrupt(e, key, h.shows, fix);
+    EXPECT_NE(e.second.find("above every fence already handed out"), std::string::npos);
+    EXPECT_NE(e.second.find("tokenlock break --redis does not touch the fence key"),
+              std::string::npos);
+    expect_corrupt(error_of([&] { a.try_acquire(); }), key, h.shows, fix);
+    // Nothing granted, nothing counted, the key left for the operator.
+    EXPECT_EQ(raw(*server, {"EXISTS", "tokenlock:coupons"}), "0") << h.value;
+    EXPECT_EQ(raw(*server, {"GET", key}), h.value);
+    EXPECT_EQ(raw(*server, {"DBSIZE"}), "1");
+  }
+  // A long value is cut, with its length.
+  ASSERT_EQ(raw(*server, {"SET", key, std::string(5000, '7') + "x"}), "OK");
+  const auto e = error_of([&] { lock("coupons", options()).acquire(); });
+  expect_corrupt(e, key, "\"" + std::string(64, '7') + "\"... (5001 bytes)", fix);
+  EXPECT_LT(e.second.size(), 1000u) << e.second;
+  // Another type.
+  ASSERT_EQ(raw(*server, {"DEL", key}), "1");
+  ASSERT_EQ(raw(*server, {"RPUSH", key, "1"}), "1");
+  expect_corrupt(error_of([&] { lock("coupons", options()).acquire(); }), key,
+                 "a list, not a string", fix);
+  // The fix the message gives: a fence above every one handed out.
+  ASSERT_EQ(raw(*server, {"SET", key, "5000000000000000"}), "OK");
+  redis_handle h = lock("coupons", options()).acquire();
+  EXPECT_EQ(h.fence(), 5000000000000001u);
+}
+
+TEST_F(RedisLockTest, ReleaseAndRefreshThatReadACorruptFenceKeySayItAndForgetTheGrant) {
+  const std::string key = "tokenlock:coupons:fence";
+  const std::string fix = "SET " + key + " FENCE";
+  redis_lock a = lock("coupons", options());
+  redis_handle h = a.acquire();
+  // Our grant gone (its lease ended, say) and the fence key replaced: why
+  // the grant was lost is read from the fence key, which holds no fence.
+  ASSERT_EQ(raw(*server, {"DEL", "tokenlock:coupons"}), "1");
+  ASSERT_EQ(raw(*server, {"SET", key, "inf"}), "OK");
+  expect_corrupt(error_of([&] { h.refresh(); }), key, "\"inf\"", fix);
+  EXPECT_FALSE(h.owns()) << "a grant that cannot be ours any more is forgotten";
+  EXPECT_EQ(raw(*server, {"EXISTS", "tokenlock:coupons"}), "0") << "refresh wrote a grant";
+  EXPECT_EQ(raw(*server, {"GET", key}), "inf");
+
+  ASSERT_EQ(raw(*server, {"SET", key, "1"}), "OK");
+  redis_handle m = a.acquire();
+  ASSERT_EQ(raw(*server, {"DEL", "tokenlock:coupons"}), "1");
+  ASSERT_EQ(raw(*server, {"SET", key, "-5"}), "OK");
+  expect_corrupt(error_of([&] { m.release(); }), key, "\"-5\"", fix);
+  EXPECT_FALSE(m.owns());
+  EXPECT_EQ(raw(*server, {"EXISTS", "tokenlock:coupons"}), "0");
+  EXPECT_EQ(raw(*server, {"GET", key}), "-5");
+
+  // A release of a grant that is still ours reads no fence: it frees the
+  // lock whatever the fence key holds (the next acquire reports it).
+  ASSERT_EQ(raw(*server, {"SET", key, "1"}), "OK");
+  redis_handle n = a.acquire();
+  ASSERT_EQ(raw(*server, {"SET", key, "abc"}), "OK");
+  n.release();
+  EXPECT_EQ(raw(*server, {"EXISTS", "tokenlock:coupons"}), "0");
+  EXPECT_EQ(error_of([&] { a.acquire(); }).first, errc::lock_corrupt);
+}
+
+TEST_F(RedisLockTest, FencesAbove2To53StillIncreaseByOneAndNoneIsGrantedPast2To63) {
+  const std::string key = "tokenlock:coupons:fence";
+  redis_lock a = lock("coupons", options());
+  struct step {
+    const char* last;
+    std::uint64_t next;
+  };
+  // Past 2^53 a double cannot add one; the script counts in decimal.
+  for (const step& s : {step{"9007199254740992", 9007199254740993u},
+                        step{"9007199254740993", 9007199254740994u},
+                        step{"9999999999999999", 10000000000000000u},
+                        step{"9223372036854775806", 9223372036854775807u}}) {
+    ASSERT_EQ(raw(*server, {"SET", key, s.last}), "OK");
+    redis_handle h = a.acquire();
+    EXPECT_EQ(h.fence(), s.next) << s.last;
+    EXPECT_EQ(raw(*server, {"GET", key}), std::to_string(s.next));
+    EXPECT_EQ(a.holder()->fence, s.next);
+    EXPECT_GT(h.clock_behind().count(), 0);
+    h.release();
+  }
+  // The fence key now holds 2^63 - 1: nothing can follow it.
+  const auto e = error_of([&] { a.acquire(); });
+  expect_corrupt(e, key, "\"9223372036854775807\": no fence below 2^63 can follow it",
+                 "SET " + key + " FENCE");
+  EXPECT_EQ(raw(*server, {"EXISTS", "tokenlock:coupons"}), "0");
+  EXPECT_EQ(raw(*server, {"GET", key}), "9223372036854775807");
+
+  // A lost grant's reason compares fences exactly: one more than ours is
+  // a newer grant, even where doubles cannot tell them apart.
+  ASSERT_EQ(raw(*server, {"SET", key, "9007199254740992"}), "OK");
+  redis_handle h = a.acquire();
+  ASSERT_EQ(h.fence(), 9007199254740993u);
+  ASSERT_EQ(raw(*server, {"DEL", "tokenlock:coupons"}), "1");
+  ASSERT_EQ(raw(*server, {"SET", key, "9007199254740994"}), "OK");
+  const auto lost = error_of([&] { h.release(); });
+  EXPECT_EQ(lost.first, errc::lock_lost) << lost.second;
+  EXPECT_NE(lost.second.find("a newer grant (fence 9007199254740994)"), std::string::npos)
+      << lost.second;
+}
+
+TEST_F(RedisLockTest, AGrantKeyOfAnotherFormIsCorruptForAcquireAndStatusAndIsLeftAlone) {
+  const std::string key = "tokenlock:coupons";
+  const std::string fix = "redis-cli -h 127.0.0.1 -p " + std::to_string(server->port()) +
+                          " DEL " + key;
+  for (const std::string& value :
+       {std::string("garbage"), std::string("17"), std::string("17 "), std::string(" x"),
+        std::string("1e3 host-12345678.1.2.3"), std::string("17 two words"),
+        std::string("17 not-an-owner"), std::string("9223372036854775808 host-1")}) {
+    ASSERT_EQ(raw(*server, {"SET", key, value, "PX", "60000"}), "OK");
+    redis_lock a = lock("coupons", options(30s, 200ms));
+    const std::string shows = "\"" + value + "\", which is not a grant as the lock writes it";
+    expect_corrupt(error_of([&] { a.acquire(); }), key, shows, fix);
+    expect_corrupt(error_of([&] { a.try_acquire(); }), key, shows, fix);
+    expect_corrupt(error_of([&] { a.holder(); }), key, shows, fix);
+    expect_corrupt(error_of([&] { a.break_owner("host-12345678.1.2.3"); }), key, shows, fix);
+    // Left as it was; nobody counted as waiting.
+    EXPECT_EQ(raw(*server, {"GET", key}), value);
+    EXPECT_EQ(raw(*server, {"EXISTS", "tokenlock:coupons:waiters"}), "0") << value;
+  }
+  // Another type: the layout before 0.1.0 kept a hash.
+  ASSERT_EQ(raw(*server, {"DEL", key}), "1");
+  ASSERT_EQ(raw(*server, {"HSET", key, "owner", "x", "fence", "1"}), "2");
+  expect_corrupt(error_of([&] { lock("coupons", options()).holder(); }), key,
+                 "a hash, not a string", fix);
+  // The fix the message gives frees the lock.
+  ASSERT_EQ(raw(*server, {"DEL", key}), "1");
+  redis_handle h = lock("coupons", options()).acquire();
+  EXPECT_TRUE(h.owns());
+}
+
+TEST_F(RedisLockTest, AGrantWithoutAnExpiryIsCorruptInsteadOfHeldForever) {
+  const std::string key = "tokenlock:coupons";
+  redis_lock a = lock("coupons", options(30s, 200ms));
+  redis_handle held = a.acquire();
+  const std::string value = raw(*server, {"GET", key});
+  ASSERT_EQ(raw(*server, {"PERSIST", key}), "1");
+  redis_lock b = lock("coupons", options(30s, 200ms));
+  const std::string shows = "\"" + value + "\", a grant without an expiry (PTTL -1)";
+  const std::string fix = "PEXPIRE " + key + " MILLISECONDS";
+  expect_corrupt(error_of([&] { b.acquire(); }), key, shows, fix);
+  expect_corrupt(error_of([&] { b.try_acquire(); }), key, shows, fix);
+  expect_corrupt(error_of([&] { b.holder(); }), key, shows, fix);
+  EXPECT_NE(error_of([&] { b.holder(); }).second.find("DEL " + key), std::string::npos);
+  EXPECT_EQ(raw(*server, {"PTTL", key}), "-1");
+  EXPECT_EQ(raw(*server, {"EXISTS", "tokenlock:coupons:waiters"}), "0");
+  // Its owner still holds it and can give it a lease again, or release it.
+  held.refresh();
+  EXPECT_GT(std::stol(raw(*server, {"PTTL", key})), 0);
+  EXPECT_EQ(b.holder()->fence, held.fence());
+  held.release();
+  EXPECT_FALSE(b.holder().has_value());
+}
+
+TEST_F(RedisLockTest, ALeaseAbove24HoursZeroOrNegativeIsABadArgument) {
+  for (const std::chrono::milliseconds lease : {std::chrono::milliseconds(24h + 1ms), 0ms, -5ms, std::chrono::milliseconds(1000h)}) {
+    const auto e = error_of([&] { lock("coupons", options(lease)).acquire(); });
+    EXPECT_EQ(e.first, errc::bad_argument) << lease.count();
+    EXPECT_NE(e.second.find("at most 24 hours"), std::string::npos) << e.second;
+  }
+  EXPECT_EQ(raw(*server, {"DBSIZE"}), "0") << "a refused acquire wrote something";
+  redis_lock a = lock("coupons", options(24h));
+  redis_handle h = a.acquire();
+  EXPECT_GT(std::stoll(raw(*server, {"PTTL", "tokenlock:coupons"})), 23 * 3600 * 1000LL);
+  for (const std::chrono::milliseconds lease : {std::chrono::milliseconds(24h + 1ms), 0ms, -1ms}) {
+    const auto e = error_of([&] { h.refresh(lease); });
+    EXPECT_EQ(e.first, errc::bad_argument) << lease.count();
+    EXPECT_NE(e.second.find("at most 24 hours"), std::string::npos) << e.second;
+    EXPECT_TRUE(h.owns()) << "a refused refresh gave up the grant";
+  }
+  // The grant is untouched: its fence, and its lease still under 24 hours.
+  EXPECT_EQ(a.holder()->fence, h.fence());
+  EXPECT_LE(std::stoll(raw(*server, {"PTTL", "tokenlock:coupons"})), 24 * 3600 * 1000LL);
+  h.refresh(1h);
+  EXPECT_LE(std::stoll(raw(*server, {"PTTL", "tokenlock:coupons"})), 3600 * 1000LL);
+  h.release();
+  EXPECT_FALSE(a.holder().has_value());
 }
 
 // ---- errors: clear, naming the server and the step, never a hang ---------------

@@ -39,7 +39,22 @@
 //                       token holds it, or the server lost its state
 //                       (restart, FLUSHALL, failover).
 //   - errc::bad_argument a URL or options that cannot work (the message
-//                       says which part).
+//                       says which part); a lease of 0, below or above 24
+//                       hours (the protocol's maximum lease, the same for
+//                       every process), in the options or refresh(lease).
+//   - errc::lock_corrupt one of the lock's keys holds what the lock never
+//                       writes: a fence key that is not a decimal below
+//                       2^63 (or is 2^63 - 1, which no fence can follow), a
+//                       grant that is not "<fence> <owner>" or has no
+//                       expiry, or a key of another type. Reported by
+//                       every call that reads that key (acquire,
+//                       try_acquire, holder, break_owner, and release or
+//                       refresh of a grant no longer ours); the message
+//                       names the key, what it holds (escaped, cut) and
+//                       the redis-cli command that repairs it. Nothing is
+//                       written, and a handle whose grant it was owns
+//                       nothing afterwards. docs/redis.md, "What is
+//                       refused".
 //   - errc::server_error the server answered an error: a wrong password,
 //                       a command refused (READONLY replica, OOM, ACL).
 //   - errc::not_replicated options.replicas were asked for and fewer
@@ -77,7 +92,8 @@ struct redis_handle_access;
 
 struct redis_lock_options {
   // How long a grant stays valid after acquire or refresh (milliseconds on
-  // the server's clock: no host clocks are involved).
+  // the server's clock: no host clocks are involved). More than 0 and at
+  // most 24 hours; anything else is errc::bad_argument.
   std::chrono::milliseconds lease = std::chrono::seconds(60);
   // How long acquire() waits for a busy lock before errc::timed_out. Zero
   // means one attempt (errc::busy).
@@ -165,8 +181,10 @@ class redis_handle {
   void release();
   void release(std::error_code& ec) noexcept;
 
-  // Extends the lease to now + `lease` (default: the lease acquired with).
-  // lock_lost when the grant is not ours any more. The fence stays.
+  // Extends the lease to now + `lease` (default: the lease acquired with;
+  // more than 0 and at most 24 hours, else bad_argument and the grant is
+  // left as it was). lock_lost when the grant is not ours any more. The
+  // fence stays.
   void refresh();
   void refresh(std::error_code& ec) noexcept;
   void refresh(std::chrono::milliseconds lease);

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include <netdb.h>
 #include <sys/time.h>
 
 #include <boost/uuid/detail/sha1.hpp>
@@ -12,6 +13,11 @@
 
 #include "posix/os.hpp"
 #include "posix/socket_io.hpp"
+
+// Defined only in the statically linked programs (lib/static/
+// numeric_resolver.cpp, which replaces their name resolution): why a host
+// name did not resolve there. Weak, so elsewhere it is null.
+extern "C" const char* tokenlock_static_resolver_note() __attribute__((weak));
 
 namespace tokenlock::detail {
 
@@ -79,6 +85,12 @@ std::string hint_for(std::string_view reply) {
   return {};
 }
 
+bool name_not_resolved(const char* errstr) {
+  for (int e : {EAI_NONAME, EAI_NODATA, EAI_AGAIN, EAI_FAIL})
+    if (std::strcmp(errstr, gai_strerror(e)) == 0) return true;
+  return false;
+}
+
 }  // namespace
 
 redis_script::redis_script(std::string b) : body(std::move(b)), sha1(sha1_hex(body)) {}
@@ -96,6 +108,26 @@ void redis_connection::close() noexcept {
 
 std::string redis_connection::server() const {
   return parsed_ && parse_error_.empty() ? endpoint_.display() : std::string("the Redis server");
+}
+
+std::string shell_word(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                        "0123456789-_.:/@%+=,") == std::string::npos)
+    return s;
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string redis_connection::cli_command() const {
+  if (!parsed_ || !parse_error_.empty()) return "redis-cli";
+  const redis_endpoint& e = endpoint_;
+  std::string c = e.unix_socket ? "redis-cli -s " + shell_word(e.path)
+                                : "redis-cli -h " + shell_word(e.host) + " -p " + std::to_string(e.port);
+  if (e.db != 0) c += " -n " + std::to_string(e.db);
+  if (!e.user.empty()) c += " --user " + shell_word(e.user);
+  if (e.has_password) c += " --askpass";
+  return c;
 }
 
 failure redis_connection::io_failure(const char* step, const std::string& what, int err,
@@ -149,6 +181,16 @@ failure redis_connection::connect(const char* step) {
                                   ": cannot allocate a connection");
   ctx_ = c;
   fork_generation_ = fork_generation();
+  if (c->err && name_not_resolved(c->errstr)) {
+    // A host name that did not resolve (hiredis keeps gai_strerror's text).
+    std::string msg = "tokenlock: " + std::string(step) + " " + server() +
+                      ": cannot connect: cannot resolve the host name \"" + endpoint_.host +
+                      "\" (" + c->errstr + "); ";
+    msg += tokenlock_static_resolver_note ? tokenlock_static_resolver_note()
+                                          : "is the host name in the URL right?";
+    close();
+    return make_failure(std::make_error_code(std::errc::host_unreachable), msg);
+  }
   if (c->err) {
     // hiredis keeps the connect error's text, not its errno.
     int e = saved;

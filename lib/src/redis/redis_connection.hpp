@@ -31,6 +31,10 @@ struct redis_script {
   std::string sha1;
 };
 
+// A word for a POSIX shell (a fix a message proposes): single-quoted
+// unless it is plainly safe.
+std::string shell_word(const std::string& s);
+
 class redis_connection {
  public:
   // `url` is parsed by the first command (a bad URL fails it with
@@ -57,6 +61,11 @@ class redis_connection {
 
   // For messages: the server without credentials ("redis://host:port").
   std::string server() const;
+  // For fixes in messages: the redis-cli command line that reaches the
+  // same server and database ("redis-cli -h 127.0.0.1 -p 6379 -n 2"), with
+  // --user and --askpass where the URL has credentials (never the
+  // password itself).
+  std::string cli_command() const;
   // Closes the link (the next command reconnects).
   void close() noexcept;
 

@@ -1,5 +1,6 @@
 #include "tokenlock/redis_lock.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <string_view>
@@ -55,55 +56,119 @@ class redis_keys {
   std::string buf_;
 };
 
-// The grant's two parts, in Lua: `grant(v)` returns owner, fence.
-#define TOKENLOCK_LUA_GRANT                                                   \
-  "local function grant(v)\n"                                                 \
-  "  if not v then return nil, 0 end\n"                                       \
-  "  local sp = string.find(v, ' ', 1, true)\n"                               \
-  "  if not sp then return v, 0 end\n"                                        \
-  "  return string.sub(v, sp + 1), tonumber(string.sub(v, 1, sp - 1)) or 0\n" \
+// What every script shares, in Lua. A key the lock cannot use (another
+// type, or a value the lock never writes) is answered with
+//   {-1, key, the value's first 100 bytes, its length, what is wrong}
+// and the client reports lock_corrupt: reading such a value as a number
+// would make fences stop increasing or wrap, and a grant without an owner
+// or an expiry would hold the lock forever.
+//   fenceok(v): v is a fence as the lock writes it: 1 to 19 decimal digits
+//     without a leading zero, at most 2^63 - 1 (what the client's reply
+//     parsing and Redis's integers hold).
+//   get(k): the string at k, false when none, or nil and the answer above
+//     when k holds another type (GET would fail with WRONGTYPE).
+//   parse(k, v): owner, fence (a string) of the grant v; nil and the
+//     answer when v is not "<fence> <owner>" with the owner as
+//     new_owner_id() makes it ("<host>-<hash8>.<pid>.<start>.<nonce16>").
+//   grant(k): get and parse; false when free.
+// Only acquire's busy path, status and a lost grant's release parse a
+// grant: a release or refresh of our own compares the whole value.
+#define TOKENLOCK_LUA_COMMON                                                          \
+  "local function corrupt(k, v, why)\n"                                               \
+  "  return {-1, k, string.sub(v, 1, 100), #v, why}\n"                                \
+  "end\n"                                                                             \
+  "local function fenceok(v)\n"                                                       \
+  "  return (v == '0' or string.find(v, '^[1-9]%d*$') ~= nil) and\n"                 \
+  "         (#v < 19 or (#v == 19 and v <= '9223372036854775807'))\n"                 \
+  "end\n"                                                                             \
+  "local function get(k)\n"                                                           \
+  "  local v = redis.pcall('GET', k)\n"                                               \
+  "  if type(v) == 'table' then\n"                                                    \
+  "    return nil, corrupt(k, '', 'type ' .. redis.call('TYPE', k)['ok'])\n"          \
+  "  end\n"                                                                           \
+  "  return v\n"                                                                      \
+  "end\n"                                                                             \
+  "local function parse(k, v)\n"                                                      \
+  "  local f, o = string.match(v, '^(%d+) ([%w_%-]+%-[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]%.%d+%.%d+%.[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f])$')\n" \
+  "  if not f or not fenceok(f) then return nil, corrupt(k, v, 'grant') end\n"        \
+  "  return o, f\n"                                                                   \
+  "end\n"                                                                             \
+  "local function grant(k)\n"                                                         \
+  "  local v, bad = get(k)\n"                                                         \
+  "  if not v then return v, bad end\n"                                               \
+  "  local o, f = parse(k, v)\n"                                                      \
+  "  return o, f, v\n"                                                                \
   "end\n"
 
 // Fences are the server's TIME in microseconds, or the last fence + 1 when
 // that is not larger: they keep increasing when the server loses every key
 // (its clock still runs forward), and are exact in Lua's doubles (< 2^53
-// until the year 2255).
+// until the year 2255). A last fence from 2^53 on is incremented as a
+// decimal string (a double would stop at 2^53), and one that cannot be
+// incremented below 2^63 is refused.
 const redis_script& acquire_script() {
-  static const redis_script s(TOKENLOCK_LUA_GRANT R"lua(
+  static const redis_script s(TOKENLOCK_LUA_COMMON R"lua(
 if ARGV[4] == '1' and tonumber(redis.call('DECR', KEYS[4])) < 0 then redis.call('DEL', KEYS[4]) end
-local owner, held = grant(redis.call('GET', KEYS[1]))
+local owner, held, v = grant(KEYS[1])
+if owner == nil then return held end
 if owner == ARGV[1] then
   -- Ours already: this is a retry whose first reply was lost.
   return {1, owner, held, redis.call('PTTL', KEYS[1]), 0}
 end
 if owner then
+  local pttl = redis.call('PTTL', KEYS[1])
+  if pttl < 0 then return corrupt(KEYS[1], v, 'persistent') end
   -- The caller will wait: releases must wake someone.
   redis.call('INCR', KEYS[4])
   redis.call('PEXPIRE', KEYS[4], ARGV[3])
-  return {0, owner, held, redis.call('PTTL', KEYS[1]), 0}
+  return {0, owner, held, pttl, 0}
 end
+local last, bad = get(KEYS[2])
+if last == nil then return bad end
+if last and not fenceok(last) then return corrupt(KEYS[2], last, 'fence') end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 local fence, behind = now, 0
-if last >= now then fence = last + 1; behind = last - now + 1 end
-local f = string.format('%.0f', fence)
+local f
+if last then
+  local l = tonumber(last)
+  if l >= now then
+    behind = l - now + 1
+    -- A reply's integer must stay below 2^63: 1e18 us is 30,000 years.
+    if behind > 1e18 then behind = 1e18 end
+    if l < 9007199254740991 then
+      fence = l + 1
+    else
+      local i = #last
+      while i > 0 and string.byte(last, i) == 57 do i = i - 1 end
+      if i == 0 then
+        f = '1' .. string.rep('0', #last)
+      else
+        f = string.sub(last, 1, i - 1) .. string.char(string.byte(last, i) + 1) .. string.rep('0', #last - i)
+      end
+      if not fenceok(f) then return corrupt(KEYS[2], last, 'largest') end
+    end
+  end
+end
+f = f or string.format('%.0f', fence)
 redis.call('SET', KEYS[1], f .. ' ' .. ARGV[1], 'PX', ARGV[2])
 redis.call('SET', KEYS[2], f, 'PX', ARGV[3])
 -- The common answer is the fence alone: an array costs the server more.
 if behind == 0 then return fence end
-return {1, ARGV[1], fence, tonumber(ARGV[2]), behind}
+return {1, ARGV[1], f, tonumber(ARGV[2]), behind}
 )lua");
   return s;
 }
 
 // Release (ARGV[4] == "release") or refresh (ARGV[4] == "refresh") of the
 // grant of owner ARGV[1] with fence ARGV[2]; ARGV[3]: the wake list's
-// expiry, or the new lease. Not ours: why, from the last fence.
+// expiry, or the new lease. Not ours: why, from the last fence (compared
+// as decimal strings: exact above 2^53).
 const redis_script& settle_script() {
-  static const redis_script s(TOKENLOCK_LUA_GRANT R"lua(
-local owner, held = grant(redis.call('GET', KEYS[1]))
-if owner == ARGV[1] then
+  static const redis_script s(TOKENLOCK_LUA_COMMON R"lua(
+local v, bad = get(KEYS[1])
+if v == nil then return bad end
+if v == ARGV[2] .. ' ' .. ARGV[1] then
   if ARGV[4] == 'release' then
     redis.call('DEL', KEYS[1])
     -- Only when someone waits: an uncontended cycle writes nothing more.
@@ -117,30 +182,40 @@ if owner == ARGV[1] then
   end
   return 1
 end
-if owner then return {0, 'taken', held} end
-local last = redis.call('GET', KEYS[2])
+if v then
+  local owner, held = parse(KEYS[1], v)
+  if owner == nil then return held end
+  return {0, 'taken', held}
+end
+local last
+last, bad = get(KEYS[2])
+if last == nil then return bad end
 if not last then return {0, 'lost', 0} end
-last = tonumber(last)
-local mine = tonumber(ARGV[2])
-if last > mine then return {0, 'newer', last} end
-if last < mine then return {0, 'lost', last} end
+if not fenceok(last) then return corrupt(KEYS[2], last, 'fence') end
+local mine = ARGV[2]
+if #last > #mine or (#last == #mine and last > mine) then return {0, 'newer', last} end
+if last ~= mine then return {0, 'lost', last} end
 return {0, 'expired', last}
 )lua");
   return s;
 }
 
 const redis_script& holder_script() {
-  static const redis_script s(TOKENLOCK_LUA_GRANT R"lua(
-local owner, fence = grant(redis.call('GET', KEYS[1]))
+  static const redis_script s(TOKENLOCK_LUA_COMMON R"lua(
+local owner, fence, v = grant(KEYS[1])
+if owner == nil then return fence end
 if not owner then return {0} end
-return {1, owner, fence, redis.call('PTTL', KEYS[1])}
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl < 0 then return corrupt(KEYS[1], v, 'persistent') end
+return {1, owner, fence, pttl}
 )lua");
   return s;
 }
 
 const redis_script& break_script() {
-  static const redis_script s(TOKENLOCK_LUA_GRANT R"lua(
-local owner = grant(redis.call('GET', KEYS[1]))
+  static const redis_script s(TOKENLOCK_LUA_COMMON R"lua(
+local owner, fence = grant(KEYS[1])
+if owner == nil then return fence end
 if owner ~= ARGV[1] then return {0, owner or ''} end
 redis.call('DEL', KEYS[1])
 if tonumber(redis.call('GET', KEYS[4]) or '0') > 0 then
@@ -153,9 +228,13 @@ return {1, owner}
   return s;
 }
 
-#undef TOKENLOCK_LUA_GRANT
+#undef TOKENLOCK_LUA_COMMON
 
 constexpr std::int64_t fence_ttl_ms = 24LL * 3600 * 1000;
+// The protocol's maximum lease (lock_options::max_lease's default), the
+// same for every process: a longer one would be judged implausible by the
+// file lock's holders and is a bad argument here too.
+constexpr std::chrono::milliseconds max_lease = std::chrono::hours(24);
 
 std::string lock_key(const redis_lock_options& o, const std::string& name) {
   return o.key_prefix + name;
@@ -188,6 +267,81 @@ failure unexpected_reply(const char* step, const std::string& server) {
   return make_failure(std::make_error_code(std::errc::protocol_error),
                       "tokenlock: " + std::string(step) + " " + server +
                           ": the server's reply has an unexpected shape (is it Redis 5 or newer?)");
+}
+
+// Bytes a server holds (or a name that goes into a key), for messages:
+// control bytes, bytes from 0x7f on and the backslash as \xNN, so that the
+// text is one line and says exactly what is there; cut after `limit` bytes.
+std::string escaped(std::string_view s, std::size_t limit = 64) {
+  std::string out;
+  const std::size_t n = std::min(s.size(), limit);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c >= 0x7f || c == '\\') {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(c));
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+// A key the lock cannot use, as lock_corrupt: the key, what it holds (the
+// first 64 bytes, escaped, and the length when it is longer) and how to
+// repair it. `why` is the scripts' word: "type <t>", "fence", "largest",
+// "grant" or "persistent". tokenlock break --redis cannot repair either
+// key (it removes only a grant whose owner it can read, and never touches
+// the fence), so the fix is a redis-cli command.
+failure corrupt_key(const redis_connection& conn, const char* step, const std::string& name,
+                    const std::string& key, bool grant_key, const std::string& value,
+                    long long length, const std::string& why) {
+  std::string holds;
+  if (why.rfind("type ", 0) == 0) {
+    holds = "a " + escaped(why.substr(5)) + ", not a string";
+  } else {
+    holds = "\"" + escaped(value) + "\"";
+    if (length > 64) holds += "... (" + std::to_string(length) + " bytes)";
+  }
+  if (why == "fence")
+    holds += ", which is not a fence (1 to 19 decimal digits, below 2^63): fences would stop "
+             "increasing or wrap";
+  else if (why == "largest")
+    holds += ": no fence below 2^63 can follow it";
+  else if (why == "grant")
+    holds += ", which is not a grant as the lock writes it (\"<fence> <owner>\")";
+  else if (why == "persistent")
+    holds += ", a grant without an expiry (PTTL -1): it would hold the lock forever";
+  const std::string cli = conn.cli_command() + " ";
+  const std::string k = shell_word(escaped(key, 1024));
+  std::string fix;
+  if (!grant_key)
+    fix = "set it to a fence above every fence already handed out for this lock (above the "
+          "largest any resource it guards has seen; the server's TIME in microseconds is, "
+          "unless its clock went back): " + cli + "SET " + k +
+          " FENCE (tokenlock break --redis does not touch the fence key)";
+  else if (why == "persistent")
+    fix = "once its holder is gone, delete it: " + cli + "DEL " + k + "; or give it a lease: " +
+          cli + "PEXPIRE " + k + " MILLISECONDS";
+  else
+    fix = "once no process uses the lock, delete it: " + cli + "DEL " + k +
+          " (tokenlock break --redis removes only a grant whose owner it can read)";
+  return make_failure(errc::lock_corrupt,
+                      "tokenlock: " + std::string(step) + " " + conn.server() +
+                          (name.empty() ? std::string() : " " + escaped(name, 1024)) +
+                          ": the key " + escaped(key, 1024) + " holds " + holds + "; fix: " + fix);
+}
+
+// A script's answer about a key it cannot use (TOKENLOCK_LUA_COMMON's
+// corrupt()) as lock_corrupt; no failure for any other answer.
+failure corrupt_answer(const redisReply* r, const redis_connection& conn, const char* step,
+                       const std::string& name, std::string_view grant_key) {
+  long long tag = 0, length = 0;
+  if (!int_at(r, 0, tag) || tag != -1) return {};
+  if (!int_at(r, 3, length)) return unexpected_reply(step, conn.server());
+  const std::string key = str_at(r, 1);
+  return corrupt_key(conn, step, name, key, key == grant_key, str_at(r, 2), length, str_at(r, 4));
 }
 
 // "held by pid 123 on host web-1a2b3c4d (fence 17...), 2.5 s of its lease left".
@@ -250,12 +404,54 @@ failure validate(const redis_lock_options& o, const std::string& name) {
     return make_failure(errc::bad_argument, "tokenlock: bad redis_lock arguments: " + what);
   };
   if (name.empty()) return bad("the lock name is empty");
-  if (o.lease.count() <= 0) return bad("lease must be positive");
+  if (o.lease.count() <= 0 || o.lease > max_lease)
+    return bad("the lease must be more than 0 and at most 24 hours (the protocol's maximum "
+               "lease, the same for every process); it is " + std::to_string(o.lease.count()) +
+               " ms");
   if (o.wait.count() < 0) return bad("wait must not be negative");
   if (o.connect_timeout.count() <= 0 || o.command_timeout.count() <= 0)
     return bad("connect_timeout and command_timeout must be positive");
   if (o.replicas < 0) return bad("replicas must not be negative");
   return {};
+}
+
+// With options.replicas: waits for them to acknowledge the grant just
+// made; when they do not, releases it (a failover now could lose it).
+failure keep_on_replicas(redis_connection& conn, const redis_keys& k, const std::string& owner,
+                         long long fence, const redis_lock_options& o, const std::string& name) {
+  if (o.replicas <= 0) return {};
+  reply_ptr w;
+  failure f = conn.command("wait for replicas",
+                           {"WAIT", std::to_string(o.replicas), std::to_string(o.replica_timeout.count())},
+                           w, o.replica_timeout + o.command_timeout);
+  long long acked = -1;
+  if (!f && w && w->type == REDIS_REPLY_INTEGER) acked = w->integer;
+  if (!f && acked >= o.replicas) return {};
+  reply_ptr ignored;
+  conn.eval("release", settle_script(), {k.lock, k.fence, k.wake, k.waiters},
+            {owner, std::to_string(fence), std::to_string(o.lease.count()), "release"}, ignored);
+  if (f) return f;
+  return make_failure(errc::not_replicated,
+                      "tokenlock: acquire " + conn.server() + " " + name + ": " +
+                          std::to_string(acked) + " of " + std::to_string(o.replicas) +
+                          " replicas acknowledged the grant within " +
+                          std::to_string(o.replica_timeout.count()) +
+                          " ms; the grant was released again");
+}
+
+// Blocks on the lock's wake list until a release's wake-up, or the
+// holder's lease ends (a crashed holder never releases: `pttl` ms left),
+// whichever comes first, and never past the budget (`left`).
+failure block_for_release(redis_connection& blocking, const redis_keys& k,
+                          std::chrono::steady_clock::duration left, long long pttl,
+                          const redis_lock_options& o) {
+  auto block = std::chrono::duration_cast<std::chrono::milliseconds>(left);
+  if (pttl >= 0 && std::chrono::milliseconds(pttl + 1) < block) block = std::chrono::milliseconds(pttl + 1);
+  if (block.count() < 1) block = std::chrono::milliseconds(1);
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%.3f", static_cast<double>(block.count()) / 1000.0);
+  reply_ptr popped;
+  return blocking.command("wait", {"BLPOP", k.wake, secs}, popped, block + o.command_timeout);
 }
 
 failure acquire_impl(const std::string& url, const std::string& name,
@@ -279,6 +475,7 @@ failure acquire_impl(const std::string& url, const std::string& name,
                                r))
       return f;
     waited = false;
+    if (failure f = corrupt_answer(r.get(), *conn, "acquire", name, k.lock)) return f;
     long long granted = 0, fence = 0, pttl = 0, behind = 0;
     if (r && r->type == REDIS_REPLY_INTEGER) {
       // A fresh grant, the server's clock ahead of the last fence.
@@ -290,29 +487,7 @@ failure acquire_impl(const std::string& url, const std::string& name,
       return unexpected_reply("acquire", conn->server());
     }
     if (granted == 1) {
-      if (o.replicas > 0) {
-        reply_ptr w;
-        failure f = conn->command("wait for replicas",
-                                  {"WAIT", std::to_string(o.replicas),
-                                   std::to_string(o.replica_timeout.count())},
-                                  w, o.replica_timeout + o.command_timeout);
-        long long acked = -1;
-        if (!f && w && w->type == REDIS_REPLY_INTEGER) acked = w->integer;
-        if (f || acked < o.replicas) {
-          // Not kept: a failover now could lose the grant.
-          reply_ptr ignored;
-          conn->eval("release", settle_script(), {k.lock, k.fence, k.wake, k.waiters},
-                     {owner, std::to_string(fence), std::to_string(o.lease.count()), "release"},
-                     ignored);
-          if (f) return f;
-          return make_failure(errc::not_replicated,
-                              "tokenlock: acquire " + conn->server() + " " + name + ": " +
-                                  std::to_string(acked) + " of " + std::to_string(o.replicas) +
-                                  " replicas acknowledged the grant within " +
-                                  std::to_string(o.replica_timeout.count()) +
-                                  " ms; the grant was released again");
-        }
-      }
+      if (failure f = keep_on_replicas(*conn, k, owner, fence, o, name)) return f;
       redis_handle_access::fill(out, conn, std::string(k.lock), owner, static_cast<std::uint64_t>(fence), o.lease,
                                 pttl);
       redis_handle_access::set_clock_behind(out, behind);
@@ -321,21 +496,9 @@ failure acquire_impl(const std::string& url, const std::string& name,
     reason = describe_holder(str_at(r.get(), 1), fence, pttl);
     const auto now = std::chrono::steady_clock::now();
     if (!may_wait || now >= deadline) break;
-    // Wait for a release's wake-up, or the holder's lease to end (a
-    // crashed holder never releases), whichever comes first, and never
-    // past the budget.
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
-    std::chrono::milliseconds block = left;
-    if (pttl >= 0 && std::chrono::milliseconds(pttl + 1) < block) block = std::chrono::milliseconds(pttl + 1);
-    if (block.count() < 1) block = std::chrono::milliseconds(1);
     if (!blocking)
       blocking = std::make_unique<redis_connection>(url, o.connect_timeout, o.command_timeout);
-    char secs[32];
-    std::snprintf(secs, sizeof secs, "%.3f", static_cast<double>(block.count()) / 1000.0);
-    reply_ptr popped;
-    if (failure f = blocking->command("wait", {"BLPOP", k.wake, secs}, popped,
-                                      block + o.command_timeout))
-      return f;
+    if (failure f = block_for_release(*blocking, k, deadline - now, pttl, o)) return f;
     waited = true;
   }
   busy = true;
@@ -408,6 +571,7 @@ failure holder_impl(const std::string& url, const std::string& name, const redis
   const redis_keys k(lock_key(o, name));
   reply_ptr r;
   if (failure f = conn->eval("status", holder_script(), {k.lock}, {}, r)) return f;
+  if (failure f = corrupt_answer(r.get(), *conn, "status", name, k.lock)) return f;
   long long held = 0;
   if (!int_at(r.get(), 0, held)) return unexpected_reply("status", conn->server());
   if (!held) return {};
@@ -484,6 +648,7 @@ void redis_lock::break_owner(const std::string& owner, std::error_code& ec) noex
     if (failure f = conn_->eval("break", break_script(), {k.lock, k.fence, k.wake, k.waiters},
                                 {owner, std::to_string(options_.lease.count())}, r))
       return f;
+    if (failure f = corrupt_answer(r.get(), *conn_, "break", name_, k.lock)) return f;
     long long done = 0;
     if (!int_at(r.get(), 0, done)) return unexpected_reply("break", conn_->server());
     if (done) return {};
@@ -567,6 +732,7 @@ failure settle(redis_connection& conn, const std::string& lock_key, const std::s
     return f;
   long long ok = 0, other = 0;
   if (r && r->type == REDIS_REPLY_INTEGER && r->integer == 1) return {};
+  if (failure f = corrupt_answer(r.get(), conn, step, std::string(), k.lock)) return f;
   if (!int_at(r.get(), 0, ok) || !int_at(r.get(), 2, other))
     return unexpected_reply(step, conn.server());
   if (ok) return {};
@@ -597,7 +763,9 @@ void redis_handle::release(std::error_code& ec) noexcept {
     failure f = settle(*conn_, key_, owner_, fence_, "release", std::to_string(lease_.count()));
     // Not retried: a lost grant stays lost, and a connection error leaves
     // the grant to end with its lease.
-    if (!f || f.code == errc::lock_lost) forget();
+    // A grant key that is not ours any more, lost or made unreadable: the
+    // grant is gone either way.
+    if (!f || f.code == errc::lock_lost || f.code == errc::lock_corrupt) forget();
     return f;
   });
 }
@@ -616,12 +784,15 @@ void redis_handle::refresh(std::chrono::milliseconds lease) {
 void redis_handle::refresh(std::chrono::milliseconds lease, std::error_code& ec) noexcept {
   run_noexcept(ec, [&]() -> failure {
     if (owner_.empty() || !owns()) return not_owner_failure("refresh");
-    if (lease.count() <= 0)
-      return make_failure(errc::bad_argument, "tokenlock: refresh: the lease must be positive");
+    if (lease.count() <= 0 || lease > max_lease)
+      return make_failure(errc::bad_argument,
+                          "tokenlock: refresh: the lease must be more than 0 and at most 24 "
+                          "hours (the protocol's maximum lease, the same for every process); it "
+                          "is " + std::to_string(lease.count()) + " ms");
     const auto sent = std::chrono::system_clock::now();
     failure f = settle(*conn_, key_, owner_, fence_, "refresh", std::to_string(lease.count()));
     if (f) {
-      if (f.code == errc::lock_lost) forget();
+      if (f.code == errc::lock_lost || f.code == errc::lock_corrupt) forget();
       return f;
     }
     lease_ = lease;
