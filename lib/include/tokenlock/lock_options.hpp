@@ -49,8 +49,11 @@ struct lock_options {
   // has passed, as those scripts judge it.
   std::chrono::milliseconds legacy_timeout = std::chrono::seconds(60);
   // Mode of a lock directory (and its token) that acquire creates; applied
-  // exactly, regardless of the umask. Use 0775 or 0777 when several users
-  // share the lock.
+  // exactly, regardless of the umask. Group write (0775, 0770) is also the
+  // choice of group sharing: a lock directory, token or workspace writable
+  // by its group, or owned by another user in one of this process's groups,
+  // is then trusted; without it such a directory is errc::untrusted. A lock
+  // directory writable by every user is always refused (docs/security.md).
   unsigned dir_mode = 0755;
   // Wake a waiter as soon as the token is released (inotify on Linux), on
   // top of the backoff polling that is always done. It keeps waiters fair
