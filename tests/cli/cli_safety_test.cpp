@@ -264,6 +264,29 @@ TEST_F(CliSafetyTest, ARunKilledWhileWaitingNeverStartsItsCommand) {
   EXPECT_TRUE(stat.empty() || stat.find(") Z") != std::string::npos) << stat;
 }
 
+// The token names the command's process, so a waiter may take the lock
+// over in the moment between the command's end and run's release. That is
+// no loss: run must not report one.
+TEST_F(CliSafetyTest, ContendedRunsReportNoLossWhenTheNextHolderComesAfterTheCommandEnded) {
+  const int shells = 6, per_shell = 40;
+  std::vector<child> loops;
+  for (int i = 0; i < shells; ++i)
+    loops.emplace_back(std::vector<std::string>{
+        "/bin/sh", "-c",
+        "i=0; while [ $i -lt " + std::to_string(per_shell) + " ]; do '" + tool + "' run -w 30 '" +
+            lock + "' -- sh -c 'echo in >> \"$0\"' '" + (tmp / ("log." + std::to_string(i))).string() +
+            "' 2>> '" + (tmp / ("err." + std::to_string(i))).string() + "' || echo \"exit $?\"; " +
+            "i=$((i+1)); done; echo done"});
+  for (int i = 0; i < shells; ++i) {
+    EXPECT_EQ(loops[static_cast<std::size_t>(i)].read_line(std::chrono::seconds(120)), "done");
+    EXPECT_EQ(lines_of(slurp(tmp / ("log." + std::to_string(i)))).size(),
+              static_cast<std::size_t>(per_shell));
+    EXPECT_EQ(slurp(tmp / ("err." + std::to_string(i))), "") << "shell " << i;
+  }
+  for (auto& l : loops) l.wait();
+  EXPECT_EQ(entries(lock), std::vector<std::string>{"lockfile"});
+}
+
 // ---- 4. A release that fails -------------------------------------------
 
 // As a user whom permissions bind (nobody when the tests run as root):
