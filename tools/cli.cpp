@@ -140,7 +140,8 @@ po::options_description run_options() {
       "releases the lock when CMD ends. Exits with CMD's status (128+N when a signal N\n"
       "killed it), or with CODE (default 1) when the lock stays busy. If the lock is\n"
       "lost while CMD runs, that is said on stderr and the exit status is CMD's when\n"
-      "non-zero, 3 otherwise.\n\nOptions");
+      "non-zero, 3 otherwise; a release that fails otherwise is said too, and never\n"
+      "exits 0. CMD starts only once the lock is held, and is killed if tokenlock is.\n\nOptions");
   add_wait_options(d);
   add_legacy_option(d);
   add_lease_option(d, "the lease, kept alive while CMD runs", 60);
