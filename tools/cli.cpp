@@ -2,9 +2,12 @@
 
 #include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+
+#include <sys/resource.h>
 
 #include "decimal.hpp"
 #include "tokenlock/errors.hpp"
@@ -56,16 +59,31 @@ int exit_code_for(std::error_code ec, int busy_code) {
   }
 }
 
+std::string escaped(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (unsigned char c : text) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
 int report(std::error_code ec, const std::string& message, int busy_code) {
   if (message.rfind("tokenlock:", 0) == 0)
-    std::cerr << message << "\n";
+    std::cerr << escaped(message) << "\n";
   else
-    std::cerr << "tokenlock: " << (message.empty() ? ec.message() : message) << "\n";
+    std::cerr << "tokenlock: " << escaped(message.empty() ? ec.message() : message) << "\n";
   return exit_code_for(ec, busy_code);
 }
 
 int usage_error(const std::string& command, const std::string& message) {
-  std::cerr << "tokenlock " << command << ": " << message << "\n"
+  std::cerr << "tokenlock " << command << ": " << escaped(message) << "\n"
             << "Try 'tokenlock " << command << " --help'.\n";
   return exit_code::usage;
 }
@@ -122,10 +140,12 @@ po::options_description run_options() {
       "releases the lock when CMD ends. Exits with CMD's status (128+N when a signal N\n"
       "killed it), or with CODE (default 1) when the lock stays busy. If the lock is\n"
       "lost while CMD runs, that is said on stderr and the exit status is CMD's when\n"
-      "non-zero, 3 otherwise.\n\nOptions");
+      "non-zero, 3 otherwise; a release that fails otherwise is said too, and never\n"
+      "exits 0. CMD starts only once the lock is held, and is killed if tokenlock is.\n\nOptions");
   add_wait_options(d);
   add_legacy_option(d);
   add_lease_option(d, "the lease, kept alive while CMD runs", 60);
+  add_dir_mode_option(d);
   d.add_options()("verbose,v", "say why when the lock is busy");
   add_redis_option(d);
   return d;
@@ -181,6 +201,100 @@ std::chrono::milliseconds seconds_option(const std::string& name, double secs, b
     throw po::error("--" + name + " takes a number of seconds" +
                     (allow_zero ? " (0 or more)" : " greater than 0") + ", at most a year");
   return std::chrono::milliseconds(static_cast<long long>(std::llround(secs * 1000)));
+}
+
+std::chrono::milliseconds lease_option(double secs) {
+  const double max_secs = static_cast<double>(protocol_max_lease.count()) / 1000;
+  // Compared before rounding: a huge value must not overflow the cast.
+  if (std::isfinite(secs) && secs > 0 && secs <= max_secs) {
+    const auto ms = std::chrono::milliseconds(static_cast<long long>(std::llround(secs * 1000)));
+    if (ms.count() > 0 && ms <= protocol_max_lease) return ms;
+  }
+  char given[64];
+  std::snprintf(given, sizeof given, "%g", secs);
+  throw po::error("--lease takes a number of seconds from 0.001 to " +
+                  std::to_string(static_cast<long long>(max_secs)) +
+                  " (24 hours, the protocol's bound: every process judges a longer lease "
+                  "implausible and would take the lock over), not " + given);
+}
+
+void add_dir_mode_option(po::options_description& d) {
+  d.add_options()("dir-mode", po::value<std::string>()->value_name("MODE"),
+                  "mode of a lock directory this command creates, in octal (default 0755, or "
+                  "TOKENLOCK_DIR_MODE); with group write (0775, 0770) the lock is shared with "
+                  "the directory's group");
+}
+
+std::string dir_mode_problem(unsigned mode) {
+  if ((mode & 0700) != 0700)
+    return "the owner needs read, write and search permission (0700) on a lock directory";
+  if (mode & 0002)
+    return "a lock directory writable by others is refused by every process that uses it "
+           "(docs/security.md): share it with a group instead, with 0775 or 0770 and a "
+           "common group";
+  if (mode & 01000)
+    return "in a sticky lock directory only a token's owner may rename it, so users lock "
+           "each other out";
+  return {};
+}
+
+namespace {
+
+unsigned dir_mode_from(const std::string& text, const std::string& source) {
+  const std::optional<unsigned> mode = parse_mode(text);
+  if (!mode)
+    throw po::error(source + " takes an octal mode such as 0775, not \"" + text + "\"");
+  const std::string problem = dir_mode_problem(*mode);
+  if (!problem.empty()) throw po::error(source + " " + text + ": " + problem);
+  return *mode;
+}
+
+}  // namespace
+
+void apply_dir_mode(const po::variables_map& v, lock_options& o) {
+  if (v.count("dir-mode")) {
+    o.dir_mode = dir_mode_from(v["dir-mode"].as<std::string>(), "--dir-mode");
+  } else if (const char* env = std::getenv("TOKENLOCK_DIR_MODE"); env && *env) {
+    o.dir_mode = dir_mode_from(env, "TOKENLOCK_DIR_MODE");
+  }
+}
+
+lock_options directory_options(const po::variables_map& v, lock_options o) {
+  o = legacy_applied(v, o);
+  apply_dir_mode(v, o);
+  return o;
+}
+
+void refuse_dir_mode_with_redis(const po::variables_map& v) {
+  if (v.count("dir-mode")) throw po::error("--dir-mode has no meaning with --redis");
+}
+
+std::string file_too_large_hint(std::error_code ec, const std::string& file,
+                                const std::string& message) {
+  if (ec != std::errc::file_too_large || message.find("ulimit -f") != std::string::npos) return {};
+  rlimit limit{};
+  std::string size = "lower";
+  if (::getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
+    size = std::to_string(static_cast<unsigned long long>(limit.rlim_cur)) + " bytes";
+  return "; " + file + ": file too large: this process's file size limit (ulimit -f, "
+         "RLIMIT_FSIZE: " + size + ") is below what the write needs; raise it (ulimit -f "
+         "unlimited) and try again";
+}
+
+namespace {
+struct sigaction sigxfsz_before {};
+bool sigxfsz_saved = false;
+}  // namespace
+
+void ignore_sigxfsz() {
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  sigxfsz_saved = ::sigaction(SIGXFSZ, &ignore, &sigxfsz_before) == 0;
+}
+
+void restore_sigxfsz() {
+  if (sigxfsz_saved) ::sigaction(SIGXFSZ, &sigxfsz_before, nullptr);
 }
 
 void add_wait_options(po::options_description& d) {

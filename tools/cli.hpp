@@ -7,6 +7,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <vector>
 
@@ -42,8 +43,14 @@ constexpr int not_found = 127;
 // The exit code for a failure; `busy_code` is what busy/timed_out map to.
 int exit_code_for(std::error_code ec, int busy_code = exit_code::busy);
 
+// `text` with every control byte and every byte from 0x7f up written as
+// \xNN: names that come from a filesystem or a server may hold escape
+// sequences and newlines, and a message must not pass them to a terminal
+// or forge lines in a log.
+std::string escaped(std::string_view text);
+
 // Prints "tokenlock: <message>" (the library's messages already start with
-// "tokenlock:") to stderr and returns the exit code for `ec`.
+// "tokenlock:") to stderr, escaped, and returns the exit code for `ec`.
 int report(std::error_code ec, const std::string& message, int busy_code = exit_code::busy);
 
 // A bad command line: prints the message and "Try 'tokenlock CMD --help'".
@@ -71,8 +78,45 @@ void apply_wait_budget(const po::variables_map& v, lock_options& o,
                        std::chrono::milliseconds if_not_given);
 
 // --lease SECS with `help`; `default_secs` 0: no default (the command
-// chooses one later). Read it with seconds_option("lease", ...).
+// chooses one later). Read it with lease_option.
 void add_lease_option(po::options_description& d, const char* help, double default_secs = 0);
+
+// The protocol's bound on a lease (docs/protocol.md): every process judges
+// a token whose lease ends further ahead implausible and takes it over, so
+// a longer lease would let a second holder in.
+inline const std::chrono::milliseconds protocol_max_lease = lock_options{}.max_lease;
+// A lease of `secs` seconds: more than zero once rounded to milliseconds,
+// and at most protocol_max_lease. Throws po::error (exit 64) otherwise,
+// also for NaN and infinity.
+std::chrono::milliseconds lease_option(double secs);
+
+// --dir-mode MODE, for every command that uses a lock directory.
+void add_dir_mode_option(po::options_description& d);
+// Why `mode` cannot be the mode of a lock directory, or "" when it can: it
+// must give its owner read, write and search permission, and must not be
+// writable by others or sticky (docs/security.md).
+std::string dir_mode_problem(unsigned mode);
+// Sets o.dir_mode from --dir-mode, else from TOKENLOCK_DIR_MODE when that
+// is set and not empty; leaves it otherwise. Throws po::error for a value
+// that is not an octal mode or that dir_mode_problem refuses.
+void apply_dir_mode(const po::variables_map& v, lock_options& o);
+// The options of a lock directory: --legacy-timeout and the directory mode
+// applied (the defaults otherwise).
+lock_options directory_options(const po::variables_map& v, lock_options o = {});
+// Throws po::error when --dir-mode was given to a command using --redis.
+void refuse_dir_mode_with_redis(const po::variables_map& v);
+
+// What to add to a message about FILE when a write failed with EFBIG
+// ("" for any other error): the process's file size limit (ulimit -f,
+// RLIMIT_FSIZE) is below what the write needs. The command ignores
+// SIGXFSZ (ignore_sigxfsz), so such a write fails instead of killing it.
+std::string file_too_large_hint(std::error_code ec, const std::string& file,
+                                const std::string& message);
+
+// Ignores SIGXFSZ for this process, remembering the disposition it had;
+// restore_sigxfsz (in run's child, before exec) gives that back to CMD.
+void ignore_sigxfsz();
+void restore_sigxfsz();
 
 // --legacy-timeout SECS, for the commands that lock a directory: the age at
 // which a legacy "lockfile<seconds>" token is stale (lock_options).

@@ -34,13 +34,22 @@ void add_file_options(po::options_description& d) {
       "wait at most SECS seconds for the lock (default 10)")(
       "nonblock,n", "fail at once if the lock is busy");
   add_legacy_option(d);
+  add_dir_mode_option(d);
 }
 
-// The lock options of write and incr: -w, -n and --legacy-timeout applied.
+// The lock options of write and incr: -w, -n, --legacy-timeout and the
+// lock directory's mode applied.
 lock_options file_lock_options(const po::variables_map& v) {
-  lock_options o = legacy_applied(v);
+  lock_options o = directory_options(v);
   apply_wait_budget(v, o, std::chrono::seconds(10));
   return o;
+}
+
+// A failed write's message, with the file size limit named when that was
+// the cause (the library's own words do not say how to raise it).
+int report_write(std::error_code ec, const std::string& file) {
+  const std::string& message = last_error_message();
+  return report(ec, message + file_too_large_hint(ec, file, message));
 }
 
 
@@ -68,9 +77,14 @@ int cmd_write(const args& a) {
       wo.mode = *mode;
     }
     if (v.count("follow-symlinks")) wo.symlinks = symlink_policy::follow;
+    if (v.count("dir-mode") && !v.count("lock"))
+      throw po::error("--dir-mode is the mode of the lock directory: it needs --lock");
+    // Without --lock no lock directory is used, and TOKENLOCK_DIR_MODE does
+    // not apply.
+    const lock_options lo = v.count("lock") ? file_lock_options(v) : lock_options{};
     return write_stdin(v["file"].as<std::string>(), wo,
-                       v.count("lock") ? v["lock"].as<std::string>() : std::string(),
-                       file_lock_options(v), v.count("allow-empty") > 0);
+                       v.count("lock") ? v["lock"].as<std::string>() : std::string(), lo,
+                       v.count("allow-empty") > 0);
   });
 }
 
@@ -99,7 +113,7 @@ int write_stdin(const std::string& file, const write_options& wo, const std::str
   std::optional<atomic_file> out;
   if (lock_dir.empty()) {
     out.emplace(file, wo, ec);
-    if (ec) return report(ec, last_error_message());
+    if (ec) return report_write(ec, file);
   }
   std::string buffered;
   std::size_t total = 0;
@@ -111,8 +125,8 @@ int write_stdin(const std::string& file, const write_options& wo, const std::str
     if (!g_interrupted && ::ppoll(&in, 1, nullptr, &waiting) >= 0) n = ::read(0, buf, sizeof buf);
     if (g_interrupted) {
       if (out) out->rollback();
-      std::cerr << "tokenlock write: interrupted by signal " << g_interrupted << "; " << file
-                << " was left as it was\n";
+      std::cerr << "tokenlock write: interrupted by signal " << g_interrupted << "; "
+                << escaped(file) << " was left as it was\n";
       return 128 + g_interrupted;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -127,14 +141,14 @@ int write_stdin(const std::string& file, const write_options& wo, const std::str
     total += static_cast<std::size_t>(n);
     if (out) {
       out->write(std::string_view(buf, static_cast<std::size_t>(n)), ec);
-      if (ec) return report(ec, last_error_message());
+      if (ec) return report_write(ec, file);
     } else {
       buffered.append(buf, static_cast<std::size_t>(n));
     }
   }
   if (total == 0 && !allow_empty) {
     if (out) out->rollback();
-    std::cerr << "tokenlock write: standard input was empty; " << file
+    std::cerr << "tokenlock write: standard input was empty; " << escaped(file)
               << " was left as it was (use --allow-empty to write an empty file)\n";
     return exit_code::data;
   }
@@ -146,7 +160,7 @@ int write_stdin(const std::string& file, const write_options& wo, const std::str
     update_file(file, rename_lock(lock_dir, lo), [&](const std::optional<std::string>&) { return buffered; },
                 uo, ec);
   }
-  if (ec) return report(ec, last_error_message());
+  if (ec) return report_write(ec, file);
   return exit_code::ok;
 }
 
@@ -175,7 +189,7 @@ int cmd_incr(const args& a) {
     // After dir_sync_failed the count is made and must not be repeated: the
     // value is printed, and the exit status says its durability is in doubt.
     if (!ec || ec == errc::dir_sync_failed) std::cout << value << std::endl;
-    if (ec) return report(ec, last_error_message());
+    if (ec) return report_write(ec, file);
     return exit_code::ok;
   });
 }

@@ -66,7 +66,7 @@ const char* liveness_name(owner_liveness l) {
 
 // The token of a lock held elsewhere, or the failure's exit status.
 int with_adopted(const po::variables_map& v, const std::function<int(lock_handle&)>& body) {
-  rename_lock lock(v["lockdir"].as<std::string>());
+  rename_lock lock(v["lockdir"].as<std::string>(), directory_options(v));
   std::error_code ec;
   lock_handle h = lock.adopt(v["token"].as<std::string>(), ec);
   if (ec) return report(ec, last_error_message());
@@ -89,19 +89,20 @@ int cmd_acquire(const args& a) {
                    "300: Redis cannot see that the owner died)");
   d.add_options()(
       "pid", po::value<int>()->value_name("PID"), "the owner process (default: the parent)");
+  add_dir_mode_option(d);
   add_redis_option(d);
   return with_command_line("acquire", a, d, {"lockdir"}, [](const po::variables_map& v) {
-    lock_options o = legacy_applied(v);
+    lock_options o;
     const int conflict = apply_wait(v, o);
     if (v.count("redis")) {
       if (v.count("pid")) throw po::error("--pid has no meaning with --redis");
+      refuse_dir_mode_with_redis(v);
       const double lease = v.count("lease") ? v["lease"].as<double>() : redis_default_lease_s;
       return redis_acquire(v["redis"].as<std::string>(), v["lockdir"].as<std::string>(),
-                           seconds_option("lease", lease, false), o.wait, conflict);
+                           lease_option(lease), o.wait, conflict);
     }
-    o.lease = seconds_option("lease", v.count("lease") ? v["lease"].as<double>() : acquire_default_lease_s,
-                             false);
-    o.max_lease = std::max(o.max_lease, o.lease);
+    o = directory_options(v, o);
+    o.lease = lease_option(v.count("lease") ? v["lease"].as<double>() : acquire_default_lease_s);
     o.owner_pid = v.count("pid") ? v["pid"].as<int>() : static_cast<int>(::getppid());
     if (o.owner_pid <= 0) throw po::error("--pid takes a process id");
     std::error_code ec;
@@ -118,11 +119,14 @@ int cmd_release(const args& a) {
       "Releases the lock held with TOKEN (as printed by acquire or refresh). Exits 3\n"
       "when the lock does not hold TOKEN any more: it was taken over, or TOKEN belongs\n"
       "to another lock.\n\nOptions");
+  add_dir_mode_option(d);
   add_redis_option(d);
   return with_command_line("release", a, d, {"lockdir", "token"}, [](const po::variables_map& v) {
-    if (v.count("redis"))
+    if (v.count("redis")) {
+      refuse_dir_mode_with_redis(v);
       return redis_release(v["redis"].as<std::string>(), v["lockdir"].as<std::string>(),
                            v["token"].as<std::string>());
+    }
     return with_adopted(v, [](lock_handle& h) {
       std::error_code ec;
       h.release(ec);
@@ -138,12 +142,15 @@ int cmd_refresh(const args& a) {
       "token's name carries its expiry, so it changes). Exits 3 when the lock does\n"
       "not hold TOKEN any more.\n\nOptions");
   add_lease_option(d, "the new lease, from now", acquire_default_lease_s);
+  add_dir_mode_option(d);
   add_redis_option(d);
   return with_command_line("refresh", a, d, {"lockdir", "token"}, [](const po::variables_map& v) {
-    const auto lease = seconds_option("lease", v["lease"].as<double>(), false);
-    if (v.count("redis"))
+    const auto lease = lease_option(v["lease"].as<double>());
+    if (v.count("redis")) {
+      refuse_dir_mode_with_redis(v);
       return redis_refresh(v["redis"].as<std::string>(), v["lockdir"].as<std::string>(),
                            v["token"].as<std::string>(), lease);
+    }
     return with_adopted(v, [&](lock_handle& h) {
       std::error_code ec;
       h.refresh(lease, ec);
@@ -164,12 +171,16 @@ int cmd_status(const args& a) {
       "tokenlock(1).\n\nOptions");
   d.add_options()("json", "print a JSON object");
   add_legacy_option(d);
+  add_dir_mode_option(d);
   add_redis_option(d);
   return with_command_line("status", a, d, {"lockdir"}, [](const po::variables_map& v) {
     const std::string dir = v["lockdir"].as<std::string>();
-    if (v.count("redis")) return redis_status(v["redis"].as<std::string>(), dir, v.count("json") > 0);
+    if (v.count("redis")) {
+      refuse_dir_mode_with_redis(v);
+      return redis_status(v["redis"].as<std::string>(), dir, v.count("json") > 0);
+    }
     std::error_code ec;
-    std::optional<holder_info> h = rename_lock(dir, legacy_applied(v)).holder(ec);
+    std::optional<holder_info> h = rename_lock(dir, directory_options(v)).holder(ec);
     if (ec) return report(ec, last_error_message());
     const char* state = !h ? "free" : h->stale ? "stale" : "held";
     const std::string clock_dir = clock_directory(dir);
@@ -221,14 +232,17 @@ int cmd_break(const args& a) {
       "touched. Exits 3 when the lock does not hold TOKEN any more.\n\nOptions");
   d.add_options()("force", "take it over even if its owner looks alive and its lease runs");
   add_legacy_option(d);
+  add_dir_mode_option(d);
   add_redis_option(d);
   return with_command_line("break", a, d, {"lockdir", "token"}, [](const po::variables_map& v) {
     const std::string token = v["token"].as<std::string>();
-    if (v.count("redis"))
+    if (v.count("redis")) {
+      refuse_dir_mode_with_redis(v);
       return redis_break(v["redis"].as<std::string>(), v["lockdir"].as<std::string>(), token,
                          v.count("force") > 0);
+    }
     std::error_code ec;
-    lock_handle h = rename_lock(v["lockdir"].as<std::string>(), legacy_applied(v))
+    lock_handle h = rename_lock(v["lockdir"].as<std::string>(), directory_options(v))
                         .take_over(token, v.count("force") > 0, ec);
     if (!ec) h.release(ec);
     if (ec) return report(ec, last_error_message());

@@ -39,6 +39,10 @@ void usage(std::ostream& out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A write past the file size limit (ulimit -f) then fails with EFBIG, and
+  // is reported, its temporary file removed and its lock released, instead
+  // of killing the process with a file left behind and the lock held.
+  tokenlock::cli::ignore_sigxfsz();
   if (argc < 2) {
     usage(std::cerr);
     return tokenlock::cli::exit_code::usage;
@@ -57,11 +61,11 @@ int main(int argc, char** argv) {
     try {
       return c.run(tokenlock::cli::args(argv + 2, argv + argc));
     } catch (const std::exception& e) {
-      std::cerr << "tokenlock " << c.name << ": " << e.what() << "\n";
+      std::cerr << "tokenlock " << c.name << ": " << tokenlock::cli::escaped(e.what()) << "\n";
       return tokenlock::cli::exit_code::software;
     }
   }
-  std::cerr << "tokenlock: unknown command '" << first << "'\n";
+  std::cerr << "tokenlock: unknown command '" << tokenlock::cli::escaped(first) << "'\n";
   usage(std::cerr);
   return tokenlock::cli::exit_code::usage;
 }

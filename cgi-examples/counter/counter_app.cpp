@@ -60,6 +60,29 @@ cgi::response value_response(const std::string& id, const std::string& format, s
   return r;
 }
 
+// TOKENLOCK_COUNTER_DIR_MODE, by the rule of tokenlock's --dir-mode: octal,
+// the owner may read, write and search, nobody outside the group may write
+// (a lock directory writable by others is refused: docs/security.md), and
+// not sticky (its users would lock each other out).
+bool parse_dir_mode(const char* text, unsigned& mode, std::string& error) {
+  const std::string prefix = std::string("TOKENLOCK_COUNTER_DIR_MODE must be ");
+  mode = 0;
+  for (const char* p = text; *p; ++p) {
+    if (*p < '0' || *p > '7' || mode > 0777) {
+      error = prefix + "an octal mode such as 0775, not \"" + text + "\"";
+      return false;
+    }
+    mode = mode * 8 + static_cast<unsigned>(*p - '0');
+  }
+  if ((mode & 0700) != 0700 || (mode & 01002) != 0) {
+    error = prefix + "a mode that gives the owner read, write and search permission and is "
+            "neither writable by others nor sticky (0755, or 0775 to share with a group), not " +
+            text;
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 bool load_config(const std::function<const char*(const char*)>& getenv, config& out,
@@ -85,6 +108,9 @@ bool load_config(const std::function<const char*(const char*)>& getenv, config& 
             "backend (install libhiredis-dev and rebuild)";
     return false;
 #endif
+  }
+  if (const char* mode = getenv("TOKENLOCK_COUNTER_DIR_MODE"); mode && *mode) {
+    if (!parse_dir_mode(mode, out.dir_mode, error)) return false;
   }
   if (const char* sync = getenv("TOKENLOCK_COUNTER_SYNC"); sync && *sync) {
     const std::optional<tokenlock::durability> level = tokenlock::durability_from_name(sync);
@@ -125,6 +151,7 @@ cgi::response handle(const request& req, const config& cfg, std::ostream& log) {
   } else {
     tokenlock::lock_options lo;
     lo.wait = cfg.wait;
+    lo.dir_mode = cfg.dir_mode;
     // Waiters line up (lock_options::queue_waiters), so at most one of
     // them watches the lock. An update that flushes to disk holds the lock
     // for milliseconds: the watcher then takes it within tens of
@@ -177,6 +204,14 @@ cgi::response handle(const request& req, const config& cfg, std::ostream& log) {
   if (ec == tokenlock::errc::corrupt_data) {
     log << "counter.cgi: " << tokenlock::last_error_message() << "\n";
     return text(500, "the counter file is corrupt; it was left as it is");
+  }
+  if (ec == std::errc::file_too_large) {
+    // The server's file size limit (RLIMIT_FSIZE) stopped the write; the
+    // counter was left as it was and its lock released.
+    log << "counter.cgi: " << tokenlock::last_error_message() << "; " << file
+        << ": file too large: the server's file size limit for CGI programs (ulimit -f, "
+           "RLIMIT_FSIZE) is below what writing the counter needs: raise it\n";
+    return text(500, "internal error; see the server's error log");
   }
   if (ec) {
     log << "counter.cgi: " << tokenlock::last_error_message() << "\n";

@@ -9,6 +9,7 @@
 
 #include "cgi.hpp"
 #include "tokenlock/atomic_write.hpp"
+#include "tokenlock/lock_options.hpp"
 
 namespace counter {
 
@@ -26,11 +27,17 @@ struct config {
   // token (<id>.count.fence beside the file).
   std::string redis;
   std::chrono::milliseconds wait{default_wait_ms};
+  // TOKENLOCK_COUNTER_DIR_MODE: the mode of a lock directory the counter
+  // creates (lock_options::dir_mode). With group write (0775, 0770) the
+  // counter's lock is shared with the group of the data directory: the
+  // web server and a maintenance script of the same group can both use it.
+  unsigned dir_mode = tokenlock::lock_options{}.dir_mode;
   tokenlock::durability sync = tokenlock::durability::file_and_dir;
 };
 
 // Reads TOKENLOCK_COUNTER_DIR, TOKENLOCK_COUNTER_WAIT_MS,
-// TOKENLOCK_COUNTER_SYNC and TOKENLOCK_COUNTER_REDIS through `getenv`. False, with the reason, on a
+// TOKENLOCK_COUNTER_SYNC, TOKENLOCK_COUNTER_DIR_MODE and
+// TOKENLOCK_COUNTER_REDIS through `getenv`. False, with the reason, on a
 // value that is not valid (the server is then misconfigured: 500).
 bool load_config(const std::function<const char*(const char*)>& getenv, config& out,
                  std::string& error);

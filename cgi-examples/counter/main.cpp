@@ -1,6 +1,7 @@
 // counter.cgi: a hit counter for any web server that runs CGI programs.
 // docs/cgi-guide.md describes deployment.
 #include <algorithm>
+#include <csignal>
 #include <cstdlib>
 #include <iostream>
 #include <system_error>
@@ -30,6 +31,10 @@ int main() {
   // then released at once instead of when the next process finds us dead.
   std::error_code ignored;
   tokenlock::install_signal_cleanup(ignored);
+  // A write past the server's file size limit (RLIMIT_FSIZE) then fails
+  // with EFBIG and is answered 500, the counter left as it was and its lock
+  // released, instead of killing the CGI with a temporary file left behind.
+  std::signal(SIGXFSZ, SIG_IGN);
   auto env = [](const char* name) -> const char* { return std::getenv(name); };
   drain_request_body(env("CONTENT_LENGTH"));
   const char* method = env("REQUEST_METHOD");

@@ -1,0 +1,88 @@
+// counter.cgi run as a web server runs it, a process per request, under
+// limits and settings the server gives it: the file size limit, and the
+// mode of the lock directories it creates.
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+
+#include <boost/filesystem.hpp>
+
+#include "child.hpp"
+#include "inspect.hpp"
+#include "temp_dir.hpp"
+
+namespace fs = boost::filesystem;
+using tokenlock::testing::command_result;
+using tokenlock::testing::entries;
+using tokenlock::testing::run_command;
+using tokenlock::testing::slurp;
+using tokenlock::testing::snapshot;
+using tokenlock::testing::spit;
+using tokenlock::testing::temp_dir;
+using tokenlock::testing::temp_files_below;
+
+namespace {
+
+const std::string cgi = COUNTER_CGI_PATH;
+
+class CounterCgiProcessTest : public ::testing::Test {
+ protected:
+  temp_dir tmp;
+
+  // One GET of ?id=hits with `settings` (shell assignments) and `limits`
+  // (shell commands such as ulimit) applied first.
+  command_result get(const std::string& settings, const std::string& limits = "") {
+    return run_command({"/bin/sh", "-c",
+                        limits + " export TOKENLOCK_COUNTER_DIR='" + tmp.path().string() +
+                            "' REQUEST_METHOD=GET QUERY_STRING=id=hits " + settings + "; exec '" +
+                            cgi + "'"});
+  }
+  static std::string body_of(const std::string& response) {
+    const auto end = response.find("\r\n\r\n");
+    return end == std::string::npos ? "" : response.substr(end + 4);
+  }
+};
+
+TEST_F(CounterCgiProcessTest, AWritePastTheFileSizeLimitAnswers500AndLeavesTheCounterAsItWas) {
+  spit(tmp / "hits.count", "41\n");
+  auto r = get("", "ulimit -f 0;");
+  EXPECT_EQ(r.exit_code, 0) << "not killed by SIGXFSZ: " << r.err;
+  EXPECT_EQ(r.out.rfind("Status: 500 ", 0), 0u) << r.out;
+  EXPECT_EQ(body_of(r.out), "internal error; see the server's error log\n");
+  EXPECT_NE(r.err.find("file too large"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ulimit -f, RLIMIT_FSIZE"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find((tmp / "hits.count").string()), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find(tmp.path().string()), std::string::npos) << "no path in the response";
+  EXPECT_EQ(slurp(tmp / "hits.count"), "41\n");
+  EXPECT_TRUE(temp_files_below(tmp.path()).empty());
+  EXPECT_EQ(entries(tmp / "hits.count.lock"), std::vector<std::string>{"lockfile"});
+  EXPECT_TRUE(entries(tmp / "hits.count.lock" / "lockfile").empty()) << "workspace emptied";
+  // The lock was released: the next hit, without the limit, counts.
+  r = get("");
+  EXPECT_EQ(body_of(r.out), "42\n") << r.out << r.err;
+}
+
+TEST_F(CounterCgiProcessTest, DirModeIsTheModeOfTheLockDirectoriesItCreates) {
+  auto r = get("TOKENLOCK_COUNTER_DIR_MODE=0770");
+  EXPECT_EQ(body_of(r.out), "1\n") << r.out << r.err;
+  struct stat st {};
+  ASSERT_EQ(::stat((tmp / "hits.count.lock").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0770u);
+  r = get("TOKENLOCK_COUNTER_DIR_MODE=");
+  EXPECT_EQ(body_of(r.out), "2\n") << "empty is unset: " << r.out << r.err;
+}
+
+TEST_F(CounterCgiProcessTest, ABadDirModeIsAMisconfigurationThatChangesNothing) {
+  const auto before = snapshot(tmp.path());
+  for (const std::string mode : {"abc", "0777", "0757", "0800", "017777", "0555", "01775", "-1"}) {
+    auto r = get("TOKENLOCK_COUNTER_DIR_MODE='" + mode + "'");
+    EXPECT_EQ(r.out.rfind("Status: 500 ", 0), 0u) << mode << ": " << r.out;
+    EXPECT_EQ(body_of(r.out), "the counter is misconfigured; see the server's error log\n");
+    EXPECT_NE(r.err.find("misconfigured: TOKENLOCK_COUNTER_DIR_MODE must be"), std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find(mode), std::string::npos) << "the log quotes the value: " << r.err;
+  }
+  EXPECT_EQ(snapshot(tmp.path()), before);
+}
+
+}  // namespace
