@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# tokenlock attacked by a hostile local user (docs/security.md), with two
+# real accounts:
+#   attacks.sh TOKENLOCK COUNTER_CGI RACER
+# RACER is tests/security/racer.c built. Each attack prints one line,
+# "attack N: refused (...)" or "attack N: SUCCEEDED (...)", and the suite
+# exits 1 when any succeeded; the group-shared set-up that the threat model
+# keeps working prints "setup: ..." lines the same way.
+#
+# Needs root, to make the accounts tl_victim and tl_attacker and the group
+# tl_share (those it made are removed at the end); skipped (77) otherwise.
+# Everything else lives in one directory under /tmp, removed at the end:
+#   sticky/  mode 1777, standing for /tmp
+#   shared/  mode 0777, a directory the attacker can write
+#   victim/  the victim's home, with canary files in docs/ and .ssh/
+#   rootdir/ a root-owned directory with canaries (root as the victim)
+# Races run up to TL_SECURITY_TRIES times (default 100) within
+# TL_SECURITY_RACE_SECONDS (default 20) per race, and stop at the first
+# success.
+set -uo pipefail
+if [ $# -ne 3 ]; then
+  echo "usage: attacks.sh TOKENLOCK COUNTER_CGI RACER" >&2
+  exit 64
+fi
+if [ "$(id -u)" != 0 ]; then
+  echo "SKIP: the security suite needs root, to create the accounts tl_victim and tl_attacker (run ctest -L security as root)"
+  exit 77
+fi
+for tool in setpriv useradd userdel groupadd groupdel mkfifo timeout stat; do
+  command -v "$tool" >/dev/null ||
+    { echo "SKIP: $tool is not installed (util-linux, passwd, coreutils)"; exit 77; }
+done
+tries=${TL_SECURITY_TRIES:-100}
+race_seconds=${TL_SECURITY_RACE_SECONDS:-20}
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=tests/security/setup.sh
+. "$here/setup.sh"
+# shellcheck source=tests/security/attacks_files.sh
+. "$here/attacks_files.sh"
+# shellcheck source=tests/security/attacks_lock.sh
+. "$here/attacks_lock.sh"
+# shellcheck source=tests/security/attacks_redis.sh
+. "$here/attacks_redis.sh"
+
+make_world "$1" "$2" "$3"
+attack_1
+attack_2
+attack_3
+attack_4
+attack_5
+attack_6
+attack_7
+attack_8
+attack_redis
+group_shared_setup
+echo "security suite: $succeeded of $reported checks SUCCEEDED against tokenlock"
+[ "$succeeded" = 0 ]
