@@ -12,10 +12,11 @@
 # Everything else lives in one directory under /tmp, removed at the end:
 #   sticky/  mode 1777, standing for /tmp
 #   shared/  mode 0777, a directory the attacker can write
+#   group-locks/  mode 2770 in tl_share: locks shared by group, by choice
 #   victim/  the victim's home, with canary files in docs/ and .ssh/
 #   rootdir/ a root-owned directory with canaries (root as the victim)
 # Races run up to TL_SECURITY_TRIES times (default 100) within
-# TL_SECURITY_RACE_SECONDS (default 20) per race, and stop at the first
+# TL_SECURITY_RACE_SECONDS (default 15) per race, and stop at the first
 # success.
 set -uo pipefail
 if [ $# -ne 3 ]; then
@@ -31,7 +32,7 @@ for tool in setpriv useradd userdel groupadd groupdel mkfifo timeout stat; do
     { echo "SKIP: $tool is not installed (util-linux, passwd, coreutils)"; exit 77; }
 done
 tries=${TL_SECURITY_TRIES:-100}
-race_seconds=${TL_SECURITY_RACE_SECONDS:-20}
+race_seconds=${TL_SECURITY_RACE_SECONDS:-15}
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/security/setup.sh
 . "$here/setup.sh"

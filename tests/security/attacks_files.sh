@@ -4,16 +4,16 @@
 # renames her own file onto the updater's temporary file as soon as it
 # appears. Odd tries run incr, even ones write --lock.
 attack_2() {
-  local lock=$shared/c2.count.lock s=$work/scratch/two start=$SECONDS count=5
+  local lock=$sticky/c2.count.lock s=$work/scratch/two start=$SECONDS count=5
   local try rc racer_pid problems="" detail="no try ran" target prefix want
-  echo $count >"$shared/c2.count" && echo "victim data" >"$shared/d2.txt"
-  chown tl_victim: "$shared/c2.count" "$shared/d2.txt" && chmod 0644 "$shared/c2.count" "$shared/d2.txt"
+  echo $count >"$sticky/c2.count" && echo "victim data" >"$sticky/d2.txt"
+  chown tl_victim: "$sticky/c2.count" "$sticky/d2.txt" && chmod 0644 "$sticky/c2.count" "$sticky/d2.txt"
   for ((try = 1; try <= tries && SECONDS - start < race_seconds; try++)); do
     "${as_attacker[@]}" sh -c 'umask 0; [ -e "$1" ] || mkdir -p "$1/lockfile/w"; [ ! -d "$1/lockfile" ] || mkdir -p "$1/lockfile/w"
-      echo 999999 >"$2"' sh "$lock" "$shared/attacker.src"
-    if ((try % 2)); then target=$shared/c2.count prefix=.c2.count.tmp.; else target=$shared/d2.txt prefix=.d2.txt.tmp.; fi
+      echo 999999 >"$2"' sh "$lock" "$sticky/attacker.src"
+    if ((try % 2)); then target=$sticky/c2.count prefix=.c2.count.tmp.; else target=$sticky/d2.txt prefix=.d2.txt.tmp.; fi
     rm -f "$s.ready"
-    "${as_attacker[@]}" "$racer" swap-temp "$lock/lockfile/w" "$prefix" "$shared/attacker.src" "$s.ready" 10000 >"$s.racer" 2>&1 &
+    "${as_attacker[@]}" "$racer" swap-temp "$lock/lockfile/w" "$prefix" "$sticky/attacker.src" "$s.ready" 10000 >"$s.racer" 2>&1 &
     racer_pid=$!
     wait_for_file "$s.ready" || { problems="the racer did not start: $(head -1 "$s.racer")"; break; }
     if ((try % 2)); then
@@ -83,11 +83,11 @@ endless_counter() {
   # AddressSanitizer reserves terabytes of address space: in such a build
   # the bound on the resident size alone tells.
   grep -aq __asan_init "$tl" && vlimit=unlimited
-  "${as_attacker[@]}" ln -s /dev/zero "$shared/z5.count"
+  "${as_attacker[@]}" ln -s /dev/zero "$sticky/z5.count"
   rm -f "$s.rusage"
   timeout -k 2 20 "${as_victim[@]}" \
     bash -c 'ulimit -v "$1"; exec "$2" rusage "$3" "$4" incr "$5"' sh \
-    "$vlimit" "$racer" "$s.rusage" "$tl" "$shared/z5.count" >/dev/null 2>"$s.err"
+    "$vlimit" "$racer" "$s.rusage" "$tl" "$sticky/z5.count" >/dev/null 2>"$s.err"
   rc=$?
   read -r sig code rss <"$s.rusage" 2>/dev/null || { sig=timeout code=$rc rss=0; }
   if [ "$sig" != 0 ] || [ "$code" -lt 1 ] || [ "$code" = 70 ] || [ "$code" -gt 77 ] ||
@@ -97,7 +97,7 @@ endless_counter() {
   elif [ "$rss" -gt 100000 ]; then
     problems="incr on a link to /dev/zero used $rss KB (exit $code)"
   fi
-  lock_free "$shared/z5.count.lock" || problems="$problems; the lock is not free afterwards"
+  lock_free "$sticky/z5.count.lock" || problems="$problems; the lock is not free afterwards"
   report "attack 5a" "$problems" "exit $code with $rss KB at most: $(first_line "$s.err")"
 }
 
@@ -105,18 +105,18 @@ endless_counter() {
 # block, and the lock is free afterwards.
 fifo_counter() {
   local s=$work/scratch/fiveb problems="" rc name
-  "${as_attacker[@]}" mkfifo -m 0666 "$shared/f5.count"
-  "${as_attacker[@]}" ln -s "$shared/f5.count" "$shared/l5.count"
+  "${as_attacker[@]}" mkfifo -m 0666 "$sticky/f5.count"
+  "${as_attacker[@]}" ln -s "$sticky/f5.count" "$sticky/l5.count"
   for name in f5 l5; do
-    timeout -k 2 10 "${as_victim[@]}" "$tl" incr "$shared/$name.count" >/dev/null 2>"$s.err"
+    timeout -k 2 10 "${as_victim[@]}" "$tl" incr "$sticky/$name.count" >/dev/null 2>"$s.err"
     rc=$?
     if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
-      problems="$problems incr on $name.count ($(stat -c %F "$shared/$name.count")) still blocked after 10 s;"
+      problems="$problems incr on $name.count ($(stat -c %F "$sticky/$name.count")) still blocked after 10 s;"
     elif [ "$rc" = 0 ]; then
-      problems="$problems incr on $name.count ($(stat -c %F "$shared/$name.count")) succeeded;"
+      problems="$problems incr on $name.count ($(stat -c %F "$sticky/$name.count")) succeeded;"
     fi
-    lock_free "$shared/$name.count.lock" ||
-      problems="$problems the lock is not free: $("$tl" status "$shared/$name.count.lock" 2>&1 | head -1);"
+    lock_free "$sticky/$name.count.lock" ||
+      problems="$problems the lock is not free: $("${as_victim[@]}" "$tl" status "$sticky/$name.count.lock" 2>&1 | head -1);"
   done
   report "attack 5b" "$problems" "exit $rc at once on a link to a FIFO: $(first_line "$s.err")"
 }
@@ -124,9 +124,9 @@ fifo_counter() {
 # 5c: counter.cgi with peek=1 on the attacker's FIFO.
 fifo_cgi() {
   local s=$work/scratch/fivec problems="" rc
-  "${as_attacker[@]}" mkfifo -m 0666 "$shared/fc.count"
+  "${as_attacker[@]}" mkfifo -m 0666 "$sticky/fc.count"
   timeout -k 2 10 "${as_victim[@]}" \
-    env -i REQUEST_METHOD=GET QUERY_STRING='id=fc&peek=1' TOKENLOCK_COUNTER_DIR="$shared" \
+    env -i REQUEST_METHOD=GET QUERY_STRING='id=fc&peek=1' TOKENLOCK_COUNTER_DIR="$sticky" \
     "$cgi" >"$s.out" 2>"$s.err"
   rc=$?
   if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then

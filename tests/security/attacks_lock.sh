@@ -21,8 +21,8 @@ fill_stale_lock() {
 # stale token with `run -n`; the attacker's racer renames the victim's
 # token away as soon as it appears and links the name to $3.
 clearing_race() {
-  local label=$1 who=$2 target=$3 owner=$4 mode=$5 dir_env=$6
-  local lock=$shared/$label.lock s=$work/scratch/$label start=$SECONDS
+  local label=$1 who=$2 target=$3 owner=$4 mode=$5 dir_env=$6 parent=$7
+  local lock=$parent/$label.lock s=$work/scratch/$label start=$SECONDS
   local try rc racer_pid problems="" damage detail="no try ran"
   plant_canaries "$target" "$owner"
   for ((try = 1; try <= tries && SECONDS - start < race_seconds; try++)); do
@@ -59,20 +59,21 @@ clearing_race() {
 }
 
 attack_1() {
-  clearing_race a tl_victim "$home" tl_victim 0777 ""
-  clearing_race b root "$rootdir" root 0777 ""
+  clearing_race a tl_victim "$home" tl_victim 0777 "" "$sticky"
+  clearing_race b root "$rootdir" root 0777 "" "$sticky"
   # Group sharing chosen: the directory is trusted, so only walking by
   # descriptor keeps the victim's files safe.
-  clearing_race c tl_victim "$home" tl_victim 2770 TOKENLOCK_DIR_MODE=0770
+  clearing_race c tl_victim "$home" tl_victim 2770 TOKENLOCK_DIR_MODE=0770 "$group_locks"
 }
 
-# A holder run by the victim whose command waits on a FIFO until
-# stop_holder; sets holder_pid. 1 when `run` ended without starting it.
+# A holder run by the victim (with the environment assignment $4, if
+# any) whose command waits on a FIFO until stop_holder; sets holder_pid.
+# 1 when `run` ended without starting it.
 start_holder() {
   local lock=$1 lease=$2 s=$work/scratch/$3 i
   rm -f "$s.started" "$s.fifo"
   mkfifo -m 0666 "$s.fifo"
-  "${as_victim[@]}" "$tl" run --lease "$lease" "$lock" sh -c 'touch "$1.started"; read -r x <"$1.fifo"' sh "$s" \
+  "${as_victim[@]}" env ${4:+"$4"} "$tl" run --lease "$lease" "$lock" sh -c 'touch "$1.started"; read -r x <"$1.fifo"' sh "$s" \
     >/dev/null 2>"$s.err" &
   holder_pid=$!
   started_pids+=("$holder_pid")
@@ -215,7 +216,7 @@ left_intact() {
   [ "$(cat "$file")" = "$want" ] || printf '%s ' "$file now holds '$(head -c 40 "$file")', not '$want';"
   temps=$(find "$home/data" -name '*.tmp.*' | head -3 | tr '\n' ' ')
   [ -z "$temps" ] || printf '%s ' "temporary files left: $temps;"
-  lock_free "$lock" || printf '%s ' "the lock $lock is not free: $("$tl" status "$lock" 2>&1 | head -1);"
+  lock_free "$lock" || printf '%s ' "the lock $lock is not free: $("${as_victim[@]}" "$tl" status "$lock" 2>&1 | head -1);"
 }
 
 # 8a: RLIMIT_FSIZE on incr and write: exit 73, nothing left behind.
@@ -278,7 +279,7 @@ tiny_leases() {
 # bytes. The attacker shares the lock by group (chosen by the victim), and
 # plants a token name with an escape sequence.
 control_bytes() {
-  local lock=$shared/ctl s=$work/scratch/ctl problems="" rc out
+  local lock=$group_locks/ctl s=$work/scratch/ctl problems="" rc out
   "${as_attacker[@]}" sh -c 'umask 0; mkdir -m 2770 "$1" && chgrp tl_share "$1" &&
     mkdir -m 2770 "$1/$(printf "lockfile.\033]0;pwned\007\033[2J")"' sh "$lock"
   "${as_victim[@]}" env TOKENLOCK_DIR_MODE=0770 "$tl" run -n "$lock" true >"$s.out" 2>"$s.err"
@@ -293,11 +294,32 @@ control_bytes() {
   report "attack 8d" "$problems" "run -n exited $rc: $(first_line "$s.err")"
 }
 
+# 8h: a release that fails for another reason than a lost lock: the
+# group member who owns the lock directory takes its write permission
+# away while the victim's command runs. run must not exit 0.
+failed_release() {
+  local lock=$group_locks/rel s=$work/scratch/rel problems=""
+  "${as_attacker[@]}" sh -c 'mkdir -m 2770 "$1" "$1/lockfile"' sh "$lock"
+  if start_holder "$lock" 60 rel TOKENLOCK_DIR_MODE=0770; then
+    "${as_attacker[@]}" chmod 2550 "$lock"
+    stop_holder rel
+    [ "$holder_rc" != 0 ] || problems="run exited 0 although its release failed (lock directory made read-only)"
+    [ "$holder_rc" != 0 ] && ! [ -s "$s.err" ] && problems="run exited $holder_rc and said nothing"
+    [ -e "$lock/lockfile" ] && problems="the release did not fail: the attack did not take place"
+  else
+    stop_holder rel
+    problems="run in the group-shared lock did not start its command (exit $holder_rc): $(first_line "$s.err")"
+  fi
+  chmod 2770 "$lock"
+  report "attack 8h" "$problems" "run exited $holder_rc: $(first_line "$s.err")"
+}
+
 attack_8() {
   file_size_limit
   sticky_empty_dir
   tiny_leases
   control_bytes
+  failed_release
 }
 
 # The documented group set-up across two real users: a data directory

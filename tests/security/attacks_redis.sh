@@ -68,25 +68,25 @@ redis_localhost() {
 # 2 through Redis: counter.cgi's fence directory TARGET.fence made by the
 # attacker (mode 0777), her file renamed onto the temporary file in it.
 redis_fence_dir() {
-  local fence=$shared/r4.count.fence s=$work/scratch/rfence start=$SECONDS count=5
+  local fence=$sticky/r4.count.fence s=$work/scratch/rfence start=$SECONDS count=5
   local try racer_pid problems="" detail="no try ran" entry
-  echo $count >"$shared/r4.count" && chown tl_victim: "$shared/r4.count"
+  echo $count >"$sticky/r4.count" && chown tl_victim: "$sticky/r4.count"
   "${as_attacker[@]}" sh -c 'umask 0; mkdir -p "$1/f.00000000000000000000"' sh "$fence"
   for ((try = 1; try <= tries && SECONDS - start < race_seconds; try++)); do
     entry=$(ls -A "$fence" | head -1)
-    "${as_attacker[@]}" sh -c 'umask 0; echo 999999 >"$1"' sh "$shared/attacker-r.src"
+    "${as_attacker[@]}" sh -c 'umask 0; echo 999999 >"$1"' sh "$sticky/attacker-r.src"
     rm -f "$s.ready"
-    "${as_attacker[@]}" "$racer" swap-temp "$fence/$entry" .r4.count.tmp. "$shared/attacker-r.src" "$s.ready" 10000 \
+    "${as_attacker[@]}" "$racer" swap-temp "$fence/$entry" .r4.count.tmp. "$sticky/attacker-r.src" "$s.ready" 10000 \
       >"$s.racer" 2>&1 &
     racer_pid=$!
     wait_for_file "$s.ready" || { problems="the racer did not start: $(head -1 "$s.racer")"; break; }
-    "${as_victim[@]}" env -i REQUEST_METHOD=GET QUERY_STRING=id=r4 TOKENLOCK_COUNTER_DIR="$shared" \
+    "${as_victim[@]}" env -i REQUEST_METHOD=GET QUERY_STRING=id=r4 TOKENLOCK_COUNTER_DIR="$sticky" \
       TOKENLOCK_COUNTER_REDIS="$redis_url" "$cgi" >"$s.out" 2>"$s.err"
     kill "$racer_pid" 2>/dev/null
     wait "$racer_pid" 2>/dev/null
     grep -q '^Status: 200' "$s.out" && count=$((count + 1))
-    if [ "$(cat "$shared/r4.count")" != "$count" ] || [ "$(stat -c %U "$shared/r4.count")" != tl_victim ]; then
-      problems="try $try: r4.count now holds '$(head -c 20 "$shared/r4.count")', owner $(stat -c %U "$shared/r4.count") (counter.cgi: $(head -1 "$s.out" | tr -d '\r'))"
+    if [ "$(cat "$sticky/r4.count")" != "$count" ] || [ "$(stat -c %U "$sticky/r4.count")" != tl_victim ]; then
+      problems="try $try: r4.count now holds '$(head -c 20 "$sticky/r4.count")', owner $(stat -c %U "$sticky/r4.count") (counter.cgi: $(head -1 "$s.out" | tr -d '\r'))"
       break
     fi
     if grep -q '^Status: 200' "$s.out" || ! grep -q refusing "$s.err"; then

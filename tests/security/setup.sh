@@ -66,6 +66,9 @@ make_world() {
   sticky=$work/sticky shared=$work/shared home=$work/victim rootdir=$work/rootdir
   mkdir "$sticky" "$shared" "$home" "$rootdir" "$work/scratch"
   chmod 1777 "$sticky" && chmod 0777 "$shared" "$work/scratch"
+  # Where both accounts share locks by group, as docs/security.md sets up.
+  group_locks=$work/group-locks
+  mkdir -m 2770 "$group_locks" && chgrp tl_share "$group_locks"
   plant_canaries "$home" tl_victim
   plant_canaries "$rootdir" root
   mkdir -m 0755 "$home/locks" "$home/data"
@@ -143,7 +146,7 @@ refusal_explained() {
 
 # The lock at $1 is free: `status` says so.
 lock_free() {
-  [ "$("$tl" status "$1" 2>/dev/null | head -1)" = free ]
+  [ "$("${as_victim[@]}" "$tl" status "$1" 2>/dev/null | head -1)" = free ]
 }
 
 # Records one verdict: report NAME "" DETAIL (refused) or report NAME
