@@ -205,8 +205,10 @@ attack_7() {
     fi
     sleep 0.1
   done
+  local how="the lock stayed held while the command lived (run -n exited ${rc:-none})"
+  alive "$cmd_pid" || how="its command was stopped"
   kill -KILL "$cmd_pid" 2>/dev/null
-  report "attack 7" "$problems" "after kill -9 of run its command is stopped or keeps the lock"
+  report "attack 7" "$problems" "after kill -9 of run, $how"
 }
 
 # What a refused update must leave: $1 holding $2, no temporary file under
@@ -290,7 +292,7 @@ control_bytes() {
       problems="$problems $(basename "$out") carries raw control bytes: $(od -c "$out" | head -2 | tr -s ' ' | tr '\n' ' ');"
   done
   [ "$rc" != 0 ] || problems="$problems run -n exited 0 in a lock with a malformed token;"
-  grep -q -e '\\x1b' -e refusing "$s.err" || problems="$problems the name is not shown escaped (\\x1b): $(first_line "$s.err");"
+  grep -qi -e '\\x1b' -e refusing "$s.err" || problems="$problems the name is not shown escaped (\\x1b): $(first_line "$s.err");"
   report "attack 8d" "$problems" "run -n exited $rc: $(first_line "$s.err")"
 }
 
