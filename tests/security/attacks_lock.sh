@@ -23,8 +23,12 @@ fill_stale_lock() {
 clearing_race() {
   local label=$1 who=$2 target=$3 owner=$4 mode=$5 dir_env=$6 parent=$7
   local lock=$parent/$label.lock s=$work/scratch/$label start=$SECONDS
-  local try rc racer_pid problems="" damage detail="no try ran"
+  local try rc racer_pid problems="" unrefused="" damage detail="no try ran"
   plant_canaries "$target" "$owner"
+  # The race's time counts from the first lock made: making 20,000 files
+  # takes seconds on a loaded host.
+  fill_stale_lock "$lock" "$mode"
+  start=$SECONDS
   for ((try = 1; try <= tries && SECONDS - start < race_seconds; try++)); do
     fill_stale_lock "$lock" "$mode"
     rm -f "$s.ready"
@@ -49,13 +53,12 @@ clearing_race() {
       problems="exit 77 without 'refusing' and uid $attacker_uid: $(first_line "$s.err")"
       break
     fi
-    if [ "$mode" = 0777 ] && [ "$rc" != 77 ]; then
-      problems="try $try: run -n as $who exited $rc in a lock directory of mode 0777, not 77: $(first_line "$s.err")"
-      break
-    fi
-    detail="$((try)) tries in ${race_seconds}s at most, canaries intact, last exit $rc: $(first_line "$s.err")"
+    # Not refused, but the race not won yet: the next try may win it.
+    [ "$mode" = 0777 ] && [ "$rc" != 77 ] && [ -z "$unrefused" ] &&
+      unrefused="run -n as $who exited $rc in a lock directory of mode 0777, not 77 (the race was not won in $try tries)"
+    detail="$try tries in ${race_seconds}s at most, canaries intact, last exit $rc: $(first_line "$s.err")"
   done
-  report "attack 1$label" "$problems" "$detail"
+  report "attack 1$label" "${problems:-$unrefused}" "$detail"
 }
 
 attack_1() {

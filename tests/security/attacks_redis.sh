@@ -69,7 +69,7 @@ redis_localhost() {
 # attacker (mode 0777), her file renamed onto the temporary file in it.
 redis_fence_dir() {
   local fence=$sticky/r4.count.fence s=$work/scratch/rfence start=$SECONDS count=5
-  local try racer_pid problems="" detail="no try ran" entry
+  local try racer_pid problems="" unrefused="" detail="no try ran" entry
   echo $count >"$sticky/r4.count" && chown tl_victim: "$sticky/r4.count"
   "${as_attacker[@]}" sh -c 'umask 0; mkdir -p "$1/f.00000000000000000000"' sh "$fence"
   for ((try = 1; try <= tries && SECONDS - start < race_seconds; try++)); do
@@ -89,13 +89,13 @@ redis_fence_dir() {
       problems="try $try: r4.count now holds '$(head -c 20 "$sticky/r4.count")', owner $(stat -c %U "$sticky/r4.count") (counter.cgi: $(head -1 "$s.out" | tr -d '\r'))"
       break
     fi
-    if grep -q '^Status: 200' "$s.out" || ! grep -q refusing "$s.err"; then
-      problems="try $try: counter.cgi used the attacker's fence directory (mode 0777): $(head -1 "$s.out" | tr -d '\r'), log: $(first_line "$s.err")"
-      break
+    # Not refused, but the race not won yet: the next try may win it.
+    if { grep -q '^Status: 200' "$s.out" || ! grep -q refusing "$s.err"; } && [ -z "$unrefused" ]; then
+      unrefused="counter.cgi used the attacker's fence directory (mode 0777) (the race was not won in $try tries): $(head -1 "$s.out" | tr -d '\r'), log: $(first_line "$s.err")"
     fi
     detail="$try tries, count and owner intact: $(head -1 "$s.out" | tr -d '\r'), log: $(first_line "$s.err")"
   done
-  report "attack 2r (Redis fence directory)" "$problems" "$detail"
+  report "attack 2r (Redis fence directory)" "${problems:-$unrefused}" "$detail"
 }
 
 attack_redis() {
