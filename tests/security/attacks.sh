@@ -44,15 +44,15 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/attacks_redis.sh"
 
 make_world "$1" "$2" "$3"
+# Attack 1 aims at the canaries and checks them itself; after each of the
+# others, the victim's and root's canaries must be as they were too.
 attack_1
-attack_2
-attack_3
-attack_4
-attack_5
-attack_6
-attack_7
-attack_8
-attack_redis
+plant_canaries "$home" tl_victim
+plant_canaries "$rootdir" root
+for attack in 2 3 4 5 6 7 8 redis; do
+  "attack_$attack"
+  canaries_checked "attack $attack"
+done
 group_shared_setup
 echo "security suite: $succeeded of $reported checks SUCCEEDED against tokenlock"
 [ "$succeeded" = 0 ]

@@ -102,6 +102,17 @@ canaries_damage() {
   done
 }
 
+# After attack $1: any damage to the canaries counts as its success, and
+# they are planted again for the next one.
+canaries_checked() {
+  local damage
+  damage="$(canaries_damage "$home" tl_victim)$(canaries_damage "$rootdir" root)"
+  [ -z "$damage" ] && return 0
+  report "$1" "canaries damaged: $damage" ""
+  plant_canaries "$home" tl_victim
+  plant_canaries "$rootdir" root
+}
+
 # A held token of the attacker's whose owner is dead: stale on this host.
 # Made with the command in a private directory of the attacker's, so that
 # its name is one the protocol accepts. Sets stale_token.
