@@ -356,3 +356,25 @@ TEST_F(TrustTest, TheLongestLeaseAllowedIsNeverJudgedImplausibleByAProcessThatAl
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(TrustTest, ALockMadeInASetgidDirectoryKeepsItsGroupDownToTheToken) {
+  // The documented group set-up: a data directory of mode 2770 in the
+  // shared group. The lock directory and its token keep that group (and the
+  // setgid bit), so that the other members trust them.
+  if (!root()) GTEST_SKIP() << "needs root to give the directory another group";
+  const gid_t shared = 65534;
+  ASSERT_EQ(::chown(tmp.path().c_str(), ::geteuid(), shared), 0);
+  ASSERT_EQ(::chmod(tmp.path().c_str(), 02770), 0);
+  lock_handle h = lock_for(a).acquire();
+  struct stat d {}, t {};
+  ASSERT_EQ(::stat(dir.c_str(), &d), 0);
+  ASSERT_EQ(::stat(h.path().c_str(), &t), 0);
+  EXPECT_EQ(d.st_gid, shared);
+  EXPECT_EQ(t.st_gid, shared);
+  EXPECT_EQ(d.st_mode & 07777, 02755u) << "dir_mode, and the setgid bit it inherited";
+  h.release();
+}
+
+}  // namespace

@@ -169,7 +169,9 @@ class os {
   virtual std::error_code rename_at(int from_at, const std::string& from, int to_at,
                                     const std::string& to) noexcept = 0;
   // mkdirat(2), then the mode applied exactly (as make_directory) through a
-  // descriptor opened without following links.
+  // descriptor opened without following links. Both keep the setgid bit a
+  // new directory inherits from a setgid parent, which gives its entries
+  // the shared group (docs/security.md).
   virtual std::error_code make_directory_at(int at, const std::string& name,
                                             unsigned mode) noexcept = 0;
   // unlinkat(2): rmdir with `directory`, unlink otherwise. Never follows.

@@ -450,7 +450,9 @@ class posix_os final : public os {
   std::error_code make_directory(const std::string& path, unsigned mode) noexcept override {
     if (retry_eintr([&] { return ::mkdir(path.c_str(), static_cast<mode_t>(mode)); }) != 0)
       return last_errno();
-    if (retry_eintr([&] { return ::chmod(path.c_str(), static_cast<mode_t>(mode)); }) != 0) {
+    struct stat st {};
+    const mode_t keep = ::lstat(path.c_str(), &st) == 0 ? (st.st_mode & S_ISGID) : 0;  // as make_directory_at
+    if (retry_eintr([&] { return ::chmod(path.c_str(), static_cast<mode_t>(mode) | keep); }) != 0) {
       auto ec = last_errno();
       ::rmdir(path.c_str());
       return ec;
@@ -535,7 +537,12 @@ class posix_os final : public os {
       return last_errno();
     int fd = -1;
     std::error_code ec = open_directory(at, name, fd);
-    if (!ec && retry_eintr([&] { return ::fchmod(fd, static_cast<mode_t>(mode)); }) != 0)
+    struct stat st {};
+    if (!ec && ::fstat(fd, &st) != 0) ec = last_errno();
+    // The setgid bit a directory inherits from a setgid parent stays: it is
+    // what gives the entries of a group-shared directory its group.
+    const mode_t keep = st.st_mode & S_ISGID;
+    if (!ec && retry_eintr([&] { return ::fchmod(fd, static_cast<mode_t>(mode) | keep); }) != 0)
       ec = last_errno();
     if (fd >= 0) ::close(fd);
     if (ec) ::unlinkat(at, name.c_str(), AT_REMOVEDIR);
