@@ -40,6 +40,29 @@ unsigned mode_of(const fs::path& p) {
   return st.st_mode & 07777;
 }
 
+struct stat lstat_of(const fs::path& p) {
+  struct stat st {};
+  EXPECT_EQ(::lstat(p.c_str(), &st), 0) << p;
+  return st;
+}
+
+// Another user, for links and files a test gives away (nobody).
+constexpr unsigned other_uid = 65534;
+
+// A directory like /tmp: sticky and writable by all, owned by `owner`.
+fs::path sticky_dir(const fs::path& p, unsigned owner) {
+  fs::create_directories(p);
+  EXPECT_EQ(::chown(p.c_str(), owner, owner), 0) << p;
+  EXPECT_EQ(::chmod(p.c_str(), 01777), 0) << p;
+  return p;
+}
+
+// A symbolic link at `link` to `to`, owned by `owner`.
+void link_owned_by(const fs::path& to, const fs::path& link, unsigned owner) {
+  fs::create_symlink(to, link);
+  ASSERT_EQ(::lchown(link.c_str(), owner, owner), 0) << link;
+}
+
 class AtomicWriteTest : public ::testing::Test {
  protected:
   temp_dir tmp;
@@ -94,14 +117,25 @@ TEST_F(AtomicWriteTest, AppliesTheCallersModeExactly) {
   EXPECT_EQ(mode_of(target), 0664u);
 }
 
-TEST_F(AtomicWriteTest, TheCallersModeIsForNewFilesOnly) {
+TEST_F(AtomicWriteTest, TheCallersModeWinsOverTheModeOfTheFileItReplaces) {
   spit(target, "old");
-  fs::permissions(target, fs::perms(0600));
+  fs::permissions(target, fs::perms(0644));
   write_options o;
-  o.mode = 0664;
+  o.mode = 0600;
   tokenlock::atomic_write(target, "new", o);
-  EXPECT_EQ(mode_of(target), 0600u) << "an existing file keeps its mode";
+  EXPECT_EQ(mode_of(target), 0600u) << "an explicit mode always wins";
   EXPECT_EQ(slurp(target), "new");
+  EXPECT_TRUE(temp_files(tmp.path()).empty());
+}
+
+TEST_F(AtomicWriteTest, NeverCopiesSetuidSetgidOrStickyFromTheFileItReplaces) {
+  spit(target, "#!/bin/sh\n");
+  ASSERT_EQ(::chmod(target.c_str(), 07755), 0);
+  ASSERT_EQ(mode_of(target) & 06000, 06000u) << "the set-up needs the bits set";
+  tokenlock::atomic_write(target, "new");
+  EXPECT_EQ(mode_of(target), 0755u) << "the permission bits only";
+  EXPECT_EQ(slurp(target), "new");
+  EXPECT_TRUE(temp_files(tmp.path()).empty());
 }
 
 TEST_F(AtomicWriteTest, KeepsTheOwnerWhenRunningAsRoot) {
@@ -122,10 +156,12 @@ TEST_F(AtomicWriteTest, ReplacesASymlinkByDefaultAndWritesNothingOutsideItsDirec
   fs::permissions(tmp / "b" / "real", fs::perms(0600));
   fs::create_symlink("../b/real", tmp / "a" / "link");
   auto outside = snapshot(tmp / "b");
+  mode_t old = ::umask(022);
   tokenlock::atomic_write(tmp / "a" / "link", "inside");
+  ::umask(old);
   EXPECT_FALSE(fs::is_symlink(tmp / "a" / "link"));
   EXPECT_EQ(slurp(tmp / "a" / "link"), "inside");
-  EXPECT_EQ(mode_of(tmp / "a" / "link"), 0600u) << "the mode of what the link pointed to";
+  EXPECT_EQ(mode_of(tmp / "a" / "link"), 0644u) << "a new file's, not what the link pointed to's";
   EXPECT_EQ(slurp(tmp / "b" / "real"), "outside");
   EXPECT_EQ(snapshot(tmp / "b"), outside);
   EXPECT_TRUE(temp_files(tmp / "a").empty());
@@ -200,6 +236,178 @@ TEST_F(AtomicWriteTest, SyncsAsMuchAsTheDurabilityLevelSays) {
     EXPECT_EQ(file_syncs, level == durability::none ? 0 : 1);
     EXPECT_EQ(dir_syncs, level == durability::file_and_dir ? 1 : 0);
   }
+}
+
+// ---- symbolic links and other users' files --------------------------------
+
+TEST_F(AtomicWriteTest, ReplacingAnotherUsersSymlinkGivesTheCallerAFileWithTheCallersMode) {
+  if (::geteuid() != 0) GTEST_SKIP() << "only root can make a link owned by another user";
+  const fs::path shared = sticky_dir(tmp / "shared", 0);
+  fs::create_directories(tmp / "theirs");
+  const fs::path dest = tmp / "theirs" / "file";
+  spit(dest, "theirs\n");
+  ASSERT_EQ(::chown(dest.c_str(), other_uid, other_uid), 0);
+  ASSERT_EQ(::chmod(dest.c_str(), 0666), 0);
+  const fs::path link = shared / "out";
+  link_owned_by(dest, link, other_uid);
+  write_options o;
+  o.mode = 0600;
+  tokenlock::atomic_write(link, "root's secret\n", o);
+  struct stat st = lstat_of(link);
+  EXPECT_TRUE(S_ISREG(st.st_mode)) << "the link is replaced by a file";
+  EXPECT_EQ(st.st_mode & 07777, 0600u) << "--mode is not ignored";
+  EXPECT_EQ(st.st_uid, 0u) << "not given to the link target's owner";
+  EXPECT_EQ(st.st_gid, 0u);
+  EXPECT_EQ(slurp(link), "root's secret\n");
+  EXPECT_EQ(slurp(dest), "theirs\n");
+  EXPECT_EQ(lstat_of(dest).st_uid, other_uid);
+
+  // Without a mode: a new file's, 0644 minus the umask, still the caller's.
+  fs::remove(link);
+  link_owned_by(dest, link, other_uid);
+  mode_t old = ::umask(027);
+  tokenlock::atomic_write(link, "again\n");
+  ::umask(old);
+  st = lstat_of(link);
+  EXPECT_EQ(st.st_mode & 07777, 0640u) << "not the 0666 of what the link pointed to";
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_EQ(slurp(dest), "theirs\n");
+  EXPECT_TRUE(temp_files(shared).empty());
+}
+
+TEST_F(AtomicWriteTest, ReplacingASymlinkToASetuidProgramMakesNoSetuidFile) {
+  const fs::path prog = tmp / "prog";
+  spit(prog, "#!/bin/sh\n");
+  ASSERT_EQ(::chmod(prog.c_str(), 04755), 0);
+  ASSERT_EQ(mode_of(prog), 04755u) << "the set-up needs the setuid bit";
+  const fs::path link = tmp / "out";
+  fs::create_symlink(prog, link);
+  mode_t old = ::umask(022);
+  tokenlock::atomic_write(link, "new\n");
+  ::umask(old);
+  EXPECT_EQ(mode_of(link), 0644u) << "neither setuid nor the program's execute bits";
+  EXPECT_EQ(slurp(link), "new\n");
+  EXPECT_EQ(mode_of(prog), 04755u);
+  EXPECT_EQ(slurp(prog), "#!/bin/sh\n");
+  EXPECT_TRUE(temp_files(tmp.path()).empty());
+}
+
+TEST_F(AtomicWriteTest, TheCallersModeWinsWhenFollowingALink) {
+  const fs::path dest = tmp / "dest";
+  spit(dest, "old\n");
+  ASSERT_EQ(::chmod(dest.c_str(), 06755), 0);
+  fs::create_symlink("dest", tmp / "link");
+  write_options o;
+  o.symlinks = tokenlock::symlink_policy::follow;
+  o.mode = 0600;
+  tokenlock::atomic_write(tmp / "link", "new\n", o);
+  EXPECT_TRUE(fs::is_symlink(tmp / "link"));
+  EXPECT_EQ(slurp(dest), "new\n");
+  EXPECT_EQ(mode_of(dest), 0600u);
+  o.mode.reset();
+  ASSERT_EQ(::chmod(dest.c_str(), 06755), 0);
+  tokenlock::atomic_write(tmp / "link", "newer\n", o);
+  EXPECT_EQ(mode_of(dest), 0755u) << "the followed file's bits, without setuid and setgid";
+  EXPECT_TRUE(temp_files(tmp.path()).empty());
+}
+
+TEST_F(AtomicWriteTest, FollowingRefusesAnotherUsersLinkInAStickyDirectoryWritableByAll) {
+  if (::geteuid() != 0) GTEST_SKIP() << "only root can make a link owned by another user";
+  const fs::path shared = sticky_dir(tmp / "shared", 0);
+  const fs::path dest = tmp / "dest";
+  spit(dest, "keep\n");
+  const fs::path link = shared / "planted";
+  link_owned_by(dest, link, other_uid);
+  const auto before = snapshot(tmp.path());
+  write_options o;
+  o.symlinks = tokenlock::symlink_policy::follow;
+  std::error_code ec;
+  tokenlock::atomic_write(link, "root's\n", o, ec);
+  EXPECT_EQ(ec, errc::untrusted);
+  const std::string m = tokenlock::last_error_message();
+  EXPECT_NE(m.find("refusing"), std::string::npos) << m;
+  EXPECT_NE(m.find(link.string()), std::string::npos) << m;
+  EXPECT_NE(m.find("uid " + std::to_string(other_uid)), std::string::npos) << m;
+  EXPECT_NE(m.find("name the file it points to directly"), std::string::npos) << m;
+  EXPECT_EQ(slurp(dest), "keep\n");
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_EQ(snapshot(tmp.path()), before) << "nothing written, no temporary file";
+
+  // The same over the seam, as an ordinary user: refused before any file
+  // is created.
+  target = link;
+  auto f = write_with_fake("x", o);
+  EXPECT_EQ(f.code, errc::untrusted) << f.message;
+  for (const auto& c : sys->calls) EXPECT_NE(c.rfind("create_exclusive", 0), 0u) << c;
+  EXPECT_EQ(slurp(dest), "keep\n");
+  EXPECT_EQ(snapshot(tmp.path()), before);
+}
+
+TEST_F(AtomicWriteTest, FollowingAcceptsTheCallersLinksAndTheDirectoryOwnersLinks) {
+  if (::geteuid() != 0) GTEST_SKIP() << "only root can give links and directories away";
+  write_options o;
+  o.symlinks = tokenlock::symlink_policy::follow;
+  const fs::path dest = tmp / "dest";
+  spit(dest, "old\n");
+  // The caller's own link in a sticky directory.
+  const fs::path mine = sticky_dir(tmp / "mine", 0) / "link";
+  link_owned_by(dest, mine, 0);
+  tokenlock::atomic_write(mine, "by the caller's link\n", o);
+  EXPECT_EQ(slurp(dest), "by the caller's link\n");
+  // The directory owner's link: the owner could replace the directory's
+  // entries anyway.
+  const fs::path owners = sticky_dir(tmp / "owners", other_uid) / "link";
+  link_owned_by(dest, owners, other_uid);
+  tokenlock::atomic_write(owners, "by the owner's link\n", o);
+  EXPECT_EQ(slurp(dest), "by the owner's link\n");
+  // Another user's link where others cannot write, or without the sticky
+  // bit (where anyone could replace the link anyway): the rule is the
+  // kernel's, for sticky directories writable by all.
+  fs::create_directories(tmp / "closed");
+  ASSERT_EQ(::chmod((tmp / "closed").c_str(), 01755), 0);
+  link_owned_by(dest, tmp / "closed" / "link", other_uid);
+  tokenlock::atomic_write(tmp / "closed" / "link", "in a closed directory\n", o);
+  EXPECT_EQ(slurp(dest), "in a closed directory\n");
+  EXPECT_TRUE(fs::is_symlink(mine));
+  EXPECT_TRUE(fs::is_symlink(owners));
+  EXPECT_TRUE(tokenlock::testing::temp_files_below(tmp.path()).empty());
+}
+
+TEST_F(AtomicWriteTest, FollowingChecksEveryLinkOfAChain) {
+  if (::geteuid() != 0) GTEST_SKIP() << "only root can make a link owned by another user";
+  const fs::path shared = sticky_dir(tmp / "shared", 0);
+  const fs::path dest = tmp / "dest";
+  spit(dest, "keep\n");
+  link_owned_by(dest, shared / "second", other_uid);
+  fs::create_directories(tmp / "a");
+  link_owned_by(shared / "second", tmp / "a" / "first", 0);
+  const auto before = snapshot(tmp.path());
+  write_options o;
+  o.symlinks = tokenlock::symlink_policy::follow;
+  std::error_code ec;
+  tokenlock::atomic_write(tmp / "a" / "first", "x", o, ec);
+  EXPECT_EQ(ec, errc::untrusted);
+  EXPECT_NE(tokenlock::last_error_message().find((shared / "second").string()), std::string::npos)
+      << tokenlock::last_error_message();
+  EXPECT_EQ(slurp(dest), "keep\n");
+  EXPECT_EQ(snapshot(tmp.path()), before);
+}
+
+TEST_F(AtomicWriteTest, FollowingFailsWhenItCannotLookAtTheLinksDirectory) {
+  fs::create_directories(tmp / "a");
+  spit(tmp / "dest", "keep\n");
+  fs::create_symlink("../dest", tmp / "a" / "link");
+  const auto before = snapshot(tmp.path());
+  sys->fail(op::status_following, (tmp / "a").string(), EIO);
+  target = tmp / "a" / "link";
+  write_options o;
+  o.symlinks = tokenlock::symlink_policy::follow;
+  auto f = write_with_fake("x", o);
+  EXPECT_EQ(f.code, std::errc::io_error);
+  EXPECT_NE(f.message.find("cannot look at the directory"), std::string::npos) << f.message;
+  EXPECT_NE(f.message.find(target.string()), std::string::npos) << f.message;
+  EXPECT_EQ(slurp(tmp / "dest"), "keep\n");
+  EXPECT_EQ(snapshot(tmp.path()), before);
 }
 
 // ---- every step, every errno: target intact, no temporary file -------------
