@@ -60,6 +60,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -179,10 +180,23 @@ class atomic_file {
   std::unique_ptr<impl> impl_;
 };
 
-// The whole contents of `path`, or std::nullopt when it does not exist.
-// Other failures (EACCES, EISDIR, EIO ...) are errors.
+// The most read_file() reads unless told otherwise, and the default of
+// update_options::read_limit: 64 MiB.
+constexpr std::uint64_t default_read_limit = std::uint64_t{64} << 20;
+
+// The whole contents of the regular file `path`, or std::nullopt when it
+// does not exist. Only a regular file is read: a FIFO, a device or a socket
+// is refused with EINVAL, a directory with EISDIR, before anything is read
+// (the open cannot block on a FIFO). A file larger than `limit` bytes
+// (default_read_limit when not given) fails with EFBIG without being read.
+// Symbolic links are followed, under the rule of symlink_policy::follow
+// (errc::untrusted for another user's link in a sticky directory writable
+// by all). Other failures (EACCES, EIO ...) are errors.
 std::optional<std::string> read_file(const boost::filesystem::path& path);
 std::optional<std::string> read_file(const boost::filesystem::path& path,
+                                     std::error_code& ec) noexcept;
+std::optional<std::string> read_file(const boost::filesystem::path& path, std::uint64_t limit);
+std::optional<std::string> read_file(const boost::filesystem::path& path, std::uint64_t limit,
                                      std::error_code& ec) noexcept;
 
 // Removes, from `dir`, temporary files of atomic writes (".<name>.tmp.<16
