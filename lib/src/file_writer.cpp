@@ -97,7 +97,7 @@ failure check_link(os& sys, const char* step, const std::string& link,
           "), a directory that is sticky and writable by all (mode " + mode +
           "), where anyone may plant a link; nothing was written or read: name the file it "
           "points to directly, or have that link removed and made by uid " +
-          std::to_string(me) + " or " + std::to_string(dir_st.uid));
+          std::to_string(me) + (me == dir_st.uid ? "" : " or " + std::to_string(dir_st.uid)));
 }
 
 namespace {

@@ -332,6 +332,8 @@ TEST_F(AtomicWriteTest, FollowingRefusesAnotherUsersLinkInAStickyDirectoryWritab
   EXPECT_NE(m.find(link.string()), std::string::npos) << m;
   EXPECT_NE(m.find("uid " + std::to_string(other_uid)), std::string::npos) << m;
   EXPECT_NE(m.find("name the file it points to directly"), std::string::npos) << m;
+  const std::string fix_end = "made by uid 0";  // the caller and the directory's owner: root
+  EXPECT_EQ(m.compare(m.size() - fix_end.size(), fix_end.size(), fix_end), 0) << m;
   EXPECT_EQ(slurp(dest), "keep\n");
   EXPECT_TRUE(fs::is_symlink(link));
   EXPECT_EQ(snapshot(tmp.path()), before) << "nothing written, no temporary file";
