@@ -1,6 +1,8 @@
 #include "tokenlock/atomic_write.hpp"
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <streambuf>
 #include <vector>
 
@@ -257,41 +259,146 @@ const boost::filesystem::path& atomic_file::temp_path() const noexcept {
 
 namespace detail {
 
+namespace {
+
+const char* type_name(char type) {
+  switch (type) {
+    case 'd': return "a directory";
+    case 'p': return "a FIFO";
+    case 'c': return "a character device";
+    case 'b': return "a block device";
+    case 's': return "a socket";
+    case 'l': return "a symbolic link";
+    default: return "not a regular file";
+  }
+}
+
+// Opens `path` for reading (open_read: O_NOFOLLOW|O_NONBLOCK), following
+// symbolic links one checked hop at a time when the rules allow. fd -1
+// and no failure: nothing is there.
+failure open_for_reading(os& sys, const std::string& path, const read_rules& rules, int& fd) {
+  fd = -1;
+  std::string at = path;
+  for (int hops = 0;; ++hops) {
+    std::error_code ec = sys.open_read(at, fd);
+    if (!ec) return {};
+    fd = -1;
+    if (ec == std::errc::no_such_file_or_directory) return {};
+    // O_NOFOLLOW's answer for a link is ELOOP (EMLINK on FreeBSD); ELOOP
+    // also means a loop among the directories above, which lstat tells.
+    file_status st;
+    const bool link = (ec == std::errc::too_many_symbolic_link_levels ||
+                       ec == std::errc::too_many_links) &&
+                      !sys.status(at, st) && st.is_symlink;
+    if (!link) return make_failure(ec, describe("read", shown_name(at), "cannot open", ec));
+    if (!rules.follow)
+      return make_failure(
+          std::make_error_code(std::errc::too_many_symbolic_link_levels),
+          describe("read", shown_name(at),
+                   "it is a symbolic link, and links are not followed here (the write "
+                   "replaces the link), so what it points to, maybe another user's file, was "
+                   "not read; nothing was written: name the file it points to, ask to follow "
+                   "links (symlink_policy::follow), or remove the link",
+                   {}));
+    if (hops >= 40)
+      return make_failure(
+          ec, describe("read", shown_name(path), "too many levels of symbolic links", ec));
+    if (failure f = check_link(sys, "read", at, st)) return f;
+    std::string to;
+    if (auto lec = sys.read_link(at, to))
+      return make_failure(
+          lec, describe("read", shown_name(at), "cannot read the symbolic link", lec));
+    at = link_destination(at, to);
+  }
+}
+
+failure over_limit(const std::string& path, const read_rules& rules, const std::string& size) {
+  if (rules.counter)
+    return make_failure(errc::corrupt_data,
+                        describe("read counter", shown_name(path),
+                                 "the file holds " + size + " bytes, more than a counter's " +
+                                     std::to_string(rules.limit) +
+                                     " (one decimal of at most 20 digits and a newline); it was "
+                                     "left as it is and not read: repair or remove it by hand",
+                                 {}));
+  const std::error_code ec = std::make_error_code(std::errc::file_too_large);
+  return make_failure(ec, describe("read", shown_name(path),
+                                   "the file is too large: " + size + " bytes, more than " +
+                                       rules.limit_name + " of " + std::to_string(rules.limit) +
+                                       " bytes; nothing was read or written: raise " +
+                                       rules.limit_name + " if the file is meant to be this large",
+                                   {}));
+}
+
+// fstat of what was opened: only a regular file no larger than the limit
+// is read. A FIFO or a device could block or never end, and a path the
+// caller checked before may have been swapped since.
+failure check_opened(os& sys, int fd, const std::string& path, const read_rules& rules,
+                     std::uint64_t& size) {
+  file_status st;
+  if (auto ec = sys.file_status_of(fd, st))
+    return make_failure(
+        ec, describe("read", shown_name(path), "cannot look at the opened file", ec));
+  size = st.size;
+  if (st.is_directory)
+    return make_failure(std::make_error_code(std::errc::is_a_directory),
+                        describe("read", shown_name(path), "is a directory",
+                                 std::make_error_code(std::errc::is_a_directory)) +
+                            "; name a file");
+  if (!st.is_regular)
+    return make_failure(std::make_error_code(std::errc::invalid_argument),
+                        describe("read", shown_name(path),
+                                 std::string("it is ") + type_name(st.type) +
+                                     ", not a regular file, and was not read (it could block "
+                                     "or never end); nothing was written: replace it with a "
+                                     "regular file",
+                                 {}));
+  if (st.size > rules.limit) return over_limit(path, rules, std::to_string(st.size));
+  return {};
+}
+
+// Reads to the end, but never more than the limit: a regular file may grow
+// while it is read, and one whose size says 0 (/proc) may hold more.
+failure read_bounded(os& sys, int fd, const std::string& path, const read_rules& rules,
+                     std::string& data) {
+  char buf[64 * 1024];
+  for (;;) {
+    // One byte past the limit is asked for, to tell a file of exactly the
+    // limit from a longer one.
+    const std::uint64_t room = rules.limit - std::min<std::uint64_t>(data.size(), rules.limit);
+    const std::size_t want = room >= sizeof buf ? sizeof buf : static_cast<std::size_t>(room + 1);
+    std::size_t got = 0;
+    if (auto ec = sys.read(fd, buf, want, got))
+      return make_failure(ec, describe("read", shown_name(path), "cannot read", ec));
+    if (got == 0) return {};
+    data.append(buf, got);
+    if (data.size() > rules.limit)
+      return over_limit(path, rules, "over " + std::to_string(rules.limit));
+  }
+}
+
+}  // namespace
+
 failure read_file_impl(os& sys, const std::string& path, std::optional<std::string>& out,
-                       int* keep) {
+                       int* keep, const read_rules& rules) {
   out.reset();
   if (keep) *keep = -1;
   int fd = -1;
-  std::error_code ec = sys.open_read(path, fd);
-  if (ec == std::errc::no_such_file_or_directory) return {};
-  if (ec) return make_failure(ec, describe("read", path, "cannot open", ec));
+  if (failure f = open_for_reading(sys, path, rules, fd)) return f;
+  if (fd < 0) return {};
   std::string data;
-  file_status st;
-  if (!sys.file_status_of(fd, st)) {
-    if (st.is_directory) {
-      sys.close(fd);
-      return make_failure(std::make_error_code(std::errc::is_a_directory),
-                          describe("read", path, "is a directory",
-                                   std::make_error_code(std::errc::is_a_directory)));
-    }
-    data.reserve(static_cast<std::size_t>(st.size));
+  std::uint64_t size = 0;
+  failure f = check_opened(sys, fd, path, rules, size);
+  if (!f) {
+    data.reserve(static_cast<std::size_t>(size));
+    f = read_bounded(sys, fd, path, rules, data);
   }
-  char buf[64 * 1024];
-  for (;;) {
-    std::size_t got = 0;
-    if ((ec = sys.read(fd, buf, sizeof buf, got))) {
-      sys.close(fd);
-      return make_failure(ec, describe("read", path, "cannot read", ec));
-    }
-    if (got == 0) break;
-    data.append(buf, got);
-  }
-  if (keep)
-    *keep = fd;
-  else
+  if (f || !keep)
     sys.close(fd);
-  out = std::move(data);
-  return {};
+  else
+    *keep = fd;
+  if (!f) out = std::move(data);
+  return f;
 }
 
 failure sweep_impl(os& sys, const std::string& dir, std::chrono::microseconds older_than,
@@ -317,15 +424,38 @@ failure sweep_impl(os& sys, const std::string& dir, std::chrono::microseconds ol
 }  // namespace detail
 
 std::optional<std::string> read_file(const boost::filesystem::path& path) {
-  std::optional<std::string> out;
-  run_throwing([&] { return read_file_impl(*system_os(), path.string(), out); });
-  return out;
+  return read_file(path, default_read_limit);
 }
 
 std::optional<std::string> read_file(const boost::filesystem::path& path,
                                      std::error_code& ec) noexcept {
+  return read_file(path, default_read_limit, ec);
+}
+
+namespace {
+read_rules read_file_rules(std::uint64_t limit) {
+  read_rules rules;
+  rules.limit = limit;
+  rules.follow = true;  // a reader replaces nothing: the link names what to read
+  rules.limit_name = "the limit given to read_file";
+  return rules;
+}
+}  // namespace
+
+std::optional<std::string> read_file(const boost::filesystem::path& path, std::uint64_t limit) {
   std::optional<std::string> out;
-  run_noexcept(ec, [&] { return read_file_impl(*system_os(), path.string(), out); });
+  run_throwing([&] {
+    return read_file_impl(*system_os(), path.string(), out, nullptr, read_file_rules(limit));
+  });
+  return out;
+}
+
+std::optional<std::string> read_file(const boost::filesystem::path& path, std::uint64_t limit,
+                                     std::error_code& ec) noexcept {
+  std::optional<std::string> out;
+  run_noexcept(ec, [&] {
+    return read_file_impl(*system_os(), path.string(), out, nullptr, read_file_rules(limit));
+  });
   if (ec) out.reset();
   return out;
 }

@@ -19,13 +19,6 @@ std::string hint_for(std::error_code ec) {
   }
 }
 
-std::string parent_of(const std::string& path) {
-  auto slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
 std::string name_of(const std::string& path) {
   auto slash = path.rfind('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
@@ -54,59 +47,101 @@ bool is_temp_name(std::string_view name) noexcept {
   return name.substr(name.size() - 16 - mid.size(), mid.size()) == mid;
 }
 
-failure resolve_target(os& sys, const boost::filesystem::path& target,
-                       const write_options& options, write_target& out) {
-  std::string path = target.string();
-  auto bad = [&](const std::string& why) {
-    return make_failure(errc::bad_argument, "tokenlock: write \"" + path + "\": " + why);
-  };
-  if (path.empty()) return bad("the target path is empty");
-  if (path.find('\0') != std::string::npos) return bad("the target path contains a NUL byte");
-  if (path.back() == '/') return bad("the target path ends in '/': name a file");
-  // Follow a chain of links only when asked; 40 hops is the kernel's limit.
-  for (int hops = 0;; ++hops) {
-    out = write_target{};
-    out.path = path;
-    out.dir = parent_of(path);
-    out.name = name_of(path);
-    if (out.name == "." || out.name == "..") return bad("the target must name a file");
-    file_status st;
-    std::error_code ec = sys.status(path, st);
-    if (ec == std::errc::no_such_file_or_directory) break;
-    if (ec) return write_failure("write", out, "cannot look at the target", ec);
-    if (st.is_symlink && options.symlinks == symlink_policy::follow) {
-      if (hops >= 40)
-        return write_failure("write", out, "too many levels of symbolic links",
-                             std::make_error_code(std::errc::too_many_symbolic_link_levels));
-      std::string link;
-      if (auto lec = sys.read_link(path, link))
-        return write_failure("write", out, "cannot read the symbolic link", lec);
-      path = (!link.empty() && link[0] == '/') ? link : out.dir + "/" + link;
-      continue;
+std::string parent_of(const std::string& path) {
+  auto slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+std::string link_destination(const std::string& link, const std::string& to) {
+  return (!to.empty() && to[0] == '/') ? to : parent_of(link) + "/" + to;
+}
+
+std::string shown_name(const std::string& name) {
+  std::string out;
+  out.reserve(name.size());
+  for (char c : name) {
+    const auto b = static_cast<unsigned char>(c);
+    if (b < 0x20 || b >= 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", b);
+      out += buf;
+    } else {
+      out += c;
     }
-    if (st.is_symlink) {
-      // Replaced by a regular file; it takes the mode of what the link
-      // pointed to, when that is a regular file.
-      file_status dest;
-      if (!sys.status_following(path, dest) && dest.is_regular) {
-        out.exists = true;
-        out.existing = dest;
-      }
-      break;
-    }
-    if (st.is_directory)
-      return write_failure("write", out, "the target is a directory",
-                           std::make_error_code(std::errc::is_a_directory));
-    if (!st.is_regular)
-      return make_failure(std::make_error_code(std::errc::invalid_argument),
-                          describe("write", out.path,
-                                   "the target is not a regular file (a device, FIFO or socket "
-                                   "cannot be replaced atomically)",
-                                   {}));
-    out.exists = true;
-    out.existing = st;
-    break;
   }
+  return out;
+}
+
+failure check_link(os& sys, const char* step, const std::string& link,
+                   const file_status& link_st) {
+  const std::string dir = parent_of(link);
+  file_status dir_st;
+  if (auto ec = sys.status_following(dir, dir_st))
+    return make_failure(ec, describe(step, shown_name(link),
+                                     "cannot look at the directory " + shown_name(dir) +
+                                         " of the symbolic link",
+                                     ec));
+  const bool open_to_all = dir_st.is_sticky && (dir_st.mode & 0002) != 0;
+  const unsigned me = sys.self().euid;
+  if (!open_to_all || link_st.uid == me || link_st.uid == dir_st.uid) return {};
+  char mode[8];
+  std::snprintf(mode, sizeof mode, "%04o", dir_st.mode & 07777);
+  return make_failure(
+      errc::untrusted,
+      "tokenlock: " + std::string(step) + " " + shown_name(link) +
+          ": refusing to follow the symbolic link " + shown_name(link) + ": it is owned by uid " +
+          std::to_string(link_st.uid) + ", neither this user (uid " + std::to_string(me) +
+          ") nor the owner of " + shown_name(dir) + " (uid " + std::to_string(dir_st.uid) +
+          "), a directory that is sticky and writable by all (mode " + mode +
+          "), where anyone may plant a link; nothing was written or read: name the file it "
+          "points to directly, or have that link removed and made by uid " +
+          std::to_string(me) + (me == dir_st.uid ? "" : " or " + std::to_string(dir_st.uid)));
+}
+
+namespace {
+
+// One entry of the target chain, by lstat: the link to follow (`next`
+// set), or what is replaced (out.exists and out.existing set when it is a
+// regular file), or a refusal.
+failure look_at_entry(os& sys, const write_options& options, int hops, write_target& out,
+                      std::string& next) {
+  next.clear();
+  file_status st;
+  std::error_code ec = sys.status(out.path, st);
+  if (ec == std::errc::no_such_file_or_directory) return {};
+  if (ec) return write_failure("write", out, "cannot look at the target", ec);
+  if (st.is_symlink && options.symlinks == symlink_policy::follow) {
+    if (hops >= 40)  // the kernel's limit
+      return write_failure("write", out, "too many levels of symbolic links",
+                           std::make_error_code(std::errc::too_many_symbolic_link_levels));
+    if (failure f = check_link(sys, "write", out.path, st)) return f;
+    std::string to;
+    if (auto lec = sys.read_link(out.path, to))
+      return write_failure("write", out, "cannot read the symbolic link", lec);
+    next = link_destination(out.path, to);
+    return {};
+  }
+  // A link that is replaced is no file of ours: its destination (maybe
+  // another user's file, maybe a setuid program) lends the new file
+  // neither mode nor owner; the new file is made as if the name were free.
+  if (st.is_symlink) return {};
+  if (st.is_directory)
+    return write_failure("write", out, "the target is a directory",
+                         std::make_error_code(std::errc::is_a_directory));
+  if (!st.is_regular)
+    return make_failure(std::make_error_code(std::errc::invalid_argument),
+                        describe("write", out.path,
+                                 "the target is not a regular file (a device, FIFO or socket "
+                                 "cannot be replaced atomically)",
+                                 {}));
+  out.exists = true;
+  out.existing = st;
+  return {};
+}
+
+failure check_directory(os& sys, write_target& out) {
   file_status dir_st;
   std::error_code ec = sys.status_following(out.dir, dir_st);
   if (ec == std::errc::no_such_file_or_directory)
@@ -120,17 +155,45 @@ failure resolve_target(os& sys, const boost::filesystem::path& target,
   return {};
 }
 
+}  // namespace
+
+failure resolve_target(os& sys, const boost::filesystem::path& target,
+                       const write_options& options, write_target& out) {
+  std::string path = target.string();
+  auto bad = [&](const std::string& why) {
+    return make_failure(errc::bad_argument, "tokenlock: write \"" + path + "\": " + why);
+  };
+  if (path.empty()) return bad("the target path is empty");
+  if (path.find('\0') != std::string::npos) return bad("the target path contains a NUL byte");
+  if (path.back() == '/') return bad("the target path ends in '/': name a file");
+  for (int hops = 0;; ++hops) {
+    out = write_target{};
+    out.path = path;
+    out.dir = parent_of(path);
+    out.name = name_of(path);
+    if (out.name == "." || out.name == "..") return bad("the target must name a file");
+    std::string next;
+    if (failure f = look_at_entry(sys, options, hops, out, next)) return f;
+    if (next.empty()) break;
+    path = next;
+  }
+  return check_directory(sys, out);
+}
+
 failure create_temp(os& sys, const write_target& target, const std::string& in_dir,
                     const write_options& options, temp_file& out) {
   out.path = in_dir + "/" + temp_name(target.name, sys.random_u64());
   unsigned mode;
   bool exact;
-  // The file's owner chose its mode; write_options::mode is for new files.
-  if (target.exists) {
-    mode = target.existing.mode;
-    exact = true;
-  } else if (options.mode) {
+  // The caller's mode wins. Else the replaced file's owner chose it, but
+  // its setuid, setgid and sticky bits are not copied: they belong to that
+  // file's contents, not to whatever is written now (a root writer would
+  // otherwise make a setuid-root file of new contents).
+  if (options.mode) {
     mode = *options.mode & 07777;
+    exact = true;
+  } else if (target.exists) {
+    mode = target.existing.mode & 0777;
     exact = true;
   } else {
     mode = 0644 & ~sys.umask_value();

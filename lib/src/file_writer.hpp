@@ -20,15 +20,37 @@ struct write_target {
   std::string path;  // the file to replace (after following links, if asked)
   std::string dir;   // its directory ("." for a bare name)
   std::string name;  // its last component
+  // A regular file is at `path` (never a symbolic link's destination: with
+  // symlink_policy::replace a link is replaced as if nothing were there).
   bool exists = false;
-  file_status existing;  // mode, owner, device of what is replaced
+  file_status existing;  // mode, owner, device of that file, by lstat
   std::uint64_t dir_device = 0;
 };
 
 // Checks the target and decides what is replaced. Fails for an empty path,
-// a directory, a special file, a missing directory, a link loop.
+// a directory, a special file, a missing directory, a link loop, and (when
+// following) a link another user may have planted (check_link).
 failure resolve_target(os& sys, const boost::filesystem::path& target,
                        const write_options& options, write_target& out);
+
+// "/" for "/x", "." for "x", else everything before the last '/'.
+std::string parent_of(const std::string& path);
+
+// Whether the symbolic link at `link` (lstat: `link_st`) may be followed:
+// the kernel's protected_symlinks rule. In a directory that is sticky and
+// writable by all (/tmp), a link is followed only when this process's user
+// or the directory's owner owns it; anyone else's may have been planted to
+// send a privileged writer or reader elsewhere. Fails with errc::untrusted
+// ("refusing", the link, its owner, the fix); `step` names the caller's
+// step ("write", "read").
+failure check_link(os& sys, const char* step, const std::string& link,
+                   const file_status& link_st);
+// The path a link's text `to` leads to from the link at `link`.
+std::string link_destination(const std::string& link, const std::string& to);
+
+// A name from the filesystem as a message shows it: control bytes and
+// bytes >= 0x7f as \xNN, so that it cannot forge lines or terminal codes.
+std::string shown_name(const std::string& name);
 
 // ".<name>.tmp.<16 hex>"
 std::string temp_name(const std::string& target_name, std::uint64_t nonce);

@@ -263,8 +263,8 @@ constexpr std::int64_t stale_read_budget_us = 3'000'000;
 // stale_read_budget, and then fails with stale_data.
 failure read_under_lock(os& sys, const write_target& t, const lock_options& lo, bool network,
                         const version_mark& mark, std::optional<std::string>& current,
-                        int& fd) {
-  failure f = read_file_impl(sys, t.path, current, &fd);
+                        int& fd, const read_rules& rules) {
+  failure f = read_file_impl(sys, t.path, current, &fd, rules);
   if (!network) return f;
   const std::int64_t skew_us =
       std::chrono::duration_cast<std::chrono::microseconds>(lo.skew_allowance).count();
@@ -314,7 +314,7 @@ failure read_under_lock(os& sys, const write_target& t, const lock_options& lo, 
     pause = std::min<std::int64_t>(pause * 2, 200'000);
     if (fd >= 0) sys.close(fd);
     fd = -1;
-    f = read_file_impl(sys, t.path, current, &fd);
+    f = read_file_impl(sys, t.path, current, &fd, rules);
     if (settled() || (f && !stale_handle(f))) return f;
   }
 }
@@ -368,7 +368,8 @@ failure update_impl(os& sys, const boost::filesystem::path& target, const rename
   if (network)
     if (failure f = read_mark(sys, t, h.path().string() + "/w", mark)) return f;
   std::optional<std::string> current;
-  if (failure f = read_under_lock(sys, t, lock.options(), network, mark, current, replaced.fd))
+  if (failure f = read_under_lock(sys, t, lock.options(), network, mark, current, replaced.fd,
+                                  update_read_rules(options)))
     return f;
   std::string next;
   if (failure f = compute_keeping(h, t, compute, current, next, options.keep_alive)) return f;
@@ -538,7 +539,8 @@ std::optional<std::uint64_t> read_counter(const boost::filesystem::path& file) {
   std::optional<std::uint64_t> v;
   run_throwing([&] {
     std::optional<std::string> text;
-    if (failure f = read_file_impl(*system_os(), file.string(), text)) return f;
+    if (failure f = read_file_impl(*system_os(), file.string(), text, nullptr, counter_rules()))
+      return f;
     return parse_counter(file.string(), text, v);
   });
   return v;
@@ -549,7 +551,8 @@ std::optional<std::uint64_t> read_counter(const boost::filesystem::path& file,
   std::optional<std::uint64_t> v;
   run_noexcept(ec, [&] {
     std::optional<std::string> text;
-    if (failure f = read_file_impl(*system_os(), file.string(), text)) return f;
+    if (failure f = read_file_impl(*system_os(), file.string(), text, nullptr, counter_rules()))
+      return f;
     return parse_counter(file.string(), text, v);
   });
   if (ec) v.reset();

@@ -1,7 +1,10 @@
 // The CGI helper and the counter's request handling, without a server.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
+
+#include <sys/stat.h>
 
 #include <boost/filesystem.hpp>
 
@@ -133,6 +136,54 @@ TEST_F(CounterAppTest, ACorruptCounterIs500AndStaysAsItIs) {
   EXPECT_EQ(r.body.find(tmp.path().string()), std::string::npos);
   EXPECT_NE(log.str().find((tmp / "c.count").string()), std::string::npos) << "details in the log";
   EXPECT_EQ(slurp(tmp / "c.count"), "not a number\n");
+}
+
+// No writer ever opens the FIFO: a read that waited for one would hang the
+// request (ctest's timeout ends such a run). peek=1 goes through
+// read_counter, an increment through increment_counter; both refuse what
+// is not a regular file, without blocking and without reading it.
+TEST_F(CounterAppTest, AFifoOrADeviceAsTheCounterIs500AtOnceAndLeftAsItIs) {
+  ASSERT_EQ(::mkfifo((tmp / "f.count").c_str(), 0644), 0);
+  fs::create_symlink("/dev/zero", tmp / "z.count");
+  const auto before = snapshot(tmp.path());
+  for (const char* q : {"id=f&peek=1", "id=f", "id=z&peek=1", "id=z"}) {
+    log.str("");
+    auto r = get(q);
+    EXPECT_EQ(r.status, 500) << q;
+    EXPECT_EQ(r.body.find(tmp.path().string()), std::string::npos) << "no path in " << r.body;
+    EXPECT_NE(log.str().find(tmp.path().string()), std::string::npos) << q << ": " << log.str();
+  }
+  EXPECT_TRUE(fs::status(tmp / "f.count").type() == fs::fifo_file);
+  EXPECT_EQ(fs::read_symlink(tmp / "z.count"), fs::path("/dev/zero"));
+  for (const char* id : {"f", "z"}) {
+    std::optional<tokenlock::lock_handle> h =
+        tokenlock::rename_lock(tmp / (std::string(id) + ".count.lock")).try_acquire();
+    ASSERT_TRUE(h && h->owns()) << id << ": the lock was left held";
+    h->release();
+  }
+  for (const auto& e : tokenlock::testing::temp_files_below(tmp.path())) ADD_FAILURE() << e;
+  auto after = snapshot(tmp.path());
+  const auto is_lock = [](const std::string& e) { return e.find(".lock") != std::string::npos; };
+  after.erase(std::remove_if(after.begin(), after.end(), is_lock), after.end());
+  EXPECT_EQ(after, before) << "nothing but the locks' directories added";
+}
+
+TEST_F(CounterAppTest, ACounterOf65BytesIs500CorruptForPeekAndIncrement) {
+  const std::string long_counter = std::string(64, '7') + "\n";
+  spit(tmp / "l.count", long_counter);
+  for (const char* q : {"id=l&peek=1", "id=l"}) {
+    log.str("");
+    auto r = get(q);
+    EXPECT_EQ(r.status, 500) << q;
+    EXPECT_EQ(r.body, "the counter file is corrupt; it was left as it is\n") << q;
+    EXPECT_NE(log.str().find((tmp / "l.count").string()), std::string::npos) << log.str();
+  }
+  EXPECT_EQ(slurp(tmp / "l.count"), long_counter);
+  std::optional<tokenlock::lock_handle> h =
+      tokenlock::rename_lock(tmp / "l.count.lock").try_acquire();
+  ASSERT_TRUE(h && h->owns()) << "the lock was left held";
+  h->release();
+  EXPECT_TRUE(tokenlock::testing::temp_files_below(tmp.path()).empty());
 }
 
 TEST_F(CounterAppTest, ABusyLockPastTheBudgetIs503WithRetryAfter) {

@@ -7,8 +7,9 @@
 //   contents go to a temporary file beside the target, which is written,
 //   flushed and renamed over the target; then the directory is flushed.
 //   Nothing is ever written outside the target's directory (unless the
-//   caller asks to write through a symbolic link). docs/atomic-writes.md
-//   has the guarantees and what remains unguaranteed.
+//   caller asks to write through a symbolic link, and then only through
+//   links that no other user may have planted). docs/atomic-writes.md has
+//   the guarantees and what remains unguaranteed.
 //
 // Calling sequence
 //     tokenlock::atomic_write("/srv/app/data/config.json", text);
@@ -22,11 +23,25 @@
 //   ones left by writers that crashed.
 //
 // Permissions and ownership
-//   The new file gets the mode of the file it replaces; a new file gets
-//   write_options::mode, or 0644 minus the umask. A process running as root
-//   also gives it the old file's owner and group (best effort: a failure to
-//   chown is not an error). A replaced file's hard links keep the old
-//   contents: the rename makes a new inode.
+//   The new file gets write_options::mode when it is set, exactly. Else it
+//   gets the permission bits (0777) of the regular file it replaces, never
+//   its setuid, setgid or sticky bit; else 0644 minus the umask. A process
+//   running as root also gives it the replaced regular file's owner and
+//   group (best effort: a failure to chown is not an error). What is
+//   replaced is judged by the entry itself (lstat): a symbolic link that is
+//   replaced lends nothing, neither the mode nor the owner of what it
+//   points to, so the new file is made as if the name were free (the
+//   caller's mode or 0644 minus the umask, owned by the caller). A replaced
+//   file's hard links keep the old contents: the rename makes a new inode.
+//
+// Symbolic links
+//   By default (symlink_policy::replace) a link at the target is replaced
+//   and never followed. With symlink_policy::follow, each link of the chain
+//   is checked as the kernel's protected_symlinks does: in a directory that
+//   is sticky and writable by all (/tmp), a link is followed only when it
+//   is owned by the caller or by the directory's owner. Another user's link
+//   there is refused with errc::untrusted, and nothing is written: it may
+//   have been planted to make a privileged writer write elsewhere.
 //
 // Errors
 //   Throwing and error_code& forms as everywhere in tokenlock (errors.hpp).
@@ -45,6 +60,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -82,14 +98,17 @@ enum class symlink_policy {
   // target's directory. The default.
   replace,
   // Write to the file the link points to (resolving chains of links), with
-  // the temporary file beside that file.
+  // the temporary file beside that file. In a sticky directory writable by
+  // all, only links owned by the caller or by the directory's owner are
+  // followed; another's is refused with errc::untrusted.
   follow,
 };
 
 struct write_options {
   durability sync = durability::file_and_dir;
-  // Mode of a new file (applied exactly, regardless of the umask); an
-  // existing file keeps its mode. Unset: 0644 minus the umask.
+  // Mode of the new file, applied exactly (regardless of the umask), also
+  // when it replaces a file. Unset: the replaced regular file's permission
+  // bits without setuid, setgid and sticky, or 0644 minus the umask.
   std::optional<unsigned> mode;
   symlink_policy symlinks = symlink_policy::replace;
 };
@@ -102,7 +121,8 @@ const char* durability_name(durability level) noexcept;
 
 // Replaces `target` with `data`. Fails with errno codes (ENOENT for a
 // missing directory, EISDIR when the target is a directory, EACCES, ENOSPC,
-// EDQUOT, EIO, EFBIG ...), errc::dir_sync_failed, or errc::bad_argument.
+// EDQUOT, EIO, EFBIG ...), errc::dir_sync_failed, errc::bad_argument, or
+// errc::untrusted (a link refused under symlink_policy::follow).
 void atomic_write(const boost::filesystem::path& target, std::string_view data,
                   const write_options& options = {});
 void atomic_write(const boost::filesystem::path& target, std::string_view data,
@@ -160,10 +180,23 @@ class atomic_file {
   std::unique_ptr<impl> impl_;
 };
 
-// The whole contents of `path`, or std::nullopt when it does not exist.
-// Other failures (EACCES, EISDIR, EIO ...) are errors.
+// The most read_file() reads unless told otherwise, and the default of
+// update_options::read_limit: 64 MiB.
+constexpr std::uint64_t default_read_limit = std::uint64_t{64} << 20;
+
+// The whole contents of the regular file `path`, or std::nullopt when it
+// does not exist. Only a regular file is read: a FIFO, a device or a socket
+// is refused with EINVAL, a directory with EISDIR, before anything is read
+// (the open cannot block on a FIFO). A file larger than `limit` bytes
+// (default_read_limit when not given) fails with EFBIG without being read.
+// Symbolic links are followed, under the rule of symlink_policy::follow
+// (errc::untrusted for another user's link in a sticky directory writable
+// by all). Other failures (EACCES, EIO ...) are errors.
 std::optional<std::string> read_file(const boost::filesystem::path& path);
 std::optional<std::string> read_file(const boost::filesystem::path& path,
+                                     std::error_code& ec) noexcept;
+std::optional<std::string> read_file(const boost::filesystem::path& path, std::uint64_t limit);
+std::optional<std::string> read_file(const boost::filesystem::path& path, std::uint64_t limit,
                                      std::error_code& ec) noexcept;
 
 // Removes, from `dir`, temporary files of atomic writes (".<name>.tmp.<16

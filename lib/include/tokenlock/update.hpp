@@ -30,6 +30,9 @@
 //   - errc::not_fenced: lock and target are on different filesystems and
 //     update_options::require_fence is set; nothing was written;
 //   - the atomic write's (atomic_write.hpp), including dir_sync_failed;
+//   - reading the current contents: EFBIG over update_options::read_limit,
+//     EINVAL for a FIFO, device or socket, ELOOP for a symbolic link that
+//     is replaced rather than followed; nothing is written;
 //   - increment_counter: errc::corrupt_data when the file holds anything but
 //     one unsigned 64-bit decimal and a newline (the file is left exactly as
 //     it was: a counter is never reset), EOVERFLOW when the sum would not
@@ -75,6 +78,16 @@ struct update_options {
   // lease. If the lock is taken over meanwhile, nothing is committed and the
   // update fails with lock_lost, as it would without this.
   bool keep_alive = false;
+  // The largest file update_file reads, in bytes. A larger one fails with
+  // EFBIG ("too large") before a byte of it is read; the lock is released
+  // and nothing is written. Bounds the memory and the time the lock is held
+  // when the file is not what the caller expects (a log that grew without
+  // end, or a file another user made huge). Only a regular file is read at
+  // all: a FIFO, device or socket at the target is refused (EINVAL) without
+  // blocking, and so is a symbolic link there unless write.symlinks is
+  // follow (ELOOP: the link would be replaced, so what it points to is not
+  // the target's contents).
+  std::uint64_t read_limit = default_read_limit;
 };
 
 struct update_result {
@@ -105,7 +118,10 @@ std::uint64_t increment_counter(const boost::filesystem::path& file, const renam
                                 std::error_code& ec) noexcept;
 
 // The value of a counter file as increment_counter reads it: std::nullopt
-// when the file does not exist; errc::corrupt_data when it is not a counter.
+// when the file does not exist; errc::corrupt_data when it is not a counter
+// (a file over 64 bytes is that without being read). A symbolic link is not
+// followed (ELOOP), as increment_counter would replace it; a FIFO, device
+// or socket is refused (EINVAL) without blocking.
 std::optional<std::uint64_t> read_counter(const boost::filesystem::path& file);
 std::optional<std::uint64_t> read_counter(const boost::filesystem::path& file,
                                           std::error_code& ec) noexcept;

@@ -40,6 +40,10 @@ struct file_status {
   std::uint64_t inode = 0;
   std::uint64_t size = 0;
   std::int64_t mtime_us = 0;  // modification time, microseconds since the epoch
+  // The type as ls -l shows it: '-' regular file, 'd' directory, 'l'
+  // symbolic link, 'p' FIFO, 'c' character device, 'b' block device, 's'
+  // socket, '?' anything else. For messages that say what a path is.
+  char type = '?';
 };
 
 // The filesystem a path is on.
@@ -188,7 +192,11 @@ class os {
   // that cannot be a symlink planted by someone else.
   virtual std::error_code create_exclusive(const std::string& path, unsigned mode,
                                            int& fd) noexcept = 0;
-  // open(O_RDONLY|O_CLOEXEC).
+  // open(O_RDONLY|O_CLOEXEC|O_NOFOLLOW|O_NONBLOCK). A symbolic link at the
+  // path is not followed (ELOOP): a caller that follows links resolves
+  // them itself, checking each one (read_file_impl). O_NONBLOCK makes the
+  // open of a FIFO return at once instead of waiting for a writer, so that
+  // the caller's fstat can refuse it; reads of a regular file ignore it.
   virtual std::error_code open_read(const std::string& path, int& fd) noexcept = 0;
   // One write(2): `written` may be less than `size` (a short write); the
   // caller loops. EINTR before anything was written is retried.

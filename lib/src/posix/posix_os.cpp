@@ -581,7 +581,8 @@ class posix_os final : public os {
   }
 
   std::error_code open_read(const std::string& path, int& fd) noexcept override {
-    fd = retry_eintr([&] { return ::open(path.c_str(), O_RDONLY | O_CLOEXEC); });
+    fd = retry_eintr(
+        [&] { return ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK); });
     return fd < 0 ? last_errno() : std::error_code{};
   }
 
@@ -851,6 +852,14 @@ class posix_os final : public os {
 #else
     out.mtime_us = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000 + st.st_mtim.tv_nsec / 1000;
 #endif
+    out.type = S_ISREG(st.st_mode)    ? '-'
+               : S_ISDIR(st.st_mode)  ? 'd'
+               : S_ISLNK(st.st_mode)  ? 'l'
+               : S_ISFIFO(st.st_mode) ? 'p'
+               : S_ISCHR(st.st_mode)  ? 'c'
+               : S_ISBLK(st.st_mode)  ? 'b'
+               : S_ISSOCK(st.st_mode) ? 's'
+                                      : '?';
   }
 
   void reseed(std::uint64_t gen) noexcept {

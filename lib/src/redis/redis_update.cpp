@@ -161,7 +161,7 @@ failure redis_update_impl(os& sys, const boost::filesystem::path& target, redis_
 
   int replaced = -1;
   std::optional<std::string> current;
-  failure f = read_file_impl(sys, t.path, current, &replaced);
+  failure f = read_file_impl(sys, t.path, current, &replaced, update_read_rules(options));
   struct closer {
     os& sys;
     int& fd;
