@@ -54,6 +54,7 @@ int exit_code_for(std::error_code ec, int busy_code) {
     case ETIMEDOUT:
     case EPROTO: return exit_code::unavailable;
     case EOVERFLOW:
+    case ELOOP:   // a symbolic link where the updater refuses one
     case EINVAL: return exit_code::data;
     default: return exit_code::os_error;
   }

@@ -65,7 +65,8 @@ int cmd_write(const args& a) {
       "input is refused (exit 65), since it usually means the producer failed.\n\nOptions");
   add_file_options(d);
   d.add_options()("mode", po::value<std::string>()->value_name("OCTAL"),
-                  "mode of a new FILE (default 0644 minus the umask)")(
+                  "mode of FILE, also when it replaces one (default: the replaced file's,\n"
+                  "without setuid or setgid, or 0644 minus the umask)")(
       "follow-symlinks", "if FILE is a symbolic link, replace the file it points to")(
       "allow-empty", "accept empty input");
   return with_command_line("write", a, d, {"file"}, [](const po::variables_map& v) {

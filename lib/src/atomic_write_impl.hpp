@@ -52,6 +52,15 @@ inline read_rules update_read_rules(const update_options& options) {
   return rules;
 }
 
+// increment_counter's, under the lock: a counter's size cap, so that an
+// oversized file is refused without being read while the lock is held.
+inline read_rules counter_update_rules(const update_options& options) {
+  read_rules rules = update_read_rules(options);
+  if (rules.limit > counter_read_limit) rules.limit = counter_read_limit;
+  rules.counter = true;
+  return rules;
+}
+
 // read_counter's: as increment_counter reads (a link is not followed, since
 // increment_counter replaces it), with a counter's size cap.
 inline read_rules counter_rules() {

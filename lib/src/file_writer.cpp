@@ -1,5 +1,7 @@
 #include "file_writer.hpp"
 
+#include "trust.hpp"
+
 #include <cerrno>
 #include <cstdio>
 
@@ -56,22 +58,6 @@ std::string parent_of(const std::string& path) {
 
 std::string link_destination(const std::string& link, const std::string& to) {
   return (!to.empty() && to[0] == '/') ? to : parent_of(link) + "/" + to;
-}
-
-std::string shown_name(const std::string& name) {
-  std::string out;
-  out.reserve(name.size());
-  for (char c : name) {
-    const auto b = static_cast<unsigned char>(c);
-    if (b < 0x20 || b >= 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", b);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out;
 }
 
 failure check_link(os& sys, const char* step, const std::string& link,

@@ -12,6 +12,7 @@
 #include "cleanup_registry.hpp"
 #include "failure.hpp"
 #include "posix/os.hpp"
+#include "trust.hpp"
 #include "tokenlock/atomic_write.hpp"
 
 namespace tokenlock::detail {
@@ -48,9 +49,6 @@ failure check_link(os& sys, const char* step, const std::string& link,
 // The path a link's text `to` leads to from the link at `link`.
 std::string link_destination(const std::string& link, const std::string& to);
 
-// A name from the filesystem as a message shows it: control bytes and
-// bytes >= 0x7f as \xNN, so that it cannot forge lines or terminal codes.
-std::string shown_name(const std::string& name);
 
 // ".<name>.tmp.<16 hex>"
 std::string temp_name(const std::string& target_name, std::uint64_t nonce);

@@ -323,7 +323,7 @@ failure read_under_lock(os& sys, const write_target& t, const lock_options& lo, 
 
 failure update_impl(os& sys, const boost::filesystem::path& target, const rename_lock& lock,
                     const compute_function& compute, const update_options& options,
-                    update_result& result) {
+                    update_result& result, const read_rules* rules) {
   result = update_result{};
   std::error_code ec;
   // Asked before acquiring, to keep the system call out of the critical
@@ -369,7 +369,7 @@ failure update_impl(os& sys, const boost::filesystem::path& target, const rename
     if (failure f = read_mark(sys, t, h.path().string() + "/w", mark)) return f;
   std::optional<std::string> current;
   if (failure f = read_under_lock(sys, t, lock.options(), network, mark, current, replaced.fd,
-                                  update_read_rules(options)))
+                                  rules ? *rules : update_read_rules(options)))
     return f;
   std::string next;
   if (failure f = compute_keeping(h, t, compute, current, next, options.keep_alive)) return f;
@@ -518,7 +518,9 @@ std::uint64_t increment_counter(const boost::filesystem::path& file, const renam
   std::uint64_t value = 0;
   update_result r;
   run_throwing([&] {
-    return update_impl(*system_os(), file, lock, counter_step(file.string(), by, value), options, r);
+    const read_rules rules = counter_update_rules(options);
+    return update_impl(*system_os(), file, lock, counter_step(file.string(), by, value), options, r,
+                       &rules);
   });
   return value;
 }
@@ -529,7 +531,9 @@ std::uint64_t increment_counter(const boost::filesystem::path& file, const renam
   std::uint64_t value = 0;
   update_result r;
   run_noexcept(ec, [&] {
-    return update_impl(*system_os(), file, lock, counter_step(file.string(), by, value), options, r);
+    const read_rules rules = counter_update_rules(options);
+    return update_impl(*system_os(), file, lock, counter_step(file.string(), by, value), options, r,
+                       &rules);
   });
   // After dir_sync_failed the new value is committed: hand it out too.
   return !ec || ec == errc::dir_sync_failed ? value : 0;

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "atomic_write_impl.hpp"
 #include "failure.hpp"
 #include "file_writer.hpp"
 #include "posix/os.hpp"
@@ -20,9 +21,11 @@ namespace tokenlock::detail {
 using compute_function =
     std::function<failure(const std::optional<std::string>& current, std::string& next)>;
 
+// `rules` bound the read of the target (null: update_read_rules(options));
+// a counter's are counter_update_rules(options).
 failure update_impl(os& sys, const boost::filesystem::path& target, const rename_lock& lock,
                     const compute_function& compute, const update_options& options,
-                    update_result& result);
+                    update_result& result, const read_rules* rules = nullptr);
 
 // After a commit (and the release): flushes the target's directory when
 // options.write.sync asks for it; a failure is dir_sync_failed, saying the

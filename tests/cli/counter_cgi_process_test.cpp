@@ -68,8 +68,17 @@ TEST_F(CounterCgiProcessTest, DirModeIsTheModeOfTheLockDirectoriesItCreates) {
   struct stat st {};
   ASSERT_EQ(::stat((tmp / "hits.count.lock").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0770u);
+  // Without the choice, that group-writable lock directory is refused...
+  r = get("");
+  EXPECT_EQ(r.out.rfind("Status: 500 ", 0), 0u) << r.out;
+  EXPECT_NE(r.err.find("group sharing was not chosen"), std::string::npos) << r.err;
+  EXPECT_EQ(slurp(tmp / "hits.count"), "1\n");
+  // ...and an empty setting is no setting: the directory it creates is 0755.
+  boost::filesystem::remove_all(tmp / "hits.count.lock");
   r = get("TOKENLOCK_COUNTER_DIR_MODE=");
   EXPECT_EQ(body_of(r.out), "2\n") << "empty is unset: " << r.out << r.err;
+  ASSERT_EQ(::stat((tmp / "hits.count.lock").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
 }
 
 TEST_F(CounterCgiProcessTest, ABadDirModeIsAMisconfigurationThatChangesNothing) {

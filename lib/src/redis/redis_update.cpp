@@ -150,7 +150,8 @@ failure lost_at_commit(const write_target& t, std::uint64_t fence) {
 }
 
 failure redis_update_impl(os& sys, const boost::filesystem::path& target, redis_lock& lock,
-                          const compute_function& compute, const update_options& options) {
+                          const compute_function& compute, const update_options& options,
+                          const read_rules& rules) {
   std::error_code ec;
   redis_handle h = lock.acquire(ec);
   if (ec) return make_failure(ec, last_error_message());
@@ -161,7 +162,7 @@ failure redis_update_impl(os& sys, const boost::filesystem::path& target, redis_
 
   int replaced = -1;
   std::optional<std::string> current;
-  failure f = read_file_impl(sys, t.path, current, &replaced, update_read_rules(options));
+  failure f = read_file_impl(sys, t.path, current, &replaced, rules);
   struct closer {
     os& sys;
     int& fd;
@@ -202,7 +203,7 @@ failure redis_update_impl(os& sys, const boost::filesystem::path& target, redis_
 update_result update_file(const boost::filesystem::path& target, redis_lock& lock,
                           const update_function& fn, const update_options& options) {
   failure f = with_user_function(fn, [&](const compute_function& c) {
-    return redis_update_impl(*system_os(), target, lock, c, options);
+    return redis_update_impl(*system_os(), target, lock, c, options, update_read_rules(options));
   });
   if (f) throw_failure(f);
   return update_result{};
@@ -214,7 +215,7 @@ update_result update_file(const boost::filesystem::path& target, redis_lock& loc
   with_user_function(fn, [&](const compute_function& c) {
     failure inner;
     run_noexcept(ec, [&] {
-      inner = redis_update_impl(*system_os(), target, lock, c, options);
+      inner = redis_update_impl(*system_os(), target, lock, c, options, update_read_rules(options));
       return inner;
     });
     return inner;
@@ -227,7 +228,7 @@ std::uint64_t increment_counter(const boost::filesystem::path& file, redis_lock&
   std::uint64_t value = 0;
   run_throwing([&] {
     return redis_update_impl(*system_os(), file, lock, counter_step(file.string(), by, value),
-                             options);
+                             options, counter_update_rules(options));
   });
   return value;
 }
@@ -238,7 +239,7 @@ std::uint64_t increment_counter(const boost::filesystem::path& file, redis_lock&
   std::uint64_t value = 0;
   run_noexcept(ec, [&] {
     return redis_update_impl(*system_os(), file, lock, counter_step(file.string(), by, value),
-                             options);
+                             options, counter_update_rules(options));
   });
   return !ec || ec == errc::dir_sync_failed ? value : 0;
 }
