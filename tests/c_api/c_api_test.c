@@ -291,6 +291,38 @@ struct unflushable_outcome {
   int fix_named[3];
 };
 
+static void untrusted_directory(void) {
+  /* A lock directory every user may write is refused before anything in it
+     is touched; with group sharing chosen (dir_mode 0775) a group-writable
+     one of ours is used. */
+  const char *dir = path_of("u.lock");
+  char free_token[4300];
+  tokenlock_options o;
+  tokenlock_lock *lock = NULL;
+  int rc;
+  snprintf(free_token, sizeof free_token, "%s/lockfile", dir);
+  if (mkdir(dir, 0700) != 0 || mkdir(free_token, 0700) != 0 || chmod(dir, 0777) != 0) abort();
+  rc = tokenlock_acquire(dir, NULL, &lock);
+  CHECK(rc == TOKENLOCK_EUNTRUSTED && lock == NULL, "0777: %d %s", rc, tokenlock_last_error());
+  CHECK(strcmp(tokenlock_strerror(rc), "untrusted") == 0, "strerror %s", tokenlock_strerror(rc));
+  CHECK(strstr(tokenlock_last_error(), "refusing") != NULL &&
+            strstr(tokenlock_last_error(), "chmod o-w") != NULL,
+        "the refusal says why and how to fix it: %s", tokenlock_last_error());
+  CHECK(exists(free_token), "the token was not touched");
+  if (chmod(dir, 0775) != 0) abort();
+  rc = tokenlock_acquire(dir, NULL, &lock);
+  CHECK(rc == TOKENLOCK_EUNTRUSTED, "0775 without group sharing: %d", rc);
+  tokenlock_options_init(&o);
+  o.dir_mode = 0775;
+  rc = tokenlock_acquire(dir, &o, &lock);
+  CHECK(rc == TOKENLOCK_OK && lock != NULL, "0775 with group sharing: %d %s", rc,
+        tokenlock_last_error());
+  CHECK(tokenlock_release(lock) == TOKENLOCK_OK, "release");
+  o.lease_ms = 24LL * 3600 * 1000 + 1;
+  rc = tokenlock_acquire(dir, &o, &lock);
+  CHECK(rc == TOKENLOCK_EBAD_ARGUMENT, "a lease above 24 hours: %d", rc);
+}
+
 static void unflushable_directory(void) {
   char drop[4200], counter[4300], page[4300];
   struct unflushable_outcome out;
@@ -451,6 +483,7 @@ int main(int argc, char **argv) {
   lock_and_release();
   busy_and_timeout();
   refresh_and_lost();
+  untrusted_directory();
   forked_child_never_releases();
   writes();
   updates();
