@@ -40,7 +40,14 @@
 //                      process now owns the lock. The handle is emptied.
 //   - errc::token_missing, errc::lock_corrupt: the lock directory is not in
 //                      a state the protocol produces; nothing is repaired.
-//   - errc::bad_argument: unusable path or options.
+//   - errc::untrusted  the lock directory (or, for the updater, the token or
+//                      its workspace) could be changed by another user:
+//                      owned by someone other than the caller and root, or
+//                      writable by others, or by a group without the choice
+//                      of group sharing (lock_options::dir_mode). Nothing in
+//                      it is touched; docs/security.md has the fixes.
+//   - errc::bad_argument: unusable path or options (a lease above 24 hours
+//                      among them: protocol_max_lease).
 //   - errc::not_owner  the handle owns nothing (released, moved from, or
 //                      inherited by a forked child).
 //   - errno codes (EACCES, EPERM, EROFS, ENOTDIR, ENAMETOOLONG, ENOSPC, ...)
@@ -55,6 +62,13 @@
 //   must not be used by two threads at once. A handle copied into a child by
 //   fork(2) owns nothing there: its destructor does nothing and release()
 //   reports not_owner, so the parent keeps its lock.
+//
+// Descriptors
+//   The first use of a rename_lock opens its lock directory (without
+//   following a symbolic link), judges it, and keeps it open, one
+//   descriptor, until the rename_lock and its handles are gone: every
+//   rename inside it is made relative to that descriptor, so that nobody
+//   can swap the path under a lock that was judged (docs/security.md).
 //
 // Clocks
 //   Leases are absolute CLOCK_REALTIME times written into the token name,
