@@ -192,6 +192,9 @@ failure fenced_commit(os& sys, const lock_handle& h, const write_target& t,
     if (ws.made) sys.remove_at(ws.token, "w", true);
   };
   temp_file tmp;
+  // By path, through the token's name, though the workspace was judged by
+  // descriptor: a descriptor follows the directory, and a token taken over
+  // meanwhile would get our temporary file in its new owner's workspace.
   if (!f) f = write_temp(sys, t, workspace, contents, options, tmp);
   if (f) {
     undo_workspace();

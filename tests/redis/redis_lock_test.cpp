@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "posix/socket_io.hpp"
@@ -573,6 +574,35 @@ TEST_F(RedisLockTest, AFenceNewerThanOurGrantRefusesTheUpdateBeforeItReads) {
   EXPECT_NE(tokenlock::last_error_message().find("holds 2 fence entries"), std::string::npos);
   EXPECT_EQ(slurp(file), "7\n");
   EXPECT_TRUE(temp_files_below(tmp.path()).empty());
+}
+
+TEST_F(RedisLockTest, AFenceDirectoryOthersCanWriteIsRefusedBeforeAnythingIsWrittenInIt) {
+  // Another user could rename a file of theirs onto our temporary file's
+  // name in it just before the commit (docs/security.md).
+  temp_dir tmp;
+  const fs::path file = tmp / "data";
+  spit(file, "7\n");
+  fs::create_directories(tmp / "data.fence" / "f.00000000000000000001");
+  ASSERT_EQ(::chmod((tmp / "data.fence").c_str(), 0777), 0);
+  redis_lock a = lock("data", options());
+  std::error_code ec;
+  EXPECT_EQ(tokenlock::increment_counter(file, a, 1, {}, ec), 0u);
+  EXPECT_EQ(ec, errc::untrusted) << tokenlock::last_error_message();
+  EXPECT_NE(tokenlock::last_error_message().find("refusing the fence directory"), std::string::npos)
+      << tokenlock::last_error_message();
+  EXPECT_EQ(slurp(file), "7\n");
+  EXPECT_TRUE(temp_files_below(tmp.path()).empty());
+  EXPECT_TRUE(fs::exists(tmp / "data.fence" / "f.00000000000000000001")) << "nothing renamed";
+  EXPECT_FALSE(a.holder().has_value()) << "released after the refusal";
+  // A fence entry that is a link to elsewhere is never written through.
+  ASSERT_EQ(::chmod((tmp / "data.fence").c_str(), 0755), 0);
+  fs::remove(tmp / "data.fence" / "f.00000000000000000001");
+  fs::create_directory(tmp / "elsewhere");
+  fs::create_directory_symlink(tmp / "elsewhere", tmp / "data.fence" / "f.00000000000000000001");
+  EXPECT_EQ(tokenlock::increment_counter(file, a, 1, {}, ec), 0u);
+  EXPECT_TRUE(ec) << "a link in the entry's place is not used";
+  EXPECT_TRUE(fs::is_empty(tmp / "elsewhere"));
+  EXPECT_EQ(slurp(file), "7\n");
 }
 
 // ---- keys the lock cannot use: lock_corrupt, the key, what it holds, the fix ----

@@ -378,3 +378,27 @@ TEST_F(TrustTest, ALockMadeInASetgidDirectoryKeepsItsGroupDownToTheToken) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(TrustTest, ATokenTakenOverAfterItsWorkspaceWasJudgedGetsNoTemporaryFileOfOurs) {
+  // The workspace is judged by descriptor, but the temporary file is made
+  // through the token's name: a descriptor follows the directory, into the
+  // new owner's private workspace.
+  std::uint64_t v = 0;
+  ASSERT_FALSE(increment(v));
+  fs::path taken;
+  a->when(op::create_exclusive, "/w/", [&] {
+    for (auto& e : fs::directory_iterator(dir))
+      if (e.path().filename().string().rfind("lockfile.", 0) == 0) taken = e.path();
+    fs::rename(taken, dir / "lockfile.1800000099000000.testhost-0000abcd.300.5300.0000000000000300");
+  });
+  failure f = increment(v);
+  EXPECT_EQ(f.code, errc::lock_lost) << f.message;
+  EXPECT_TRUE(temp_files().empty()) << "nothing in the new owner's workspace";
+  std::ifstream in(target.string());
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "1\n");
+}
+
+}  // namespace

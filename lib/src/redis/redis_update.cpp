@@ -61,75 +61,106 @@ failure newer_holder(const write_target& t, std::uint64_t theirs, std::uint64_t 
                                {}));
 }
 
-// The fence entry we hold becomes the workspace once it is judged: the
-// temporary file is written in it.
-failure claimed(os& sys, const write_target& t, const std::string& entry, bool group,
-                std::string& workspace) {
-  if (failure f = check_trusted_path(sys, entry, "fence", "fence entry", group)) {
-    if (f.code != std::errc::no_such_file_or_directory) return f;
+// The fence directory and the entry we hold in it, by descriptor: judged
+// (trust.hpp) before the temporary file is made in the entry, and the
+// commit renamed relative to the directory, through the entry's name.
+struct fence_fds {
+  os& sys;
+  int dir = -1;
+  int entry = -1;
+  ~fence_fds() {
+    if (entry >= 0) sys.close(entry);
+    if (dir >= 0) sys.close(dir);
+  }
+};
+
+// The fence entry we hold becomes the workspace once it is judged.
+failure claimed(os& sys, const write_target& t, fence_fds& fds, const std::string& name,
+                const std::string& entry, bool group, std::string& workspace) {
+  std::error_code ec = sys.open_directory(fds.dir, name, fds.entry);
+  if (ec == std::errc::no_such_file_or_directory)
     return make_failure(errc::lock_lost,
                         describe("fence", t.path,
                                  "our fence entry " + entry +
                                      " was renamed away by a newer holder; nothing was written",
                                  {}));
-  }
+  if (ec) return write_failure("fence", t, "cannot open the fence entry " + entry, ec);
+  if (failure f = check_trusted_fd(sys, fds.entry, entry, "fence", "fence entry", group)) return f;
   workspace = entry;
   return {};
 }
 
+// Makes the fence directory exist with its first entry, in one rename, so
+// that it never exists empty and two first holders cannot both add an
+// entry. Success also when another holder's rename won.
+failure create_fence(os& sys, const write_target& t, const std::string& dir,
+                     const std::string& first, unsigned dir_mode) {
+  const std::string init = t.dir + "/." + t.name + ".fence.init." + std::to_string(sys.random_u64());
+  std::error_code ec = sys.make_directory(init, dir_mode);
+  if (ec) return write_failure("fence", t, "cannot create " + init, ec);
+  ec = sys.make_directory(init + "/" + first, dir_mode);
+  if (!ec) ec = sys.rename(init, dir);
+  if (!ec) return {};
+  sys.remove_directory(init + "/" + first);
+  sys.remove_directory(init);
+  if (ec == std::errc::directory_not_empty || ec == std::errc::file_exists) return {};
+  return write_failure("fence", t, "cannot create the fence directory " + dir, ec);
+}
+
+// The one fence entry's number, listed through the judged directory.
+failure only_entry(os& sys, const write_target& t, const std::string& dir, int fd,
+                   std::uint64_t& current) {
+  std::vector<std::string> names;
+  if (std::error_code ec = sys.list_directory_at(fd, names))
+    return write_failure("fence", t, "cannot list the fence directory " + dir, ec);
+  std::vector<std::uint64_t> entries;
+  for (const auto& n : names) {
+    std::uint64_t v;
+    if (parse_fence_entry(n, v)) entries.push_back(v);
+  }
+  if (entries.size() != 1)
+    return make_failure(errc::lock_corrupt,
+                        describe("fence", t.path,
+                                 "the fence directory " + dir + " holds " +
+                                     std::to_string(entries.size()) +
+                                     " fence entries instead of one (changed by hand?); remove "
+                                     "it while no process updates the file",
+                                 {}));
+  current = entries[0];
+  return {};
+}
+
 // Makes TARGET.fence/f.<fence> the one entry of the fence directory, and
-// sets `workspace` to it.
+// sets `workspace` to it, with the directory and the entry open in `fds`.
 failure claim_fence(os& sys, const write_target& t, std::uint64_t fence, unsigned dir_mode,
-                    std::string& workspace) {
+                    std::string& workspace, fence_fds& fds) {
   const std::string dir = t.path + ".fence";
   const std::string mine_name = fence_entry(fence);
   const std::string mine = dir + "/" + mine_name;
+  // Another user's fence directory (or one others may write) could hold
+  // an entry of theirs for our temporary file: judged before it is used.
+  const bool group = chooses_group_sharing(dir_mode);
   // Each round either ends or saw the directory change under it (another
   // holder's rename): a handful suffices unless something is wrong.
   for (int round = 0; round < 16; ++round) {
-    std::vector<std::string> names;
-    std::error_code ec = sys.list_directory(dir, names);
+    if (fds.dir >= 0) sys.close(fds.dir);
+    fds.dir = -1;
+    std::error_code ec = sys.open_directory(os::cwd, dir, fds.dir);
     if (ec == std::errc::no_such_file_or_directory) {
-      // Made with its first entry in one rename, so that it never exists
-      // empty and two first holders cannot both add an entry.
-      const std::string init = t.dir + "/." + t.name + ".fence.init." + std::to_string(sys.random_u64());
-      if ((ec = sys.make_directory(init, dir_mode)))
-        return write_failure("fence", t, "cannot create " + init, ec);
-      ec = sys.make_directory(init + "/" + mine_name, dir_mode);
-      if (!ec) ec = sys.rename(init, dir);
-      if (!ec) {
-        workspace = mine;
-        return {};
-      }
-      sys.remove_directory(init + "/" + mine_name);
-      sys.remove_directory(init);
-      if (ec == std::errc::directory_not_empty || ec == std::errc::file_exists) continue;
-      return write_failure("fence", t, "cannot create the fence directory " + dir, ec);
+      if (failure f = create_fence(sys, t, dir, mine_name, dir_mode)) return f;
+      continue;
     }
-    if (ec) return write_failure("fence", t, "cannot list the fence directory " + dir, ec);
-    // Another user's fence directory (or one others may write) could hold
-    // an entry of theirs for our temporary file: judged before it is used.
-    const bool group = chooses_group_sharing(dir_mode);
-    if (failure f = check_trusted_path(sys, dir, "fence", "fence directory", group)) return f;
-    std::vector<std::uint64_t> entries;
-    for (const auto& n : names) {
-      std::uint64_t v;
-      if (parse_fence_entry(n, v)) entries.push_back(v);
-    }
-    if (entries.size() != 1)
-      return make_failure(errc::lock_corrupt,
-                          describe("fence", t.path,
-                                   "the fence directory " + dir + " holds " +
-                                       std::to_string(entries.size()) +
-                                       " fence entries instead of one (changed by hand?); remove "
-                                       "it while no process updates the file",
-                                   {}));
-    const std::uint64_t current = entries[0];
-    if (current == fence)
-      return claimed(sys, t, mine, group, workspace);
+    if (ec == std::errc::too_many_symbolic_link_levels || ec == std::errc::not_a_directory)
+      if (failure f = check_trusted_path(sys, dir, "fence", "fence directory", group)) return f;
+    if (ec) return write_failure("fence", t, "cannot open the fence directory " + dir, ec);
+    if (failure f = check_trusted_fd(sys, fds.dir, dir, "fence", "fence directory", group))
+      return f;
+    std::uint64_t current = 0;
+    if (failure f = only_entry(sys, t, dir, fds.dir, current)) return f;
+    if (current == fence) return claimed(sys, t, fds, mine_name, mine, group, workspace);
     if (current > fence) return newer_holder(t, current, fence);
-    ec = sys.rename(dir + "/" + fence_entry(current), mine);
-    if (!ec) return claimed(sys, t, mine, group, workspace);
+    ec = sys.rename_at(fds.dir, fence_entry(current), fds.dir, mine_name);
+    if (!ec) return claimed(sys, t, fds, mine_name, mine, group, workspace);
     if (ec != std::errc::no_such_file_or_directory)
       return write_failure("fence", t, "cannot rename the fence entry to " + mine, ec);
   }
@@ -158,7 +189,8 @@ failure redis_update_impl(os& sys, const boost::filesystem::path& target, redis_
   write_target t;
   if (failure f = resolve_target(sys, target, options.write, t)) return f;
   std::string workspace;
-  if (failure f = claim_fence(sys, t, h.fence(), 0755, workspace)) return f;
+  fence_fds fds{sys};
+  if (failure f = claim_fence(sys, t, h.fence(), 0755, workspace, fds)) return f;
 
   int replaced = -1;
   std::optional<std::string> current;
@@ -179,13 +211,16 @@ failure redis_update_impl(os& sys, const boost::filesystem::path& target, redis_
   if (in_lock.sync == durability::file_and_dir) in_lock.sync = durability::file;
   temp_file tmp;
   file_status st;
+  // By path, through the entry's name (see fenced_commit in update.cpp).
   if ((f = write_temp(sys, t, workspace, next, in_lock, tmp))) {
     if (f.code == std::errc::no_such_file_or_directory &&
         sys.status(workspace, st) == std::errc::no_such_file_or_directory)
       return lost_at_commit(t, h.fence());
     return f;
   }
-  ec = sys.rename(tmp.path, t.path);
+  // Relative to the fence directory and through our entry's name: the fence.
+  const std::string in_fence = tmp.path.substr(t.path.size() + std::string(".fence/").size());
+  ec = sys.rename_at(fds.dir, in_fence, os::cwd, t.path);
   if (ec) {
     sys.remove_file(tmp.path);  // gone with the entry when a newer holder took it
     if (ec == std::errc::no_such_file_or_directory &&
