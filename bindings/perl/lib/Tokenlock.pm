@@ -845,9 +845,10 @@ With C<lock>: as for C<acquire>.
 
 =item C<< mode => '0640' >>
 
-The mode of a new file, as a string of octal digits (a number such as
-C<0640> is refused: it arrives as 416, whose digits would pass for octal).
-An existing file keeps its mode.
+The mode of the file, as a string of octal digits (a number such as
+C<0640> is refused: it arrives as 416, whose digits would pass for octal),
+also when it replaces an existing file. Without it, an existing file keeps
+its mode (less setuid and setgid) and a new one gets 0644 minus the umask.
 
 =item C<< follow_symlinks => 1 >>
 
