@@ -268,6 +268,34 @@ judgement judge_legacy(std::int64_t now, std::int64_t skew, std::int64_t max_lea
 
 }  // namespace
 
+namespace {
+
+// Whether the owner of a token of this host is provably gone; if so, marks
+// `j` dead and stale with the reason.
+bool owner_is_gone(os& sys, const observed_token& t, judgement& j) {
+  auto gone = [&](const std::string& why) {
+    j.owner = owner_liveness::dead;
+    j.stale = true;
+    j.reason = "owner pid " + std::to_string(t.pid) + " on this host " + why;
+    return true;
+  };
+  if (sys.signal_probe(t.pid) == std::errc::no_such_process) return gone("no longer exists");
+  // Success or EPERM: a process with that pid exists. /proc tells whether it
+  // is a zombie or a newer process that reused the pid. When /proc cannot
+  // be read (hidepid on shared hosts, or a race with exit) the owner counts
+  // as alive: the next look, or the lease, settles it.
+  process_status ps;
+  if (sys.read_process_status(t.pid, ps)) return false;
+  if (ps.state == 'Z' || ps.state == 'X') return gone("has exited (zombie)");
+  if (t.start_time != 0 && ps.start_time != t.start_time)
+    return gone("is gone; the pid now belongs to another process (start time " +
+                std::to_string(ps.start_time) + ", token says " + std::to_string(t.start_time) +
+                ")");
+  return false;
+}
+
+}  // namespace
+
 judgement judge(os& sys, const lock_options& options, const observed_token& t) {
   judgement j;
   const process_identity& me = sys.self();
@@ -302,37 +330,10 @@ judgement judge(os& sys, const lock_options& options, const observed_token& t) {
     j.reason = until;
     return j;
   }
-  std::error_code probe = sys.signal_probe(t.pid);
-  if (probe == std::errc::no_such_process) {
-    j.owner = owner_liveness::dead;
-    j.stale = true;
-    j.reason = "owner pid " + std::to_string(t.pid) + " on this host no longer exists";
-    return j;
+  if (!owner_is_gone(sys, t, j)) {
+    j.owner = owner_liveness::alive;
+    j.reason = until;
   }
-  // Success or EPERM: a process with that pid exists. /proc tells whether it
-  // is a zombie or a newer process that reused the pid. When /proc cannot
-  // be read (hidepid on shared hosts, or a race with exit) the owner counts
-  // as alive: the next look, or the lease, settles it.
-  process_status ps;
-  if (!sys.read_process_status(t.pid, ps)) {
-    if (ps.state == 'Z' || ps.state == 'X') {
-      j.owner = owner_liveness::dead;
-      j.stale = true;
-      j.reason = "owner pid " + std::to_string(t.pid) + " on this host has exited (zombie)";
-      return j;
-    }
-    if (t.start_time != 0 && ps.start_time != t.start_time) {
-      j.owner = owner_liveness::dead;
-      j.stale = true;
-      j.reason = "owner pid " + std::to_string(t.pid) +
-                 " on this host is gone; the pid now belongs to another process (start time " +
-                 std::to_string(ps.start_time) + ", token says " + std::to_string(t.start_time) +
-                 ")";
-      return j;
-    }
-  }
-  j.owner = owner_liveness::alive;
-  j.reason = until;
   return j;
 }
 
