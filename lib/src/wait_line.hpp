@@ -74,7 +74,7 @@ class wait_line {
   // starting processes needed (docs/protocol.md, The line of waiters).
   // `turn` is what the failed claim_head gave. The caller passes a deadline
   // no later than its own next look at the lock (sleeper_look_interval,
-  // waiting.hpp): the board only times waits, and a head that never hands
+  // wait_place.hpp): the board only times waits, and a head that never hands
   // on must not keep a sleeper from a free lock for longer than that.
   place wait_for_place(std::uint32_t turn, std::int64_t deadline_us) noexcept;
 

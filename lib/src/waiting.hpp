@@ -4,17 +4,19 @@
 // The protocol (rename_lock.cpp) decides who holds the lock, one rename at
 // a time; this unit decides only when the next round of it runs. Nothing
 // here renames anything, so a waiting scheme that misjudges costs latency,
-// never exclusion. The policy:
-//   - every round retries the fast-path rename; the directory is listed and
-//     the holder judged at most every look interval (10 ms), and always on
-//     the last round before the deadline, so a verdict is never stale;
-//   - between rounds: exponential backoff with jitter, cut short by a
-//     directory watch (inotify) when the lock is released;
-//   - waiters on one host line up on a wait board (wait_line.hpp): only the
-//     head watches the lock, the others sleep on a futex. A sleeper looks
-//     at the lock itself at least every sleeper_look_interval(), whatever
-//     the board holds, which bounds how long a board can keep it from a
-//     free lock (docs/protocol.md, The line of waiters).
+// never exclusion. The wait loop asks four parts, each deciding one thing:
+//   - wait_look.hpp: which rounds list the directory and judge the holder
+//     (at most every 10 ms, and always the last round before the deadline,
+//     so a verdict is never stale); every round retries the fast path;
+//   - wait_place.hpp: the line of waiters of one host, on a wait board
+//     (wait_line.hpp): only the head watches the lock, the others sleep on
+//     a futex, and a sleeper looks at the lock itself at least every
+//     sleeper_look_interval(), whatever the board holds (docs/protocol.md,
+//     The line of waiters);
+//   - wait_watch.hpp: whether a pause is cut short by a directory watch
+//     (inotify) when the lock is released, or polls when releases come fast;
+//   - wait_backoff.hpp: how long each pause is (exponential backoff with
+//     jitter), and the wait budget.
 #pragma once
 
 #include <chrono>
@@ -59,17 +61,5 @@ std::shared_ptr<wait_state> make_wait_state();
 // single round, with `busy` set.
 failure wait_for_lock(os& sys, const lock_paths& paths, const lock_options& options,
                       wait_state& state, bool may_wait, lock_attempt& attempt, bool& busy);
-
-// A head of the line that has not beaten for this long is taken to be gone:
-// twice backoff_max (it beats at least that often) and 10 ms more for a
-// busy scheduler.
-std::chrono::milliseconds stale_head_after(const lock_options& options);
-
-// The longest a sleeper in the line goes without looking at the lock
-// itself: four times stale_head_after (440 ms with the default options).
-// After the lock is freed, a waiter takes it within this bound (and a
-// round), whatever the board holds: another boot's or host's beat, a beat
-// in the future, garbage, or a board that something keeps rewriting.
-std::chrono::milliseconds sleeper_look_interval(const lock_options& options);
 
 }  // namespace tokenlock::detail
