@@ -9,7 +9,7 @@
 
 #include <sys/resource.h>
 
-#include "decimal.hpp"
+#include "tokenlock/decimal.hpp"
 #include "tokenlock/errors.hpp"
 
 namespace tokenlock::cli {
@@ -193,7 +193,7 @@ std::optional<std::uint64_t> parse_unsigned(const std::string& s) {
   std::string_view digits = s;
   while (digits.size() > 1 && digits[0] == '0') digits.remove_prefix(1);
   std::uint64_t v = 0;
-  if (!detail::parse_decimal(digits, 20, true, UINT64_MAX, v)) return std::nullopt;
+  if (!parse_decimal(digits, 20, true, UINT64_MAX, v)) return std::nullopt;
   return v;
 }
 

@@ -11,6 +11,7 @@
 #include "cli.hpp"
 #include "commands.hpp"
 #include "commands_redis.hpp"
+#include "tokenlock/clock_judgement.hpp"
 #include "tokenlock/tokenlock.hpp"
 
 namespace tokenlock::cli {
@@ -187,7 +188,7 @@ int cmd_status(const args& a) {
     const auto allowance = lock_options{}.skew_allowance;
     const clock_offset c = estimate_clock_offset(clock_dir, ec);
     const std::string clock_error = ec ? without_prefix(last_error_message()) : "";
-    const clock_judgement judged = judge_clock(c, allowance);
+    const tokenlock::clock_judgement judged = judge_clock_offset(c, allowance);
     if (v.count("json")) {
       std::ostringstream j;
       j << "{\"lock_dir\":" << json_string(dir) << ",\"state\":\"" << state << "\"";
@@ -206,7 +207,7 @@ int cmd_status(const args& a) {
         j << ",\"offset_us\":" << c.offset.count() << ",\"uncertainty_us\":" << c.uncertainty.count()
           << ",\"skew_allowance_us\":"
           << std::chrono::duration_cast<std::chrono::microseconds>(allowance).count()
-          << ",\"verdict\":\"" << verdict_name(judged.verdict) << "\"";
+          << ",\"verdict\":\"" << clock_verdict_name(judged.verdict) << "\"";
       j << "}}";
       std::cout << j.str() << std::endl;
       return exit_code::ok;

@@ -9,8 +9,7 @@
 #include "cli.hpp"
 
 #if TOKENLOCK_HAVE_REDIS
-#include "posix/os.hpp"
-#include "redis/redis_url.hpp"
+#include "tokenlock/redis_inspect.hpp"
 #include "tokenlock/redis_lock.hpp"
 #endif
 
@@ -29,6 +28,14 @@ redis_lock_options options_with(std::chrono::milliseconds lease, std::chrono::mi
   return o;
 }
 
+// The server without credentials: output ends up in logs. `url` has
+// worked already, so it parses.
+std::string server_of(const std::string& url) {
+  std::error_code ec;
+  const std::string server = redis_server_of(url, ec);
+  return ec ? std::string("the Redis server") : server;
+}
+
 std::string token_of(const redis_handle& h) { return std::to_string(h.fence()) + "." + h.owner(); }
 
 // "<fence>.<owner>" -> owner; throws po::error when it is not a token.
@@ -44,9 +51,7 @@ std::string owner_of(const std::string& token) {
 
 void warn_if_clock_behind(const redis_handle& h, const std::string& url) {
   if (h.clock_behind().count() <= 0) return;
-  detail::redis_endpoint server;
-  detail::parse_redis_url(url, server);
-  std::cerr << "tokenlock: warning: the clock of " << server.display() << " is "
+  std::cerr << "tokenlock: warning: the clock of " << server_of(url) << " is "
             << seconds_text(h.clock_behind())
             << " behind the last fence it granted for this lock (it went back: a failover or a "
                "clock step); fences still increase, but fix the server's clock (NTP)\n";
@@ -91,10 +96,7 @@ int redis_status(const std::string& url, const std::string& name, bool json) {
   if (ec) return report(ec, last_error_message());
   if (json) {
     std::ostringstream j;
-    // The server without credentials: status output ends up in logs.
-    detail::redis_endpoint server;
-    detail::parse_redis_url(url, server);
-    j << "{\"redis\":" << json_string(server.display()) << ",\"name\":" << json_string(name)
+    j << "{\"redis\":" << json_string(server_of(url)) << ",\"name\":" << json_string(name)
       << ",\"state\":\"" << (h ? "held" : "free") << "\"";
     if (h)
       j << ",\"token\":" << json_string(std::to_string(h->fence) + "." + h->owner)
@@ -128,9 +130,7 @@ int redis_break(const std::string& url, const std::string& name, const std::stri
                       (h ? " (fence " + std::to_string(h->fence) + " holds it)" : " (it is free)"));
   // Its lease still runs (an ended one is gone from Redis): only a holder
   // provably dead on this host may be broken without --force.
-  auto sys = detail::system_os();
-  const bool dead = h->pid > 0 && h->host_tag == sys->self().host_tag &&
-                    sys->signal_probe(h->pid) == std::errc::no_such_process;
+  const bool dead = redis_holder_liveness(*h) == owner_liveness::dead;
   if (!force && !dead)
     return report(make_error_code(errc::busy),
                   "tokenlock: break " + name + ": refusing to break a grant whose lease still runs "

@@ -1,5 +1,7 @@
 #include "clock_offset.hpp"
 
+#include "errno_advice.hpp"
+
 #include <cerrno>
 #include <cstdio>
 #include <vector>
@@ -24,20 +26,8 @@ struct sample {
 const char* const step = "estimate clock offset in";
 
 std::string hint(std::error_code ec, const std::string& dir) {
-  switch (ec.value()) {
-    case EACCES:
-    case EPERM:
-      return "; the user needs write and search permission on " + dir +
-             " (or measure in another directory of the same filesystem)";
-    case ENOENT: return "; the directory does not exist";
-    case ENOTDIR: return "; a component of the path is not a directory";
-    case EROFS:
-      return "; the filesystem is read-only: measure in a writable directory of the same file "
-             "server";
-    case ENOSPC:
-    case EDQUOT: return "; the filesystem is full, or the quota used up";
-    default: return "";
-  }
+  const std::string fix = errno_fix(ec, errno_context::clock_probe, dir);
+  return fix.empty() ? fix : "; " + fix;
 }
 
 failure os_failure(const std::string& dir, const std::string& what, std::error_code ec) {

@@ -1,5 +1,6 @@
 #include "file_writer.hpp"
 
+#include "errno_advice.hpp"
 #include "trust.hpp"
 
 #include <cerrno>
@@ -9,16 +10,8 @@ namespace tokenlock::detail {
 namespace {
 
 std::string hint_for(std::error_code ec) {
-  switch (ec.value()) {
-    case ENOSPC: return "; free some space on the filesystem";
-    case EDQUOT: return "; the user's disk quota is exhausted";
-    case EFBIG: return "; the file is larger than the process may write (RLIMIT_FSIZE)";
-    case EACCES:
-      return "; the user needs write and search permission on the target's directory";
-    case EROFS: return "; the target is on a read-only filesystem";
-    case EIO: return "; the device reported an I/O error: check the disk";
-    default: return {};
-  }
+  const std::string fix = errno_fix(ec, errno_context::write_file);
+  return fix.empty() ? fix : "; " + fix;
 }
 
 std::string name_of(const std::string& path) {

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "errno_advice.hpp"
 #include "token_name.hpp"
 #include "trust.hpp"
 
@@ -562,12 +563,9 @@ failure os_failure(os& sys, const lock_paths& paths, const char* step, const std
                    const std::string& entry, std::error_code ec) {
   std::string msg = describe(step, paths.dir, what, ec);
   const std::string uid = std::to_string(sys.self().euid);
+  // EPERM depends on the directory; every other errno reads its advice
+  // from the one table.
   switch (ec.value()) {
-    case EACCES:
-      msg += "; the user (uid " + uid + ") needs write and search permission on " + paths.dir +
-             " and search permission on its parents: for a lock shared by several users, give "
-             "them a common group and a lock directory of mode 0775 (lock_options::dir_mode)";
-      break;
     case EPERM: {
       file_status dir_st, entry_st;
       if (!sys.status(paths.dir, dir_st) && dir_st.is_sticky && !entry.empty() &&
@@ -582,23 +580,10 @@ failure os_failure(os& sys, const lock_paths& paths, const char* step, const std
       }
       break;
     }
-    case EROFS:
-      msg += "; the lock directory is on a read-only filesystem: put it on a writable one";
-      break;
-    case ENOTDIR:
-      msg += "; a component of " + paths.dir + " is not a directory";
-      break;
-    case ENAMETOOLONG:
-      msg += "; token names are up to 130 bytes long: use a shorter lock directory path";
-      break;
-    case ENOSPC:
-    case EDQUOT:
-      msg += "; free some space (or quota) on the filesystem of " + paths.dir;
-      break;
-    case ELOOP:
-      msg += "; too many symbolic links in the path, or the lock directory is a symbolic link";
-      break;
-    default: break;
+    default: {
+      const std::string fix = errno_fix(ec, errno_context::lock_directory, paths.dir, uid);
+      if (!fix.empty()) msg += "; " + fix;
+    }
   }
   return make_failure(ec, std::move(msg));
 }

@@ -16,6 +16,7 @@
 #include "decimal.hpp"
 #include "fnv1a.hpp"
 #include "lock_directory.hpp"
+#include "netfs_advice.hpp"
 #include "trust.hpp"
 #include "update_impl.hpp"
 
@@ -305,11 +306,8 @@ failure read_under_lock(os& sys, const write_target& t, const lock_options& lo, 
                        " ms); nothing was written",
                    {}) +
               "; the filesystem (" + type +
-              ") serves stale cached data: on GlusterFS run `gluster volume set VOLUME "
-              "performance.stat-prefetch off` and `gluster volume set VOLUME "
-              "performance.open-behind off`; mount sshfs with -o "
-              "dir_cache=no,entry_timeout=0,attr_timeout=0; mount NFS with lookupcache=none or "
-              "actimeo=0 (tokenlock doctor DIR --peer DIR2 checks a mount). If the file was "
+              ") serves stale cached data: " + cache_fix(fs.name, false) +
+              " (tokenlock doctor DIR --peer DIR2 checks a mount). If the file was "
               "changed by hand within the clock skew allowance of the last update, remove the "
               "lock directory while no process uses it");
     }
