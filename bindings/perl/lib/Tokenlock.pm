@@ -847,7 +847,8 @@ With C<lock>: as for C<acquire>.
 
 The mode of a new file, as a string of octal digits (a number such as
 C<0640> is refused: it arrives as 416, whose digits would pass for octal).
-An existing file keeps its mode.
+It applies to an existing file too, as C<tokenlock write --mode> does;
+without it an existing file keeps its mode.
 
 =item C<< follow_symlinks => 1 >>
 

@@ -48,7 +48,7 @@ sub intact {
     write_file("$dir/moded", "y");
     is((stat "$dir/moded")[2] & 07777, 0600, 'an existing file keeps its mode');
     write_file("$dir/moded", "z", mode => '0644');
-    is((stat "$dir/moded")[2] & 07777, 0600, 'an existing file keeps its mode, also with mode =>');
+    is((stat "$dir/moded")[2] & 07777, 0644, 'mode => sets the mode of an existing file too (tokenlock write --mode)');
 
     write_file($f, "under the lock\n", lock => "$dir/config.lock");
     is(slurp($f), "under the lock\n", 'lock => LOCKDIR writes');
