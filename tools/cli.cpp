@@ -22,8 +22,8 @@ int exit_code_for(std::error_code ec, int busy_code) {
       case errc::lock_lost: return exit_code::lost;
       case errc::token_missing:
       case errc::lock_corrupt: return exit_code::unavailable;
-      case errc::corrupt_data:
-      case errc::bad_argument: return exit_code::data;
+      case errc::corrupt_data: return exit_code::data;
+      case errc::bad_argument: return exit_code::usage;
       case errc::not_owner: return exit_code::software;
       case errc::dir_sync_failed: return exit_code::io_error;
       case errc::not_fenced: return exit_code::software;  // the command never requires a fence
@@ -75,17 +75,63 @@ std::string escaped(std::string_view text) {
   return out;
 }
 
+namespace {
+
+struct noted {
+  std::string name;
+  int errno_value = 0;
+  std::string printed;
+};
+error_format g_error_format = error_format::text;
+std::optional<noted> g_noted;
+
+int errno_of(std::error_code ec) {
+  const bool os = ec.category() == std::generic_category() || ec.category() == std::system_category();
+  return os ? ec.value() : 0;
+}
+
+}  // namespace
+
+void set_error_format(error_format f) { g_error_format = f; }
+
+std::optional<error_format> parse_error_format(std::string_view text) {
+  if (text.empty() || text == "text") return error_format::text;
+  if (text == "json") return error_format::json;
+  return std::nullopt;
+}
+
+void note_failure(std::error_code ec, const std::string& printed) {
+  note_failure(error_name(ec), errno_of(ec), printed);
+}
+
+void note_failure(const char* name, int errno_value, const std::string& printed) {
+  g_noted = noted{name, errno_value, printed};
+}
+
+void print_noted_failure() {
+  if (g_error_format != error_format::json || !g_noted) return;
+  std::cerr << error_json(g_noted->name.c_str(), g_noted->errno_value, g_noted->printed) << "\n";
+}
+
+std::string error_json(const char* name, int errno_value, const std::string& message) {
+  return "{\"error\": " + json_string(name) + ", \"errno\": " + std::to_string(errno_value) +
+         ", \"message\": " + json_string(message) + "}";
+}
+
 int report(std::error_code ec, const std::string& message, int busy_code) {
-  if (message.rfind("tokenlock:", 0) == 0)
-    std::cerr << escaped(message) << "\n";
-  else
-    std::cerr << "tokenlock: " << escaped(message.empty() ? ec.message() : message) << "\n";
+  const std::string line = message.rfind("tokenlock:", 0) == 0
+                               ? escaped(message)
+                               : "tokenlock: " + escaped(message.empty() ? ec.message() : message);
+  std::cerr << line << "\n";
+  note_failure(ec, line);
   return exit_code_for(ec, busy_code);
 }
 
 int usage_error(const std::string& command, const std::string& message) {
-  std::cerr << "tokenlock " << command << ": " << escaped(message) << "\n"
+  const std::string line = "tokenlock " + command + ": " + escaped(message);
+  std::cerr << line << "\n"
             << "Try 'tokenlock " << command << " --help'.\n";
+  note_failure(make_error_code(errc::bad_argument), line);
   return exit_code::usage;
 }
 

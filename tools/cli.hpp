@@ -25,8 +25,8 @@ constexpr int ok = 0;
 constexpr int busy = 1;          // busy or timed out (run/acquire: -E changes it)
 constexpr int check_failed = 1;  // doctor: a property failed
 constexpr int lost = 3;          // the token is not held any more: taken over, or another lock's
-constexpr int usage = 64;        // EX_USAGE: bad command line
-constexpr int data = 65;         // EX_DATAERR: corrupt counter, malformed token, empty input
+constexpr int usage = 64;        // EX_USAGE: bad command line, any malformed argument
+constexpr int data = 65;         // EX_DATAERR: corrupt counter, an overflow, empty input
 constexpr int no_input = 66;     // EX_NOINPUT: a file or directory that must exist does not
 constexpr int unavailable = 69;  // EX_UNAVAILABLE: the lock directory needs a human (corrupt), or
                                  // the Redis server cannot be reached or refuses (--redis)
@@ -41,7 +41,34 @@ constexpr int not_found = 127;
 }  // namespace exit_code
 
 // The exit code for a failure; `busy_code` is what busy/timed_out map to.
+// One rule for arguments: errc::bad_argument, which the library gives for
+// an argument it cannot use (a malformed token or URL, an empty path), is
+// a usage error, as is every value the command line parser refuses.
 int exit_code_for(std::error_code ec, int busy_code = exit_code::busy);
+
+// How the command reports a failure on stderr: as text only, or with a
+// JSON line after it (--errors=json, TOKENLOCK_ERRORS=json), which is then
+// the last line on stderr:
+//   {"error": NAME, "errno": N, "message": "..."}
+// NAME is tokenlock::error_name()'s, N the errno of a "system" error (else
+// 0), and the message the one printed before it.
+enum class error_format { text, json };
+void set_error_format(error_format f);
+// "json" or "text" (or "" for text); std::nullopt for anything else.
+std::optional<error_format> parse_error_format(std::string_view text);
+
+// Remembers the failure the command is about to end with, as printed
+// (report and usage_error call it; so do the commands that print a
+// failure of their own).
+void note_failure(std::error_code ec, const std::string& printed);
+// The same for a failure that has no error_code: an exception the command
+// did not expect is "system" with errno 0, as in the C interface.
+void note_failure(const char* name, int errno_value, const std::string& printed);
+// In json mode, prints the JSON line of the failure noted last, if one was
+// (main calls it once the command has ended).
+void print_noted_failure();
+// The JSON line itself, without its newline.
+std::string error_json(const char* name, int errno_value, const std::string& message);
 
 // `text` with every control byte and every byte from 0x7f up written as
 // \xNN: names that come from a filesystem or a server may hold escape

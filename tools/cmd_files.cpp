@@ -126,8 +126,11 @@ int write_stdin(const std::string& file, const write_options& wo, const std::str
     if (!g_interrupted && ::ppoll(&in, 1, nullptr, &waiting) >= 0) n = ::read(0, buf, sizeof buf);
     if (g_interrupted) {
       if (out) out->rollback();
-      std::cerr << "tokenlock write: interrupted by signal " << g_interrupted << "; "
-                << escaped(file) << " was left as it was\n";
+      const std::string line = "tokenlock write: interrupted by signal " +
+                               std::to_string(g_interrupted) + "; " + escaped(file) +
+                               " was left as it was";
+      std::cerr << line << "\n";
+      note_failure(std::error_code(EINTR, std::generic_category()), line);
       return 128 + g_interrupted;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -149,8 +152,11 @@ int write_stdin(const std::string& file, const write_options& wo, const std::str
   }
   if (total == 0 && !allow_empty) {
     if (out) out->rollback();
-    std::cerr << "tokenlock write: standard input was empty; " << escaped(file)
-              << " was left as it was (use --allow-empty to write an empty file)\n";
+    const std::string line = "tokenlock write: standard input was empty; " + escaped(file) +
+                             " was left as it was (use --allow-empty to write an empty file)";
+    std::cerr << line << "\n";
+    // Input that is not what it must be: a data error, exit 65.
+    note_failure(make_error_code(errc::corrupt_data), line);
     return exit_code::data;
   }
   if (out) {

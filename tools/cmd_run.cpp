@@ -238,16 +238,20 @@ int supervise(Handle& h, command_process& cmd, const signal_plan& sp, const std:
     }
   }
   if (lost) {
-    std::cerr << "tokenlock run: the lock on " << escaped(what) << " was lost while " << name
-              << " ran (" << describe_status(status) << ")\n";
+    const std::string line = "tokenlock run: the lock on " + escaped(what) + " was lost while " +
+                             name + " ran (" + describe_status(status) + ")";
+    std::cerr << line << "\n";
+    note_failure(make_error_code(errc::lock_lost), line);
     return code != 0 ? code : exit_code::lost;
   }
   if (ec) {
     // The lock is not known to be free: say so, and never exit 0.
-    std::cerr << escaped(last_error_message()) << "\ntokenlock run: " << name << " ended ("
-              << describe_status(status) << "), but the lock on " << escaped(what)
-              << " could not be released; its token names a process that is gone, so the next "
-                 "process that may write there takes it over\n";
+    const std::string line = "tokenlock run: " + name + " ended (" + describe_status(status) +
+                             "), but the lock on " + escaped(what) +
+                             " could not be released; its token names a process that is gone, "
+                             "so the next process that may write there takes it over";
+    std::cerr << escaped(last_error_message()) << "\n" << line << "\n";
+    note_failure(ec, line);
     return code != 0 ? code : exit_code_for(ec);
   }
   return code;
@@ -268,7 +272,11 @@ int give_up(command_process& cmd, const signal_plan& sp, std::error_code ec, int
             bool verbose) {
   cmd.abandon();
   ::sigprocmask(SIG_SETMASK, &sp.before, nullptr);
-  if ((ec == errc::busy || ec == errc::timed_out) && !verbose) return conflict;
+  if ((ec == errc::busy || ec == errc::timed_out) && !verbose) {
+    // Quiet, as flock(1) is; --errors=json still says what it was.
+    note_failure(ec, escaped(last_error_message()));
+    return conflict;
+  }
   return report(ec, last_error_message(), conflict);
 }
 

@@ -1,5 +1,6 @@
 // The tokenlock command: the lock and the atomic updater for scripts, cron
 // jobs and CGI programs in any language. docs/tokenlock.1.md is its manual.
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -7,6 +8,7 @@
 
 #include "cli.hpp"
 #include "commands.hpp"
+#include "tokenlock/errors.hpp"
 #include "tokenlock/version.hpp"
 
 namespace {
@@ -30,24 +32,70 @@ const command commands[] = {
 };
 
 void usage(std::ostream& out) {
-  out << "Usage: tokenlock COMMAND [OPTIONS] ...\n\n"
+  out << "Usage: tokenlock [--errors=text|json] COMMAND [OPTIONS] ...\n\n"
          "File locking and atomic updates that work where flock(2) does not.\n\nCommands:\n";
   for (const auto& c : commands) out << "  " << c.name << std::string(10 - std::strlen(c.name), ' ') << c.summary << "\n";
-  out << "\n'tokenlock COMMAND --help' describes each command; tokenlock(1) has the exit codes.\n";
+  out << "\n'tokenlock COMMAND --help' describes each command; tokenlock(1) has the exit codes.\n"
+         "--errors=json (or TOKENLOCK_ERRORS=json) ends a failure's report on stderr with one\n"
+         "JSON line: {\"error\": NAME, \"errno\": N, \"message\": TEXT}.\n";
 }
 
-}  // namespace
+// A bad command line before the subcommand: said, noted (for
+// --errors=json) and exit 64.
+int global_usage_error(const std::string& message) {
+  const std::string line = "tokenlock: " + tokenlock::cli::escaped(message);
+  std::cerr << line << "\n";
+  usage(std::cerr);
+  tokenlock::cli::note_failure(tokenlock::make_error_code(tokenlock::errc::bad_argument), line);
+  return tokenlock::cli::exit_code::usage;
+}
 
-int main(int argc, char** argv) {
-  // A write past the file size limit (ulimit -f) then fails with EFBIG, and
-  // is reported, its temporary file removed and its lock released, instead
-  // of killing the process with a file left behind and the lock held.
-  tokenlock::cli::ignore_sigxfsz();
-  if (argc < 2) {
+// The error format from TOKENLOCK_ERRORS, then from --errors=FORMAT or
+// --errors FORMAT at argv[i] (which it steps past). False when a value is
+// neither text nor json.
+bool take_error_format(int argc, char** argv, int& i, std::string& problem) {
+  using tokenlock::cli::parse_error_format;
+  const char* env = std::getenv("TOKENLOCK_ERRORS");
+  const auto from_env = parse_error_format(env ? env : "");
+  // Set before anything can fail, so that the failure itself is in JSON.
+  tokenlock::cli::set_error_format(from_env.value_or(tokenlock::cli::error_format::text));
+  if (!from_env) problem = std::string("TOKENLOCK_ERRORS takes text or json, not \"") + env + "\"";
+  for (; i < argc; ++i) {
+    std::string a = argv[i];
+    std::string value;
+    if (a.rfind("--errors=", 0) == 0) {
+      value = a.substr(9);
+    } else if (a == "--errors") {
+      if (i + 1 >= argc) {
+        problem = "--errors takes text or json";
+        return false;
+      }
+      value = argv[++i];
+    } else {
+      break;
+    }
+    const auto f = parse_error_format(value);
+    if (!f || value.empty()) {
+      problem = "--errors takes text or json, not \"" + value + "\"";
+      return false;
+    }
+    tokenlock::cli::set_error_format(*f);
+    problem.clear();  // the option wins over a bad TOKENLOCK_ERRORS
+  }
+  return problem.empty();
+}
+
+int run_command(int argc, char** argv) {
+  int i = 1;
+  std::string problem;
+  if (!take_error_format(argc, argv, i, problem)) return global_usage_error(problem);
+  if (i >= argc) {
     usage(std::cerr);
+    tokenlock::cli::note_failure(tokenlock::make_error_code(tokenlock::errc::bad_argument),
+                                 "tokenlock: no command given");
     return tokenlock::cli::exit_code::usage;
   }
-  const std::string first = argv[1];
+  const std::string first = argv[i];
   if (first == "--help" || first == "-h" || first == "help") {
     usage(std::cout);
     return 0;
@@ -59,13 +107,27 @@ int main(int argc, char** argv) {
   for (const auto& c : commands) {
     if (first != c.name) continue;
     try {
-      return c.run(tokenlock::cli::args(argv + 2, argv + argc));
+      return c.run(tokenlock::cli::args(argv + i + 1, argv + argc));
     } catch (const std::exception& e) {
-      std::cerr << "tokenlock " << c.name << ": " << tokenlock::cli::escaped(e.what()) << "\n";
+      const std::string line = std::string("tokenlock ") + c.name + ": " + tokenlock::cli::escaped(e.what());
+      std::cerr << line << "\n";
+      // As the C interface reports an exception it did not expect.
+      tokenlock::cli::note_failure("system", 0, line);
       return tokenlock::cli::exit_code::software;
     }
   }
-  std::cerr << "tokenlock: unknown command '" << tokenlock::cli::escaped(first) << "'\n";
-  usage(std::cerr);
-  return tokenlock::cli::exit_code::usage;
+  return global_usage_error("unknown command '" + first + "'");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // A write past the file size limit (ulimit -f) then fails with EFBIG, and
+  // is reported, its temporary file removed and its lock released, instead
+  // of killing the process with a file left behind and the lock held.
+  tokenlock::cli::ignore_sigxfsz();
+  const int code = run_command(argc, argv);
+  // Last, so that it is the last line on stderr (run's CMD has ended).
+  if (code != 0) tokenlock::cli::print_noted_failure();
+  return code;
 }

@@ -37,9 +37,12 @@ Backends
 Errors
     Every failure raises tokenlock.Error (or a subclass), whose str() is the
     library's message: the path, the step, the cause and, where known, the
-    fix. `.code` names the condition ("busy", "timed_out", "lock_lost",
-    "corrupt_data", "not_owner", "system", ...); `.errno` is set for system
-    errors. Busy (busy, timed_out), LockLost and CorruptData are
+    fix. `.code` is the error's name in the library's one vocabulary
+    (tokenlock/errors.hpp: "busy", "timed_out", "lock_lost",
+    "corrupt_data", "bad_argument", "not_owner", "untrusted", "system", ...),
+    which the library backend gets from tokenlock_strerror() and the
+    command backend from the command's --errors=json line; never from a
+    message. `.errno` is set for system errors. Busy (busy, timed_out), LockLost and CorruptData are
     subclasses; system errors are also instances of the matching OSError
     subclass (FileNotFoundError, PermissionError, ...), and bad arguments of
     ValueError.
@@ -90,18 +93,10 @@ load_error = None
 
 _SYNC_LEVELS = {"none": 0, "file": 1, "file_and_dir": 2}
 
-# The C interface's return codes (tokenlock.h) and their names, as
-# tokenlock_strerror() gives them; the command backend reports the same.
-_OK, _EBUSY, _ETIMEDOUT, _ELOCK_LOST = 0, 1, 2, 3
-_ECORRUPT_DATA, _EBAD_ARGUMENT, _ENOT_OWNER, _EDIR_SYNC_FAILED = 6, 7, 8, 9
-_EABORTED, _ESYSTEM, _ENOMEM = 50, 100, 101
-_CODE_NAMES = {
-    0: "ok", 1: "busy", 2: "timed_out", 3: "lock_lost", 4: "token_missing",
-    5: "lock_corrupt", 6: "corrupt_data", 7: "bad_argument", 8: "not_owner",
-    9: "dir_sync_failed", 10: "not_fenced", 11: "stale_data", 12: "server_error",
-    13: "not_replicated", 14: "untrusted", 50: "aborted", 100: "system", 101: "no_memory",
-}
-
+# The names of errors are the library's (tokenlock/errors.hpp, Names): the
+# library backend asks tokenlock_strerror() for the name of a return code,
+# the command backend reads it from the JSON line that TOKENLOCK_ERRORS=json
+# makes the command print last on stderr.
 
 
 def _token_expiry(token):
@@ -236,22 +231,21 @@ def _os_failure(message, err):
     return cls(message, err)
 
 
-def _error_for(code, message, err=0):
-    """The exception for a return code of the C interface."""
-    name = _CODE_NAMES.get(code, "unknown")
-    if code in (_EBUSY, _ETIMEDOUT):
+def _error_for(name, message, err=0):
+    """The exception for an error's name (and errno, for "system")."""
+    if name in ("busy", "timed_out"):
         return Busy(message, name)
-    if code == _ELOCK_LOST:
+    if name == "lock_lost":
         return LockLost(message, name)
-    if code == _ECORRUPT_DATA:
+    if name == "corrupt_data":
         return CorruptData(message, name)
-    if code == _EBAD_ARGUMENT:
+    if name == "bad_argument":
         return BadArgument(message)
-    if code == _ESYSTEM:
+    if name == "system":
         return _os_failure(message, err)
-    if code == _ENOMEM:
+    if name == "no_memory":
         return Error(message, name, _errno.ENOMEM)
-    if code == _EDIR_SYNC_FAILED:
+    if name == "dir_sync_failed":
         return DirSyncFailed(message, err or None)
     return Error(message, name, err or None)
 
@@ -437,8 +431,8 @@ class _Library:
         # The message and errno are per thread, and read on the thread that
         # made the failing call, right after it.
         message = os.fsdecode(self.lib.tokenlock_last_error() or b"")
-        return _error_for(code, message or "tokenlock: %s" % _CODE_NAMES.get(code, code),
-                          self.lib.tokenlock_last_errno())
+        name = self.lib.tokenlock_strerror(code).decode()
+        return _error_for(name, message or "tokenlock: %s" % name, self.lib.tokenlock_last_errno())
 
     def _options(self, wait=None, lease=None, sync=None):
         # Kept and reused (never changed once made): building one costs as
@@ -548,24 +542,28 @@ class _Library:
 
 # ---- the command backend ------------------------------------------------------
 
-# Exit statuses of the tokenlock command (docs/tokenlock.1.md, EXIT STATUS),
-# as the errno they stand for when the message names none.
-_EXIT_ERRNO = {66: _errno.ENOENT, 74: _errno.EIO, 77: _errno.EACCES}
-_strerrors = None
+def _command_environment():
+    # Made at each run, so that changes to os.environ reach the command.
+    return dict(os.environ, TOKENLOCK_ERRORS="json")
 
 
-def _errno_in(message):
-    """The errno whose text the message quotes (the library appends
-    strerror's words), longest text first so that "No such device or
-    address" is not read as "No such device"."""
-    global _strerrors
-    if _strerrors is None:
-        _strerrors = sorted(((os.strerror(e), e) for e in _errno.errorcode),
-                            key=lambda t: -len(t[0]))
-    for text, e in _strerrors:
-        if ": " + text in message or "(" + text + ")" in message:
-            return e
-    return 0
+def _error_line(stderr):
+    """(name, errno, the text before it) from the command's JSON error line
+    (its last line on stderr), or None when the last line is not one (a
+    command from before --errors=json)."""
+    lines = stderr.rstrip(b"\n").split(b"\n")
+    if not lines[-1].startswith(b'{"error"'):
+        return None
+    import json
+
+    try:
+        fields = json.loads(lines[-1].decode("utf-8", "surrogateescape"))
+        name, err = fields["error"], fields["errno"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(name, str) or not isinstance(err, int):
+        return None
+    return name, err, os.fsdecode(b"\n".join(lines[:-1])).strip()
 
 
 def _arg(path):
@@ -600,47 +598,37 @@ class _Command:
             # stdin: a CGI program's is the request body, not the command's.
             feed = {"input": input} if input is not None else {"stdin": subprocess.DEVNULL}
             p = subprocess.run([self.path] + args, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, close_fds=False, **feed)
+                               stderr=subprocess.PIPE, close_fds=False,
+                               env=_command_environment(), **feed)
         except OSError as e:
             raise BackendUnavailable("tokenlock: %s %s: cannot run the tokenlock command %s: %s"
                                      % (step, _show(target), _show(self.path),
                                         e.strerror or e)) from None
         if p.returncode == 0:
             return p.stdout
-        e = self._error(p.returncode, os.fsdecode(p.stderr).strip(), step, target, once)
+        e = self._error(p.returncode, p.stderr, step, target, once)
         e.output = p.stdout
         raise e
 
-    def _error(self, status, message, step, target, once):
+    def _error(self, status, stderr, step, target, once):
         if status < 0:
             return Error("tokenlock: %s %s: the tokenlock command %s was killed by signal %d"
                          % (step, _show(target), _show(self.path), -status), "command_failed")
+        named = _error_line(stderr)
+        message = named[2] if named else os.fsdecode(stderr).strip()
         if not message:
             message = ("tokenlock: %s %s: the tokenlock command exited with status %d"
                        % (step, _show(target), status))
+        if named:
+            return _error_for(named[0], message, named[1])
+        # No error line: a command from before --errors=json. Its exit
+        # status alone says this much.
         if status == 1:
             return Busy(message, "busy" if once else "timed_out")
         if status == 3:
             return LockLost(message, "lock_lost")
         if status == 64:
             return BadArgument(message)
-        if status == 65:
-            if "overflow" in message:
-                return _os_failure(message, _errno.EOVERFLOW)
-            if "unsigned decimal" in message:
-                return CorruptData(message, "corrupt_data")
-            return BadArgument(message)
-        if status == 69:
-            return Error(message, "token_missing" if "holds no token" in message
-                         else "lock_corrupt")
-        if status == 70:
-            return Error(message, "not_owner" if "does not own" in message else "command_failed")
-        if status == 74 and "but flushing the directory" in message:
-            return DirSyncFailed(message, _errno_in(message) or None)
-        if status == 75:
-            return Error(message, "stale_data")
-        if status in (66, 71, 73, 74, 77):
-            return _os_failure(message, _errno_in(message) or _EXIT_ERRNO.get(status, 0))
         return Error(message, "command_failed")
 
     def version(self):

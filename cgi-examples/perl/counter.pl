@@ -209,9 +209,9 @@ sub handle {
     # succeed.
     return text(503, 'the counter is busy; try again', [ 'Retry-After' => '1' ])
       if $code eq 'busy' || $code eq 'timed_out' || $code eq 'stale_data';
-    # Status 65 also means an overflow, which is no corruption of the file.
-    return text(500, 'the counter file is corrupt; it was left as it is')
-      if $code eq 'corrupt_data' && $err->message !~ /overflow/;
+    # An overflow is no corruption of the file: it is a system error
+    # (EOVERFLOW), an internal error below.
+    return text(500, 'the counter file is corrupt; it was left as it is') if $code eq 'corrupt_data';
     return text(500, "the counter is misconfigured; see the server's error log") if $code eq 'no_command';
     # The hit is counted; only its durability is in doubt.
     return value_response($id, $format, $err->value) if $code eq 'dir_sync_failed' && defined $err->value;

@@ -284,7 +284,7 @@ function counter_handle(string $method, string $query, array $config): array
     $file = "$dir/$id.count";
     try {
         $value = ($peek === '1' || $method === 'HEAD')
-            ? Tokenlock\readCounter($file)
+            ? (Tokenlock\readCounter($file) ?? 0)
             : Tokenlock\increment($file, ['wait' => $waitMs / 1000, 'sync' => $sync]);
     } catch (Tokenlock\Exception $e) {
         counter_log($e->getMessage());

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "failure.hpp"
 #include "tokenlock/atomic_write.hpp"
 #include "tokenlock/errors.hpp"
 #include "tokenlock/rename_lock.hpp"
@@ -274,29 +275,9 @@ const char* tokenlock_last_error(void) { return last_message.c_str(); }
 
 int tokenlock_last_errno(void) { return last_errno; }
 
-const char* tokenlock_strerror(int code) {
-  switch (code) {
-    case TOKENLOCK_OK: return "ok";
-    case TOKENLOCK_EBUSY: return "busy";
-    case TOKENLOCK_ETIMEDOUT: return "timed_out";
-    case TOKENLOCK_ELOCK_LOST: return "lock_lost";
-    case TOKENLOCK_ETOKEN_MISSING: return "token_missing";
-    case TOKENLOCK_ELOCK_CORRUPT: return "lock_corrupt";
-    case TOKENLOCK_ECORRUPT_DATA: return "corrupt_data";
-    case TOKENLOCK_EBAD_ARGUMENT: return "bad_argument";
-    case TOKENLOCK_ENOT_OWNER: return "not_owner";
-    case TOKENLOCK_EDIR_SYNC_FAILED: return "dir_sync_failed";
-    case TOKENLOCK_ENOT_FENCED: return "not_fenced";
-    case TOKENLOCK_ESTALE_DATA: return "stale_data";
-    case TOKENLOCK_ESERVER: return "server_error";
-    case TOKENLOCK_ENOT_REPLICATED: return "not_replicated";
-    case TOKENLOCK_EUNTRUSTED: return "untrusted";
-    case TOKENLOCK_EABORTED: return "aborted";
-    case TOKENLOCK_ESYSTEM: return "system";
-    case TOKENLOCK_ENOMEM: return "no_memory";
-    default: return "unknown";
-  }
-}
+// The library's one table of names (errors.hpp): the names the command's
+// --errors=json line and the language modules use too.
+const char* tokenlock_strerror(int code) { return tokenlock::detail::c_code_name(code); }
 
 const char* tokenlock_version(void) { return TOKENLOCK_VERSION; }
 

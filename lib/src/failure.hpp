@@ -18,6 +18,10 @@ struct failure {
   explicit operator bool() const noexcept { return static_cast<bool>(code); }
 };
 
+// The name (errors.hpp, Names) of a return code of the C interface
+// (TOKENLOCK_OK, TOKENLOCK_E*): tokenlock_strerror. "unknown" for others.
+const char* c_code_name(int code) noexcept;
+
 failure make_failure(std::error_code code, std::string message);
 failure make_failure(errc code, std::string message);
 

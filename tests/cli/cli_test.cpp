@@ -121,6 +121,7 @@ TEST_F(CliTest, MapsEveryFailureToItsDocumentedExitCode) {
   EXPECT_EQ(exit_code_for(errc::lock_corrupt), code::unavailable);
   EXPECT_EQ(exit_code_for(errc::token_missing), code::unavailable);
   EXPECT_EQ(exit_code_for(errc::corrupt_data), code::data);
+  EXPECT_EQ(exit_code_for(errc::bad_argument), code::usage);
   EXPECT_EQ(exit_code_for(errc::not_owner), code::software);
   EXPECT_EQ(exit_code_for(errc::dir_sync_failed), code::io_error);
   EXPECT_EQ(exit_code_for(std::make_error_code(std::errc::io_error)), code::io_error);
@@ -289,10 +290,10 @@ TEST_F(CliTest, RejectsTokensThatAreNotTokensOrBelongToAnotherLock) {
   EXPECT_NE(r.err.find("belongs to another lock"), std::string::npos) << r.err;
   for (const char* junk : {"lockfile", "../../etc/passwd", "lockfile.1.x.y.z", ""}) {
     r = tl({"release", lock, junk});
-    EXPECT_EQ(r.exit_code, code::data) << junk;
+    EXPECT_EQ(r.exit_code, code::usage) << junk;
     EXPECT_NE(r.err.find("is not a held token"), std::string::npos) << r.err;
   }
-  EXPECT_EQ(tl({"break", lock, "nonsense"}).exit_code, code::data);
+  EXPECT_EQ(tl({"break", lock, "nonsense"}).exit_code, code::usage);
   EXPECT_EQ(snapshot(tmp.path()), before);
   (void)mine;
 }

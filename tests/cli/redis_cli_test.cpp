@@ -144,7 +144,7 @@ TEST_F(RedisCliTest, ServerErrorsHaveTheirExitCodesAndNameTheServer) {
       << refused.err;
 
   auto bad = tl({"status", "--redis", "http://x", "coupons"});
-  EXPECT_EQ(bad.exit_code, 65) << bad.err;
+  EXPECT_EQ(bad.exit_code, 64) << bad.err;
   EXPECT_NE(bad.err.find("must start with redis://"), std::string::npos) << bad.err;
   EXPECT_EQ(tl({"acquire", "--redis", url, "--pid", "1", "coupons"}).exit_code, 64);
 }

@@ -18,21 +18,9 @@ our $VERSION   = '0.1.0';
 our @ISA       = ('Exporter');
 our @EXPORT_OK = qw(with_lock write_file increment read_counter);
 
-# Exit statuses of the command (docs/tokenlock.1.md, EXIT STATUS) and the
-# error codes they become. 1 is busy or timed_out, decided per call.
-my %CODE_FOR_STATUS = (
-    3  => 'lock_lost',
-    64 => 'usage',
-    65 => 'corrupt_data',
-    66 => 'not_found',
-    69 => 'lock_corrupt',
-    70 => 'internal',
-    71 => 'system',
-    73 => 'cannot_create',
-    74 => 'io_error',
-    75 => 'stale_data',
-    77 => 'permission',
-);
+# Errors are named as the library names them (tokenlock/errors.hpp): the
+# command is run with TOKENLOCK_ERRORS=json, and its last line on stderr,
+# {"error": NAME, "errno": N, "message": ...}, gives the name and errno.
 
 # `tokenlock write` and `incr` wait this long for their lock unless told
 # otherwise with -w, which older commands do not take.
@@ -75,7 +63,7 @@ sub _error {
 
 sub _usage {
     my ($step, $what) = @_;
-    die _error(code => 'usage', message => "Tokenlock: $step: $what");
+    die _error(code => 'bad_argument', message => "Tokenlock: $step: $what");
 }
 
 # ---------------------------------------------------------------------------
@@ -175,6 +163,8 @@ sub _run {
         untie *STDIN;
         untie *STDOUT;
         untie *STDERR;
+        # The error's name on the last line of stderr, as JSON.
+        $ENV{TOKENLOCK_ERRORS} = 'json';
         my $ok = (defined $stdin ? open(STDIN, '<&', $in_r) : open(STDIN, '<', '/dev/null'))
           && open(STDOUT, '>&', $out_w) && open(STDERR, '>&', $err_w);
         if ($ok) { no warnings 'exec'; exec { $argv->[0] } @$argv; }
@@ -268,26 +258,32 @@ sub _call {
     if ($status == -1 || ($status & 127)) {
         my $how = $status == -1 ? 'vanished (its exit status was lost)' : 'was killed by signal ' . ($status & 127);
         $message = "Tokenlock: $what: the tokenlock command $how" . (length $message ? ": $message" : '');
-        die _error(code => 'system', command => \@argv, message => $message);
+        die _error(code => 'command_failed', command => \@argv, message => $message);
     }
     my $exit = $status >> 8;
+    my ($code, $errno) = _error_line(\$message);
     $message = "Tokenlock: $what: the tokenlock command failed with exit status $exit and said nothing"
       unless length $message;
-    my $code;
-    if ($exit == 1) {
-        # Both end in status 1; the message says which it was.
-        $code = $message =~ /\btimed out\b/ ? 'timed_out'
-          : $message =~ /\bheld by\b/ ? 'busy'
-          : ($ctx->{busy} || 'busy');
+    if (!defined $code) {
+        # No error line: a command from before --errors=json. Its exit
+        # status alone says this much.
+        $code = $exit == 1 ? ($ctx->{busy} || 'busy')
+          : $exit == 3  ? 'lock_lost'
+          : $exit == 64 ? 'bad_argument'
+          : 'command_failed';
     }
-    elsif ($exit == 74 && $message =~ /but flushing the directory/) {
-        # The rename is done; only the directory flush failed.
-        $code = 'dir_sync_failed';
-    }
-    else {
-        $code = $CODE_FOR_STATUS{$exit} || 'system';
-    }
-    die _error(code => $code, status => $exit, command => \@argv, message => $message, output => $r->{stdout});
+    die _error(code => $code, errno => $errno, status => $exit, command => \@argv, message => $message,
+        output => $r->{stdout});
+}
+
+# The name and errno from the command's JSON error line, the last line of
+# stderr, which is then taken off the message; () when there is none.
+sub _error_line {
+    my ($message) = @_;
+    return () unless $$message =~ s/(?:\A|\n)(\{"error": "([a-z_]+)", "errno": (-?[0-9]+), "message": .*\})\z//;
+    my ($name, $errno) = ($2, $3 + 0);
+    $$message =~ s/\s+\z//;
+    return ($name, $errno);
 }
 
 # ---------------------------------------------------------------------------
@@ -358,7 +354,7 @@ sub _acquire {
     my $out = _call({ step => $step, path => $lockdir, busy => $busy, opts => \%opts }, @args);
     my ($token) = $out =~ /\A(\S+)\s*\z/;
     die _error(
-        code    => 'internal',
+        code    => 'command_failed',
         message => "Tokenlock: $step $lockdir: the tokenlock command printed no token (it printed \"$out\")",
     ) unless defined $token;
     return bless {
@@ -543,15 +539,21 @@ sub _call_waiting {
     my ($ctx, $wait, @args) = @_;
     my ($sub, $file) = ($args[0], $args[-1]);
     my $cmd = _find_command($ctx->{opts} || {}, $ctx->{step}, $ctx->{path});
+    my $refused;
     if (defined $wait && (!defined $TAKES_WAIT{$cmd}{$sub} || $TAKES_WAIT{$cmd}{$sub})) {
         my $out = eval { _call($ctx, @args[0 .. $#args - 1], '-w', $wait, $file) };
         my $err = $@;
-        if (defined $out || !(ref $err && $err->code eq 'usage' && $err->message =~ /unrecogni[sz]ed option '-w'/)) {
+        if (defined $out || !(ref $err && $err->code eq 'bad_argument') || defined $TAKES_WAIT{$cmd}{$sub}) {
             $TAKES_WAIT{$cmd}{$sub} = 1;
             return $out if defined $out;
             die $err;
         }
+        # A usage error with -w, whose value was checked above: an older
+        # command that does not take it, unless the same call without -w
+        # (below) is a usage error too. A usage error changes nothing, so
+        # trying is safe, and no message has to be read.
         $TAKES_WAIT{$cmd}{$sub} = 0;
+        $refused = $err;
     }
     # An older command waits up to $COMMAND_LOCK_WAIT seconds and cannot be
     # told otherwise: a longer wait is made of as many such waits as fit in
@@ -567,6 +569,12 @@ sub _call_waiting {
         my $out = eval { _call($ctx, @args) };
         return $out if defined $out;
         my $err = $@;
+        if ($refused && ref $err && $err->code eq 'bad_argument') {
+            # Not about -w after all: the first answer stands.
+            delete $TAKES_WAIT{$cmd}{$sub};
+            die $refused;
+        }
+        undef $refused;
         die $err unless ref $err && ($err->code eq 'busy' || $err->code eq 'timed_out')
           && --$runs > 0 && $deadline - Time::HiRes::time() >= $COMMAND_LOCK_WAIT;
     }
@@ -576,7 +584,7 @@ sub _counter_value {
     my ($out, $path) = @_;
     my ($v) = $out =~ /\A(\d+)\n?\z/;
     die _error(
-        code    => 'internal',
+        code    => 'command_failed',
         message => "Tokenlock: incr $path: the tokenlock command printed no counter value (it printed \"$out\")",
     ) unless defined $v;
     # Kept as the decimal string: values above 2**53 stay exact.
@@ -592,9 +600,10 @@ sub read_counter {
     my $fh;
     unless (open $fh, '<', $path) {
         return undef if $!{ENOENT};
-        my $cause = "$!";
+        my ($cause, $errno) = ("$!", $! + 0);
         die _error(
-            code    => $!{EACCES} ? 'permission' : 'system',
+            code    => 'system',
+            errno   => $errno,
             message => "Tokenlock: read counter $path: cannot open it: $cause",
         );
     }
@@ -602,7 +611,7 @@ sub read_counter {
     my $text = '';
     while (1) {
         my $r = read($fh, $text, 64, length $text);
-        die _error(code => 'io_error', message => "Tokenlock: read counter $path: cannot read it: $!")
+        die _error(code => 'system', errno => $! + 0, message => "Tokenlock: read counter $path: cannot read it: $!")
           unless defined $r;
         last if $r == 0 || length $text > 21;
     }
@@ -639,6 +648,7 @@ sub new {
 }
 
 sub code    { $_[0]{code} }
+sub errno   { $_[0]{errno} || 0 }
 sub status  { $_[0]{status} }
 sub message { $_[0]{message} }
 sub command { @{ $_[0]{command} || [] } }
@@ -682,6 +692,7 @@ Tokenlock - file locks that work where flock(2) does not, for Perl
     # Errors are objects.
     my $ok = eval { increment($file); 1 };
     if (!$ok && ref $@ && $@->code eq 'corrupt_data') { ... }
+    if (!$ok && ref $@ && $@->code eq 'system' && $@->errno == POSIX::ENOSPC()) { ... }
 
 =head1 DESCRIPTION
 
@@ -819,7 +830,7 @@ interpreter thread: C<release> and C<refresh> die there with C<not_owner>.
 Replaces C<$path> with C<$data> atomically (C<tokenlock write>): a temporary
 file C<.NAME.tmp.*> beside it is written, flushed and renamed over it. Empty
 data writes an empty file. C<$data> is bytes: encode text first (a string
-with characters above 255 is refused with C<usage>). Options:
+with characters above 255 is refused with C<bad_argument>). Options:
 
 =over
 
@@ -914,7 +925,8 @@ scripts that use another age than 60 seconds.
 
 Every failure dies with a C<Tokenlock::Error> object:
 
-    $err->code      # a name, below
+    $err->code      # the error's name, below
+    $err->errno     # for code 'system': the errno (else 0)
     $err->status    # the command's exit status (undef for errors of the module itself)
     $err->message   # the command's message: it names the path, the step and the cause
     $err->command   # the command line that was run, as a list
@@ -922,37 +934,40 @@ Every failure dies with a C<Tokenlock::Error> object:
 
 It stringifies to the message followed by a newline, as C<die>'s own
 messages end, so C<warn "failed: $@"> and an uncaught error read well.
-Busy and timed out are distinct codes although the command exits 1 for
-both.
 
-    status  code            meaning
-    1       busy            the lock is held and wait was 0
-    1       timed_out       the lock stayed held for the whole wait
-    3       lock_lost       the lock does not hold this token any more: it was
+The code is the library's name for the error (tokenlock/errors.hpp), the
+same in the C interface, the command's C<--errors=json> line and the PHP
+and Python modules. The module runs the command with
+C<TOKENLOCK_ERRORS=json> and takes the name from that line; it never reads
+the message to tell errors apart.
+
+    code            status  meaning
+    busy            1       the lock is held and wait was 0
+    timed_out       1       the lock stayed held for the whole wait
+    lock_lost       3       the lock does not hold this token any more: it was
                             taken over (lease ended, tokenlock break --force)
-    64      usage           a bad command line (also: bad arguments to this module)
-    65      corrupt_data    bad data: a corrupt counter (left as it is), an
-                            overflow, a string that is not a token
-    66      not_found       a missing directory for the file, or a missing
-                            parent for the lock directory
-    69      lock_corrupt    the lock directory needs a human: no token, two
-                            tokens, or a malformed one
-    70      internal        internal error of the command
-    71      system          another system error (also: fork or pipe failed,
-                            the command was killed by a signal)
-    73      cannot_create   no space, quota, read-only filesystem, not a directory
-    74      dir_sync_failed the directory could not be flushed after the
+    bad_argument    64      a malformed argument (a lease, a number, a token,
+                            a path), to the command or to this module
+    corrupt_data    65      a counter that is not one unsigned decimal and a
+                            newline (left as it is)
+    token_missing   69      the lock directory holds no token: fix by hand
+    lock_corrupt    69      two tokens, or a malformed one: fix by hand
+    not_owner       -       release or refresh of a lock this object does not
+                            hold (released, lost, or a forked child's copy)
+    dir_sync_failed 74      the directory could not be flushed after the
                             rename: the new contents are in place, or the
                             count is made ($err->value has it), but a crash
                             may undo them; do not repeat the call
-    74      io_error        another I/O error
-    75      stale_data      a network filesystem served an old version of the
+    stale_data      75      a network filesystem served an old version of the
                             file; nothing was written: retry
-    77      permission      permission denied on the lock directory or the
-                            file's directory
-    -       no_command      the tokenlock command is not found or cannot run
-    -       not_owner       release or refresh of a lock this object does not
-                            hold (released, lost, or a forked child's copy)
+    untrusted       77      another user could change the lock directory
+    system          66-77   a system call failed: $err->errno says which
+                            (ENOENT, EACCES, ENOSPC, EOVERFLOW for an
+                            increment past 2**64-1, ...)
+    no_command      -       the tokenlock command is not found or cannot run
+    command_failed  any     the command died, answered nonsense, or is too
+                            old to name its error (then only busy, timed_out,
+                            lock_lost and bad_argument are told apart)
 
 =head1 DEPLOYMENT ON SHARED HOSTING
 

@@ -89,7 +89,7 @@ sub state_of { lock_status($L)->{state} }
     $ok = eval { with_lock($L, sub { $ran = 1 }, wait => 0); 1 };
     ok(!$ok && $@->code eq 'busy' && !$ran, 'busy: with_lock dies with busy and does not run the code');
     $holder->release;
-    ok(!eval { with_lock($L, 'not code'); 1 } && $@->code eq 'usage', 'a non-code argument is a usage error');
+    ok(!eval { with_lock($L, 'not code'); 1 } && $@->code eq 'bad_argument', 'a non-code argument is a usage error');
 }
 
 # --- DESTROY --------------------------------------------------------------------

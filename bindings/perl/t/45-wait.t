@@ -97,7 +97,7 @@ sub calls { my $l = TokenlockTest::slurp($_[0]); return defined $l ? [split /\n/
          "write --allow-empty --sync file_and_dir --lock $dir/w2.lock $dir/w2"],
     ], 'the command lines');
     my $ok = eval { write_file("$dir/w3", "x", wait => 1); 1 };
-    ok(!$ok && $@->code eq 'usage' && $@->message =~ /wait applies to the lock/, 'wait without lock is a usage error');
+    ok(!$ok && $@->code eq 'bad_argument' && $@->message =~ /wait applies to the lock/, 'wait without lock is a usage error');
     ok(!-e "$dir/w3", 'and writes nothing');
 }
 

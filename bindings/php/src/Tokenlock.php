@@ -31,10 +31,12 @@
  * except in a forked child, which never owned it.
  *
  * Errors are thrown as Tokenlock\Exception (a \RuntimeException): getError()
- * names the error (`busy`, `timed_out`, `lock_lost`, `corrupt_data`, ...,
- * from the command's exit status), getCode() is that exit status, and
- * getMessage() is the command's own message, which names the path, the step
- * and the cause. BusyException and TimeoutException (both
+ * names the error in the library's one vocabulary (`busy`, `timed_out`,
+ * `lock_lost`, `corrupt_data`, `bad_argument`, `system`, ...: the name the
+ * command gives on its last line of stderr, run with TOKENLOCK_ERRORS=json;
+ * never read from a message), getErrno() is the errno of a `system` error,
+ * getCode() is the command's exit status, and getMessage() is the command's
+ * own message, which names the path, the step and the cause. BusyException and TimeoutException (both
  * NotAcquiredException) and LockLostException can be caught apart.
  * Arguments that are wrong before any command runs (an unknown option, a
  * negative wait) throw \InvalidArgumentException.
@@ -61,29 +63,41 @@ class Exception extends \RuntimeException
     private string $error;
     /** @var list<string> */
     private array $commandLine;
+    private int $errno;
 
     /**
      * @param string       $error       the error's name, see getError()
      * @param string       $message     what failed: path, step and cause
      * @param int          $status      the command's exit status
      * @param list<string> $commandLine the command that failed, if one ran
+     * @param int          $errno       for `system`: the errno (else 0)
      */
-    public function __construct(string $error, string $message, int $status, array $commandLine = [], ?\Throwable $previous = null)
+    public function __construct(string $error, string $message, int $status, array $commandLine = [], ?\Throwable $previous = null, int $errno = 0)
     {
         parent::__construct($message, $status, $previous);
         $this->error = $error;
         $this->commandLine = $commandLine;
+        $this->errno = $errno;
+    }
+
+    /** For a `system` error: the errno of the failed system call; else 0. */
+    public function getErrno(): int
+    {
+        return $this->errno;
     }
 
     /**
-     * The error's name: `busy`, `timed_out`, `lock_lost`, `usage`,
-     * `corrupt_data`, `overflow`, `bad_token`, `bad_data`, `not_found`
-     * (a file or directory that must exist does not), `lock_corrupt` (the
-     * lock directory needs a human), `internal`, `system`, `cannot_create`,
+     * The error's name, the library's (tokenlock/errors.hpp): `busy`,
+     * `timed_out`, `lock_lost`, `bad_argument` (a malformed argument: a
+     * lease, a number, a token), `corrupt_data`, `token_missing` and
+     * `lock_corrupt` (the lock directory needs a human), `not_owner`,
      * `dir_sync_failed` (DirSyncException: the new contents are in place,
-     * a crash may undo them), `io_error`, `stale_data` (a network filesystem served an old version;
-     * nothing was written, retry), `permission`, `command_not_found`, or
-     * `command_failed` (the command died of a signal or gave an unknown status).
+     * a crash may undo them), `stale_data` (a network filesystem served an
+     * old version; nothing was written, retry), `untrusted` (another user
+     * could change the lock directory), `system` (getErrno() says which
+     * errno: ENOENT, EACCES, EOVERFLOW past 2^64-1, ...); and this module's
+     * own `command_not_found`, or `command_failed` (the command died of a
+     * signal, answered nonsense, or is too old to name its error).
      */
     public function getError(): string
     {
@@ -297,7 +311,8 @@ function writeFile(string $path, string $data, array $options = []): void
  * @throws BusyException|TimeoutException when the lock stayed busy; nothing changed
  * @throws DirSyncException `dir_sync_failed`: counted (getValue() has the new
  *         value), but the directory could not be flushed; do not repeat
- * @throws Exception `corrupt_data`, `overflow`, `stale_data`, ... ; nothing changed
+ * @throws Exception `corrupt_data`, `system` (errno EOVERFLOW past 2^64-1),
+ *         `stale_data`, ... ; nothing changed
  */
 function increment(string $path, array $options = []): int|string
 {
@@ -329,24 +344,28 @@ function increment(string $path, array $options = []): int|string
 
 /**
  * Reads the counter in FILE without locking (renames replace it whole, so
- * any read sees one committed value). A missing FILE reads as 0.
+ * any read sees one committed value). A missing FILE reads as null: no
+ * counter yet, as in the Perl and Python modules (the next increment()
+ * makes it 1).
  *
- * @return int|string the value; a decimal string if it exceeds PHP_INT_MAX
+ * @return int|string|null the value, a decimal string if it exceeds
+ *         PHP_INT_MAX; null when FILE does not exist
  * @throws Exception `corrupt_data` (65) when FILE is not one unsigned
- *         decimal and a newline; `permission` (77) or `system` (71) when it
- *         cannot be read
+ *         decimal and a newline; `system` when it cannot be read (77 and
+ *         errno EACCES when it is not readable, else 71)
  */
-function readCounter(string $path): int|string
+function readCounter(string $path): int|string|null
 {
     $h = @fopen($path, 'rb');
     if ($h === false) {
         clearstatcache(true, $path);
         if (!file_exists($path) && !is_link($path)) {
-            return 0;
+            return null;
         }
         $cause = error_get_last()['message'] ?? 'unknown error';
-        $error = stripos($cause, 'permission denied') !== false ? ['permission', 77] : ['system', 71];
-        throw new Exception($error[0], "tokenlock: read counter $path: cannot open it: $cause", $error[1]);
+        // PHP gives no errno: a file there that cannot be read is EACCES.
+        $denied = !is_readable($path);
+        throw new Exception('system', "tokenlock: read counter $path: cannot open it: $cause", $denied ? 77 : 71, [], null, $denied ? 13 : 0);
     }
     $text = stream_get_contents($h, 32);
     fclose($h);
@@ -399,8 +418,8 @@ final class Lock
      *        (default 3600)
      * @throws BusyException when busy and `wait` is 0
      * @throws TimeoutException when still busy after `wait`
-     * @throws Exception on any other failure (`not_found` for a missing
-     *         parent, `permission`, `lock_corrupt`, ...)
+     * @throws Exception on any other failure (`system` with errno ENOENT
+     *         for a missing parent, `untrusted`, `lock_corrupt`, ...)
      */
     public static function acquire(string $dir, array $options = []): self
     {
@@ -639,7 +658,10 @@ final class Command
             1 => ['pipe', 'w'],
             2 => ['pipe', 'w'],
         ];
-        $proc = @proc_open($argv, $spec, $pipes);
+        // The error's name then ends stderr, as a JSON line.
+        $env = getenv();
+        $env['TOKENLOCK_ERRORS'] = 'json';
+        $proc = @proc_open($argv, $spec, $pipes, null, $env);
         if (!is_resource($proc)) {
             $cause = error_get_last()['message'] ?? 'unknown error';
             throw new Exception('system', "tokenlock: start {$argv[0]}: proc_open failed: $cause", 71, $argv);
@@ -649,7 +671,7 @@ final class Command
         if ($status === 0) {
             return [$out, $err];
         }
-        $message = rtrim($err);
+        [$message, $named] = self::errorLine(rtrim($err));
         if ($signal !== null) {
             throw new Exception('command_failed', ($message !== '' ? "$message\n" : '')
                 . "tokenlock: {$args[0]}: the command {$argv[0]} was killed by signal $signal", 128 + $signal, $argv);
@@ -657,8 +679,8 @@ final class Command
         if ($message === '') {
             $message = "tokenlock: {$args[0]}: {$argv[0]} exited with status $status";
         }
-        [$error, $class] = self::classify($status, $args[0], $message, $busyAs);
-        $e = new $class($error, $message, $status, $argv);
+        [$error, $class] = self::classify($status, $named === null ? null : $named[0], $busyAs);
+        $e = new $class($error, $message, $status, $argv, null, $named === null ? 0 : $named[1]);
         // incr prints the value it counted before reporting the failed flush.
         if ($e instanceof DirSyncException && $args[0] === 'incr' && preg_match('/\A[0-9]{1,20}\z/', trim($out))) {
             $e->setValue(self::toInt(trim($out)));
@@ -748,50 +770,52 @@ final class Command
         }
     }
 
-    /** @return array{0: string, 1: class-string<Exception>} */
-    private static function classify(int $status, string $subcommand, string $message, string $busyAs): array
+    /**
+     * The command's stderr without its JSON error line, and the name and
+     * errno that line gives (null when the last line is not one: a command
+     * from before --errors=json).
+     *
+     * @return array{0: string, 1: ?array{0: string, 1: int}}
+     */
+    private static function errorLine(string $err): array
     {
-        switch ($status) {
-            case 1:
-                // Busy and timed out share status 1: what was asked decides,
-                // and the message confirms a timeout.
-                return $busyAs === 'busy' && stripos($message, 'timed out') === false
-                    ? ['busy', BusyException::class]
-                    : ['timed_out', TimeoutException::class];
-            case 3:
-                return ['lock_lost', LockLostException::class];
-            case 64:
-                return ['usage', Exception::class];
-            case 65:
-                if ($subcommand === 'incr') {
-                    return [stripos($message, 'overflow') !== false ? 'overflow' : 'corrupt_data', Exception::class];
-                }
-                return [in_array($subcommand, ['release', 'refresh', 'break'], true) ? 'bad_token' : 'bad_data', Exception::class];
-            case 66:
-                return ['not_found', Exception::class];
-            case 69:
-                return ['lock_corrupt', Exception::class];
-            case 70:
-                return ['internal', Exception::class];
-            case 71:
-                return ['system', Exception::class];
-            case 73:
-                return ['cannot_create', Exception::class];
-            case 74:
-                // The rename is done; only the directory flush failed.
-                return stripos($message, 'but flushing the directory') !== false
-                    ? ['dir_sync_failed', DirSyncException::class]
-                    : ['io_error', Exception::class];
-            case 75:
-                return ['stale_data', Exception::class];
-            case 77:
-                return ['permission', Exception::class];
-            case 126:
-            case 127:
-                return ['command_not_found', Exception::class];
-            default:
-                return ['command_failed', Exception::class];
+        $cut = strrpos($err, "\n");
+        $last = $cut === false ? $err : substr($err, $cut + 1);
+        if (!str_starts_with($last, '{"error"')) {
+            return [$err, null];
         }
+        $fields = json_decode($last, true);
+        if (!is_array($fields) || !is_string($fields['error'] ?? null) || !is_int($fields['errno'] ?? null)) {
+            return [$err, null];
+        }
+        return [rtrim($cut === false ? '' : substr($err, 0, $cut)), [$fields['error'], $fields['errno']]];
+    }
+
+    /**
+     * The name and exception class for a failure: by the name the command
+     * gave, else (an older command) by what its exit status alone says.
+     *
+     * @return array{0: string, 1: class-string<Exception>}
+     */
+    private static function classify(int $status, ?string $name, string $busyAs): array
+    {
+        if ($name === null) {
+            $name = match ($status) {
+                1 => $busyAs,
+                3 => 'lock_lost',
+                64 => 'bad_argument',
+                126, 127 => 'command_not_found',
+                default => 'command_failed',
+            };
+        }
+        $class = match ($name) {
+            'busy' => BusyException::class,
+            'timed_out' => TimeoutException::class,
+            'lock_lost' => LockLostException::class,
+            'dir_sync_failed' => DirSyncException::class,
+            default => Exception::class,
+        };
+        return [$name, $class];
     }
 
     /**
@@ -803,7 +827,7 @@ final class Command
     {
         $text = trim($out);
         if (!preg_match('/\A[0-9]{1,20}\z/', $text)) {
-            throw new Exception('internal', "tokenlock: incr: the command printed \"$text\" instead of a number", 70, $argv);
+            throw new Exception('command_failed', "tokenlock: incr: the command printed \"$text\" instead of a number", 70, $argv);
         }
         return self::toInt($text);
     }

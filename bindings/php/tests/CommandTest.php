@@ -100,10 +100,12 @@ final class CommandTest extends TempDirTestCase
     public function exitStatuses(): array
     {
         return [
-            'silent internal error' => ['exit 70', 'internal', 70, 'exited with status 70'],
-            'permission, with a message' => ['echo "tokenlock: write /x: permission denied" >&2; exit 77', 'permission', 77, 'tokenlock: write /x: permission denied'],
-            'stale data' => ['exit 75', 'stale_data', 75, 'exited with status 75'],
-            'lock needs a human' => ['exit 69', 'lock_corrupt', 69, 'exited with status 69'],
+            'a named error' => ['echo "tokenlock: write /x: it is stale" >&2; echo \'{"error": "stale_data", "errno": 0, "message": "tokenlock: write /x: it is stale"}\' >&2; exit 75', 'stale_data', 75, 'tokenlock: write /x: it is stale'],
+            'a system error' => ['echo "tokenlock: write /x: denied" >&2; echo \'{"error": "system", "errno": 13, "message": "tokenlock: write /x: denied"}\' >&2; exit 77', 'system', 77, 'tokenlock: write /x: denied'],
+            'an older command, busy' => ['exit 1', 'timed_out', 1, 'exited with status 1'],
+            'an older command, usage' => ['exit 64', 'bad_argument', 64, 'exited with status 64'],
+            'an older command, lock lost' => ['exit 3', 'lock_lost', 3, 'exited with status 3'],
+            'the message is never read' => ['echo "tokenlock: write /x: permission denied, timed out, overflow" >&2; exit 77', 'command_failed', 77, 'permission denied'],
             'unknown status' => ['exit 42', 'command_failed', 42, 'exited with status 42'],
             'killed by a signal' => ['kill -KILL $$', 'command_failed', 137, 'killed by signal 9'],
         ];
@@ -122,6 +124,8 @@ final class CommandTest extends TempDirTestCase
             $this->assertSame($error, $e->getError());
             $this->assertSame($code, $e->getCode());
             $this->assertStringContainsString($message, $e->getMessage());
+            $this->assertStringNotContainsString('{"error"', $e->getMessage());
+            $this->assertSame($error === 'system' ? 13 : 0, $e->getErrno());
             $this->assertSame($fake, $e->getCommandLine()[0]);
             $this->assertSame('write', $e->getCommandLine()[1]);
         }

@@ -270,6 +270,7 @@ case "$1" in
   --version) echo "tokenlock 0.1.0"; exit 0 ;;
 esac
 echo "tokenlock: incr: the network filesystem kept serving a version older than the last committed one" >&2
+echo '{"error": "stale_data", "errno": 0, "message": "tokenlock: incr: the network filesystem kept serving a version older than the last committed one"}' >&2
 exit 75
 SH);
         chmod($stub, 0755);

@@ -47,7 +47,7 @@ final class FileTest extends TempDirTestCase
         $this->assertSame("6\n", file_get_contents($file));
         $this->assertDirectoryExists("$file.lock", 'the same lock as tokenlock incr and counter.cgi');
         $this->assertSame(6, readCounter($file));
-        $this->assertSame(0, readCounter("$this->dir/none.count"));
+        $this->assertNull(readCounter("$this->dir/none.count"));
         $this->assertNoTemporaryFiles($this->dir);
     }
 
@@ -169,7 +169,8 @@ final class FileTest extends TempDirTestCase
             increment($file);
             $this->fail('the counter overflowed');
         } catch (Exception $e) {
-            $this->assertSame('overflow', $e->getError());
+            $this->assertSame('system', $e->getError());
+            $this->assertSame(75, $e->getErrno());  // EOVERFLOW
             $this->assertSame(65, $e->getCode());
         }
         $this->assertSame("18446744073709551615\n", file_get_contents($file));
@@ -388,7 +389,8 @@ final class FileTest extends TempDirTestCase
             writeFile($file, "x\n");
             $this->fail('wrote into a missing directory');
         } catch (Exception $e) {
-            $this->assertSame('not_found', $e->getError());
+            $this->assertSame('system', $e->getError());
+            $this->assertSame(2, $e->getErrno());  // ENOENT
             $this->assertSame(66, $e->getCode());
             $this->assertStringContainsString("$this->dir/missing", $e->getMessage());
         }
@@ -403,7 +405,8 @@ final class FileTest extends TempDirTestCase
             writeFile("$this->dir/target", "x\n");
             $this->fail('replaced a directory');
         } catch (Exception $e) {
-            $this->assertContains($e->getError(), ['cannot_create', 'system']);
+            $this->assertSame('system', $e->getError());
+            $this->assertSame(21, $e->getErrno());  // EISDIR
             $this->assertStringContainsString("$this->dir/target", $e->getMessage());
         }
         $this->assertSame("kept\n", file_get_contents("$this->dir/target/inside"));

@@ -339,7 +339,8 @@ final class LockTest extends TempDirTestCase
             Lock::acquire($lockDir);
             $this->fail('acquired a lock in a missing directory');
         } catch (Exception $e) {
-            $this->assertSame('not_found', $e->getError());
+            $this->assertSame('system', $e->getError());
+            $this->assertSame(2, $e->getErrno());  // ENOENT
             $this->assertSame(66, $e->getCode());
             $this->assertStringContainsString("$this->dir/missing", $e->getMessage());
         }

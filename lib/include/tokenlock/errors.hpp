@@ -26,12 +26,40 @@
 //   The error_code& forms cannot carry that text in the code, so they leave
 //   it in last_error_message(), per thread, until the next failure.
 //
+// Names
+//   Every error has one name, the vocabulary that the C interface
+//   (tokenlock_strerror), the command's --errors=json line and the Perl,
+//   PHP and Python modules share, so that a program never has to read a
+//   message to tell failures apart:
+//     - a tokenlock::errc is its enumerator's name: "busy", "timed_out",
+//       "lock_lost", "token_missing", "lock_corrupt", "corrupt_data",
+//       "bad_argument", "not_owner", "dir_sync_failed", "not_fenced",
+//       "stale_data", "server_error", "not_replicated", "untrusted";
+//     - ENOMEM is "no_memory" (TOKENLOCK_ENOMEM);
+//     - every other errno, in the generic or the system category, is
+//       "system" (TOKENLOCK_ESYSTEM), and the errno itself goes beside the
+//       name: the C interface's tokenlock_last_errno(), the "errno" field
+//       of the command's JSON line;
+//     - no error is "ok"; a code of any other category is "unknown".
+//   The C interface has one name more, "aborted" (TOKENLOCK_EABORTED: its
+//   update callback declined), which no C++ call returns: a C++ update
+//   function throws instead.
+//
+//   error_from_name(name, errno_value) is the inverse: the code that
+//   error_name() names `name`, with `errno_value` for "system" (which needs
+//   one, from 1 up). It returns std::nullopt for a name that is not in the
+//   table, for "system" without an errno, and for "unknown" and "aborted".
+//     auto ec = tokenlock::error_from_name("timed_out");   // errc::timed_out
+//     tokenlock::error_name(*ec);                          // "timed_out"
+//
 // Thread safety
 //   Everything here is safe to use from any thread.
 #pragma once
 
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <system_error>
 
 namespace tokenlock {
@@ -93,6 +121,16 @@ enum class errc {
 const std::error_category& error_category() noexcept;
 
 std::error_code make_error_code(errc e) noexcept;
+
+// The one name of `ec` (see Names above); never null, never empty.
+const char* error_name(std::error_code ec) noexcept;
+
+// The code named `name`; `errno_value` is the errno a "system" name stands
+// with. std::nullopt for a name error_name() never gives, for "system"
+// without an errno (0 or less), and for "unknown" and "aborted". "ok"
+// gives the empty code.
+std::optional<std::error_code> error_from_name(std::string_view name,
+                                               int errno_value = 0) noexcept;
 
 // Thrown by the throwing form of every fallible call. code() is a
 // tokenlock::errc or an errno code; what() is the full message.
