@@ -427,46 +427,4 @@ std::string seconds_text(std::chrono::microseconds d) {
   return (d.count() < 0 && ms != 0 ? "-" : "") + s + " s";
 }
 
-const char* verdict_name(clock_verdict v) {
-  switch (v) {
-    case clock_verdict::within: return "within";
-    case clock_verdict::beyond: return "beyond";
-    case clock_verdict::unclear: return "unclear";
-  }
-  return "unclear";
-}
-
-clock_judgement judge_clock(const clock_offset& c, std::chrono::microseconds allowance) {
-  clock_judgement j;
-  const auto magnitude = c.offset < c.offset.zero() ? -c.offset : c.offset;
-  const std::string plus_minus = "+/- " + seconds_text(c.uncertainty);
-  if (magnitude <= c.uncertainty)
-    j.text = "this host's clock agrees with the file server's within " + plus_minus;
-  else
-    // The offset is the server's clock minus ours: a server ahead means
-    // this host is behind.
-    j.text = "this host's clock is " + seconds_text(magnitude) +
-             (c.offset > c.offset.zero() ? " behind" : " ahead of") + " the file server's (" +
-             plus_minus + ")";
-  const std::string allowance_text = "the skew allowance of " + seconds_text(allowance);
-  if (c.within(allowance)) {
-    j.verdict = clock_verdict::within;
-    j.text += ", inside " + allowance_text;
-  } else if (c.exceeds(allowance)) {
-    j.verdict = clock_verdict::beyond;
-    j.text += ", more than " + allowance_text +
-              ": leases written by other hosts cannot be judged safely";
-    j.fix = "synchronise the clocks of the file server and of every host that shares the lock "
-            "(NTP: chrony or systemd-timesyncd)";
-  } else {
-    j.verdict = clock_verdict::unclear;
-    j.text += ": too coarse to tell whether that is inside " + allowance_text;
-    if (c.granularity >= std::chrono::seconds(1))
-      j.text += " (the filesystem stamps whole seconds)";
-    j.fix = "make sure the file server and every host that shares the lock keep their clocks "
-            "synchronised (NTP: chrony or systemd-timesyncd)";
-  }
-  return j;
-}
-
 }  // namespace tokenlock::cli

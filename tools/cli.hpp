@@ -187,17 +187,4 @@ std::string json_string(const std::string& s);
 // zeros: "1 s", "0.25 s", "0.004 s".
 std::string seconds_text(std::chrono::microseconds d);
 
-// What a clock offset means for leases, in words, for status and doctor.
-// within: certainly inside the skew allowance; beyond: certainly outside
-// it, so leases from other hosts cannot be judged safely; unclear: the
-// measurement is too coarse to tell.
-enum class clock_verdict { within, beyond, unclear };
-struct clock_judgement {
-  clock_verdict verdict = clock_verdict::within;
-  std::string text;  // one sentence, no final period
-  std::string fix;   // empty when within
-};
-clock_judgement judge_clock(const clock_offset& c, std::chrono::microseconds allowance);
-const char* verdict_name(clock_verdict v);  // "within", "beyond", "unclear"
-
 }  // namespace tokenlock::cli

@@ -15,6 +15,7 @@
 
 #include "child.hpp"
 #include "cli.hpp"
+#include "tokenlock/clock_judgement.hpp"
 #include "inspect.hpp"
 #include "temp_dir.hpp"
 #include "token_name.hpp"
@@ -363,8 +364,10 @@ TEST_F(CliTest, StatusSaysHowThisHostsClockComparesWithTheFileServers) {
 
 TEST_F(CliTest, ClockJudgementsSayPlainlyWhatAnOffsetMeansForLeases) {
   using tokenlock::clock_offset;
-  using tokenlock::cli::clock_verdict;
-  using tokenlock::cli::judge_clock;
+  using tokenlock::clock_verdict;
+  auto judge_clock = [](const clock_offset& c, std::chrono::microseconds allowance) {
+    return tokenlock::judge_clock_offset(c, allowance);
+  };
   auto j = judge_clock(clock_offset{2ms, 5ms, 100us, 10ms}, 1s);
   EXPECT_EQ(j.verdict, clock_verdict::within);
   EXPECT_EQ(j.text,
