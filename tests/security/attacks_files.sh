@@ -1,4 +1,4 @@
-# Attacks on the data: 2, 4 and 5 of issue 20 (sourced by attacks.sh).
+# Attacks on the data (sourced by attacks.sh): 2 a planted workspace, 4 writes through another user's link, 5 unbounded or blocking reads.
 
 # 2: the attacker pre-creates the lock's workspace `w` (mode 0777) and
 # renames her own file onto the updater's temporary file as soon as it

@@ -1,5 +1,5 @@
-# Attacks on the lock itself: 1, 3, 6, 7 and 8 of issue 20 (sourced by
-# attacks.sh).
+# Attacks on the lock itself (sourced by attacks.sh): 1 clearing a taken-over
+# workspace, 3 a second holder, 6 the creation sweep, 7 run killed, 8 the rest.
 
 # The attacker's lock directory at $1 (mode $2) holding a stale token of
 # hers with 20,000 empty files and the subdirectories a home has; made
