@@ -46,6 +46,9 @@ struct lock_paths {
   std::string parent;     // the directory that holds dir ("." or "/" at the top)
   std::string name;       // basename(dir): its entry in `parent`
   std::string init_prefix;  // name + ".init.": creation leftovers in parent
+  // The lock's lock_options::dir_mode, for what its handles create (the
+  // commit's workspace).
+  unsigned dir_mode = 0755;
   // The lock directory's descriptor, shared by the lock and its handles:
   // read and replaced only with std::atomic_load / std::atomic_store (a
   // waiter may reopen it while a handle releases through the old one).
@@ -78,6 +81,10 @@ failure reopen_if_replaced(const std::shared_ptr<os>& sys, const lock_paths& pat
 
 // The lock directory a handle's token is in (null: none open).
 std::shared_ptr<const open_dir> handle_directory(const lock_handle& h);
+// The OS a handle works through, and its lock's dir_mode. The handle must
+// hold a token (token() not empty).
+os& handle_os(const lock_handle& h);
+unsigned handle_dir_mode(const lock_handle& h);
 
 // The descriptor the lock and its handles use now (null: none yet).
 inline std::shared_ptr<const open_dir> current_dir(const lock_paths& paths) {
@@ -135,9 +142,12 @@ failure create_lock_directory(os& sys, const lock_paths& paths, const lock_optio
 // that died or stalled past their lease while creating the lock directory,
 // judged like tokens (judge()). Lists the parent directory, so it runs only
 // where that is already paid for or rare: after creating, after a takeover,
-// and with the updaters' occasional sweep. Returns how many it removed.
+// and about once in leftover_sweep_every waits that find the lock held by a
+// live holder (the waiter has time to spare; nothing else looks at the
+// parent once the lock exists). Returns how many it removed.
 std::size_t sweep_creation_leftovers(os& sys, const lock_paths& paths,
                                      const lock_options& options);
+constexpr unsigned leftover_sweep_every = 32;
 
 // Removes what a previous owner left in the token directory `token` (inside
 // the lock directory open as `dir_fd`) that we took over, except, with

@@ -38,6 +38,8 @@ struct lock_handle_access {
   static std::shared_ptr<const open_dir> directory_of(const lock_handle& h) {
     return h.paths_ ? current_dir(*h.paths_) : nullptr;
   }
+  static os& os_of(const lock_handle& h) { return *h.os_; }
+  static unsigned dir_mode_of(const lock_handle& h) { return h.paths_ ? h.paths_->dir_mode : 0755; }
   static bool marked(const lock_handle& h) {
     return h.paths_ && h.paths_->owner_marks.load(std::memory_order_relaxed) == 1;
   }
@@ -46,6 +48,10 @@ struct lock_handle_access {
 std::shared_ptr<const open_dir> handle_directory(const lock_handle& h) {
   return lock_handle_access::directory_of(h);
 }
+
+os& handle_os(const lock_handle& h) { return lock_handle_access::os_of(h); }
+
+unsigned handle_dir_mode(const lock_handle& h) { return lock_handle_access::dir_mode_of(h); }
 
 }  // namespace detail
 
@@ -273,6 +279,7 @@ rename_lock::rename_lock(boost::filesystem::path dir, lock_options options,
                          std::shared_ptr<detail::os> os)
     : dir_(std::move(dir)), options_(options), os_(os ? std::move(os) : system_os()) {
   auto paths = std::make_shared<lock_paths>();
+  paths->dir_mode = options_.dir_mode;
   if (!make_lock_paths(dir_, *paths)) paths_ = std::move(paths);
   wait_state_ = make_wait_state();
 }

@@ -320,112 +320,174 @@ failure read_under_lock(os& sys, const write_target& t, const lock_options& lo, 
   }
 }
 
+
+// Whether the commit can be fenced through the token: the token is a
+// directory on the target's filesystem. `why` says why not; empty when it
+// can.
+failure fence_possible(os& sys, const lock_handle& h, const write_target& t, std::string& why) {
+  why.clear();
+  file_status token;
+  std::error_code ec = sys.status(h.path().string(), token);
+  if (ec == std::errc::no_such_file_or_directory) {
+    if (token_gone(sys, h)) return lost_before_commit(t, h.token());
+    // Listed, so ours: the lock directory has the token's device.
+    ec = sys.status(h.directory().string(), token);
+  }
+  if (ec)
+    return make_failure(ec, describe("commit", t.path,
+                                     "cannot look at the lock's token " + h.path().string(), ec));
+  // A token that is a file, as a legacy script's setup may have made
+  // "lockfile" (docs/protocol.md, Legacy tokens), has no room for the
+  // fenced temporary file.
+  if (!token.is_directory)
+    why = "the lock's token " + h.path().string() +
+          " is a file, not a directory, so the commit cannot be fenced through it; nothing was "
+          "written: once no legacy script uses the lock, remove the lock directory and it is "
+          "recreated with a directory token";
+  else if (token.device != t.dir_device)
+    why = "the lock directory " + h.directory().string() +
+          " and the target are on different filesystems, so the commit cannot be fenced; "
+          "nothing was written: put the lock directory beside the file";
+  return {};
+}
+
+// Whether the lock's directory is on a network filesystem, where commits
+// keep version marks (see "The version mark" above). Unknown counts as
+// local, as the library does everywhere else.
+bool on_network(os& sys, const lock_handle& h) {
+  filesystem_info fs;
+  return !sys.filesystem_of(h.directory().string(), false, fs) && !fs.local;
+}
+
+// The file lock's commit: fenced through the token, or else, when the
+// token cannot fence it, `cross_device` set and nothing written.
+failure commit_through_token(os& sys, const lock_handle& h, const write_target& t,
+                             const std::string& contents, const write_options& in_lock,
+                             unsigned dir_mode, const version_mark* mark, std::string& why) {
+  if (failure f = fence_possible(sys, h, t, why)) return f;
+  if (!why.empty()) return {};
+  bool cross_device = false;
+  if (failure f = fenced_commit(sys, h, t, contents, in_lock, dir_mode, mark, cross_device))
+    return f;
+  // The devices matched, yet the rename crossed filesystems: bind mounts.
+  if (cross_device)
+    why = "the lock directory " + h.directory().string() +
+          " and the target are on different filesystems (mounts), so the commit cannot be "
+          "fenced; nothing was written: put the lock directory beside the file";
+  return {};
+}
+
+// The file lock's part of the update flow (update_flow, update_impl.hpp).
+class file_lock_steps {
+ public:
+  file_lock_steps(os& sys, const rename_lock& lock, const update_options& options,
+                  update_result& result)
+      : sys_(sys), lock_(lock), options_(options), result_(result) {}
+
+  failure acquire() {
+    // Asked before acquiring, to keep the system call out of the critical
+    // section; a lock directory that does not exist yet is asked after.
+    filesystem_info fs;
+    bool known = !sys_.filesystem_of(lock_.directory().string(), false, fs);
+    std::error_code ec;
+    h_ = lock_.acquire(ec);
+    if (ec) return make_failure(ec, last_error_message());
+    if (!known) known = !sys_.filesystem_of(h_.path().string(), false, fs);
+    network_ = known && !fs.local;
+    return {};
+  }
+
+  std::chrono::milliseconds lease() const { return lock_.options().lease; }
+  lock_handle& handle() { return h_; }
+
+  failure read(const write_target& t, std::optional<std::string>& current, int& fd,
+               const read_rules& rules) {
+    if (network_)
+      if (failure f = read_mark(sys_, t, h_.path().string() + "/w", mark_)) return f;
+    return read_under_lock(sys_, t, lock_.options(), network_, mark_, current, fd, rules);
+  }
+
+  failure commit(const write_target& t, const std::string& next, const write_options& in_lock) {
+    std::string why;
+    if (failure f = commit_through_token(sys_, h_, t, next, in_lock, lock_.options().dir_mode,
+                                         network_ ? &mark_ : nullptr, why))
+      return f;
+    if (why.empty()) return {};
+    if (options_.require_fence) return make_failure(errc::not_fenced, describe("commit", t.path, why, {}));
+    result_.fenced = false;
+    return unfenced_commit(sys_, h_, t, next, in_lock);
+  }
+
+  void release() {
+    std::error_code ec;
+    h_.release(ec);
+  }
+
+ private:
+  os& sys_;
+  const rename_lock& lock_;
+  const update_options& options_;
+  update_result& result_;
+  lock_handle h_;
+  bool network_ = false;
+  version_mark mark_;
+};
+
+failure commit_impl(const lock_handle& h, const boost::filesystem::path& target,
+                    std::string_view contents, const write_options& options) {
+  if (h.token().empty())
+    return make_failure(errc::bad_argument,
+                        "tokenlock: commit " + target.string() +
+                            ": the lock handle holds no lock (acquire it first); nothing was "
+                            "written");
+  if (!h.owns())
+    return make_failure(errc::not_owner,
+                        describe("commit", target.string(),
+                                 "the lock is held by the process that acquired it, not by "
+                                 "this forked child; nothing was written",
+                                 {}));
+  os& sys = handle_os(h);
+  write_target t;
+  if (failure f = resolve_target(sys, target, options, t)) return f;
+  const bool network = on_network(sys, h);
+  version_mark mark;
+  if (network)
+    if (failure f = read_mark(sys, t, h.path().string() + "/w", mark)) return f;
+  std::string why;
+  if (failure f = commit_through_token(sys, h, t, std::string(contents), in_lock_options(options),
+                                       handle_dir_mode(h),
+                                       network ? &mark : nullptr, why))
+    return f;
+  if (!why.empty())
+    return make_failure(errc::not_fenced,
+                        describe("commit", t.path,
+                                 why + " (update_file can commit there, checking ownership by a "
+                                       "refresh just before)",
+                                 {}));
+  return sync_target_directory(sys, t, options.sync, "the commit is done",
+                               "; do not repeat the commit");
+}
+
 }  // namespace
 
 failure update_impl(os& sys, const boost::filesystem::path& target, const rename_lock& lock,
                     const compute_function& compute, const update_options& options,
                     update_result& result, const read_rules* rules) {
   result = update_result{};
-  std::error_code ec;
-  // Asked before acquiring, to keep the system call out of the critical
-  // section; a lock directory that does not exist yet is asked after.
-  filesystem_info lock_fs;
-  bool fs_known = !sys.filesystem_of(lock.directory().string(), false, lock_fs);
-  lock_handle h = lock.acquire(ec);
-  if (ec) return make_failure(ec, last_error_message());
-  if (!fs_known) fs_known = !sys.filesystem_of(h.path().string(), false, lock_fs);
+  file_lock_steps steps(sys, lock, options, result);
+  return update_flow(sys, steps, target, compute, options,
+                     rules ? *rules : update_read_rules(options));
+}
 
-  write_target t;
-  if (failure f = resolve_target(sys, target, options.write, t)) return f;
-  // Temporary files of this target left by writers that crashed (the
-  // unfenced path writes beside the target); anything older than a lease
-  // cannot belong to a live writer that holds this lock.
-  if (options.sweep_every > 0 && sys.random_u64() % options.sweep_every == 0) {
-    std::size_t swept = 0;
-    sweep_impl(sys, t.dir,
-               std::chrono::duration_cast<std::chrono::microseconds>(lock.options().lease), swept,
-               t.name);
-    // And what creators of the lock directory left when killed mid-way:
-    // nothing else looks at the lock's parent once the lock exists.
-    lock_paths lp;
-    if (!make_lock_paths(lock.directory(), lp)) sweep_creation_leftovers(sys, lp, lock.options());
-  }
-
-  // The version we replace stays open until we return, after the release:
-  // its last close then frees its blocks outside the lock. Freed inside the
-  // commit's rename, they held the lock for most of an update where freeing
-  // is slow: large files, or ext4 without a journal and mounted with
-  // `discard`, where the rename waited for a synchronous discard
-  // (docs/atomic-writes.md, update_file and increment_counter).
-  struct close_later {
-    os& sys;
-    int fd = -1;
-    ~close_later() {
-      if (fd >= 0) sys.close(fd);
-    }
-  } replaced{sys};
-  const bool network = fs_known && !lock_fs.local;
-  version_mark mark;
-  if (network)
-    if (failure f = read_mark(sys, t, h.path().string() + "/w", mark)) return f;
-  std::optional<std::string> current;
-  if (failure f = read_under_lock(sys, t, lock.options(), network, mark, current, replaced.fd,
-                                  rules ? *rules : update_read_rules(options)))
-    return f;
-  std::string next;
-  if (failure f = compute_keeping(h, t, compute, current, next, options.keep_alive)) return f;
-
-  file_status workspace;
-  std::error_code sec = sys.status(h.path().string(), workspace);
-  if (sec == std::errc::no_such_file_or_directory) {
-    if (token_gone(sys, h)) return lost_before_commit(t, h.token());
-    // Listed, so ours: the lock directory has the token's device.
-    sec = sys.status(h.directory().string(), workspace);
-  }
-  if (sec)
-    return make_failure(sec, describe("commit", t.path, "cannot look at the lock's token " +
-                                                           h.path().string(), sec));
-  // The directory is flushed after the release: the flush makes the update
-  // durable before update_file returns, and the next holder's update
-  // (which contains this one) need not wait for it. The file itself is
-  // flushed before its rename, under the lock.
-  write_options in_lock = options.write;
-  if (in_lock.sync == durability::file_and_dir) in_lock.sync = durability::file;
-  bool cross_device = workspace.device != t.dir_device;
-  // A token that is a file, as a legacy script's setup may have made
-  // "lockfile" (docs/protocol.md, Legacy tokens), has no room for the
-  // fenced temporary file.
-  const bool token_is_file = !workspace.is_directory;
-  cross_device = cross_device || token_is_file;
-  if (!cross_device) {
-    if (failure f = fenced_commit(sys, h, t, next, in_lock, lock.options().dir_mode,
-                                  network ? &mark : nullptr, cross_device))
-      return f;
-  }
-  if (cross_device) {
-    if (options.require_fence)
-      return make_failure(
-          errc::not_fenced,
-          describe("commit", t.path,
-                   token_is_file
-                       ? "the lock's token " + h.path().string() +
-                             " is a file, not a directory, so the commit cannot be fenced "
-                             "through it; nothing was written: once no legacy script uses the "
-                             "lock, remove the lock directory and it is recreated with a "
-                             "directory token"
-                       : "the lock directory " + lock.directory().string() +
-                             " and the target are on different filesystems, so the commit "
-                             "cannot be fenced; nothing was written: put the lock directory "
-                             "beside the file",
-                   {}));
-    result.fenced = false;
-    if (failure f = unfenced_commit(sys, h, t, next, in_lock)) return f;
-  }
-  // Committed. A failed release cannot undo that, and reporting it would
-  // invite a retry that applies the update twice; the handle's destructor
-  // tries once more.
-  h.release(ec);
-  return sync_after_commit(sys, t, options);
+void sweep_target_temps(os& sys, const write_target& t, std::chrono::milliseconds lease,
+                        const update_options& options) {
+  // Anything older than a lease cannot belong to a live writer that holds
+  // this lock; the unfenced commit, atomic_write and the command's write
+  // leave theirs beside the target when they crash.
+  if (options.sweep_every == 0 || sys.random_u64() % options.sweep_every != 0) return;
+  std::size_t swept = 0;
+  sweep_impl(sys, t.dir, std::chrono::duration_cast<std::chrono::microseconds>(lease), swept,
+             t.name);
 }
 
 failure sync_after_commit(os& sys, const write_target& t, const update_options& options) {
@@ -538,6 +600,17 @@ std::uint64_t increment_counter(const boost::filesystem::path& file, const renam
   });
   // After dir_sync_failed the new value is committed: hand it out too.
   return !ec || ec == errc::dir_sync_failed ? value : 0;
+}
+
+void commit_file(const lock_handle& lock, const boost::filesystem::path& target,
+                 std::string_view contents, const write_options& options) {
+  run_throwing([&] { return commit_impl(lock, target, contents, options); });
+}
+
+void commit_file(const lock_handle& lock, const boost::filesystem::path& target,
+                 std::string_view contents, const write_options& options,
+                 std::error_code& ec) noexcept {
+  run_noexcept(ec, [&] { return commit_impl(lock, target, contents, options); });
 }
 
 std::optional<std::uint64_t> read_counter(const boost::filesystem::path& file) {

@@ -1,6 +1,7 @@
 // The updater's core, over a given OS, for the public functions and tests.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -32,6 +33,53 @@ failure update_impl(os& sys, const boost::filesystem::path& target, const rename
 // update is committed.
 failure sync_after_commit(os& sys, const write_target& t, const update_options& options);
 
+// About one update in options.sweep_every removes this target's temporary
+// files older than `lease`, left beside it by writers that crashed.
+void sweep_target_temps(os& sys, const write_target& t, std::chrono::milliseconds lease,
+                        const update_options& options);
+
+// What the commit writes under the lock: the file is flushed before its
+// rename; the directory is flushed after the release (sync_after_commit), so
+// that the next holder, whose update contains this one, need not wait.
+inline write_options in_lock_options(const write_options& w) {
+  write_options in_lock = w;
+  if (in_lock.sync == durability::file_and_dir) in_lock.sync = durability::file;
+  return in_lock;
+}
+
+// The descriptor of the version an update replaces, closed when the update
+// returns, after the release: its last close then frees the old blocks
+// outside the lock. Freed inside the commit's rename, they held the lock for
+// most of an update where freeing is slow: large files, or ext4 without a
+// journal mounted with `discard`, where the rename waited for a synchronous
+// discard (docs/atomic-writes.md, update_file and increment_counter).
+struct close_later {
+  os& sys;
+  int fd = -1;
+  close_later(const close_later&) = delete;
+  close_later& operator=(const close_later&) = delete;
+  ~close_later() {
+    if (fd >= 0) sys.close(fd);
+  }
+};
+
+// The update flow, the same for every kind of lock: acquire, read, compute,
+// commit through the lock's fence, release, flush. `Steps` is what a kind
+// of lock brings (the file lock's in update.cpp, the Redis lock's in
+// redis/redis_update.cpp):
+//   failure acquire();
+//   std::chrono::milliseconds lease() const;
+//   Handle& handle();   the held lock, for keep_alive
+//   failure read(const write_target&, std::optional<std::string>& current,
+//                int& fd, const read_rules&);   under the lock, fenced
+//   failure commit(const write_target&, const std::string& next,
+//                  const write_options& in_lock);
+//   void release();     a failure is not reported: the update is in place
+template <class Steps>
+failure update_flow(os& sys, Steps& steps, const boost::filesystem::path& target,
+                    const compute_function& compute, const update_options& options,
+                    const read_rules& rules);
+
 // Runs `compute`, refreshing the lease meanwhile when `keep` is set. A
 // takeover during the computation fails the update before anything is
 // written; other refresh errors are left to the commit's fence to judge.
@@ -56,6 +104,28 @@ failure compute_keeping(Handle& h, const write_target& t, const compute_function
                                      "); nothing was written and the new owner's data is intact",
                                  {}));
   return {};
+}
+
+template <class Steps>
+failure update_flow(os& sys, Steps& steps, const boost::filesystem::path& target,
+                    const compute_function& compute, const update_options& options,
+                    const read_rules& rules) {
+  if (failure f = steps.acquire()) return f;
+  write_target t;
+  if (failure f = resolve_target(sys, target, options.write, t)) return f;
+  sweep_target_temps(sys, t, steps.lease(), options);
+  close_later replaced{sys};
+  std::optional<std::string> current;
+  if (failure f = steps.read(t, current, replaced.fd, rules)) return f;
+  std::string next;
+  if (failure f = compute_keeping(steps.handle(), t, compute, current, next, options.keep_alive))
+    return f;
+  if (failure f = steps.commit(t, next, in_lock_options(options.write))) return f;
+  // Committed. A failed release cannot undo that, and reporting it would
+  // invite a retry that applies the update twice; the handle's destructor
+  // tries once more.
+  steps.release();
+  return sync_after_commit(sys, t, options);
 }
 
 // The step of increment_counter: parses the counter (a missing file is 0),

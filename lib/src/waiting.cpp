@@ -84,7 +84,11 @@ failure waiter::run(bool& busy) {
     else if (failure f = attempt_.attempt(r, look))
       return f;  // the protocol failed: nothing to wait for
     if (r == outcome::acquired) return {};  // ours
-    if (look && r == outcome::busy) seen_held_ = true;
+    if (look && r == outcome::busy) {
+      if (!seen_held_ && sys_.random_u64() % leftover_sweep_every == 0)
+        sweep_creation_leftovers(sys_, paths_, options_);
+      seen_held_ = true;
+    }
     // The lock moved under us: retry at once, a few times in a row.
     if (immediate_.retry_at_once(r == outcome::again)) continue;
     const std::int64_t now = sys_.steady_now_us();

@@ -353,7 +353,7 @@ void fake_os::sleep_for(std::chrono::microseconds d) noexcept {
   world_->advance(d.count());
 }
 
-std::uint64_t fake_os::random_u64() noexcept { return real_->random_u64(); }
+std::uint64_t fake_os::random_u64() noexcept { return random ? random() : real_->random_u64(); }
 
 namespace {
 

@@ -11,6 +11,7 @@
 
 #include <boost/filesystem.hpp>
 
+#include "lock_directory.hpp"
 #include "lock_fixture.hpp"
 #include "tokenlock/tokenlock.hpp"
 
@@ -542,6 +543,27 @@ TEST_F(RenameLockTest, ATakeoverRemovesACreationLeftoverWhoseLeaseEnded) {
   EXPECT_EQ(entries(), std::vector<std::string>{hb.token()});
   EXPECT_FALSE(fs::exists(stalled));
   EXPECT_TRUE(init_leftovers().empty());
+}
+
+// Once the lock exists no creator comes again to sweep; a waiter that
+// finds a live holder has time to spare, and about one in
+// leftover_sweep_every does it, taking only leftovers of creators that are
+// gone.
+TEST_F(RenameLockTest, AWaiterThatFindsTheLockHeldSweepsCreationLeftoversNowAndThen) {
+  auto a = process(100), b = process(200);
+  const std::int64_t later = world->wall_us + 10'000'000;
+  lock_handle ha = lock_for(a).acquire();
+  const std::string dead = plant_init(tmp.path(), token_name(later, "testhost-0000abcd", 300, 5300));
+  const std::string live = plant_init(tmp.path(), token_name(later, "testhost-0000abcd", 100, 5100));
+  std::uint64_t next = 1;  // never a multiple of leftover_sweep_every
+  b->random = [&] { return next += tokenlock::detail::leftover_sweep_every; };
+  EXPECT_FALSE(lock_for(b).try_acquire());
+  EXPECT_TRUE(fs::exists(dead)) << "not this time";
+  next = 0;  // always a multiple
+  EXPECT_FALSE(lock_for(b).try_acquire());
+  EXPECT_FALSE(fs::exists(dead)) << "its creator no longer exists";
+  EXPECT_TRUE(fs::exists(live)) << "its creator is still at work";
+  EXPECT_EQ(entries(), std::vector<std::string>{ha.token()}) << "the holder is untouched";
 }
 
 TEST_F(RenameLockTest, ACreationLeftoverWithoutAnOwnerGoesOnlyWhenOlderThanAnyLease) {

@@ -54,6 +54,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <system_error>
 
 #include <boost/filesystem/path.hpp>
@@ -116,6 +117,35 @@ std::uint64_t increment_counter(const boost::filesystem::path& file, const renam
 std::uint64_t increment_counter(const boost::filesystem::path& file, const rename_lock& lock,
                                 std::uint64_t by, const update_options& options,
                                 std::error_code& ec) noexcept;
+
+// The fenced commit on its own, for a caller that holds the lock and has
+// computed the new contents itself (read them with read_file, under the
+// lock): writes `contents` to a temporary file in the held token's
+// workspace and renames it over `target` through the token's current path,
+// as update_file commits. The lock stays held; release it afterwards.
+//     tokenlock::lock_handle h = lock.acquire();
+//     std::optional<std::string> old = tokenlock::read_file(target);
+//     tokenlock::commit_file(h, target, next_version(old));
+//     h.release();
+// Errors (nothing is written by any but the last):
+//   - errc::lock_lost: the token was taken over (our lease ended, or we
+//     were judged dead); the new owner's data is intact;
+//   - errc::not_fenced: the lock directory and the target are on different
+//     filesystems, or the token is a legacy file: the commit cannot go
+//     through the token (update_file falls back to a checked commit there);
+//   - errc::bad_argument: an empty handle; errc::not_owner: a handle
+//     inherited by a forked child;
+//   - errc::untrusted: the token or its workspace is writable by others
+//     (docs/security.md); the atomic write's (atomic_write.hpp);
+//   - errc::dir_sync_failed: committed, but the directory flush that
+//     options.sync asked for failed; do not repeat the commit.
+// On a network filesystem the commit also leaves the version mark the next
+// update checks its read against (docs/atomic-writes.md).
+void commit_file(const lock_handle& lock, const boost::filesystem::path& target,
+                 std::string_view contents, const write_options& options = {});
+void commit_file(const lock_handle& lock, const boost::filesystem::path& target,
+                 std::string_view contents, const write_options& options,
+                 std::error_code& ec) noexcept;
 
 // The value of a counter file as increment_counter reads it: std::nullopt
 // when the file does not exist; errc::corrupt_data when it is not a counter

@@ -180,57 +180,67 @@ failure lost_at_commit(const write_target& t, std::uint64_t fence) {
                                {}));
 }
 
+// The Redis lock's part of the update flow (update_flow, update_impl.hpp).
+class redis_lock_steps {
+ public:
+  redis_lock_steps(os& sys, redis_lock& lock) : sys_(sys), lock_(lock), fds_{sys} {}
+
+  failure acquire() {
+    std::error_code ec;
+    h_ = lock_.acquire(ec);
+    if (ec) return make_failure(ec, last_error_message());
+    return {};
+  }
+
+  std::chrono::milliseconds lease() const { return lock_.options().lease; }
+  redis_handle& handle() { return h_; }
+
+  // The fence entry is claimed before the read: whatever a stalled holder
+  // committed before that is read by us, and nothing it commits after.
+  failure read(const write_target& t, std::optional<std::string>& current, int& fd,
+               const read_rules& rules) {
+    if (failure f = claim_fence(sys_, t, h_.fence(), 0755, workspace_, fds_)) return f;
+    return read_file_impl(sys_, t.path, current, &fd, rules);
+  }
+
+  failure commit(const write_target& t, const std::string& next, const write_options& in_lock) {
+    temp_file tmp;
+    // By path, through the entry's name (see fenced_commit in update.cpp).
+    if (failure f = write_temp(sys_, t, workspace_, next, in_lock, tmp))
+      return f.code == std::errc::no_such_file_or_directory && entry_gone() ? lost_at_commit(t, h_.fence()) : f;
+    // Relative to the fence directory and through our entry's name: the fence.
+    const std::string in_fence = tmp.path.substr(t.path.size() + std::string(".fence/").size());
+    std::error_code ec = sys_.rename_at(fds_.dir, in_fence, os::cwd, t.path);
+    if (!ec) return {};
+    sys_.remove_file(tmp.path);  // gone with the entry when a newer holder took it
+    if (ec == std::errc::no_such_file_or_directory && entry_gone())
+      return lost_at_commit(t, h_.fence());
+    return write_failure("rename", t, "cannot rename " + tmp.path + " over the target", ec);
+  }
+
+  void release() {
+    std::error_code ec;
+    h_.release(ec);
+  }
+
+ private:
+  bool entry_gone() {
+    file_status st;
+    return sys_.status(workspace_, st) == std::errc::no_such_file_or_directory;
+  }
+
+  os& sys_;
+  redis_lock& lock_;
+  redis_handle h_;
+  std::string workspace_;
+  fence_fds fds_;
+};
+
 failure redis_update_impl(os& sys, const boost::filesystem::path& target, redis_lock& lock,
                           const compute_function& compute, const update_options& options,
                           const read_rules& rules) {
-  std::error_code ec;
-  redis_handle h = lock.acquire(ec);
-  if (ec) return make_failure(ec, last_error_message());
-  write_target t;
-  if (failure f = resolve_target(sys, target, options.write, t)) return f;
-  std::string workspace;
-  fence_fds fds{sys};
-  if (failure f = claim_fence(sys, t, h.fence(), 0755, workspace, fds)) return f;
-
-  int replaced = -1;
-  std::optional<std::string> current;
-  failure f = read_file_impl(sys, t.path, current, &replaced, rules);
-  struct closer {
-    os& sys;
-    int& fd;
-    ~closer() {
-      if (fd >= 0) sys.close(fd);
-    }
-  } close_replaced{sys, replaced};
-  if (f) return f;
-
-  std::string next;
-  if ((f = compute_keeping(h, t, compute, current, next, options.keep_alive))) return f;
-
-  write_options in_lock = options.write;
-  if (in_lock.sync == durability::file_and_dir) in_lock.sync = durability::file;
-  temp_file tmp;
-  file_status st;
-  // By path, through the entry's name (see fenced_commit in update.cpp).
-  if ((f = write_temp(sys, t, workspace, next, in_lock, tmp))) {
-    if (f.code == std::errc::no_such_file_or_directory &&
-        sys.status(workspace, st) == std::errc::no_such_file_or_directory)
-      return lost_at_commit(t, h.fence());
-    return f;
-  }
-  // Relative to the fence directory and through our entry's name: the fence.
-  const std::string in_fence = tmp.path.substr(t.path.size() + std::string(".fence/").size());
-  ec = sys.rename_at(fds.dir, in_fence, os::cwd, t.path);
-  if (ec) {
-    sys.remove_file(tmp.path);  // gone with the entry when a newer holder took it
-    if (ec == std::errc::no_such_file_or_directory &&
-        sys.status(workspace, st) == std::errc::no_such_file_or_directory)
-      return lost_at_commit(t, h.fence());
-    return write_failure("rename", t, "cannot rename " + tmp.path + " over the target", ec);
-  }
-  // Committed: a failed release cannot undo it (see update_impl).
-  h.release(ec);
-  return sync_after_commit(sys, t, options);
+  redis_lock_steps steps(sys, lock);
+  return update_flow(sys, steps, target, compute, options, rules);
 }
 
 }  // namespace
