@@ -221,6 +221,23 @@ int tokenlock_write_file(const char* path, const void* data, size_t len,
   });
 }
 
+int tokenlock_commit_file(tokenlock_lock* lock, const char* path, const void* data, size_t len,
+                          const tokenlock_options* options) {
+  if (!lock || !path || (!data && len))
+    return bad_argument("tokenlock_commit_file", "lock, path and data must not be NULL");
+  if (!valid(options)) return bad_argument("tokenlock_commit_file", "an option is out of range");
+  return guarded([&]() -> int {
+    std::error_code ec;
+    tokenlock::commit_file(lock->handle, path,
+                           std::string_view(static_cast<const char*>(data ? data : ""), len),
+                           write_options_of(options), ec);
+    if (!ec) return TOKENLOCK_OK;
+    const int rc = failed(ec);
+    if (rc == TOKENLOCK_ELOCK_LOST) lock->lost = last_message;
+    return rc;
+  });
+}
+
 int tokenlock_buffer_set(tokenlock_buffer* buffer, const void* data, size_t len) {
   if (!buffer || (!data && len)) return bad_argument("tokenlock_buffer_set", "buffer and data must not be NULL");
   return guarded([&]() -> int {

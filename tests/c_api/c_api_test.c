@@ -158,6 +158,43 @@ static void refresh_and_lost(void) {
   CHECK(exists(to), "the lock stays free: nothing of anyone's was renamed");
 }
 
+/* The fenced commit under a lock the caller holds: in place while held, and
+ * nothing written once the token was taken over. */
+static void commits(void) {
+  const char *dir = path_of("notes.txt.lock");
+  const char *target = path_of("notes.txt");
+  tokenlock_lock *lock = NULL;
+  char from[4400], to[4400];
+  int rc, status = 0;
+  pid_t pid;
+  spit(target, "old\n");
+  CHECK(tokenlock_acquire(dir, NULL, &lock) == TOKENLOCK_OK, "acquire");
+  rc = tokenlock_commit_file(lock, target, "new\n", 4, NULL);
+  CHECK(rc == TOKENLOCK_OK, "commit: %d %s", rc, tokenlock_last_error());
+  CHECK(strcmp(slurp(target), "new\n") == 0, "committed: %s", slurp(target));
+  snprintf(from, sizeof from, "%s/%s", dir, tokenlock_token(lock));
+  CHECK(exists(from), "still held after the commit");
+  pid = fork();
+  if (pid == 0) _exit(tokenlock_commit_file(lock, target, "child\n", 6, NULL) == TOKENLOCK_ENOT_OWNER ? 0 : 1);
+  CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+        "a forked child's commit says not_owner");
+  CHECK(tokenlock_commit_file(lock, target, NULL, 3, NULL) == TOKENLOCK_EBAD_ARGUMENT, "no data");
+  CHECK(tokenlock_commit_file(NULL, target, "x", 1, NULL) == TOKENLOCK_EBAD_ARGUMENT, "no lock");
+  /* Freed behind our back, as a takeover and release by another would. */
+  snprintf(to, sizeof to, "%s/lockfile", dir);
+  CHECK(rename(from, to) == 0, "rename %s", strerror(errno));
+  rc = tokenlock_commit_file(lock, target, "late\n", 5, NULL);
+  CHECK(rc == TOKENLOCK_ELOCK_LOST, "commit after the takeover: %d", rc);
+  CHECK(strstr(tokenlock_last_error(), "notes.txt") != NULL, "names the file: %s",
+        tokenlock_last_error());
+  CHECK(strcmp(slurp(target), "new\n") == 0, "nothing written: %s", slurp(target));
+  CHECK(tokenlock_release(lock) == TOKENLOCK_ELOCK_LOST, "the release says lost too");
+  CHECK(exists(to), "the lock stays free: nothing of anyone's was renamed");
+  CHECK(temp_files() == 0, "no temporary file left");
+  snprintf(from, sizeof from, "%s/lockfile/w", dir);
+  CHECK(temp_files_in(from) == 0, "none in the workspace either: %d", temp_files_in(from));
+}
+
 static void forked_child_never_releases(void) {
   const char *dir = path_of("d.lock");
   tokenlock_lock *lock = NULL;
@@ -486,6 +523,7 @@ int main(int argc, char **argv) {
   untrusted_directory();
   forked_child_never_releases();
   writes();
+  commits();
   updates();
   counters();
   unflushable_directory();

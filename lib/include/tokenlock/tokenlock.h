@@ -149,6 +149,20 @@ TOKENLOCK_C_API int64_t tokenlock_expiry_us(const tokenlock_lock *lock);
 TOKENLOCK_C_API int tokenlock_write_file(const char *path, const void *data, size_t len,
                                          const tokenlock_options *options);
 
+/* The fenced commit under a lock the caller holds: writes `len` bytes of
+ * `data` to a temporary file in the held token's workspace and renames it
+ * over `path` through the token's current name (docs/atomic-writes.md).
+ * The lock stays held; release it afterwards. Nothing is written when:
+ * TOKENLOCK_ELOCK_LOST, the token was taken over (the lock's release then
+ * says so too); TOKENLOCK_ENOT_FENCED, the lock directory and `path` are on
+ * different filesystems (tokenlock_update_file commits there with a
+ * checked fallback); TOKENLOCK_ENOT_OWNER, `lock` was inherited through
+ * fork(). TOKENLOCK_EDIR_SYNC_FAILED: committed, but the directory flush
+ * options->sync asked for failed; do not repeat the commit. */
+TOKENLOCK_C_API int tokenlock_commit_file(tokenlock_lock *lock, const char *path,
+                                          const void *data, size_t len,
+                                          const tokenlock_options *options);
+
 /* Where an update callback puts the new contents. */
 typedef struct tokenlock_buffer tokenlock_buffer;
 
