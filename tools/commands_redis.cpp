@@ -9,6 +9,7 @@
 #include "cli.hpp"
 
 #if TOKENLOCK_HAVE_REDIS
+#include "tokenlock/clock_judgement.hpp"
 #include "tokenlock/redis_inspect.hpp"
 #include "tokenlock/redis_lock.hpp"
 #endif
