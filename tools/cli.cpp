@@ -415,16 +415,4 @@ std::string json_string(const std::string& s) {
   return out + "\"";
 }
 
-std::string seconds_text(std::chrono::microseconds d) {
-  const long long ms = (std::llabs(d.count()) + 500) / 1000;
-  std::string s = std::to_string(ms / 1000);
-  if (ms % 1000 != 0) {
-    char frac[8];
-    std::snprintf(frac, sizeof frac, ".%03lld", ms % 1000);
-    s += frac;
-    while (s.back() == '0') s.pop_back();
-  }
-  return (d.count() < 0 && ms != 0 ? "-" : "") + s + " s";
-}
-
 }  // namespace tokenlock::cli

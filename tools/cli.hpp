@@ -183,8 +183,4 @@ std::chrono::milliseconds seconds_option(const std::string& name, double secs, b
 // `s` as a JSON string literal, quotes included.
 std::string json_string(const std::string& s);
 
-// A duration in seconds, with at most three decimals and no trailing
-// zeros: "1 s", "0.25 s", "0.004 s".
-std::string seconds_text(std::chrono::microseconds d);
-
 }  // namespace tokenlock::cli

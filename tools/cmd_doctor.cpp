@@ -76,6 +76,18 @@ int exit_code_of(std::error_code ec) {
   return exit_code_for(ec);
 }
 
+// "tokenlock doctor: DIR: 2 properties failed: fsync of a file, wait board;
+// ...", for --errors=json.
+std::string failed_properties_line(const doctor_report& r, const std::string& dir) {
+  std::string names;
+  for (const auto& f : r.findings)
+    if (f.verdict == doctor_verdict::fail) names += (names.empty() ? "" : ", ") + f.property;
+  const int n = r.failed();
+  return "tokenlock doctor: " + escaped(dir) + ": " + std::to_string(n) +
+         (n == 1 ? " property" : " properties") + " failed: " + names +
+         "; each finding says what went wrong and how to fix it";
+}
+
 // Ending by the signal itself tells the caller (a shell loop) what
 // happened, as an exit status of our own could not.
 int end_by_signal(const doctor_report& r) {
@@ -107,11 +119,18 @@ int run_doctor(const std::string& dir, const std::string& peer, microseconds pee
   if (ec) {
     std::string m = last_error_message();
     if (m.rfind("tokenlock: ", 0) == 0) m.erase(0, 11);
-    std::cerr << "tokenlock doctor: " << m << "\n";
+    const std::string line = "tokenlock doctor: " + escaped(m);
+    std::cerr << line << "\n";
+    note_failure(ec, line);
     return exit_code_of(ec);
   }
   if (json) print_json(r, dir, peer);
-  return r.failed() > 0 ? exit_code::check_failed : exit_code::ok;
+  if (r.failed() == 0) return exit_code::ok;
+  // The findings on stdout are the report, so nothing more is printed;
+  // --errors=json still gets its line. A failed property has no one errno
+  // (each finding names its cause): "system" with errno 0.
+  note_failure("system", 0, failed_properties_line(r, dir));
+  return exit_code::check_failed;
 }
 
 }  // namespace

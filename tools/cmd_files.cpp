@@ -91,11 +91,11 @@ int cmd_write(const args& a) {
 
 namespace {
 
-int write_stdin(const std::string& file, const write_options& wo, const std::string& lock_dir,
-                const lock_options& lo, bool allow_empty) {
-  // The interrupting signals stay blocked except while waiting for input
-  // (ppoll unblocks them atomically), so one that arrives mid-write is seen
-  // at the next wait instead of being missed before a blocking read.
+// The interrupting signals stay blocked except while waiting for input
+// (ppoll unblocks them atomically), so one that arrives mid-write is seen
+// at the next wait instead of being missed before a blocking read. Returns
+// the mask to wait with.
+sigset_t block_interrupts() {
   struct sigaction sa {};
   sa.sa_handler = on_interrupt;
   sigemptyset(&sa.sa_mask);
@@ -107,65 +107,89 @@ int write_stdin(const std::string& file, const write_options& wo, const std::str
   }
   ::sigprocmask(SIG_BLOCK, &blocked, &waiting);
   for (int s : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) sigdelset(&waiting, s);
+  return waiting;
+}
 
-  std::error_code ec;
-  // Without a lock, stream into the temporary file; with one, read
-  // everything first so that the lock is not held while the producer works.
+// Where standard input goes: without a lock, streamed into the temporary
+// file `out`; with one, into `buffered`, so that the lock is not held while
+// the producer works.
+struct input_sink {
   std::optional<atomic_file> out;
-  if (lock_dir.empty()) {
-    out.emplace(file, wo, ec);
-    if (ec) return report_write(ec, file);
-  }
   std::string buffered;
   std::size_t total = 0;
+};
+
+// A signal ends the write as a shell's would end it (128+N), with the file
+// left as it was.
+int say_interrupted(input_sink& in, const std::string& file) {
+  if (in.out) in.out->rollback();
+  const std::string line = "tokenlock write: interrupted by signal " +
+                           std::to_string(g_interrupted) + "; " + escaped(file) +
+                           " was left as it was";
+  std::cerr << line << "\n";
+  note_failure(std::error_code(EINTR, std::generic_category()), line);
+  return 128 + g_interrupted;
+}
+
+// Reads standard input to its end into `in`. std::nullopt then; otherwise
+// the exit status of a failure it has reported (the temporary file rolled
+// back).
+std::optional<int> read_input(const sigset_t& waiting, const std::string& file, input_sink& in) {
   char buf[64 * 1024];
   for (;;) {
-    pollfd in{0, POLLIN, 0};
+    pollfd p{0, POLLIN, 0};
     ssize_t n = -1;
     errno = EINTR;
-    if (!g_interrupted && ::ppoll(&in, 1, nullptr, &waiting) >= 0) n = ::read(0, buf, sizeof buf);
-    if (g_interrupted) {
-      if (out) out->rollback();
-      const std::string line = "tokenlock write: interrupted by signal " +
-                               std::to_string(g_interrupted) + "; " + escaped(file) +
-                               " was left as it was";
-      std::cerr << line << "\n";
-      note_failure(std::error_code(EINTR, std::generic_category()), line);
-      return 128 + g_interrupted;
-    }
+    if (!g_interrupted && ::ppoll(&p, 1, nullptr, &waiting) >= 0) n = ::read(0, buf, sizeof buf);
+    if (g_interrupted) return say_interrupted(in, file);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       const int e = errno;
-      if (out) out->rollback();
+      if (in.out) in.out->rollback();
       return report(std::error_code(e, std::generic_category()),
                     "tokenlock: write " + file + ": cannot read standard input: " + std::strerror(e) +
                         "; the file was left as it was");
     }
-    if (n == 0) break;
-    total += static_cast<std::size_t>(n);
-    if (out) {
-      out->write(std::string_view(buf, static_cast<std::size_t>(n)), ec);
-      if (ec) return report_write(ec, file);
-    } else {
-      buffered.append(buf, static_cast<std::size_t>(n));
+    if (n == 0) return std::nullopt;
+    in.total += static_cast<std::size_t>(n);
+    if (!in.out) {
+      in.buffered.append(buf, static_cast<std::size_t>(n));
+      continue;
     }
+    std::error_code ec;
+    in.out->write(std::string_view(buf, static_cast<std::size_t>(n)), ec);
+    if (ec) return report_write(ec, file);
   }
-  if (total == 0 && !allow_empty) {
-    if (out) out->rollback();
-    const std::string line = "tokenlock write: standard input was empty; " + escaped(file) +
-                             " was left as it was (use --allow-empty to write an empty file)";
-    std::cerr << line << "\n";
-    // Input that is not what it must be: a data error, exit 65.
-    note_failure(make_error_code(errc::corrupt_data), line);
-    return exit_code::data;
+}
+
+int refuse_empty_input(input_sink& in, const std::string& file) {
+  if (in.out) in.out->rollback();
+  const std::string line = "tokenlock write: standard input was empty; " + escaped(file) +
+                           " was left as it was (use --allow-empty to write an empty file)";
+  std::cerr << line << "\n";
+  // Input that is not what it must be: a data error, exit 65.
+  note_failure(make_error_code(errc::corrupt_data), line);
+  return exit_code::data;
+}
+
+int write_stdin(const std::string& file, const write_options& wo, const std::string& lock_dir,
+                const lock_options& lo, bool allow_empty) {
+  const sigset_t waiting = block_interrupts();
+  std::error_code ec;
+  input_sink in;
+  if (lock_dir.empty()) {
+    in.out.emplace(file, wo, ec);
+    if (ec) return report_write(ec, file);
   }
-  if (out) {
-    out->commit(ec);
+  if (const std::optional<int> failed = read_input(waiting, file, in)) return *failed;
+  if (in.total == 0 && !allow_empty) return refuse_empty_input(in, file);
+  if (in.out) {
+    in.out->commit(ec);
   } else {
     update_options uo;
     uo.write = wo;
-    update_file(file, rename_lock(lock_dir, lo), [&](const std::optional<std::string>&) { return buffered; },
-                uo, ec);
+    update_file(file, rename_lock(lock_dir, lo),
+                [&](const std::optional<std::string>&) { return in.buffered; }, uo, ec);
   }
   if (ec) return report_write(ec, file);
   return exit_code::ok;

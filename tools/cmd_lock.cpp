@@ -74,6 +74,55 @@ int with_adopted(const po::variables_map& v, const std::function<int(lock_handle
   return body(h);
 }
 
+// What status found: the holder, and the clock measured beside it.
+struct status_seen {
+  std::optional<holder_info> holder;
+  std::string clock_dir;
+  clock_offset clock;
+  std::string clock_error;  // empty when the clock was measured
+  std::chrono::microseconds allowance = lock_options{}.skew_allowance;
+  clock_judgement judged;
+};
+
+const char* state_of(const status_seen& s) {
+  return !s.holder ? "free" : s.holder->stale ? "stale" : "held";
+}
+
+// status --json: one object, and its newline.
+std::string status_json(const std::string& dir, const status_seen& s) {
+  std::ostringstream j;
+  j << "{\"lock_dir\":" << json_string(dir) << ",\"state\":\"" << state_of(s) << "\"";
+  if (const auto& h = s.holder)
+    j << ",\"token\":" << json_string(h->token) << ",\"pid\":" << h->pid
+      << ",\"host_tag\":" << json_string(h->host_tag)
+      << ",\"same_host\":" << (h->same_host ? "true" : "false") << ",\"owner\":\""
+      << liveness_name(h->owner) << "\",\"expires\":" << json_string(utc(h->expires))
+      << ",\"expires_us\":" << micros(h->expires) << ",\"stale\":" << (h->stale ? "true" : "false")
+      << ",\"reason\":" << json_string(h->reason)
+      << ",\"legacy\":" << (h->legacy ? "true" : "false");
+  j << ",\"clock\":{\"measured_in\":" << json_string(s.clock_dir);
+  if (!s.clock_error.empty())
+    j << ",\"error\":" << json_string(s.clock_error);
+  else
+    j << ",\"offset_us\":" << s.clock.offset.count()
+      << ",\"uncertainty_us\":" << s.clock.uncertainty.count()
+      << ",\"skew_allowance_us\":" << s.allowance.count() << ",\"verdict\":\""
+      << clock_verdict_name(s.judged.verdict) << "\"";
+  j << "}}\n";
+  return j.str();
+}
+
+// status: who holds the lock, then the clock's line.
+std::string status_text(const status_seen& s) {
+  const auto& h = s.holder;
+  std::string t = !h ? "free\n"
+                     : (h->stale ? "stale: " : "") + h->reason + "\n  token " + h->token + "\n";
+  if (!s.clock_error.empty())
+    return t + "clock: not measured: " + s.clock_error + "\n";
+  return t + "clock: " + s.judged.text + (s.judged.fix.empty() ? "" : "; fix: " + s.judged.fix) +
+         "\n";
+}
+
 }  // namespace
 
 int cmd_acquire(const args& a) {
@@ -181,46 +230,14 @@ int cmd_status(const args& a) {
       return redis_status(v["redis"].as<std::string>(), dir, v.count("json") > 0);
     }
     std::error_code ec;
-    std::optional<holder_info> h = rename_lock(dir, directory_options(v)).holder(ec);
+    status_seen s;
+    s.holder = rename_lock(dir, directory_options(v)).holder(ec);
     if (ec) return report(ec, last_error_message());
-    const char* state = !h ? "free" : h->stale ? "stale" : "held";
-    const std::string clock_dir = clock_directory(dir);
-    const auto allowance = lock_options{}.skew_allowance;
-    const clock_offset c = estimate_clock_offset(clock_dir, ec);
-    const std::string clock_error = ec ? without_prefix(last_error_message()) : "";
-    const tokenlock::clock_judgement judged = judge_clock_offset(c, allowance);
-    if (v.count("json")) {
-      std::ostringstream j;
-      j << "{\"lock_dir\":" << json_string(dir) << ",\"state\":\"" << state << "\"";
-      if (h)
-        j << ",\"token\":" << json_string(h->token) << ",\"pid\":" << h->pid
-          << ",\"host_tag\":" << json_string(h->host_tag)
-          << ",\"same_host\":" << (h->same_host ? "true" : "false") << ",\"owner\":\""
-          << liveness_name(h->owner) << "\",\"expires\":" << json_string(utc(h->expires))
-          << ",\"expires_us\":" << micros(h->expires) << ",\"stale\":" << (h->stale ? "true" : "false")
-          << ",\"reason\":" << json_string(h->reason)
-          << ",\"legacy\":" << (h->legacy ? "true" : "false");
-      j << ",\"clock\":{\"measured_in\":" << json_string(clock_dir);
-      if (!clock_error.empty())
-        j << ",\"error\":" << json_string(clock_error);
-      else
-        j << ",\"offset_us\":" << c.offset.count() << ",\"uncertainty_us\":" << c.uncertainty.count()
-          << ",\"skew_allowance_us\":"
-          << std::chrono::duration_cast<std::chrono::microseconds>(allowance).count()
-          << ",\"verdict\":\"" << clock_verdict_name(judged.verdict) << "\"";
-      j << "}}";
-      std::cout << j.str() << std::endl;
-      return exit_code::ok;
-    }
-    if (!h)
-      std::cout << "free\n";
-    else
-      std::cout << (h->stale ? "stale: " : "") << h->reason << "\n  token " << h->token << "\n";
-    if (!clock_error.empty())
-      std::cout << "clock: not measured: " << clock_error << std::endl;
-    else
-      std::cout << "clock: " << judged.text << (judged.fix.empty() ? "" : "; fix: " + judged.fix)
-                << std::endl;
+    s.clock_dir = clock_directory(dir);
+    s.clock = estimate_clock_offset(s.clock_dir, ec);
+    if (ec) s.clock_error = without_prefix(last_error_message());
+    s.judged = judge_clock_offset(s.clock, s.allowance);
+    std::cout << (v.count("json") ? status_json(dir, s) : status_text(s)) << std::flush;
     return exit_code::ok;
   });
 }

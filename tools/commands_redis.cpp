@@ -9,6 +9,7 @@
 #include "cli.hpp"
 
 #if TOKENLOCK_HAVE_REDIS
+#include "tokenlock/clock_judgement.hpp"
 #include "tokenlock/redis_inspect.hpp"
 #include "tokenlock/redis_lock.hpp"
 #endif
@@ -149,9 +150,14 @@ int redis_break(const std::string& url, const std::string& name, const std::stri
 bool redis_available() { return false; }
 
 namespace {
+// Noted as an operation this build does not support (ENOTSUP), so that
+// --errors=json names it too.
 int unavailable() {
-  std::cerr << "tokenlock: --redis: this tokenlock was built without the Redis backend "
-               "(hiredis was not found; install libhiredis-dev and rebuild)\n";
+  const std::string line =
+      "tokenlock: --redis: this tokenlock was built without the Redis backend (hiredis was not "
+      "found; install libhiredis-dev and rebuild)";
+  std::cerr << line << "\n";
+  note_failure(std::make_error_code(std::errc::not_supported), line);
   return exit_code::software;
 }
 }  // namespace

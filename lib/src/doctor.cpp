@@ -9,7 +9,6 @@
 #include <functional>
 #include <memory>
 
-#include "doctor_text.hpp"
 #include "errno_advice.hpp"
 #include "failure.hpp"
 #include "netfs_advice.hpp"

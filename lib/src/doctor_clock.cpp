@@ -1,11 +1,9 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "doctor_text.hpp"
 #include "tokenlock/clock_judgement.hpp"
 
 namespace tokenlock {
-namespace detail {
 
 std::string seconds_text(std::chrono::microseconds d) {
   const long long ms = (std::llabs(d.count()) + 500) / 1000;
@@ -19,8 +17,6 @@ std::string seconds_text(std::chrono::microseconds d) {
   return (d.count() < 0 && ms != 0 ? "-" : "") + s + " s";
 }
 
-}  // namespace detail
-
 const char* clock_verdict_name(clock_verdict v) noexcept {
   switch (v) {
     case clock_verdict::within: return "within";
@@ -31,7 +27,6 @@ const char* clock_verdict_name(clock_verdict v) noexcept {
 }
 
 clock_judgement judge_clock_offset(const clock_offset& c, std::chrono::microseconds allowance) {
-  using detail::seconds_text;
   clock_judgement j;
   const auto magnitude = c.offset < c.offset.zero() ? -c.offset : c.offset;
   const std::string plus_minus = "+/- " + seconds_text(c.uncertainty);

@@ -9,10 +9,13 @@
 
 #include "errno_advice.hpp"
 #include "token_name.hpp"
+#include "tokenlock/clock_judgement.hpp"
 #include "trust.hpp"
 
 namespace tokenlock::detail {
 namespace {
+
+using std::chrono::microseconds;
 
 // How long to wait before the second listing that confirms an anomaly.
 constexpr std::chrono::microseconds confirm_pause{2000};
@@ -26,12 +29,6 @@ std::string hex16(std::uint64_t v) {
 std::string octal(unsigned mode) {
   char buf[16];
   std::snprintf(buf, sizeof buf, "%04o", mode);
-  return buf;
-}
-
-std::string seconds_text(std::int64_t us) {
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%.3f s", static_cast<double>(us) / 1e6);
   return buf;
 }
 
@@ -259,11 +256,12 @@ judgement judge_legacy(std::int64_t now, std::int64_t skew, std::int64_t max_lea
   if (now > ends + skew) {
     j.stale = true;
     j.reason = "legacy token of " + who + " is older than the legacy timeout of " +
-               seconds_text(timeout) + " (by " + seconds_text(now - ends) + ")";
+               seconds_text(microseconds(timeout)) + " (by " +
+               seconds_text(microseconds(now - ends)) + ")";
     return j;
   }
   j.reason = "held by " + who + " until " + format_utc(ends) + " (the legacy timeout of " +
-             seconds_text(timeout) + ")";
+             seconds_text(microseconds(timeout)) + ")";
   return j;
 }
 
@@ -317,13 +315,13 @@ judgement judge(os& sys, const lock_options& options, const observed_token& t) {
     j.stale = true;
     j.reason = "lease of " + who + " ends implausibly far in the future (" +
                format_utc(t.expiry_us) + ", more than the maximum lease of " +
-               seconds_text(max_lease) + " from now): treated as stale";
+               seconds_text(microseconds(max_lease)) + " from now): treated as stale";
     return j;
   }
   if (now > t.expiry_us + skew) {
     j.stale = true;
-    j.reason = "lease of " + who + " ended " + seconds_text(now - t.expiry_us) + " ago (" +
-               format_utc(t.expiry_us) + ")";
+    j.reason = "lease of " + who + " ended " + seconds_text(microseconds(now - t.expiry_us)) +
+               " ago (" + format_utc(t.expiry_us) + ")";
     return j;
   }
   const std::string until = "held by " + who + " until " + format_utc(t.expiry_us);

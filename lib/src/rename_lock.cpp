@@ -131,8 +131,15 @@ class acquirer final : public lock_attempt {
         return {};
       }
     }
-    // The slow path looks at the directory that is there now: somebody
-    // may have removed the one we opened and a creator made another.
+    return look_and_act(result, d, owner, owner_start, nonce);
+  }
+
+  // The slow path: looks at the directory that is there now (somebody may
+  // have removed the one we opened and a creator made another) and does
+  // what it needs: our own token confirmed, the lock created, another
+  // round, or a stale holder taken over.
+  failure look_and_act(outcome& result, std::shared_ptr<const open_dir>& d, int owner,
+                       std::uint64_t owner_start, std::uint64_t nonce) {
     if (failure f = reopen_if_replaced(sys_ptr_, paths_, options_.dir_mode, "acquire", d)) return f;
     observation obs;
     if (failure f = observe(sys_, paths_, d.get(), "acquire", obs)) return f;
@@ -140,7 +147,7 @@ class acquirer final : public lock_attempt {
       // A token of ours we could not confirm, or handed to a holder who
       // has handed it back: confirming it again makes it ours.
       std::string name = obs.token.name;
-      return finish(out, result, *d, name, paths_.dir_slash + name, obs.token.expiry_us, {});
+      return finish(out_, result, *d, name, paths_.dir_slash + name, obs.token.expiry_us, {});
     }
     switch (obs.kind) {
       case observation::missing:

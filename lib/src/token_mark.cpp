@@ -70,6 +70,62 @@ marks_seen judge_marks(os& sys, const lock_options& options, const std::string& 
   return seen;
 }
 
+// One token being confirmed by its owner mark: mark_and_check's arguments,
+// and the mark's name and path.
+struct mark_check {
+  os& sys;
+  const lock_paths& paths;
+  const lock_options& options;
+  const char* step;
+  const std::string& token;
+  const std::string& token_path;
+  std::string_view taken_from;
+  std::string mark;
+  std::string mark_path;
+};
+
+std::error_code make_mark(const mark_check& m) {
+  std::error_code ec;
+  for (int i = 0; i < stale_tries; ++i) {
+    ec = m.sys.make_directory(m.mark_path, 0700);
+    if (ec != stale_handle) break;
+  }
+  // A retransmitted mkdir whose first reply was lost.
+  if (ec == std::errc::file_exists) ec.clear();
+  return ec;
+}
+
+// The acquisition fails. The token goes back to "lockfile" only when a
+// listing shows that it holds nobody else's live mark: a rename through
+// our name might otherwise move another holder's token.
+failure give_up(const mark_check& m, const std::string& what, std::error_code ec) {
+  m.sys.remove_directory(m.mark_path);
+  std::vector<std::string> names;
+  std::string_view outcome = "; the token stays until its lease ends";
+  if (!list_token(m.sys, m.token_path, names) &&
+      judge_marks(m.sys, m.options, m.token_path, names, m.mark, m.taken_from)
+          .live_token.empty() &&
+      !m.sys.rename(m.token_path, m.paths.free_path))
+    outcome = "; the lock was freed again";
+  failure f = os_failure(m.sys, m.paths, m.step, what + " " + m.token, m.token, ec);
+  f.message.append(outcome);
+  return f;
+}
+
+// Someone else holds this token directory: it gets back the name its
+// owner knows it by (`live_token`), so that the owner's release and commit
+// find it. Our mark goes only after that rename, through the new name:
+// while it is inside, whoever takes the directory through a stale name of
+// their own sees it and steps back too, instead of holding beside its
+// owner.
+void yield_to(const mark_check& m, const std::string& live_token) {
+  const std::string back = m.paths.dir_slash + live_token;
+  if (!m.sys.rename(m.token_path, back))
+    m.sys.remove_directory(back + "/" + m.mark);
+  else
+    m.sys.remove_directory(m.mark_path);
+}
+
 }  // namespace
 
 bool needs_owner_marks(const filesystem_info& fs) {
@@ -116,63 +172,33 @@ failure mark_and_check(os& sys, const lock_paths& paths, const lock_options& opt
                        mark_result& result, std::string& holder) {
   result = mark_result::abandoned;
   holder.clear();
-  const std::string mark = owner_mark_name(token);
-  const std::string mark_path = token_path + "/" + mark;
-
-  // The acquisition fails. The token goes back to "lockfile" only when a
-  // listing shows that it holds nobody else's live mark: a rename through
-  // our name might otherwise move another holder's token.
-  auto give_up = [&](const std::string& what, std::error_code ec) {
-    sys.remove_directory(mark_path);
-    std::vector<std::string> names;
-    std::string_view outcome = "; the token stays until its lease ends";
-    if (!list_token(sys, token_path, names) &&
-        judge_marks(sys, options, token_path, names, mark, taken_from).live_token.empty() &&
-        !sys.rename(token_path, paths.free_path))
-      outcome = "; the lock was freed again";
-    failure f = os_failure(sys, paths, step, what + " " + token, token, ec);
-    f.message.append(outcome);
-    return f;
-  };
-
-  std::error_code ec;
-  for (int i = 0; i < stale_tries; ++i) {
-    ec = sys.make_directory(mark_path, 0700);
-    if (ec != stale_handle) break;
-  }
-  // A retransmitted mkdir whose first reply was lost.
-  if (ec == std::errc::file_exists) ec.clear();
+  std::string mark = owner_mark_name(token);
+  std::string mark_path = token_path + "/" + mark;
+  const mark_check m{sys, paths, options, step, token, token_path, taken_from, std::move(mark),
+                     std::move(mark_path)};
+  std::error_code ec = make_mark(m);
   // Gone already: a second rename of the name we took moved our token. Or a
   // persistent ESTALE, after which we cannot tell: either way we hold
   // nothing and rename nothing through that name.
   if (gone(ec)) return {};
-  if (ec) return give_up("cannot make the owner mark in", ec);
+  if (ec) return give_up(m, "cannot make the owner mark in", ec);
 
   std::vector<std::string> names;
   ec = list_token(sys, token_path, names);
   if (gone(ec)) {
-    sys.remove_directory(mark_path);
+    sys.remove_directory(m.mark_path);
     return {};
   }
-  if (ec) return give_up("cannot list the owner marks in", ec);
+  if (ec) return give_up(m, "cannot list the owner marks in", ec);
 
-  marks_seen seen = judge_marks(sys, options, token_path, names, mark, taken_from);
+  marks_seen seen = judge_marks(sys, options, token_path, names, m.mark, taken_from);
   if (seen.live_token.empty()) {
     result = mark_result::held;
     return {};
   }
-  // Someone else holds this token directory: it gets back the name its
-  // owner knows it by, so that the owner's release and commit find it. Our
-  // mark goes only after that rename, through the new name: while it is
-  // inside, whoever takes the directory through a stale name of their own
-  // sees it and steps back too, instead of holding beside its owner.
   result = mark_result::yielded;
   holder = std::move(seen.live_reason);
-  const std::string back = paths.dir_slash + seen.live_token;
-  if (!sys.rename(token_path, back))
-    sys.remove_directory(back + "/" + mark);
-  else
-    sys.remove_directory(mark_path);
+  yield_to(m, seen.live_token);
   return {};
 }
 

@@ -6,8 +6,11 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
+#include <functional>
+#include <iostream>
 #include <map>
 #include <optional>
+#include <sstream>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,6 +19,7 @@
 
 #include "child.hpp"
 #include "cli.hpp"
+#include "commands_redis.hpp"
 #include "inspect.hpp"
 #include "temp_dir.hpp"
 
@@ -339,6 +343,85 @@ TEST_F(ErrorsTest, EveryMalformedArgumentIsAUsageErrorThatChangesNothing) {
   }
   EXPECT_EQ(snapshot(tmp.path()), before);
   EXPECT_EQ(slurp(c), "5\n");
+}
+
+TEST_F(ErrorsTest, ADoctorThatCannotCheckEndsWithTheJsonLineNamingTheCause) {
+  const std::string missing = (tmp / "missing").string();
+  auto r = tl_json({"doctor", missing});
+  EXPECT_EQ(r.exit_code, code::no_input);
+  auto f = error_line(r);
+  EXPECT_EQ(f["error"], "system");
+  EXPECT_EQ(f["errno"], std::to_string(ENOENT));
+  EXPECT_EQ(f["message"], lines(r.err).front()) << r.err;
+  EXPECT_NE(f["message"].find("DIR " + missing + " does not exist"), std::string::npos)
+      << f["message"];
+  EXPECT_FALSE(fs::exists(missing));
+}
+
+TEST_F(ErrorsTest, ADoctorThatFindsAFailedPropertyNamesItInTheJsonLineOnly) {
+  const fs::path dir = tmp / "share";
+  fs::create_directories(dir);
+  // No file may grow beyond 0 bytes (SIGXFSZ ignored, so write(2) fails
+  // with EFBIG): the checks that write fail.
+  const std::string doctor = "trap '' XFSZ; ulimit -f 0; exec '" + tool + "' " +
+                             "\"$@\" doctor '" + dir.string() + "'";
+  auto r = run_command({"/bin/sh", "-c", doctor, "sh", "--errors=json"});
+  EXPECT_EQ(r.exit_code, code::check_failed) << r.out << r.err;
+  EXPECT_NE(r.out.find("FAIL  fsync of a file: "), std::string::npos) << "the findings, as always: "
+                                                                     << r.out;
+  const auto all = lines(r.err);
+  ASSERT_EQ(all.size(), 1u) << "nothing on stderr but the JSON line: " << r.err;
+  const auto f = flat_json::parse(all.back());
+  ASSERT_TRUE(f.has_value()) << all.back();
+  EXPECT_EQ(f->at("error"), "system");
+  EXPECT_EQ(f->at("errno"), "0");
+  const std::string& m = f->at("message");
+  EXPECT_EQ(m.rfind("tokenlock doctor: " + dir.string() + ": ", 0), 0u) << m;
+  EXPECT_NE(m.find(" properties failed: "), std::string::npos) << m;
+  EXPECT_NE(m.find("fsync of a file"), std::string::npos) << m;
+  EXPECT_EQ(m.find("exclusive create"), std::string::npos) << "a property that passed: " << m;
+  EXPECT_TRUE(tokenlock::testing::entries(dir).empty()) << "the scratch directory is removed";
+  // Without --errors=json, stderr stays as it was: empty.
+  r = run_command({"/bin/sh", "-c", doctor, "sh"});
+  EXPECT_EQ(r.exit_code, code::check_failed);
+  EXPECT_EQ(r.err, "");
+}
+
+// The command built without Redis (tools/commands_redis.cpp compiled with
+// TOKENLOCK_HAVE_REDIS=0 into this test): every --redis form says so,
+// exits 70, and is "system" with ENOTSUP in JSON. Called in this process,
+// since the command built here has Redis.
+TEST(ErrorsWithoutRedis, EveryRedisFormSaysTheBackendIsMissingAndNamesItInJson) {
+  namespace cli = tokenlock::cli;
+  using namespace std::chrono_literals;
+  const std::vector<std::function<int()>> forms = {
+      [] { return cli::redis_acquire("redis://localhost", "job", 60s, 0s, 1); },
+      [] { return cli::redis_release("redis://localhost", "job", "1.owner"); },
+      [] { return cli::redis_refresh("redis://localhost", "job", "1.owner", 60s); },
+      [] { return cli::redis_status("redis://localhost", "job", false); },
+      [] { return cli::redis_break("redis://localhost", "job", "1.owner", false); },
+      [] { return cli::redis_run("redis://localhost", "job", {"true"}, 60s, 0s, 1, false); },
+  };
+  EXPECT_FALSE(cli::redis_available());
+  cli::set_error_format(cli::error_format::json);
+  for (std::size_t i = 0; i < forms.size(); ++i) {
+    std::ostringstream err;
+    std::streambuf* const stderr_was = std::cerr.rdbuf(err.rdbuf());
+    const int status = forms[i]();
+    cli::print_noted_failure();
+    std::cerr.rdbuf(stderr_was);
+    EXPECT_EQ(status, code::software) << "form " << i;
+    const auto all = lines(err.str());
+    ASSERT_EQ(all.size(), 2u) << err.str();
+    EXPECT_NE(all.front().find("built without the Redis backend"), std::string::npos)
+        << all.front();
+    const auto f = flat_json::parse(all.back());
+    ASSERT_TRUE(f.has_value()) << all.back();
+    EXPECT_EQ(f->at("error"), "system");
+    EXPECT_EQ(f->at("errno"), std::to_string(ENOTSUP));
+    EXPECT_EQ(f->at("message"), all.front());
+  }
+  cli::set_error_format(cli::error_format::text);
 }
 
 }  // namespace

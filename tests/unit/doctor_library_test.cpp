@@ -217,6 +217,17 @@ TEST(ClockJudgement, SaysPlainlyWhatAnOffsetMeansForLeases) {
   EXPECT_STREQ(tokenlock::clock_verdict_name(clock_verdict::unclear), "unclear");
 }
 
+TEST(ClockJudgement, WordsADurationToTheMillisecondWithoutTrailingZeros) {
+  using tokenlock::seconds_text;
+  EXPECT_EQ(seconds_text(1s), "1 s");
+  EXPECT_EQ(seconds_text(250ms), "0.25 s");
+  EXPECT_EQ(seconds_text(4499us), "0.004 s");
+  EXPECT_EQ(seconds_text(4500us), "0.005 s");
+  EXPECT_EQ(seconds_text(86400s), "86400 s");
+  EXPECT_EQ(seconds_text(-1500ms), "-1.5 s");
+  EXPECT_EQ(seconds_text(-400us), "0 s") << "no sign on what rounds to zero";
+}
+
 TEST(ErrnoAdvice, OneErrnoHasOneNameAndAFixPerContext) {
   using tokenlock::detail::errno_context;
   using tokenlock::detail::errno_fix;

@@ -7,7 +7,9 @@
 //   compares that with a skew allowance (lock_options::skew_allowance) and
 //   says, for a person, whether leases written by other hosts can be judged
 //   safely here, and what to do when they cannot. `tokenlock status` and
-//   the doctor (doctor.hpp) report the clock so.
+//   the doctor (doctor.hpp) report the clock so. seconds_text() words a
+//   duration as those sentences do (and as the library's messages about
+//   leases do), for a program that prints its own lines beside them.
 //
 // Calling sequence
 //     const tokenlock::clock_offset c = tokenlock::estimate_clock_offset(dir);
@@ -44,5 +46,10 @@ clock_judgement judge_clock_offset(const clock_offset& c, std::chrono::microseco
 
 // "within", "beyond", "unclear".
 const char* clock_verdict_name(clock_verdict v) noexcept;
+
+// A duration as the judgement words it, rounded to the millisecond, with
+// no trailing zeros: "1 s", "0.25 s", "-0.004 s". For lines a program
+// prints beside a judgement's text (the command's Redis messages do).
+std::string seconds_text(std::chrono::microseconds d);
 
 }  // namespace tokenlock

@@ -203,7 +203,12 @@ TOKENLOCK_C_API const char *tokenlock_last_error(void);
  * the last failure was not a system call's). */
 TOKENLOCK_C_API int tokenlock_last_errno(void);
 
-/* A short name for a return code ("busy", "lock_lost", ...); never NULL. */
+/* A short name for a return code ("busy", "lock_lost", "system", ...); never
+ * NULL: "unknown" for a code not listed above. It reads the library's one
+ * table of names, the same that the C++ tokenlock::error_name() reads
+ * (tokenlock/errors.hpp, Names), so a code and the C++ error it stands for
+ * have one name; only "aborted" (TOKENLOCK_EABORTED) is the C interface's
+ * alone. */
 TOKENLOCK_C_API const char *tokenlock_strerror(int code);
 
 /* The library's version, "MAJOR.MINOR.PATCH". */
