@@ -26,7 +26,7 @@ int exit_code_for(std::error_code ec, int busy_code) {
       case errc::bad_argument: return exit_code::usage;
       case errc::not_owner: return exit_code::software;
       case errc::dir_sync_failed: return exit_code::io_error;
-      case errc::not_fenced: return exit_code::software;  // the command never requires a fence
+      case errc::not_fenced: return exit_code::cant_create;  // commit: nothing was written
       case errc::stale_data: return exit_code::temp_fail;
       case errc::server_error: return exit_code::unavailable;
       case errc::not_replicated: return exit_code::temp_fail;

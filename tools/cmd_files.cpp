@@ -114,6 +114,7 @@ sigset_t block_interrupts() {
 // file `out`; with one, into `buffered`, so that the lock is not held while
 // the producer works.
 struct input_sink {
+  const char* command = "write";  // for the messages
   std::optional<atomic_file> out;
   std::string buffered;
   std::size_t total = 0;
@@ -123,7 +124,7 @@ struct input_sink {
 // left as it was.
 int say_interrupted(input_sink& in, const std::string& file) {
   if (in.out) in.out->rollback();
-  const std::string line = "tokenlock write: interrupted by signal " +
+  const std::string line = std::string("tokenlock ") + in.command + ": interrupted by signal " +
                            std::to_string(g_interrupted) + "; " + escaped(file) +
                            " was left as it was";
   std::cerr << line << "\n";
@@ -147,7 +148,8 @@ std::optional<int> read_input(const sigset_t& waiting, const std::string& file, 
       const int e = errno;
       if (in.out) in.out->rollback();
       return report(std::error_code(e, std::generic_category()),
-                    "tokenlock: write " + file + ": cannot read standard input: " + std::strerror(e) +
+                    std::string("tokenlock: ") + in.command + " " + file +
+                        ": cannot read standard input: " + std::strerror(e) +
                         "; the file was left as it was");
     }
     if (n == 0) return std::nullopt;
@@ -164,7 +166,8 @@ std::optional<int> read_input(const sigset_t& waiting, const std::string& file, 
 
 int refuse_empty_input(input_sink& in, const std::string& file) {
   if (in.out) in.out->rollback();
-  const std::string line = "tokenlock write: standard input was empty; " + escaped(file) +
+  const std::string line = std::string("tokenlock ") + in.command +
+                           ": standard input was empty; " + escaped(file) +
                            " was left as it was (use --allow-empty to write an empty file)";
   std::cerr << line << "\n";
   // Input that is not what it must be: a data error, exit 65.
@@ -195,7 +198,56 @@ int write_stdin(const std::string& file, const write_options& wo, const std::str
   return exit_code::ok;
 }
 
+// commit: standard input, then the fenced commit through the adopted token.
+// The lock stays held by the script, whatever the outcome.
+int commit_stdin(const std::string& file, const write_options& wo, rename_lock lock,
+                 const std::string& token, bool allow_empty) {
+  const sigset_t waiting = block_interrupts();
+  input_sink in;
+  in.command = "commit";
+  // Read before adopting: a producer that fails leaves the lock untouched.
+  if (const std::optional<int> failed = read_input(waiting, file, in)) return *failed;
+  if (in.total == 0 && !allow_empty) return refuse_empty_input(in, file);
+  std::error_code ec;
+  lock_handle h = lock.adopt(token, ec);
+  if (ec) return report(ec, last_error_message());
+  commit_file(h, file, in.buffered, wo, ec);
+  h.detach();
+  if (ec) return report_write(ec, file);
+  return exit_code::ok;
+}
+
 }  // namespace
+
+int cmd_commit(const args& a) {
+  po::options_description d(
+      "Usage: tokenlock commit [--sync none|file|file_and_dir] [--mode OCTAL]\n"
+      "                        [--allow-empty] LOCKDIR TOKEN FILE\n\n"
+      "Replaces FILE with standard input through the lock held with TOKEN (from\n"
+      "tokenlock acquire): the new contents are written inside the token and renamed\n"
+      "over FILE through the token's name, so nothing is written once the lock was\n"
+      "taken over (exit 3). The lock stays held; release it afterwards. LOCKDIR and\n"
+      "FILE must be on one filesystem (exit 73 otherwise, nothing written).\n\nOptions");
+  d.add_options()("sync", po::value<std::string>()->value_name("LEVEL")->default_value("file_and_dir"),
+                  "durability: none, file or file_and_dir")(
+      "mode", po::value<std::string>()->value_name("OCTAL"),
+      "mode of FILE, also when it replaces one (default: the replaced file's,\n"
+      "without setuid or setgid, or 0644 minus the umask)")(
+      "allow-empty", "accept empty input");
+  add_dir_mode_option(d);
+  return with_command_line("commit", a, d, {"lockdir", "token", "file"}, [](const po::variables_map& v) {
+    write_options wo;
+    wo.sync = parse_sync(v["sync"].as<std::string>());
+    if (v.count("mode")) {
+      const std::optional<unsigned> mode = parse_mode(v["mode"].as<std::string>());
+      if (!mode) throw po::error("--mode takes an octal mode such as 0640");
+      wo.mode = *mode;
+    }
+    return commit_stdin(v["file"].as<std::string>(), wo,
+                        rename_lock(v["lockdir"].as<std::string>(), directory_options(v)),
+                        v["token"].as<std::string>(), v.count("allow-empty") > 0);
+  });
+}
 
 int cmd_incr(const args& a) {
   po::options_description d(

@@ -16,6 +16,7 @@ int cmd_refresh(const args& a);
 int cmd_status(const args& a);
 int cmd_break(const args& a);
 int cmd_write(const args& a);
+int cmd_commit(const args& a);
 int cmd_incr(const args& a);
 int cmd_doctor(const args& a);
 

@@ -27,6 +27,7 @@ const command commands[] = {
     {"status", tokenlock::cli::cmd_status, "say who holds the lock"},
     {"break", tokenlock::cli::cmd_break, "take over a stale token and free the lock"},
     {"write", tokenlock::cli::cmd_write, "replace a file with standard input, atomically"},
+    {"commit", tokenlock::cli::cmd_commit, "replace a file with standard input through a held token"},
     {"incr", tokenlock::cli::cmd_incr, "increment a counter file under its lock"},
     {"doctor", tokenlock::cli::cmd_doctor, "check a directory for what tokenlock relies on"},
 };

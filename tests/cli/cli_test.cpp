@@ -61,7 +61,7 @@ class CliTest : public ::testing::Test {
 
 TEST_F(CliTest, EveryCommandHasHelpAndTheToolAVersion) {
   for (const char* cmd :
-       {"run", "acquire", "release", "refresh", "status", "break", "write", "incr", "doctor"}) {
+       {"run", "acquire", "release", "refresh", "status", "break", "write", "commit", "incr", "doctor"}) {
     auto r = tl({cmd, "--help"});
     EXPECT_EQ(r.exit_code, 0) << cmd;
     EXPECT_NE(r.out.find(std::string("Usage: tokenlock ") + cmd), std::string::npos) << cmd << r.out;
@@ -453,6 +453,53 @@ TEST_F(CliTest, WriteReplacesAFileWithStandardInput) {
   struct stat st {};
   ::stat((tmp / "new").c_str(), &st);
   EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_TRUE(tokenlock::testing::temp_files_below(tmp.path()).empty());
+}
+
+// A script that holds the lock (acquire) commits through its token: the
+// commit lands while the token is held, and nothing lands once it is gone.
+TEST_F(CliTest, CommitWritesThroughAHeldTokenAndNothingOnceItIsGone) {
+  const fs::path f = tmp / "notes";
+  spit(f, "old\n");
+  const std::string token = strip(tl({"acquire", "--pid", std::to_string(::getpid()), lock}).out);
+  auto r = tl({"commit", lock, token, f.string()}, "new\n");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(slurp(f), "new\n");
+  EXPECT_EQ(entries(lock), std::vector<std::string>{token}) << "the lock stays held";
+  r = tl({"commit", lock, token, f.string()}, "");
+  EXPECT_EQ(r.exit_code, code::data) << "empty input is refused";
+  EXPECT_NE(r.err.find("tokenlock commit: standard input was empty"), std::string::npos) << r.err;
+  EXPECT_EQ(slurp(f), "new\n");
+  const std::string fresh = strip(tl({"refresh", lock, token}).out);
+  r = tl({"--errors=json", "commit", lock, token, f.string()}, "late\n");
+  EXPECT_EQ(r.exit_code, code::lost) << "the old name is gone";
+  EXPECT_NE(r.err.find("{\"error\": \"lock_lost\""), std::string::npos) << r.err;
+  EXPECT_EQ(slurp(f), "new\n");
+  EXPECT_EQ(tl({"commit", "--sync", "none", lock, fresh, f.string()}, "third\n").exit_code, 0);
+  EXPECT_EQ(slurp(f), "third\n");
+  EXPECT_EQ(tl({"release", lock, fresh}).exit_code, 0);
+  EXPECT_EQ(tl({"commit", lock, fresh, f.string()}, "after\n").exit_code, code::lost);
+  EXPECT_EQ(slurp(f), "third\n");
+  EXPECT_TRUE(tokenlock::testing::temp_files_below(tmp.path()).empty());
+}
+
+// A legacy setup's file token has no room for the fenced temporary file:
+// the commit refuses (73) rather than write unfenced.
+TEST_F(CliTest, CommitRefusesWhatItCannotFence) {
+  fs::create_directories(lock);
+  spit(fs::path(lock) / "lockfile", "");
+  const fs::path f = tmp / "notes";
+  spit(f, "old\n");
+  const std::string token = strip(tl({"acquire", "--pid", std::to_string(::getpid()), lock}).out);
+  auto r = tl({"--errors=json", "commit", lock, token, f.string()}, "new\n");
+  EXPECT_EQ(r.exit_code, code::cant_create) << r.err;
+  EXPECT_NE(r.err.find("\"not_fenced\""), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("is a file, not a directory"), std::string::npos) << r.err;
+  EXPECT_EQ(slurp(f), "old\n");
+  EXPECT_EQ(entries(lock), std::vector<std::string>{token}) << "the lock stays held";
+  EXPECT_EQ(tl({"commit", lock, "lockfile", f.string()}, "x").exit_code, code::usage);
+  EXPECT_EQ(slurp(f), "old\n");
+  EXPECT_EQ(tl({"release", lock, token}).exit_code, 0);
   EXPECT_TRUE(tokenlock::testing::temp_files_below(tmp.path()).empty());
 }
 
