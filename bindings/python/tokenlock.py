@@ -58,7 +58,6 @@ import ctypes
 import datetime
 import errno as _errno
 import os
-import stat
 import warnings
 
 # ctypes.util, shutil and subprocess are imported where they are needed, and
@@ -717,14 +716,19 @@ class _Command:
     def update_file(self, path, lockdir, fn, wait, lease, sync):
         """Lock, read, call fn, commit fenced through the token, unlock: the
         library's update_file (docs/atomic-writes.md) over a lock held by
-        the command."""
+        the command, committed by `tokenlock commit`."""
         lockdir = path + b".lock" if lockdir is None else lockdir
         state = self.acquire(lockdir, wait, lease, once=False)
-        token_dir = os.path.join(lockdir, state["token"].encode())
         try:
             current = _read_or_none(path, "update")
             new = _data(fn(current), "the update function's result")
-            _fenced_commit(path, lockdir, token_dir, new, sync)
+            self._run([b"commit", b"--sync", sync.encode(), b"--allow-empty", _arg(lockdir),
+                       state["token"].encode(), _arg(path)], "update", path, input=new)
+        except DirSyncFailed:
+            # Committed: the release below must still happen, and the
+            # caller learns that a crash may undo the update.
+            self._release_quietly(state, lockdir)
+            raise
         except BaseException as e:
             try:
                 self.release(state, lockdir)
@@ -734,117 +738,14 @@ class _Command:
             raise
         # After the commit a failed release is not reported: the update is
         # in place, and a caller told it failed might apply it twice.
+        self._release_quietly(state, lockdir)
+        return new
+
+    def _release_quietly(self, state, lockdir):
         try:
             self.release(state, lockdir)
         except Error:
             pass
-        if sync == "file_and_dir":
-            _sync_dir(path)
-        return new
-
-
-def _fenced_commit(path, lockdir, token_dir, data, sync):
-    """Writes `data` to a temporary file in the held token's workspace
-    (TOKEN/w) and renames it over `path` through the token's name: if the
-    lock was taken over meanwhile, that name is gone and nothing is written."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        st = None
-    except OSError as e:
-        raise _from_oserror("update", path, e, "; the file was left as it was") from None
-    if st is not None and not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
-        raise _os_failure("tokenlock: update %s: not a regular file; it was left as it was"
-                          % _show(path), _errno.EISDIR if stat.S_ISDIR(st.st_mode)
-                          else _errno.EINVAL)
-
-    def lost():
-        return LockLost("tokenlock: update %s: the lock %s was taken over before the commit "
-                        "(%s is gone); nothing was written"
-                        % (_show(path), _show(lockdir), _show(os.path.basename(token_dir))),
-                        "lock_lost")
-
-    work = os.path.join(token_dir, b"w")
-    try:
-        os.mkdir(work, 0o755)
-    except FileExistsError:
-        pass
-    except FileNotFoundError:
-        raise lost() from None
-    except OSError as e:
-        raise _from_oserror("update", path, e, "; the file was left as it was") from None
-    tmp = os.path.join(work, b".%s.tmp.%s" % (os.path.basename(path),
-                                              os.urandom(8).hex().encode()))
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o644)
-    except FileNotFoundError:
-        raise lost() from None
-    except OSError as e:
-        raise _from_oserror("update", path, e, "; the file was left as it was") from None
-    try:
-        try:
-            if st is not None and stat.S_ISREG(st.st_mode):
-                os.fchmod(fd, stat.S_IMODE(st.st_mode))
-                if os.geteuid() == 0:
-                    try:
-                        os.fchown(fd, st.st_uid, st.st_gid)
-                    except OSError:
-                        pass  # best effort, as the library does
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            if sync != "none":
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        # A version mark left by a library updater on a network filesystem
-        # would make its next update take this commit for a stale read; with
-        # no mark it does not check (docs/atomic-writes.md). Removed before
-        # the commit, so a crash in between only skips one check.
-        try:
-            for name in os.listdir(work):
-                if name.startswith(b"v."):
-                    os.unlink(os.path.join(work, name))
-        except OSError:
-            pass
-        os.rename(tmp, path)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError) and not isinstance(e, Error):
-            if e.errno == _errno.ENOENT and not os.path.isdir(token_dir):
-                raise lost() from None
-            if e.errno == _errno.EXDEV:
-                raise Error("tokenlock: update %s: the lock %s is on another filesystem, so the "
-                            "commit cannot be fenced; nothing was written: put the lock beside "
-                            "the file, or use the library backend" % (_show(path),
-                                                                      _show(lockdir)),
-                            "not_fenced") from None
-            raise _from_oserror("update", path, e, "; the file was left as it was") from None
-        raise
-
-
-def _sync_dir(path):
-    directory = os.path.dirname(path) or b"."
-    try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError as e:
-        # The library's message and fix for the same failure.
-        fix = ""
-        if e.errno in (_errno.EACCES, _errno.EPERM):
-            fix = ("; give this user read permission on %s (chmod u+r, or g+r for a shared "
-                   "group), or write with sync file" % _show(directory))
-        raise DirSyncFailed("tokenlock: sync %s: the update is committed, but flushing the "
-                            "directory %s failed (%s): a crash may undo it; do not repeat the "
-                            "update%s" % (_show(path), _show(directory), e.strerror, fix),
-                            e.errno) from None
 
 
 # ---- choosing the backend -------------------------------------------------------

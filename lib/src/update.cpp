@@ -464,8 +464,9 @@ failure commit_impl(const lock_handle& h, const boost::filesystem::path& target,
                                  why + " (update_file can commit there, checking ownership by a "
                                        "refresh just before)",
                                  {}));
-  return sync_target_directory(sys, t, options.sync, "the commit is done",
-                               "; do not repeat the commit");
+  // Worded as the updater's: to its caller the commit is the update.
+  return sync_target_directory(sys, t, options.sync, "the update is committed",
+                               "; do not repeat the update");
 }
 
 }  // namespace
