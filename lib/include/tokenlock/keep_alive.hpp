@@ -44,11 +44,11 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <utility>
 
 namespace tokenlock {
 
 class lock_handle;
-class redis_handle;
 
 struct keep_alive_options {
   // Time between refreshes; zero means a third of the handle's lease, which
@@ -69,10 +69,17 @@ class keep_alive {
   // As above; on failure `ec` is set (with last_error_message() and
   // last_message()), no thread runs, and stop() returns the same code.
   keep_alive(lock_handle& handle, keep_alive_options options, std::error_code& ec) noexcept;
-  // The same for a Redis lock's grant (tokenlock/redis_lock.hpp; defined in
-  // the tokenlock_redis library).
-  explicit keep_alive(redis_handle& handle, keep_alive_options options = {});
-  keep_alive(redis_handle& handle, keep_alive_options options, std::error_code& ec) noexcept;
+  // The same for any other handle with refresh(std::error_code&), owns()
+  // and lease(), such as a Redis lock's grant (tokenlock/redis_lock.hpp):
+  // this header knows no kind of lock but the file lock.
+  template <class Handle>
+  explicit keep_alive(Handle& handle, keep_alive_options options = {})
+      : keep_alive([&handle](std::error_code& e) { handle.refresh(e); }, handle.owns(),
+                   handle.lease(), std::move(options), nullptr) {}
+  template <class Handle>
+  keep_alive(Handle& handle, keep_alive_options options, std::error_code& ec) noexcept
+      : keep_alive([&handle](std::error_code& e) { handle.refresh(e); }, handle.owns(),
+                   handle.lease(), std::move(options), &ec) {}
   keep_alive(const keep_alive&) = delete;
   keep_alive& operator=(const keep_alive&) = delete;
   ~keep_alive();  // stop(), ignoring its result

@@ -81,7 +81,7 @@
 #include <system_error>
 
 #include "tokenlock/errors.hpp"
-#include "tokenlock/update.hpp"
+#include "tokenlock/update_options.hpp"
 
 namespace tokenlock {
 
@@ -227,7 +227,7 @@ class redis_handle {
   std::uint64_t fork_generation_ = 0;
 };
 
-// update_file and increment_counter (tokenlock/update.hpp) under a Redis
+// update_file and increment_counter (as in tokenlock/update.hpp) under a Redis
 // lock. The commit is fenced by the grant's fencing token: a directory
 // TARGET.fence beside the target holds one entry named after the largest
 // fence that has updated the file; a holder renames it to its own fence

@@ -16,4 +16,5 @@
 #include "tokenlock/rename_lock.hpp"
 #include "tokenlock/signal_cleanup.hpp"
 #include "tokenlock/update.hpp"
+#include "tokenlock/update_options.hpp"
 #include "tokenlock/version.hpp"

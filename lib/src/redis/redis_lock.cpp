@@ -801,15 +801,4 @@ void redis_handle::refresh(std::chrono::milliseconds lease, std::error_code& ec)
   });
 }
 
-// ---- keep_alive ---------------------------------------------------------------
-
-keep_alive::keep_alive(redis_handle& handle, keep_alive_options options)
-    : keep_alive([&handle](std::error_code& ec) { handle.refresh(ec); }, handle.owns(),
-                 handle.lease(), std::move(options), nullptr) {}
-
-keep_alive::keep_alive(redis_handle& handle, keep_alive_options options,
-                       std::error_code& ec) noexcept
-    : keep_alive([&handle](std::error_code& e) { handle.refresh(e); }, handle.owns(),
-                 handle.lease(), std::move(options), &ec) {}
-
 }  // namespace tokenlock

@@ -1,0 +1,68 @@
+# The public headers depend one way: the core (the lock directory, atomic
+# writes, updates, keep_alive) knows nothing of Redis, and the Redis lock's
+# header does not pull in the lock directory's. Follows each header's
+# includes of "tokenlock/..." transitively and fails, naming the path, when
+#   - a core header reaches redis_lock.hpp or names a Redis type, or
+#   - redis_lock.hpp reaches rename_lock.hpp or update.hpp.
+#
+#   cmake -DSOURCE_DIR=... -P header_layers.cmake
+cmake_minimum_required(VERSION 3.18)
+if(NOT SOURCE_DIR)
+  message(FATAL_ERROR "usage: cmake -DSOURCE_DIR=... -P ${CMAKE_CURRENT_LIST_FILE}")
+endif()
+set(dir ${SOURCE_DIR}/lib/include/tokenlock)
+file(GLOB headers RELATIVE ${dir} ${dir}/*.hpp)
+if(NOT headers)
+  message(FATAL_ERROR "no headers in ${dir}: the check would prove nothing")
+endif()
+
+# reach_<h>: every public header `h` includes, directly or not.
+function(reach header out)
+  set(seen "")
+  set(todo ${header})
+  while(todo)
+    list(POP_FRONT todo h)
+    if(h IN_LIST seen OR NOT EXISTS ${dir}/${h})
+      continue()
+    endif()
+    list(APPEND seen ${h})
+    file(STRINGS ${dir}/${h} lines REGEX "^[ \t]*#[ \t]*include[ \t]*\"tokenlock/")
+    foreach(line IN LISTS lines)
+      string(REGEX REPLACE ".*\"tokenlock/([^\"]+)\".*" "\\1" inc "${line}")
+      list(APPEND todo ${inc})
+    endforeach()
+  endwhile()
+  list(REMOVE_ITEM seen ${header})
+  set(${out} "${seen}" PARENT_SCOPE)
+endfunction()
+
+set(problems "")
+set(redis_side redis_lock.hpp redis_inspect.hpp)
+foreach(h IN LISTS headers)
+  reach(${h} reached)
+  if(h IN_LIST redis_side OR h STREQUAL "tokenlock.hpp")
+    continue()
+  endif()
+  if("redis_lock.hpp" IN_LIST reached)
+    list(APPEND problems "${h} reaches redis_lock.hpp")
+  endif()
+  file(STRINGS ${dir}/${h} named REGEX "redis_(handle|lock|connection)")
+  foreach(line IN LISTS named)
+    if(NOT line MATCHES "^[ \t]*//")
+      list(APPEND problems "${h} names a Redis type: ${line}")
+    endif()
+  endforeach()
+endforeach()
+reach(redis_lock.hpp reached)
+foreach(core rename_lock.hpp update.hpp)
+  if(core IN_LIST reached)
+    list(APPEND problems "redis_lock.hpp reaches ${core}")
+  endif()
+endforeach()
+
+if(problems)
+  list(JOIN problems "\n  " text)
+  message(FATAL_ERROR "the public headers depend both ways:\n  ${text}")
+endif()
+list(LENGTH headers n)
+message(STATUS "${n} public headers depend one way; redis_lock.hpp includes: ${reached}")
