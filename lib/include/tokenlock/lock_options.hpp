@@ -55,32 +55,20 @@ struct lock_options {
   // is then trusted; without it such a directory is errc::untrusted. A lock
   // directory writable by every user is always refused (docs/security.md).
   unsigned dir_mode = 0755;
-  // Wake a waiter as soon as the token is released (inotify on Linux), on
-  // top of the backoff polling that is always done. It keeps waiters fair
-  // when the lock is held for a while; a waiter that sees releases follow
-  // each other within 200 us polls instead (docs/protocol.md, Waiting).
+  // Wake a waiter as soon as the token is released, on top of the backoff
+  // polling that is always done, where the OS reports renames (inotify on
+  // Linux; not on FUSE). docs/protocol.md, Waiting, says when waiters poll
+  // instead.
   bool wake_on_release = true;
-  // Waiters on this host line up on a small shared file beside the lock
-  // directory, named after it with ".wait" appended (data.lock.wait): only
-  // the first in line watches the lock (by wake_on_release, or polling);
-  // the others sleep, without touching the lock, until it gets the lock
-  // and hands its place on (or stops beating: then the first to notice
-  // takes its place). A freed lock is then taken in microseconds, without
-  // waking every waiter, and waiting costs almost no CPU. A head that has
-  // waited 1 ms marks the line hungry: a process that has waited on this
-  // lock object before then joins the line instead of taking the freed
-  // lock past the head, so that a loop of acquire and release cannot
-  // starve the others. The file only times the waits: locking stays
-  // correct without it, and whatever it holds delays a waiter from a freed
-  // lock by at most 8 x backoff_max + 40 ms (440 ms by default). Where it
-  // cannot be used (no permission, no futex, a network or FUSE filesystem)
-  // waiters poll as with false. It is created only by a waiter that has
-  // seen the lock held. Mapping it installs a SIGBUS handler for the
-  // board's pages, so that a board emptied under its waiters (`: > D.wait`)
-  // kills nobody; other SIGBUS faults go to the handler installed before,
-  // or end the process as usual. A program that installs its own SIGBUS
-  // handler afterwards sets this to false (docs/protocol.md, The line of
-  // waiters).
+  // Waiters on this host line up on a small file beside the lock directory
+  // (D.wait: data.lock.wait for data.lock), so that a freed lock goes to
+  // the first in line rather than to whoever retries first, and waiting
+  // costs almost no CPU. Locking stays correct without it: whatever the
+  // file holds delays a waiter by at most 8 x backoff_max + 40 ms. Not used
+  // on network or FUSE filesystems, where waiters poll. Mapping the file
+  // installs a SIGBUS handler for its pages only; a program that installs
+  // its own SIGBUS handler afterwards sets this to false. How the line
+  // works: docs/protocol.md, The line of waiters.
   bool queue_waiters = true;
   // The process that owns the lock: 0 means the calling process. With
   // another pid (on this host), the token carries that process's pid and
