@@ -154,19 +154,28 @@ struct atomic_file::impl {
 };
 
 atomic_file::atomic_file(const boost::filesystem::path& target, const write_options& options)
-    : atomic_file(target, options, system_os()) {}
+    : atomic_file(detail::file_access::start(target, options, system_os())) {}
 
-atomic_file::atomic_file(const boost::filesystem::path& target, const write_options& options,
-                         std::shared_ptr<detail::os> os)
-    : impl_(std::make_unique<impl>()) {
-  impl_->sys = os ? std::move(os) : system_os();
-  impl_->options = options;
-  failure f = impl_->start(target);
-  if (f) {
-    impl_.reset();
-    throw_failure(f);
-  }
+atomic_file::atomic_file(std::unique_ptr<impl> started) noexcept : impl_(std::move(started)) {}
+
+namespace detail {
+
+std::unique_ptr<atomic_file::impl> file_access::start(const boost::filesystem::path& target,
+                                                      const write_options& options,
+                                                      std::shared_ptr<os> sys) {
+  auto started = std::make_unique<atomic_file::impl>();
+  started->sys = sys ? std::move(sys) : system_os();
+  started->options = options;
+  if (failure f = started->start(target)) throw_failure(f);
+  return started;
 }
+
+atomic_file file_access::with_os(const boost::filesystem::path& target,
+                                 const write_options& options, std::shared_ptr<os> sys) {
+  return atomic_file(start(target, options, std::move(sys)));
+}
+
+}  // namespace detail
 
 atomic_file::atomic_file(const boost::filesystem::path& target, const write_options& options,
                          std::error_code& ec) noexcept {

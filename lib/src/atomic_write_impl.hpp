@@ -82,4 +82,16 @@ failure read_file_impl(os& sys, const std::string& path, std::optional<std::stri
 failure sweep_impl(os& sys, const std::string& dir, std::chrono::microseconds older_than,
                    std::size_t& removed, const std::string& target_name = {});
 
+// The library's way into atomic_file, without widening its public interface.
+struct file_access {
+  // A started write: its temporary file is open beside `target`. Throws as
+  // the public constructor does.
+  static std::unique_ptr<atomic_file::impl> start(const boost::filesystem::path& target,
+                                                  const write_options& options,
+                                                  std::shared_ptr<os> sys);
+  // An atomic_file whose system calls go through `sys` (tests: with_os.hpp).
+  static atomic_file with_os(const boost::filesystem::path& target, const write_options& options,
+                             std::shared_ptr<os> sys);
+};
+
 }  // namespace tokenlock::detail

@@ -6,6 +6,7 @@
 
 #include "cleanup_registry.hpp"
 #include "failure.hpp"
+#include "lock_core.hpp"
 #include "lock_directory.hpp"
 #include "token_mark.hpp"
 #include "token_name.hpp"
@@ -16,42 +17,37 @@ namespace tokenlock {
 
 namespace detail {
 
-// Fills a handle from inside the library without widening its public API.
-struct lock_handle_access {
-  static void fill(lock_handle& h, std::shared_ptr<os> sys,
-                   std::shared_ptr<const lock_paths> paths, std::string token,
-                   std::string token_path, std::int64_t expiry_us,
-                   std::chrono::milliseconds lease) {
-    h.os_ = std::move(sys);
-    h.paths_ = std::move(paths);
-    h.token_ = std::move(token);
-    h.token_path_ = std::move(token_path);
-    h.expiry_us_ = expiry_us;
-    h.lease_ = lease;
-    h.fork_generation_ = h.os_->fork_generation();
-    h.cleanup_slot_ = cleanup_track_token(h.token_path_, h.paths_->free_path, mark_of(h));
-  }
-  // The owner mark the signal cleanup removes with the token, if any.
-  static std::string mark_of(const lock_handle& h) {
-    return marked(h) ? owner_mark_name(h.token_) : std::string();
-  }
-  static std::shared_ptr<const open_dir> directory_of(const lock_handle& h) {
-    return h.paths_ ? current_dir(*h.paths_) : nullptr;
-  }
-  static os& os_of(const lock_handle& h) { return *h.os_; }
-  static unsigned dir_mode_of(const lock_handle& h) { return h.paths_ ? h.paths_->dir_mode : 0755; }
-  static bool marked(const lock_handle& h) {
-    return h.paths_ && h.paths_->owner_marks.load(std::memory_order_relaxed) == 1;
-  }
-};
-
-std::shared_ptr<const open_dir> handle_directory(const lock_handle& h) {
-  return lock_handle_access::directory_of(h);
+void lock_access::fill(lock_handle& h, std::shared_ptr<const lock_core> core, std::string token,
+                       std::string token_path, std::int64_t expiry_us,
+                       std::chrono::milliseconds lease) {
+  h.core_ = std::move(core);
+  h.token_ = std::move(token);
+  h.token_path_ = std::move(token_path);
+  h.expiry_us_ = expiry_us;
+  h.lease_ = lease;
+  h.fork_generation_ = h.core_->sys->fork_generation();
+  h.cleanup_slot_ = cleanup_track_token(h.token_path_, h.core_->paths->free_path, mark_of(h));
 }
 
-os& handle_os(const lock_handle& h) { return lock_handle_access::os_of(h); }
+std::string lock_access::mark_of(const lock_handle& h) {
+  return marked(h) ? owner_mark_name(h.token_) : std::string();
+}
 
-unsigned handle_dir_mode(const lock_handle& h) { return lock_handle_access::dir_mode_of(h); }
+bool lock_access::marked(const lock_handle& h) {
+  return h.core_ && h.core_->paths->owner_marks.load(std::memory_order_relaxed) == 1;
+}
+
+std::shared_ptr<const open_dir> handle_directory(const lock_handle& h) {
+  const lock_core* c = lock_access::core_of(h);
+  return c ? current_dir(*c->paths) : nullptr;
+}
+
+os& handle_os(const lock_handle& h) { return *lock_access::core_of(h)->sys; }
+
+unsigned handle_dir_mode(const lock_handle& h) {
+  const lock_core* c = lock_access::core_of(h);
+  return c ? c->paths->dir_mode : 0755;
+}
 
 }  // namespace detail
 
@@ -84,10 +80,10 @@ failure validate(const lock_options& o) {
 
 class acquirer final : public lock_attempt {
  public:
-  acquirer(const std::shared_ptr<os>& sys, const std::shared_ptr<const lock_paths>& paths,
-           const lock_options& options, lock_handle& out)
-      : sys_ptr_(sys), sys_(*sys), paths_ptr_(paths), paths_(*paths), options_(options),
-        out_(out) {}
+  acquirer(const std::shared_ptr<const lock_core>& core, const lock_options& options,
+           lock_handle& out)
+      : core_(core), sys_ptr_(core->sys), sys_(*core->sys), paths_(*core->paths),
+        options_(options), out_(out) {}
 
   // One round of the protocol: the fast-path rename, then (on ENOENT and
   // when `look` is set) the NFS retransmit check, a look at the directory,
@@ -244,15 +240,15 @@ class acquirer final : public lock_attempt {
       // A holder died or stalled; a creator may have died too.
       sweep_creation_leftovers(sys_, paths_, options_);
     }
-    lock_handle_access::fill(out, sys_ptr_, paths_ptr_, std::move(token), std::move(token_path),
+    lock_access::fill(out, core_, std::move(token), std::move(token_path),
                              expiry, options_.lease);
     result = outcome::acquired;
     return {};
   }
 
+  const std::shared_ptr<const lock_core>& core_;
   const std::shared_ptr<os>& sys_ptr_;
   os& sys_;
-  const std::shared_ptr<const lock_paths>& paths_ptr_;
   const lock_paths& paths_;
   const lock_options& options_;
   lock_handle& out_;
@@ -260,55 +256,66 @@ class acquirer final : public lock_attempt {
   std::uint64_t owner_start_ = 0;
 };
 
-failure acquire_impl(const std::shared_ptr<os>& sys, const boost::filesystem::path& dir,
-                     const std::shared_ptr<const lock_paths>& paths_ptr,
-                     const lock_options& options, wait_state& waits, bool may_wait,
-                     lock_handle& out, bool& busy) {
+failure acquire_impl(const std::shared_ptr<const lock_core>& core,
+                     const boost::filesystem::path& dir, const lock_options& options,
+                     bool may_wait, lock_handle& out, bool& busy) {
   busy = false;
   if (failure f = validate(options)) return f;
-  if (!paths_ptr) {
+  if (!core->paths) {
     lock_paths unused;
     return make_lock_paths(dir, unused);
   }
-  acquirer a(sys, paths_ptr, options, out);
+  const std::shared_ptr<os>& sys = core->sys;
+  const std::shared_ptr<const lock_paths>& paths_ptr = core->paths;
+  acquirer a(core, options, out);
   if (failure f = a.resolve_owner()) return f;
   // Before the first rename: no token of ours waits unmarked meanwhile.
   lock_needs_owner_marks(*sys, *paths_ptr);
-  return wait_for_lock(*sys, *paths_ptr, options, waits, may_wait, a, busy);
+  return wait_for_lock(*sys, *paths_ptr, options, *core->waits, may_wait, a, busy);
 }
 
 }  // namespace
 
-rename_lock::rename_lock(boost::filesystem::path dir, lock_options options)
-    : rename_lock(std::move(dir), options, system_os()) {}
-
-rename_lock::rename_lock(boost::filesystem::path dir, lock_options options,
-                         std::shared_ptr<detail::os> os)
-    : dir_(std::move(dir)), options_(options), os_(os ? std::move(os) : system_os()) {
+std::shared_ptr<const lock_core> lock_access::make_core(const boost::filesystem::path& dir,
+                                                        const lock_options& options,
+                                                        std::shared_ptr<os> sys) {
+  auto core = std::make_shared<lock_core>();
+  core->sys = sys ? std::move(sys) : system_os();
   auto paths = std::make_shared<lock_paths>();
-  paths->dir_mode = options_.dir_mode;
-  if (!make_lock_paths(dir_, *paths)) paths_ = std::move(paths);
-  wait_state_ = make_wait_state();
+  paths->dir_mode = options.dir_mode;
+  if (!make_lock_paths(dir, *paths)) core->paths = std::move(paths);
+  core->waits = make_wait_state();
+  return core;
 }
+
+rename_lock lock_access::with_os(boost::filesystem::path dir, lock_options options,
+                                 std::shared_ptr<os> sys) {
+  rename_lock lock(std::move(dir), options);
+  lock.core_ = make_core(lock.dir_, lock.options_, std::move(sys));
+  return lock;
+}
+
+rename_lock::rename_lock(boost::filesystem::path dir, lock_options options)
+    : dir_(std::move(dir)), options_(options), core_(lock_access::make_core(dir_, options_, nullptr)) {}
 
 lock_handle rename_lock::acquire() const {
   lock_handle h;
   bool busy = false;
-  run_throwing([&] { return acquire_impl(os_, dir_, paths_, options_, *wait_state_, true, h, busy); });
+  run_throwing([&] { return acquire_impl(core_, dir_, options_, true, h, busy); });
   return h;
 }
 
 lock_handle rename_lock::acquire(std::error_code& ec) const noexcept {
   lock_handle h;
   bool busy = false;
-  run_noexcept(ec, [&] { return acquire_impl(os_, dir_, paths_, options_, *wait_state_, true, h, busy); });
+  run_noexcept(ec, [&] { return acquire_impl(core_, dir_, options_, true, h, busy); });
   return h;
 }
 
 std::optional<lock_handle> rename_lock::try_acquire() const {
   lock_handle h;
   bool busy = false;
-  failure f = acquire_impl(os_, dir_, paths_, options_, *wait_state_, false, h, busy);
+  failure f = acquire_impl(core_, dir_, options_, false, h, busy);
   if (busy) return std::nullopt;
   if (f) throw_failure(f);
   return std::optional<lock_handle>(std::move(h));
@@ -318,7 +325,7 @@ std::optional<lock_handle> rename_lock::try_acquire(std::error_code& ec) const n
   lock_handle h;
   bool busy = false;
   run_noexcept(ec, [&] {
-    failure f = acquire_impl(os_, dir_, paths_, options_, *wait_state_, false, h, busy);
+    failure f = acquire_impl(core_, dir_, options_, false, h, busy);
     return busy ? failure{} : f;
   });
   if (ec || busy) return std::nullopt;
@@ -352,9 +359,10 @@ failure not_held(const lock_paths& paths, const std::string& token) {
                                {}));
 }
 
-failure adopt_impl(const std::shared_ptr<os>& sys, const boost::filesystem::path& dir,
-                   const std::shared_ptr<const lock_paths>& paths, const lock_options& options,
-                   const std::string& token, lock_handle& out) {
+failure adopt_impl(const std::shared_ptr<const lock_core>& core, const boost::filesystem::path& dir,
+                   const lock_options& options, const std::string& token, lock_handle& out) {
+  const std::shared_ptr<os>& sys = core->sys;
+  const std::shared_ptr<const lock_paths>& paths = core->paths;
   if (!paths) {
     lock_paths unused;
     return make_lock_paths(dir, unused);
@@ -370,15 +378,16 @@ failure adopt_impl(const std::shared_ptr<os>& sys, const boost::filesystem::path
   held_token t;
   classify_name(token, &t);
   lock_needs_owner_marks(*sys, *paths);
-  lock_handle_access::fill(out, sys, paths, token, paths->dir_slash + token, t.expiry_us,
+  lock_access::fill(out, core, token, paths->dir_slash + token, t.expiry_us,
                            options.lease);
   return {};
 }
 
-failure take_over_impl(const std::shared_ptr<os>& sys, const boost::filesystem::path& dir,
-                       const std::shared_ptr<const lock_paths>& paths,
-                       const lock_options& options, const std::string& token, bool force,
-                       lock_handle& out) {
+failure take_over_impl(const std::shared_ptr<const lock_core>& core,
+                       const boost::filesystem::path& dir, const lock_options& options,
+                       const std::string& token, bool force, lock_handle& out) {
+  const std::shared_ptr<os>& sys = core->sys;
+  const std::shared_ptr<const lock_paths>& paths = core->paths;
   if (failure f = validate(options)) return f;
   if (!paths) {
     lock_paths unused;
@@ -423,7 +432,7 @@ failure take_over_impl(const std::shared_ptr<os>& sys, const boost::filesystem::
                                    {}));
   }
   clear_workspace(*sys, d->fd, mine, marks);
-  lock_handle_access::fill(out, sys, paths, std::move(mine), std::move(mine_path), expiry,
+  lock_access::fill(out, core, std::move(mine), std::move(mine_path), expiry,
                            options.lease);
   return {};
 }
@@ -464,38 +473,38 @@ failure holder_impl(const std::shared_ptr<os>& sys_ptr, const boost::filesystem:
 
 lock_handle rename_lock::adopt(const std::string& token) const {
   lock_handle h;
-  run_throwing([&] { return adopt_impl(os_, dir_, paths_, options_, token, h); });
+  run_throwing([&] { return adopt_impl(core_, dir_, options_, token, h); });
   return h;
 }
 
 lock_handle rename_lock::adopt(const std::string& token, std::error_code& ec) const noexcept {
   lock_handle h;
-  run_noexcept(ec, [&] { return adopt_impl(os_, dir_, paths_, options_, token, h); });
+  run_noexcept(ec, [&] { return adopt_impl(core_, dir_, options_, token, h); });
   return h;
 }
 
 lock_handle rename_lock::take_over(const std::string& token, bool force) const {
   lock_handle h;
-  run_throwing([&] { return take_over_impl(os_, dir_, paths_, options_, token, force, h); });
+  run_throwing([&] { return take_over_impl(core_, dir_, options_, token, force, h); });
   return h;
 }
 
 lock_handle rename_lock::take_over(const std::string& token, bool force,
                                    std::error_code& ec) const noexcept {
   lock_handle h;
-  run_noexcept(ec, [&] { return take_over_impl(os_, dir_, paths_, options_, token, force, h); });
+  run_noexcept(ec, [&] { return take_over_impl(core_, dir_, options_, token, force, h); });
   return h;
 }
 
 std::optional<holder_info> rename_lock::holder() const {
   std::optional<holder_info> out;
-  run_throwing([&] { return holder_impl(os_, dir_, options_, out); });
+  run_throwing([&] { return holder_impl(core_->sys, dir_, options_, out); });
   return out;
 }
 
 std::optional<holder_info> rename_lock::holder(std::error_code& ec) const noexcept {
   std::optional<holder_info> out;
-  run_noexcept(ec, [&] { return holder_impl(os_, dir_, options_, out); });
+  run_noexcept(ec, [&] { return holder_impl(core_->sys, dir_, options_, out); });
   if (ec) out.reset();
   return out;
 }
@@ -503,8 +512,7 @@ std::optional<holder_info> rename_lock::holder(std::error_code& ec) const noexce
 // ---- lock_handle -----------------------------------------------------------
 
 lock_handle::lock_handle(lock_handle&& other) noexcept
-    : os_(std::move(other.os_)),
-      paths_(std::move(other.paths_)),
+    : core_(std::move(other.core_)),
       token_(std::move(other.token_)),
       token_path_(std::move(other.token_path_)),
       expiry_us_(other.expiry_us_),
@@ -521,8 +529,7 @@ lock_handle& lock_handle::operator=(lock_handle&& other) noexcept {
       std::error_code ignored;
       release(ignored);
     }
-    os_ = std::move(other.os_);
-    paths_ = std::move(other.paths_);
+    core_ = std::move(other.core_);
     token_ = std::move(other.token_);
     token_path_ = std::move(other.token_path_);
     expiry_us_ = other.expiry_us_;
@@ -552,12 +559,12 @@ void lock_handle::forget() noexcept {
 }
 
 bool lock_handle::owns() const noexcept {
-  return !token_.empty() && os_ && os_->fork_generation() == fork_generation_;
+  return !token_.empty() && core_ && core_->sys->fork_generation() == fork_generation_;
 }
 
 const boost::filesystem::path& lock_handle::directory() const noexcept {
   static const boost::filesystem::path none;
-  return paths_ ? paths_->dir_path : none;
+  return core_ ? core_->paths->dir_path : none;
 }
 
 boost::filesystem::path lock_handle::path() const {
@@ -626,29 +633,29 @@ void lock_handle::release() {
 void lock_handle::release(std::error_code& ec) noexcept {
   run_noexcept(ec, [&]() -> failure {
     if (token_.empty()) return {};
-    if (!os_ || os_->fork_generation() != fork_generation_) {
+    if (!core_ || core_->sys->fork_generation() != fork_generation_) {
       forget();
-      return not_owner_failure("release", paths_->dir, true);
+      return not_owner_failure("release", core_->paths->dir, true);
     }
     // Never retried after ENOENT, even when a lookup still finds the name:
     // GlusterFS renames a directory through a stale name to whatever that
     // directory is called now, so a retry would release the token of the
     // process that took ours over (docs/network-filesystems.md).
-    const bool marked = lock_handle_access::marked(*this);
+    const bool marked = lock_access::marked(*this);
     if (marked) {
       // The next holder of "lockfile" would find our mark and step back.
-      if (std::error_code e = remove_owner_mark(*os_, token_path_, token_))
-        return os_failure(*os_, *paths_, "release",
+      if (std::error_code e = remove_owner_mark(*core_->sys, token_path_, token_))
+        return os_failure(*core_->sys, *core_->paths, "release",
                           "cannot remove our owner mark from " + token_ + " (the lock is still ours)",
                           token_, e);
     }
-    std::error_code e = rename_in_lock(*os_, *paths_, token_, std::string(free_token));
+    std::error_code e = rename_in_lock(*core_->sys, *core_->paths, token_, std::string(free_token));
     if (!e) {
       forget();
       return {};
     }
     if (e == std::errc::no_such_file_or_directory) {
-      failure f = lost_failure("release", paths_->dir, token_, expiry_us_);
+      failure f = lost_failure("release", core_->paths->dir, token_, expiry_us_);
       forget();
       return f;
     }
@@ -656,9 +663,9 @@ void lock_handle::release(std::error_code& ec) noexcept {
     // without its mark, another client's rename through a stale name could
     // take it beside us.
     failure f =
-        os_failure(*os_, *paths_, "release", "cannot rename " + token_ + " to lockfile", token_, e);
+        os_failure(*core_->sys, *core_->paths, "release", "cannot rename " + token_ + " to lockfile", token_, e);
     if (marked) {
-      if (std::error_code m = restore_owner_mark(*os_, token_path_, token_))
+      if (std::error_code m = restore_owner_mark(*core_->sys, token_path_, token_))
         f.message += "; and our owner mark could not be put back (" + m.message() +
                      "): until the release succeeds, another GlusterFS client may take the lock too";
     }
@@ -681,9 +688,9 @@ void lock_handle::refresh(std::chrono::milliseconds lease) {
 
 void lock_handle::refresh(std::chrono::milliseconds lease, std::error_code& ec) noexcept {
   run_noexcept(ec, [&]() -> failure {
-    const std::string dir = paths_ ? paths_->dir : std::string();
+    const std::string dir = core_ ? core_->paths->dir : std::string();
     if (token_.empty()) return not_owner_failure("refresh", dir, false);
-    if (!os_ || os_->fork_generation() != fork_generation_)
+    if (!core_ || core_->sys->fork_generation() != fork_generation_)
       return not_owner_failure("refresh", dir, true);
     if (lease.count() <= 0)
       return make_failure(errc::bad_argument,
@@ -695,20 +702,20 @@ void lock_handle::refresh(std::chrono::milliseconds lease, std::error_code& ec) 
                                    "every process judges a longer one implausible and takes the "
                                    "lock over",
                                    {}));
-    const std::int64_t expiry = os_->wall_now_us() + to_us(lease);
+    const std::int64_t expiry = core_->sys->wall_now_us() + to_us(lease);
     std::string next = with_expiry(owner_part(token_), expiry);
-    std::string next_path = paths_->dir_slash + next;
+    std::string next_path = core_->paths->dir_slash + next;
     // Recorded before the rename, so that a stop signal in between releases
     // whichever of the two names holds the token.
-    const bool marked = lock_handle_access::marked(*this);
+    const bool marked = lock_access::marked(*this);
     cleanup_entry next_record(cleanup_track_token(
-        next_path, paths_->free_path, marked ? owner_mark_name(next) : std::string()));
-    std::error_code e = rename_in_lock(*os_, *paths_, token_, next);
+        next_path, core_->paths->free_path, marked ? owner_mark_name(next) : std::string()));
+    std::error_code e = rename_in_lock(*core_->sys, *core_->paths, token_, next);
     if (e == std::errc::no_such_file_or_directory) {
       // NFS retransmit: the first rename may have happened.
       file_status st;
-      const auto d = current_dir(*paths_);
-      if (!d || os_->status_at(d->fd, next, st)) {
+      const auto d = current_dir(*core_->paths);
+      if (!d || core_->sys->status_at(d->fd, next, st)) {
         failure f = lost_failure("refresh", dir, token_, expiry_us_);
         forget();
         return f;
@@ -716,7 +723,7 @@ void lock_handle::refresh(std::chrono::milliseconds lease, std::error_code& ec) 
       e.clear();
     }
     if (e)
-      return os_failure(*os_, *paths_, "refresh", "cannot rename " + token_ + " to " + next,
+      return os_failure(*core_->sys, *core_->paths, "refresh", "cannot rename " + token_ + " to " + next,
                         token_, e);
     cleanup_untrack(cleanup_slot_);
     cleanup_slot_ = next_record.release();
@@ -728,8 +735,8 @@ void lock_handle::refresh(std::chrono::milliseconds lease, std::error_code& ec) 
     // The mark names the current lease: one naming the old lease would look
     // expired to a process judging it after that lease's end.
     if (marked) {
-      if (std::error_code m = rename_owner_mark(*os_, token_path_, old, token_))
-        return os_failure(*os_, *paths_, "refresh",
+      if (std::error_code m = rename_owner_mark(*core_->sys, token_path_, old, token_))
+        return os_failure(*core_->sys, *core_->paths, "refresh",
                           "the lease was renewed, but our owner mark in " + token_ +
                               " could not be renamed to match (until a refresh succeeds, "
                               "another GlusterFS client may judge it expired at the old lease's end)",

@@ -7,6 +7,8 @@
 
 #include <boost/filesystem/path.hpp>
 
+#include "atomic_write_impl.hpp"
+#include "lock_core.hpp"
 #include "posix/os.hpp"
 #include "tokenlock/atomic_write.hpp"
 #include "tokenlock/rename_lock.hpp"
@@ -17,13 +19,13 @@ struct with_os {
   // A rename_lock whose system calls go through `os`.
   static rename_lock lock(boost::filesystem::path dir, lock_options options,
                           std::shared_ptr<os> sys) {
-    return rename_lock(std::move(dir), std::move(options), std::move(sys));
+    return lock_access::with_os(std::move(dir), std::move(options), std::move(sys));
   }
   // An atomic_file whose system calls go through `os`; throws as the public
   // constructor does.
   static atomic_file file(const boost::filesystem::path& target, const write_options& options,
                           std::shared_ptr<os> sys) {
-    return atomic_file(target, options, std::move(sys));
+    return file_access::with_os(target, options, std::move(sys));
   }
 };
 

@@ -75,8 +75,7 @@
 namespace tokenlock {
 
 namespace detail {
-class os;
-struct with_os;  // lib/src/with_os.hpp: the same objects over another OS seam, for tests
+struct file_access;  // the library's own way in
 }
 
 // How much is flushed before an atomic write reports success.
@@ -172,11 +171,10 @@ class atomic_file {
   const boost::filesystem::path& temp_path() const noexcept;
 
  private:
-  friend struct detail::with_os;
-  atomic_file(const boost::filesystem::path& target, const write_options& options,
-              std::shared_ptr<detail::os> os);
-
+  friend struct detail::file_access;
   struct impl;
+  explicit atomic_file(std::unique_ptr<impl> started) noexcept;
+
   std::unique_ptr<impl> impl_;
 };
 

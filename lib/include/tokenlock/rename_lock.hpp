@@ -91,10 +91,8 @@
 namespace tokenlock {
 
 namespace detail {
-class os;
-struct lock_handle_access;
-struct lock_paths;
-struct wait_state;
+struct lock_core;    // what a lock and its handles share (lib/src/lock_core.hpp)
+struct lock_access;  // the library's own way in
 }
 
 
@@ -118,9 +116,6 @@ struct holder_info {
 };
 
 class lock_handle;
-namespace detail {
-struct with_os;  // lib/src/with_os.hpp: the same objects over another OS seam, for tests
-}
 
 class rename_lock {
  public:
@@ -169,20 +164,11 @@ class rename_lock {
   const lock_options& options() const noexcept { return options_; }
 
  private:
-  friend struct detail::with_os;
-  rename_lock(boost::filesystem::path dir, lock_options options,
-              std::shared_ptr<detail::os> os);
+  friend struct detail::lock_access;
 
   boost::filesystem::path dir_;
   lock_options options_;
-  std::shared_ptr<detail::os> os_;
-  // The strings the fast path renames between, built once and shared by
-  // copies; null when dir_ is unusable (acquire then reports why).
-  std::shared_ptr<const detail::lock_paths> paths_;
-  // What waits keep between them: the directory watch waiters reuse
-  // (creating and closing one per wait costs milliseconds in the kernel)
-  // and the mapped wait board. Shared by copies; thread-safe.
-  std::shared_ptr<detail::wait_state> wait_state_;
+  std::shared_ptr<const detail::lock_core> core_;  // shared by copies and handles
 };
 
 // Ownership of one token. Move-only; the destructor releases (and never
@@ -241,13 +227,11 @@ class lock_handle {
   std::chrono::milliseconds lease() const noexcept { return lease_; }
 
  private:
-  friend class rename_lock;
-  friend struct detail::lock_handle_access;
+  friend struct detail::lock_access;
 
   void forget() noexcept;
 
-  std::shared_ptr<detail::os> os_;
-  std::shared_ptr<const detail::lock_paths> paths_;  // the lock's, shared
+  std::shared_ptr<const detail::lock_core> core_;  // the lock's, shared
   std::string token_;
   std::string token_path_;     // directory / token_, ready for release
   std::int64_t expiry_us_ = 0;
