@@ -37,6 +37,18 @@ void add_file_options(po::options_description& d) {
   add_dir_mode_option(d);
 }
 
+// --sync and --mode of write and commit.
+write_options sync_and_mode(const po::variables_map& v) {
+  write_options wo;
+  wo.sync = parse_sync(v["sync"].as<std::string>());
+  if (v.count("mode")) {
+    const std::optional<unsigned> mode = parse_mode(v["mode"].as<std::string>());
+    if (!mode) throw po::error("--mode takes an octal mode such as 0640");
+    wo.mode = *mode;
+  }
+  return wo;
+}
+
 // The lock options of write and incr: -w, -n, --legacy-timeout and the
 // lock directory's mode applied.
 lock_options file_lock_options(const po::variables_map& v) {
@@ -70,13 +82,7 @@ int cmd_write(const args& a) {
       "follow-symlinks", "if FILE is a symbolic link, replace the file it points to")(
       "allow-empty", "accept empty input");
   return with_command_line("write", a, d, {"file"}, [](const po::variables_map& v) {
-    write_options wo;
-    wo.sync = parse_sync(v["sync"].as<std::string>());
-    if (v.count("mode")) {
-      const std::optional<unsigned> mode = parse_mode(v["mode"].as<std::string>());
-      if (!mode) throw po::error("--mode takes an octal mode such as 0640");
-      wo.mode = *mode;
-    }
+    write_options wo = sync_and_mode(v);
     if (v.count("follow-symlinks")) wo.symlinks = symlink_policy::follow;
     if (v.count("dir-mode") && !v.count("lock"))
       throw po::error("--dir-mode is the mode of the lock directory: it needs --lock");
@@ -236,13 +242,7 @@ int cmd_commit(const args& a) {
       "allow-empty", "accept empty input");
   add_dir_mode_option(d);
   return with_command_line("commit", a, d, {"lockdir", "token", "file"}, [](const po::variables_map& v) {
-    write_options wo;
-    wo.sync = parse_sync(v["sync"].as<std::string>());
-    if (v.count("mode")) {
-      const std::optional<unsigned> mode = parse_mode(v["mode"].as<std::string>());
-      if (!mode) throw po::error("--mode takes an octal mode such as 0640");
-      wo.mode = *mode;
-    }
+    const write_options wo = sync_and_mode(v);
     return commit_stdin(v["file"].as<std::string>(), wo,
                         rename_lock(v["lockdir"].as<std::string>(), directory_options(v)),
                         v["token"].as<std::string>(), v.count("allow-empty") > 0);
