@@ -170,6 +170,12 @@ failure redis_connection::connect(const char* step) {
     close();
   }
   if (ctx_) return {};
+  if (failure f = open_link(step)) return f;
+  redisSetTimeout(ctx_, to_timeval(command_timeout_));
+  return handshake();
+}
+
+failure redis_connection::open_link(const char* step) {
   const timeval tv = to_timeval(connect_timeout_);
   errno = 0;
   redisContext* c = endpoint_.unix_socket
@@ -204,7 +210,10 @@ failure redis_connection::connect(const char* step) {
     if (f.code == std::errc::io_error) f.message += " (" + text + ")";
     return f;
   }
-  redisSetTimeout(c, to_timeval(command_timeout_));
+  return {};
+}
+
+failure redis_connection::handshake() {
   if (endpoint_.has_password) {
     // AUTH [user] password
     std::string_view auth[] = {"AUTH", endpoint_.user, endpoint_.password};
