@@ -141,9 +141,11 @@ contention_summary summarize(const contention_result& r) {
 // to 10 by one acquisition) and a waiter was passed over up to 160 times.
 // With it, a waiter is passed over by the seven others ahead of it in the
 // line, once each; another can get ahead of it again only by blocking
-// before it (it was refused first but was slower to block) or when a
-// hand-off's grace ran out while it was still in line: at most once more
-// each, 14 in all. A woken waiter never loses the lock to a newcomer.
+// before it (it was refused first but was slower to block), or when it was
+// refused during a hand-off, blocked for the hand-off's remaining time only,
+// and went to the end of the line once more when that ran out: at most
+// once more each, 14 in all. A woken waiter never loses the lock to a
+// newcomer.
 TEST_F(RedisFairnessTest, EveryWaiterAmongEightThatComeStraightBackIsServedWithinFourteenHandOffs) {
   constexpr int threads = 8, cycles = 40;
   const contention_result r = contend(server->url(), threads, cycles);

@@ -256,17 +256,21 @@ TEST_F(RedisLockTest, HolderDescribesTheGrantAndTheKeysExpire) {
 // waiting out the hand-off's grace.
 TEST_F(RedisLockTest, AWakeUpNobodyWaitedForExpiresAndCostsANewcomerOneBlock) {
   ASSERT_EQ(raw(*server, {"SET", "tokenlock:coupons:waiters", "1", "PX", "60000"}), "OK");
+  // Connected first, so that everything below comes well inside the
+  // hand-off's 500 ms (raw: a client in this process, no redis-cli to start).
+  redis_lock newcomer = lock("coupons", options(30s, 5s)), trier = lock("coupons", options());
+  EXPECT_FALSE(newcomer.holder().has_value());
+  EXPECT_FALSE(trier.holder().has_value());
   lock("coupons", options(20s)).acquire().release();
-  const long wake_ttl = std::stol(server->cli({"PTTL", "tokenlock:coupons:wake"}));
+  EXPECT_FALSE(trier.try_acquire().has_value()) << "a newcomer took the lock kept for a woken waiter";
+  const long wake_ttl = std::stol(raw(*server, {"PTTL", "tokenlock:coupons:wake"}));
   EXPECT_GT(wake_ttl, 0);
   EXPECT_LE(wake_ttl, 20000);
-  const long handoff_ttl = std::stol(server->cli({"PTTL", "tokenlock:coupons:handoff"}));
+  const long handoff_ttl = std::stol(raw(*server, {"PTTL", "tokenlock:coupons:handoff"}));
   EXPECT_GT(handoff_ttl, 0);
   EXPECT_LE(handoff_ttl, 500);
-  EXPECT_FALSE(lock("coupons", options()).try_acquire().has_value())
-      << "a newcomer took the lock kept for a woken waiter";
   const auto before = this_thread_redis_wait_stats();
-  redis_handle h = lock("coupons", options(30s, 5s)).acquire();
+  redis_handle h = newcomer.acquire();
   EXPECT_EQ(this_thread_redis_wait_stats().wakes, before.wakes + 1)
       << "the newcomer's block was not ended by the wake-up on the list: it waited out the hand-off";
   EXPECT_EQ(server->cli({"EXISTS", "tokenlock:coupons:handoff"}), "0");

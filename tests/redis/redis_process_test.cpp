@@ -135,10 +135,11 @@ TEST_F(RedisProcessTest, ANewcomerCannotTakeTheLockFromTheWaiterTheReleaseWoke) 
   w.signal(SIGSTOP);
   ASSERT_TRUE(w.wait_stopped());
   const std::uint64_t released = h.fence();
-  h.release();
-  // The server gave the wake-up to the stopped waiter's BLPOP.
-  EXPECT_EQ(server->cli({"LLEN", "tokenlock:coupons:wake"}), "0");
+  // Connected before the release, so that its attempt comes well inside
+  // the hand-off's 500 ms.
   redis_lock newcomer(server->url(), "coupons", waiting(0ms));
+  ASSERT_TRUE(newcomer.holder().has_value());
+  h.release();
   const auto e = [&] {
     try {
       newcomer.acquire();
@@ -148,6 +149,8 @@ TEST_F(RedisProcessTest, ANewcomerCannotTakeTheLockFromTheWaiterTheReleaseWoke) 
     return std::string("granted");
   }();
   EXPECT_NE(e.find("free, and kept"), std::string::npos) << e;
+  // The server gave the wake-up to the stopped waiter's BLPOP.
+  EXPECT_EQ(server->cli({"LLEN", "tokenlock:coupons:wake"}), "0");
   w.signal(SIGCONT);
   EXPECT_GT(fence_of(w.read_line()), released);
   w.write_line("release");

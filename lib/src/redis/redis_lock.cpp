@@ -179,9 +179,7 @@ if owner then
   if pttl < 0 then return corrupt(KEYS[1], v, 'persistent') end
   return refuse(owner, held, pttl)
 end
-if ARGV[4] == '2' then
-  redis.call('DEL', KEYS[5])
-else
+if ARGV[4] ~= '2' then
   local handoff = redis.call('PTTL', KEYS[5])
   if handoff > 0 then return refuse('', 0, handoff) end
 end
@@ -190,6 +188,7 @@ if last == nil then return bad end
 if last and not fenceok(last) then return corrupt(KEYS[2], last, 'fence') end
 local fence, behind = nextfence(last)
 if fence == nil then return behind end
+if ARGV[4] == '2' then redis.call('DEL', KEYS[5]) end
 local f = type(fence) == 'string' and fence or string.format('%.0f', fence)
 redis.call('SET', KEYS[1], f .. ' ' .. ARGV[1], 'PX', ARGV[2])
 redis.call('SET', KEYS[2], f, 'PX', ARGV[3])
