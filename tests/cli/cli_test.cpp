@@ -474,6 +474,7 @@ TEST_F(CliTest, CommitWritesThroughAHeldTokenAndNothingOnceItIsGone) {
   r = tl({"--errors=json", "commit", lock, token, f.string()}, "late\n");
   EXPECT_EQ(r.exit_code, code::lost) << "the old name is gone";
   EXPECT_NE(r.err.find("{\"error\": \"lock_lost\""), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("commit " + f.string() + ": nothing was written"), std::string::npos) << r.err;
   EXPECT_EQ(slurp(f), "new\n");
   EXPECT_EQ(tl({"commit", "--sync", "none", lock, fresh, f.string()}, "third\n").exit_code, 0);
   EXPECT_EQ(slurp(f), "third\n");
