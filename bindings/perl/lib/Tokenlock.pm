@@ -1,8 +1,9 @@
 package Tokenlock;
 
-# Perl binding of tokenlock: drives the `tokenlock` command, so that it
-# needs nothing beyond the modules every Perl installation has. The POD at
-# the end is the manual.
+# Perl binding of tokenlock. The lock is the protocol of docs/protocol.md
+# written in plain Perl; writes and counters still run the `tokenlock`
+# command. Nothing beyond the modules every Perl installation has is
+# needed. The POD at the end is the manual.
 
 use 5.008001;
 use strict;
@@ -329,41 +330,602 @@ sub _check_opts {
 }
 
 # ---------------------------------------------------------------------------
+# The lock, natively: the protocol of docs/protocol.md in plain Perl. Every
+# step is a rename(2) of a name this process saw; no process is started.
+# Core Perl has no renameat or openat, so every call names its path: the
+# lock directory is judged by lstat before each acquisition instead of
+# once through a descriptor.
+
+my $FREE = 'lockfile';
+
+# The protocol's bound on leases (protocol_max_lease): every process must
+# agree on which leases are implausible.
+my $MAX_LEASE_US = 24 * 3600 * 1_000_000;
+my $SKEW_US      = 1_000_000;
+my $DIR_MODE     = 0755;
+my $DEFAULT_LEASE = 3600;
+my $DEFAULT_LEGACY_TIMEOUT = 60;
+
+# Waiting: exponential backoff with +-25 % jitter, a look at the holder at
+# most this often (and always on the last round).
+my $BACKOFF_MIN_US = 100;
+my $BACKOFF_MAX_US = 50_000;
+my $LOOK_EVERY_US  = 10_000;
+
+sub _now_us {
+    my ($s, $us) = Time::HiRes::gettimeofday();
+    return $s * 1_000_000 + $us;
+}
+
+sub _steady_us {
+    return int(Time::HiRes::clock_gettime(Time::HiRes::CLOCK_MONOTONIC()) * 1_000_000);
+}
+
+sub _sleep_us { Time::HiRes::usleep($_[0]) if $_[0] > 0 }
+
+# FNV-1a, 64 bits, as lib/src/fnv1a.hpp, in two 32-bit halves so that no
+# product leaves the range a Perl number holds exactly.
+sub _fnv1a {
+    my ($s, $hi, $lo) = @_;
+    ($hi, $lo) = (0xcbf29ce4, 0x84222325) unless defined $hi;
+    for my $c (unpack 'C*', $s) {
+        $lo ^= $c;
+        # h * 0x100000001b3 = h * 0x1b3 + (h << 40), modulo 2**64.
+        my $l = $lo * 0x1b3;
+        my $h = $hi * 0x1b3 + int($l / 4294967296) + (($lo & 0xffffff) * 256);
+        $lo = $l % 4294967296;
+        $hi = $h % 4294967296;
+    }
+    return ($hi, $lo);
+}
+
+sub _first_line {
+    my ($path) = @_;
+    open my $fh, '<', $path or return '';
+    my $line = <$fh>;
+    close $fh;
+    return '' unless defined $line;
+    chomp $line;
+    return $line;
+}
+
+# /proc/<pid>/stat: (state, start time), counted from the last ')' since
+# the command name may hold spaces and parentheses; () when unreadable.
+sub _proc_stat {
+    my ($pid) = @_;
+    open my $fh, '<', "/proc/$pid/stat" or return ();
+    my $line = '';
+    sysread($fh, $line, 1024);
+    close $fh;
+    my $close = rindex($line, ')');
+    return () if $close < 0;
+    my @f = split ' ', substr($line, $close + 1);
+    # Fields from 3 on: state is field 3, the start time field 22.
+    return () unless @f >= 20 && $f[19] =~ /\A\d+\z/;
+    return ($f[0], $f[19]);
+}
+
+# This process's identity, as lib/src/posix/posix_os.cpp makes it: read
+# once per process, and again in a forked child.
+my %ID;
+
+sub _identity {
+    return \%ID if defined $ID{pid} && $ID{pid} == $$;
+    my $host = '';
+    if (open my $fh, '<', '/proc/sys/kernel/hostname') {
+        $host = <$fh>;
+        close $fh;
+        $host = '' unless defined $host;
+        chomp $host;
+    }
+    if (!length $host) {
+        require Sys::Hostname;
+        $host = eval { Sys::Hostname::hostname() };
+        $host = '' unless defined $host;
+    }
+    $host = 'host' unless length $host;
+    $host = substr($host, 0, 32);
+    $host =~ s/[^A-Za-z0-9-]/_/g;
+    my ($hi, $lo) = _fnv1a(_first_line('/proc/sys/kernel/random/boot_id'));
+    my $ns = readlink('/proc/self/ns/pid');
+    ($hi, $lo) = _fnv1a(defined $ns ? $ns : '', $hi, $lo);
+    ($hi, $lo) = _fnv1a($host, $hi, $lo);
+    my (undef, $start) = _proc_stat($$);
+    %ID = (
+        pid      => $$,
+        start    => defined $start ? $start : 0,
+        host_tag => sprintf('%s-%08x', $host, ($hi ^ $lo)),
+        random   => undef,
+    );
+    return \%ID;
+}
+
+# 64 random bits as 16 hex digits: unique per acquisition. The source is
+# opened once per process; a forked child opens its own.
+sub _nonce {
+    my $id = _identity();
+    my $bytes = '';
+    if (!$id->{random}) {
+        open($id->{random}, '<', '/dev/urandom') or undef $id->{random};
+        binmode $id->{random} if $id->{random};
+    }
+    if ($id->{random}) {
+        my $n = sysread($id->{random}, $bytes, 8);
+        $bytes = '' unless defined $n && $n == 8;
+    }
+    if (length $bytes != 8) {
+        # No /dev/urandom (a chroot): time, pid and Perl's generator.
+        $bytes = pack('NN', int(rand(4294967296)) ^ ($$ << 8), (_now_us() % 4294967296) ^ int(rand(4294967296)));
+    }
+    return unpack('H16', $bytes);
+}
+
+sub _make_token {
+    my ($expiry_us, $id) = @_;
+    return sprintf('%s.%d.%s.%d.%s.%s', $FREE, $expiry_us, $id->{host_tag}, $id->{pid}, $id->{start}, _nonce());
+}
+
+# What a name in the lock directory is (token_name.cpp): 'free', 'held',
+# 'legacy', 'malformed' (starts with "lockfile." but breaks the grammar,
+# never taken over) or 'other'; with the parsed fields for held and legacy.
+sub _classify {
+    my ($name) = @_;
+    return ('free') if $name eq $FREE;
+    if ($name =~ /\Alockfile([0-9].*)\z/s) {
+        my $s = $1;
+        return ('other') unless $s =~ /\A[1-9][0-9]{0,11}\z/;
+        return ('legacy', { expiry_us => $s * 1_000_000, legacy => 1, name => $name });
+    }
+    return ('other') unless substr($name, 0, 9) eq 'lockfile.';
+    my @f = split /\./, substr($name, 9), -1;
+    return ('malformed') unless @f == 5;
+    my ($expiry, $tag, $pid, $start, $nonce) = @f;
+    return ('malformed')
+      unless $expiry =~ /\A(?:0|[1-9][0-9]{0,18})\z/ && (length $expiry < 19 || $expiry le '9223372036854775807')
+      && length($tag) >= 10 && length($tag) <= 41 && $tag =~ /\A[A-Za-z0-9_-]+-[0-9a-f]{8}\z/
+      && $pid =~ /\A[1-9][0-9]{0,9}\z/ && $pid <= 2147483647
+      && $start =~ /\A(?:0|[1-9][0-9]{0,19})\z/ && (length $start < 20 || $start le '18446744073709551615')
+      && $nonce =~ /\A[0-9a-f]{16}\z/;
+    return ('held', { expiry_us => $expiry + 0, host_tag => $tag, pid => $pid + 0, start => $start, name => $name });
+}
+
+sub _utc {
+    my ($us) = @_;
+    my $s = int($us / 1_000_000);
+    $s-- if $us < 0 && $s * 1_000_000 != $us;
+    my @t = gmtime($s);
+    return sprintf('%04d-%02d-%02dT%02d:%02d:%02d.%06dZ', $t[5] + 1900, $t[4] + 1, @t[3, 2, 1, 0], $us - $s * 1_000_000);
+}
+
+sub _secs_text {
+    my ($us) = @_;
+    return sprintf('%.3f s', $us / 1_000_000);
+}
+
+# Whether a held token is stale (lock_directory.cpp, judge): its lease
+# ended, its lease is implausibly long, or its owner on this host is
+# provably gone. Returns (stale, reason).
+sub _judge {
+    my ($t, $legacy_timeout_us) = @_;
+    my $now = _now_us();
+    if ($t->{legacy}) {
+        my $ends = $t->{expiry_us} + $legacy_timeout_us;
+        my $who = "a script using the legacy rename lock ($t->{name}, taken " . _utc($t->{expiry_us}) . ')';
+        return (1, "legacy token of $who is dated implausibly far in the future: treated as stale")
+          if $ends - $now > $MAX_LEASE_US + $SKEW_US;
+        return (1, "legacy token of $who is older than the legacy timeout of " . _secs_text($legacy_timeout_us)
+              . ' (by ' . _secs_text($now - $ends) . ')')
+          if $now > $ends + $SKEW_US;
+        return (0, "held by $who until " . _utc($ends) . ' (the legacy timeout of ' . _secs_text($legacy_timeout_us) . ')');
+    }
+    my $same = $t->{host_tag} eq _identity()->{host_tag};
+    my $who = "pid $t->{pid}" . ($same ? ' on this host' : " on host $t->{host_tag}");
+    return (1, "lease of $who ends implausibly far in the future (" . _utc($t->{expiry_us})
+          . ', more than the maximum lease of ' . _secs_text($MAX_LEASE_US) . ' from now): treated as stale')
+      if $t->{expiry_us} - $now > $MAX_LEASE_US + $SKEW_US;
+    return (1, "lease of $who ended " . _secs_text($now - $t->{expiry_us}) . ' ago (' . _utc($t->{expiry_us}) . ')')
+      if $now > $t->{expiry_us} + $SKEW_US;
+    my $until = "held by $who until " . _utc($t->{expiry_us});
+    return (0, $until) unless $same;
+    # kill answering EPERM (another user's process) means alive, and so
+    # does an unreadable /proc entry (hidepid): the lease settles it.
+    if (!kill(0, $t->{pid}) && $!{ESRCH}) {
+        return (1, "owner $who has exited");
+    }
+    my ($state, $start) = _proc_stat($t->{pid});
+    return (0, $until) unless defined $state;
+    return (1, "owner $who has exited (zombie)") if $state eq 'Z' || $state eq 'X';
+    return (1, "owner $who is gone; the pid now belongs to another process (start time $start, token says $t->{start})")
+      if $t->{start} ne '0' && $start ne $t->{start};
+    return (0, $until);
+}
+
+# The advice for an errno, as the library's table gives it in spirit.
+sub _errno_fix {
+    my ($errno, $dir) = @_;
+    local $! = $errno;
+    return "check the permissions of $dir and its parent: this process (uid $>) must be able to write and search them"
+      if $!{EACCES} || $!{EPERM};
+    return "the filesystem of $dir is mounted read-only: keep locks on a writable filesystem" if $!{EROFS};
+    return "the filesystem of $dir is full or over quota: free space" if $!{ENOSPC} || $!{EDQUOT};
+    return "a component of $dir is not a directory: name a directory of its own, such as data.lock" if $!{ENOTDIR};
+    return "the path $dir is too long: use a shorter one" if $!{ENAMETOOLONG};
+    return "a symbolic link loop lies on the path to $dir: fix or remove the link" if $!{ELOOP};
+    return '';
+}
+
+# A failed system call: code system with its errno, the exit status the
+# command would give, and a message that names path, step, cause and fix.
+my %EXIT_FOR_ERRNO;
+
+sub _system_error {
+    my ($step, $dir, $what, $errno, $fix) = @_;
+    local $! = $errno;
+    my $cause = "$!";
+    unless (%EXIT_FOR_ERRNO) {
+        require POSIX;
+        for ([77, qw(EACCES EPERM)], [66, 'ENOENT'], [73, qw(ENOSPC EDQUOT EROFS EFBIG EISDIR ENOTDIR ENAMETOOLONG)],
+            [74, 'EIO'], [65, qw(EOVERFLOW ELOOP EINVAL)])
+        {
+            my ($code, @names) = @$_;
+            for my $n (@names) {
+                my $v = eval { no strict 'refs'; &{"POSIX::$n"}() };
+                $EXIT_FOR_ERRNO{$v} = $code if defined $v;
+            }
+        }
+    }
+    $fix = _errno_fix($errno, $dir) unless defined $fix;
+    return _error(
+        code    => 'system',
+        errno   => $errno,
+        status  => $EXIT_FOR_ERRNO{$errno} || 71,
+        message => "tokenlock: $step $dir: $what: $cause" . (length $fix ? "; $fix" : ''),
+    );
+}
+
+my %EXIT_FOR_CODE = (
+    busy => 1, timed_out => 1, lock_lost => 3, token_missing => 69, lock_corrupt => 69,
+    bad_argument => 64, untrusted => 77, not_owner => 70,
+);
+
+sub _lock_error {
+    my ($code, $step, $dir, $what) = @_;
+    return _error(code => $code, status => $EXIT_FOR_CODE{$code}, message => "tokenlock: $step $dir: $what");
+}
+
+# The lock directory's path split as lock_directory.cpp splits it.
+sub _lock_paths {
+    my ($step, $lockdir) = @_;
+    (my $d = $lockdir) =~ s{(?<=.)/+\z}{};
+    _usage("$step $lockdir",
+        "\"$d\" cannot be a lock directory: the lock directory is created and replaced by rename; "
+          . 'name a directory of its own, such as data.lock')
+      if $d eq '/' || $d eq '.' || $d eq '..';
+    my ($parent, $name) = $d =~ m{\A(.*)/([^/]*)\z}s ? ($1, $2) : ('.', $d);
+    $parent = '/' if $parent eq '';
+    return { dir => $d, parent => $parent, name => $name };
+}
+
+# The trust rules of docs/security.md (trust.cpp) for a directory's lstat:
+# the reason it cannot be trusted, or undef.
+sub _distrust {
+    my ($path, $mode, $uid) = @_;
+    my $m = sprintf('%04o', $mode & 07777);
+    return "it is writable by every user (mode $m); run chmod o-w $path if its contents are yours, or remove it"
+      if $mode & 002;
+    return "it is writable by group (mode $m) and group sharing was not chosen; run chmod g-w $path "
+      . 'if the group is not meant to share it'
+      if $mode & 020;
+    return "it belongs to uid $uid (mode $m), who could change it; have that user (or root) remove it "
+      . 'and it is created again on next use'
+      if $uid != $> && $uid != 0;
+    return undef;
+}
+
+# Judges the lock directory before anything in it is touched: 1 when it
+# is there and trusted, 0 when it is missing; dies otherwise.
+sub _check_dir {
+    my ($step, $p) = @_;
+    my @st = lstat $p->{dir};
+    if (!@st) {
+        return 0 if $!{ENOENT};
+        die _system_error($step, $p->{dir}, 'cannot look at the lock directory', $! + 0);
+    }
+    require Fcntl;
+    if (Fcntl::S_ISLNK($st[2])) {
+        die _lock_error('untrusted', $step, $p->{dir},
+            "refusing a lock directory that is a symbolic link (owner uid $st[4]): tokenlock never follows one there; "
+              . 'name the directory it points to, or remove the link');
+    }
+    if (!Fcntl::S_ISDIR($st[2])) {
+        die _system_error($step, $p->{dir}, 'cannot open the lock directory', POSIX::ENOTDIR());
+    }
+    my $why = _distrust($p->{dir}, $st[2], $st[4]);
+    die _lock_error('untrusted', $step, $p->{dir},
+        sprintf('refusing the lock directory (owner uid %d, mode %04o; this process runs as uid %d): '
+              . 'another user could plant or swap entries in it, and nothing in it was touched; %s',
+            $st[4], $st[2] & 07777, $>, $why))
+      if defined $why;
+    return 1;
+}
+
+# Lists the lock directory and classifies it (lock_directory.cpp,
+# observe). A listing is not a snapshot: an anomaly is concluded only when
+# a second listing a moment later agrees.
+sub _observe {
+    my ($step, $p) = @_;
+    my ($names, $tokens, $malformed);
+    for my $round (0, 1) {
+        my $dh;
+        if (!opendir($dh, $p->{dir})) {
+            return { kind => 'missing' } if $!{ENOENT};
+            die _system_error($step, $p->{dir}, 'cannot list the lock directory', $! + 0);
+        }
+        my @all = grep { $_ ne '.' && $_ ne '..' } readdir $dh;
+        closedir $dh;
+        my (%tok, @bad);
+        my %info;
+        for my $n (@all) {
+            my ($kind, $t) = _classify($n);
+            if ($kind eq 'free' || $kind eq 'held' || $kind eq 'legacy') { $tok{$n} = 1; $info{$n} = $t }
+            elsif ($kind eq 'malformed') { push @bad, $n }
+        }
+        ($names, $tokens, $malformed) = (\@all, [sort keys %tok], \@bad);
+        if (!@bad && @$tokens == 1) {
+            my $n = $tokens->[0];
+            return { kind => 'free' } if $n eq $FREE;
+            return { kind => 'held', token => $info{$n} };
+        }
+        return { kind => 'empty' } unless @all;
+        _sleep_us(2000) if $round == 0;
+    }
+    my $shown = sub { join ', ', map { (my $s = $_) =~ s/([^\x20-\x7e])/sprintf('\\x%02x', ord $1)/ge; $s } @_ };
+    die _lock_error('lock_corrupt', $step, $p->{dir},
+        'entry that is not a valid token: ' . $shown->(@$malformed)
+          . '; tokenlock never repairs a lock by itself: if no process uses this lock, remove the directory '
+          . 'and it is recreated on next use')
+      if @$malformed;
+    die _lock_error('token_missing', $step, $p->{dir},
+        'the lock directory holds no token (it holds: ' . $shown->(@$names)
+          . '); someone removed the token outside the protocol, so a holder may still be inside its critical '
+          . 'section: once no process uses this lock, remove the directory and it is recreated on next use')
+      unless @$tokens;
+    die _lock_error('lock_corrupt', $step, $p->{dir},
+        'the lock directory holds ' . scalar(@$tokens) . ' tokens: ' . $shown->(@$tokens)
+          . '; a lock has exactly one token unless files were copied or created outside the protocol: '
+          . 'once no process uses this lock, remove the directory and it is recreated on next use');
+}
+
+sub _fsync_dir {
+    my ($path) = @_;
+    require IO::Handle;
+    my $fh;
+    sysopen($fh, $path, Fcntl::O_RDONLY() | (eval { Fcntl::O_DIRECTORY() } || 0)) or return 0;
+    my $ok = $fh->sync;
+    close $fh;
+    return $ok ? 1 : 0;
+}
+
+# Creates the lock directory (docs/protocol.md, Creating the lock
+# directory): a populated temporary directory beside it, renamed onto its
+# name, which succeeds only while that name is missing or an empty
+# directory, so that concurrent creators cannot make two tokens.
+sub _create_dir {
+    my ($step, $p, $lease_us) = @_;
+    my $id = _identity();
+    my $owned = _make_token(_now_us() + $lease_us, $id);
+    my $name = "$p->{name}.init." . substr($owned, 9);
+    $name = "$p->{name}.init." . _nonce() if length $name > 255;
+    my $init = "$p->{parent}/$name";
+    if (!mkdir($init, 0700)) {
+        my $errno = $! + 0;
+        die _system_error($step, $p->{dir}, "cannot create the temporary directory $init", $errno,
+            $!{ENOENT} ? 'the parent directory of the lock directory must exist' : undef);
+    }
+    # The umask must not narrow the mode: applied exactly.
+    my $fail;
+    if (!chmod($DIR_MODE, $init)) { $fail = [$! + 0, "cannot set the mode of $init"] }
+    elsif (!mkdir("$init/$FREE", 0700) || !chmod($DIR_MODE, "$init/$FREE")) { $fail = [$! + 0, "cannot create the token $init/$FREE"] }
+    elsif (!_fsync_dir($init)) { $fail = [$! + 0, "cannot sync $init"] }
+    if ($fail) {
+        rmdir "$init/$FREE";
+        rmdir $init;
+        die _system_error($step, $p->{dir}, $fail->[1], $fail->[0]);
+    }
+    if (rename($init, $p->{dir})) {
+        # Not an error of the lock if this fails: the directory works, and a
+        # crash that undoes it is repaired by the next acquisition.
+        _fsync_dir($p->{parent});
+        _sweep_leftovers($p);
+        return;
+    }
+    my $errno = $! + 0;
+    my $lost = $!{ENOTEMPTY} || $!{EEXIST} || $!{ENOENT}
+      # sshfs answers EPERM where a local filesystem says ENOTEMPTY.
+      || (($!{EPERM} || $!{EACCES}) && -d $p->{dir});
+    rmdir "$init/$FREE";
+    rmdir $init;
+    die _system_error($step, $p->{dir}, "cannot rename $init to the lock directory", $errno) unless $lost;
+    _sweep_leftovers($p);
+}
+
+# Removes creation directories whose creator is gone or past its lease:
+# only our own, only directories, never through a symbolic link.
+sub _sweep_leftovers {
+    my ($p) = @_;
+    my $prefix = "$p->{name}.init.";
+    opendir(my $dh, $p->{parent}) or return;
+    my @names = grep { length $_ > length $prefix && substr($_, 0, length $prefix) eq $prefix } readdir $dh;
+    closedir $dh;
+    for my $n (@names) {
+        my $path = "$p->{parent}/$n";
+        my @st = lstat $path or next;
+        next if !Fcntl::S_ISDIR($st[2]) || $st[4] != $>;
+        my $rest = substr($n, length $prefix);
+        my ($kind, $t) = _classify("lockfile.$rest");
+        my $stale;
+        if ($kind eq 'held') { ($stale) = _judge($t, 0) }
+        elsif ($rest =~ /\A[0-9a-f]{16}\z/) { $stale = $st[9] * 1_000_000 <= _now_us() - $MAX_LEASE_US - $SKEW_US }
+        next unless $stale;
+        rmdir "$path/$FREE";
+        rmdir $path;
+    }
+}
+
+# Empties a workspace taken over from a previous owner: entries are looked
+# at with lstat, so a symbolic link is removed, never followed.
+sub _clear_dir {
+    my ($dir, $depth) = @_;
+    opendir(my $dh, $dir) or return;
+    my @names = grep { $_ ne '.' && $_ ne '..' } readdir $dh;
+    closedir $dh;
+    for my $n (@names) {
+        my $path = "$dir/$n";
+        my @st = lstat $path or next;
+        if (Fcntl::S_ISDIR($st[2])) {
+            _clear_dir($path, $depth + 1) if $depth < 8;
+            rmdir $path;
+        }
+        else {
+            unlink $path;
+        }
+    }
+}
+
+# One round of the protocol: the fast-path rename, then, when $look is
+# set, a look at the directory and a creation or takeover if it needs one.
+# Returns ('acquired', token, expiry), ('again'), or ('busy', reason).
+sub _round {
+    my ($step, $p, $o, $look, $first) = @_;
+    my $id = _identity();
+    my $expiry = _now_us() + $o->{lease_us};
+    my $token = _make_token($expiry, $id);
+    my $mine = "$p->{dir}/$token";
+    # After the first round a lookup, which takes no lock, tells whether a
+    # rename, which locks the directory, can succeed.
+    my $try = $first || -e "$p->{dir}/$FREE";
+    if ($try) {
+        return ('acquired', $token, $expiry) if rename("$p->{dir}/$FREE", $mine);
+        my $errno = $! + 0;
+        if (!$!{ENOENT}) {
+            die _system_error($step, $p->{dir}, "cannot rename lockfile to $token", $errno)
+              unless $!{EPERM};
+            my @st = lstat "$p->{dir}/$FREE";
+            die _system_error($step, $p->{dir}, "cannot rename lockfile to $token", $errno,
+                (-k $p->{dir} && @st)
+                ? "lock directory $p->{dir} is sticky and the token belongs to uid $st[4] (we are uid $>); "
+                  . 'use a non-sticky directory shared by the users that lock'
+                : 'the filesystem or a file attribute forbids this rename; a sticky directory only lets the '
+                  . "token's owner rename it");
+        }
+        # An NFS client may retransmit a rename whose reply was lost.
+        return ('acquired', $token, $expiry) if lstat $mine;
+    }
+    return ('busy', undef) unless $look;
+    if (!_check_dir($step, $p)) {
+        _create_dir($step, $p, $o->{lease_us});
+        return ('again');
+    }
+    my $obs = _observe($step, $p);
+    if ($obs->{kind} eq 'missing' || $obs->{kind} eq 'empty') {
+        _create_dir($step, $p, $o->{lease_us});
+        return ('again');
+    }
+    return ('again') if $obs->{kind} eq 'free';
+    my $seen = $obs->{token};
+    my ($stale, $reason) = _judge($seen, $o->{legacy_timeout_us});
+    return ('busy', $reason) unless $stale;
+    # Exactly the name we judged: if its owner refreshed or released it, or
+    # another taker was first, the name is gone and the rename fails
+    # without touching anyone's token.
+    $expiry = _now_us() + $o->{lease_us};
+    $token  = _make_token($expiry, $id);
+    $mine   = "$p->{dir}/$token";
+    if (!rename("$p->{dir}/$seen->{name}", $mine)) {
+        return ('again') if $!{ENOENT};
+        die _system_error('take over', $p->{dir}, "cannot rename stale token $seen->{name} ($reason)", $! + 0);
+    }
+    # The previous owner's leftovers, and maybe a creator's that died too.
+    _clear_dir($mine, 0) if -d $mine && !-l $mine;
+    _sweep_leftovers($p);
+    return ('acquired', $token, $expiry);
+}
+
+# Acquires natively; returns (token, expiry_us) or dies with busy,
+# timed_out or another error. $o: lease_us, legacy_timeout_us, wait_us
+# (undef: forever; 0: one try).
+sub _native_acquire {
+    my ($step, $lockdir, $o) = @_;
+    require Time::HiRes;
+    require Fcntl;
+    require POSIX;
+    my $p = _lock_paths($step, $lockdir);
+    # The directory is judged before anything in it is touched. A missing
+    # one is created by the first look.
+    _check_dir($step, $p);
+    my $start = _steady_us();
+    my $deadline = defined $o->{wait_us} ? $start + $o->{wait_us} : undef;
+    my ($delay, $last_look, $reason) = ($BACKOFF_MIN_US, undef, undef);
+    my $first = 1;
+    while (1) {
+        my $now = _steady_us();
+        my $final = defined $deadline && $now >= $deadline;
+        my $look = $first || $final || !defined $last_look || $now - $last_look >= $LOOK_EVERY_US;
+        $last_look = $now if $look;
+        my ($what, @r) = _round($step, $p, $o, $look, $first);
+        $first = 0;
+        return @r if $what eq 'acquired';
+        next if $what eq 'again';
+        $reason = $r[0] if defined $r[0];
+        my $why = 'the lock is ' . (defined $reason ? $reason : 'changing hands too fast to see who holds it');
+        die _lock_error('busy', 'acquire', $p->{dir}, $why) if defined $o->{wait_us} && $o->{wait_us} == 0;
+        if ($final) {
+            die _lock_error('timed_out', 'acquire', $p->{dir},
+                'timed out after ' . int($o->{wait_us} / 1000) . " ms; $why");
+        }
+        my $pause = $delay * (0.75 + rand(0.5));
+        $pause = $deadline - _steady_us() if defined $deadline && _steady_us() + $pause > $deadline;
+        _sleep_us(int $pause);
+        $delay *= 2;
+        $delay = $BACKOFF_MAX_US if $delay > $BACKOFF_MAX_US;
+    }
+}
+
+# ---------------------------------------------------------------------------
 # The lock
 
 sub _acquire {
     my ($class, $step, $lockdir, %opts) = @_;
     _check_opts($step, \%opts, qw(wait lease legacy_timeout));
     _path_arg($step, 'the lock directory', $lockdir);
-    my @args = ('acquire', '--pid', $$);
     my $wait = defined $opts{wait} ? $opts{wait} : 10;
-    my $busy = 'timed_out';
-    if ($wait eq 'forever') {
-        # The command waits as long as it takes when given neither -w nor -n.
-    }
-    elsif (_seconds($step, 'wait', $wait, 1) == 0) {
-        push @args, '-n';
-        $busy = 'busy';
-    }
-    else {
-        push @args, '-w', $wait;
-    }
-    push @args, '--lease', _seconds($step, 'lease', $opts{lease}, 0) if defined $opts{lease};
-    push @args, _legacy_timeout($step, \%opts);
-    push @args, _arg_path($lockdir);
-    my $out = _call({ step => $step, path => $lockdir, busy => $busy, opts => \%opts }, @args);
-    my ($token) = $out =~ /\A(\S+)\s*\z/;
-    die _error(
-        code    => 'command_failed',
-        message => "Tokenlock: $step $lockdir: the tokenlock command printed no token (it printed \"$out\")",
-    ) unless defined $token;
+    my %o;
+    $o{wait_us} = $wait eq 'forever' ? undef : int(_seconds($step, 'wait', $wait, 1) * 1_000_000);
+    $o{lease_us} = _lease_us($step, $opts{lease});
+    $o{legacy_timeout_us} = int(1_000_000 *
+        (defined $opts{legacy_timeout} ? _seconds($step, 'legacy_timeout', $opts{legacy_timeout}, 0) : $DEFAULT_LEGACY_TIMEOUT));
+    my ($token, $expiry) = _native_acquire($step, $lockdir, \%o);
     return bless {
         lockdir => $lockdir,
         token   => $token,
+        expiry  => $expiry,
         pid     => $$,
         held    => 1,
         command => $opts{command},
     }, ref($class) || $class;
+}
+
+# A lease in microseconds: more than 0, at most the protocol's 24 hours,
+# which every process judges a longer one implausible beyond.
+sub _lease_us {
+    my ($step, $lease) = @_;
+    return $DEFAULT_LEASE * 1_000_000 unless defined $lease;
+    my $us = int(_seconds($step, 'lease', $lease, 0) * 1_000_000);
+    _usage($step, 'lease must be at least a microsecond') if $us <= 0;
+    _usage($step, 'lease must not exceed 24 hours (the protocol\'s maximum lease): every process judges a '
+          . 'longer one implausible and takes the lock over')
+      if $us > $MAX_LEASE_US;
+    return $us;
 }
 
 sub acquire {
@@ -399,38 +961,57 @@ sub refresh {
     my ($self, %opts) = @_;
     _check_opts('refresh', \%opts, qw(lease));
     $self->_owned('refresh');
-    my @args = ('refresh');
-    push @args, '--lease', _seconds('refresh', 'lease', $opts{lease}, 0) if defined $opts{lease};
-    my $out = eval {
-        _call({ step => 'refresh', path => $self->{lockdir}, opts => $self->_opts },
-            @args, _arg_path($self->{lockdir}), $self->{token});
-    };
-    if (!defined $out) {
-        my $err = $@;
-        # The old token is gone: nothing is left to release.
-        $self->{held} = 0 if ref $err && $err->code eq 'lock_lost';
-        die $err;
+    my $lease_us = _lease_us('refresh', $opts{lease});
+    my $p = _lock_paths('refresh', $self->{lockdir});
+    my $old = $self->{token};
+    my $expiry = _now_us() + $lease_us;
+    # The owner part stays; the new expiry makes the name new, so that a
+    # taker that judged the old name finds it gone.
+    (my $owner = $old) =~ s/\Alockfile\.[0-9]+\.//;
+    my $next = "lockfile.$expiry.$owner";
+    if (!rename("$p->{dir}/$old", "$p->{dir}/$next")) {
+        my $errno = $! + 0;
+        if ($!{ENOENT}) {
+            # An NFS client may retransmit a rename whose reply was lost.
+            if (!lstat "$p->{dir}/$next") {
+                $self->{held} = 0;
+                die $self->_lost('refresh');
+            }
+        }
+        else {
+            die _system_error('refresh', $p->{dir}, "cannot rename $old to $next", $errno);
+        }
     }
-    my ($token) = $out =~ /\A(\S+)\s*\z/;
-    # The new name carries the new expiry: only it releases the lock now.
-    $self->{token} = $token if defined $token;
-    return $self->{token};
+    $self->{token}  = $next;
+    $self->{expiry} = $expiry;
+    return $next;
+}
+
+sub _lost {
+    my ($self, $step) = @_;
+    return _lock_error('lock_lost', $step, $self->{lockdir},
+        "the lock does not hold our token $self->{token} any more: it was taken over by another process "
+          . '(our lease ended at ' . _utc($self->{expiry})
+          . ', or our process was judged dead); the new owner\'s lock was left alone');
 }
 
 sub release {
     my ($self) = @_;
     $self->_owned('release');
-    my $ok = eval {
-        _call({ step => 'release', path => $self->{lockdir}, opts => $self->_opts },
-            'release', _arg_path($self->{lockdir}), $self->{token});
-        1;
-    };
-    my $err = $@;
-    # Released or lost, the token is not ours to release again; any other
-    # failure (say, no permission) leaves it held, for a retry or DESTROY.
-    $self->{held} = 0 if $ok || (ref $err && $err->code eq 'lock_lost');
-    die $err unless $ok;
-    return 1;
+    my $p = _lock_paths('release', $self->{lockdir});
+    # Never retried after ENOENT: on GlusterFS a rename through a stale
+    # name can move the token of whoever took ours over.
+    if (rename("$p->{dir}/$self->{token}", "$p->{dir}/$FREE")) {
+        $self->{held} = 0;
+        return 1;
+    }
+    my $errno = $! + 0;
+    if ($!{ENOENT}) {
+        $self->{held} = 0;
+        die $self->_lost('release');
+    }
+    # Still ours: the caller may retry, and DESTROY will.
+    die _system_error('release', $p->{dir}, "cannot rename $self->{token} to lockfile", $errno);
 }
 
 sub DESTROY {

@@ -25,15 +25,20 @@ for my $case (
 {
     my ($opts, $env, $re) = @$case;
     local $ENV{TOKENLOCK_COMMAND} = defined $env ? $env : $ENV{TOKENLOCK_COMMAND};
-    my $ok = eval { Tokenlock->acquire("$dir/a.lock", %$opts); 1 };
+    my $ok = eval { Tokenlock::increment("$dir/a.count", %$opts); 1 };
     my $err = $@;
     ok(!$ok, 'an unusable command fails');
     isa_ok($err, 'Tokenlock::Error');
     is($err->code, 'no_command', 'code no_command');
-    like($err->message, qr/\ATokenlock: acquire \Q$dir\E\/a\.lock: cannot use the tokenlock command /,
-        'the message names the step and the lock');
+    like($err->message, qr/\ATokenlock: incr \Q$dir\E\/a\.count: cannot use the tokenlock command /,
+        'the message names the step and the file');
     like($err->message, $re, 'and the command and what is wrong with it');
-    ok(!-e "$dir/a.lock", 'nothing was created');
+    ok(!-e "$dir/a.count" && !-e "$dir/a.count.lock", 'nothing was created');
+
+    # The lock itself is native: it needs no command at all.
+    my $lock = eval { Tokenlock->acquire("$dir/a.lock", %$opts) };
+    ok($lock && $lock->held, 'acquire works without a usable command') or diag($@);
+    ok(eval { $lock->release }, 'and so does release') or diag($@);
 }
 
 # Not executable.
@@ -97,7 +102,7 @@ ok(!$ok && $@->code eq 'no_command' && $@->message =~ /it is not executable/, 'a
 # the exec failure is reported with its cause.
 TokenlockTest::spit("$dir/broken", "#!$dir/no-interpreter\n");
 chmod 0755, "$dir/broken";
-$ok = eval { Tokenlock->acquire("$dir/b.lock", command => "$dir/broken"); 1 };
+$ok = eval { Tokenlock::increment("$dir/b.count", command => "$dir/broken"); 1 };
 ok(!$ok, 'a command that cannot run fails');
 is($@->code, 'no_command', 'code no_command');
 like($@->message, qr/cannot run the tokenlock command \Q$dir\E\/broken: No such file or directory/, 'with the cause');
