@@ -504,7 +504,8 @@ sub _secs_text {
 
 # Whether a held token is stale (lock_directory.cpp, judge): its lease
 # ended, its lease is implausibly long, or its owner on this host is
-# provably gone. Returns (stale, reason).
+# provably gone. Returns (stale, reason, owner), owner being 'alive' or
+# 'dead' when this host could tell, else undef.
 sub _judge {
     my ($t, $legacy_timeout_us) = @_;
     my $now = _now_us();
@@ -530,14 +531,14 @@ sub _judge {
     # kill answering EPERM (another user's process) means alive, and so
     # does an unreadable /proc entry (hidepid): the lease settles it.
     if (!kill(0, $t->{pid}) && $!{ESRCH}) {
-        return (1, "owner $who has exited");
+        return (1, "owner $who has exited", 'dead');
     }
     my ($state, $start) = _proc_stat($t->{pid});
-    return (0, $until) unless defined $state;
-    return (1, "owner $who has exited (zombie)") if $state eq 'Z' || $state eq 'X';
-    return (1, "owner $who is gone; the pid now belongs to another process (start time $start, token says $t->{start})")
+    return (0, $until, 'alive') unless defined $state;
+    return (1, "owner $who has exited (zombie)", 'dead') if $state eq 'Z' || $state eq 'X';
+    return (1, "owner $who is gone; the pid now belongs to another process (start time $start, token says $t->{start})", 'dead')
       if $t->{start} ne '0' && $start ne $t->{start};
-    return (0, $until);
+    return (0, $until, 'alive');
 }
 
 # The advice for an errno, as the library's table gives it in spirit.
@@ -775,15 +776,17 @@ sub _sweep_leftovers {
 # Empties a workspace taken over from a previous owner: entries are looked
 # at with lstat, so a symbolic link is removed, never followed.
 sub _clear_dir {
-    my ($dir, $depth) = @_;
+    my ($dir, $depth, $keep_marks) = @_;
     opendir(my $dh, $dir) or return;
     my @names = grep { $_ ne '.' && $_ ne '..' } readdir $dh;
     closedir $dh;
     for my $n (@names) {
+        # Owner marks were judged one by one; ours stays.
+        next if $keep_marks && $depth == 0 && _token_of_mark($n);
         my $path = "$dir/$n";
         my @st = lstat $path or next;
         if (Fcntl::S_ISDIR($st[2])) {
-            _clear_dir($path, $depth + 1) if $depth < 8;
+            _clear_dir($path, $depth + 1, 0) if $depth < 8;
             rmdir $path;
         }
         else {
@@ -792,9 +795,177 @@ sub _clear_dir {
     }
 }
 
+# ---------------------------------------------------------------------------
+# Owner marks (docs/protocol.md, Owner marks): where a rename can move a
+# name that is gone (GlusterFS), each new holder marks the token it renamed
+# and steps back when it finds another live holder's mark there.
+
+# Filesystems whose renames keep the protocol's property by themselves:
+# local ones (the wait board's allowlist), and network ones whose server
+# renames by name.
+my %NO_MARKS = map { $_ => 1 } qw(ext2 ext3 ext4 xfs btrfs tmpfs ramfs f2fs overlay zfs reiserfs jfs
+  bcachefs nilfs2 fuse.sshfs fuse.mfs fuse.moosefs nfs nfs4 cifs smb3 ceph fuse.ceph fuse.ceph-fuse);
+
+# Per lock directory: whether marks are made. Tests set this to force them.
+our %OWNER_MARKS;
+
+# The type of the filesystem holding $path, from the mount table by device
+# number; undef when it cannot be told.
+sub _fs_type {
+    my ($path) = @_;
+    my @st = stat $path or return undef;
+    my $dev = $st[0];
+    my $major = (($dev >> 8) & 0xfff) | (($dev >> 32) & ~0xfff);
+    my $minor = ($dev & 0xff) | (($dev >> 12) & ~0xff);
+    open(my $fh, '<', '/proc/self/mountinfo') or return undef;
+    my $type;
+    while (my $line = <$fh>) {
+        my @f = split ' ', $line;
+        next unless @f > 3 && $f[2] eq "$major:$minor";
+        my ($sep) = grep { $f[$_] eq '-' } 6 .. $#f;
+        next unless defined $sep && defined $f[$sep + 1];
+        $type = $f[$sep + 1];
+        last;
+    }
+    close $fh;
+    return $type;
+}
+
+sub _needs_marks {
+    my ($p) = @_;
+    return $OWNER_MARKS{$p->{dir}} if defined $OWNER_MARKS{$p->{dir}};
+    # The lock directory may not exist yet; its parent is then asked.
+    my $type = _fs_type($p->{dir});
+    $type = _fs_type($p->{parent}) unless defined $type;
+    # A filesystem that cannot be asked gets marks, as in the library.
+    return $OWNER_MARKS{$p->{dir}} = defined $type && $NO_MARKS{$type} ? 0 : 1;
+}
+
+sub _mark_of { my ($token) = @_; return 'h.' . substr($token, 9) }
+
+# The held token a mark names, or undef when it is no mark.
+sub _token_of_mark {
+    my ($n) = @_;
+    return undef unless substr($n, 0, 2) eq 'h.';
+    my $t = 'lockfile.' . substr($n, 2);
+    my ($kind, $info) = _classify($t);
+    return $kind eq 'held' ? $info : undef;
+}
+
+sub _owner_part { my ($token) = @_; (my $o = $token) =~ s/\Alockfile\.[0-9]+\.//; return $o }
+
+# The live marks in a token other than ours, after removing those of the
+# owner taken over from and those of dead or expired owners: the first
+# live one's (token, reason), or ().
+sub _judge_marks {
+    my ($path, $ours, $taken_from, $o) = @_;
+    opendir(my $dh, $path) or return ('gone', $!{ENOENT} || $!{ESTALE} ? undef : $! + 0);
+    my @names = readdir $dh;
+    closedir $dh;
+    my $taken_owner = defined $taken_from ? _owner_part($taken_from) : undef;
+    my @live;
+    for my $n (@names) {
+        next if $n eq $ours;
+        my $t = _token_of_mark($n) or next;
+        if (defined $taken_owner && _owner_part($t->{name}) eq $taken_owner) {
+            rmdir "$path/$n";
+            next;
+        }
+        my ($stale, $reason) = _judge($t, $o->{legacy_timeout_us});
+        if ($stale) {
+            rmdir "$path/$n";
+            next;
+        }
+        @live = ($t->{name}, $reason) unless @live;
+    }
+    return ('seen', @live);
+}
+
+# Confirms with an owner mark a token that a rename made ours: 'held',
+# ('yielded', reason) after handing the token back to the live holder whose
+# mark is in it, or 'abandoned' when the token is gone from under us.
+sub _mark_and_check {
+    my ($step, $p, $o, $token, $taken_from) = @_;
+    my $path = "$p->{dir}/$token";
+    my $mark = _mark_of($token);
+    my $ok;
+    for (1 .. 3) {
+        $ok = mkdir("$path/$mark", 0700) || $!{EEXIST};
+        last if $ok || !$!{ESTALE};
+    }
+    # Gone already: a second rename of the name we took moved our token.
+    return ('abandoned') if !$ok && ($!{ENOENT} || $!{ESTALE});
+    return _give_up($step, $p, $o, $token, $taken_from, 'cannot make the owner mark in', $! + 0) unless $ok;
+    my ($what, @live) = _judge_marks($path, $mark, $taken_from, $o);
+    if ($what eq 'gone') {
+        return _give_up($step, $p, $o, $token, $taken_from, 'cannot list the owner marks in', $live[0])
+          if defined $live[0];
+        rmdir "$path/$mark";
+        return ('abandoned');
+    }
+    return ('held') unless @live;
+    # The mark stays inside during the rename: whoever holds the directory
+    # through a stale name of its own meanwhile finds it and steps back too.
+    my $back = "$p->{dir}/$live[0]";
+    if (rename($path, $back)) { rmdir "$back/$mark" }
+    else { rmdir "$path/$mark" }
+    return ('yielded', $live[1]);
+}
+
+sub _give_up {
+    my ($step, $p, $o, $token, $taken_from, $what, $errno) = @_;
+    my $path = "$p->{dir}/$token";
+    rmdir "$path/" . _mark_of($token);
+    my ($seen, @live) = _judge_marks($path, _mark_of($token), $taken_from, $o);
+    my $outcome = '; the token stays until its lease ends';
+    $outcome = '; the lock was freed again' if $seen eq 'seen' && !@live && rename($path, "$p->{dir}/$FREE");
+    my $err = _system_error($step, $p->{dir}, "$what $token", $errno);
+    $err->{message} .= $outcome;
+    die $err;
+}
+
+# The holder of a lock directory, judged as an acquisition would judge it:
+# undef when the lock is free or its directory missing.
+sub holder {
+    my ($lockdir, %opts) = @_;
+    my $step = 'holder';
+    _check_opts($step, \%opts, qw(legacy_timeout));
+    _path_arg($step, 'the lock directory', $lockdir);
+    require Time::HiRes;
+    require Fcntl;
+    require POSIX;
+    my $p = _lock_paths($step, $lockdir);
+    return undef unless _check_dir($step, $p);
+    my $obs = _observe($step, $p);
+    return undef unless $obs->{kind} eq 'held';
+    my $t = $obs->{token};
+    my $legacy_us = int(1_000_000 *
+        (defined $opts{legacy_timeout} ? _seconds($step, 'legacy_timeout', $opts{legacy_timeout}, 0) : $DEFAULT_LEGACY_TIMEOUT));
+    my ($stale, $reason, $owner) = _judge($t, $legacy_us);
+    my $ends = $t->{legacy} ? $t->{expiry_us} + $legacy_us : $t->{expiry_us};
+    return {
+        token      => $t->{name},
+        path       => "$p->{dir}/$t->{name}",
+        expires_us => $ends,
+        expires    => _utc($ends),
+        host_tag   => $t->{legacy} ? '' : $t->{host_tag},
+        same_host  => !$t->{legacy} && $t->{host_tag} eq _identity()->{host_tag} ? 1 : 0,
+        pid        => $t->{legacy} ? 0 : $t->{pid},
+        start_time => $t->{legacy} ? 0 : $t->{start},
+        owner      => defined $owner ? $owner : 'unknown',
+        stale      => $stale ? 1 : 0,
+        reason     => $reason,
+        legacy     => $t->{legacy} ? 1 : 0,
+    };
+}
+
+
 # One round of the protocol: the fast-path rename, then, when $look is
 # set, a look at the directory and a creation or takeover if it needs one.
-# Returns ('acquired', token, expiry), ('again'), or ('busy', reason).
+# Returns ('acquired', token, expiry, marked), ('again'), or ('busy',
+# reason). $o->{given_up}: tokens of ours that a rename made ours but the
+# owner mark did not confirm; should one show up under our name again, it
+# is ours to confirm, not a live holder's to wait for.
 sub _round {
     my ($step, $p, $o, $look, $first) = @_;
     my $id = _identity();
@@ -805,7 +976,7 @@ sub _round {
     # rename, which locks the directory, can succeed.
     my $try = $first || -e "$p->{dir}/$FREE";
     if ($try) {
-        return ('acquired', $token, $expiry) if rename("$p->{dir}/$FREE", $mine);
+        return _finish($step, $p, $o, $token, $expiry, undef) if rename("$p->{dir}/$FREE", $mine);
         my $errno = $! + 0;
         if (!$!{ENOENT}) {
             die _system_error($step, $p->{dir}, "cannot rename lockfile to $token", $errno)
@@ -819,7 +990,7 @@ sub _round {
                   . "token's owner rename it");
         }
         # An NFS client may retransmit a rename whose reply was lost.
-        return ('acquired', $token, $expiry) if lstat $mine;
+        return _finish($step, $p, $o, $token, $expiry, undef) if lstat $mine;
     }
     return ('busy', undef) unless $look;
     if (!_check_dir($step, $p)) {
@@ -833,6 +1004,7 @@ sub _round {
     }
     return ('again') if $obs->{kind} eq 'free';
     my $seen = $obs->{token};
+    return _finish($step, $p, $o, $seen->{name}, $seen->{expiry_us}, undef) if $o->{given_up}{ $seen->{name} };
     my ($stale, $reason) = _judge($seen, $o->{legacy_timeout_us});
     return ('busy', $reason) unless $stale;
     # Exactly the name we judged: if its owner refreshed or released it, or
@@ -845,10 +1017,29 @@ sub _round {
         return ('again') if $!{ENOENT};
         die _system_error('take over', $p->{dir}, "cannot rename stale token $seen->{name} ($reason)", $! + 0);
     }
-    # The previous owner's leftovers, and maybe a creator's that died too.
-    _clear_dir($mine, 0) if -d $mine && !-l $mine;
-    _sweep_leftovers($p);
-    return ('acquired', $token, $expiry);
+    return _finish($step, $p, $o, $token, $expiry, $seen->{name});
+}
+
+# A rename made $token ours (taking over $taken_from, if defined). Where a
+# rename can move a token through a name it no longer has, the owner mark
+# confirms it first.
+sub _finish {
+    my ($step, $p, $o, $token, $expiry, $taken_from) = @_;
+    my $marks = _needs_marks($p);
+    if ($marks) {
+        my ($m, $holder) = _mark_and_check($step, $p, $o, $token, $taken_from);
+        if ($m ne 'held') {
+            $o->{given_up}{$token} = 1;
+            return ('busy', defined $holder ? $holder : 'taken by another client at the same moment');
+        }
+    }
+    if (defined $taken_from) {
+        # The previous owner's leftovers, and maybe a creator's that died too.
+        my $mine = "$p->{dir}/$token";
+        _clear_dir($mine, 0, $marks) if -d $mine && !-l $mine;
+        _sweep_leftovers($p);
+    }
+    return ('acquired', $token, $expiry, $marks);
 }
 
 # Acquires natively; returns (token, expiry_us) or dies with busy,
@@ -904,11 +1095,12 @@ sub _acquire {
     $o{lease_us} = _lease_us($step, $opts{lease});
     $o{legacy_timeout_us} = int(1_000_000 *
         (defined $opts{legacy_timeout} ? _seconds($step, 'legacy_timeout', $opts{legacy_timeout}, 0) : $DEFAULT_LEGACY_TIMEOUT));
-    my ($token, $expiry) = _native_acquire($step, $lockdir, \%o);
+    my ($token, $expiry, $marked) = _native_acquire($step, $lockdir, \%o);
     return bless {
         lockdir => $lockdir,
         token   => $token,
         expiry  => $expiry,
+        marked  => $marked,
         pid     => $$,
         held    => 1,
         command => $opts{command},
@@ -984,6 +1176,18 @@ sub refresh {
     }
     $self->{token}  = $next;
     $self->{expiry} = $expiry;
+    # The mark names the current lease: one naming the old lease would look
+    # expired to a process judging it after that lease's end.
+    if ($self->{marked}) {
+        my $path = "$p->{dir}/$next";
+        if (!rename("$path/" . _mark_of($old), "$path/" . _mark_of($next))
+            && !($!{ENOENT} && (mkdir("$path/" . _mark_of($next), 0700) || $!{EEXIST})))
+        {
+            die _system_error('refresh', $p->{dir},
+                "the lease was renewed, but our owner mark in $next could not be renamed to match (until a "
+                  . 'refresh succeeds, another GlusterFS client may judge it expired at the old lease\'s end)', $! + 0);
+        }
+    }
     return $next;
 }
 
@@ -999,9 +1203,15 @@ sub release {
     my ($self) = @_;
     $self->_owned('release');
     my $p = _lock_paths('release', $self->{lockdir});
+    my $path = "$p->{dir}/$self->{token}";
+    my $mark = "$path/" . _mark_of($self->{token});
+    # The next holder of "lockfile" would find our mark and step back.
+    if ($self->{marked} && !rmdir($mark) && !$!{ENOENT}) {
+        die _system_error('release', $p->{dir}, "cannot remove our owner mark from $self->{token} (the lock is still ours)", $! + 0);
+    }
     # Never retried after ENOENT: on GlusterFS a rename through a stale
     # name can move the token of whoever took ours over.
-    if (rename("$p->{dir}/$self->{token}", "$p->{dir}/$FREE")) {
+    if (rename($path, "$p->{dir}/$FREE")) {
         $self->{held} = 0;
         return 1;
     }
@@ -1010,8 +1220,14 @@ sub release {
         $self->{held} = 0;
         die $self->_lost('release');
     }
-    # Still ours: the caller may retry, and DESTROY will.
-    die _system_error('release', $p->{dir}, "cannot rename $self->{token} to lockfile", $errno);
+    # Still ours: the caller may retry, and DESTROY will. Held without its
+    # mark, another client's rename through a stale name could take it.
+    my $err = _system_error('release', $p->{dir}, "cannot rename $self->{token} to lockfile", $errno);
+    if ($self->{marked} && !mkdir($mark, 0700) && !$!{EEXIST}) {
+        $err->{message} .= "; and our owner mark could not be put back ($!): until the release succeeds, "
+          . 'another GlusterFS client may take the lock too';
+    }
+    die $err;
 }
 
 sub DESTROY {
