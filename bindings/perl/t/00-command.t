@@ -25,20 +25,28 @@ for my $case (
 {
     my ($opts, $env, $re) = @$case;
     local $ENV{TOKENLOCK_COMMAND} = defined $env ? $env : $ENV{TOKENLOCK_COMMAND};
-    my $ok = eval { Tokenlock::increment("$dir/a.count", %$opts); 1 };
+    # Only a write that follows symbolic links still runs the command.
+    my $ok = eval { Tokenlock::write_file("$dir/a.txt", "x", follow_symlinks => 1, %$opts); 1 };
     my $err = $@;
     ok(!$ok, 'an unusable command fails');
     isa_ok($err, 'Tokenlock::Error');
     is($err->code, 'no_command', 'code no_command');
-    like($err->message, qr/\ATokenlock: incr \Q$dir\E\/a\.count: cannot use the tokenlock command /,
+    like($err->message, qr/\ATokenlock: write \Q$dir\E\/a\.txt: cannot use the tokenlock command /,
         'the message names the step and the file');
     like($err->message, $re, 'and the command and what is wrong with it');
-    ok(!-e "$dir/a.count" && !-e "$dir/a.count.lock", 'nothing was created');
+    ok(!-e "$dir/a.txt", 'nothing was created');
 
-    # The lock itself is native: it needs no command at all.
+    # The lock, the counter and the plain write are native: they need no
+    # command at all (a command option still selects the command).
     my $lock = eval { Tokenlock->acquire("$dir/a.lock", %$opts) };
     ok($lock && $lock->held, 'acquire works without a usable command') or diag($@);
     ok(eval { $lock->release }, 'and so does release') or diag($@);
+    if (!defined $opts->{command}) {
+        is(eval { Tokenlock::increment("$dir/a.count") }, 1, 'increment works without a usable command') or diag($@);
+        ok(eval { Tokenlock::write_file("$dir/a.page", "page\n") }, 'and so does write_file') or diag($@);
+        is(TokenlockTest::slurp("$dir/a.page"), "page\n", 'which wrote the page');
+        unlink "$dir/a.count", "$dir/a.page";
+    }
 }
 
 # Not executable.
@@ -53,7 +61,7 @@ ok(!$ok && $@->code eq 'no_command' && $@->message =~ /it is not executable/, 'a
     local $ENV{TOKENLOCK_COMMAND} = '';
     local $ENV{PATH} = "$dir/empty-path";
     local $ENV{HOME} = "$dir/home";
-    my $ok = eval { Tokenlock::write_file("$dir/f", "x"); 1 };
+    my $ok = eval { Tokenlock::write_file("$dir/f", "x", follow_symlinks => 1); 1 };
     my $err = $@;
     ok(!$ok, 'no command anywhere fails');
     is($err->code, 'no_command', 'code no_command');
