@@ -607,19 +607,46 @@ sub _lock_paths {
     return { dir => $d, parent => $parent, name => $name };
 }
 
+# The mode of lock directories and workspaces this process creates:
+# TOKENLOCK_DIR_MODE, as the command reads it, else 0755. With group write
+# (0775, 0770) a lock is shared by a group: a directory of one of our
+# groups is then trusted.
+sub _dir_mode {
+    my ($step) = @_;
+    my $text = $ENV{TOKENLOCK_DIR_MODE};
+    return $DIR_MODE unless defined $text && length $text;
+    _usage($step, "TOKENLOCK_DIR_MODE takes an octal mode such as 0775, not \"$text\"")
+      unless $text =~ /\A[0-7]+\z/ && oct($text) <= 07777;
+    my $mode = oct $text;
+    my $problem = ($mode & 0700) != 0700 ? 'the owner needs read, write and search permission (0700) on a lock directory'
+      : $mode & 0002 ? 'a lock directory writable by others is refused by every process that uses it '
+      . '(docs/security.md): share it with a group instead, with 0775 or 0770 and a common group'
+      : $mode & 01000 ? 'in a sticky lock directory only a token\'s owner may rename it, so users lock each other out'
+      : undef;
+    _usage($step, "TOKENLOCK_DIR_MODE $text: $problem") if defined $problem;
+    return $mode;
+}
+
 # The trust rules of docs/security.md (trust.cpp) for a directory's lstat:
 # the reason it cannot be trusted, or undef.
 sub _distrust {
-    my ($path, $mode, $uid) = @_;
+    my ($path, $mode, $uid, $gid, $dir_mode) = @_;
     my $m = sprintf('%04o', $mode & 07777);
-    return "it is writable by every user (mode $m); run chmod o-w $path if its contents are yours, or remove it"
+    my $sharing = $dir_mode & 020;
+    my $share = "a lock shared by several users needs a group they all belong to: give $path that group, mode 0775, "
+      . 'and choose group sharing (TOKENLOCK_DIR_MODE=0775)';
+    return "it is writable by every user (mode $m); run chmod o-w $path if its contents are yours, or remove it; $share"
       if $mode & 002;
-    return "it is writable by group (mode $m) and group sharing was not chosen; run chmod g-w $path "
-      . 'if the group is not meant to share it'
-      if $mode & 020;
+    my $group_ok = $sharing && grep { $_ == $gid } split ' ', $);
+    if (($mode & 020) && !$group_ok) {
+        return "it is writable by group $gid (mode $m) and group sharing was not chosen; run chmod g-w $path "
+          . 'if the group is not meant to share it, or choose group sharing (TOKENLOCK_DIR_MODE=0775)'
+          unless $sharing;
+        return "it is writable by group $gid (mode $m), which is not one of this user's groups; $share";
+    }
     return "it belongs to uid $uid (mode $m), who could change it; have that user (or root) remove it "
-      . 'and it is created again on next use'
-      if $uid != $> && $uid != 0;
+      . "and it is created again on next use, or, if that user shares it on purpose, $share"
+      if $uid != $> && $uid != 0 && !$group_ok;
     return undef;
 }
 
@@ -641,7 +668,7 @@ sub _check_dir {
     if (!Fcntl::S_ISDIR($st[2])) {
         die _system_error($step, $p->{dir}, 'cannot open the lock directory', POSIX::ENOTDIR());
     }
-    my $why = _distrust($p->{dir}, $st[2], $st[4]);
+    my $why = _distrust($p->{dir}, $st[2], $st[4], $st[5], _dir_mode($step));
     die _lock_error('untrusted', $step, $p->{dir},
         sprintf('refusing the lock directory (owner uid %d, mode %04o; this process runs as uid %d): '
               . 'another user could plant or swap entries in it, and nothing in it was touched; %s',
@@ -713,6 +740,7 @@ sub _fsync_dir {
 # directory, so that concurrent creators cannot make two tokens.
 sub _create_dir {
     my ($step, $p, $lease_us) = @_;
+    my $mode = _dir_mode($step);
     my $id = _identity();
     my $owned = _make_token(_now_us() + $lease_us, $id);
     my $name = "$p->{name}.init." . substr($owned, 9);
@@ -725,8 +753,8 @@ sub _create_dir {
     }
     # The umask must not narrow the mode: applied exactly.
     my $fail;
-    if (!chmod($DIR_MODE, $init)) { $fail = [$! + 0, "cannot set the mode of $init"] }
-    elsif (!mkdir("$init/$FREE", 0700) || !chmod($DIR_MODE, "$init/$FREE")) { $fail = [$! + 0, "cannot create the token $init/$FREE"] }
+    if (!chmod($mode, $init)) { $fail = [$! + 0, "cannot set the mode of $init"] }
+    elsif (!mkdir("$init/$FREE", 0700) || !chmod($mode, "$init/$FREE")) { $fail = [$! + 0, "cannot create the token $init/$FREE"] }
     elsif (!_fsync_dir($init)) { $fail = [$! + 0, "cannot sync $init"] }
     if ($fail) {
         rmdir "$init/$FREE";
@@ -1520,7 +1548,7 @@ sub _workspace {
     if (!@st && $!{ENOENT}) {
         if (mkdir($w, 0700)) {
             $made = 1;
-            chmod($DIR_MODE, $w);
+            chmod(_dir_mode('commit'), $w);
         }
         elsif (!$!{EEXIST}) {
             die _lost_before_commit($t, $lock->{token}) if $!{ENOENT} && _token_gone($lock);
@@ -1533,7 +1561,7 @@ sub _workspace {
         my ($path, $what, $s) = @$d;
         next unless @$s;
         my $why = !Fcntl::S_ISDIR($s->[2]) || Fcntl::S_ISLNK($s->[2]) ? 'it is not a directory; remove it'
-          : _distrust($path, $s->[2], $s->[4]);
+          : _distrust($path, $s->[2], $s->[4], $s->[5], _dir_mode('commit'));
         if (defined $why) {
             rmdir $w if $made;
             die _lock_error('untrusted', 'commit', $path,

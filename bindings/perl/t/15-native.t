@@ -318,4 +318,28 @@ sub plant {
     is(slurp($count), 3 * 40 + 3 * 15 . "\n", 'module and command together lose no increment');
 }
 
+# --- group sharing, chosen as the command chooses it ------------------------------------
+{
+    my $L = fresh();
+    {
+        local $ENV{TOKENLOCK_DIR_MODE} = '0775';
+        my $lock = Tokenlock->acquire($L);
+        is(sprintf('%04o', (stat $L)[2] & 07777), '0775', 'TOKENLOCK_DIR_MODE=0775: the lock directory is made 0775');
+        $lock->release;
+        ok(Tokenlock->try_acquire($L), 'and a group-writable lock directory of our group is used');
+        my ($st) = capture([$cmd, 'run', '-n', $L, 'true'], env => { TOKENLOCK_DIR_MODE => '0775' });
+        is($st, 0, 'as the command uses it');
+    }
+    is(code_of(sub { Tokenlock->acquire($L, wait => 0) }), 'untrusted', 'without group sharing it is refused');
+    like($@->message, qr/group sharing was not chosen/, 'saying why') if ref $@;
+    for my $bad ('0777', '0600', 'rwx', '01775') {
+        local $ENV{TOKENLOCK_DIR_MODE} = $bad;
+        my $M = fresh();
+        is(code_of(sub { Tokenlock->acquire($M, wait => 0) }), 'bad_argument', "TOKENLOCK_DIR_MODE=$bad: bad_argument");
+        ok(!-e $M, 'and nothing was made');
+        opendir(my $dh, $dir) or die;
+        is_deeply([grep { /\Q.init.\E/ } readdir $dh], [], 'not even a creation directory');
+    }
+}
+
 done_testing();
