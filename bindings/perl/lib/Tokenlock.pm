@@ -1348,31 +1348,70 @@ sub _file_error {
     return _system_error($step, $t->{path}, $what, $errno, _file_advice($errno, $t->{dir}));
 }
 
-sub _target {
-    my ($path) = @_;
-    my ($dir, $name) = $path =~ m{\A(.*)/([^/]*)\z}s ? ($1, $2) : ('.', $path);
-    $dir = '/' if $dir eq '';
-    return { path => $path, dir => $dir, name => $name };
+# The target of a write: its path, directory and name, and what a
+# replacement keeps (the mode of a regular file it replaces). A directory
+# or a special file is refused. A symbolic link is replaced, as if the
+# name were free, unless $follow: then the chain of links is resolved (at
+# most 40 hops), each link checked as the kernel's protected_symlinks
+# checks it, and the file it ends at is the target.
+sub _resolve_target {
+    my ($step, $path, $follow) = @_;
+    my $bad = sub { die _error(code => 'bad_argument', status => 64, message => "tokenlock: $step \"$path\": $_[0]") };
+    $bad->("the target path ends in '/': name a file") if $path =~ m{/\z};
+    my $t;
+    for (my $hops = 0;; $hops++) {
+        my ($dir, $name) = $path =~ m{\A(.*)/([^/]*)\z}s ? ($1, $2) : ('.', $path);
+        $dir = '/' if $dir eq '';
+        $bad->('the target must name a file') if $name eq '.' || $name eq '..';
+        $t = { path => $path, dir => $dir, name => $name, exists => 0 };
+        my @st = lstat $path;
+        if (!@st) {
+            die _file_error($step, $t, 'cannot look at the target', $! + 0) unless $!{ENOENT};
+            last;
+        }
+        if (Fcntl::S_ISLNK($st[2])) {
+            last unless $follow;
+            die _file_error($step, $t, 'too many levels of symbolic links', POSIX::ELOOP()) if $hops >= 40;
+            _check_link($step, $t, \@st);
+            my $to = readlink $path;
+            die _file_error($step, $t, 'cannot read the symbolic link', $! + 0) unless defined $to;
+            $path = $to =~ m{\A/} ? $to : "$dir/$to";
+            next;
+        }
+        die _file_error($step, $t, 'the target is a directory', POSIX::EISDIR()) if Fcntl::S_ISDIR($st[2]);
+        die _system_error($step, $t->{path},
+            'the target is not a regular file (a device, FIFO or socket cannot be replaced atomically)', POSIX::EINVAL(), '')
+          unless Fcntl::S_ISREG($st[2]);
+        $t->{exists} = 1;
+        # Its setuid, setgid and sticky bits belonged to its contents.
+        $t->{keep_mode} = $st[2] & 0777;
+        last;
+    }
+    my @dst = stat $t->{dir};
+    if (!@dst) {
+        my $errno = $! + 0;
+        die _system_error($step, $t->{path}, "its directory $t->{dir} does not exist", $errno, 'create the directory first')
+          if $!{ENOENT};
+        die _file_error($step, $t, "cannot look at the directory $t->{dir}", $errno);
+    }
+    die _file_error($step, $t, "$t->{dir} is not a directory", POSIX::ENOTDIR()) unless Fcntl::S_ISDIR($dst[2]);
+    return $t;
 }
 
-# Looks at the target: a directory or a special file is refused. Fills in
-# what a replacement keeps: the mode of a regular file it replaces.
-sub _look_at_target {
-    my ($step, $t) = @_;
-    my @st = lstat $t->{path};
-    if (!@st) {
-        die _file_error($step, $t, 'cannot look at the target', $! + 0) unless $!{ENOENT};
-        $t->{exists} = 0;
-        return;
-    }
-    $t->{exists} = 1;
-    $t->{link}   = Fcntl::S_ISLNK($st[2]) ? 1 : 0;
-    die _file_error($step, $t, 'the target is a directory', POSIX::EISDIR()) if Fcntl::S_ISDIR($st[2]);
-    die _system_error($step, $t->{path},
-        'the target is not a regular file (a device, FIFO or socket cannot be replaced atomically)', POSIX::EINVAL(), '')
-      if !$t->{link} && !Fcntl::S_ISREG($st[2]);
-    # Its setuid, setgid and sticky bits belonged to its contents.
-    $t->{keep_mode} = $st[2] & 0777 if !$t->{link};
+# In a directory that is sticky and writable by all, anyone may plant a
+# link: one is followed only when it is ours or the directory owner's.
+sub _check_link {
+    my ($step, $t, $link_st) = @_;
+    my @d = stat $t->{dir};
+    die _file_error($step, $t, "cannot look at the directory $t->{dir} of the symbolic link", $! + 0) unless @d;
+    return unless ($d[2] & 01000) && ($d[2] & 0002);
+    return if $link_st->[4] == $> || $link_st->[4] == $d[4];
+    die _error(code => 'untrusted', status => 77,
+        message => "tokenlock: $step $t->{path}: refusing to follow the symbolic link $t->{path}: it is owned by uid "
+          . "$link_st->[4], neither this user (uid $>) nor the owner of $t->{dir} (uid $d[4]), a directory that is sticky "
+          . sprintf('and writable by all (mode %04o), where anyone may plant a link; nothing was written or read: ', $d[2] & 07777)
+          . "name the file it points to directly, or have that link removed and made by uid $>"
+          . ($> == $d[4] ? '' : " or $d[4]"));
 }
 
 sub _umask_mode { my $u = umask; return 0644 & ~(defined $u ? $u : 022) }
@@ -1432,9 +1471,8 @@ sub _mode_of {
 
 # write_file without a lock: temp beside the target, renamed over it.
 sub _native_write {
-    my ($path, $data, $sync, $mode) = @_;
-    my $t = _target($path);
-    _look_at_target('write', $t);
+    my ($path, $data, $sync, $mode, $follow) = @_;
+    my $t = _resolve_target('write', $path, $follow);
     my $tmp = _write_temp($t, $t->{dir}, $data, $sync, _mode_of($t, $mode));
     if (!rename($tmp, $t->{path})) {
         my $errno = $! + 0;
@@ -1620,13 +1658,13 @@ sub _fenced_commit {
 # $compute returned as its second value.
 sub _native_update {
     my ($step, $path, $lockdir, $compute, %o) = @_;
-    my $t = _target($path);
+    my $t;
     my $wait = defined $o{wait} ? $o{wait} : 10;
     my $lock = Tokenlock->_acquire('acquire', $lockdir, wait => $wait,
         (defined $o{legacy_timeout} ? (legacy_timeout => $o{legacy_timeout}) : ()));
     my ($value, $fh);
     my $ok = eval {
-        _look_at_target($step, $t);
+        $t = _resolve_target('write', $path, $o{follow_symlinks});
         my $network = !_on_local_fs($lock->{lockdir});
         my $mark = $network ? { old => _read_version_mark("$lock->{lockdir}/$lock->{token}/w") } : undef;
         my ($current, $mtime);
@@ -1745,10 +1783,10 @@ sub write_file {
         _usage("$step $path", 'wait applies to the lock: give lock too') unless defined $opts{lock};
         _seconds($step, 'wait', $opts{wait}, 1);
     }
-    if (!$opts{follow_symlinks} && !defined $opts{command}) {
+    if (!defined $opts{command}) {
         _native_setup();
         my $sync = _sync($step, $opts{sync});
-        return _native_write($path, $bytes, $sync, $opts{mode}) unless defined $opts{lock};
+        return _native_write($path, $bytes, $sync, $opts{mode}, $opts{follow_symlinks}) unless defined $opts{lock};
         _native_update($step, $path, $opts{lock}, sub { ($bytes) }, %opts, sync => $sync);
         return 1;
     }

@@ -220,4 +220,46 @@ SKIP: {
     is(increment($c), 2, 'a version newer than the mark is taken as written outside the lock');
 }
 
+# --- following symbolic links ------------------------------------------------------------------
+{
+    my $d = "$dir/follow";
+    mkdir $d or die;
+    mkdir "$d/sub" or die;
+    spit("$d/sub/real", "old\n");
+    chmod 0640, "$d/sub/real";
+    symlink('sub/real', "$d/rel") or die;
+    symlink("$d/rel", "$d/chain") or die;
+    write_file("$d/chain", "new\n", follow_symlinks => 1);
+    is(slurp("$d/sub/real"), "new\n", 'a chain of links, relative and absolute, is followed to the file');
+    ok(-l "$d/chain" && -l "$d/rel", 'the links stay');
+    is(sprintf('%04o', (stat "$d/sub/real")[2] & 07777), '0640', 'the file keeps its mode');
+    spit("$d/sub/n.count", "5\n");
+    symlink('sub/n.count', "$d/n.count") or die;
+    write_file("$d/n.count", "6\n", follow_symlinks => 1, lock => "$d/n.lock");
+    is(slurp("$d/sub/n.count"), "6\n", 'also through the lock');
+    symlink('loop2', "$d/loop1") or die;
+    symlink('loop1', "$d/loop2") or die;
+    is(err_of(sub { write_file("$d/loop1", "x", follow_symlinks => 1) }), 'system ' . POSIX::ELOOP(), 'a loop of links: ELOOP');
+    ok(-l "$d/loop1" && -l "$d/loop2", 'nothing replaced');
+    is_deeply([temps($d)], [], 'no temporary file');
+}
+SKIP: {
+    skip 'planting another user\'s link needs root', 5 unless $> == 0;
+    my $d = "$dir/sticky";
+    mkdir $d or die;
+    chmod 01777, $d;
+    chmod 0755, $dir;    # searchable by that user
+    spit("$dir/victim", "mine\n");
+    my $kid = fork_worker(sub {
+        POSIX::setgid(65534) or die "setgid: $!";
+        POSIX::setuid(65534) or die "setuid: $!";
+        symlink("$dir/victim", "$d/planted") or die "symlink: $!";
+    });
+    is(reap($kid), 0, 'another user plants a link in a sticky directory writable by all');
+    ok(-l "$d/planted", 'the link is there');
+    is(err_of(sub { write_file("$d/planted", "root's\n", follow_symlinks => 1) }), 'untrusted', 'following it: untrusted');
+    like($@->message, qr/refusing to follow the symbolic link \Q$d\E\/planted: it is owned by uid 65534/, 'naming the link and its owner');
+    is(slurp("$dir/victim"), "mine\n", 'what it points to is untouched');
+}
+
 done_testing();
