@@ -419,8 +419,9 @@ sub _identity {
         chomp $host;
     }
     if (!length $host) {
-        require Sys::Hostname;
-        $host = eval { Sys::Hostname::hostname() };
+        # gethostname(2) reads the same name; uname(2) starts no process.
+        require POSIX;
+        $host = (POSIX::uname())[1];
         $host = '' unless defined $host;
     }
     $host = 'host' unless length $host;
@@ -1034,7 +1035,12 @@ sub _round {
     my $seen = $obs->{token};
     return _finish($step, $p, $o, $seen->{name}, $seen->{expiry_us}, undef) if $o->{given_up}{ $seen->{name} };
     my ($stale, $reason) = _judge($seen, $o->{legacy_timeout_us});
-    return ('busy', $reason) unless $stale;
+    if (!$stale) {
+        # Nothing else looks at the parent once the lock directory exists,
+        # and a waiter has time to spare.
+        _sweep_leftovers($p) if int(rand(32)) == 0;
+        return ('busy', $reason);
+    }
     # Exactly the name we judged: if its owner refreshed or released it, or
     # another taker was first, the name is gone and the rename fails
     # without touching anyone's token.
@@ -1385,6 +1391,7 @@ sub _resolve_target {
         $t->{exists} = 1;
         # Its setuid, setgid and sticky bits belonged to its contents.
         $t->{keep_mode} = $st[2] & 0777;
+        $t->{keep_owner} = [$st[4], $st[5]];
         last;
     }
     my @dst = stat $t->{dir};
@@ -1429,6 +1436,9 @@ sub _write_temp {
     }
     binmode $fh;
     my $fail;
+    # As root, the replaced file's owner and group are kept (best effort),
+    # so that the program owning the data can still write it.
+    chown($t->{keep_owner}[0], $t->{keep_owner}[1], $fh) if $> == 0 && $t->{keep_owner};
     if (!chmod($mode, $fh)) { $fail = ['create', "cannot set the mode of the temporary file $tmp", $! + 0] }
     else {
         my $off = 0;
@@ -1665,6 +1675,7 @@ sub _native_update {
     my ($value, $fh);
     my $ok = eval {
         $t = _resolve_target('write', $path, $o{follow_symlinks});
+        _sweep_temps($t, $lock->{lease_us}) if int(rand(32)) == 0;
         my $network = !_on_local_fs($lock->{lockdir});
         my $mark = $network ? { old => _read_version_mark("$lock->{lockdir}/$lock->{token}/w") } : undef;
         my ($current, $mtime);
@@ -1724,6 +1735,24 @@ sub _native_update {
     die $err unless $ok;
     _sync_target_dir($t, $o{sync}, 'the update is committed', '; do not repeat the update', $value);
     return $value;
+}
+
+# Removes this target's temporary files older than a lease, which no live
+# writer holding the lock can own: those of crashed writes beside it.
+# Only regular files named exactly .NAME.tmp.<16 hex>.
+sub _sweep_temps {
+    my ($t, $lease_us) = @_;
+    opendir(my $dh, $t->{dir}) or return 0;
+    my $prefix = ".$t->{name}.tmp.";
+    my @names = grep { substr($_, 0, length $prefix) eq $prefix && substr($_, length $prefix) =~ /\A[0-9a-f]{16}\z/ } readdir $dh;
+    closedir $dh;
+    my $removed = 0;
+    for my $n (@names) {
+        my @st = lstat "$t->{dir}/$n" or next;
+        next unless Fcntl::S_ISREG($st[2]) && $st[9] * 1_000_000 < _now_us() - $lease_us;
+        $removed += unlink "$t->{dir}/$n";
+    }
+    return $removed;
 }
 
 # Adds two unsigned decimals given as strings; undef past 2**64-1.

@@ -262,4 +262,34 @@ SKIP: {
     is(slurp("$dir/victim"), "mine\n", 'what it points to is untouched');
 }
 
+# --- crashed writers' temporary files; owners kept by root ----------------------------------------
+{
+    my $d = "$dir/sweep";
+    mkdir $d or die;
+    my $old = time - 7200;
+    for my $n ('.c.count.tmp.0123456789abcdef', '.c.count.tmp.fedcba9876543210', '.c.count.tmp.short', '.other.tmp.0123456789abcdef') {
+        spit("$d/$n", 'x');
+        utime($old, $old, "$d/$n");
+    }
+    spit("$d/.c.count.tmp.00000000000000aa", 'young');
+    symlink("$d/target-of-link", "$d/.c.count.tmp.00000000000000bb") or die;
+    spit("$d/target-of-link", 'keep');
+    is(Tokenlock::_sweep_temps({ dir => $d, name => 'c.count' }, 3600 * 1_000_000), 2,
+        'the sweep removes this target\'s temporary files older than the lease');
+    is_deeply([entries($d)], [sort '.c.count.tmp.00000000000000aa', '.c.count.tmp.00000000000000bb', '.c.count.tmp.short',
+        '.other.tmp.0123456789abcdef', 'target-of-link'], 'and nothing else: young ones, odd names, links, other targets');
+}
+SKIP: {
+    skip 'keeping another user\'s ownership is done as root', 2 unless $> == 0;
+    my $f = "$dir/owned";
+    spit($f, "theirs\n");
+    chown 65534, 65534, $f or die;
+    write_file($f, "root's\n");
+    is(join(':', (stat $f)[4, 5]), '65534:65534', 'root replacing a file keeps its owner and group');
+    increment("$dir/owned.count");
+    chown 65534, 65534, "$dir/owned.count" or die;
+    increment("$dir/owned.count");
+    is(join(':', (stat "$dir/owned.count")[4, 5]), '65534:65534', 'also through the lock');
+}
+
 done_testing();
