@@ -463,7 +463,7 @@ sub _nonce {
 
 sub _make_token {
     my ($expiry_us, $id) = @_;
-    return sprintf('%s.%d.%s.%d.%s.%s', $FREE, $expiry_us, $id->{host_tag}, $id->{pid}, $id->{start}, _nonce());
+    return join('.', $FREE, int($expiry_us), $id->{host_tag}, $id->{pid}, $id->{start}, _nonce());
 }
 
 # What a name in the lock directory is (token_name.cpp): 'free', 'held',
@@ -805,8 +805,17 @@ sub _sweep_leftovers {
 # Empties a workspace taken over from a previous owner: entries are looked
 # at with lstat, so a symbolic link is removed, never followed.
 sub _clear_dir {
-    my ($dir, $depth, $keep_marks) = @_;
+    my ($dir, $depth, $keep_marks, $seen) = @_;
     opendir(my $dh, $dir) or return;
+    # Without openat the walk goes by path: a directory swapped for a link
+    # since its lstat is not the one we opened, and is left alone.
+    if ($seen) {
+        my @st = stat $dh;
+        if (!@st || $st[0] != $seen->[0] || $st[1] != $seen->[1]) {
+            closedir $dh;
+            return;
+        }
+    }
     my @names = grep { $_ ne '.' && $_ ne '..' } readdir $dh;
     closedir $dh;
     for my $n (@names) {
@@ -815,7 +824,7 @@ sub _clear_dir {
         my $path = "$dir/$n";
         my @st = lstat $path or next;
         if (Fcntl::S_ISDIR($st[2])) {
-            _clear_dir($path, $depth + 1, 0) if $depth < 8;
+            _clear_dir($path, $depth + 1, 0, \@st) if $depth < 8;
             rmdir $path;
         }
         else {
@@ -1193,7 +1202,11 @@ sub refresh {
     my ($self, %opts) = @_;
     _check_opts('refresh', \%opts, qw(lease));
     $self->_owned('refresh');
-    my $lease_us = _lease_us('refresh', $opts{lease});
+    return $self->_refresh(_lease_us('refresh', $opts{lease}));
+}
+
+sub _refresh {
+    my ($self, $lease_us) = @_;
     my $p = _lock_paths('refresh', $self->{lockdir});
     my $old = $self->{token};
     my $expiry = _now_us() + $lease_us;
@@ -1214,8 +1227,9 @@ sub refresh {
             die _system_error('refresh', $p->{dir}, "cannot rename $old to $next", $errno);
         }
     }
-    $self->{token}  = $next;
-    $self->{expiry} = $expiry;
+    $self->{token}    = $next;
+    $self->{expiry}   = $expiry;
+    $self->{lease_us} = $lease_us;
     # The mark names the current lease: one naming the old lease would look
     # expired to a process judging it after that lease's end.
     if ($self->{marked}) {
@@ -1713,7 +1727,7 @@ sub _native_update {
             # two remains.
             my $tmp = _write_temp($t, $t->{dir}, $next, $sync, $mode);
             my $token = $lock->{token};
-            if (!eval { $lock->refresh(lease => $lock->{lease_us} / 1_000_000); 1 }) {
+            if (!eval { $lock->_refresh($lock->{lease_us}); 1 }) {
                 my $err = $@;
                 unlink $tmp;
                 die(ref $err && $err->code eq 'lock_lost' ? _lost_before_commit($t, $token) : $err);
