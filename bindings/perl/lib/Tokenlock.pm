@@ -2052,19 +2052,35 @@ unreliable. A holder that dies is noticed at once on the same host, and a
 lock can never be stolen from a live holder (docs/protocol.md).
 
 The module is pure Perl with core modules only (Perl 5.8.1 or newer). It
-runs the C<tokenlock> command (docs/tokenlock.1.md) for each operation,
-without a shell, and reads the command's messages from its standard error.
-Each operation therefore costs a process start: C<with_lock> two (acquire
-and release), C<increment> and C<write_file> one. C<bench/lang/perl_bench.pl>
-measures what that costs against flock(2).
+implements the protocol of docs/protocol.md itself: the lock, its
+takeover of stale tokens, the atomic write and the update committed
+through the lock's token. It starts no process, so it works where the
+C<tokenlock> command cannot run (hosts that mount home directories
+C<noexec>, other architectures), and it shares every lock directory with
+the command, the C++ library and the other language modules.
 
-Under taint mode (C<perl -T>) the command is run only if C<$ENV{PATH}> and
-every path given to the module, and the command's own path, are untainted
-by the caller: the module does not launder them.
+A call of C<write_file> or C<increment> given the C<command> option still
+runs that command (docs/tokenlock.1.md), without a shell, as earlier
+versions of this module did for every operation. Under taint mode
+(C<perl -T>) the command is then run only if C<$ENV{PATH}> and every path
+given to the module, and the command's own path, are untainted by the
+caller: the module does not launder them.
+
+What the module does not do, unlike the library: it never maps the wait
+board (a waiter polls with backoff, and C++ waiters beside it still get
+the lock within the documented bound), and core Perl has no C<renameat>,
+so every step names its path, and the lock directory is judged by
+C<lstat> at each acquisition rather than once through a descriptor.
+
+C<TOKENLOCK_DIR_MODE> (an octal mode such as C<0775>), as the command
+reads it, is the mode of the lock directories and workspaces the module
+creates; with group write it chooses group sharing, under which a lock
+directory of one of this user's groups is trusted (docs/security.md).
 
 =head2 Finding the command
 
-In this order:
+Only a call given C<< command => PATH >> runs a command, and runs that
+one. C<command_path> finds one in this order:
 
 =over
 
@@ -2108,8 +2124,11 @@ code died too, its error wins and the loss is given as a warning.
 
 Acquires the lock directory C<$lockdir> (created on first use; its parent
 must exist) and returns the lock object. The lock is owned by this process
-(C<tokenlock acquire --pid $$>), so it is freed at once when this process
-dies, however it dies.
+(its pid and start time are in the token), so it is freed at once when this
+process dies, however it dies: the next acquisition on this host takes it
+over. A lock directory that another user could change (writable by others,
+by a group without group sharing, owned by another user, or a symbolic
+link) is refused with C<untrusted>, with nothing in it touched.
 
 =over
 
@@ -2131,14 +2150,25 @@ When a legacy token (below) counts as stale: at this age (default 60).
 
 =item C<< command => PATH >>
 
-The C<tokenlock> command to run (see L</Finding the command>).
+Accepted and ignored: the lock is taken natively.
 
 =back
 
 Bound the wait with C<wait>, not with C<alarm> and a C<die> in its handler:
-an acquire interrupted that way may still succeed in the command, leaving
+an acquire interrupted that way may still have renamed the token, leaving
 a lock owned by this process that no object will release before the
 process ends.
+
+=head2 holder
+
+    my $h = Tokenlock::holder($lockdir, legacy_timeout => SECS);
+
+Who holds the lock, judged as an acquisition would judge it, or C<undef>
+when it is free or its directory does not exist. A hash reference:
+C<token>, C<path>, C<expires_us> and C<expires> (UTC), C<host_tag>,
+C<same_host>, C<pid>, C<start_time>, C<owner> (C<alive>, C<dead> or
+C<unknown>), C<stale> (it may be taken over now), C<reason> (the same words
+as C<tokenlock status>) and C<legacy>. It changes nothing.
 
 =head2 try_acquire
 
@@ -2177,8 +2207,11 @@ interpreter thread: C<release> and C<refresh> die there with C<not_owner>.
 
     Tokenlock::write_file($path, $data, sync => 'file_and_dir', lock => $lockdir, wait => SECS);
 
-Replaces C<$path> with C<$data> atomically (C<tokenlock write>): a temporary
-file C<.NAME.tmp.*> beside it is written, flushed and renamed over it. Empty
+Replaces C<$path> with C<$data> atomically: a temporary file
+C<.NAME.tmp.*> beside it is written, flushed and renamed over it. With
+C<lock>, the temporary file is written in the lock's token instead and
+renamed over the target through the token's name, so that a writer whose
+lock was taken over meanwhile writes nothing (C<lock_lost>). Empty
 data writes an empty file. C<$data> is bytes: encode text first (a string
 with characters above 255 is refused with C<bad_argument>). Options:
 
@@ -2228,8 +2261,11 @@ C<$path> under its lock (default C<$path.lock>) and returns the new value
 as a decimal string (exact up to 2**64-1). The file holds one unsigned
 decimal and a newline; a missing file counts as 0. Anything else is refused
 with C<corrupt_data> and left as it is. The new value is committed through
-the lock's token (C<tokenlock incr>), so a process that lost the lock cannot
-overwrite it.
+the lock's token, so a process that lost the lock cannot overwrite it
+(C<lock_lost>, nothing written). On a network filesystem each commit
+leaves a version mark in the token, and a read older than the last commit
+is read again and then refused with C<stale_data>
+(docs/atomic-writes.md).
 
 When the directory cannot be flushed after the commit, the error is
 C<dir_sync_failed> and C<< $err->value >> is the new value: the count is
@@ -2239,9 +2275,9 @@ C<wait> bounds the wait for the lock, in seconds (default 10, the
 command's own; 0 tries once). A busy lock gives C<busy> with C<wait =E<gt> 0>
 and C<timed_out> otherwise, with the counter left as it was.
 
-The wait is passed as C<tokenlock incr -w>. An older command (a copy
-installed before C<write> and C<incr> took C<-w>) refuses it; the module
-then remembers that for the rest of the process and lets the command wait
+With the C<command> option, the wait is passed as C<tokenlock incr -w>. An
+older command (a copy installed before C<write> and C<incr> took C<-w>)
+refuses it; the module then remembers that for the rest of the process and lets the command wait
 its own 10 seconds: a C<wait> of 20 or more is made of as many such waits
 as fit in it, and a shorter one is that one wait. The command is never cut
 short, since one stopped just after its commit would have counted an
@@ -2277,9 +2313,9 @@ Every failure dies with a C<Tokenlock::Error> object:
 
     $err->code      # the error's name, below
     $err->errno     # for code 'system': the errno (else 0)
-    $err->status    # the command's exit status (undef for errors of the module itself)
-    $err->message   # the command's message: it names the path, the step and the cause
-    $err->command   # the command line that was run, as a list
+    $err->status    # the exit status the command gives for this error (undef for not_owner)
+    $err->message   # it names the path, the step, the cause and the fix
+    $err->command   # with the command option: the command line that was run, as a list
     $err->value     # dir_sync_failed from increment: the new value (counted)
 
 It stringifies to the message followed by a newline, as C<die>'s own
@@ -2287,7 +2323,7 @@ messages end, so C<warn "failed: $@"> and an uncaught error read well.
 
 The code is the library's name for the error (tokenlock/errors.hpp), the
 same in the C interface, the command's C<--errors=json> line and the PHP
-and Python modules. The module runs the command with
+and Python modules. When it runs the command, the module runs it with
 C<TOKENLOCK_ERRORS=json> and takes the name from that line; it never reads
 the message to tell errors apart.
 
@@ -2328,9 +2364,10 @@ home directory, which is all this needs:
 
 =item 1.
 
-Copy the statically linked C<tokenlock> command to F<~/bin/tokenlock> (or
-beside your script, for instance in F<cgi-bin>) and make it executable
-(C<chmod 755>). Check it with C<~/bin/tokenlock doctor ~/data>.
+Optionally, copy the statically linked C<tokenlock> command to
+F<~/bin/tokenlock> to check the data directory (C<~/bin/tokenlock doctor
+~/data>) and to look at locks (C<tokenlock status>). The module itself
+does not need it.
 
 =item 2.
 
