@@ -1685,7 +1685,8 @@ sub _native_update {
     my $t;
     my $wait = defined $o{wait} ? $o{wait} : 10;
     my $lock = Tokenlock->_acquire('acquire', $lockdir, wait => $wait,
-        (defined $o{legacy_timeout} ? (legacy_timeout => $o{legacy_timeout}) : ()));
+        (defined $o{legacy_timeout} ? (legacy_timeout => $o{legacy_timeout}) : ()),
+        (defined $o{lease} ? (lease => $o{lease}) : ()));
     my ($value, $fh);
     my $ok = eval {
         $t = _resolve_target('write', $path, $o{follow_symlinks});
