@@ -850,22 +850,38 @@ our %OWNER_MARKS;
 # The type of the filesystem holding $path, from the mount table by device
 # number; undef when it cannot be told.
 sub _fs_type {
-    my ($path) = @_;
+    my ($path, $table) = @_;
     my @st = stat $path or return undef;
     my $dev = $st[0];
     my $major = (($dev >> 8) & 0xfff) | (($dev >> 32) & ~0xfff);
     my $minor = ($dev & 0xff) | (($dev >> 12) & ~0xff);
-    open(my $fh, '<', '/proc/self/mountinfo') or return undef;
-    my $type;
+    # $table: another mount table, for tests.
+    open(my $fh, '<', defined $table ? $table : '/proc/self/mountinfo') or return undef;
+    my ($type, @mounts);
     while (my $line = <$fh>) {
         my @f = split ' ', $line;
-        next unless @f > 3 && $f[2] eq "$major:$minor";
         my ($sep) = grep { $f[$_] eq '-' } 6 .. $#f;
-        next unless defined $sep && defined $f[$sep + 1];
-        $type = $f[$sep + 1];
-        last;
+        next unless @f > 4 && defined $sep && defined $f[$sep + 1];
+        if ($f[2] eq "$major:$minor") {
+            $type = $f[$sep + 1];
+            last;
+        }
+        (my $point = $f[4]) =~ s/\\([0-7]{3})/chr oct $1/ge;
+        push @mounts, [$point, $f[$sep + 1]];
     }
     close $fh;
+    return $type if defined $type;
+    # A device no mount names (a btrfs subvolume): the mount whose point is
+    # the longest prefix of the real path.
+    require Cwd;
+    my $real = Cwd::abs_path($path);
+    return undef unless defined $real;
+    my $best = '';
+    for my $m (@mounts) {
+        my $pt = $m->[0];
+        next unless $real eq $pt || $pt eq '/' || substr($real, 0, length($pt) + 1) eq "$pt/";
+        ($best, $type) = ($pt, $m->[1]) if length $pt >= length $best;
+    }
     return $type;
 }
 

@@ -31,6 +31,24 @@ sub mark_of { 'h.' . substr($_[0], 9) }
 is(Tokenlock::_needs_marks({ dir => "$dir/local.lock", parent => $dir }), 0,
     'a lock on this local filesystem gets no marks by itself');
 
+# The filesystem type by device number, else by the longest mount point
+# that holds the real path (a btrfs subvolume's device is in no mount).
+{
+    mkdir "$dir/mnt" or die;
+    mkdir "$dir/mnt/in dir" or die;
+    TokenlockTest::spit("$dir/mountinfo",
+        "1 0 999:1 / / rw - ext4 /dev/x rw\n"
+          . "2 1 999:2 / $dir/mnt rw shared:1 - fuse.glusterfs srv:/vol rw\n"
+          . "3 1 999:3 / $dir/mn rw - nfs4 srv:/x rw\n");
+    is(Tokenlock::_fs_type("$dir/mnt/in dir", "$dir/mountinfo"), 'fuse.glusterfs', 'the longest mount point holding the path');
+    is(Tokenlock::_fs_type($dir, "$dir/mountinfo"), 'ext4', 'a path under no other mount point: the root\'s');
+    is(Tokenlock::_fs_type("$dir/nothing-here", "$dir/mountinfo"), undef, 'a missing path: unknown');
+    my @st = stat $dir;
+    my ($maj, $min) = ((($st[0] >> 8) & 0xfff) | (($st[0] >> 32) & ~0xfff), ($st[0] & 0xff) | (($st[0] >> 12) & ~0xff));
+    TokenlockTest::spit("$dir/mountinfo2", "1 0 999:1 / / rw - ext4 /dev/x rw\n2 1 $maj:$min / /elsewhere rw - xfs /dev/y rw\n");
+    is(Tokenlock::_fs_type("$dir/mnt", "$dir/mountinfo2"), 'xfs', 'the device number first');
+}
+
 my $host_tag;
 {
     my $L = "$dir/probe.lock";

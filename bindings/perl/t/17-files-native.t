@@ -202,6 +202,8 @@ SKIP: {
     is(scalar @marks, 1, 'the commit left one version mark');
     my ($hash) = $marks[0] =~ /\Av\.([0-9a-f]{16})\./;
     is($hash, Tokenlock::_fnv_hex("1\n"), 'naming the FNV-1a hash of what it wrote');
+    is(join(' ', map { Tokenlock::_fnv_hex($_) } '', 'a', 'foobar'), 'cbf29ce484222325 af63dc4c8601ec8c 85944171f73967e8',
+        'FNV-1a, 64 bits, as its published test vectors give it');
     is(increment($c), 2, 'the next update reads what the mark says');
     @marks = grep { /\Av\./ } entries("$c.lock/lockfile/w");
     is(scalar @marks, 1, 'the mark was renamed, not added to');
