@@ -1361,11 +1361,15 @@ my %LOCAL_FS = map { $_ => 1 } qw(ext2 ext3 ext4 xfs btrfs tmpfs ramfs f2fs over
 # filesystem on a local disk.
 our %LOCAL_FOR;
 
+# Asked once per lock directory and process: a mount table can be long.
+my %LOCAL_SEEN;
+
 sub _on_local_fs {
     my ($path) = @_;
     return $LOCAL_FOR{$path} if defined $LOCAL_FOR{$path};
+    return $LOCAL_SEEN{$path} if defined $LOCAL_SEEN{$path};
     my $type = _fs_type($path);
-    return !defined $type || $LOCAL_FS{$type} ? 1 : 0;
+    return $LOCAL_SEEN{$path} = !defined $type || $LOCAL_FS{$type} ? 1 : 0;
 }
 
 sub _file_advice {
