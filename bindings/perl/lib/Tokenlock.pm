@@ -363,6 +363,14 @@ sub _steady_us {
 
 sub _sleep_us { Time::HiRes::usleep($_[0]) if $_[0] > 0 }
 
+# The entries of a directory, without . and .. and untainted: the kernel
+# never lists a name holding '/' or NUL, and names are only ever used
+# relative to the directory listed, never by a shell.
+sub _names {
+    my ($dh) = @_;
+    return map { $_ eq '.' || $_ eq '..' ? () : /\A([^\/\0]+)\z/s ? $1 : () } readdir $dh;
+}
+
 # FNV-1a, 64 bits, as lib/src/fnv1a.hpp, in two 32-bit halves so that no
 # product leaves the range a Perl number holds exactly.
 sub _fnv1a {
@@ -401,8 +409,8 @@ sub _proc_stat {
     return () if $close < 0;
     my @f = split ' ', substr($line, $close + 1);
     # Fields from 3 on: state is field 3, the start time field 22.
-    return () unless @f >= 20 && $f[19] =~ /\A\d+\z/;
-    return ($f[0], $f[19]);
+    return () unless @f >= 20 && $f[19] =~ /\A(\d+)\z/;
+    return ($f[0], $1);
 }
 
 # This process's identity, as lib/src/posix/posix_os.cpp makes it: read
@@ -435,7 +443,8 @@ sub _identity {
     %ID = (
         pid      => $$,
         start    => defined $start ? $start : 0,
-        host_tag => sprintf('%s-%08x', $host, ($hi ^ $lo)),
+        # Checked, and so untainted for perl -T: it goes into every token.
+        host_tag => (sprintf('%s-%08x', $host, ($hi ^ $lo)) =~ /\A([A-Za-z0-9_-]{1,32}-[0-9a-f]{8})\z/)[0],
         random   => undef,
     );
     return \%ID;
@@ -458,7 +467,7 @@ sub _nonce {
         # No /dev/urandom (a chroot): time, pid and Perl's generator.
         $bytes = pack('NN', int(rand(4294967296)) ^ ($$ << 8), (_now_us() % 4294967296) ^ int(rand(4294967296)));
     }
-    return unpack('H16', $bytes);
+    return (unpack('H16', $bytes) =~ /\A([0-9a-f]{16})\z/)[0];
 }
 
 sub _make_token {
@@ -617,8 +626,8 @@ sub _dir_mode {
     my $text = $ENV{TOKENLOCK_DIR_MODE};
     return $DIR_MODE unless defined $text && length $text;
     _usage($step, "TOKENLOCK_DIR_MODE takes an octal mode such as 0775, not \"$text\"")
-      unless $text =~ /\A[0-7]+\z/ && oct($text) <= 07777;
-    my $mode = oct $text;
+      unless $text =~ /\A([0-7]+)\z/ && oct($1) <= 07777;
+    my $mode = oct $1;
     my $problem = ($mode & 0700) != 0700 ? 'the owner needs read, write and search permission (0700) on a lock directory'
       : $mode & 0002 ? 'a lock directory writable by others is refused by every process that uses it '
       . '(docs/security.md): share it with a group instead, with 0775 or 0770 and a common group'
@@ -690,7 +699,7 @@ sub _observe {
             return { kind => 'missing' } if $!{ENOENT};
             die _system_error($step, $p->{dir}, 'cannot list the lock directory', $! + 0);
         }
-        my @all = grep { $_ ne '.' && $_ ne '..' } readdir $dh;
+        my @all = grep { $_ ne '.' && $_ ne '..' } _names($dh);
         closedir $dh;
         my (%tok, @bad);
         my %info;
@@ -785,7 +794,7 @@ sub _sweep_leftovers {
     my ($p) = @_;
     my $prefix = "$p->{name}.init.";
     opendir(my $dh, $p->{parent}) or return;
-    my @names = grep { length $_ > length $prefix && substr($_, 0, length $prefix) eq $prefix } readdir $dh;
+    my @names = grep { length $_ > length $prefix && substr($_, 0, length $prefix) eq $prefix } _names($dh);
     closedir $dh;
     for my $n (@names) {
         my $path = "$p->{parent}/$n";
@@ -816,7 +825,7 @@ sub _clear_dir {
             return;
         }
     }
-    my @names = grep { $_ ne '.' && $_ ne '..' } readdir $dh;
+    my @names = grep { $_ ne '.' && $_ ne '..' } _names($dh);
     closedir $dh;
     for my $n (@names) {
         # Owner marks were judged one by one; ours stays.
@@ -914,7 +923,7 @@ sub _owner_part { my ($token) = @_; (my $o = $token) =~ s/\Alockfile\.[0-9]+\.//
 sub _judge_marks {
     my ($path, $ours, $taken_from, $o) = @_;
     opendir(my $dh, $path) or return ('gone', $!{ENOENT} || $!{ESTALE} ? undef : $! + 0);
-    my @names = readdir $dh;
+    my @names = _names($dh);
     closedir $dh;
     my $taken_owner = defined $taken_from ? _owner_part($taken_from) : undef;
     my @live;
@@ -1509,7 +1518,8 @@ sub _sync_target_dir {
 
 sub _mode_of {
     my ($t, $mode) = @_;
-    return oct $mode if defined $mode;
+    # Checked by write_file: untainted here, since chmod refuses a tainted mode.
+    return oct(($mode =~ /\A(0[0-7]{1,4})\z/)[0]) if defined $mode;
     return defined $t->{keep_mode} ? $t->{keep_mode} : _umask_mode();
 }
 
@@ -1576,13 +1586,13 @@ sub _read_target {
 # what the last commit wrote, so that the next holder can tell a stale read
 # from its client's cache (docs/atomic-writes.md, The version mark).
 
-sub _fnv_hex { my ($hi, $lo) = _fnv1a($_[0]); return sprintf('%08x%08x', $hi, $lo) }
+sub _fnv_hex { my ($hi, $lo) = _fnv1a($_[0]); return (sprintf('%08x%08x', $hi, $lo) =~ /\A([0-9a-f]{16})\z/)[0] }
 
 sub _read_version_mark {
     my ($workspace) = @_;
     opendir(my $dh, $workspace) or return undef;
     my $best;
-    for my $n (readdir $dh) {
+    for my $n (_names($dh)) {
         next unless $n =~ /\Av\.([0-9a-f]{16})\.(-?[0-9]+)\z/;
         $best = { name => $n, hash => $1, mtime_us => $2 } if !$best || $2 > $best->{mtime_us};
     }
@@ -1613,7 +1623,7 @@ sub _token_gone {
     my ($lock) = @_;
     return 0 if lstat("$lock->{lockdir}/$lock->{token}") || !$!{ENOENT};
     opendir(my $dh, $lock->{lockdir}) or return 1;
-    my $there = grep { $_ eq $lock->{token} } readdir $dh;
+    my $there = grep { $_ eq $lock->{token} } _names($dh);
     closedir $dh;
     return !$there;
 }
@@ -1779,7 +1789,7 @@ sub _sweep_temps {
     my ($t, $lease_us) = @_;
     opendir(my $dh, $t->{dir}) or return 0;
     my $prefix = ".$t->{name}.tmp.";
-    my @names = grep { substr($_, 0, length $prefix) eq $prefix && substr($_, length $prefix) =~ /\A[0-9a-f]{16}\z/ } readdir $dh;
+    my @names = grep { substr($_, 0, length $prefix) eq $prefix && substr($_, length $prefix) =~ /\A[0-9a-f]{16}\z/ } _names($dh);
     closedir $dh;
     my $removed = 0;
     for my $n (@names) {
@@ -2082,10 +2092,13 @@ the command, the C++ library and the other language modules.
 
 A call of C<write_file> or C<increment> given the C<command> option still
 runs that command (docs/tokenlock.1.md), without a shell, as earlier
-versions of this module did for every operation. Under taint mode
-(C<perl -T>) the command is then run only if C<$ENV{PATH}> and every path
-given to the module, and the command's own path, are untainted by the
-caller: the module does not launder them.
+versions of this module did for every operation.
+
+Under taint mode (C<perl -T>) the module works with the paths the caller
+untainted: it does not launder them. What it reads from the system (the
+host name, F</proc>, F</dev/urandom>, directory listings) it checks before
+it puts it into a name. With the C<command> option, C<$ENV{PATH}> and the
+command's own path must be untainted too.
 
 What the module does not do, unlike the library: it never maps the wait
 board (a waiter polls with backoff, and C++ waiters beside it still get
