@@ -357,7 +357,14 @@ sub _now_us {
     return $s * 1_000_000 + $us;
 }
 
+# A Time::HiRes older than Perl 5.10's has no clock_gettime: the wall
+# clock then bounds waits, which a clock step can lengthen or shorten.
+my $HAVE_MONOTONIC;
+
 sub _steady_us {
+    $HAVE_MONOTONIC = defined &Time::HiRes::clock_gettime && eval { Time::HiRes::CLOCK_MONOTONIC(); 1 } ? 1 : 0
+      unless defined $HAVE_MONOTONIC;
+    return int(Time::HiRes::time() * 1_000_000) unless $HAVE_MONOTONIC;
     return int(Time::HiRes::clock_gettime(Time::HiRes::CLOCK_MONOTONIC()) * 1_000_000);
 }
 
