@@ -18,14 +18,6 @@ my $dir = scratch_dir();
 my $n   = 0;
 sub fresh { return "$dir/l" . ++$n . '.lock' }
 
-sub entries {
-    my ($d) = @_;
-    opendir(my $dh, $d) or return ();
-    my @e = sort grep { $_ ne '.' && $_ ne '..' } readdir $dh;
-    closedir $dh;
-    return @e;
-}
-
 sub code_of { my ($code) = @_; my $ok = eval { $code->(); 1 }; return $ok ? 'ok' : ref $@ ? $@->code : "died: $@" }
 
 sub now_us { require Time::HiRes; my ($s, $us) = Time::HiRes::gettimeofday(); return $s * 1_000_000 + $us }

@@ -17,14 +17,6 @@ my $dir = scratch_dir();
 my $n   = 0;
 sub fresh { my $L = "$dir/l" . ++$n . '.lock'; $Tokenlock::OWNER_MARKS{$L} = 1; return $L }
 
-sub entries {
-    my ($d) = @_;
-    opendir(my $dh, $d) or return ();
-    my @e = sort grep { $_ ne '.' && $_ ne '..' } readdir $dh;
-    closedir $dh;
-    return @e;
-}
-
 sub now_us { require Time::HiRes; my ($s, $us) = Time::HiRes::gettimeofday(); return $s * 1_000_000 + $us }
 sub mark_of { 'h.' . substr($_[0], 9) }
 

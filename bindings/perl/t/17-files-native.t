@@ -16,14 +16,6 @@ use Tokenlock qw(write_file increment);
 my $cmd = tokenlock_command();
 my $dir = scratch_dir();
 
-sub entries {
-    my ($d) = @_;
-    opendir(my $dh, $d) or return ();
-    my @e = sort grep { $_ ne '.' && $_ ne '..' } readdir $dh;
-    closedir $dh;
-    return @e;
-}
-
 # Temporary files anywhere under $d (the target's directory and every
 # lock workspace in it).
 sub temps {
