@@ -197,7 +197,7 @@ struct commit_rules {
 constexpr std::chrono::seconds workspace_leftover_age{60};
 
 failure fenced_commit(os& sys, const lock_handle& h, const write_target& t,
-                      const std::string& contents, const write_options& options,
+                      std::string_view contents, const write_options& options,
                       const commit_rules& rules, bool& cross_device) {
   cross_device = false;
   const std::string workspace = h.path().string() + "/w";
@@ -385,7 +385,7 @@ bool on_network(os& sys, const lock_handle& h) {
 // The file lock's commit: fenced through the token, or else, when the
 // token cannot fence it, `cross_device` set and nothing written.
 failure commit_through_token(os& sys, const lock_handle& h, const write_target& t,
-                             const std::string& contents, const write_options& in_lock,
+                             std::string_view contents, const write_options& in_lock,
                              const commit_rules& rules, std::string& why) {
   if (failure f = fence_possible(sys, h, t, why)) return f;
   if (!why.empty()) return {};
@@ -496,7 +496,7 @@ failure commit_impl(const lock_handle& h, const boost::filesystem::path& target,
   const commit_rules rules{handle_dir_mode(h), network ? &mark : nullptr,
                            sweeps(sys, update_options{})};
   if (failure f =
-          commit_through_token(sys, h, t, std::string(contents), in_lock_options(options), rules, why))
+          commit_through_token(sys, h, t, contents, in_lock_options(options), rules, why))
     return f;
   if (!why.empty())
     return make_failure(errc::not_fenced,
@@ -526,7 +526,7 @@ void sweep_target_temps(os& sys, const write_target& t, std::chrono::millisecond
   // Anything older than a lease cannot belong to a live writer that holds
   // this lock; the unfenced commit, atomic_write and the command's write
   // leave theirs beside the target when they crash.
-  if (options.sweep_every == 0 || sys.random_u64() % options.sweep_every != 0) return;
+  if (!sweeps(sys, options)) return;
   std::size_t swept = 0;
   sweep_impl(sys, t.dir, std::chrono::duration_cast<std::chrono::microseconds>(lease), swept,
              t.name);

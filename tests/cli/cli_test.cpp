@@ -33,6 +33,7 @@ using tokenlock::testing::run_command;
 using tokenlock::testing::slurp;
 using tokenlock::testing::snapshot;
 using tokenlock::testing::spit;
+using tokenlock::testing::strip;
 using tokenlock::testing::temp_dir;
 namespace code = tokenlock::cli::exit_code;
 
@@ -52,10 +53,6 @@ class CliTest : public ::testing::Test {
   // A shell snippet with $T set to the tokenlock binary.
   command_result sh(const std::string& script) {
     return run_command({"/bin/sh", "-c", "T='" + tool + "'; " + script});
-  }
-  std::string strip(std::string s) {
-    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-    return s;
   }
 };
 
