@@ -323,6 +323,7 @@ sub _legacy_timeout {
 
 sub _check_opts {
     my ($step, $opts, @known) = @_;
+    return unless %$opts;
     my %k = map { $_ => 1 } @known, 'command';
     for (sort keys %$opts) {
         _usage($step, "unknown option '$_' (known: " . join(', ', sort keys %k) . ')') unless $k{$_};
@@ -453,7 +454,10 @@ sub _identity {
         # Checked, and so untainted for perl -T: it goes into every token.
         host_tag => (sprintf('%s-%08x', $host, ($hi ^ $lo)) =~ /\A([A-Za-z0-9_-]{1,32}-[0-9a-f]{8})\z/)[0],
         random   => undef,
+        pool     => '',
     );
+    # The part of every token that is the same for the whole process.
+    $ID{owner} = join('.', $ID{host_tag}, $ID{pid}, $ID{start});
     return \%ID;
 }
 
@@ -461,25 +465,31 @@ sub _identity {
 # opened once per process; a forked child opens its own.
 sub _nonce {
     my $id = _identity();
-    my $bytes = '';
-    if (!$id->{random}) {
-        open($id->{random}, '<', '/dev/urandom') or undef $id->{random};
-        binmode $id->{random} if $id->{random};
+    # Read 8 bytes at a time, /dev/urandom costs a system call per
+    # acquisition; a block serves 512 of them.
+    if (length $id->{pool} < 16) {
+        my $bytes = '';
+        if (!$id->{random}) {
+            open($id->{random}, '<', '/dev/urandom') or undef $id->{random};
+            binmode $id->{random} if $id->{random};
+        }
+        if ($id->{random}) {
+            my $n = sysread($id->{random}, $bytes, 4096);
+            $bytes = '' unless defined $n && $n >= 8;
+        }
+        if (length $bytes < 8) {
+            # No /dev/urandom (a chroot): time, pid and Perl's generator.
+            $bytes = pack('NN', int(rand(4294967296)) ^ ($$ << 8), (_now_us() % 4294967296) ^ int(rand(4294967296)));
+        }
+        # Checked, and so untainted for perl -T: it goes into every token.
+        ($id->{pool}) = unpack('H*', $bytes) =~ /\A([0-9a-f]+)\z/;
     }
-    if ($id->{random}) {
-        my $n = sysread($id->{random}, $bytes, 8);
-        $bytes = '' unless defined $n && $n == 8;
-    }
-    if (length $bytes != 8) {
-        # No /dev/urandom (a chroot): time, pid and Perl's generator.
-        $bytes = pack('NN', int(rand(4294967296)) ^ ($$ << 8), (_now_us() % 4294967296) ^ int(rand(4294967296)));
-    }
-    return (unpack('H16', $bytes) =~ /\A([0-9a-f]{16})\z/)[0];
+    return substr($id->{pool}, 0, 16, '');
 }
 
 sub _make_token {
     my ($expiry_us, $id) = @_;
-    return join('.', $FREE, int($expiry_us), $id->{host_tag}, $id->{pid}, $id->{start}, _nonce());
+    return "$FREE." . int($expiry_us) . ".$id->{owner}." . _nonce();
 }
 
 # What a name in the lock directory is (token_name.cpp): 'free', 'held',
@@ -612,8 +622,13 @@ sub _lock_error {
 }
 
 # The lock directory's path split as lock_directory.cpp splits it.
+# Parsed once per path: a long-running process locks the same few.
+my %PATHS;
+
 sub _lock_paths {
     my ($step, $lockdir) = @_;
+    my $p = $PATHS{$lockdir};
+    return $p if $p;
     (my $d = $lockdir) =~ s{(?<=.)/+\z}{};
     _usage("$step $lockdir",
         "\"$d\" cannot be a lock directory: the lock directory is created and replaced by rename; "
@@ -621,7 +636,8 @@ sub _lock_paths {
       if $d eq '/' || $d eq '.' || $d eq '..';
     my ($parent, $name) = $d =~ m{\A(.*)/([^/]*)\z}s ? ($1, $2) : ('.', $d);
     $parent = '/' if $parent eq '';
-    return { dir => $d, parent => $parent, name => $name };
+    %PATHS = () if keys %PATHS >= 1000;
+    return $PATHS{$lockdir} = { dir => $d, parent => $parent, name => $name };
 }
 
 # The mode of lock directories and workspaces this process creates:
@@ -669,6 +685,21 @@ sub _distrust {
 
 # Judges the lock directory before anything in it is touched: 1 when it
 # is there and trusted, 0 when it is missing; dies otherwise.
+# The verdicts this process reached, by lock directory: its lstat (device,
+# inode, mode, owner, group) and what else the rules depend on. The same
+# directory, unchanged, is not judged again; a replaced or changed one is.
+my %TRUSTED;
+
+# Built only of untainted parts: under perl -T a tainted value anywhere in
+# a statement taints every value that statement makes.
+sub _trust_key {
+    my ($st) = @_;
+    my $mode = $ENV{TOKENLOCK_DIR_MODE};
+    my $key = join(':', @$st[0, 1, 2, 4, 5], $>);
+    return $key unless defined $mode;
+    return $mode =~ /\A([0-7]*)\z/ ? "$key:$1" : "$key:?";
+}
+
 sub _check_dir {
     my ($step, $p) = @_;
     my @st = lstat $p->{dir};
@@ -676,6 +707,9 @@ sub _check_dir {
         return 0 if $!{ENOENT};
         die _system_error($step, $p->{dir}, 'cannot look at the lock directory', $! + 0);
     }
+    my $key = _trust_key(\@st);
+    my $known = $TRUSTED{$p->{dir}};
+    return 1 if defined $known && $known eq $key;
     require Fcntl;
     if (Fcntl::S_ISLNK($st[2])) {
         die _lock_error('untrusted', $step, $p->{dir},
@@ -691,6 +725,8 @@ sub _check_dir {
               . 'another user could plant or swap entries in it, and nothing in it was touched; %s',
             $st[4], $st[2] & 07777, $>, $why))
       if defined $why;
+    %TRUSTED = () if keys %TRUSTED >= 1000;
+    $TRUSTED{$p->{dir}} = $key;
     return 1;
 }
 
@@ -1120,24 +1156,34 @@ sub _finish {
 # Acquires natively; returns (token, expiry_us) or dies with busy,
 # timed_out or another error. $o: lease_us, legacy_timeout_us, wait_us
 # (undef: forever; 0: one try).
+my $SET_UP;
+
 sub _native_setup {
+    return if $SET_UP;
     require Time::HiRes;
     require Fcntl;
     require POSIX;
     require IO::Handle;
+    $SET_UP = 1;
 }
 
 sub _native_acquire {
     my ($step, $lockdir, $o) = @_;
     _native_setup();
     my $p = _lock_paths($step, $lockdir);
+    my $first = 1;
     # The directory is judged before anything in it is touched. A missing
-    # one is created by the first look.
-    _check_dir($step, $p);
+    # one is created by the first look. When it is there, the first rename
+    # comes before the clocks and the loop below, which only a busy lock
+    # needs.
+    if (_check_dir($step, $p)) {
+        my ($what, @r) = _round($step, $p, $o, 0, 1);
+        return @r if $what eq 'acquired';
+        $first = 0;
+    }
     my $start = _steady_us();
     my $deadline = defined $o->{wait_us} ? $start + $o->{wait_us} : undef;
     my ($delay, $last_look, $reason) = ($BACKOFF_MIN_US, undef, undef);
-    my $first = 1;
     while (1) {
         my $now = _steady_us();
         my $final = defined $deadline && $now >= $deadline;
@@ -1169,12 +1215,15 @@ sub _acquire {
     my ($class, $step, $lockdir, %opts) = @_;
     _check_opts($step, \%opts, qw(wait lease legacy_timeout));
     _path_arg($step, 'the lock directory', $lockdir);
-    my $wait = defined $opts{wait} ? $opts{wait} : 10;
-    my %o;
-    $o{wait_us} = $wait eq 'forever' ? undef : int(_seconds($step, 'wait', $wait, 1) * 1_000_000);
-    $o{lease_us} = _lease_us($step, $opts{lease});
-    $o{legacy_timeout_us} = int(1_000_000 *
-        (defined $opts{legacy_timeout} ? _seconds($step, 'legacy_timeout', $opts{legacy_timeout}, 0) : $DEFAULT_LEGACY_TIMEOUT));
+    my %o = (wait_us => 10_000_000, lease_us => $DEFAULT_LEASE * 1_000_000,
+        legacy_timeout_us => $DEFAULT_LEGACY_TIMEOUT * 1_000_000);
+    if (%opts) {
+        my $wait = defined $opts{wait} ? $opts{wait} : 10;
+        $o{wait_us} = $wait eq 'forever' ? undef : int(_seconds($step, 'wait', $wait, 1) * 1_000_000);
+        $o{lease_us} = _lease_us($step, $opts{lease});
+        $o{legacy_timeout_us} = int(1_000_000 * _seconds($step, 'legacy_timeout', $opts{legacy_timeout}, 0))
+          if defined $opts{legacy_timeout};
+    }
     my ($token, $expiry, $marked) = _native_acquire($step, $lockdir, \%o);
     return bless {
         lockdir => $lockdir,
@@ -1290,7 +1339,7 @@ sub release {
     $self->_owned('release');
     my $p = _lock_paths('release', $self->{lockdir});
     my $path = "$p->{dir}/$self->{token}";
-    my $mark = "$path/" . _mark_of($self->{token});
+    my $mark = $self->{marked} ? "$path/" . _mark_of($self->{token}) : undef;
     # The next holder of "lockfile" would find our mark and step back.
     if ($self->{marked} && !rmdir($mark) && !$!{ENOENT}) {
         die _system_error('release', $p->{dir}, "cannot remove our owner mark from $self->{token} (the lock is still ours)", $! + 0);

@@ -189,6 +189,25 @@ sub plant {
     }
 }
 
+# --- a directory judged before is judged again when it changes ------------------------
+# The verdict is kept per directory and lstat: made world-writable by its
+# owner, or removed and made again by another, it is refused at once.
+{
+    my $L = fresh();
+    Tokenlock->acquire($L)->release;
+    chmod 0777, $L or die "chmod $L: $!";
+    my @before = entries($L);
+    is(code_of(sub { Tokenlock->acquire($L, wait => 0) }), 'untrusted', 'made world-writable after a first use: untrusted');
+    is_deeply([entries($L)], \@before, 'made world-writable after a first use: nothing was touched');
+    chmod 0755, $L or die "chmod $L: $!";
+    Tokenlock->acquire($L)->release;
+    rmdir "$L/lockfile" or die "rmdir $L/lockfile: $!";
+    rmdir $L or die "rmdir $L: $!";
+    symlink(fresh(), $L) or die "symlink $L: $!";
+    is(code_of(sub { Tokenlock->acquire($L, wait => 0) }), 'untrusted', 'replaced by a symbolic link after a first use: untrusted');
+    ok(-l $L, 'replaced by a symbolic link after a first use: the link is left alone');
+}
+
 # --- lost at release and refresh -----------------------------------------------------
 {
     my $L = fresh();
