@@ -1501,6 +1501,8 @@ sub _resolve_target {
         die _file_error($step, $t, "cannot look at the directory $t->{dir}", $errno);
     }
     die _file_error($step, $t, "$t->{dir} is not a directory", POSIX::ENOTDIR()) unless Fcntl::S_ISDIR($dst[2]);
+    # Its filesystem: a fenced commit needs the lock's token on the same one.
+    $t->{dir_dev} = $dst[0];
     return $t;
 }
 
@@ -1609,7 +1611,10 @@ sub _read_target {
           if $!{ELOOP};
         die _file_error('read', $t, 'cannot open the target', $! + 0);
     }
-    my @st = stat $fh;
+    # Reading does not change the modification time, which the version
+    # mark compares: one stat serves both.
+    require Time::HiRes;
+    my @st = Time::HiRes::stat($fh);
     die _system_error('read', $t->{path}, 'it is a directory; nothing was written', POSIX::EISDIR(), '')
       if Fcntl::S_ISDIR($st[2]);
     die _system_error('read', $t->{path},
@@ -1632,9 +1637,7 @@ sub _read_target {
             POSIX::EFBIG(), '')
           if length $text > $READ_LIMIT;
     }
-    require Time::HiRes;
-    my @hst = Time::HiRes::stat($fh);
-    return ($text, $fh, int(($hst[9] || 0) * 1_000_000));
+    return ($text, $fh, int(($st[9] || 0) * 1_000_000));
 }
 
 # ---- version marks, on network filesystems ---------------------------------
@@ -1688,7 +1691,7 @@ sub _token_gone {
 # rules: another user who could write it could swap the temporary file.
 # Returns (path, made).
 sub _workspace {
-    my ($lock, $t) = @_;
+    my ($lock, $t, $tok) = @_;
     my $token_path = "$lock->{lockdir}/$lock->{token}";
     my $w = "$token_path/w";
     my $made = 0;
@@ -1705,7 +1708,7 @@ sub _workspace {
         @st = lstat $w;
     }
     die _file_error('commit', $t, "cannot look at the workspace $w", $! + 0) unless @st;
-    for my $d ([$token_path, "lock's token", [lstat $token_path]], [$w, "lock's workspace", \@st]) {
+    for my $d ([$token_path, "lock's token", $tok], [$w, "lock's workspace", \@st]) {
         my ($path, $what, $s) = @$d;
         next unless @$s;
         my $why = !Fcntl::S_ISDIR($s->[2]) || Fcntl::S_ISLNK($s->[2]) ? 'it is not a directory; remove it'
@@ -1728,17 +1731,16 @@ sub _workspace {
 sub _fenced_commit {
     my ($lock, $t, $data, $sync, $mode, $mark) = @_;
     my $token_path = "$lock->{lockdir}/$lock->{token}";
-    my @tok = stat $token_path;
+    my @tok = lstat $token_path;
     if (!@tok) {
         die _lost_before_commit($t, $lock->{token}) if $!{ENOENT} && _token_gone($lock);
         die _file_error('commit', $t, "cannot look at the lock's token $token_path", $! + 0);
     }
-    my @dir = stat $t->{dir};
-    die _file_error('commit', $t, "cannot look at the directory $t->{dir}", $! + 0) unless @dir;
     # A token that is a file, as a legacy script's setup may have made it,
     # has no room for the temporary file.
-    return 0 if !Fcntl::S_ISDIR($tok[2]) || $tok[0] != $dir[0];
-    my ($w, $made) = _workspace($lock, $t);
+    # A link there is refused by the workspace's checks.
+    return 0 if (!Fcntl::S_ISDIR($tok[2]) && !Fcntl::S_ISLNK($tok[2])) || $tok[0] != $t->{dir_dev};
+    my ($w, $made) = _workspace($lock, $t, \@tok);
     my $tmp = eval { _write_temp($t, $w, $data, $sync, $mode) };
     if (!defined $tmp) {
         my $err = $@;
