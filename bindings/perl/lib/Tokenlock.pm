@@ -2074,6 +2074,156 @@ sub read_counter {
 
 # ---------------------------------------------------------------------------
 
+package Tokenlock::Redis;
+
+# A lock that is a name in a Redis server (docs/redis.md), for hosts that
+# share no filesystem. Core Perl has no Redis client, so each call runs
+# the tokenlock command with --redis: the same keys, scripts and fences as
+# the C++ library, and the same errors.
+
+use strict;
+use warnings;
+
+sub _wait_args {
+    my ($step, $opts) = @_;
+    my $wait = defined $opts->{wait} ? $opts->{wait} : 10;
+    return () if $wait eq 'forever';
+    Tokenlock::_seconds($step, 'wait', $wait, 1);
+    return $wait == 0 ? ('-n') : ('-w', $wait);
+}
+
+sub _lease_args {
+    my ($step, $opts) = @_;
+    return () unless defined $opts->{lease};
+    Tokenlock::_lease_us($step, $opts->{lease});
+    return ('--lease', $opts->{lease});
+}
+
+sub _url_arg {
+    my ($step, $url, $name) = @_;
+    Tokenlock::_usage($step, 'the Redis URL must be a non-empty string such as redis://127.0.0.1:6379')
+      unless defined $url && length $url && !ref $url;
+    Tokenlock::_usage($step, 'the lock name must be a non-empty string') unless defined $name && length $name && !ref $name;
+    Tokenlock::_usage($step, 'the lock name must not start with "-"') if $name =~ /\A-/;
+}
+
+sub acquire {
+    my ($class, $url, $name, %opts) = @_;
+    Tokenlock::_check_opts('acquire', \%opts, qw(wait lease));
+    _url_arg('acquire', $url, $name);
+    my $wait = defined $opts{wait} ? $opts{wait} : 10;
+    my @args = ('acquire', '--redis', $url, _wait_args('acquire', \%opts), _lease_args('acquire', \%opts), $name);
+    my $out = Tokenlock::_call({ step => 'acquire', path => "$url $name", opts => \%opts,
+        busy => $wait eq 'forever' || $wait > 0 ? 'timed_out' : 'busy' }, @args);
+    my ($token) = $out =~ /\A([0-9]+\.[A-Za-z0-9_.-]+)\n?\z/
+      or die Tokenlock::_error(code => 'command_failed',
+        message => "Tokenlock: acquire $url $name: the tokenlock command printed no token: \"$out\"");
+    return bless { url => $url, name => $name, token => $token, pid => $$, held => 1,
+        command => $opts{command} }, ref($class) || $class;
+}
+
+sub try_acquire {
+    my ($class, $url, $name, %opts) = @_;
+    $opts{wait} = 0 unless defined $opts{wait};
+    my $lock = eval { $class->acquire($url, $name, %opts) };
+    return $lock if $lock;
+    my $err = $@;
+    return undef if ref $err && ($err->code eq 'busy' || $err->code eq 'timed_out');
+    die $err;
+}
+
+sub token { $_[0]{token} }
+sub name  { $_[0]{name} }
+sub url   { $_[0]{url} }
+sub held  { $_[0]{held} && $_[0]{pid} == $$ ? 1 : 0 }
+
+# The fencing token: grows with every grant of this name.
+sub fence { my ($f) = $_[0]{token} =~ /\A([0-9]+)/; return $f }
+
+sub _owned {
+    my ($self, $step) = @_;
+    my $why = !$self->{held} ? 'this lock object no longer holds the lock (it was released or lost)'
+      : $self->{pid} != $$ ? "the lock belongs to process $self->{pid}, and this is its forked child $$"
+      : undef;
+    die Tokenlock::_error(code => 'not_owner', message => "Tokenlock: $step $self->{url} $self->{name}: $why")
+      if defined $why;
+}
+
+sub _command {
+    my ($self, $step, @args) = @_;
+    my $ctx = { step => $step, path => "$self->{url} $self->{name}",
+        opts => defined $self->{command} ? { command => $self->{command} } : {} };
+    my $out = eval { Tokenlock::_call($ctx, $step, '--redis', $self->{url}, @args, $self->{name}, $self->{token}) };
+    return $out if defined $out;
+    my $err = $@;
+    $self->{held} = 0 if ref $err && $err->code eq 'lock_lost';
+    die $err;
+}
+
+sub refresh {
+    my ($self, %opts) = @_;
+    Tokenlock::_check_opts('refresh', \%opts, qw(lease));
+    $self->_owned('refresh');
+    $self->_command('refresh', _lease_args('refresh', \%opts));
+    return $self->{token};
+}
+
+sub release {
+    my ($self) = @_;
+    $self->_owned('release');
+    $self->_command('release');
+    $self->{held} = 0;
+    return 1;
+}
+
+sub DESTROY {
+    my ($self) = @_;
+    return unless $self->{held} && $self->{pid} == $$;
+    local ($@, $!, $?);
+    eval { $self->release; 1 }
+      or warn "Tokenlock: the Redis lock $self->{name} was still held when its object went away, "
+      . "and releasing it failed: $@";
+}
+
+sub CLONE_SKIP { 1 }
+
+sub with_lock {
+    my ($url, $name, $code, %opts) = @_;
+    Tokenlock::_usage('with_lock', 'the third argument must be a code reference') unless ref $code eq 'CODE';
+    my $lock = Tokenlock::Redis->acquire($url, $name, %opts);
+    my $want = wantarray;
+    my @r;
+    my $ok = eval {
+        if ($want) { @r = $code->($lock) }
+        elsif (defined $want) { $r[0] = $code->($lock) }
+        else { $code->($lock) }
+        1;
+    };
+    if (!$ok) {
+        my $err = $@;
+        eval { $lock->release if $lock->held; 1 } or warn $@;
+        die $err;
+    }
+    $lock->release if $lock->held;
+    return $want ? @r : $r[0];
+}
+
+# Who holds NAME: undef when free, else { token, fence, pid, host_tag,
+# remaining_ms }, from the command's status --json.
+sub holder {
+    my ($url, $name, %opts) = @_;
+    Tokenlock::_check_opts('status', \%opts, ());
+    _url_arg('status', $url, $name);
+    my $out = Tokenlock::_call({ step => 'status', path => "$url $name", opts => \%opts },
+        'status', '--json', '--redis', $url, $name);
+    require JSON::PP;
+    my $s = eval { JSON::PP::decode_json($out) }
+      or die Tokenlock::_error(code => 'command_failed',
+        message => "Tokenlock: status $url $name: the tokenlock command printed what is not JSON: \"$out\"");
+    return undef unless ($s->{state} || '') eq 'held';
+    return { map { $_ => $s->{$_} } grep { exists $s->{$_} } qw(token fence owner pid host_tag remaining_ms) };
+}
+
 package Tokenlock::Error;
 
 use overload
@@ -2398,6 +2548,32 @@ the same lock directories (docs/protocol.md, Legacy tokens, has the
 conditions, such as the pattern those scripts must use). C<acquire>,
 C<with_lock>, C<write_file> and C<increment> take C<legacy_timeout> for
 scripts that use another age than 60 seconds.
+
+=head2 Tokenlock::Redis: a lock in a Redis server
+
+For hosts that share no filesystem, a lock can be a name in a Redis server
+(docs/redis.md). Core Perl has no Redis client, so these calls run the
+command with C<--redis> (one process start each); they share the lock with
+the command and the C++ library, with the same fences.
+
+  my $lock = Tokenlock::Redis->acquire('redis://127.0.0.1:6379', 'report', wait => 10, lease => 60);
+  my $fence = $lock->fence;      # grows with every grant of this name
+  $lock->refresh(lease => 60);   # lock_lost if another took it meanwhile
+  $lock->release;
+
+  Tokenlock::Redis::with_lock($url, 'report', sub { ... }, wait => 10);
+  my $lock = Tokenlock::Redis->try_acquire($url, 'report');   # undef when held
+  my $h = Tokenlock::Redis::holder($url, 'report');  # undef, or { token, fence, owner, pid, host_tag, remaining_ms }
+
+URLs as the command takes them: C<redis://[[user]:password@]host[:port][/db]>
+or C<unix:///path/to/socket>. C<wait> is as for C<acquire> (default 10
+seconds; C<'forever'>; 0 for one try), C<lease> defaults to the command's
+300 seconds. Redis cannot see that a holder died: a grant ends with its
+lease, so keep leases short and refresh. The object releases a forgotten
+lock when it goes away, never in a forked child, whose C<release> dies with
+C<not_owner>. Errors are C<Tokenlock::Error> objects with the codes of
+L</ERRORS>: C<busy>, C<timed_out>, C<lock_lost>, C<bad_argument> (a bad URL,
+name or option), C<system> with the errno of a connection that failed.
 
 =head1 ERRORS
 
