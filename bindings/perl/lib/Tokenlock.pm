@@ -17,7 +17,7 @@ use Fcntl qw(F_GETFL F_SETFL O_NONBLOCK);
 
 our $VERSION   = '0.1.0';
 our @ISA       = ('Exporter');
-our @EXPORT_OK = qw(with_lock write_file increment read_counter);
+our @EXPORT_OK = qw(with_lock write_file update_file increment read_counter);
 
 # Errors are named as the library names them (tokenlock/errors.hpp): the
 # command is run with TOKENLOCK_ERRORS=json, and its last line on stderr,
@@ -1927,6 +1927,34 @@ sub write_file {
     return 1;
 }
 
+# Read-modify-write under the lock, committed through the token: $code
+# gets the current contents (undef: no file) and returns the new ones.
+sub update_file {
+    my ($path, $code, %opts) = @_;
+    my $step = 'update';
+    _check_opts($step, \%opts, qw(lock wait lease sync mode legacy_timeout follow_symlinks));
+    _path_arg($step, 'the file', $path);
+    _usage("$step $path", 'the second argument must be a code reference') unless ref $code eq 'CODE';
+    _usage("$step $path", "mode must be a string of octal digits such as '0640', not \"$opts{mode}\"")
+      if defined $opts{mode} && $opts{mode} !~ /^0[0-7]{1,4}\z/;
+    _native_setup();
+    my $lockdir = defined $opts{lock} ? _path_arg($step, 'lock', $opts{lock}) : "$path.lock";
+    _seconds($step, 'wait', $opts{wait}, 1) if defined $opts{wait} && $opts{wait} ne 'forever';
+    return _native_update($step, $path, $lockdir, sub {
+        my $next = $code->($_[0]);
+        die _error(code => 'bad_argument', status => 64,
+            message => "Tokenlock: $step $path: the update's code returned undef; return \"\" for an empty file; "
+              . 'nothing was written')
+          unless defined $next;
+        my $bytes = "$next";
+        die _error(code => 'bad_argument', status => 64,
+            message => "Tokenlock: $step $path: the update's code returned characters above 255; encode them first "
+              . '(Encode::encode_utf8); nothing was written')
+          unless utf8::downgrade($bytes, 1);
+        return ($bytes, $bytes);
+    }, %opts, sync => _sync($step, $opts{sync}));
+}
+
 sub increment {
     my ($path, %opts) = @_;
     my $step = 'incr';
@@ -2492,6 +2520,26 @@ If C<$path> is a symbolic link, replace the file it points to (by default
 the link itself is replaced by a regular file).
 
 =back
+
+=head2 update_file
+
+  my $written = Tokenlock::update_file('data.json', sub {
+      my ($old) = @_;              # undef when the file does not exist
+      return add_entry($old);      # the new contents, as bytes
+  }, lock => 'data.json.lock', wait => 10, lease => 60, sync => 'file_and_dir', mode => '0640');
+
+Locks C<lock> (default the file's name with C<.lock>), reads the file,
+calls the code with its contents, and writes what the code returns as a
+temporary file in the lock's token directory, renamed over the file
+through the token's name: if the lock was taken over meanwhile (this
+process stalled past its lease), nothing is written and it dies with
+C<lock_lost>. If the code dies, nothing is written, the lock is released
+and the error comes out unchanged. Returns the bytes written. The code
+runs with the lock held: keep it short, or give a C<lease> that covers
+it. On a network filesystem the read is checked against the version mark
+of the last commit (C<stale_data>). Options as for L</write_file>, plus
+C<lease>; C<sync> defaults to C<file_and_dir>, and a C<dir_sync_failed>
+error means the new contents are in place.
 
 =head2 increment
 
