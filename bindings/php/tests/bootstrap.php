@@ -19,6 +19,7 @@ require __DIR__ . '/Support/Child.php';
 require __DIR__ . '/Support/Tool.php';
 require __DIR__ . '/Support/TempDirTestCase.php';
 require __DIR__ . '/Support/Cgi.php';
+require __DIR__ . '/Support/RedisServer.php';
 
 (function (): void {
     $command = getenv('TOKENLOCK_COMMAND');
