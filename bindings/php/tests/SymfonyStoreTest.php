@@ -226,6 +226,38 @@ final class SymfonyStoreTest extends TempDirTestCase
         }
     }
 
+    public function testAStoreDirectoryThatCannotBeMadeIsRefused(): void
+    {
+        file_put_contents("$this->dir/file", 'kept');
+        try {
+            new TokenlockStore("$this->dir/file/locks");
+            $this->fail('a store under a regular file was made');
+        } catch (\Symfony\Component\Lock\Exception\InvalidArgumentException $e) {
+            $this->assertStringContainsString("$this->dir/file/locks", $e->getMessage());
+        }
+        $this->assertSame(['file'], self::tree($this->dir));
+        $this->assertSame('kept', file_get_contents("$this->dir/file"));
+    }
+
+    public function testAFailedAcquireIsAStorageErrorAndLeavesNothing(): void
+    {
+        $lock = $this->factory()->createLock('gone');
+        // The store's directory replaced by a file after the store was made.
+        rmdir($this->locks);
+        file_put_contents($this->locks, 'kept');
+        try {
+            $lock->acquire();
+            $this->fail('acquired in a store directory that is a file');
+        } catch (\Symfony\Component\Lock\Exception\LockAcquiringException $e) {
+            $storage = $e->getPrevious();
+            $this->assertInstanceOf(\Symfony\Component\Lock\Exception\LockStorageException::class, $storage);
+            $this->assertSame('system', $storage->getPrevious()->getError());
+        }
+        $this->assertFalse($lock->isAcquired());
+        $this->assertSame(['locks'], self::tree($this->dir));
+        $this->assertSame('kept', file_get_contents($this->locks));
+    }
+
     public function testTtlOutsideTheLeaseBoundsIsRefused(): void
     {
         $this->expectException(\Symfony\Component\Lock\Exception\InvalidTtlException::class);
