@@ -248,6 +248,56 @@ final class RedisLockTest extends TempDirTestCase
         }
     }
 
+    public function testUrlsAreReadAsTheCppClientReadsThem(): void
+    {
+        $this->assertSame(['host' => 'cache-1.example', 'port' => 6380, 'path' => '', 'db' => 2, 'user' => 'app', 'password' => 'p@ss:w'],
+            \Tokenlock\Redis\Connection::parseUrl('redis://app:p%40ss%3Aw@cache-1.example:6380/2'));
+        $this->assertSame(['host' => '::1', 'port' => 6379, 'path' => '', 'db' => 0, 'user' => '', 'password' => null],
+            \Tokenlock\Redis\Connection::parseUrl('redis://[::1]'));
+        $this->assertSame(['host' => '', 'port' => 6379, 'path' => '/run/redis@x.sock', 'db' => 4, 'user' => '', 'password' => 'pw'],
+            \Tokenlock\Redis\Connection::parseUrl('unix://:pw@/run/redis@x.sock?db=4'));
+        $bad = ['rediss://h', 'redis://', 'redis://h:0', 'redis://h:65536', 'redis://h:', 'redis://h/x', 'redis://us@h',
+            'redis://:%zz@h', 'redis://h h', 'redis://[::1', 'unix://relative.sock', 'unix:///s.sock?database=1'];
+        foreach ($bad as $url) {
+            // The command refuses each of them too.
+            [$status] = Tool::run(['status', '--redis', $url, '--', 'x']);
+            $this->assertSame(64, $status, "tokenlock refuses $url");
+            try {
+                \Tokenlock\Redis\Connection::parseUrl($url);
+                $this->fail("accepted $url");
+            } catch (Exception $e) {
+                $this->assertSame(['bad_argument', 64], [$e->getError(), $e->getCode()], $url);
+                $this->assertStringContainsString($url, $e->getMessage());
+            }
+        }
+    }
+
+    public function testPasswordDatabaseAndAFlushedScriptCache(): void
+    {
+        $this->client->config('SET', 'requirepass', 'pa:ss@word');
+        $base = "127.0.0.1:{$this->server->port}";
+        try {
+            RedisLock::acquire("redis://:wrong@$base", 'db');
+            $this->fail('acquired with a wrong password');
+        } catch (Exception $e) {
+            $this->assertSame(['server_error', 69], [$e->getError(), $e->getCode()]);
+            $this->assertStringNotContainsString('wrong', $e->getMessage(), 'the password is not shown');
+        }
+        $url = "redis://:pa%3Ass%40word@$base/3";
+        $lock = RedisLock::acquire($url, 'db');
+        $this->client->auth('pa:ss@word');
+        $this->client->select(3);
+        $this->assertSame($lock->fence() . ' ' . $lock->owner(), $this->client->get('tokenlock:db'));
+        // A server that forgot the scripts (restart, SCRIPT FLUSH) is sent them again.
+        $this->client->script('flush');
+        $lock->refresh(60);
+        $this->assertGreaterThan(50000, $this->client->pttl('tokenlock:db'));
+        $lock->release();
+        $this->assertSame(0, $this->client->exists('tokenlock:db'));
+        $this->client->select(0);
+        $this->assertSame(0, $this->client->exists('tokenlock:db'));
+    }
+
     public function testAForkedChildDoesNotReleaseItsParentsLock(): void
     {
         $lock = RedisLock::acquire($this->server->url(), 'inherited');

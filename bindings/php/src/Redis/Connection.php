@@ -137,6 +137,11 @@ final class Connection
                     . ($redis->getLastError() ?? 'refused') . '; is the database number in the URL right?', 69);
             }
         } catch (\RedisException $x) {
+            // phpredis throws the server's own refusal ("WRONGPASS ...") too.
+            if (preg_match('/\A[A-Z]{3,} /', $x->getMessage())) {
+                throw new Exception('server_error', "tokenlock: authenticate {$this->server()}: the server answered \"{$x->getMessage()}\"; "
+                    . 'check the user and password in the URL (redis://user:password@host)', 69, [], $x);
+            }
             throw $this->linkFailure($step, 'handshake', $x);
         }
     }
