@@ -4,7 +4,8 @@
  * (lib/src/redis/redis_lock.cpp, docs/redis.md): a PHP and a C++ process
  * then run the same script (the server caches it under the same SHA-1)
  * and meet on one lock. Keys: the grant, :fence, :wake, :waiters,
- * :handoff (only the grant for HOLDER). The C++ client's fourth script,
+ * :handoff (only the grant for HOLDER). Written by scripts/php-redis-scripts
+ * from the C++ source: do not edit by hand. The C++ client's fourth script,
  * break, is not here: the PHP module does not break locks.
  *
  * @internal
