@@ -5,11 +5,21 @@
 declare(strict_types=1);
 
 require __DIR__ . '/../src/Tokenlock.php';
+// The module's other classes, one per file under src/ (composer.json's PSR-4).
+spl_autoload_register(static function (string $class): void {
+    if (str_starts_with($class, 'Tokenlock\\') && !str_starts_with($class, 'Tokenlock\\Tests\\')) {
+        $file = __DIR__ . '/../src/' . str_replace('\\', '/', substr($class, 10)) . '.php';
+        if (is_file($file)) {
+            require $file;
+        }
+    }
+});
 require __DIR__ . '/Support/Channel.php';
 require __DIR__ . '/Support/Child.php';
 require __DIR__ . '/Support/Tool.php';
 require __DIR__ . '/Support/TempDirTestCase.php';
 require __DIR__ . '/Support/Cgi.php';
+require __DIR__ . '/Support/RedisServer.php';
 
 (function (): void {
     $command = getenv('TOKENLOCK_COMMAND');

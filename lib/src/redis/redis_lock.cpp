@@ -90,6 +90,9 @@ class redis_keys {
 //   grant(k): get and parse; false when free.
 // Only acquire's busy path, status and a lost grant's release parse a
 // grant: a release or refresh of our own compares the whole value.
+// bindings/php/src/Redis/Scripts.php holds the acquire, settle and holder
+// scripts byte for byte (PHP and C++ processes share one lock); its tests
+// compare them with these by SHA-1: run scripts/php-redis-scripts after a change.
 #define TOKENLOCK_LUA_COMMON                                                          \
   "local function corrupt(k, v, why)\n"                                               \
   "  return {-1, k, string.sub(v, 1, 100), #v, why}\n"                                \

@@ -1,0 +1,262 @@
+<?php
+/**
+ * One Redis server reached through the phpredis extension: the URL as the
+ * C++ client reads it (redis://[[user]:password@]host[:port][/db],
+ * unix:///path[?db=N]), scripts run by EVALSHA with EVAL after NOSCRIPT,
+ * and failures as Tokenlock\Exception with the library's error names.
+ *
+ * @internal
+ */
+
+declare(strict_types=1);
+
+namespace Tokenlock\Redis;
+
+use Tokenlock\Exception;
+
+final class Connection
+{
+    /** @var array{host: string, port: int, path: string, db: int, user: string, password: ?string} */
+    private array $endpoint;
+    private ?\Redis $redis = null;
+    private int $pid = 0;
+
+    public function __construct(
+        private string $url,
+        private float $connectTimeout,
+        private float $commandTimeout,
+    ) {
+        $this->endpoint = self::parseUrl($url);
+    }
+
+    /** The server as messages name it, without the password. */
+    public function server(): string
+    {
+        $e = $this->endpoint;
+        if ($e['path'] !== '') {
+            return 'unix://' . $e['path'] . ($e['db'] ? '?db=' . $e['db'] : '');
+        }
+        $host = str_contains($e['host'], ':') ? '[' . $e['host'] . ']' : $e['host'];
+        return "redis://$host:{$e['port']}" . ($e['db'] ? '/' . $e['db'] : '');
+    }
+
+    /**
+     * The reply of a lock script; a server error is `server_error`, a link
+     * that fails is `system` with the errno the C++ client reports.
+     *
+     * @param list<string> $keys
+     * @param list<string> $args
+     */
+    public function run(string $step, string $script, array $keys, array $args): mixed
+    {
+        $redis = $this->link($step);
+        try {
+            $redis->clearLastError();
+            $reply = $redis->evalSha(sha1($script), array_merge($keys, $args), count($keys));
+            $error = $redis->getLastError();
+            if ($reply === false && $error !== null && str_starts_with($error, 'NOSCRIPT')) {
+                // A restarted or flushed server forgot it: EVAL loads it again.
+                $redis->clearLastError();
+                $reply = $redis->eval($script, array_merge($keys, $args), count($keys));
+                $error = $redis->getLastError();
+            }
+        } catch (\RedisException $e) {
+            throw $this->linkFailure($step, 'no answer', $e);
+        }
+        if ($reply === false && $error !== null) {
+            $fix = str_starts_with($error, 'NOPERM') ? '; the user lacks a permission: allow EVAL, EVALSHA, BLPOP and the keys tokenlock:*' : '';
+            throw new Exception('server_error', "tokenlock: $step {$this->server()}: the server answered: $error$fix", 69);
+        }
+        return $reply;
+    }
+
+    /**
+     * Blocks on LIST for at most $seconds (BLPOP) on a link of its own;
+     * whether an element came.
+     */
+    public function blockingPop(string $list, float $seconds): bool
+    {
+        $redis = $this->open('wait');
+        try {
+            $redis->setOption(\Redis::OPT_READ_TIMEOUT, $seconds + $this->commandTimeout);
+            // phpredis's blPop() takes whole seconds only; the server takes milliseconds.
+            $popped = $redis->rawCommand('BLPOP', $list, sprintf('%.3f', $seconds));
+        } catch (\RedisException $e) {
+            throw $this->linkFailure('wait', 'no answer', $e);
+        } finally {
+            $redis->close();
+        }
+        return is_array($popped) && $popped !== [];
+    }
+
+    /** The link for commands, opened again in a forked child. */
+    private function link(string $step): \Redis
+    {
+        $pid = function_exists('posix_getpid') ? posix_getpid() : getmypid();
+        if ($this->redis === null || $this->pid !== $pid) {
+            // A parent's link is left to the parent: the child opens its own.
+            $this->redis = $this->open($step);
+            $this->pid = $pid;
+        }
+        return $this->redis;
+    }
+
+    private function open(string $step): \Redis
+    {
+        $e = $this->endpoint;
+        $redis = new \Redis();
+        try {
+            $ok = $e['path'] !== ''
+                ? $redis->connect($e['path'], 0, $this->connectTimeout)
+                : $redis->connect($e['host'], $e['port'], $this->connectTimeout);
+            if (!$ok) {
+                throw new \RedisException('cannot connect');
+            }
+            $redis->setOption(\Redis::OPT_READ_TIMEOUT, $this->commandTimeout);
+        } catch (\RedisException $x) {
+            throw $this->linkFailure($step, 'cannot connect', $x);
+        }
+        $this->handshake($redis, $step);
+        return $redis;
+    }
+
+    /** AUTH and SELECT, as the URL asks. */
+    private function handshake(\Redis $redis, string $step): void
+    {
+        $e = $this->endpoint;
+        try {
+            if ($e['password'] !== null) {
+                $ok = $redis->auth($e['user'] !== '' ? [$e['user'], $e['password']] : $e['password']);
+                if (!$ok) {
+                    throw new Exception('server_error', "tokenlock: $step {$this->server()}: the server refused the user or password in the URL: "
+                        . ($redis->getLastError() ?? 'AUTH failed') . '; fix the URL', 69);
+                }
+            }
+            if ($e['db'] !== 0 && !$redis->select($e['db'])) {
+                throw new Exception('server_error', "tokenlock: $step {$this->server()}: SELECT {$e['db']} failed: "
+                    . ($redis->getLastError() ?? 'refused') . '; is the database number in the URL right?', 69);
+            }
+        } catch (\RedisException $x) {
+            // phpredis throws the server's own refusal ("WRONGPASS ...") too.
+            if (preg_match('/\A[A-Z]{3,} /', $x->getMessage())) {
+                throw new Exception('server_error', "tokenlock: authenticate {$this->server()}: the server answered \"{$x->getMessage()}\"; "
+                    . 'check the user and password in the URL (redis://user:password@host)', 69, [], $x);
+            }
+            throw $this->linkFailure($step, 'handshake', $x);
+        }
+    }
+
+    /** A link that failed: `system` with the errno its cause names. */
+    private function linkFailure(string $step, string $what, \RedisException $e): Exception
+    {
+        $this->redis = null;
+        $cause = $e->getMessage();
+        [$errno, $hint] = match (true) {
+            stripos($cause, 'refused') !== false => [111, '; is redis-server running there, and is the port right?'],
+            stripos($cause, 'timed out') !== false || stripos($cause, 'timeout') !== false => [110, ''],
+            stripos($cause, 'no such file') !== false => [2, '; is the socket path right?'],
+            stripos($cause, 'permission') !== false => [13, ''],
+            default => [104, ''],
+        };
+        $status = in_array($errno, [2, 13], true) ? ($errno === 2 ? 66 : 77) : 69;
+        return new Exception('system', "tokenlock: $step {$this->server()}: $what: $cause$hint", $status, [], $e, $errno);
+    }
+
+    /**
+     * The URL's parts, as lib/src/redis/redis_url.cpp reads them.
+     *
+     * @return array{host: string, port: int, path: string, db: int, user: string, password: ?string}
+     * @throws Exception `bad_argument` for a URL it cannot read
+     */
+    public static function parseUrl(string $url): array
+    {
+        $bad = static fn (string $why) => new Exception('bad_argument', "tokenlock: connect: bad Redis URL \"$url\": $why", 64);
+        $out = ['host' => '', 'port' => 6379, 'path' => '', 'db' => 0, 'user' => '', 'password' => null];
+        if (str_starts_with($url, 'redis://')) {
+            $rest = substr($url, 8);
+        } elseif (str_starts_with($url, 'unix://')) {
+            $rest = substr($url, 7);
+        } else {
+            throw $bad('the URL must start with redis:// or unix:// (rediss:// TLS is not supported)');
+        }
+        $slash = strpos($rest, '/');
+        $at = strrpos($slash === false ? $rest : substr($rest, 0, $slash), '@');
+        if ($at !== false) {
+            $cred = substr($rest, 0, $at);
+            $rest = substr($rest, $at + 1);
+            $colon = strpos($cred, ':');
+            if ($colon === false) {
+                throw $bad('credentials must be [user]:password@ (a user without a password is not accepted)');
+            }
+            $out['user'] = self::decode(substr($cred, 0, $colon)) ?? throw $bad('the user name has a bad %-escape');
+            $out['password'] = self::decode(substr($cred, $colon + 1)) ?? throw $bad('the password has a bad %-escape');
+        }
+        $why = str_starts_with($url, 'unix://') ? self::unixPart($rest, $out) : self::tcpPart($rest, $out);
+        if ($why !== null) {
+            throw $bad($why);
+        }
+        return $out;
+    }
+
+    /** @param array<string, mixed> $out */
+    private static function unixPart(string $rest, array &$out): ?string
+    {
+        [$path, $query] = array_pad(explode('?', $rest, 2), 2, null);
+        if ($path === '' || $path[0] !== '/') {
+            return 'a unix:// URL needs an absolute socket path';
+        }
+        $out['path'] = $path;
+        if ($query !== null) {
+            if (!preg_match('/\Adb=([0-9]{1,10})\z/', $query, $m) || (int) $m[1] > 1000000) {
+                return 'the only query a unix:// URL takes is ?db=N';
+            }
+            $out['db'] = (int) $m[1];
+        }
+        return null;
+    }
+
+    /** @param array<string, mixed> $out */
+    private static function tcpPart(string $rest, array &$out): ?string
+    {
+        [$hostport, $db] = array_pad(explode('/', $rest, 2), 2, null);
+        if ($db !== null && $db !== '') {
+            if (!preg_match('/\A[0-9]{1,10}\z/', $db) || (int) $db > 1000000) {
+                return "the database after the '/' must be a number";
+            }
+            $out['db'] = (int) $db;
+        }
+        if (preg_match('/\A\[([^\]]*)\](?::(.*))?\z/', $hostport, $m)) {
+            [$host, $port] = [$m[1], $m[2] ?? null];
+        } elseif (str_starts_with($hostport, '[')) {
+            return "an IPv6 address needs its closing ']'";
+        } else {
+            [$host, $port] = array_pad(explode(':', $hostport, 2), 2, null);
+        }
+        if ($host === '') {
+            return 'the host is missing';
+        }
+        if (!preg_match('/\A[A-Za-z0-9.:_-]+\z/', $host)) {
+            return 'the host has a character that no host name or address has';
+        }
+        if ($port !== null) {
+            if ($port === '') {
+                return "the port after ':' is missing";
+            }
+            if (!preg_match('/\A[0-9]{1,5}\z/', $port) || (int) $port < 1 || (int) $port > 65535) {
+                return 'the port must be a number from 1 to 65535';
+            }
+            $out['port'] = (int) $port;
+        }
+        $out['host'] = $host;
+        return null;
+    }
+
+    /** Percent-decoding of a user name or password; null for a bad escape. */
+    private static function decode(string $s): ?string
+    {
+        if (preg_match('/%(?![0-9A-Fa-f]{2})/', $s)) {
+            return null;
+        }
+        return rawurldecode($s);
+    }
+}

@@ -1,0 +1,463 @@
+<?php
+/**
+ * The tokenlock lock as a NAME in a Redis server (docs/redis.md), for PHP
+ * processes on hosts that share no filesystem, and shared with the C++
+ * library and the `tokenlock --redis` command: the same keys
+ * (tokenlock:NAME, :fence, :wake, :waiters, :handoff), the same Lua
+ * scripts byte for byte, the same owner ids and the same fences.
+ *
+ *     $lock = Tokenlock\RedisLock::acquire('redis://127.0.0.1:6379', 'invoices', ['wait' => 5, 'lease' => 30]);
+ *     try {
+ *         $db->update(..., fence: $lock->fence());   // refuse smaller fences there
+ *         $lock->refresh();                          // before the lease ends
+ *     } finally {
+ *         $lock->release();
+ *     }
+ *
+ * With the phpredis extension loaded it talks to Redis itself; without
+ * it, it runs `tokenlock acquire|refresh|release|status --redis URL NAME`
+ * (the command is found as for the rest of the module). Redis cannot see
+ * a holder die: a lock not released stays until its lease ends.
+ */
+
+declare(strict_types=1);
+
+namespace Tokenlock;
+
+use Tokenlock\Redis\CommandClient;
+use Tokenlock\Redis\Connection;
+use Tokenlock\Redis\Scripts;
+use Tokenlock\Redis\Waiter;
+
+final class RedisLock
+{
+    /** The lease without a `lease` option, as `tokenlock acquire --redis`. */
+    public const DEFAULT_LEASE = 300.0;
+    /** The wait without a `wait` option, as Lock::acquire() and the C++ client. */
+    public const DEFAULT_WAIT = 10.0;
+    /** The protocol's longest lease, the same for every process. */
+    public const MAX_LEASE = 86400.0;
+
+    private const PREFIX = 'tokenlock:';
+    private const OPTIONS = ['wait', 'lease', 'connect_timeout', 'command_timeout', 'backend', 'command'];
+
+    private bool $held = true;
+    private int $ownerPid;
+
+    /** @param array<string, mixed> $options */
+    private function __construct(
+        private string $url,
+        private string $name,
+        private string $owner,
+        private int|string $fence,
+        private float $lease,
+        private array $options,
+        private ?Connection $conn,
+    ) {
+        $this->ownerPid = self::pid();
+    }
+
+    /**
+     * Acquires the lock NAME in the Redis server at URL.
+     *
+     * @param array{wait?: int|float|null, lease?: int|float, connect_timeout?: int|float, command_timeout?: int|float, backend?: string, command?: string} $options
+     *        `wait`: seconds to wait (default 10; 0: BusyException at once;
+     *        null: as long as it takes); `lease`: seconds the grant lasts
+     *        without refresh() (default 300, at most 86400);
+     *        `connect_timeout`, `command_timeout`: seconds (default 2 each);
+     *        `backend`: `phpredis` or `command` (default: phpredis when
+     *        loaded); `command`: the tokenlock command for that backend
+     * @throws BusyException|TimeoutException when it stays held
+     * @throws Exception `bad_argument`, `system` (the server cannot be
+     *         reached: errno ECONNREFUSED, ETIMEDOUT), `server_error`,
+     *         `lock_corrupt` (a key the lock cannot read; the message says
+     *         how to repair it)
+     */
+    public static function acquire(string $url, string $name, array $options = []): self
+    {
+        return self::take($url, $name, $options, true);
+    }
+
+    /**
+     * Like acquire(), without waiting: null when the lock is held.
+     *
+     * @param array<string, mixed> $options as for acquire(); `wait` is ignored
+     */
+    public static function tryAcquire(string $url, string $name, array $options = []): ?self
+    {
+        try {
+            return self::take($url, $name, ['wait' => 0] + $options, false);
+        } catch (NotAcquiredException $e) {
+            return null;
+        }
+    }
+
+    /**
+     * Who holds the lock NAME: null when free, else `owner`, `fence`,
+     * `remaining` (seconds of its lease, on the server's clock), `pid` and
+     * `host_tag` (read from the owner id).
+     *
+     * @param array<string, mixed> $options as for acquire()
+     * @return array{owner: string, fence: int|string, remaining: float, pid: int, host_tag: string}|null
+     */
+    public static function holder(string $url, string $name, array $options = []): ?array
+    {
+        $o = self::options($name, $options);
+        if ($o['backend'] === 'command') {
+            $status = json_decode(CommandClient::run('status', $url, ['--json', '--', $name], $o), true);
+            if (!is_array($status) || !isset($status['state'])) {
+                throw new Exception('command_failed', "tokenlock: status --redis $url $name: the command did not print a JSON status", 70);
+            }
+            return $status['state'] !== 'held' ? null
+                : self::holderInfo((string) $status['owner'], $status['fence'], (int) $status['remaining_ms']);
+        }
+        $conn = self::connect($url, $o);
+        $r = $conn->run('status', Scripts::HOLDER, [self::PREFIX . $name], []);
+        self::checkCorrupt($r, $conn, 'status', $name);
+        if (!is_array($r) || !isset($r[0])) {
+            throw self::unexpected('status', $conn);
+        }
+        if ($r[0] !== 1) {
+            return null;
+        }
+        return self::holderInfo((string) $r[1], $r[2], (int) $r[3]);
+    }
+
+    /** The grant's fencing token: larger than every earlier grant's of NAME. */
+    public function fence(): int|string
+    {
+        return $this->fence;
+    }
+
+    /** The holder's id, `<host>-<hash8>.<pid>.<start>.<nonce>`. */
+    public function owner(): string
+    {
+        return $this->owner;
+    }
+
+    /** fence.owner, as `tokenlock acquire --redis` prints it and release takes it. */
+    public function token(): string
+    {
+        return $this->fence . '.' . $this->owner;
+    }
+
+    public function name(): string
+    {
+        return $this->name;
+    }
+
+    /** Whether this object still holds the grant: false after release() or a lost lock. */
+    public function isHeld(): bool
+    {
+        return $this->held && self::pid() === $this->ownerPid;
+    }
+
+    /**
+     * Starts a new lease of $lease seconds (default: the last one) from now.
+     *
+     * @throws LockLostException when the grant is gone (the reason is in the message)
+     * @throws Exception `not_owner` after release() or in a forked child
+     */
+    public function refresh(int|float|null $lease = null): void
+    {
+        $this->checkOwner('refresh');
+        $lease = $lease === null ? $this->lease : self::lease($lease);
+        $this->settle('refresh', $lease);
+        $this->lease = $lease;
+    }
+
+    /**
+     * Releases the grant. Does nothing when already released.
+     *
+     * @throws LockLostException when the grant was lost meanwhile: the work
+     *         done under it may have overlapped another holder's
+     * @throws Exception `not_owner` in a forked child; others (the server
+     *         cannot be reached) leave the grant to end with its lease
+     */
+    public function release(): void
+    {
+        if (!$this->held) {
+            return;
+        }
+        $this->checkOwner('release');
+        $this->settle('release', $this->lease);
+    }
+
+    /** Releases a grant still held, only in the process that took it. */
+    public function __destruct()
+    {
+        if (!$this->held || self::pid() !== $this->ownerPid) {
+            return;
+        }
+        try {
+            $this->release();
+        } catch (Exception $e) {
+            trigger_error('Tokenlock\RedisLock: releasing on destruction: ' . $e->getMessage(), E_USER_WARNING);
+        }
+    }
+
+    // A copy would release the same grant twice.
+    private function __clone()
+    {
+    }
+
+    /** @param array<string, mixed> $options */
+    private static function take(string $url, string $name, array $options, bool $mayWait): self
+    {
+        $o = self::options($name, $options);
+        if ($o['backend'] === 'command') {
+            return self::takeByCommand($url, $name, $o);
+        }
+        $conn = self::connect($url, $o);
+        $owner = self::ownerId();
+        $fence = (new Waiter($conn, self::PREFIX . $name, $name, $owner, $o))->acquire($mayWait);
+        return new self($url, $name, $owner, $fence, $o['lease'], $o, $conn);
+    }
+
+    /** @param array<string, mixed> $o */
+    private static function takeByCommand(string $url, string $name, array $o): self
+    {
+        $args = $o['wait'] === null ? [] : ($o['wait'] <= 0 ? ['--nonblock'] : ['--wait', self::formatSeconds($o['wait'])]);
+        array_push($args, '--lease', self::formatSeconds($o['lease']), '--', $name);
+        $token = trim(CommandClient::run('acquire', $url, $args, $o, $o['wait'] !== null && $o['wait'] <= 0 ? 'busy' : 'timed_out'));
+        if (!preg_match('/\A([0-9]{1,19})\.(.+)\z/', $token, $m)) {
+            throw new Exception('command_failed', "tokenlock: acquire --redis $url $name: the command printed \"$token\", not a token", 70);
+        }
+        return new self($url, $name, $m[2], self::toInt($m[1]), $o['lease'], $o, null);
+    }
+
+    /** Runs the settle script (release or refresh of our grant). */
+    private function settle(string $step, float $lease): void
+    {
+        if ($this->conn === null) {
+            $this->settleByCommand($step, $lease);
+            return;
+        }
+        $keys = array_map(fn (string $s) => self::PREFIX . $this->name . $s, ['', ':fence', ':wake', ':waiters', ':handoff']);
+        $r = $this->conn->run($step, Scripts::SETTLE, $keys, [$this->owner, (string) $this->fence, (string) self::ms($lease), $step]);
+        if ($r === 1) {
+            $this->held = $step !== 'release';
+            return;
+        }
+        try {
+            self::checkCorrupt($r, $this->conn, $step, $this->name);
+        } catch (Exception $e) {
+            $this->held = false;
+            throw $e;
+        }
+        if (!is_array($r) || count($r) < 3) {
+            throw self::unexpected($step, $this->conn);
+        }
+        $this->held = false;
+        throw new LockLostException('lock_lost', "tokenlock: $step {$this->conn->server()} {$this->name}: the grant (fence {$this->fence}) is no longer ours: "
+            . self::lostReason((string) $r[1], (string) $r[2], (string) $this->fence), 3);
+    }
+
+    private function settleByCommand(string $step, float $lease): void
+    {
+        $args = $step === 'refresh' ? ['--lease', self::formatSeconds($lease)] : [];
+        array_push($args, '--token', $this->token(), '--', $this->name);
+        try {
+            CommandClient::run($step, $this->url, $args, $this->options);
+        } catch (LockLostException $e) {
+            $this->held = false;
+            throw $e;
+        }
+        $this->held = $step !== 'release';
+    }
+
+    private function checkOwner(string $step): void
+    {
+        if (!$this->held || self::pid() !== $this->ownerPid) {
+            throw new Exception('not_owner', "tokenlock: $step: this RedisLock does not hold a grant (released, lost, or inherited by a forked child)", 70);
+        }
+    }
+
+    /**
+     * The options, checked and with their defaults.
+     *
+     * @param array<string, mixed> $options
+     * @return array{wait: ?float, lease: float, connect_timeout: float, command_timeout: float, backend: string, command?: string}
+     */
+    private static function options(string $name, array $options): array
+    {
+        self::checkKeys($options, self::OPTIONS, 'RedisLock');
+        if ($name === '') {
+            throw new Exception('bad_argument', 'tokenlock: bad redis_lock arguments: the lock name is empty', 64);
+        }
+        $o = $options;
+        $o['wait'] = array_key_exists('wait', $options) ? self::seconds($options['wait'], 'wait') : self::DEFAULT_WAIT;
+        $o['lease'] = self::lease($options['lease'] ?? self::DEFAULT_LEASE);
+        foreach (['connect_timeout', 'command_timeout'] as $t) {
+            $o[$t] = self::seconds($options[$t] ?? 2.0, $t) ?? 2.0;
+            if ($o[$t] <= 0) {
+                throw new \InvalidArgumentException("Tokenlock\\RedisLock: $t must be more than 0 seconds");
+            }
+        }
+        $o['backend'] = $options['backend'] ?? (extension_loaded('redis') ? 'phpredis' : 'command');
+        if ($o['backend'] === 'phpredis' && !extension_loaded('redis')) {
+            throw new \InvalidArgumentException("Tokenlock\\RedisLock: backend 'phpredis' asked for, but the redis extension is not loaded");
+        }
+        if (!in_array($o['backend'], ['phpredis', 'command'], true)) {
+            throw new \InvalidArgumentException("Tokenlock\\RedisLock: backend must be 'phpredis' or 'command'");
+        }
+        return $o;
+    }
+
+    /** A lease in seconds, within the protocol's bounds. */
+    private static function lease(int|float $lease): float
+    {
+        if (is_nan((float) $lease) || $lease > self::MAX_LEASE || self::ms((float) $lease) < 1) {
+            throw new Exception('bad_argument', "tokenlock: bad redis_lock arguments: the lease must be more than 0 and at most 24 hours (the protocol's maximum lease, the same for every process); it is $lease s", 64);
+        }
+        return (float) $lease;
+    }
+
+    public static function ms(float $seconds): int
+    {
+        return (int) round($seconds * 1000);
+    }
+
+    /** @param array<string, mixed> $o */
+    private static function connect(string $url, array $o): Connection
+    {
+        return new Connection($url, $o['connect_timeout'], $o['command_timeout']);
+    }
+
+    /**
+     * A script's answer about a key the lock cannot use ({-1, key, value,
+     * length, why}) as `lock_corrupt`, with the repair.
+     */
+    public static function checkCorrupt(mixed $r, Connection $conn, string $step, string $name): void
+    {
+        if (!is_array($r) || ($r[0] ?? null) !== -1 || count($r) < 5) {
+            return;
+        }
+        [, $key, $value, $length, $why] = $r;
+        $shown = addcslashes((string) $value, "\0..\37\177..\377\\");
+        $holds = str_starts_with((string) $why, 'type ') ? 'a ' . substr((string) $why, 5) . ', not a string' : "\"$shown\"" . ($length > 100 ? " ... ($length bytes)" : '');
+        $fix = str_ends_with((string) $key, ':fence')
+            ? "set it to a fence above every fence already handed out for this lock: redis-cli SET $key FENCE"
+            : ($why === 'persistent' ? "once its holder is gone: redis-cli DEL $key, or give it a lease: redis-cli PEXPIRE $key MILLISECONDS"
+                : "once no process uses the lock, delete it: redis-cli DEL $key");
+        throw new Exception('lock_corrupt', "tokenlock: $step {$conn->server()} $name: the key $key holds $holds, which the lock cannot use ($why); fix: $fix", 69);
+    }
+
+    public static function unexpected(string $step, Connection $conn): Exception
+    {
+        return new Exception('system', "tokenlock: $step {$conn->server()}: the server's reply has an unexpected shape (is it Redis 5 or newer?)", 69, [], null, 71);
+    }
+
+    /** "held by pid 123 on host web-1a2b3c4d (fence 17), 2.500 s of its lease left". */
+    public static function describeHolder(string $owner, int|string $fence, int $pttlMs): string
+    {
+        $who = preg_match('/\A(.+-[0-9a-f]{8})\.([0-9]+)\.[0-9]+\.[0-9a-f]{16}\z/', $owner, $m) ? "pid {$m[2]} on host {$m[1]}" : $owner;
+        return "held by $who (fence $fence)" . ($pttlMs >= 0 ? sprintf(', %.3f s of its lease left', $pttlMs / 1000) : '');
+    }
+
+    private static function lostReason(string $kind, string $other, string $mine): string
+    {
+        return match ($kind) {
+            'taken', 'newer' => "our lease ended and a newer grant (fence $other) took the lock after ours ($mine)",
+            'expired' => 'our lease ended (nobody has taken the lock since)',
+            default => "the server lost the lock's state (a restart without persistence, FLUSHALL, or a failover to a replica that missed our grant)",
+        };
+    }
+
+    /** @return array{owner: string, fence: int|string, remaining: float, pid: int, host_tag: string} */
+    private static function holderInfo(string $owner, int|string $fence, int $pttlMs): array
+    {
+        $parsed = preg_match('/\A(.+-[0-9a-f]{8})\.([0-9]+)\.[0-9]+\.[0-9a-f]{16}\z/', $owner, $m);
+        return [
+            'owner' => $owner,
+            'fence' => is_int($fence) ? $fence : self::toInt((string) $fence),
+            'remaining' => max(0, $pttlMs) / 1000.0,
+            'pid' => $parsed ? (int) $m[2] : 0,
+            'host_tag' => $parsed ? $m[1] : '',
+        ];
+    }
+
+    /**
+     * Refuses option names it does not take, so that a misspelt option is
+     * not silently ignored.
+     *
+     * @param array<string, mixed> $options
+     * @param list<string> $known
+     */
+    private static function checkKeys(array $options, array $known, string $function): void
+    {
+        $unknown = array_diff(array_keys($options), $known);
+        if ($unknown) {
+            throw new \InvalidArgumentException("Tokenlock\\$function: unknown option '" . implode("', '", $unknown)
+                . "'; it takes " . implode(', ', $known));
+        }
+    }
+
+    /** A duration in seconds; null (and INF) mean no limit. */
+    private static function seconds(mixed $value, string $name): ?float
+    {
+        if ($value === null) {
+            return null;
+        }
+        if ((!is_int($value) && !is_float($value)) || is_nan((float) $value) || $value < 0) {
+            throw new \InvalidArgumentException("Tokenlock\\RedisLock: $name must be a number of seconds, 0 or more");
+        }
+        return is_infinite((float) $value) ? null : (float) $value;
+    }
+
+    /** Seconds as the command reads them: plain decimal, never an exponent. */
+    private static function formatSeconds(float $seconds): string
+    {
+        $text = rtrim(rtrim(sprintf('%.6F', $seconds), '0'), '.');
+        return $text === '' ? '0' : $text;
+    }
+
+    /** A decimal as an int, or as the string itself beyond PHP_INT_MAX. */
+    private static function toInt(string $digits): int|string
+    {
+        return strlen($digits) < 19 || (strlen($digits) === 19 && strcmp($digits, (string) PHP_INT_MAX) <= 0) ? (int) $digits : $digits;
+    }
+
+    private static function pid(): int
+    {
+        return function_exists('posix_getpid') ? posix_getpid() : getmypid();
+    }
+
+    /**
+     * A new owner id, `<host>-<hash8>.<pid>.<start>.<nonce16>`, made as the
+     * C++ library makes it (docs/protocol.md, Token grammar), so that its
+     * holder() and `tokenlock status --redis` read the pid and host.
+     */
+    public static function ownerId(): string
+    {
+        $pid = self::pid();
+        $stat = @file_get_contents("/proc/$pid/stat");
+        $start = '0';
+        if (is_string($stat) && ($close = strrpos($stat, ')')) !== false) {
+            $fields = preg_split('/ +/', trim(substr($stat, $close + 1)));
+            $start = preg_match('/\A[0-9]{1,20}\z/', $fields[19] ?? '') ? $fields[19] : '0';
+        }
+        return self::hostTag() . ".$pid.$start." . bin2hex(random_bytes(8));
+    }
+
+    /** `<host>-<hash8>`: FNV-1a over boot id, pid namespace and host name. */
+    public static function hostTag(): string
+    {
+        $name = (string) gethostname();
+        $host = $name === '' ? 'host' : (string) preg_replace('/[^A-Za-z0-9-]/', '_', substr($name, 0, 32));
+        $boot = @file_get_contents('/proc/sys/kernel/random/boot_id');
+        $boot = is_string($boot) ? explode("\n", $boot, 2)[0] : '';
+        $ns = @readlink('/proc/self/ns/pid');
+        $h = [0xcbf29ce4, 0x84222325];
+        foreach ([$boot, $ns === false ? '' : $ns, $host] as $s) {
+            for ($i = 0, $n = strlen($s); $i < $n; ++$i) {
+                $lo = $h[1] ^ ord($s[$i]);
+                // Times the prime 2^40 + 0x1b3, in 32-bit halves (PHP's
+                // integers turn into floats instead of wrapping).
+                $l = $lo * 0x1b3;
+                $h = [($h[0] * 0x1b3 + ($l >> 32) + ($lo << 8)) & 0xffffffff, $l & 0xffffffff];
+            }
+        }
+        return sprintf('%s-%08x', $host, $h[0] ^ $h[1]);
+    }
+}

@@ -1,0 +1,210 @@
+<?php
+/**
+ * A store for Symfony's Lock component (symfony/lock 5.4 and newer) that
+ * keeps each resource's lock as a tokenlock lock directory, so that
+ * Symfony code gets a lock that works on NFS and other network
+ * filesystems, where FlockStore's flock() does not.
+ *
+ *     $store = new Tokenlock\Symfony\TokenlockStore('/srv/app/var/locks');
+ *     $factory = new Symfony\Component\Lock\LockFactory($store);
+ *     $lock = $factory->createLock('invoice-42', 30);
+ *     if ($lock->acquire()) { ...; $lock->refresh(); ...; $lock->release(); }
+ *
+ * Each resource is the lock directory DIRECTORY/sf.<readable part>.<sha256
+ * of the resource>: the hash makes the name, so no resource name (with
+ * slashes, dots, `..`) can reach outside DIRECTORY or meet another's.
+ * Symfony's TTL is the lock's lease: refresh() ends the old lease and
+ * starts one of the new length (the token changes). The Tokenlock\Lock
+ * holding the token is kept in the Key's state; the Key cannot be
+ * serialised, since the lock belongs to the process that took it.
+ */
+
+declare(strict_types=1);
+
+namespace Tokenlock\Symfony;
+
+use Symfony\Component\Lock\BlockingStoreInterface;
+use Symfony\Component\Lock\Exception\InvalidArgumentException;
+use Symfony\Component\Lock\Exception\InvalidTtlException;
+use Symfony\Component\Lock\Exception\LockConflictedException;
+use Symfony\Component\Lock\Exception\LockExpiredException;
+use Symfony\Component\Lock\Exception\LockReleasingException;
+use Symfony\Component\Lock\Exception\LockStorageException;
+use Symfony\Component\Lock\Key;
+use Tokenlock\Exception;
+use Tokenlock\Lock;
+use Tokenlock\LockLostException;
+use Tokenlock\NotAcquiredException;
+
+final class TokenlockStore implements BlockingStoreInterface
+{
+    /** The longest lease every tokenlock process accepts (docs/protocol.md). */
+    public const MAX_TTL = 86400.0;
+
+    private string $directory;
+    private float $initialTtl;
+    /** @var array{command?: string} */
+    private array $options;
+
+    /**
+     * @param string $directory  where the lock directories are made; created
+     *                           (with its parents) when missing
+     * @param float  $initialTtl the lease, in seconds, that save() and
+     *                           waitAndSave() give a lock before any
+     *                           refresh() (Symfony's ttl)
+     * @param array{command?: string} $options passed to Tokenlock\Lock::acquire()
+     * @throws InvalidArgumentException when the directory cannot be made or written
+     * @throws InvalidTtlException for a TTL of 0 or less, or beyond 86400 s
+     */
+    public function __construct(string $directory, float $initialTtl = 300.0, array $options = [])
+    {
+        self::checkTtl($initialTtl, __METHOD__);
+        if ($directory === '' || str_contains($directory, "\0")) {
+            throw new InvalidArgumentException('TokenlockStore: the directory must be a non-empty path without NUL bytes');
+        }
+        if (!is_dir($directory) && !@mkdir($directory, 0777, true) && !is_dir($directory)) {
+            $cause = error_get_last()['message'] ?? 'unknown error';
+            throw new InvalidArgumentException("TokenlockStore: cannot create the lock directory $directory: $cause; create it, writable by this user");
+        }
+        if (!is_writable($directory)) {
+            throw new InvalidArgumentException("TokenlockStore: the lock directory $directory is not writable by this user; fix its permissions");
+        }
+        $this->directory = rtrim($directory, '/');
+        $this->initialTtl = $initialTtl;
+        $this->options = array_intersect_key($options, ['command' => 1]);
+    }
+
+    /**
+     * The lock directory of a resource: its hash names it, and a readable
+     * part without dots or slashes helps whoever looks at the directory.
+     */
+    public function lockDirectory(string $resource): string
+    {
+        $readable = substr((string) preg_replace('/[^A-Za-z0-9_-]+/', '-', $resource), 0, 40);
+        return $this->directory . '/sf.' . $readable . '.' . hash('sha256', $resource) . '.lock';
+    }
+
+    public function save(Key $key)
+    {
+        $this->take($key, 0.0);
+    }
+
+    public function waitAndSave(Key $key)
+    {
+        $this->take($key, null);
+    }
+
+    public function putOffExpiration(Key $key, float $ttl)
+    {
+        self::checkTtl($ttl, __METHOD__);
+        $lock = $this->held($key);
+        if ($lock === null) {
+            throw new LockConflictedException(sprintf('TokenlockStore: the lock "%s" is not held by this key: nothing to put off', $key));
+        }
+        try {
+            $lock->refresh($ttl);
+        } catch (LockLostException $e) {
+            $key->removeState(__CLASS__);
+            throw new LockConflictedException(sprintf('TokenlockStore: the lock "%s" was lost before its refresh: %s', $key, $e->getMessage()), 0, $e);
+        } catch (Exception $e) {
+            throw new LockStorageException(sprintf('TokenlockStore: refresh of the lock "%s" failed: %s', $key, $e->getMessage()), 0, $e);
+        }
+        $key->reduceLifetime($ttl);
+        $this->checkNotExpired($key);
+    }
+
+    /**
+     * Releases the lock. A lock taken over meanwhile (its lease ended and
+     * another process took it) throws LockReleasingException: the work done
+     * under it may have overlapped that process's.
+     */
+    public function delete(Key $key)
+    {
+        $lock = $this->held($key);
+        if ($lock === null) {
+            $key->removeState(__CLASS__);
+            return;
+        }
+        try {
+            $lock->release();
+        } catch (LockLostException $e) {
+            $key->removeState(__CLASS__);
+            throw new LockReleasingException(sprintf('TokenlockStore: the lock "%s" had been taken over before its release: %s', $key, $e->getMessage()), 0, $e);
+        } catch (Exception $e) {
+            throw new LockReleasingException(sprintf('TokenlockStore: release of the lock "%s" failed (it stays held; release again): %s', $key, $e->getMessage()), 0, $e);
+        }
+        $key->removeState(__CLASS__);
+    }
+
+    /**
+     * Whether this key holds the lock now: its token is still in the lock
+     * directory and its lease has not ended (docs/protocol.md: the token
+     * name carries the lease's end, in microseconds).
+     */
+    public function exists(Key $key)
+    {
+        $lock = $this->held($key);
+        if ($lock === null) {
+            return false;
+        }
+        $token = $lock->token();
+        clearstatcache(true, $lock->dir() . '/' . $token);
+        if (!is_dir($lock->dir() . '/' . $token)) {
+            return false;
+        }
+        $parts = explode('.', $token);
+        return count($parts) > 2 && preg_match('/\A[0-9]{1,19}\z/', $parts[1]) === 1 && (float) $parts[1] > microtime(true) * 1e6;
+    }
+
+    /** Acquires for $key: without waiting ($wait 0) or as long as it takes (null). */
+    private function take(Key $key, ?float $wait): void
+    {
+        if ($this->held($key) !== null) {
+            // Already ours: a repeated save() starts a new lease, as the
+            // other expiring stores do.
+            $this->putOffExpiration($key, $this->initialTtl);
+            return;
+        }
+        try {
+            $lock = Lock::acquire($this->lockDirectory((string) $key), ['wait' => $wait, 'lease' => $this->initialTtl] + $this->options);
+        } catch (NotAcquiredException $e) {
+            throw new LockConflictedException(sprintf('TokenlockStore: the lock "%s" is held by another process: %s', $key, $e->getMessage()), 0, $e);
+        } catch (Exception $e) {
+            throw new LockStorageException(sprintf('TokenlockStore: cannot acquire the lock "%s": %s', $key, $e->getMessage()), 0, $e);
+        }
+        $key->setState(__CLASS__, $lock);
+        $key->markUnserializable();
+        $key->reduceLifetime($this->initialTtl);
+        $this->checkNotExpired($key);
+    }
+
+    private function held(Key $key): ?Lock
+    {
+        if (!$key->hasState(__CLASS__)) {
+            return null;
+        }
+        $lock = $key->getState(__CLASS__);
+        return $lock instanceof Lock && $lock->isHeld() ? $lock : null;
+    }
+
+    /** As Symfony's ExpiringStoreTrait: an expired key gives its lock back. */
+    private function checkNotExpired(Key $key): void
+    {
+        if (!$key->isExpired()) {
+            return;
+        }
+        try {
+            $this->delete($key);
+        } catch (\Exception $e) {
+            // The expiry is what the caller has to hear of.
+        }
+        throw new LockExpiredException(sprintf('TokenlockStore: the lock "%s" expired before it was stored', $key));
+    }
+
+    private static function checkTtl(float $ttl, string $method): void
+    {
+        if (!($ttl > 0) || $ttl > self::MAX_TTL) {
+            throw new InvalidTtlException(sprintf('"%s()" expects a TTL above 0 and at most 86400 s (the longest lease every tokenlock process accepts); got %s', $method, $ttl));
+        }
+    }
+}

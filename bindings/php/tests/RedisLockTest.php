@@ -1,0 +1,372 @@
+<?php
+
+declare(strict_types=1);
+
+namespace Tokenlock\Tests;
+
+use Tokenlock\BusyException;
+use Tokenlock\Exception;
+use Tokenlock\LockLostException;
+use Tokenlock\Redis\Scripts;
+use Tokenlock\RedisLock;
+use Tokenlock\Tests\Support\Channel;
+use Tokenlock\Tests\Support\Child;
+use Tokenlock\Tests\Support\RedisServer;
+use Tokenlock\Tests\Support\TempDirTestCase;
+use Tokenlock\Tests\Support\Tool;
+
+/**
+ * Tokenlock\RedisLock against a real redis-server, side by side with the
+ * C++ client as the `tokenlock --redis` command: one lock, one line of
+ * fences, whichever process holds it.
+ */
+final class RedisLockTest extends TempDirTestCase
+{
+    private RedisServer $server;
+    private \Redis $client;
+
+    protected function setUp(): void
+    {
+        if (!RedisServer::available()) {
+            $this->markTestSkipped('redis-server is not installed (scripts/install-deps installs it)');
+        }
+        if (!extension_loaded('redis')) {
+            $this->markTestSkipped('the phpredis extension is not loaded (scripts/install-deps installs php-redis)');
+        }
+        parent::setUp();
+        $this->server = new RedisServer($this->dir);
+        $this->client = $this->server->client();
+    }
+
+    protected function tearDown(): void
+    {
+        if (isset($this->server)) {
+            Child::reapAll();
+            $this->server->stop();
+        }
+        parent::tearDown();
+    }
+
+    /**
+     * `tokenlock SUBCOMMAND --redis URL ARGS...`.
+     *
+     * @param list<string> $args
+     * @return array{0: int, 1: string, 2: string} status, stdout, stderr
+     */
+    private function tool(string $subcommand, array $args): array
+    {
+        return Tool::run(array_merge([$subcommand, '--redis', $this->server->url()], $args));
+    }
+
+    /** The C++ client takes the lock; its token. */
+    private function cppAcquire(string $name, float $lease = 300): string
+    {
+        [$status, $out, $err] = $this->tool('acquire', ['-n', '--lease', (string) $lease, '--', $name]);
+        $this->assertSame(0, $status, "tokenlock acquire --redis: $err");
+        return trim($out);
+    }
+
+    private function cppRelease(string $name, string $token): void
+    {
+        [$status, , $err] = $this->tool('release', ['--token', $token, '--', $name]);
+        $this->assertSame(0, $status, "tokenlock release --redis: $err");
+    }
+
+    public function testTheScriptsAreTheCppClientsByteForByte(): void
+    {
+        $shas = [sha1(Scripts::ACQUIRE), sha1(Scripts::SETTLE), sha1(Scripts::HOLDER)];
+        $this->assertSame([0, 0, 0], $this->client->script('exists', ...$shas), 'a fresh server knows no script');
+        $token = $this->cppAcquire('scripts');
+        $this->assertSame(0, $this->tool('status', ['--', 'scripts'])[0]);
+        $this->cppRelease('scripts', $token);
+        // The server caches a script under the SHA-1 of its text.
+        $this->assertSame([1, 1, 1], $this->client->script('exists', ...$shas), "the C++ client's scripts are these");
+    }
+
+    public function testPhpHoldsAndTheCommandIsRefused(): void
+    {
+        $lock = RedisLock::acquire($this->server->url(), 'jobs', ['lease' => 60]);
+        $this->assertTrue($lock->isHeld());
+        [$status, , $err] = $this->tool('acquire', ['-n', '--', 'jobs']);
+        $this->assertSame(1, $status, $err);
+        $this->assertStringContainsString('held by pid ' . getmypid(), $err);
+        [$status, $out] = $this->tool('run', ['-n', '--', 'jobs', 'echo', 'ran']);
+        $this->assertSame(1, $status);
+        $this->assertSame('', $out, 'run did not run its command');
+        $this->assertSame((string) $lock->fence() . ' ' . $lock->owner(), $this->client->get('tokenlock:jobs'));
+        $lock->release();
+        $this->assertFalse($lock->isHeld());
+        $this->assertSame(0, $this->client->exists('tokenlock:jobs'));
+        [$status, $out] = $this->tool('run', ['-n', '--', 'jobs', 'echo', 'ran']);
+        $this->assertSame([0, "ran\n"], [$status, $out]);
+    }
+
+    public function testTheCommandHoldsAndPhpIsRefused(): void
+    {
+        $token = $this->cppAcquire('jobs');
+        $this->assertNull(RedisLock::tryAcquire($this->server->url(), 'jobs'));
+        try {
+            RedisLock::acquire($this->server->url(), 'jobs', ['wait' => 0]);
+            $this->fail('acquired a lock the command holds');
+        } catch (BusyException $e) {
+            $this->assertSame('busy', $e->getError());
+            $this->assertSame(1, $e->getCode());
+            $this->assertStringContainsString('held by pid', $e->getMessage());
+        }
+        $holder = RedisLock::holder($this->server->url(), 'jobs');
+        $this->assertSame($token, $holder['fence'] . '.' . $holder['owner']);
+        $this->assertSame(RedisLock::hostTag(), $holder['host_tag'], 'PHP makes the host tag as the C++ library does');
+        $this->cppRelease('jobs', $token);
+        $lock = RedisLock::acquire($this->server->url(), 'jobs', ['wait' => 0]);
+        $this->assertGreaterThan((int) explode('.', $token)[0], $lock->fence());
+        $lock->release();
+    }
+
+    public function testFencesIncreaseAcrossPhpAndCppGrants(): void
+    {
+        $fences = [];
+        for ($i = 0; $i < 3; ++$i) {
+            $lock = RedisLock::acquire($this->server->url(), 'fenced');
+            $fences[] = $lock->fence();
+            $lock->release();
+            $token = $this->cppAcquire('fenced');
+            $fences[] = (int) explode('.', $token)[0];
+            $this->cppRelease('fenced', $token);
+        }
+        // The last fence ahead of the server's clock: both still go past it.
+        $ahead = (int) $this->client->get('tokenlock:fenced:fence') + 10_000_000_000;
+        $this->client->set('tokenlock:fenced:fence', (string) $ahead);
+        $lock = RedisLock::acquire($this->server->url(), 'fenced');
+        $fences[] = $lock->fence();
+        $lock->release();
+        $fences[] = (int) explode('.', $this->cppAcquire('fenced'))[0];
+        $sorted = $fences;
+        sort($sorted);
+        $this->assertSame($sorted, $fences);
+        $this->assertCount(8, array_unique($fences));
+        $this->assertSame([$ahead + 1, $ahead + 2], array_slice($fences, 6));
+    }
+
+    public function testRefreshStartsANewLease(): void
+    {
+        $lock = RedisLock::acquire($this->server->url(), 'long', ['lease' => 2]);
+        $this->assertLessThanOrEqual(2000, $this->client->pttl('tokenlock:long'));
+        $lock->refresh(600);
+        $this->assertGreaterThan(590000, $this->client->pttl('tokenlock:long'));
+        $this->assertGreaterThan(590, RedisLock::holder($this->server->url(), 'long')['remaining']);
+        $lock->release();
+    }
+
+    public function testAnExpiredHolderTakenOverByTheCommandHearsOfIt(): void
+    {
+        $lock = RedisLock::acquire($this->server->url(), 'short', ['lease' => 0.2]);
+        $deadline = microtime(true) + 10;
+        do {
+            $this->assertLessThan($deadline, microtime(true), 'the lease did not end within 10 s');
+            usleep(20000);
+            [$status, $out] = $this->tool('acquire', ['-n', '--', 'short']);
+        } while ($status !== 0);
+        $token = trim($out);
+        try {
+            $lock->release();
+            $this->fail('the release of a lock taken over succeeded');
+        } catch (LockLostException $e) {
+            $this->assertSame('lock_lost', $e->getError());
+            $this->assertSame(3, $e->getCode());
+            $this->assertStringContainsString('a newer grant (fence ' . explode('.', $token)[0] . ')', $e->getMessage());
+        }
+        $this->assertFalse($lock->isHeld());
+        $this->assertSame(preg_replace('/\./', ' ', $token, 1), $this->client->get('tokenlock:short'), "the new holder's grant is untouched");
+        $this->cppRelease('short', $token);
+    }
+
+    public function testAnExpiredHolderNobodyTookHearsOfItToo(): void
+    {
+        $lock = RedisLock::acquire($this->server->url(), 'lapsed', ['lease' => 0.1]);
+        $deadline = microtime(true) + 10;
+        while ($this->client->exists('tokenlock:lapsed')) {
+            $this->assertLessThan($deadline, microtime(true), 'the grant did not expire within 10 s');
+            usleep(20000);
+        }
+        $this->expectException(LockLostException::class);
+        $this->expectExceptionMessage('our lease ended (nobody has taken the lock since)');
+        $lock->refresh();
+    }
+
+    public function testAWaiterIsWokenByTheCommandsRelease(): void
+    {
+        $token = $this->cppAcquire('queue');
+        $url = $this->server->url();
+        $child = Child::start(function (Channel $c) use ($url): void {
+            $lock = RedisLock::acquire($url, 'queue', ['wait' => 30]);
+            $c->send((string) $lock->fence());
+            $lock->release();
+        });
+        // The waiter is counted once it was refused and blocks for a release.
+        $deadline = microtime(true) + 10;
+        while ($this->client->get('tokenlock:queue:waiters') !== '1') {
+            $this->assertLessThan($deadline, microtime(true), 'the waiter was not counted within 10 s');
+            $this->assertFalse($child->channel->ready(), 'the waiter got the lock while the command held it');
+            usleep(10000);
+        }
+        $this->cppRelease('queue', $token);
+        $this->assertGreaterThan((int) explode('.', $token)[0], (int) $child->channel->receive());
+        $this->assertSame(0, $child->wait());
+        $this->assertSame(0, $this->client->exists('tokenlock:queue'));
+    }
+
+    public function testACorruptGrantIsRefusedAndLeftAsItIs(): void
+    {
+        $this->client->set('tokenlock:bad', 'garbage', ['px' => 60000]);
+        try {
+            RedisLock::acquire($this->server->url(), 'bad', ['wait' => 0]);
+            $this->fail('acquired over a corrupt grant');
+        } catch (Exception $e) {
+            $this->assertSame('lock_corrupt', $e->getError());
+            $this->assertSame(69, $e->getCode());
+            $this->assertStringContainsString('redis-cli DEL tokenlock:bad', $e->getMessage());
+        }
+        $this->assertSame('garbage', $this->client->get('tokenlock:bad'));
+        $this->assertSame(0, $this->client->exists('tokenlock:bad:fence'));
+    }
+
+    public function testAnUnreachableServerAndABadUrl(): void
+    {
+        $this->server->stop();
+        try {
+            RedisLock::acquire($this->server->url(), 'x', ['wait' => 0]);
+            $this->fail('acquired from a stopped server');
+        } catch (Exception $e) {
+            $this->assertSame(['system', 111, 69], [$e->getError(), $e->getErrno(), $e->getCode()]);
+            $this->assertStringContainsString($this->server->url(), $e->getMessage());
+        }
+        try {
+            RedisLock::acquire('http://127.0.0.1/', 'x');
+            $this->fail('accepted an http:// URL');
+        } catch (Exception $e) {
+            $this->assertSame(['bad_argument', 64], [$e->getError(), $e->getCode()]);
+        }
+    }
+
+    public function testUrlsAreReadAsTheCppClientReadsThem(): void
+    {
+        $this->assertSame(['host' => 'cache-1.example', 'port' => 6380, 'path' => '', 'db' => 2, 'user' => 'app', 'password' => 'p@ss:w'],
+            \Tokenlock\Redis\Connection::parseUrl('redis://app:p%40ss%3Aw@cache-1.example:6380/2'));
+        $this->assertSame(['host' => '::1', 'port' => 6379, 'path' => '', 'db' => 0, 'user' => '', 'password' => null],
+            \Tokenlock\Redis\Connection::parseUrl('redis://[::1]'));
+        $this->assertSame(['host' => '', 'port' => 6379, 'path' => '/run/redis@x.sock', 'db' => 4, 'user' => '', 'password' => 'pw'],
+            \Tokenlock\Redis\Connection::parseUrl('unix://:pw@/run/redis@x.sock?db=4'));
+        $bad = ['rediss://h', 'redis://', 'redis://h:0', 'redis://h:65536', 'redis://h:', 'redis://h/x', 'redis://us@h',
+            'redis://:%zz@h', 'redis://h h', 'redis://[::1', 'unix://relative.sock', 'unix:///s.sock?database=1'];
+        foreach ($bad as $url) {
+            // The command refuses each of them too.
+            [$status] = Tool::run(['status', '--redis', $url, '--', 'x']);
+            $this->assertSame(64, $status, "tokenlock refuses $url");
+            try {
+                \Tokenlock\Redis\Connection::parseUrl($url);
+                $this->fail("accepted $url");
+            } catch (Exception $e) {
+                $this->assertSame(['bad_argument', 64], [$e->getError(), $e->getCode()], $url);
+                $this->assertStringContainsString($url, $e->getMessage());
+            }
+        }
+    }
+
+    public function testPasswordDatabaseAndAFlushedScriptCache(): void
+    {
+        $this->client->config('SET', 'requirepass', 'pa:ss@word');
+        $base = "127.0.0.1:{$this->server->port}";
+        try {
+            RedisLock::acquire("redis://:wrong@$base", 'db');
+            $this->fail('acquired with a wrong password');
+        } catch (Exception $e) {
+            $this->assertSame(['server_error', 69], [$e->getError(), $e->getCode()]);
+            $this->assertStringNotContainsString('wrong', $e->getMessage(), 'the password is not shown');
+        }
+        $url = "redis://:pa%3Ass%40word@$base/3";
+        $lock = RedisLock::acquire($url, 'db');
+        $this->client->auth('pa:ss@word');
+        $this->client->select(3);
+        $this->assertSame($lock->fence() . ' ' . $lock->owner(), $this->client->get('tokenlock:db'));
+        // A server that forgot the scripts (restart, SCRIPT FLUSH) is sent them again.
+        $this->client->script('flush');
+        $lock->refresh(60);
+        $this->assertGreaterThan(50000, $this->client->pttl('tokenlock:db'));
+        $lock->release();
+        $this->assertSame(0, $this->client->exists('tokenlock:db'));
+        $this->client->select(0);
+        $this->assertSame(0, $this->client->exists('tokenlock:db'));
+    }
+
+    public function testAForkedChildDoesNotReleaseItsParentsLock(): void
+    {
+        $lock = RedisLock::acquire($this->server->url(), 'inherited');
+        $child = Child::start(function (Channel $c) use ($lock): void {
+            $c->send($lock->isHeld() ? 'held' : 'not held');
+            try {
+                $lock->release();
+                $c->send('released');
+            } catch (Exception $e) {
+                $c->send($e->getError());
+            }
+        });
+        $this->assertSame('not held', $child->channel->receive());
+        $this->assertSame('not_owner', $child->channel->receive());
+        $this->assertSame(0, $child->wait());
+        $this->assertSame($lock->fence() . ' ' . $lock->owner(), $this->client->get('tokenlock:inherited'));
+        $lock->release();
+    }
+
+    /** Without phpredis (php -n loads no extension) the command does the work. */
+    public function testTheCommandFallbackWithoutTheExtension(): void
+    {
+        $script = "$this->dir/fallback.php";
+        file_put_contents($script, <<<'PHP'
+            <?php
+            declare(strict_types=1);
+            require $argv[1] . '/src/Tokenlock.php';
+            spl_autoload_register(fn ($c) => is_file($f = $argv[1] . '/src/' . str_replace('\\', '/', substr($c, 10)) . '.php') ? require $f : null);
+            if (extension_loaded('redis')) { echo "redis loaded\n"; exit(1); }
+            try {
+                Tokenlock\RedisLock::acquire($argv[2], 'fallback', ['wait' => 0]);
+                echo "acquired while held\n";
+            } catch (Tokenlock\BusyException $e) {
+                echo 'refused ', $e->getError(), "\n";
+            }
+            fgets(STDIN);
+            $lock = Tokenlock\RedisLock::acquire($argv[2], 'fallback', ['wait' => 0, 'lease' => 0.3]);
+            $h = Tokenlock\RedisLock::holder($argv[2], 'fallback');
+            echo 'holds ', $lock->token(), ' ', $h['fence'] === $lock->fence() ? 'seen' : 'unseen', "\n";
+            fgets(STDIN);
+            try {
+                $lock->release();
+                echo "released a lost lock\n";
+            } catch (Tokenlock\LockLostException $e) {
+                echo 'lost ', $e->getError(), "\n";
+            }
+            PHP);
+        $held = RedisLock::acquire($this->server->url(), 'fallback');
+        $proc = proc_open(['php', '-n', $script, dirname(__DIR__), $this->server->url()],
+            [0 => ['pipe', 'r'], 1 => ['pipe', 'w'], 2 => ['file', "$this->dir/fallback.err", 'w']], $pipes);
+        $this->assertSame("refused busy\n", fgets($pipes[1]), (string) @file_get_contents("$this->dir/fallback.err"));
+        $held->release();
+        fwrite($pipes[0], "go\n");
+        $line = (string) fgets($pipes[1]);
+        $this->assertMatchesRegularExpression('/\Aholds [0-9]+\.\S+ seen\n\z/', $line, (string) @file_get_contents("$this->dir/fallback.err"));
+        $token = explode(' ', $line)[1];
+        $this->assertSame(substr($token, strpos($token, '.') + 1), explode(' ', (string) $this->client->get('tokenlock:fallback'))[1]);
+        // Its lease ends and a newer grant takes the lock.
+        $deadline = microtime(true) + 10;
+        while (($taker = RedisLock::tryAcquire($this->server->url(), 'fallback')) === null) {
+            $this->assertLessThan($deadline, microtime(true), 'the lease did not end within 10 s');
+            usleep(20000);
+        }
+        fwrite($pipes[0], "go\n");
+        $this->assertSame("lost lock_lost\n", fgets($pipes[1]));
+        fclose($pipes[0]);
+        fclose($pipes[1]);
+        $this->assertSame(0, proc_close($proc));
+        $this->assertTrue($taker->isHeld());
+        $taker->release();
+    }
+}

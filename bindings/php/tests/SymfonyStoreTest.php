@@ -1,0 +1,266 @@
+<?php
+
+declare(strict_types=1);
+
+namespace Tokenlock\Tests;
+
+use Symfony\Component\Lock\Exception\LockConflictedException;
+use Symfony\Component\Lock\Exception\LockReleasingException;
+use Symfony\Component\Lock\Key;
+use Symfony\Component\Lock\LockFactory;
+use Tokenlock\LockLostException;
+use Tokenlock\Symfony\TokenlockStore;
+use Tokenlock\Tests\Support\Channel;
+use Tokenlock\Tests\Support\Child;
+use Tokenlock\Tests\Support\TempDirTestCase;
+
+/**
+ * Tokenlock\Symfony\TokenlockStore through Symfony's own LockFactory and
+ * Lock, as Debian's php-symfony-lock installs them.
+ */
+final class SymfonyStoreTest extends TempDirTestCase
+{
+    private const AUTOLOAD = '/usr/share/php/Symfony/Component/Lock/autoload.php';
+
+    private string $locks;
+
+    protected function setUp(): void
+    {
+        if (!is_file(self::AUTOLOAD)) {
+            $this->markTestSkipped('php-symfony-lock is not installed (' . self::AUTOLOAD . ' is missing; scripts/install-deps installs it)');
+        }
+        require_once self::AUTOLOAD;
+        parent::setUp();
+        $this->locks = "$this->dir/locks";
+    }
+
+    private function factory(float $ttl = 300.0): LockFactory
+    {
+        return new LockFactory(new TokenlockStore($this->locks, $ttl));
+    }
+
+    /** The only token in a resource's lock directory. */
+    private function tokenOf(string $resource): string
+    {
+        $dir = (new TokenlockStore($this->locks))->lockDirectory($resource);
+        $tokens = array_values(array_filter(scandir($dir), fn (string $n) => str_starts_with($n, 'lockfile')));
+        $this->assertCount(1, $tokens, "$dir holds one token");
+        return $tokens[0];
+    }
+
+    /** Seconds left of the lease a held token names. */
+    private function leaseLeft(string $token): float
+    {
+        $this->assertMatchesRegularExpression('/\Alockfile\.[0-9]+\./', $token);
+        return (float) explode('.', $token)[1] / 1e6 - microtime(true);
+    }
+
+    public function testAcquireAndRelease(): void
+    {
+        $lock = $this->factory()->createLock('report', 30);
+        $this->assertTrue($lock->acquire());
+        $this->assertTrue($lock->isAcquired());
+        $left = $this->leaseLeft($this->tokenOf('report'));
+        $this->assertGreaterThan(25, $left);
+        $this->assertLessThanOrEqual(30, $left);
+        $lock->release();
+        $this->assertFalse($lock->isAcquired());
+        $this->assertSame('lockfile', $this->tokenOf('report'));
+        // Free again for anyone.
+        $again = $this->factory()->createLock('report');
+        $this->assertTrue($again->acquire());
+        $again->release();
+    }
+
+    public function testAnotherProcessIsRefusedWhileHeld(): void
+    {
+        $lock = $this->factory()->createLock('shared');
+        $this->assertTrue($lock->acquire());
+        $child = Child::start(function (Channel $c): void {
+            $other = $this->factory()->createLock('shared');
+            $c->send($other->acquire() ? 'acquired' : 'refused');
+            $c->receive();
+            $c->send($other->acquire() ? 'acquired' : 'refused');
+            $other->release();
+        });
+        $this->assertSame('refused', $child->channel->receive());
+        $this->assertTrue($lock->isAcquired(), 'the refused attempt left the holder alone');
+        $lock->release();
+        $child->channel->send('released');
+        $this->assertSame('acquired', $child->channel->receive());
+        $this->assertSame(0, $child->wait());
+        $this->assertSame('lockfile', $this->tokenOf('shared'));
+    }
+
+    public function testBlockingAcquireWaitsForTheRelease(): void
+    {
+        $lock = $this->factory()->createLock('queue');
+        $this->assertTrue($lock->acquire());
+        $marker = "$this->dir/releasing";
+        $child = Child::start(function (Channel $c) use ($marker): void {
+            $other = $this->factory()->createLock('queue');
+            $c->send('waiting');
+            $other->acquire(true);
+            // The holder writes the marker just before it releases: a grant
+            // before the release would find none.
+            $c->send(is_file($marker) ? 'acquired after the release' : 'acquired while held');
+            $other->release();
+        });
+        $this->assertSame('waiting', $child->channel->receive());
+        $this->assertFalse($child->channel->ready(), 'the waiter got no answer while the lock was held');
+        touch($marker);
+        $lock->release();
+        $this->assertSame('acquired after the release', $child->channel->receive());
+        $this->assertSame(0, $child->wait());
+    }
+
+    public function testRefreshStartsANewLease(): void
+    {
+        $lock = $this->factory(5)->createLock('long-job', 5);
+        $this->assertTrue($lock->acquire());
+        $this->assertLessThanOrEqual(5, $this->leaseLeft($this->tokenOf('long-job')));
+        $lock->refresh(600);
+        $left = $this->leaseLeft($this->tokenOf('long-job'));
+        $this->assertGreaterThan(590, $left);
+        $this->assertLessThanOrEqual(600, $left);
+        $this->assertGreaterThan(590, $lock->getRemainingLifetime());
+        $this->assertTrue($lock->isAcquired());
+        $lock->release();
+        $this->assertSame('lockfile', $this->tokenOf('long-job'));
+    }
+
+    /**
+     * A lock whose lease ended is taken by the next comer; the old
+     * holder's refresh and release then say that it was lost.
+     *
+     * @return array{0: \Symfony\Component\Lock\LockInterface, 1: \Symfony\Component\Lock\LockInterface}
+     */
+    private function expiredAndTakenOver(string $resource): array
+    {
+        $old = $this->factory(0.2)->createLock($resource, 0.2, false);
+        $this->assertTrue($old->acquire());
+        $new = $this->factory()->createLock($resource, 300, false);
+        // Polls the condition itself (the lease's end), bounded.
+        $deadline = microtime(true) + 10;
+        while (!$new->acquire()) {
+            $this->assertLessThan($deadline, microtime(true), 'the expired lock was not taken over within 10 s');
+            usleep(20000);
+        }
+        $this->assertFalse($old->isAcquired(), 'the old holder knows its lease ended');
+        return [$old, $new];
+    }
+
+    public function testTakenOverHolderRefreshIsRefused(): void
+    {
+        [$old, $new] = $this->expiredAndTakenOver('expiring');
+        $newToken = $this->tokenOf('expiring');
+        try {
+            $old->refresh(60);
+            $this->fail('the refresh of a lock taken over succeeded');
+        } catch (LockConflictedException $e) {
+            $this->assertStringContainsString('lost', $e->getMessage());
+            $this->assertInstanceOf(LockLostException::class, $e->getPrevious());
+        }
+        $this->assertSame($newToken, $this->tokenOf('expiring'), "the new holder's token is untouched");
+        $this->assertTrue($new->isAcquired());
+        $new->release();
+    }
+
+    public function testTakenOverHolderReleaseSaysSo(): void
+    {
+        $store = new TokenlockStore($this->locks, 0.2);
+        $key = new Key('expiring');
+        $store->save($key);
+        $new = $this->factory()->createLock('expiring', 300, false);
+        $deadline = microtime(true) + 10;
+        while (!$new->acquire()) {
+            $this->assertLessThan($deadline, microtime(true), 'the expired lock was not taken over within 10 s');
+            usleep(20000);
+        }
+        $newToken = $this->tokenOf('expiring');
+        try {
+            $store->delete($key);
+            $this->fail('the release of a lock taken over succeeded');
+        } catch (LockReleasingException $e) {
+            $this->assertStringContainsString('taken over', $e->getMessage());
+            $this->assertSame('lock_lost', $e->getPrevious()->getError());
+        }
+        $this->assertFalse($store->exists($key));
+        $this->assertSame($newToken, $this->tokenOf('expiring'), "the new holder's token is untouched");
+        $new->release();
+    }
+
+    public function testReleaseThroughSymfonyLockOfATakenOverLock(): void
+    {
+        [$old, $new] = $this->expiredAndTakenOver('expiring-too');
+        $this->expectException(LockReleasingException::class);
+        try {
+            $old->release();
+        } finally {
+            $this->assertTrue($new->isAcquired());
+            $new->release();
+        }
+    }
+
+    public function testResourceNamesStayInsideTheStore(): void
+    {
+        $names = ['../../outside', '/etc/passwd', 'a/b/../c', '.', '..', '', 'lockfile', "new\nline", str_repeat('x', 300)];
+        $factory = $this->factory();
+        $held = [];
+        foreach ($names as $name) {
+            $lock = $factory->createLock($name);
+            $this->assertTrue($lock->acquire(), "acquired \"$name\"");
+            $held[] = $lock;
+        }
+        $this->assertSame(['locks'], array_values(array_diff(scandir($this->dir), ['.', '..'])), 'nothing outside the store directory');
+        $dirs = array_values(array_diff(scandir($this->locks), ['.', '..']));
+        $this->assertCount(count($names), $dirs, 'one lock directory per resource');
+        foreach ($dirs as $d) {
+            $this->assertMatchesRegularExpression('/\Asf\.[A-Za-z0-9_-]{0,40}\.[0-9a-f]{64}\.lock\z/', $d);
+        }
+        foreach ($held as $lock) {
+            $lock->release();
+        }
+        foreach ($names as $name) {
+            $this->assertSame('lockfile', $this->tokenOf($name));
+        }
+    }
+
+    public function testAStoreDirectoryThatCannotBeMadeIsRefused(): void
+    {
+        file_put_contents("$this->dir/file", 'kept');
+        try {
+            new TokenlockStore("$this->dir/file/locks");
+            $this->fail('a store under a regular file was made');
+        } catch (\Symfony\Component\Lock\Exception\InvalidArgumentException $e) {
+            $this->assertStringContainsString("$this->dir/file/locks", $e->getMessage());
+        }
+        $this->assertSame(['file'], self::tree($this->dir));
+        $this->assertSame('kept', file_get_contents("$this->dir/file"));
+    }
+
+    public function testAFailedAcquireIsAStorageErrorAndLeavesNothing(): void
+    {
+        $lock = $this->factory()->createLock('gone');
+        // The store's directory replaced by a file after the store was made.
+        rmdir($this->locks);
+        file_put_contents($this->locks, 'kept');
+        try {
+            $lock->acquire();
+            $this->fail('acquired in a store directory that is a file');
+        } catch (\Symfony\Component\Lock\Exception\LockAcquiringException $e) {
+            $storage = $e->getPrevious();
+            $this->assertInstanceOf(\Symfony\Component\Lock\Exception\LockStorageException::class, $storage);
+            $this->assertSame('system', $storage->getPrevious()->getError());
+        }
+        $this->assertFalse($lock->isAcquired());
+        $this->assertSame(['locks'], self::tree($this->dir));
+        $this->assertSame('kept', file_get_contents($this->locks));
+    }
+
+    public function testTtlOutsideTheLeaseBoundsIsRefused(): void
+    {
+        $this->expectException(\Symfony\Component\Lock\Exception\InvalidTtlException::class);
+        new TokenlockStore($this->locks, 86401);
+    }
+}
