@@ -22,19 +22,19 @@ check() {  # LANG OUTPUT KEY...
 }
 if command -v perl >/dev/null; then
   perl "$src/bench/lang/perl_bench.pl" -q -d "$work" >"$work/perl.out" 2>&1 || { cat "$work/perl.out" >&2; status=1; }
-  check perl "$work/perl.out" perl_lock_ratio perl_incr_ratio
+  check perl "$work/perl.out" perl_lock_rename_ratio perl_lock_ratio perl_incr_ratio
   ran=1
 fi
 if command -v php >/dev/null; then
   php "$src/bench/lang/php_bench.php" -q -d "$work" >"$work/php.out" 2>&1 || { cat "$work/php.out" >&2; status=1; }
-  check php "$work/php.out" php_lock_ratio php_incr_ratio
+  check php "$work/php.out" php_lock_rename_ratio php_lock_ratio php_incr_ratio
   ran=1
 fi
 if [ -x /usr/bin/python3 ]; then
   /usr/bin/python3 "$src/bench/lang/python_bench.py" -q -d "$work" >"$work/python.out" 2>&1 ||
     { cat "$work/python.out" >&2; status=1; }
   keys=(python_cmd_lock_ratio python_incr_ratio)
-  [ -n "${TOKENLOCK_LIBRARY:-}" ] && keys+=(python_lock_ratio)
+  [ -n "${TOKENLOCK_LIBRARY:-}" ] && keys+=(python_lock_rename_ratio python_lock_ratio)
   check python "$work/python.out" "${keys[@]}"
   ran=1
 fi
