@@ -54,11 +54,7 @@ chmod 0755 "$cgi" "$cgi"/counter.* "$cgi/tokenlock"
 # php-fpm's copy, in a directory of its own as on a host: the module and
 # the command beside the program (the command for a module that uses it).
 www=$work/www
-mkdir -p "$www"
-copy_for_fpm "$src/cgi-examples/php/counter.php" "$www"
-cp "$src/bindings/php/src/Tokenlock.php" "$tool" "$www/"
-chmod 0755 "$www" "$www/tokenlock"
-chmod 0644 "$www/counter.php" "$www/Tokenlock.php"
+deploy_fpm_counter "$src" "$www" "$tool"
 data=$work/data
 make_data_dir "$data"
 

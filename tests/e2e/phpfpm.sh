@@ -13,6 +13,10 @@
 #                                     APACHE_INCLUDE to it for start_apache
 #   copy_for_fpm FILE DIR             copies a PHP program into DIR without
 #                                     its #! line
+#   deploy_fpm_counter SOURCE_DIR DIR [TOKENLOCK]
+#                                     counter.php as a host has it: in DIR
+#                                     with Tokenlock.php and the command
+#                                     beside it (for a module that runs it)
 #   wait_for_fpm_log PATTERN COUNT    waits until the pool's log holds COUNT
 #                                     lines with PATTERN (fixed string)
 #   stop_php_fpm                      stops $FPM_PID and waits for it
@@ -118,6 +122,19 @@ copy_for_fpm() {
     tail -n +2 "$file" >"$dir/$(basename "$file")"
   else
     cp "$file" "$dir/"
+  fi
+}
+
+deploy_fpm_counter() {
+  local src=$1 dir=$2 tool=${3:-}
+  mkdir -p "$dir"
+  copy_for_fpm "$src/cgi-examples/php/counter.php" "$dir"
+  cp "$src/bindings/php/src/Tokenlock.php" "$dir/"
+  chmod 0755 "$dir"
+  chmod 0644 "$dir/counter.php" "$dir/Tokenlock.php"
+  if [ -n "$tool" ]; then
+    cp "$tool" "$dir/tokenlock"
+    chmod 0755 "$dir/tokenlock"
   fi
 }
 
