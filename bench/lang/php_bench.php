@@ -1,29 +1,35 @@
 <?php
 /*
- * The cost per call of the PHP binding against what a PHP programmer writes
- * with flock(), side by side in one run:
+ * The cost per call of the PHP module against what a PHP programmer writes
+ * by hand, side by side in one run:
  *
- *   lock: Tokenlock\withLock() around an empty callable (two runs of the
- *         tokenlock command: acquire, release)
- *         vs fopen() + flock(LOCK_EX) + flock(LOCK_UN) of a lock file;
- *   incr: Tokenlock\increment() (one run of `tokenlock incr`)
+ *   lock: Tokenlock\withLock() around an empty callable
+ *         vs two bare rename() calls in a directory (lockfile to a token
+ *         name and back: the protocol's floor, what the widely copied
+ *         rename lock costs)
+ *         and vs fopen() + flock(LOCK_EX) + flock(LOCK_UN) of a lock file;
+ *   incr: Tokenlock\increment()
  *         vs a flock'ed counter: flock, read, write a temporary file, rename,
  *         with the same durability (--sync: fsync of the file, and of the
  *         directory for file_and_dir, as bench/cgi/flock_counter.c does).
  *
  *   php bench/lang/php_bench.php [-q] [-n CALLS] [-r ROUNDS] [--sync none|file|file_and_dir] [-d DIR]
  *
- * Each round times CALLS calls of each variant, in an order that alternates
- * between rounds; the ratios are medians over rounds of tokenlock / flock.
- * The binding starts a process per command, so expect ratios in the
- * hundreds: the line "tokenlock --version" gives the cost of starting the
- * command alone, the floor of every call. The last lines are for machines:
- *   php_lock_ratio=X   withLock() / flock
- *   php_incr_ratio=Y   increment() / flock'ed counter
+ * Each round times CALLS calls of each variant, in an order that rotates
+ * between rounds; the ratios are medians over rounds of tokenlock / other.
+ * Only the module's public API is used, so the figures are those of
+ * whatever it does beneath: the protocol in PHP, or a `tokenlock` process
+ * per call (then the line "tokenlock --version" gives the cost of starting
+ * the command alone, the floor of such a call). The last lines are for
+ * machines:
+ *   php_lock_rename_ratio=X  withLock() / two renames
+ *   php_lock_ratio=Y         withLock() / flock
+ *   php_incr_ratio=Z         increment() / flock'ed counter
  * -q: a quick run to check that it works (few calls, two rounds); take
  * figures from a full run on a quiet machine.
  *
- * The command is TOKENLOCK_COMMAND, else the build tree's.
+ * The command, for a module that uses one, is TOKENLOCK_COMMAND, else the
+ * build tree's when it exists, else what the module finds itself.
  */
 
 declare(strict_types=1);
@@ -100,12 +106,15 @@ if (!in_array($sync, ['none', 'file', 'file_and_dir'], true)) {
     usage('--sync takes none, file or file_and_dir');
 }
 $command = getenv('TOKENLOCK_COMMAND') ?: "$repo/build/tools/tokenlock";
-try {
+if (is_executable($command)) {
     Tokenlock\setCommand($command);
-    Tokenlock\findCommand();
+}
+try {
+    $command = Tokenlock\findCommand();
 } catch (Tokenlock\Exception $e) {
-    fwrite(STDERR, 'php_bench.php: ' . $e->getMessage() . "\n");
-    exit(1);
+    // A module that needs no command works without one; one that does
+    // fails at its first call, with its own message.
+    $command = null;
 }
 
 $d = $base . '/php-bench-' . getmypid() . '-' . bin2hex(random_bytes(4));
@@ -116,6 +125,13 @@ if (!mkdir($d, 0700)) {
 
 $tlLockDir = "$d/tl.lock";
 $flLockFile = "$d/fl.lock";
+$rnDir = "$d/rn.lock";
+$rnFile = "$rnDir/lockfile";
+$rnToken = "$rnDir/token." . getmypid();
+if (!mkdir($rnDir) || file_put_contents($rnFile, '') !== 0) {
+    fwrite(STDERR, "php_bench.php: cannot create $rnFile\n");
+    exit(1);
+}
 $tlCount = "$d/tl.count";
 $flCount = "$d/fl.count";
 $added = ['tl' => 0, 'fl' => 0];
@@ -124,6 +140,10 @@ $variants = [
     'tl_lock' => static function () use ($tlLockDir): void {
         Tokenlock\withLock($tlLockDir, static function (): void {
         });
+    },
+    'rn_lock' => static function () use ($rnFile, $rnToken): void {
+        rename($rnFile, $rnToken);
+        rename($rnToken, $rnFile);
     },
     'fl_lock' => static function () use ($flLockFile): void {
         $h = fopen($flLockFile, 'c');
@@ -158,12 +178,16 @@ $variants = [
         fclose($lock);
         ++$added['fl'];
     },
-    'start' => static function () use ($command): void {
+];
+if ($command !== null && function_exists('proc_open')) {
+    $variants['start'] = static function () use ($command): void {
         $p = proc_open([$command, '--version'], [1 => ['file', '/dev/null', 'w']], $pipes);
         proc_close($p);
-    },
-];
-$pairs = ['lock' => ['tl_lock', 'fl_lock'], 'incr' => ['tl_incr', 'fl_incr']];
+    };
+}
+// The first of each group is the module's; each ratio is it / another.
+$groups = ['lock' => ['tl_lock', 'rn_lock', 'fl_lock'], 'incr' => ['tl_incr', 'fl_incr']];
+$ratioOf = ['lock_rename' => ['tl_lock', 'rn_lock'], 'lock' => ['tl_lock', 'fl_lock'], 'incr' => ['tl_incr', 'fl_incr']];
 
 $perCallUs = static function (callable $fn, int $n): float {
     $t = hrtime(true);
@@ -184,20 +208,27 @@ try {
         $fn();
     }
     $times = [];
-    $ratios = ['lock' => [], 'incr' => []];
+    $ratios = array_fill_keys(array_keys($ratioOf), []);
     for ($round = 0; $round < $rounds; ++$round) {
-        foreach ($pairs as $name => $pair) {
-            // Alternating which goes first keeps a drift of the machine's
+        $r = [];
+        foreach ($groups as $group) {
+            // Rotating which goes first keeps a drift of the machine's
             // speed within a round from favouring one side.
-            $order = $round % 2 === 0 ? $pair : array_reverse($pair);
-            $r = [];
-            foreach ($order as $key) {
+            $shift = $round % count($group);
+            foreach ([...array_slice($group, $shift), ...array_slice($group, 0, $shift)] as $key) {
                 $r[$key] = $perCallUs($variants[$key], $calls);
                 $times[$key][] = $r[$key];
             }
-            $ratios[$name][] = $r[$pair[0]] / $r[$pair[1]];
         }
-        $times['start'][] = $perCallUs($variants['start'], $calls);
+        foreach ($ratioOf as $name => [$tl, $other]) {
+            $ratios[$name][] = $r[$tl] / $r[$other];
+        }
+        if (isset($variants['start'])) {
+            $times['start'][] = $perCallUs($variants['start'], $calls);
+        }
+    }
+    if (!is_file($rnFile) || file_exists($rnToken)) {
+        throw new RuntimeException("the rename lock $rnFile did not end released");
     }
 
     // Both counters must hold exactly what was added, or the figures mean nothing.
@@ -208,13 +239,21 @@ try {
         }
     }
 
-    printf("php %s, command %s; %d calls x %d rounds, sync=%s\n", PHP_VERSION, $command, $calls, $rounds, $sync);
-    printf("%-44s %12s %12s %9s\n", '', 'tokenlock us', 'flock us', 'ratio');
-    $labels = ['lock' => 'withLock(fn () => null) / flock', 'incr' => "increment() / flock'ed counter"];
-    foreach ($pairs as $name => [$tl, $fl]) {
-        printf("%-44s %12.1f %12.1f %9.1f\n", $labels[$name], $median($times[$tl]), $median($times[$fl]), $median($ratios[$name]));
+    printf("php %s, command %s; %d calls x %d rounds%s, sync=%s\n", PHP_VERSION, $command ?? '(none found)',
+        $calls, $rounds, $quick ? ' (quick: not for figures)' : '', $sync);
+    printf("%-44s %12s %12s %9s\n", '', 'tokenlock us', 'other us', 'ratio');
+    $labels = [
+        'lock_rename' => 'withLock(fn () => null) / two rename()',
+        'lock' => 'withLock(fn () => null) / flock',
+        'incr' => "increment() / flock'ed counter",
+    ];
+    foreach ($ratioOf as $name => [$tl, $other]) {
+        printf("%-44s %12.1f %12.1f %9.2f\n", $labels[$name], $median($times[$tl]), $median($times[$other]), $median($ratios[$name]));
     }
-    printf("%-44s %12.1f\n", 'tokenlock --version (starting the command)', $median($times['start']));
+    if (isset($times['start'])) {
+        printf("%-44s %12.1f\n", 'tokenlock --version (starting the command)', $median($times['start']));
+    }
+    printf("php_lock_rename_ratio=%.2f\n", $median($ratios['lock_rename']));
     printf("php_lock_ratio=%.2f\n", $median($ratios['lock']));
     printf("php_incr_ratio=%.2f\n", $median($ratios['incr']));
 } catch (Throwable $e) {

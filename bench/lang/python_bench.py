@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """The cost per call of the Python binding against what a Python programmer
-writes with flock(2), side by side in one run:
+writes by hand, side by side in one run:
 
   lock: `with tokenlock.lock(...)` around an empty block, through the library
         (ctypes) and through the tokenlock command,
-        vs `with open(...)` + fcntl.flock(LOCK_EX) of a lock file;
+        vs two bare os.rename() calls in a directory (lockfile to a token
+        name and back: the protocol's floor), for the library,
+        and vs `with open(...)` + fcntl.flock(LOCK_EX) of a lock file;
   incr: tokenlock.increment() through the library
         vs a flock'ed counter: flock, read, write a temporary file, rename,
         with the same durability (--sync: fsync of the file, and of the
@@ -15,10 +17,11 @@ writes with flock(2), side by side in one run:
 Each round times CALLS calls of each variant (the command backend a tenth
 as many: each of its locks starts two processes), in an order that
 alternates between rounds; the ratios are medians over rounds of
-tokenlock / flock. The last lines are for machines:
-  python_lock_ratio=X       library backend / flock
-  python_cmd_lock_ratio=Y   command backend / flock
-  python_incr_ratio=Z       library backend / flock'ed counter
+tokenlock / other. The last lines are for machines:
+  python_lock_rename_ratio=W  library backend / two renames
+  python_lock_ratio=X         library backend / flock
+  python_cmd_lock_ratio=Y     command backend / flock
+  python_incr_ratio=Z         library backend / flock'ed counter
 -q: a quick run to check that it works (few calls, two rounds); take
 figures from a full run on a quiet machine.
 
@@ -81,11 +84,19 @@ def run(a, library, command, d):
     fl_lock_file = os.path.join(d, "fl.lock")
     tl_count = os.path.join(d, "tl.count")
     fl_count = os.path.join(d, "fl.count")
+    rn_file = os.path.join(d, "rn.lock", "lockfile")
+    rn_token = os.path.join(d, "rn.lock", "token.%d" % os.getpid())
+    os.mkdir(os.path.dirname(rn_file))
+    open(rn_file, "w").close()
     added = {"tl": 0, "fl": 0}
 
     def tl_lock():
         with tokenlock.lock(tl_lock_dir):
             pass
+
+    def rn_lock():
+        os.rename(rn_file, rn_token)
+        os.rename(rn_token, rn_file)
 
     def fl_lock():
         with open(fl_lock_file, "a") as f:
@@ -128,6 +139,7 @@ def run(a, library, command, d):
     # (name, function, backend, calls); the flock variants ignore the backend.
     cmd_calls = max(2, a.calls // 10)
     pairs = [
+        ("lock_rename", (("tl_lock", tl_lock, "library", a.calls), ("rn_lock", rn_lock, "library", a.calls))),
         ("lock", (("tl_lock", tl_lock, "library", a.calls), ("fl_lock", fl_lock, "library", a.calls))),
         ("cmd_lock", (("tl_cmd_lock", tl_lock, "command", cmd_calls),
                       ("fl_lock", fl_lock, "library", cmd_calls))),
@@ -158,11 +170,14 @@ def run(a, library, command, d):
             v = f.read()
         if v != b"%d\n" % n:
             sys.exit("python_bench.py: %s holds %r after %d increments" % (path, v, n))
+    if not os.path.isfile(rn_file) or os.path.exists(rn_token):
+        sys.exit("python_bench.py: the rename lock %s did not end released" % rn_file)
 
     print("python %s, library %s, command %s; %d rounds, sync=%s"
           % (sys.version.split()[0], library, command, a.rounds, a.sync))
-    print("%-52s %12s %12s %8s" % ("", "tokenlock us", "flock us", "ratio"))
-    labels = {"lock": "with tokenlock.lock() (library) / with flock",
+    print("%-52s %12s %12s %8s" % ("", "tokenlock us", "other us", "ratio"))
+    labels = {"lock_rename": "with tokenlock.lock() (library) / two renames",
+              "lock": "with tokenlock.lock() (library) / with flock",
               "cmd_lock": "with tokenlock.lock() (command) / with flock",
               "incr": "increment() (library) / flock'ed counter"}
     for name, variants in pairs:
@@ -170,6 +185,7 @@ def run(a, library, command, d):
         fl = statistics.median(times[(name, variants[1][0])])
         print("%-52s %12.1f %12.1f %8.2f" % (labels[name] + " x%d" % variants[0][3], tl, fl,
                                               statistics.median(ratios[name])))
+    print("python_lock_rename_ratio=%.2f" % statistics.median(ratios["lock_rename"]))
     print("python_lock_ratio=%.2f" % statistics.median(ratios["lock"]))
     print("python_cmd_lock_ratio=%.2f" % statistics.median(ratios["cmd_lock"]))
     print("python_incr_ratio=%.2f" % statistics.median(ratios["incr"]))

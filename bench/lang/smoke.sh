@@ -3,8 +3,12 @@
 # each must end with its ratio lines, a positive number each. Figures come
 # from full runs on a quiet machine (docs/languages.md), not from here.
 #   smoke.sh SOURCE_DIR TOKENLOCK [LIBTOKENLOCK_C]
-# Exits 77 (skipped) when none of perl, php and python3 is installed.
+#   smoke.sh --fpm SOURCE_DIR TOKENLOCK     fpm_bench.sh instead (Apache)
+# Exits 77 (skipped) when none of perl, php and python3 is installed, or
+# with --fpm when fpm_bench.sh cannot run here.
 set -euo pipefail
+fpm=0
+[ "$1" = --fpm ] && { fpm=1; shift; }
 src=$1
 export TOKENLOCK_COMMAND=$2
 [ -n "${3:-}" ] && export TOKENLOCK_LIBRARY=$3
@@ -18,23 +22,31 @@ check() {  # LANG OUTPUT KEY...
     grep -qE "^${key}=[0-9]+(\.[0-9]+)?$" "$out" && awk -F= -v k="$key" '$1 == k && $2 > 0 {ok=1} END {exit !ok}' "$out" ||
       { echo "FAIL: $lang: no positive $key= line; its output:" >&2; cat "$out" >&2; status=1; }
   done
-  grep -E "_ratio=" "$out" | sed "s/^/$lang: /"
+  grep -E "_ratio[a-z_]*=" "$out" | sed "s/^/$lang: /"
 }
+if [ $fpm = 1 ]; then
+  code=0
+  "$src/bench/lang/fpm_bench.sh" -q >"$work/fpm.out" 2>&1 || code=$?
+  if [ $code = 77 ]; then cat "$work/fpm.out"; exit 77; fi
+  [ $code = 0 ] || { cat "$work/fpm.out" >&2; exit 1; }
+  check php-fpm "$work/fpm.out" php_fpm_ratio_none
+  exit $status
+fi
 if command -v perl >/dev/null; then
   perl "$src/bench/lang/perl_bench.pl" -q -d "$work" >"$work/perl.out" 2>&1 || { cat "$work/perl.out" >&2; status=1; }
-  check perl "$work/perl.out" perl_lock_ratio perl_incr_ratio
+  check perl "$work/perl.out" perl_lock_rename_ratio perl_lock_ratio perl_incr_ratio
   ran=1
 fi
 if command -v php >/dev/null; then
   php "$src/bench/lang/php_bench.php" -q -d "$work" >"$work/php.out" 2>&1 || { cat "$work/php.out" >&2; status=1; }
-  check php "$work/php.out" php_lock_ratio php_incr_ratio
+  check php "$work/php.out" php_lock_rename_ratio php_lock_ratio php_incr_ratio
   ran=1
 fi
 if [ -x /usr/bin/python3 ]; then
   /usr/bin/python3 "$src/bench/lang/python_bench.py" -q -d "$work" >"$work/python.out" 2>&1 ||
     { cat "$work/python.out" >&2; status=1; }
   keys=(python_cmd_lock_ratio python_incr_ratio)
-  [ -n "${TOKENLOCK_LIBRARY:-}" ] && keys+=(python_lock_ratio)
+  [ -n "${TOKENLOCK_LIBRARY:-}" ] && keys+=(python_lock_rename_ratio python_lock_ratio)
   check python "$work/python.out" "${keys[@]}"
   ran=1
 fi

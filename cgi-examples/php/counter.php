@@ -39,6 +39,13 @@
  * SetHandler makes the server execute this file as a CGI program (mod_cgi
  * or mod_cgid) rather than hand it to the host's own PHP handler.
  *
+ * Hosts whose PHP handler is php-fpm (mod_proxy_fcgi) or mod_php run the
+ * same file without its first line: unlike php-cgi, they do not skip a #!
+ * line, and would send it as the start of every body (and refuse the
+ * declare() below it). Delete that line, leave out the SetHandler above,
+ * and set the variables the same way (SetEnv reaches php-fpm too); the
+ * answers are the same (tests/e2e/languages_e2e.sh compares them).
+ *
  * How php-cgi is configured, and why:
  *
  * - The #! line. The server executes this file, so the kernel runs

@@ -11,6 +11,8 @@
 # CGI_DIR is served at /cgi-bin/; NAME=VALUE pairs reach the CGI programs
 # as environment variables. When running as root the CGI programs run as
 # www-data, so the data they write must be writable by www-data.
+# APACHE_INCLUDE, when set, names a file of more Apache configuration that
+# start_apache includes (phpfpm.sh writes one).
 
 port_is_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
@@ -75,6 +77,7 @@ start_apache() {
     echo "  Require all granted"
     echo "</Directory>"
     for kv in "$@"; do echo "SetEnv ${kv%%=*} \"${kv#*=}\""; done
+    [ -z "${APACHE_INCLUDE:-}" ] || echo "Include \"$APACHE_INCLUDE\""
   } >"$work/apache.conf"
   apache2 -t -f "$work/apache.conf" >"$work/logs/configtest.log" 2>&1 || {
     cat "$work/logs/configtest.log" >&2
