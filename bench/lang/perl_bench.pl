@@ -77,11 +77,19 @@ my $dir = defined $o{dir}
 my $tl_lock = "$dir/tl.lock";
 sub tl_lock { Tokenlock::with_lock($tl_lock, sub { }) }
 
+# The floor is the protocol's own renames: a directory named lockfile and a
+# name as long as a real token (docs/protocol.md, Token grammar).
 my $rn_file  = "$dir/rn.lock/lockfile";
-my $rn_token = "$dir/rn.lock/token.$$";
+my $rn_token = "$dir/rn.lock/" . floor_token();
 mkdir "$dir/rn.lock" or die "perl_bench.pl: mkdir $dir/rn.lock: $!";
-open(my $rn_fh, '>', $rn_file) or die "perl_bench.pl: create $rn_file: $!";
-close $rn_fh;
+mkdir $rn_file or die "perl_bench.pl: mkdir $rn_file: $!";
+
+sub floor_token {
+    require POSIX;
+    my $host = substr((POSIX::uname())[1] || 'host', 0, 32);
+    $host =~ s/[^A-Za-z0-9-]/_/g;
+    return sprintf('lockfile.%d.%s-%08x.%d.%d.%016x', (time + 3600) * 1_000_000, $host, 0, $$, 1234567, 0);
+}
 sub rn_lock {
     rename($rn_file, $rn_token) or die "rename $rn_file: $!";
     rename($rn_token, $rn_file) or die "rename $rn_token: $!";
@@ -159,7 +167,7 @@ for my $round (0 .. $o{rounds} - 1) {
     push @lock_ratio,        $r{tl_lock} / $r{fl_lock};
     push @incr_ratio,        $r{tl_incr} / $r{fl_incr};
 }
-die "perl_bench.pl: the rename lock $rn_file did not end released\n" unless -e $rn_file && !-e $rn_token;
+die "perl_bench.pl: the rename lock $rn_file did not end released\n" unless -d $rn_file && !-e $rn_token;
 
 # Both counters must hold exactly what was added, or the figures mean nothing.
 for ([$tl_count, $tl_incrs], [$fl_count, $fl_incrs]) {

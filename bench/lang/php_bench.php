@@ -126,9 +126,12 @@ if (!mkdir($d, 0700)) {
 $tlLockDir = "$d/tl.lock";
 $flLockFile = "$d/fl.lock";
 $rnDir = "$d/rn.lock";
+// The floor is the protocol's own renames: a directory named lockfile and
+// a name as long as a real token (docs/protocol.md, Token grammar).
 $rnFile = "$rnDir/lockfile";
-$rnToken = "$rnDir/token." . getmypid();
-if (!mkdir($rnDir) || file_put_contents($rnFile, '') !== 0) {
+$rnToken = sprintf('%s/lockfile.%d.%s-%08x.%d.%d.%016x', $rnDir, (time() + 3600) * 1000000,
+    preg_replace('/[^A-Za-z0-9-]/', '_', substr(php_uname('n') ?: 'host', 0, 32)), 0, getmypid(), 1234567, 0);
+if (!mkdir($rnDir) || !mkdir($rnFile)) {
     fwrite(STDERR, "php_bench.php: cannot create $rnFile\n");
     exit(1);
 }
@@ -227,7 +230,7 @@ try {
             $times['start'][] = $perCallUs($variants['start'], $calls);
         }
     }
-    if (!is_file($rnFile) || file_exists($rnToken)) {
+    if (!is_dir($rnFile) || file_exists($rnToken)) {
         throw new RuntimeException("the rename lock $rnFile did not end released");
     }
 

@@ -32,6 +32,7 @@ the build tree's.
 import argparse
 import fcntl
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -84,10 +85,14 @@ def run(a, library, command, d):
     fl_lock_file = os.path.join(d, "fl.lock")
     tl_count = os.path.join(d, "tl.count")
     fl_count = os.path.join(d, "fl.count")
+    # The floor is the protocol's own renames: a directory named lockfile
+    # and a name as long as a real token (docs/protocol.md, Token grammar).
     rn_file = os.path.join(d, "rn.lock", "lockfile")
-    rn_token = os.path.join(d, "rn.lock", "token.%d" % os.getpid())
+    host = re.sub(r"[^A-Za-z0-9-]", "_", (os.uname().nodename or "host")[:32])
+    rn_token = os.path.join(d, "rn.lock", "lockfile.%d.%s-%08x.%d.%d.%016x" % (
+        (int(time.time()) + 3600) * 1000000, host, 0, os.getpid(), 1234567, 0))
     os.mkdir(os.path.dirname(rn_file))
-    open(rn_file, "w").close()
+    os.mkdir(rn_file)
     added = {"tl": 0, "fl": 0}
 
     def tl_lock():
@@ -170,7 +175,7 @@ def run(a, library, command, d):
             v = f.read()
         if v != b"%d\n" % n:
             sys.exit("python_bench.py: %s holds %r after %d increments" % (path, v, n))
-    if not os.path.isfile(rn_file) or os.path.exists(rn_token):
+    if not os.path.isdir(rn_file) or os.path.exists(rn_token):
         sys.exit("python_bench.py: the rename lock %s did not end released" % rn_file)
 
     print("python %s, library %s, command %s; %d rounds, sync=%s"
