@@ -2,7 +2,7 @@
 """Runs the protocol's cases (tests/conformance/cases) against one
 implementation's driver.
 
-    conformance.py [--case NAME]... IMPLEMENTATION -- DRIVER [ARGS...]
+    conformance.py [--cases FILE] [--case NAME]... IMPLEMENTATION -- DRIVER [ARGS...]
 
 Every case starts a fresh driver in a fresh directory, builds the case's
 lock-directory state itself, speaks the line protocol of README.md to the
@@ -381,15 +381,19 @@ def run_case(case, driver):
 
 
 def main(argv):
-    wanted = []
-    while argv and argv[0] == "--case":
-        wanted.append(argv[1])
+    wanted, path = [], CASES
+    while len(argv) > 1 and argv[0] in ("--case", "--cases"):
+        if argv[0] == "--case":
+            wanted.append(argv[1])
+        else:
+            path = argv[1]
         argv = argv[2:]
     if len(argv) < 3 or argv[1] != "--":
-        sys.stderr.write("usage: conformance.py [--case NAME]... IMPLEMENTATION -- DRIVER [ARGS...]\n")
+        sys.stderr.write("usage: conformance.py [--cases FILE] [--case NAME]... IMPLEMENTATION"
+                         " -- DRIVER [ARGS...]\n")
         return 64
     impl, driver = argv[0], argv[2:]
-    cases = read_cases()
+    cases = read_cases(path)
     unknown = set(wanted) - {c["name"] for c in cases}
     if unknown:
         sys.stderr.write("conformance.py: no case named %s\n" % ", ".join(sorted(unknown)))
