@@ -76,6 +76,14 @@ def dead_pid():
     return child.pid, started
 
 
+def zombie_pid():
+    """(pid, start time, the process) of a child that has exited and is not
+    yet reaped: waitid(WNOWAIT) returns once it is a zombie."""
+    child = subprocess.Popen(["true"])
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
+    return child.pid, start_time(child.pid), child
+
+
 def token_name(expiry_s, tag, pid, start, nonce):
     return "lockfile.%d.%s.%d.%d.%016x" % (int(expiry_s * 1e6), tag, pid, start, nonce)
 
@@ -137,6 +145,7 @@ class Case:
         self.me = (os.getpid(), start_time(os.getpid()))
         self.tag = host_tag()
         self.driver = None
+        self.zombies = []
         self.stderr = tempfile.TemporaryFile(mode="w+")
 
     def path(self, relative):
@@ -162,6 +171,10 @@ class Case:
             return self.tag, (self.me[0], self.me[1] + 1)
         if kind == "foreign":
             return OTHER_HOST, self.me
+        if kind == "zombie":
+            pid, started, child = zombie_pid()
+            self.zombies.append(child)
+            return self.tag, (pid, started)
         raise ValueError("unknown owner %r (live, dead, reused, foreign)" % kind)
 
     def new_token(self, kind, lease):
@@ -181,6 +194,19 @@ class Case:
             label = args[3] if len(args) > 3 else "T"
             make = os.mkdir if what == "token" else (lambda p: open(p, "w").close())
             self.plant(args[0], self.new_token(args[1], args[2]), label, make)
+        elif what == "init":
+            # A creator's directory beside L, as a creator killed before its
+            # rename leaves it (docs/protocol.md, Creating the lock directory).
+            parent, name = os.path.split(args[0])
+            label = args[3] if len(args) > 3 else "I"
+            made = args[0] + ".init." + self.new_token(args[1], args[2])[len("lockfile."):]
+            self.plant(parent or ".", os.path.basename(made), label, os.mkdir)
+            os.mkdir(os.path.join(self.path(made), "lockfile"))
+        elif what == "inside":
+            # An entry in a planted token's workspace.
+            lockdir, label, name = args[0], args[1], args[2]
+            token = [n for (l, n), lab in self.labels.items() if l == lockdir and lab == label]
+            self.maker(args[3])(os.path.join(self.path(lockdir), token[0], name))
         elif what == "legacy":
             label = args[2] if len(args) > 2 else "T"
             name = "lockfile%d" % int(time.time() - float(args[1]))
@@ -308,6 +334,13 @@ class Case:
                 raise CaseError("%s: %s holds %s, expected %s (entries: %s)"
                                 % (where, target, got, sorted(rest), sorted(os.listdir(p))))
             self.check_kinds(target, where)
+        elif verb == "workspace":
+            # The entries inside the driver's token.
+            inside = os.path.join(p, self.drivers_token(target))
+            got = sorted(os.listdir(inside))
+            if got != sorted(rest):
+                raise CaseError("%s: the workspace in %s holds %s, expected %s"
+                                % (where, target, got, sorted(rest)))
         elif verb == "reads":
             want = unescape(" ".join(rest))
             try:
@@ -322,7 +355,7 @@ class Case:
             if got != int(rest[0], 8):
                 raise CaseError("%s: %s has mode %o, expected %s" % (where, target, got, rest[0]))
         else:
-            raise ValueError("%s: unknown check %r (missing, holds, reads, mode)" % (where, verb))
+            raise ValueError("%s: unknown check %r (missing, holds, workspace, reads, mode)" % (where, verb))
 
     def check_kinds(self, lockdir, where):
         d = self.path(lockdir)
@@ -335,6 +368,9 @@ class Case:
         """No temporary file and no creator's directory anywhere in the case."""
         for top, dirs, files in os.walk(self.root):
             for name in dirs + files:
+                where = os.path.relpath(top, self.root)
+                if (where, name) in self.labels:
+                    continue
                 if TEMP.match(name) or ".init." in name:
                     raise CaseError("left behind: %s" % os.path.join(top, name)[len(self.root) + 1:])
 
@@ -373,6 +409,8 @@ def run_case(case, driver):
         if runner.driver is not None and runner.driver.poll() is None:
             runner.driver.kill()
             runner.driver.wait()
+        for zombie in runner.zombies:
+            zombie.wait()
         for top, dirs, _ in os.walk(root):
             for d in dirs:
                 if not os.path.islink(os.path.join(top, d)):
