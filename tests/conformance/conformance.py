@@ -255,11 +255,17 @@ class Case:
             os.rename(os.path.join(d, self.drivers_token(lockdir)), os.path.join(d, new))
             self.labels[(lockdir, new)] = label
             self.kinds[(lockdir, new)] = stat.S_IFDIR
+        elif what == "inside":
+            # Another user plants an entry in the driver's workspace.
+            entry = os.path.join(d, self.drivers_token(lockdir), words[2])
+            self.maker(words[3])(entry)
+            if len(words) > 4:
+                os.chmod(entry, int(words[4], 8))
         elif what == "free":
             # A takeover and a release by another process, seen together.
             os.rename(os.path.join(d, self.drivers_token(lockdir)), os.path.join(d, "lockfile"))
         else:
-            raise ValueError("unknown act %r (takeover, free)" % what)
+            raise ValueError("unknown act %r (takeover, inside, free)" % what)
 
     # -- the driver --
 
