@@ -269,11 +269,12 @@ class Case:
 
     # -- the driver --
 
+    def start(self):
+        self.driver = subprocess.Popen(self.driver_argv, stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, stderr=self.stderr,
+                                       universal_newlines=True, bufsize=1)
+
     def ask(self, words):
-        if self.driver is None:
-            self.driver = subprocess.Popen(self.driver_argv, stdin=subprocess.PIPE,
-                                           stdout=subprocess.PIPE, stderr=self.stderr,
-                                           universal_newlines=True, bufsize=1)
         if words[0] in PATH_OPS:
             words = [words[0], self.path(words[1])] + words[2:]
         line = " ".join(words)
@@ -383,6 +384,11 @@ class Case:
     # -- the whole case --
 
     def run(self):
+        # Started first, so that the time a driver takes to start never
+        # passes between a lease set up and the request that judges it.
+        self.start()
+        if self.ask(["ping"]) != "ok":
+            raise CaseError("the driver did not answer ping with ok%s" % self.driver_output())
         for word, rest, where in self.case["steps"]:
             if word == "set":
                 self.set_up(rest.split())

@@ -18,6 +18,8 @@ function operate(array $w): string
 {
     global $handle;
     switch ($w[0]) {
+        case 'ping':
+            return 'ok';
         case 'acquire':
             $handle = \Tokenlock\Lock::acquire($w[1], ['wait' => $w[2] / 1000, 'lease' => $w[3] / 1000]);
             return 'ok';

@@ -26,6 +26,7 @@ sub counted {
 }
 
 my %operations = (
+    ping      => sub { return 'ok' },
     acquire => sub {
         my ($lockdir, $wait, $lease) = @_;
         $handle = Tokenlock->acquire($lockdir, wait => secs($wait), lease => secs($lease));

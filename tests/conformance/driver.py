@@ -45,6 +45,7 @@ def read(value):
 
 
 OPERATIONS = {
+    "ping": lambda: None,
     "acquire": acquire,
     "release": lambda: handle.release(),
     "refresh": lambda lease_ms: handle.refresh(int(lease_ms) / 1000),

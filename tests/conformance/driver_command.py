@@ -74,6 +74,7 @@ def increment(path, wait_ms):
 
 
 OPERATIONS = {
+    "ping": lambda: None,
     "acquire": acquire,
     "release": lambda: run(["release", held["lockdir"], held["token"]])[0],
     "refresh": refresh,

@@ -106,6 +106,7 @@ std::string holder(const words& w) {
 std::string serve(const words& w) {
   const std::string& op = w.at(0);
   std::error_code ec;
+  if (op == "ping") return "ok";
   if (op == "acquire") return acquire(w);
   if (op == "release") return handle.release(ec), answer_of(ec);
   if (op == "refresh") return refresh(w);

@@ -22,7 +22,7 @@ for line in sys.stdin:
     w = line.split()
     if w == ["quit"]:
         break
-    if how == "dies":
+    if how == "dies" and w[0] != "ping":
         sys.exit(3)
     if how == "honest-write" and w[0] == "write":
         open(w[1], "w").write(w[2])
