@@ -111,6 +111,8 @@ def read_cases(path=CASES):
                 raise ValueError("%s: %r before the first case" % (where, line))
             elif word == "about":
                 case["about"] = rest
+            elif word == "needs" and rest == "root":
+                case["root"] = True
             elif word in ("skip", "known"):
                 impls, _, reason = rest.partition(":")
                 if not reason.strip():
@@ -219,6 +221,8 @@ class Case:
                 f.write(unescape(" ".join(args[1:])))
         elif what == "chmod":
             os.chmod(self.path(args[0]), int(args[1], 8))
+        elif what == "chown":
+            os.lchown(self.path(args[0]), int(args[1]), -1)
         elif what == "symlink":
             os.symlink(args[1], self.path(args[0]))
         else:
@@ -455,6 +459,9 @@ def main(argv):
         name = case["name"]
         if impl in case["skip"]:
             print("skip %s: %s" % (name, case["skip"][impl]))
+            continue
+        if case.get("root") and os.geteuid() != 0:
+            print("skip %s: its state needs root to build (chown)" % name)
             continue
         error = run_case(case, driver)
         known = case["known"].get(impl)
