@@ -6,7 +6,7 @@
 #   run.sh command|perl|php|python TOKENLOCK [LIBTOKENLOCK_C]
 # Exits 77 (skipped) when the implementation's language is missing; python
 # runs the cases once per backend (the library backend needs LIBTOKENLOCK_C).
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(cd "${0%/*}" && pwd)
 impl=$1
 shift
 skip() {
@@ -47,7 +47,7 @@ case $impl in
     exit $status
     ;;
   *)
-    echo "run.sh: unknown implementation $impl (cpp, c, command, perl, php, python)" >&2
+    echo "run.sh: unknown implementation $impl (selftest, cpp, c, command, perl, php, python)" >&2
     exit 64
     ;;
 esac
