@@ -1,0 +1,60 @@
+#!/usr/bin/perl
+# The conformance driver of the Perl module (bindings/perl/lib/Tokenlock.pm):
+# the line protocol of tests/conformance/README.md on stdin and stdout.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/../../bindings/perl/lib";
+use Scalar::Util qw(blessed);
+use Tokenlock;
+
+$| = 1;
+my $handle;
+
+sub secs { return $_[0] / 1000 }
+
+sub holder {
+    my ($lockdir) = @_;
+    my $h = Tokenlock::holder($lockdir);
+    return 'ok free' unless $h;
+    return 'ok ' . join(',', $h->{owner}, ($h->{stale} ? 'stale' : ()), ($h->{legacy} ? 'legacy' : ()));
+}
+
+sub counted {
+    my ($value) = @_;
+    return defined $value ? "ok $value" : 'ok none';
+}
+
+my %operations = (
+    ping      => sub { return 'ok' },
+    acquire => sub {
+        my ($lockdir, $wait, $lease) = @_;
+        $handle = Tokenlock->acquire($lockdir, wait => secs($wait), lease => secs($lease));
+        return 'ok';
+    },
+    release   => sub { $handle->release; return 'ok' },
+    refresh   => sub { $handle->refresh(lease => secs($_[0])); return 'ok' },
+    # write_file with a lock is the module's fenced update.
+    update    => sub { Tokenlock::write_file($_[0], $_[1], lock => "$_[0].lock", wait => 0); return 'ok' },
+    increment => sub { return counted(Tokenlock::increment($_[0], wait => secs($_[1]))) },
+    read      => sub { return counted(Tokenlock::read_counter($_[0])) },
+    write     => sub { Tokenlock::write_file($_[0], $_[1]); return 'ok' },
+    holder    => \&holder,
+);
+
+sub answer {
+    my ($op, @args) = @_;
+    my $code = $operations{$op};
+    return "unsupported $op: not in the Perl module's API" unless $code;
+    my $result = eval { $code->(@args) };
+    return $result if defined $result;
+    my $err = $@;
+    die $err unless blessed($err) && $err->isa('Tokenlock::Error');
+    return $err->code eq 'system' ? 'error system ' . $err->errno : 'error ' . $err->code;
+}
+
+while (my $line = <STDIN>) {
+    my @words = split ' ', $line;
+    last if !@words || $words[0] eq 'quit';
+    print answer(@words), "\n";
+}
