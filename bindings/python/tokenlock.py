@@ -744,8 +744,18 @@ class _Command:
         try:
             current = _read_or_none(path, "update")
             new = _data(fn(current), "the update function's result")
-            self._run([b"commit", b"--sync", sync.encode(), b"--allow-empty", _arg(lockdir),
-                       state["token"].encode(), _arg(path)], "update", path, input=new)
+            try:
+                self._run([b"commit", b"--sync", sync.encode(), b"--allow-empty", _arg(lockdir),
+                           state["token"].encode(), _arg(path)], "update", path, input=new)
+            except Error as e:
+                if e.code != "not_fenced":
+                    raise
+                # A token that cannot hold the temporary file (a legacy
+                # script's plain-file lockfile, or the lock on another
+                # filesystem): the library then commits beside the target,
+                # ownership proved by a refresh just before, and so do we.
+                self.refresh(state, lockdir, None)
+                self.write_file(path, new, sync)
         except DirSyncFailed:
             # Committed: the release below must still happen, and the
             # caller learns that a crash may undo the update.
