@@ -42,9 +42,17 @@ failure lost_before_commit(const write_target& t, const std::string& token) {
 // a stale cache (seen on GlusterFS with its caches off in the kernel, where
 // every lookup goes to the client: "taken over before the commit" with no
 // other holder), while a listing comes from the server.
+//
+// ESTALE counts as gone where ENOENT does: a GlusterFS client that still
+// holds a descriptor or a cached name of a directory that a takeover
+// moved and cleared answers with it.
+bool missing_code(std::error_code ec) {
+  return ec == std::errc::no_such_file_or_directory || ec == std::error_code(ESTALE, std::generic_category());
+}
+
 bool token_gone(os& sys, const lock_handle& h) {
   file_status st;
-  if (sys.status(h.path().string(), st) != std::errc::no_such_file_or_directory) return false;
+  if (!missing_code(sys.status(h.path().string(), st))) return false;
   std::vector<std::string> names;
   if (sys.list_directory(h.directory().string(), names)) return true;
   return std::find(names.begin(), names.end(), h.token()) == names.end();
@@ -163,7 +171,7 @@ failure open_workspace(os& sys, const lock_handle& h, const open_dir& d, const w
   const std::string workspace = token_dir + "/w";
   const bool group = chooses_group_sharing(dir_mode);
   std::error_code ec = sys.open_directory(d.fd, h.token(), ws.token);
-  if (ec == std::errc::no_such_file_or_directory && token_gone(sys, h))
+  if (missing_code(ec) && token_gone(sys, h))
     return lost_before_commit(t, h.token());
   if (ec) return write_failure("commit", t, "cannot open the lock's token " + token_dir, ec);
   if (failure f = check_trusted_fd(sys, ws.token, token_dir, "commit", "lock's token", group))
@@ -222,7 +230,7 @@ failure fenced_commit(os& sys, const lock_handle& h, const write_target& t,
   if (!f) f = write_temp(sys, t, workspace, contents, options, tmp);
   if (f) {
     undo_workspace();
-    if (f.code == std::errc::no_such_file_or_directory && token_gone(sys, h))
+    if (missing_code(f.code) && token_gone(sys, h))
       return lost_before_commit(t, h.token());
     return f;
   }
@@ -241,7 +249,7 @@ failure fenced_commit(os& sys, const lock_handle& h, const write_target& t,
   if (ec) {
     sys.remove_file(tmp.path);  // gone with the token when the lock was lost
     undo_workspace();
-    if (ec == std::errc::no_such_file_or_directory && token_gone(sys, h))
+    if (missing_code(ec) && token_gone(sys, h))
       return lost_before_commit(t, h.token());
     return write_failure("rename", t, "cannot rename " + tmp.path + " over the target", ec);
   }
@@ -351,7 +359,7 @@ failure fence_possible(os& sys, const lock_handle& h, const write_target& t, std
   why.clear();
   file_status token;
   std::error_code ec = sys.status(h.path().string(), token);
-  if (ec == std::errc::no_such_file_or_directory) {
+  if (missing_code(ec)) {
     if (token_gone(sys, h)) return lost_before_commit(t, h.token());
     // Listed, so ours: the lock directory has the token's device.
     ec = sys.status(h.directory().string(), token);

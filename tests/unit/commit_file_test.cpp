@@ -115,6 +115,35 @@ TEST_F(CommitFileTest, ALockTakenOverBetweenWriteAndRenameWritesNothing) {
   EXPECT_TRUE(temp_files().empty());
 }
 
+// A GlusterFS client that still has the moved token cached answers ESTALE
+// where a local filesystem says ENOENT: the commit is still lock_lost.
+TEST_F(CommitFileTest, ATokenTakenOverThatAnswersEstaleIsALostLockNotASystemError) {
+  spit(target, "old\n");
+  lock_handle h = lock_of(a).acquire();
+  world->advance(20'000'000);
+  auto b = std::make_shared<fake_os>(world, 200, 2, "elsewhere-12345678");
+  lock_handle hb = lock_of(b).acquire();
+  ASSERT_TRUE(hb.owns());
+  a->fail(op::status, h.token(), ESTALE, -1);
+  EXPECT_EQ(commit(h, "stale\n"), errc::lock_lost) << tokenlock::last_error_message();
+  EXPECT_EQ(slurp(target), "old\n");
+  EXPECT_TRUE(temp_files().empty());
+}
+
+// ESTALE alone, with our token still listed, is not taken for a lost lock.
+TEST_F(CommitFileTest, AnEstaleWhileTheTokenIsStillListedIsReportedAsItIs) {
+  spit(target, "old\n");
+  lock_handle h = lock_of(a).acquire();
+  a->fail(op::status, h.token(), ESTALE, 1);
+  a->fail(op::status, "/w", ESTALE, 1);
+  const std::error_code ec = commit(h, "new\n");
+  EXPECT_EQ(ec, std::error_code(ESTALE, std::generic_category())) << tokenlock::last_error_message();
+  EXPECT_EQ(slurp(target), "old\n");
+  EXPECT_TRUE(temp_files().empty());
+  EXPECT_TRUE(h.owns());
+  h.release();
+}
+
 TEST_F(CommitFileTest, AcrossFilesystemsItRefusesRatherThanCommitUnfenced) {
   spit(target, "old\n");
   lock_handle h = lock_of(a).acquire();

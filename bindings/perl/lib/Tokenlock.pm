@@ -1678,9 +1678,13 @@ sub _lost_before_commit {
 
 # Whether our token is gone: a lookup's ENOENT is confirmed by a listing,
 # since a network client may answer a lookup from a stale cache.
+# ESTALE counts as ENOENT here: a GlusterFS client that still has a token
+# cached that a takeover moved answers with it.
+sub _missing { return $!{ENOENT} || $!{ESTALE} }
+
 sub _token_gone {
     my ($lock) = @_;
-    return 0 if lstat("$lock->{lockdir}/$lock->{token}") || !$!{ENOENT};
+    return 0 if lstat("$lock->{lockdir}/$lock->{token}") || !_missing();
     opendir(my $dh, $lock->{lockdir}) or return 1;
     my $there = grep { $_ eq $lock->{token} } _names($dh);
     closedir $dh;
@@ -1702,7 +1706,7 @@ sub _workspace {
             chmod(_dir_mode('commit'), $w);
         }
         elsif (!$!{EEXIST}) {
-            die _lost_before_commit($t, $lock->{token}) if $!{ENOENT} && _token_gone($lock);
+            die _lost_before_commit($t, $lock->{token}) if _missing() && _token_gone($lock);
             die _file_error('create', $t, "cannot create the workspace $w", $! + 0);
         }
         @st = lstat $w;
@@ -1733,7 +1737,7 @@ sub _fenced_commit {
     my $token_path = "$lock->{lockdir}/$lock->{token}";
     my @tok = lstat $token_path;
     if (!@tok) {
-        die _lost_before_commit($t, $lock->{token}) if $!{ENOENT} && _token_gone($lock);
+        die _lost_before_commit($t, $lock->{token}) if _missing() && _token_gone($lock);
         die _file_error('commit', $t, "cannot look at the lock's token $token_path", $! + 0);
     }
     # A token that is a file, as a legacy script's setup may have made it,
@@ -1745,7 +1749,7 @@ sub _fenced_commit {
     if (!defined $tmp) {
         my $err = $@;
         rmdir $w if $made;
-        die _lost_before_commit($t, $lock->{token}) if ref $err && $err->errno == POSIX::ENOENT() && _token_gone($lock);
+        die _lost_before_commit($t, $lock->{token}) if ref $err && ($err->errno == POSIX::ENOENT() || $err->errno == POSIX::ESTALE()) && _token_gone($lock);
         die $err;
     }
     require Time::HiRes;
@@ -1757,7 +1761,7 @@ sub _fenced_commit {
         rmdir $w if $made;
         return 0 if $exdev;
         local $! = $errno;
-        die _lost_before_commit($t, $lock->{token}) if $!{ENOENT} && _token_gone($lock);
+        die _lost_before_commit($t, $lock->{token}) if _missing() && _token_gone($lock);
         die _file_error('rename', $t, "cannot rename $tmp over the target", $errno);
     }
     _write_version_mark($w, $mark->{old}, _fnv_hex($data), int($written[9] * 1_000_000)) if $mark && @written;
