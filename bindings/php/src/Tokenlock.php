@@ -3,9 +3,16 @@
  * tokenlock for PHP: file locking and atomic file updates that work where
  * flock() does not (NFS, network filesystems, shared hosting).
  *
- * This binding drives the `tokenlock` command (docs/tokenlock.1.md) instead
- * of loading the C++ library: shared hosts seldom enable FFI outside the
- * CLI, but they run programs. Each call starts one `tokenlock` process with
+ * Locks (Lock, withLock()) are the protocol of docs/protocol.md written in
+ * PHP (class Native): no process is started, so they work where
+ * disable_functions lists proc_open and friends, and without the
+ * `tokenlock` command. They exclude the C++ library and the command, and
+ * the other way round. Where open_basedir keeps /proc out of reach, an
+ * owner that died is not seen as dead: its lock is free when its lease
+ * ends, and an E_USER_NOTICE says so once per process.
+ *
+ * writeFile() and increment() still drive the `tokenlock` command
+ * (docs/tokenlock.1.md): each call starts one `tokenlock` process with
  * proc_open() and an argument array, so no shell ever parses a path or a
  * token. It needs nothing beyond a stock PHP 8.0 or newer.
  *
@@ -25,9 +32,9 @@
  *     $hits = Tokenlock\increment('/srv/app/data/hits.count');
  *     Tokenlock\writeFile('/srv/app/data/config.json', $json);
  *
- * Locks belong to the PHP process (getmypid()): one killed with SIGKILL
- * loses its locks at once, as the command's dead-owner detection sees it
- * gone. A lock still held when its Lock object is destroyed is released,
+ * Locks belong to the PHP process (its pid and start time): one killed
+ * with SIGKILL loses its locks at once, as dead-owner detection on the
+ * same host sees it gone. A lock still held when its Lock object is destroyed is released,
  * except in a forked child, which never owned it.
  *
  * Errors are thrown as Tokenlock\Exception (a \RuntimeException): getError()
@@ -404,7 +411,7 @@ final class Lock
         $this->token = $token;
         $this->lease = $lease;
         $this->commandOption = $commandOption;
-        $this->ownerPid = getmypid();
+        $this->ownerPid = Native::pid();
     }
 
     /**
@@ -415,7 +422,9 @@ final class Lock
      *        `wait`: seconds to wait for a busy lock (default 10; 0: fail at
      *        once with BusyException; null: as long as it takes);
      *        `lease`: seconds the lock stays valid without refresh()
-     *        (default 3600)
+     *        (default 3600; from 0.001 to 86400, else `bad_argument`);
+     *        `command`: still accepted, so that older calls keep working,
+     *        but a lock runs no command
      * @throws BusyException when busy and `wait` is 0
      * @throws TimeoutException when still busy after `wait`
      * @throws Exception on any other failure (`system` with errno ENOENT
@@ -426,25 +435,9 @@ final class Lock
         Command::checkKeys($options, ['wait', 'lease', 'command'], 'Lock::acquire');
         $wait = array_key_exists('wait', $options) ? Command::seconds($options['wait'], 'wait') : Command::DEFAULT_WAIT;
         $lease = isset($options['lease']) ? Command::seconds($options['lease'], 'lease') : null;
-        $args = ['acquire'];
-        if ($wait !== null && $wait <= 0) {
-            $args[] = '--nonblock';
-        } elseif ($wait !== null) {
-            $args[] = '--wait';
-            $args[] = Command::formatSeconds($wait);
-        }
-        if ($lease !== null) {
-            $args[] = '--lease';
-            $args[] = Command::formatSeconds($lease);
-        }
-        // The PHP process, not the short-lived command, owns the token: its
-        // death frees the lock.
-        $args[] = '--pid';
-        $args[] = (string) getmypid();
-        $args[] = '--';
-        $args[] = Command::path($dir, 'lock directory');
-        [$out] = Command::run($args, $options, null, $wait !== null && $wait <= 0 ? 'busy' : 'timed_out');
-        return new self($dir, trim($out), $lease, array_intersect_key($options, ['command' => 1]));
+        $path = Native::lockPath($dir);
+        $token = Native::acquire($path, $wait, Native::leaseUs($lease));
+        return new self($dir, $token, $lease, array_intersect_key($options, ['command' => 1]));
     }
 
     /**
@@ -502,19 +495,12 @@ final class Lock
             throw new \LogicException("Tokenlock\\Lock::refresh: the lock {$this->dir} is no longer held by this object");
         }
         $lease = $lease === null ? $this->lease : Command::seconds($lease, 'lease');
-        $args = ['refresh'];
-        if ($lease !== null) {
-            $args[] = '--lease';
-            $args[] = Command::formatSeconds($lease);
-        }
-        array_push($args, '--', Command::path($this->dir, 'lock directory'), $this->token);
         try {
-            [$out] = Command::run($args, $this->commandOption);
+            $this->token = Native::refresh(Native::lockPath($this->dir), $this->token, Native::leaseUs($lease));
         } catch (LockLostException $e) {
             $this->held = false;
             throw $e;
         }
-        $this->token = trim($out);
         $this->lease = $lease;
         return $this->token;
     }
@@ -533,7 +519,7 @@ final class Lock
             return;
         }
         try {
-            Command::run(['release', '--', Command::path($this->dir, 'lock directory'), $this->token], $this->commandOption);
+            Native::release(Native::lockPath($this->dir), $this->token);
         } catch (LockLostException $e) {
             $this->held = false;
             throw $e;
@@ -549,7 +535,7 @@ final class Lock
      */
     public function __destruct()
     {
-        if (!$this->held || getmypid() !== $this->ownerPid) {
+        if (!$this->held || Native::pid() !== $this->ownerPid) {
             return;
         }
         try {
@@ -960,5 +946,663 @@ final class Command
             }
         }
         return '';
+    }
+}
+
+/**
+ * The rename-token lock of docs/protocol.md, in PHP: no process is started
+ * and no extension is needed (posix is used when loaded).
+ *
+ * What it leaves out, and why: the wait board (a waiter polls with
+ * backoff), owner marks (needed only on filesystems whose server renames
+ * a directory that is gone by then, such as GlusterFS; PHP cannot ask
+ * statfs which filesystem a lock is on), and opening the lock directory by
+ * descriptor (PHP has no renameat: every step goes through the path, which
+ * is judged with lstat first).
+ *
+ * @internal
+ */
+final class Native
+{
+    public const FREE = 'lockfile';
+    public const PREFIX = 'lockfile.';
+    /** Microseconds; the protocol's bound on any lease (protocol_max_lease). */
+    public const MAX_LEASE_US = 86400000000;
+    public const SKEW_US = 1000000;
+    public const DEFAULT_LEASE = 3600.0;
+    public const DIR_MODE = 0755;
+    private const BACKOFF_MIN_US = 100;
+    private const BACKOFF_MAX_US = 50000;
+
+    /** @var array{pid: int, start: string, tag: string, proc: bool}|null */
+    private static ?array $identity = null;
+    private static bool $noticeGiven = false;
+    private static ?bool $hidepid = null;
+
+    /** Linux's errno for the texts PHP's warnings carry (strerror). */
+    private const ERRNO = [
+        'Operation not permitted' => 1, 'No such file or directory' => 2, 'Input/output error' => 5,
+        'Permission denied' => 13, 'Device or resource busy' => 16, 'File exists' => 17,
+        'Invalid cross-device link' => 18, 'Not a directory' => 20, 'Is a directory' => 21,
+        'Invalid argument' => 22, 'No space left on device' => 28, 'Read-only file system' => 30,
+        'File name too long' => 36, 'Directory not empty' => 39, 'Too many levels of symbolic links' => 40,
+        'Disk quota exceeded' => 122, 'Stale file handle' => 116,
+    ];
+
+    public static function pid(): int
+    {
+        return function_exists('posix_getpid') ? posix_getpid() : getmypid();
+    }
+
+    /**
+     * pid, start time and host tag, as posix_os.cpp makes them; read again
+     * in a forked child, whose pid differs.
+     *
+     * @return array{pid: int, start: string, tag: string, proc: bool}
+     */
+    public static function identity(): array
+    {
+        $pid = self::pid();
+        if (self::$identity !== null && self::$identity['pid'] === $pid) {
+            return self::$identity;
+        }
+        $stat = self::procStat($pid);
+        $proc = $stat !== null;
+        $name = (string) gethostname();
+        // Without ctype, which PHP may be built without.
+        $host = (string) preg_replace('/[^A-Za-z0-9-]/', '_', substr($name, 0, 32));
+        if ($host === '') {
+            $host = 'host';
+        }
+        if ($proc) {
+            $boot = @file_get_contents('/proc/sys/kernel/random/boot_id');
+            $boot = $boot === false ? '' : strtok($boot, "\n");
+            $ns = @readlink('/proc/self/ns/pid');
+            [$hi, $lo] = self::fnv1a($host, self::fnv1a($ns === false ? '' : $ns, self::fnv1a($boot === false ? '' : $boot)));
+            $tag = sprintf('%s-%08x', $host, $hi ^ $lo);
+        } else {
+            // Without /proc this process cannot tell its boot or pid
+            // namespace apart, so its tag must never equal a tag of one
+            // that can: owners are then judged by their lease only.
+            $tag = sprintf('%s-%s', $host, bin2hex(random_bytes(4)));
+            self::notice();
+        }
+        return self::$identity = ['pid' => $pid, 'start' => $proc ? $stat[1] : '0', 'tag' => $tag, 'proc' => $proc];
+    }
+
+    private static function notice(): void
+    {
+        if (self::$noticeGiven) {
+            return;
+        }
+        self::$noticeGiven = true;
+        $why = ini_get('open_basedir') ? 'open_basedir (' . ini_get('open_basedir') . ') excludes it' : 'it is not mounted or not readable';
+        trigger_error("Tokenlock: /proc cannot be read ($why): a lock whose owner died is taken over only when its lease ends; add /proc to open_basedir to have dead owners detected at once", E_USER_NOTICE);
+    }
+
+    /**
+     * FNV-1a, 64 bits, in two 32-bit halves: PHP's integers overflow to
+     * floats instead of wrapping.
+     *
+     * @param array{0: int, 1: int} $h
+     * @return array{0: int, 1: int}
+     */
+    public static function fnv1a(string $s, array $h = [0xcbf29ce4, 0x84222325]): array
+    {
+        [$hi, $lo] = $h;
+        for ($i = 0, $n = strlen($s); $i < $n; ++$i) {
+            $lo ^= ord($s[$i]);
+            // prime = 2^40 + 0x1b3
+            $l = $lo * 0x1b3;
+            $hi = ($hi * 0x1b3 + ($l >> 32) + ($lo << 8)) & 0xffffffff;
+            $lo = $l & 0xffffffff;
+        }
+        return [$hi, $lo];
+    }
+
+    /**
+     * State and start time (field 22) of /proc/PID/stat, or null when it
+     * cannot be read.
+     *
+     * @return array{0: string, 1: string}|null
+     */
+    public static function procStat(int $pid): ?array
+    {
+        $text = @file_get_contents("/proc/$pid/stat");
+        if ($text === false || $text === '') {
+            return null;
+        }
+        // comm may hold spaces and parentheses: count from the last ')'.
+        $close = strrpos($text, ')');
+        if ($close === false) {
+            return null;
+        }
+        $fields = preg_split('/ +/', trim(substr($text, $close + 1)));
+        if (count($fields) < 20 || !preg_match('/\A[0-9]+\z/', $fields[19])) {
+            return null;
+        }
+        return [$fields[0][0], $fields[19]];
+    }
+
+    public static function nowUs(): int
+    {
+        [$frac, $secs] = explode(' ', microtime());
+        return (int) $secs * 1000000 + (int) substr($frac, 2, 6);
+    }
+
+    /** A fresh token of this process for a lease ending at $expiry. */
+    public static function token(int $expiry): string
+    {
+        $me = self::identity();
+        return self::PREFIX . $expiry . '.' . $me['tag'] . '.' . $me['pid'] . '.' . $me['start'] . '.' . bin2hex(random_bytes(8));
+    }
+
+    /**
+     * What a name in a lock directory is: 'free', 'held' (with its fields),
+     * 'legacy', 'malformed' or 'other', as token_name.cpp classifies it.
+     *
+     * @return array{0: string, 1?: array{expiry: int, tag: string, pid: int, start: string, legacy: bool}}
+     */
+    public static function classify(string $name): array
+    {
+        if ($name === self::FREE) {
+            return ['free'];
+        }
+        if (preg_match('/\Alockfile([0-9].*)\z/s', $name, $m)) {
+            if (!preg_match('/\A[1-9][0-9]{0,11}\z/', $m[1])) {
+                return ['other'];
+            }
+            return ['legacy', ['expiry' => (int) $m[1] * 1000000, 'tag' => '', 'pid' => 0, 'start' => '0', 'legacy' => true]];
+        }
+        if (!str_starts_with($name, self::PREFIX)) {
+            return ['other'];
+        }
+        if (!preg_match('/\Alockfile\.(0|[1-9][0-9]{0,18})\.([A-Za-z0-9_-]{1,32}-[0-9a-f]{8})\.([1-9][0-9]{0,9})\.(0|[1-9][0-9]{0,19})\.[0-9a-f]{16}\z/', $name, $m)
+            || (strlen($m[1]) === 19 && strcmp($m[1], '9223372036854775807') > 0)
+            || (strlen($m[3]) === 10 && strcmp($m[3], '2147483647') > 0)
+            || (strlen($m[4]) === 20 && strcmp($m[4], '18446744073709551615') > 0)) {
+            return ['malformed'];
+        }
+        return ['held', ['expiry' => (int) $m[1], 'tag' => $m[2], 'pid' => (int) $m[3], 'start' => $m[4], 'legacy' => false]];
+    }
+
+    /**
+     * Whether a held token is stale, and why (lock_directory.cpp, judge).
+     *
+     * @param array{expiry: int, tag: string, pid: int, start: string, legacy: bool} $t
+     * @return array{0: bool, 1: string}
+     */
+    public static function judge(string $name, array $t): array
+    {
+        $now = self::nowUs();
+        if ($t['legacy']) {
+            $timeout = (int) round((Command::$legacyTimeout ?? 60.0) * 1000000);
+            $ends = $t['expiry'] + $timeout;
+            $who = "a script using the legacy rename lock ($name)";
+            if ($ends - $now > self::MAX_LEASE_US + self::SKEW_US) {
+                return [true, "legacy token of $who is dated implausibly far in the future: treated as stale"];
+            }
+            if ($now > $ends + self::SKEW_US) {
+                return [true, "legacy token of $who is older than the legacy timeout"];
+            }
+            return [false, "held by $who until " . self::utc($ends)];
+        }
+        $me = self::identity();
+        $same = $me['proc'] && $t['tag'] === $me['tag'];
+        $who = "pid {$t['pid']} " . ($same ? 'on this host' : "on host {$t['tag']}");
+        if ($t['expiry'] - $now > self::MAX_LEASE_US + self::SKEW_US) {
+            return [true, "lease of $who ends implausibly far in the future (" . self::utc($t['expiry']) . '): treated as stale'];
+        }
+        if ($now > $t['expiry'] + self::SKEW_US) {
+            return [true, "lease of $who ended at " . self::utc($t['expiry'])];
+        }
+        $until = "held by $who until " . self::utc($t['expiry']);
+        if (!$same) {
+            return [false, $until];
+        }
+        $gone = self::ownerGone($t);
+        return $gone === null ? [false, $until] : [true, "owner pid {$t['pid']} on this host $gone"];
+    }
+
+    /**
+     * Why the owner of a token of this host is provably gone, or null.
+     * Anything uncertain (EPERM, an unreadable /proc entry) counts as alive:
+     * the next look, or the lease, settles it.
+     *
+     * @param array{pid: int, start: string} $t
+     */
+    private static function ownerGone(array $t): ?string
+    {
+        $pid = $t['pid'];
+        if (function_exists('posix_kill')) {
+            if (!@posix_kill($pid, 0) && posix_get_last_error() === 3) {
+                return 'no longer exists';
+            }
+        } elseif (!file_exists("/proc/$pid") && !self::hidepid()) {
+            // Without kill(2), a missing /proc entry is the proof, unless
+            // /proc hides other users' processes.
+            return 'no longer exists';
+        }
+        $st = self::procStat($pid);
+        if ($st === null) {
+            return null;
+        }
+        if ($st[0] === 'Z' || $st[0] === 'X') {
+            return 'has exited (zombie)';
+        }
+        if ($t['start'] !== '0' && $st[1] !== $t['start']) {
+            return "is gone; the pid now belongs to another process (start time {$st[1]}, token says {$t['start']})";
+        }
+        return null;
+    }
+
+    private static function hidepid(): bool
+    {
+        if (self::$hidepid === null) {
+            $mounts = (string) @file_get_contents('/proc/self/mounts');
+            self::$hidepid = $mounts === '' || (bool) preg_match('/^\S+ \/proc proc \S*hidepid=(?!0[ ,]|off[ ,])/m', $mounts);
+        }
+        return self::$hidepid;
+    }
+
+    public static function utc(int $us): string
+    {
+        return gmdate('Y-m-d\TH:i:s', intdiv($us, 1000000)) . sprintf('.%06dZ', $us % 1000000) ;
+    }
+
+    /** The errno in the last PHP warning (0 when it names none). */
+    private static function lastErrno(): int
+    {
+        $msg = error_get_last()['message'] ?? '';
+        foreach (self::ERRNO as $text => $errno) {
+            if (str_ends_with($msg, $text)) {
+                return $errno;
+            }
+        }
+        return 0;
+    }
+
+    private static function cause(int $errno): string
+    {
+        $text = array_search($errno, self::ERRNO, true);
+        return $text === false ? (error_get_last()['message'] ?? 'unknown error') : $text;
+    }
+
+    /** rename(2): 0 or the errno. */
+    private static function rename(string $from, string $to): int
+    {
+        error_clear_last();
+        if (@rename($from, $to)) {
+            return 0;
+        }
+        return self::lastErrno() ?: 5;
+    }
+
+    /** A `system` failure with the command's status for that errno. */
+    public static function systemError(string $step, string $path, string $what, int $errno, string $fix = ''): Exception
+    {
+        $status = match ($errno) {
+            2 => 66,
+            1, 13 => 77,
+            20, 28, 30, 36, 122 => 73,
+            5 => 74,
+            default => 71,
+        };
+        if ($fix === '') {
+            $fix = match ($errno) {
+                1, 13 => 'this user needs write and search permission on ' . $path,
+                28, 122 => 'free some space or raise the quota',
+                30 => 'put the lock on a writable filesystem',
+                default => '',
+            };
+        }
+        return new Exception('system', "tokenlock: $step $path: $what: " . self::cause($errno) . ($fix === '' ? '' : "; $fix"), $status, [], null, $errno);
+    }
+
+    /** The lock directory path, checked as make_lock_paths does. */
+    public static function lockPath(string $dir): string
+    {
+        $s = Command::path($dir, 'lock directory');
+        $s = strlen($s) > 1 ? rtrim($s, '/') : $s;
+        if ($s === '' || $s === '/' || $s === '.' || $s === '..') {
+            throw new Exception('bad_argument', "tokenlock: \"$dir\" cannot be a lock directory: the lock directory is created and replaced by rename; name a directory of its own, such as data.lock", 64);
+        }
+        return $s;
+    }
+
+    /** Lease seconds as microseconds, within the protocol's bounds. */
+    public static function leaseUs(?float $lease): int
+    {
+        $lease ??= self::DEFAULT_LEASE;
+        if ($lease < 0.001 || $lease * 1000000 > self::MAX_LEASE_US) {
+            throw new Exception('bad_argument', 'tokenlock: the lease must be from 0.001 to 86400 seconds (got ' . Command::formatSeconds($lease) . ')', 64);
+        }
+        return (int) round($lease * 1000000);
+    }
+
+    /**
+     * Refuses a lock directory another user could change (trust.cpp). A
+     * missing one is fine (it is created); returns whether it exists.
+     */
+    private static function checkTrusted(string $dir): bool
+    {
+        clearstatcache(true, $dir);
+        $st = @lstat($dir);
+        if ($st === false) {
+            return false;
+        }
+        $euid = self::euid();
+        $mode = $st['mode'] & 07777;
+        $why = '';
+        $share = "a lock shared by several users needs a group they all belong to: give $dir that group and mode 0775";
+        if (($st['mode'] & 0170000) !== 0040000) {
+            $why = 'it is not a directory; remove it';
+        } elseif ($mode & 002) {
+            $why = sprintf('it is writable by every user (mode %04o); run chmod o-w %s if its contents are yours, or remove it; %s', $mode, $dir, $share);
+        } elseif ($mode & 020) {
+            $why = sprintf('it is writable by group %d (mode %04o) and group sharing was not chosen; run chmod g-w %s if the group is not meant to share it', $st['gid'], $mode, $dir);
+        } elseif ($euid !== null && $st['uid'] !== $euid && $st['uid'] !== 0) {
+            $why = sprintf('it belongs to uid %d (mode %04o), who could change it; have that user (or root) remove it and it is created again on next use', $st['uid'], $mode);
+        }
+        if ($why === '') {
+            return true;
+        }
+        throw new Exception('untrusted', sprintf('tokenlock: acquire %s: refusing the lock directory (owner uid %d, mode %04o; this process runs as uid %s): another user could plant or swap entries in it, and nothing in it was touched; %s',
+            $dir, $st['uid'], $mode, $euid ?? 'unknown', $why), 77);
+    }
+
+    private static function euid(): ?int
+    {
+        if (function_exists('posix_geteuid')) {
+            return posix_geteuid();
+        }
+        // /proc/self belongs to the process's effective uid.
+        $uid = @fileowner('/proc/self');
+        return $uid === false ? null : $uid;
+    }
+
+    /**
+     * Acquires DIR: returns the token. $wait null waits without limit.
+     *
+     * @throws BusyException|TimeoutException|Exception
+     */
+    public static function acquire(string $dir, ?float $wait, int $leaseUs): string
+    {
+        $deadline = $wait === null ? null : hrtime(true) + (int) ($wait * 1e9);
+        $exists = self::checkTrusted($dir);
+        $delay = self::BACKOFF_MIN_US;
+        $reason = '';
+        for ($round = 0; ; ++$round) {
+            $mine = self::token(self::nowUs() + $leaseUs);
+            $errno = $exists ? self::rename("$dir/" . self::FREE, "$dir/$mine") : 2;
+            if ($errno === 0) {
+                return $mine;
+            }
+            if ($errno !== 2) {
+                throw self::systemError('acquire', $dir, 'cannot rename the free token ' . self::FREE . " to $mine", $errno);
+            }
+            // An NFS client may retransmit a rename whose reply was lost.
+            clearstatcache(true, "$dir/$mine");
+            if ($exists && @lstat("$dir/$mine") !== false) {
+                return $mine;
+            }
+            $seen = self::look($dir);
+            $state = $seen[0];
+            if (!$exists && $state !== 'missing') {
+                // Made by another process since the first look: judge it now.
+                $exists = self::checkTrusted($dir);
+            }
+            if ($state === 'free') {
+                continue;
+            }
+            if ($state === 'missing') {
+                self::create($dir, $leaseUs);
+                $exists = self::checkTrusted($dir);
+                continue;
+            }
+            // One held token: take it over if stale, else wait.
+            $found = $seen[1];
+            [$stale, $reason] = self::judge($found[0], $found[1]);
+            if ($stale) {
+                $errno = self::rename("$dir/{$found[0]}", "$dir/$mine");
+                if ($errno === 0) {
+                    self::clearWorkspace("$dir/$mine", 0);
+                    self::sweep($dir, $leaseUs);
+                    return $mine;
+                }
+                if ($errno !== 2) {
+                    throw self::systemError('acquire', $dir, "cannot take over the stale token {$found[0]} ($reason)", $errno);
+                }
+                continue;  // another taker won, or the owner refreshed or released: look again
+            }
+            if ($deadline !== null && hrtime(true) >= $deadline) {
+                if ($wait <= 0) {
+                    throw new BusyException('busy', "tokenlock: acquire $dir: the lock is busy: $reason", 1);
+                }
+                throw new TimeoutException('timed_out', "tokenlock: acquire $dir: timed out after " . Command::formatSeconds($wait) . " s: $reason", 1);
+            }
+            // Leftovers of killed creators: only occasionally, as a waiter has time to spare.
+            if (random_int(0, 31) === 0) {
+                self::sweep($dir, $leaseUs);
+            }
+            $sleep = (int) ($delay * (0.75 + 0.5 * mt_rand() / mt_getrandmax()));
+            if ($deadline !== null) {
+                $sleep = max(0, min($sleep, intdiv($deadline - hrtime(true), 1000) + 1));
+            }
+            usleep($sleep);
+            $delay = min(2 * $delay, self::BACKOFF_MAX_US);
+        }
+    }
+
+    /**
+     * The tokens of DIR: ['free'], ['held', [name, fields]] or ['missing']
+     * (no directory, or an empty one). No token beside other entries, two
+     * tokens or a malformed one fail, once a second listing agrees.
+     *
+     * @return array{0: string, 1?: array{0: string, 1: array{expiry: int, tag: string, pid: int, start: string, legacy: bool}}}
+     */
+    private static function look(string $dir): array
+    {
+        for ($attempt = 0; ; ++$attempt) {
+            error_clear_last();
+            $names = @scandir($dir);
+            if ($names === false) {
+                $errno = self::lastErrno();
+                if ($errno === 2) {
+                    return ['missing'];
+                }
+                throw self::systemError('acquire', $dir, 'cannot list the lock directory', $errno ?: 5);
+            }
+            $names = array_values(array_diff($names, ['.', '..']));
+            $tokens = [];
+            $malformed = [];
+            foreach ($names as $name) {
+                $c = self::classify($name);
+                if ($c[0] === 'free') {
+                    return ['free'];
+                } elseif ($c[0] === 'held' || $c[0] === 'legacy') {
+                    $tokens[] = [$name, $c[1]];
+                } elseif ($c[0] === 'malformed') {
+                    $malformed[] = $name;
+                }
+            }
+            if (!$malformed && count($tokens) === 1) {
+                return ['held', $tokens[0]];
+            }
+            if (!$names) {
+                return ['missing'];
+            }
+            // A listing during a rename may miss a name or show it twice.
+            if ($attempt === 0) {
+                usleep(2000);
+                continue;
+            }
+            if ($malformed) {
+                throw new Exception('lock_corrupt', "tokenlock: acquire $dir: the entry " . addcslashes($malformed[0], "\0..\37\177..\377") . ' starts like a token but is not one; it was left alone: remove it by hand once no process uses the lock', 69);
+            }
+            if ($tokens) {
+                throw new Exception('lock_corrupt', "tokenlock: acquire $dir: it holds " . count($tokens) . ' tokens (' . implode(', ', array_column($tokens, 0)) . '): something outside the protocol copied one; nothing was changed: remove all but one by hand once no process uses the lock', 69);
+            }
+            throw new Exception('token_missing', "tokenlock: acquire $dir: it holds no token, only other entries (" . implode(', ', array_map(fn ($n) => addcslashes($n, "\0..\37\177..\377"), $names)) . '); nothing was changed: remove the directory once no process uses it, and it is created again', 69);
+        }
+    }
+
+    /**
+     * Creates DIR by renaming a populated temporary directory onto its
+     * name, so that concurrent creators cannot make two tokens.
+     */
+    private static function create(string $dir, int $leaseUs): void
+    {
+        $slash = strrpos($dir, '/');
+        $parent = $slash === false ? '.' : ($slash === 0 ? '/' : substr($dir, 0, $slash));
+        $name = $slash === false ? $dir : substr($dir, $slash + 1);
+        $owned = substr(self::token(self::nowUs() + $leaseUs), strlen(self::PREFIX));
+        $initName = strlen("$name.init.$owned") <= 255 ? "$name.init.$owned" : "$name.init." . bin2hex(random_bytes(8));
+        $init = "$parent/$initName";
+        error_clear_last();
+        if (!@mkdir($init, self::DIR_MODE)) {
+            $errno = self::lastErrno() ?: 5;
+            throw self::systemError('create', $dir, "cannot create the temporary directory $init", $errno,
+                $errno === 2 ? 'the parent directory of the lock directory must exist' : '');
+        }
+        // chmod after mkdir, so that the umask cannot narrow the mode.
+        @chmod($init, self::DIR_MODE);
+        error_clear_last();
+        if (!@mkdir("$init/" . self::FREE, self::DIR_MODE)) {
+            $errno = self::lastErrno() ?: 5;
+            @rmdir($init);
+            throw self::systemError('create', $dir, "cannot create the token $init/" . self::FREE, $errno);
+        }
+        @chmod("$init/" . self::FREE, self::DIR_MODE);
+        self::syncDirectory($init);
+        $errno = self::rename($init, $dir);
+        if ($errno === 0) {
+            self::syncDirectory($parent);
+            self::sweep($dir, $leaseUs);
+            return;
+        }
+        @rmdir("$init/" . self::FREE);
+        @rmdir($init);
+        clearstatcache(true, $dir);
+        // ENOTEMPTY, EEXIST: another creator won. sshfs answers EPERM and
+        // EACCES for the same race; an existing DIR tells them apart.
+        if ($errno === 39 || $errno === 17 || (($errno === 1 || $errno === 13) && @lstat($dir) !== false) || $errno === 2) {
+            return;
+        }
+        throw self::systemError('create', $dir, "cannot rename $init to the lock directory", $errno);
+    }
+
+    private static function syncDirectory(string $path): void
+    {
+        // Flushing a directory through a stream is not possible on every
+        // PHP build; the directory still works unflushed, and a crash that
+        // undoes it is repaired by the next acquire creating it again.
+        $h = @fopen($path, 'r');
+        if ($h !== false) {
+            @fsync($h);
+            fclose($h);
+        }
+    }
+
+    /**
+     * Removes creation leftovers of DIR whose creator died or stalled past
+     * its lease: our own directories of the exact form only.
+     */
+    private static function sweep(string $dir, int $leaseUs): void
+    {
+        $slash = strrpos($dir, '/');
+        $parent = $slash === false ? '.' : ($slash === 0 ? '/' : substr($dir, 0, $slash));
+        $prefix = ($slash === false ? $dir : substr($dir, $slash + 1)) . '.init.';
+        $names = @scandir($parent);
+        if ($names === false) {
+            return;
+        }
+        $euid = self::euid();
+        foreach ($names as $n) {
+            if (strlen($n) <= strlen($prefix) || !str_starts_with($n, $prefix)) {
+                continue;
+            }
+            $path = "$parent/$n";
+            clearstatcache(true, $path);
+            $st = @lstat($path);
+            if ($st === false || ($st['mode'] & 0170000) !== 0040000 || ($euid !== null && $st['uid'] !== $euid)) {
+                continue;
+            }
+            $rest = substr($n, strlen($prefix));
+            $c = self::classify(self::PREFIX . $rest);
+            if ($c[0] === 'held') {
+                if (!self::judge($n, $c[1])[0]) {
+                    continue;
+                }
+            } elseif (!preg_match('/\A[0-9a-f]{16}\z/', $rest) || $st['mtime'] * 1000000 > self::nowUs() - self::MAX_LEASE_US - self::SKEW_US) {
+                continue;
+            }
+            // By name: had its creator renamed it onto DIR meanwhile, these
+            // find nothing under this name.
+            @rmdir("$path/" . self::FREE);
+            @rmdir($path);
+        }
+    }
+
+    /**
+     * Empties a workspace taken over from a previous owner, never following
+     * a symbolic link: a link is removed itself. Depth-limited: a
+     * workspace holds temporary files, not trees.
+     */
+    private static function clearWorkspace(string $path, int $depth): void
+    {
+        $names = @scandir($path);
+        if ($names === false) {
+            return;
+        }
+        foreach ($names as $n) {
+            if ($n === '.' || $n === '..') {
+                continue;
+            }
+            $p = "$path/$n";
+            clearstatcache(true, $p);
+            $st = @lstat($p);
+            if ($st === false) {
+                continue;
+            }
+            if (($st['mode'] & 0170000) === 0040000) {
+                if ($depth < 8) {
+                    self::clearWorkspace($p, $depth + 1);
+                }
+                @rmdir($p);
+            } else {
+                @unlink($p);
+            }
+        }
+    }
+
+    /** Renames TOKEN back to the free token. */
+    public static function release(string $dir, string $token): void
+    {
+        $errno = self::rename("$dir/$token", "$dir/" . self::FREE);
+        if ($errno === 2) {
+            throw new LockLostException('lock_lost', "tokenlock: release $dir: the lock does not hold $token any more: it was taken over (its lease ended, its owner was judged dead, or it was broken), so another process may have held it meanwhile; nothing was changed", 3);
+        }
+        if ($errno !== 0) {
+            throw self::systemError('release', $dir, "cannot rename $token to " . self::FREE, $errno);
+        }
+    }
+
+    /** Renames TOKEN to the same owner with a new expiry; returns the new name. */
+    public static function refresh(string $dir, string $token, int $leaseUs): string
+    {
+        $owner = substr($token, strpos($token, '.', strlen(self::PREFIX)) + 1);
+        $new = self::PREFIX . (self::nowUs() + $leaseUs) . '.' . $owner;
+        if ($new === $token) {
+            return $token;
+        }
+        $errno = self::rename("$dir/$token", "$dir/$new");
+        if ($errno === 2) {
+            throw new LockLostException('lock_lost', "tokenlock: refresh $dir: the lock does not hold $token any more: it was taken over (its lease ended, its owner was judged dead, or it was broken); nothing was changed", 3);
+        }
+        if ($errno !== 0) {
+            throw self::systemError('refresh', $dir, "cannot rename $token to $new", $errno);
+        }
+        return $new;
     }
 }
