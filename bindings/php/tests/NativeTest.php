@@ -1,0 +1,238 @@
+<?php
+
+declare(strict_types=1);
+
+namespace Tokenlock\Tests;
+
+use Tokenlock\Exception;
+use Tokenlock\Lock;
+use Tokenlock\Tests\Support\Channel;
+use Tokenlock\Tests\Support\Child;
+use Tokenlock\Tests\Support\TempDirTestCase;
+use Tokenlock\Tests\Support\Tool;
+
+/**
+ * The lock written in PHP against the tokenlock command: each excludes the
+ * other, and each takes over what the other left stale, by its exact name.
+ */
+final class NativeTest extends TempDirTestCase
+{
+    public function testTheCommandCannotRunWhileThisModuleHoldsTheLockAndCanAfterItsRelease(): void
+    {
+        $lockDir = "$this->dir/a.lock";
+        $lock = Lock::acquire($lockDir);
+        [$status, , $err] = Tool::run(['run', '-n', $lockDir, 'true']);
+        $this->assertSame(1, $status, $err);
+        $this->assertSame('held', Tool::status($lockDir)['state']);
+        $this->assertSame($lock->token(), Tool::status($lockDir)['token']);
+        $lock->release();
+        [$status, , $err] = Tool::run(['run', '-n', $lockDir, 'true']);
+        $this->assertSame(0, $status, $err);
+        $this->assertLockFree($lockDir);
+    }
+
+    public function testThisModuleCannotLockWhileTheCommandHoldsTheLockAndCanAfterItsRelease(): void
+    {
+        $lockDir = "$this->dir/a.lock";
+        [$status, $token, $err] = Tool::run(['acquire', '--pid', (string) getmypid(), $lockDir]);
+        $this->assertSame(0, $status, $err);
+        $token = trim($token);
+        $this->assertNull(Lock::tryAcquire($lockDir));
+        $this->assertSame([$token => true], $this->entries($lockDir), 'the held token is untouched');
+        [$status, , $err] = Tool::run(['release', $lockDir, $token]);
+        $this->assertSame(0, $status, $err);
+        $lock = Lock::tryAcquire($lockDir);
+        $this->assertNotNull($lock);
+        $lock->release();
+        $this->assertLockFree($lockDir);
+    }
+
+    public function testATokenOfADeadProcessIsTakenOverByItsExactNameAndItsWorkspaceClearedWithoutFollowingLinks(): void
+    {
+        $lockDir = "$this->dir/a.lock";
+        $child = Child::start(function (Channel $ch): void {
+            $ch->send('ready');
+            $ch->receive();  // never comes: killed
+        });
+        $this->assertSame('ready', $child->channel->receive());
+        [$status, $token, $err] = Tool::run(['acquire', '--pid', (string) $child->pid, $lockDir]);
+        $this->assertSame(0, $status, $err);
+        $token = trim($token);
+        // What the dead owner left in its workspace, and a link out of it.
+        file_put_contents("$this->dir/outside", "keep\n");
+        mkdir("$lockDir/$token/w");
+        file_put_contents("$lockDir/$token/w/.x.tmp.0123456789abcdef", 'partial');
+        symlink("$this->dir/outside", "$lockDir/$token/link");
+        symlink($this->dir, "$lockDir/$token/dirlink");
+        $this->assertSame(128 + SIGKILL, $child->kill());
+
+        $lock = Lock::tryAcquire($lockDir);
+        $this->assertNotNull($lock, 'the dead owner\'s token is taken over at once');
+        $this->assertSame([$lock->token() => true], $this->entries($lockDir), 'the exact name was renamed: one token, ours');
+        $this->assertSame([], array_values(array_diff(scandir("$lockDir/" . $lock->token()), ['.', '..'])), 'the workspace was cleared');
+        $this->assertSame("keep\n", file_get_contents("$this->dir/outside"), 'a link in the workspace was not followed');
+        $this->assertFileExists("$this->dir/outside");
+        $lock->release();
+        $this->assertLockFree($lockDir);
+    }
+
+    public function testAnExpiredLeaseOfAnotherHostIsTakenOverAndALiveOneIsNot(): void
+    {
+        $lockDir = "$this->dir/a.lock";
+        Lock::acquire($lockDir)->release();
+        $expired = 'lockfile.1000000.elsewhere-0123abcd.42.7.0123456789abcdef';
+        rename("$lockDir/lockfile", "$lockDir/$expired");
+        $lock = Lock::tryAcquire($lockDir);
+        $this->assertNotNull($lock);
+        $this->assertSame([$lock->token() => true], $this->entries($lockDir));
+        $lock->release();
+
+        $live = 'lockfile.' . ((time() + 600) * 1000000) . '.elsewhere-0123abcd.42.7.0123456789abcdef';
+        rename("$lockDir/lockfile", "$lockDir/$live");
+        $this->assertNull(Lock::tryAcquire($lockDir), 'a token of another host is judged by its lease only');
+        $this->assertSame('held', Tool::status($lockDir)['state']);
+        $this->assertSame([$live => true], $this->entries($lockDir));
+    }
+
+    public function testALegacyTokenIsHeldUntilItsTimeoutAndThenTakenOver(): void
+    {
+        $lockDir = "$this->dir/a.lock";
+        Lock::acquire($lockDir)->release();
+        $fresh = 'lockfile' . time();
+        rename("$lockDir/lockfile", "$lockDir/$fresh");
+        $this->assertNull(Lock::tryAcquire($lockDir));
+        $this->assertSame([$fresh => true], $this->entries($lockDir));
+        $old = 'lockfile' . (time() - 120);
+        rename("$lockDir/$fresh", "$lockDir/$old");
+        $lock = Lock::tryAcquire($lockDir);
+        $this->assertNotNull($lock);
+        $this->assertSame([$lock->token() => true], $this->entries($lockDir));
+        $lock->release();
+        $this->assertLockFree($lockDir);
+    }
+
+    public function testAMalformedTokenIsLockCorruptAndLeftAlone(): void
+    {
+        $lockDir = "$this->dir/a.lock";
+        mkdir($lockDir);
+        $odd = 'lockfile.1000000.h-0000abcd.01.7.0123456789abcdef';
+        mkdir("$lockDir/$odd");
+        try {
+            Lock::acquire($lockDir, ['wait' => 0]);
+            $this->fail('acquired beside a malformed token');
+        } catch (Exception $e) {
+            $this->assertSame('lock_corrupt', $e->getError());
+            $this->assertSame(69, $e->getCode());
+            $this->assertStringContainsString($odd, $e->getMessage());
+        }
+        $this->assertSame([$odd => true], $this->entries($lockDir));
+    }
+
+    public function testASymlinkedLockDirectoryIsRefusedAsUntrustedAndNothingIsTouched(): void
+    {
+        mkdir("$this->dir/real");
+        mkdir("$this->dir/real/lockfile");
+        symlink("$this->dir/real", "$this->dir/a.lock");
+        try {
+            Lock::acquire("$this->dir/a.lock", ['wait' => 0]);
+            $this->fail('acquired through a symbolic link');
+        } catch (Exception $e) {
+            $this->assertSame('untrusted', $e->getError());
+            $this->assertSame(77, $e->getCode());
+            $this->assertStringContainsString("$this->dir/a.lock", $e->getMessage());
+        }
+        $this->assertSame(['lockfile' => true], $this->entries("$this->dir/real"));
+    }
+
+    public function testTheLockWorksWithEveryWayToStartAProcessDisabledAndNoCommand(): void
+    {
+        $lockDir = "$this->dir/a.lock";
+        $script = $this->script($lockDir, <<<'PHP'
+            $lock = Tokenlock\Lock::acquire($lockDir, ['wait' => 0]);
+            echo $lock->token(), "\n";
+            $lock->refresh(60);
+            echo $lock->token(), "\n";
+            fgets(STDIN);
+            $lock->release();
+            echo "released\n";
+            PHP);
+        $proc = proc_open([PHP_BINARY, '-n', '-d', 'disable_functions=proc_open,popen,exec,shell_exec,system,passthru,pcntl_exec', $script],
+            [0 => ['pipe', 'r'], 1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes, null,
+            ['TOKENLOCK_COMMAND' => "$this->dir/no-such-tokenlock", 'PATH' => '/nonexistent']);
+        $first = trim((string) fgets($pipes[1]));
+        $second = trim((string) fgets($pipes[1]));
+        $this->assertMatchesRegularExpression('/\Alockfile\.[0-9]+\./', $first);
+        $this->assertNotSame($first, $second);
+        $this->assertSame($second, Tool::status($lockDir)['token'], 'the command sees the lock held');
+        [$status] = Tool::run(['run', '-n', $lockDir, 'true']);
+        $this->assertSame(1, $status);
+        fwrite($pipes[0], "go\n");
+        fclose($pipes[0]);
+        $this->assertSame("released\n", stream_get_contents($pipes[1]));
+        $this->assertSame('', stream_get_contents($pipes[2]));
+        fclose($pipes[1]);
+        fclose($pipes[2]);
+        $this->assertSame(0, proc_close($proc));
+        $this->assertLockFree($lockDir);
+    }
+
+    public function testWithoutProcADeadOwnerWaitsForItsLeaseAndThisIsSaidOnce(): void
+    {
+        $lockDir = "$this->dir/a.lock";
+        $child = Child::start(function (Channel $ch): void {
+            $ch->send('ready');
+            $ch->receive();  // never comes: killed
+        });
+        $this->assertSame('ready', $child->channel->receive());
+        [$status, $token, $err] = Tool::run(['acquire', '--pid', (string) $child->pid, $lockDir]);
+        $this->assertSame(0, $status, $err);
+        $token = trim($token);
+        $this->assertSame(128 + SIGKILL, $child->kill());
+        $script = $this->script($lockDir, <<<'PHP'
+            var_dump(Tokenlock\Lock::tryAcquire($lockDir));
+            var_dump(Tokenlock\Lock::tryAcquire($lockDir));
+            PHP);
+        $src = dirname(__DIR__) . '/src';
+        [$code, $out] = $this->runPhp(['-d', "open_basedir=$this->dir:$src", '-d', 'display_errors=stderr', '-d', 'error_reporting=-1', $script]);
+        $this->assertSame(0, $code, $out[1]);
+        $this->assertSame("NULL\nNULL\n", $out[0]);
+        $this->assertSame(1, substr_count($out[1], '/proc cannot be read'), $out[1]);
+        $this->assertStringContainsString('open_basedir', $out[1]);
+        $this->assertSame([$token => true], $this->entries($lockDir), 'judged by its lease: left alone');
+    }
+
+    /** A script that loads the module and runs BODY with $lockDir set. */
+    private function script(string $lockDir, string $body): string
+    {
+        $path = "$this->dir/script.php";
+        $module = dirname(__DIR__) . '/src/Tokenlock.php';
+        file_put_contents($path, "<?php\nrequire " . var_export($module, true) . ";\n\$lockDir = " . var_export($lockDir, true) . ";\n$body\n");
+        return $path;
+    }
+
+    /**
+     * @param list<string> $args
+     * @return array{0: int, 1: array{0: string, 1: string}}
+     */
+    private function runPhp(array $args): array
+    {
+        $proc = proc_open(array_merge([PHP_BINARY, '-n'], $args), [0 => ['file', '/dev/null', 'r'], 1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes);
+        $out = (string) stream_get_contents($pipes[1]);
+        $err = (string) stream_get_contents($pipes[2]);
+        fclose($pipes[1]);
+        fclose($pipes[2]);
+        return [proc_close($proc), [$out, $err]];
+    }
+
+    /** @return array<string, bool> the entries of DIR, each with whether it is a directory */
+    private function entries(string $dir): array
+    {
+        clearstatcache();
+        $out = [];
+        foreach (array_diff(scandir($dir), ['.', '..']) as $n) {
+            $out[$n] = is_dir("$dir/$n") && !is_link("$dir/$n");
+        }
+        ksort($out);
+        return $out;
+    }
+}
