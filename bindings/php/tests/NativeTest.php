@@ -76,6 +76,26 @@ final class NativeTest extends TempDirTestCase
         $this->assertLockFree($lockDir);
     }
 
+    public function testTheCommandTakesOverTheLockOfAKilledHolderOfThisModuleAtOnce(): void
+    {
+        $lockDir = "$this->dir/a.lock";
+        $child = Child::start(function (Channel $ch) use ($lockDir): void {
+            $lock = Lock::acquire($lockDir);
+            $ch->send($lock->token());
+            $ch->receive();  // never comes: killed
+        });
+        $token = $child->channel->receive();
+        [$status, , $err] = Tool::run(['run', '-n', $lockDir, 'true']);
+        $this->assertSame(1, $status, 'held by a live holder: ' . $err);
+        $this->assertSame([$token => true], $this->entries($lockDir));
+        $this->assertSame(128 + SIGKILL, $child->kill());
+        // Same host tag and start time as the library's: it sees the owner dead.
+        [$status, , $err] = Tool::run(['run', '-n', $lockDir, 'true']);
+        $this->assertSame(0, $status, $err);
+        $this->assertLockFree($lockDir);
+        $this->assertSame(['lockfile' => true], $this->entries($lockDir));
+    }
+
     public function testAnExpiredLeaseOfAnotherHostIsTakenOverAndALiveOneIsNot(): void
     {
         $lockDir = "$this->dir/a.lock";
