@@ -388,6 +388,39 @@ function readCounter(string $path): int|string|null
 }
 
 /**
+ * Who holds the lock LOCKDIR, looked at without changing anything; null
+ * when it is free (or not created yet).
+ *
+ * @return array{token: string, pid: int, host_tag: string, same_host: bool, expires_us: int, legacy: bool, stale: bool, reason: string}|null
+ *         `pid` and `host_tag` are 0 and '' for a legacy token, whose
+ *         `expires_us` is when its legacy timeout ends; `stale`: the next
+ *         acquire takes it over, `reason` says why or until when it is held
+ * @throws Exception `untrusted`, `token_missing`, `lock_corrupt`, `system`
+ */
+function holder(string $lockDir): ?array
+{
+    $dir = Native::lockPath($lockDir);
+    Native::checkTrusted($dir, 'status');
+    $seen = Native::look($dir, 'status');
+    if ($seen[0] !== 'held') {
+        return null;
+    }
+    [$name, $t] = $seen[1];
+    [$stale, $reason] = Native::judge($name, $t);
+    $me = Native::identity();
+    return [
+        'token' => $name,
+        'pid' => $t['pid'],
+        'host_tag' => $t['tag'],
+        'same_host' => !$t['legacy'] && $me['proc'] && $t['tag'] === $me['tag'],
+        'expires_us' => $t['legacy'] ? $t['expiry'] + (int) round((Command::$legacyTimeout ?? 60.0) * 1000000) : $t['expiry'],
+        'legacy' => $t['legacy'],
+        'stale' => $stale,
+        'reason' => $reason,
+    ];
+}
+
+/**
  * A lock held by this PHP process through a token (`tokenlock acquire`).
  *
  * Obtain one with Lock::acquire() or Lock::tryAcquire(); give it back with
@@ -1284,7 +1317,7 @@ final class Native
      * Refuses a lock directory another user could change (trust.cpp). A
      * missing one is fine (it is created); returns whether it exists.
      */
-    private static function checkTrusted(string $dir): bool
+    public static function checkTrusted(string $dir, string $step = 'acquire'): bool
     {
         clearstatcache(true, $dir);
         $st = @lstat($dir);
@@ -1307,8 +1340,8 @@ final class Native
         if ($why === '') {
             return true;
         }
-        throw new Exception('untrusted', sprintf('tokenlock: acquire %s: refusing the lock directory (owner uid %d, mode %04o; this process runs as uid %s): another user could plant or swap entries in it, and nothing in it was touched; %s',
-            $dir, $st['uid'], $mode, $euid ?? 'unknown', $why), 77);
+        throw new Exception('untrusted', sprintf('tokenlock: %s %s: refusing the lock directory (owner uid %d, mode %04o; this process runs as uid %s): another user could plant or swap entries in it, and nothing in it was touched; %s',
+            $step, $dir, $st['uid'], $mode, $euid ?? 'unknown', $why), 77);
     }
 
     private static function euid(): ?int
@@ -1401,7 +1434,7 @@ final class Native
      *
      * @return array{0: string, 1?: array{0: string, 1: array{expiry: int, tag: string, pid: int, start: string, legacy: bool}}}
      */
-    private static function look(string $dir): array
+    public static function look(string $dir, string $step = 'acquire'): array
     {
         for ($attempt = 0; ; ++$attempt) {
             error_clear_last();
@@ -1411,7 +1444,7 @@ final class Native
                 if ($errno === 2) {
                     return ['missing'];
                 }
-                throw self::systemError('acquire', $dir, 'cannot list the lock directory', $errno ?: 5);
+                throw self::systemError($step, $dir, 'cannot list the lock directory', $errno ?: 5);
             }
             $names = array_values(array_diff($names, ['.', '..']));
             $tokens = [];
@@ -1438,12 +1471,12 @@ final class Native
                 continue;
             }
             if ($malformed) {
-                throw new Exception('lock_corrupt', "tokenlock: acquire $dir: the entry " . addcslashes($malformed[0], "\0..\37\177..\377") . ' starts like a token but is not one; it was left alone: remove it by hand once no process uses the lock', 69);
+                throw new Exception('lock_corrupt', "tokenlock: $step $dir: the entry " . addcslashes($malformed[0], "\0..\37\177..\377") . ' starts like a token but is not one; it was left alone: remove it by hand once no process uses the lock', 69);
             }
             if ($tokens) {
-                throw new Exception('lock_corrupt', "tokenlock: acquire $dir: it holds " . count($tokens) . ' tokens (' . implode(', ', array_column($tokens, 0)) . '): something outside the protocol copied one; nothing was changed: remove all but one by hand once no process uses the lock', 69);
+                throw new Exception('lock_corrupt', "tokenlock: $step $dir: it holds " . count($tokens) . ' tokens (' . implode(', ', array_column($tokens, 0)) . '): something outside the protocol copied one; nothing was changed: remove all but one by hand once no process uses the lock', 69);
             }
-            throw new Exception('token_missing', "tokenlock: acquire $dir: it holds no token, only other entries (" . implode(', ', array_map(fn ($n) => addcslashes($n, "\0..\37\177..\377"), $names)) . '); nothing was changed: remove the directory once no process uses it, and it is created again', 69);
+            throw new Exception('token_missing', "tokenlock: $step $dir: it holds no token, only other entries (" . implode(', ', array_map(fn ($n) => addcslashes($n, "\0..\37\177..\377"), $names)) . '); nothing was changed: remove the directory once no process uses it, and it is created again', 69);
         }
     }
 

@@ -11,6 +11,8 @@ use Tokenlock\Tests\Support\Child;
 use Tokenlock\Tests\Support\TempDirTestCase;
 use Tokenlock\Tests\Support\Tool;
 
+use function Tokenlock\holder;
+
 /**
  * The lock written in PHP against the tokenlock command: each excludes the
  * other, and each takes over what the other left stale, by its exact name.
@@ -219,6 +221,38 @@ final class NativeTest extends TempDirTestCase
         $this->assertSame(1, substr_count($out[1], '/proc cannot be read'), $out[1]);
         $this->assertStringContainsString('open_basedir', $out[1]);
         $this->assertSame([$token => true], $this->entries($lockDir), 'judged by its lease: left alone');
+    }
+
+    public function testHolderDescribesTheLockAsTheCommandsStatusDoesAndChangesNothing(): void
+    {
+        $lockDir = "$this->dir/a.lock";
+        $this->assertNull(holder($lockDir), 'a lock not created yet has no holder');
+        $this->assertFileDoesNotExist($lockDir);
+        [$status, $token, $err] = Tool::run(['acquire', '--pid', (string) getmypid(), $lockDir]);
+        $this->assertSame(0, $status, $err);
+        $token = trim($token);
+        $h = holder($lockDir);
+        $s = Tool::status($lockDir);
+        $this->assertSame($s['token'], $h['token']);
+        $this->assertSame($s['pid'], $h['pid']);
+        $this->assertSame($s['host_tag'], $h['host_tag']);
+        $this->assertSame($s['same_host'], $h['same_host']);
+        $this->assertSame($s['expires_us'], $h['expires_us']);
+        $this->assertSame($s['stale'], $h['stale']);
+        $this->assertSame($s['legacy'], $h['legacy']);
+        $this->assertSame($s['reason'], $h['reason']);
+        $this->assertSame([$token => true], $this->entries($lockDir));
+        [$status, , $err] = Tool::run(['release', $lockDir, $token]);
+        $this->assertSame(0, $status, $err);
+        $this->assertNull(holder($lockDir));
+
+        $old = 'lockfile' . (time() - 120);
+        rename("$lockDir/lockfile", "$lockDir/$old");
+        $h = holder($lockDir);
+        $this->assertTrue($h['legacy']);
+        $this->assertTrue($h['stale']);
+        $this->assertSame(Tool::status($lockDir)['stale'], $h['stale']);
+        $this->assertSame([$old => true], $this->entries($lockDir), 'looking took nothing over');
     }
 
     /** A script that loads the module and runs BODY with $lockDir set. */
