@@ -255,6 +255,50 @@ final class NativeTest extends TempDirTestCase
         $this->assertSame([$old => true], $this->entries($lockDir), 'looking took nothing over');
     }
 
+    public function testProcessesThatAllFindNoLockDirectoryCreateExactlyOneTokenAndLeaveNoTemporaryDirectory(): void
+    {
+        $lockDir = "$this->dir/a.lock";
+        $children = [];
+        for ($i = 0; $i < 6; ++$i) {
+            $children[] = Child::start(function (Channel $ch) use ($lockDir): void {
+                $ch->receive();  // go
+                for ($n = 0; $n < 20; ++$n) {
+                    Lock::acquire($lockDir, ['wait' => 60])->release();
+                }
+                $ch->send('done');
+            });
+        }
+        $this->assertFileDoesNotExist($lockDir);
+        foreach ($children as $child) {
+            $child->channel->send('go');
+        }
+        foreach ($children as $child) {
+            $this->assertSame('done', $child->channel->receive());
+            $this->assertSame(0, $child->wait());
+        }
+        $this->assertSame(['lockfile' => true], $this->entries($lockDir));
+        $this->assertSame(['a.lock' => true], $this->entries($this->dir), 'no creation directory is left');
+    }
+
+    public function testCreationLeftoversOfDeadOrExpiredCreatorsAreSweptAndOthersLeftAlone(): void
+    {
+        $lockDir = "$this->dir/a.lock";
+        $expired = 'a.lock.init.1000000.elsewhere-0123abcd.42.7.0123456789abcdef';
+        $live = 'a.lock.init.' . ((time() + 600) * 1000000) . '.elsewhere-0123abcd.42.7.0123456789abcdef';
+        mkdir("$this->dir/$expired/lockfile", 0755, true);
+        mkdir("$this->dir/$live/lockfile", 0755, true);
+        $planted = 'a.lock.init.1000000.elsewhere-0123abcd.43.7.0123456789abcdef';
+        mkdir("$this->dir/target");
+        symlink("$this->dir/target", "$this->dir/$planted");
+        $lock = Lock::acquire($lockDir);
+        $lock->release();
+        $expected = ['a.lock' => true, $live => true, $planted => false, 'target' => true];
+        ksort($expected);
+        $this->assertSame($expected, $this->entries($this->dir), 'only the expired leftover was removed');
+        $this->assertDirectoryExists("$this->dir/target");
+        $this->assertSame(['lockfile' => true], $this->entries($lockDir));
+    }
+
     /** A script that loads the module and runs BODY with $lockDir set. */
     private function script(string $lockDir, string $body): string
     {
