@@ -299,6 +299,56 @@ final class NativeTest extends TempDirTestCase
         $this->assertSame(['lockfile' => true], $this->entries($lockDir));
     }
 
+    public function testReleaseAndRefreshThatCannotRenameFailWithTheCauseAndKeepTheLockHeld(): void
+    {
+        if (posix_geteuid() !== 0 || !is_executable('/usr/bin/setpriv')) {
+            $this->markTestSkipped('needs root, to run the script as user nobody, and setpriv');
+        }
+        // Root may rename anywhere: the script runs as nobody, in a
+        // directory of its own that the test can make read-only.
+        chmod($this->dir, 0755);
+        $home = "$this->dir/nobody";
+        mkdir($home);
+        chown($home, 65534);
+        $lockDir = "$home/a.lock";
+        $script = $this->script($lockDir, <<<'PHP'
+            $lock = Tokenlock\Lock::acquire($lockDir, ['wait' => 0]);
+            echo $lock->token(), "\n";
+            fgets(STDIN);  // the lock directory is read-only now
+            foreach (['refresh', 'release'] as $step) {
+                try {
+                    $step === 'refresh' ? $lock->refresh(60) : $lock->release();
+                    echo "$step: done\n";
+                } catch (Tokenlock\Exception $e) {
+                    echo "$step: ", $e->getError(), ' ', $e->getErrno(), ' ', $e->getCode(), ' ', ($lock->isHeld() ? 'held' : 'not held'), ' ', $lock->token(), ' | ', $e->getMessage(), "\n";
+                }
+            }
+            fgets(STDIN);  // writable again
+            $lock->release();
+            echo "released\n";
+            PHP);
+        chmod($script, 0644);
+        $proc = proc_open(['/usr/bin/setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', PHP_BINARY, '-n', $script],
+            [0 => ['pipe', 'r'], 1 => ['pipe', 'w'], 2 => ['file', '/dev/null', 'w']], $pipes);
+        $token = trim((string) fgets($pipes[1]));
+        $this->assertMatchesRegularExpression('/\Alockfile\.[0-9]+\./', $token);
+        chmod($lockDir, 0555);
+        fwrite($pipes[0], "go\n");
+        $refresh = trim((string) fgets($pipes[1]));
+        $release = trim((string) fgets($pipes[1]));
+        $this->assertStringStartsWith("refresh: system 13 77 held $token | tokenlock: refresh $lockDir: ", $refresh);
+        $this->assertStringContainsString('Permission denied', $refresh);
+        $this->assertStringStartsWith("release: system 13 77 held $token | tokenlock: release $lockDir: ", $release);
+        $this->assertSame([$token => true], $this->entries($lockDir), 'the token is where it was');
+        chmod($lockDir, 0755);
+        fwrite($pipes[0], "go\n");
+        fclose($pipes[0]);
+        $this->assertSame("released\n", stream_get_contents($pipes[1]));
+        fclose($pipes[1]);
+        $this->assertSame(0, proc_close($proc));
+        $this->assertSame(['lockfile' => true], $this->entries($lockDir));
+    }
+
     /** A script that loads the module and runs BODY with $lockDir set. */
     private function script(string $lockDir, string $body): string
     {
