@@ -349,6 +349,33 @@ final class NativeTest extends TempDirTestCase
         $this->assertSame(['lockfile' => true], $this->entries($lockDir));
     }
 
+    public function testALockDirectoryThatCannotBeCreatedFailsWithTheCauseAndLeavesNothing(): void
+    {
+        if (posix_geteuid() !== 0 || !is_executable('/usr/bin/setpriv')) {
+            $this->markTestSkipped('needs root, to run the script as user nobody, and setpriv');
+        }
+        chmod($this->dir, 0755);
+        mkdir("$this->dir/closed", 0755);  // root's: nobody cannot create in it
+        $lockDir = "$this->dir/closed/a.lock";
+        $script = $this->script($lockDir, <<<'PHP'
+            try {
+                Tokenlock\Lock::acquire($lockDir, ['wait' => 0]);
+                echo "acquired\n";
+            } catch (Tokenlock\Exception $e) {
+                echo $e->getError(), ' ', $e->getErrno(), ' ', $e->getCode(), ' | ', $e->getMessage(), "\n";
+            }
+            PHP);
+        chmod($script, 0644);
+        $proc = proc_open(['/usr/bin/setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', PHP_BINARY, '-n', $script],
+            [0 => ['file', '/dev/null', 'r'], 1 => ['pipe', 'w'], 2 => ['file', '/dev/null', 'w']], $pipes);
+        $out = trim((string) stream_get_contents($pipes[1]));
+        fclose($pipes[1]);
+        $this->assertSame(0, proc_close($proc));
+        $this->assertStringStartsWith("system 13 77 | tokenlock: create $lockDir: cannot create the temporary directory $this->dir/closed/a.lock.init.", $out);
+        $this->assertStringContainsString('Permission denied', $out);
+        $this->assertSame([], $this->entries("$this->dir/closed"), 'nothing was created');
+    }
+
     /** A script that loads the module and runs BODY with $lockDir set. */
     private function script(string $lockDir, string $body): string
     {
