@@ -98,6 +98,29 @@ final class NativeTest extends TempDirTestCase
         $this->assertSame(['lockfile' => true], $this->entries($lockDir));
     }
 
+    public function testATokenWhosePidNowBelongsToAnotherProcessIsTakenOverAndOneOfItsLiveOwnerIsNot(): void
+    {
+        $lockDir = "$this->dir/a.lock";
+        $probe = Lock::acquire($lockDir);
+        // lockfile.EXPIRY.TAG.PID.START.NONCE: this process, as the module names it.
+        [, , $tag, $pid, $start] = explode('.', $probe->token());
+        $probe->release();
+        $expiry = (time() + 600) * 1000000;
+        $reused = "lockfile.$expiry.$tag.$pid." . ((int) $start + 1) . '.0123456789abcdef';
+        rename("$lockDir/lockfile", "$lockDir/$reused");
+        $this->assertTrue(Tool::status($lockDir)['stale'], 'the library agrees the owner is gone');
+        $lock = Lock::tryAcquire($lockDir);
+        $this->assertNotNull($lock, 'the pid was reused: the owner is gone');
+        $this->assertSame([$lock->token() => true], $this->entries($lockDir));
+        $lock->release();
+
+        $live = "lockfile.$expiry.$tag.$pid.$start.0123456789abcdef";
+        rename("$lockDir/lockfile", "$lockDir/$live");
+        $this->assertNull(Lock::tryAcquire($lockDir), 'its owner, this process, lives');
+        $this->assertSame([$live => true], $this->entries($lockDir));
+        rename("$lockDir/$live", "$lockDir/lockfile");
+    }
+
     public function testAnExpiredLeaseOfAnotherHostIsTakenOverAndALiveOneIsNot(): void
     {
         $lockDir = "$this->dir/a.lock";
