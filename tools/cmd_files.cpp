@@ -216,7 +216,11 @@ int commit_stdin(const std::string& file, const write_options& wo, rename_lock l
   if (in.total == 0 && !allow_empty) return refuse_empty_input(in, file);
   std::error_code ec;
   lock_handle h = lock.adopt(token, ec);
-  if (ec) return report(ec, last_error_message());
+  if (ec) {
+    std::string why = last_error_message();
+    if (why.rfind("tokenlock: ", 0) == 0) why.erase(0, 11);
+    return report(ec, "tokenlock: commit " + file + ": nothing was written: " + why);
+  }
   commit_file(h, file, in.buffered, wo, ec);
   h.detach();
   if (ec) return report_write(ec, file);

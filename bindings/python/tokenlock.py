@@ -584,6 +584,7 @@ class _Command:
 
     def __init__(self, path):
         self.path = path
+        self._has_commit = None
 
     def _run(self, args, step, target, input=None, once=False):
         """Runs the command; its stdout on success, else the exception its
@@ -713,10 +714,31 @@ class _Command:
             raise Error("tokenlock: increment %s: the tokenlock command printed %r, not a "
                         "number" % (_show(path), out), "command_failed") from None
 
+    def _require_commit(self, path):
+        """update_file commits through `tokenlock commit`, which a command
+        older than this module lacks: asked once, by the exit status of
+        `commit --help`, before anything is locked or written."""
+        if self._has_commit is None:
+            import subprocess
+
+            try:
+                p = subprocess.run([self.path, b"commit", b"--help"], stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   close_fds=False, env=_command_environment())
+            except OSError:
+                return  # the run that follows reports the missing command
+            self._has_commit = p.returncode == 0
+        if not self._has_commit:
+            raise BackendUnavailable(
+                "tokenlock: update %s: the tokenlock command %s has no 'commit' (it is older "
+                "than this module); nothing was written: install the command built with this "
+                "tokenlock.py, or use the library backend" % (_show(path), _show(self.path)))
+
     def update_file(self, path, lockdir, fn, wait, lease, sync):
         """Lock, read, call fn, commit fenced through the token, unlock: the
         library's update_file (docs/atomic-writes.md) over a lock held by
         the command, committed by `tokenlock commit`."""
+        self._require_commit(path)
         lockdir = path + b".lock" if lockdir is None else lockdir
         state = self.acquire(lockdir, wait, lease, once=False)
         try:

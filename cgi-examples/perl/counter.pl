@@ -10,8 +10,8 @@
 #   cgi-bin/counter.pl        this file, mode 0755 (named counter.cgi where the
 #                             server runs only .cgi files as programs)
 #   cgi-bin/Tokenlock.pm      bindings/perl/lib/Tokenlock.pm, beside it or in cgi-bin/lib/
-#   cgi-bin/tokenlock         the statically linked command, beside it, or in ~/bin,
-#                             or wherever TOKENLOCK_COMMAND says
+# Nothing else: the module counts natively and starts no process, so the
+# tokenlock command is not needed.
 # It looks for the module in its own directory, then in lib/ there, then
 # (in the source tree) in ../../bindings/perl/lib: the directories
 # `use lib $FindBin::Bin, "$FindBin::Bin/lib"` would give, found without
@@ -25,10 +25,6 @@
 #                              503 (default 5000; 0 to 600000)
 #   TOKENLOCK_COUNTER_SYNC     none, file or file_and_dir (default)
 # Counter NAME is DIR/NAME.count, locked by DIR/NAME.count.lock.
-#
-# The wait budget is handed to `tokenlock incr -w`. An older command,
-# installed before incr took -w, waits its own 10 s instead when the budget
-# is shorter, and costs one more process start per hit: update it.
 
 use strict;
 use warnings;

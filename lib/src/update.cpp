@@ -104,7 +104,9 @@ failure read_mark(os& sys, const write_target& t, const std::string& workspace,
   out = version_mark{};
   std::vector<std::string> names;
   std::error_code ec = sys.list_directory(workspace, names);
-  if (ec == std::errc::no_such_file_or_directory) return {};
+  // ENOTDIR: a legacy script's file token, which has no workspace (the
+  // commit then cannot be fenced, and says so).
+  if (ec == std::errc::no_such_file_or_directory || ec == std::errc::not_a_directory) return {};
   if (ec) return write_failure("read", t, "cannot list the lock's workspace " + workspace, ec);
   for (const auto& n : names) {
     version_mark m;
@@ -179,19 +181,40 @@ failure open_workspace(os& sys, const lock_handle& h, const open_dir& d, const w
   return check_trusted_fd(sys, ws.w, workspace, "commit", "lock's workspace", group);
 }
 
+// How a commit treats the workspace: the mode of a `w` it makes, the mark
+// it keeps (null: none, on local filesystems), and whether it sweeps this
+// target's temporary files that a killed commit left there.
+struct commit_rules {
+  unsigned dir_mode = 0755;
+  const version_mark* mark = nullptr;
+  bool sweep = false;
+};
+
+// A temporary file in the workspace of a lock we hold is a killed commit's
+// (the workspace goes with the token from holder to holder, and only a
+// takeover clears it) unless a commit of ours is writing it right now: one
+// this old is not.
+constexpr std::chrono::seconds workspace_leftover_age{60};
+
 failure fenced_commit(os& sys, const lock_handle& h, const write_target& t,
-                      const std::string& contents, const write_options& options,
-                      unsigned dir_mode, const version_mark* mark, bool& cross_device) {
+                      std::string_view contents, const write_options& options,
+                      const commit_rules& rules, bool& cross_device) {
   cross_device = false;
   const std::string workspace = h.path().string() + "/w";
   const auto d = handle_directory(h);
   if (!d) return lost_before_commit(t, h.token());
   workspace_fds ws{sys};
-  failure f = open_workspace(sys, h, *d, t, dir_mode, ws);
+  failure f = open_workspace(sys, h, *d, t, rules.dir_mode, ws);
   // A failed update leaves nothing behind, not even a workspace it made.
+  // Through the token's name, not its descriptor: after a takeover the
+  // descriptor is the new owner's token, and its `w` is not ours to remove.
   auto undo_workspace = [&] {
-    if (ws.made) sys.remove_at(ws.token, "w", true);
+    if (ws.made) sys.remove_at(d->fd, h.token() + "/w", true);
   };
+  if (!f && rules.sweep) {
+    std::size_t swept = 0;
+    sweep_impl(sys, workspace, workspace_leftover_age, swept, t.name);
+  }
   temp_file tmp;
   // By path, through the token's name, though the workspace was judged by
   // descriptor: a descriptor follows the directory, and a token taken over
@@ -205,7 +228,7 @@ failure fenced_commit(os& sys, const lock_handle& h, const write_target& t,
   }
   // The time the file server gave the new version, for the mark.
   file_status written;
-  const bool marked = mark && !sys.status(tmp.path, written);
+  const bool marked = rules.mark && !sys.status(tmp.path, written);
   // Relative to the lock directory and through the token's name: the fence.
   const std::string in_lock = h.token() + "/w/" + tmp.path.substr(workspace.size() + 1);
   std::error_code ec = sys.rename_at(d->fd, in_lock, os::cwd, t.path);
@@ -222,7 +245,7 @@ failure fenced_commit(os& sys, const lock_handle& h, const write_target& t,
       return lost_before_commit(t, h.token());
     return write_failure("rename", t, "cannot rename " + tmp.path + " over the target", ec);
   }
-  if (marked) write_mark(sys, workspace, *mark, fnv1a(contents), written.mtime_us);
+  if (marked) write_mark(sys, workspace, *rules.mark, fnv1a(contents), written.mtime_us);
   return {};
 }
 
@@ -362,12 +385,12 @@ bool on_network(os& sys, const lock_handle& h) {
 // The file lock's commit: fenced through the token, or else, when the
 // token cannot fence it, `cross_device` set and nothing written.
 failure commit_through_token(os& sys, const lock_handle& h, const write_target& t,
-                             const std::string& contents, const write_options& in_lock,
-                             unsigned dir_mode, const version_mark* mark, std::string& why) {
+                             std::string_view contents, const write_options& in_lock,
+                             const commit_rules& rules, std::string& why) {
   if (failure f = fence_possible(sys, h, t, why)) return f;
   if (!why.empty()) return {};
   bool cross_device = false;
-  if (failure f = fenced_commit(sys, h, t, contents, in_lock, dir_mode, mark, cross_device))
+  if (failure f = fenced_commit(sys, h, t, contents, in_lock, rules, cross_device))
     return f;
   // The devices matched, yet the rename crossed filesystems: bind mounts.
   if (cross_device)
@@ -375,6 +398,11 @@ failure commit_through_token(os& sys, const lock_handle& h, const write_target& 
           " and the target are on different filesystems (mounts), so the commit cannot be "
           "fenced; nothing was written: put the lock directory beside the file";
   return {};
+}
+
+// Whether this commit sweeps (about one in options.sweep_every).
+bool sweeps(os& sys, const update_options& options) {
+  return options.sweep_every != 0 && sys.random_u64() % options.sweep_every == 0;
 }
 
 // The file lock's part of the update flow (update_flow, update_impl.hpp).
@@ -409,8 +437,9 @@ class file_lock_steps {
 
   failure commit(const write_target& t, const std::string& next, const write_options& in_lock) {
     std::string why;
-    if (failure f = commit_through_token(sys_, h_, t, next, in_lock, lock_.options().dir_mode,
-                                         network_ ? &mark_ : nullptr, why))
+    const commit_rules rules{lock_.options().dir_mode, network_ ? &mark_ : nullptr,
+                             sweeps(sys_, options_)};
+    if (failure f = commit_through_token(sys_, h_, t, next, in_lock, rules, why))
       return f;
     if (why.empty()) return {};
     if (options_.require_fence) return make_failure(errc::not_fenced, describe("commit", t.path, why, {}));
@@ -435,11 +464,21 @@ class file_lock_steps {
 
 failure commit_impl(const lock_handle& h, const boost::filesystem::path& target,
                     std::string_view contents, const write_options& options) {
-  if (h.token().empty())
+  // A handle that held a token and let it go (released, or found taken
+  // over by a refresh or keep_alive) keeps its lock; one that never held
+  // any has none.
+  if (h.token().empty() && h.directory().empty())
     return make_failure(errc::bad_argument,
                         "tokenlock: commit " + target.string() +
                             ": the lock handle holds no lock (acquire it first); nothing was "
                             "written");
+  if (h.token().empty())
+    return make_failure(errc::lock_lost,
+                        describe("commit", target.string(),
+                                 "the handle no longer holds the lock " + h.directory().string() +
+                                     " (it was released, or a refresh found it taken over); "
+                                     "nothing was written",
+                                 {}));
   if (!h.owns())
     return make_failure(errc::not_owner,
                         describe("commit", target.string(),
@@ -454,15 +493,17 @@ failure commit_impl(const lock_handle& h, const boost::filesystem::path& target,
   if (network)
     if (failure f = read_mark(sys, t, h.path().string() + "/w", mark)) return f;
   std::string why;
-  if (failure f = commit_through_token(sys, h, t, std::string(contents), in_lock_options(options),
-                                       handle_dir_mode(h),
-                                       network ? &mark : nullptr, why))
+  const commit_rules rules{handle_dir_mode(h), network ? &mark : nullptr,
+                           sweeps(sys, update_options{})};
+  if (failure f =
+          commit_through_token(sys, h, t, contents, in_lock_options(options), rules, why))
     return f;
   if (!why.empty())
     return make_failure(errc::not_fenced,
                         describe("commit", t.path,
-                                 why + " (update_file can commit there, checking ownership by a "
-                                       "refresh just before)",
+                                 why + " (an update under the lock, update_file or tokenlock "
+                                       "write --lock, commits there with an ownership check "
+                                       "just before)",
                                  {}));
   // Worded as the updater's: to its caller the commit is the update.
   return sync_target_directory(sys, t, options.sync, "the update is committed",
@@ -485,7 +526,7 @@ void sweep_target_temps(os& sys, const write_target& t, std::chrono::millisecond
   // Anything older than a lease cannot belong to a live writer that holds
   // this lock; the unfenced commit, atomic_write and the command's write
   // leave theirs beside the target when they crash.
-  if (options.sweep_every == 0 || sys.random_u64() % options.sweep_every != 0) return;
+  if (!sweeps(sys, options)) return;
   std::size_t swept = 0;
   sweep_impl(sys, t.dir, std::chrono::duration_cast<std::chrono::microseconds>(lease), swept,
              t.name);

@@ -28,6 +28,7 @@ using tokenlock::testing::run_command;
 using tokenlock::testing::slurp;
 using tokenlock::testing::snapshot;
 using tokenlock::testing::spit;
+using tokenlock::testing::strip;
 using tokenlock::testing::temp_dir;
 using tokenlock::testing::temp_files_below;
 namespace code = tokenlock::cli::exit_code;
@@ -35,11 +36,6 @@ namespace code = tokenlock::cli::exit_code;
 namespace {
 
 const std::string tool = TOKENLOCK_CLI_PATH;
-
-std::string strip(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
 
 unsigned mode_of(const fs::path& p) {
   struct stat st {};

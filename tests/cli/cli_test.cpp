@@ -33,6 +33,7 @@ using tokenlock::testing::run_command;
 using tokenlock::testing::slurp;
 using tokenlock::testing::snapshot;
 using tokenlock::testing::spit;
+using tokenlock::testing::strip;
 using tokenlock::testing::temp_dir;
 namespace code = tokenlock::cli::exit_code;
 
@@ -52,10 +53,6 @@ class CliTest : public ::testing::Test {
   // A shell snippet with $T set to the tokenlock binary.
   command_result sh(const std::string& script) {
     return run_command({"/bin/sh", "-c", "T='" + tool + "'; " + script});
-  }
-  std::string strip(std::string s) {
-    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-    return s;
   }
 };
 
@@ -474,6 +471,7 @@ TEST_F(CliTest, CommitWritesThroughAHeldTokenAndNothingOnceItIsGone) {
   r = tl({"--errors=json", "commit", lock, token, f.string()}, "late\n");
   EXPECT_EQ(r.exit_code, code::lost) << "the old name is gone";
   EXPECT_NE(r.err.find("{\"error\": \"lock_lost\""), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("commit " + f.string() + ": nothing was written"), std::string::npos) << r.err;
   EXPECT_EQ(slurp(f), "new\n");
   EXPECT_EQ(tl({"commit", "--sync", "none", lock, fresh, f.string()}, "third\n").exit_code, 0);
   EXPECT_EQ(slurp(f), "third\n");

@@ -13,6 +13,7 @@
 #include "child.hpp"
 #include "cli.hpp"
 #include "inspect.hpp"
+#include "doctor_properties.hpp"
 #include "temp_dir.hpp"
 
 namespace fs = boost::filesystem;
@@ -28,27 +29,8 @@ namespace {
 
 const std::string tool = TOKENLOCK_CLI_PATH;
 
-// Every property doctor checks without a peer, in the order it prints them.
-const std::vector<std::string> local_properties = {
-    "rename of a directory to a new name",
-    "rename of a directory onto an empty directory",
-    "rename of a directory onto a non-empty directory",
-    "rename of a file over a file",
-    "rename of a vanished name",
-    "exclusive create",
-    "token names",
-    "fsync of a file",
-    "fsync of a directory",
-    "wait board",
-    "owner marks",
-    "clock offset",
-};
-const std::vector<std::string> peer_properties = {
-    "another mount",
-    "renames seen through the peer",
-    "rename through the peer of a vanished name",
-    "contents seen through the peer",
-};
+using tokenlock::testing::local_properties;
+using tokenlock::testing::peer_properties;
 
 struct line {
   std::string verdict, property, detail, fix;

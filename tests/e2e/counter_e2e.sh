@@ -81,26 +81,29 @@ echo "$server on 127.0.0.1:$port (pid $SERVER_PID)"
 
 count_of() { cat "$data/$1.count" 2>/dev/null || echo 0; }
 
-# ab: sets COMPLETE and NON2XX. Its "Failed requests" also counts bodies
-# whose length differs from the first (growing digits): not a failure.
+# ab: sets COMPLETE, NON2XX and LONGEST (the slowest request, ms: how
+# close the load came to the CGI's wait budget). Its "Failed requests" also
+# counts bodies whose length differs from the first (growing digits): not a
+# failure.
 load() {
   local out
   out=$(ab -q -r -n "$1" -c "$2" "$3" 2>&1) || fail "ab failed: $out"
   COMPLETE=$(awk '/^Complete requests/ {print $3}' <<<"$out")
   NON2XX=$(awk '/^Non-2xx responses/ {print $3}' <<<"$out")
   NON2XX=${NON2XX:-0}
+  LONGEST=$(awk '$1 == "100%" {print $2}' <<<"$out")
 }
 
 n=${TOKENLOCK_E2E_REQUESTS:-2000}
 load "$n" 16 "$url?id=one"
 [ "$COMPLETE" = "$n" ] && [ "$NON2XX" = 0 ] || fail "16 clients: $COMPLETE complete, $NON2XX non-2xx"
 [ "$(count_of one)" = "$n" ] || fail "16 clients: counter $(count_of one), expected $n"
-pass "$n requests, 16 clients, one id: counter = $n"
+pass "$n requests, 16 clients, one id: counter = $n (slowest request ${LONGEST:-?} ms)"
 
 load "$n" 64 "$url?id=one"
 [ "$COMPLETE" = "$n" ] && [ "$NON2XX" = 0 ] || fail "64 clients: $COMPLETE complete, $NON2XX non-2xx"
 [ "$(count_of one)" = $((2 * n)) ] || fail "64 clients: counter $(count_of one), expected $((2 * n))"
-pass "$n more requests, 64 clients, one id: counter = $((2 * n))"
+pass "$n more requests, 64 clients, one id: counter = $((2 * n)) (slowest request ${LONGEST:-?} ms)"
 
 q=$((n / 4))
 pids=()

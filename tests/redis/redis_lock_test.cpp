@@ -19,6 +19,7 @@
 
 #include "posix/socket_io.hpp"
 #include "redis/redis_url.hpp"
+#include "redis/redis_wait_stats.hpp"
 #include "inspect.hpp"
 #include "redis_raw.hpp"
 #include "redis_server.hpp"
@@ -34,6 +35,7 @@ using tokenlock::redis_lock;
 using tokenlock::redis_lock_options;
 using tokenlock::detail::parse_redis_url;
 using tokenlock::detail::redis_endpoint;
+using tokenlock::detail::this_thread_redis_wait_stats;
 using tokenlock::testing::free_port;
 using tokenlock::testing::raw;
 using tokenlock::testing::redis_server;
@@ -225,13 +227,55 @@ TEST_F(RedisLockTest, HolderDescribesTheGrantAndTheKeysExpire) {
   EXPECT_EQ(server->cli({"EXISTS", "tokenlock:coupons"}), "0");
   EXPECT_GT(std::stol(server->cli({"PTTL", "tokenlock:coupons:fence"})), 0);
   EXPECT_EQ(server->cli({"DBSIZE"}), "1");
-  // Contended: the count of waiters and the wake-up list expire too.
+  // A try_acquire that is refused does not wait, and is not counted as a
+  // waiter: the release wakes nobody.
   redis_handle again = a.acquire();
   EXPECT_FALSE(lock("coupons", options()).try_acquire().has_value());
   again.release();
+  EXPECT_EQ(server->cli({"DBSIZE"}), "1");
+  // Contended: the count of waiters expires too; the wake-up and the
+  // hand-off were taken by the waiter.
+  redis_handle third = a.acquire();
+  std::thread waiter([&] { lock("coupons", options(30s, 10s)).acquire().release(); });
+  const auto give_up = std::chrono::steady_clock::now() + 10s;
+  while (server->cli({"CLIENT", "LIST"}).find("cmd=blpop") == std::string::npos &&
+         std::chrono::steady_clock::now() < give_up) {
+  }
+  third.release();
+  waiter.join();
+  EXPECT_EQ(server->cli({"EXISTS", "tokenlock:coupons"}), "0");
   EXPECT_GT(std::stol(server->cli({"PTTL", "tokenlock:coupons:waiters"})), 0);
-  EXPECT_GT(std::stol(server->cli({"PTTL", "tokenlock:coupons:wake"})), 0);
-  EXPECT_EQ(server->cli({"DBSIZE"}), "3");
+  EXPECT_LE(std::stol(server->cli({"PTTL", "tokenlock:coupons:waiters"})), 10000 + 2 * 2000);
+  EXPECT_EQ(server->cli({"DBSIZE"}), "2");
+}
+
+// A waiter killed while it waits leaves its count behind (until the
+// count expires): the next release still wakes someone, and what it leaves
+// (one element on the wake list, the hand-off) expires. A newcomer refused
+// by that hand-off takes the wake-up nobody waited for at once, instead of
+// waiting out the hand-off's grace.
+TEST_F(RedisLockTest, AWakeUpNobodyWaitedForExpiresAndCostsANewcomerOneBlock) {
+  ASSERT_EQ(raw(*server, {"SET", "tokenlock:coupons:waiters", "1", "PX", "60000"}), "OK");
+  // Connected first, so that everything below comes well inside the
+  // hand-off's 500 ms (raw: a client in this process, no redis-cli to start).
+  redis_lock newcomer = lock("coupons", options(30s, 5s)), trier = lock("coupons", options());
+  EXPECT_FALSE(newcomer.holder().has_value());
+  EXPECT_FALSE(trier.holder().has_value());
+  lock("coupons", options(20s)).acquire().release();
+  EXPECT_FALSE(trier.try_acquire().has_value()) << "a newcomer took the lock kept for a woken waiter";
+  const long wake_ttl = std::stol(raw(*server, {"PTTL", "tokenlock:coupons:wake"}));
+  EXPECT_GT(wake_ttl, 0);
+  EXPECT_LE(wake_ttl, 20000);
+  const long handoff_ttl = std::stol(raw(*server, {"PTTL", "tokenlock:coupons:handoff"}));
+  EXPECT_GT(handoff_ttl, 0);
+  EXPECT_LE(handoff_ttl, 500);
+  const auto before = this_thread_redis_wait_stats();
+  redis_handle h = newcomer.acquire();
+  EXPECT_EQ(this_thread_redis_wait_stats().wakes, before.wakes + 1)
+      << "the newcomer's block was not ended by the wake-up on the list: it waited out the hand-off";
+  EXPECT_EQ(server->cli({"EXISTS", "tokenlock:coupons:handoff"}), "0");
+  EXPECT_EQ(server->cli({"LLEN", "tokenlock:coupons:wake"}), "0");
+  EXPECT_EQ(server->cli({"GET", "tokenlock:coupons:waiters"}), "1") << "the killed waiter's count";
 }
 
 TEST_F(RedisLockTest, RefreshExtendsTheLeaseAndKeepsTheFence) {

@@ -49,6 +49,14 @@ class RedisProcessTest : public ::testing::Test {
     if (!why.empty()) GTEST_SKIP() << why;
     server = std::make_unique<redis_server>();
   }
+  // Until a client of the server is blocked in BLPOP (a waiter on the
+  // lock's wake list); false after 10 s.
+  bool someone_blocks() const {
+    const auto give_up = std::chrono::steady_clock::now() + 10s;
+    while (server->cli({"CLIENT", "LIST"}).find("cmd=blpop") == std::string::npos)
+      if (std::chrono::steady_clock::now() > give_up) return false;
+    return true;
+  }
   std::unique_ptr<redis_server> server;
   temp_dir tmp;
 };
@@ -113,6 +121,67 @@ TEST_F(RedisProcessTest, AHolderStoppedPastItsLeaseIsTakenOverAndLearnsItLostThe
       << said;
   EXPECT_TRUE(next.owns());
   next.release();  // untouched by the late release
+}
+
+// A release keeps the free lock for the waiter it woke: a newcomer that
+// comes before the woken waiter's attempt (here the woken waiter is stopped
+// as the release reaches it) is refused, and the woken waiter takes the
+// lock when it goes on. Without the hand-off the newcomer took it, and the
+// waiter went back to the end of the line.
+TEST_F(RedisProcessTest, ANewcomerCannotTakeTheLockFromTheWaiterTheReleaseWoke) {
+  redis_handle h = redis_lock(server->url(), "coupons", waiting(0ms)).acquire();
+  child w({worker, "hold", server->url(), "coupons", "30000"});
+  ASSERT_TRUE(someone_blocks());
+  w.signal(SIGSTOP);
+  ASSERT_TRUE(w.wait_stopped());
+  const std::uint64_t released = h.fence();
+  // Connected before the release, so that its attempt comes well inside
+  // the hand-off's 500 ms.
+  redis_lock newcomer(server->url(), "coupons", waiting(0ms));
+  ASSERT_TRUE(newcomer.holder().has_value());
+  h.release();
+  const auto e = [&] {
+    try {
+      newcomer.acquire();
+    } catch (const tokenlock::lock_error& x) {
+      return std::string(x.what());
+    }
+    return std::string("granted");
+  }();
+  EXPECT_NE(e.find("free, and kept"), std::string::npos) << e;
+  // The server gave the wake-up to the stopped waiter's BLPOP.
+  EXPECT_EQ(server->cli({"LLEN", "tokenlock:coupons:wake"}), "0");
+  w.signal(SIGCONT);
+  EXPECT_GT(fence_of(w.read_line()), released);
+  w.write_line("release");
+  EXPECT_EQ(w.read_line(), "released");
+  EXPECT_EQ(w.wait(), 0);
+}
+
+// A woken waiter that never makes its attempt (stopped here; killed would
+// be the same) keeps the lock free for the hand-off's grace, 500 ms, not
+// longer: a newcomer then takes it. The waiter, going on, finds it taken,
+// waits its turn again and gets it at the newcomer's release.
+TEST_F(RedisProcessTest, AWokenWaiterThatNeverComesHoldsTheLockUpOnlyForTheGrace) {
+  redis_handle h = redis_lock(server->url(), "coupons", waiting(0ms)).acquire();
+  child w({worker, "hold", server->url(), "coupons", "30000"});
+  ASSERT_TRUE(someone_blocks());
+  w.signal(SIGSTOP);
+  ASSERT_TRUE(w.wait_stopped());
+  h.release();
+  const auto start = std::chrono::steady_clock::now();
+  redis_handle next = redis_lock(server->url(), "coupons", waiting(5s)).acquire();
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, 300ms) << "taken while the hand-off kept it for the woken waiter";
+  EXPECT_LT(took, 3s) << "kept well past the hand-off's grace";
+  w.signal(SIGCONT);
+  ASSERT_TRUE(someone_blocks());
+  const std::uint64_t mine = next.fence();
+  next.release();
+  EXPECT_GT(fence_of(w.read_line()), mine);
+  w.write_line("release");
+  EXPECT_EQ(w.read_line(), "released");
+  EXPECT_EQ(w.wait(), 0);
 }
 
 TEST_F(RedisProcessTest, AKilledHoldersLockFreesAtTheEndOfItsLease) {

@@ -177,7 +177,9 @@ class fake_os final : public detail::os {
   }
   void sleep_for(std::chrono::microseconds d) noexcept override;
   std::uint64_t random_u64() noexcept override;
-  // When set, random_u64() answers with it (the real source otherwise).
+  // When set, random_u64() answers with it. Otherwise the real source; in a
+  // played world made odd, so that no one-in-N sweep fires unless a test
+  // sets this.
   std::function<std::uint64_t()> random;
   const detail::process_identity& self() override { return world_ ? identity_ : real_->self(); }
   std::uint64_t fork_generation() noexcept override {

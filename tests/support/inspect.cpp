@@ -40,6 +40,11 @@ void spit(const fs::path& file, const std::string& contents) {
   out << contents;
 }
 
+std::string strip(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> out;
   std::istringstream in(text);

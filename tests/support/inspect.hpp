@@ -16,6 +16,8 @@ int holder_pid(const boost::filesystem::path& lock_dir);
 std::string slurp(const boost::filesystem::path& file);
 // Creates or truncates `file` with `contents` (plainly: test set-up).
 void spit(const boost::filesystem::path& file, const std::string& contents);
+// `s` without trailing newlines and spaces (a command's output line).
+std::string strip(std::string s);
 // The lines of `text`, without their newlines.
 std::vector<std::string> lines_of(const std::string& text);
 // Temporary files of atomic writes anywhere below `root`.

@@ -11,6 +11,7 @@
 #include "errno_advice.hpp"
 #include "inspect.hpp"
 #include "netfs_advice.hpp"
+#include "doctor_properties.hpp"
 #include "temp_dir.hpp"
 #include "tokenlock/clock_judgement.hpp"
 #include "tokenlock/doctor.hpp"
@@ -29,26 +30,8 @@ using tokenlock::testing::temp_dir;
 
 namespace {
 
-const std::vector<std::string> local_properties = {
-    "rename of a directory to a new name",
-    "rename of a directory onto an empty directory",
-    "rename of a directory onto a non-empty directory",
-    "rename of a file over a file",
-    "rename of a vanished name",
-    "exclusive create",
-    "token names",
-    "fsync of a file",
-    "fsync of a directory",
-    "wait board",
-    "owner marks",
-    "clock offset",
-};
-const std::vector<std::string> peer_properties = {
-    "another mount",
-    "renames seen through the peer",
-    "rename through the peer of a vanished name",
-    "contents seen through the peer",
-};
+using tokenlock::testing::local_properties;
+using tokenlock::testing::peer_properties;
 
 std::vector<std::string> properties(const std::vector<doctor_finding>& findings) {
   std::vector<std::string> out;

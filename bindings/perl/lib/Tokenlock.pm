@@ -1,8 +1,9 @@
 package Tokenlock;
 
-# Perl binding of tokenlock: drives the `tokenlock` command, so that it
-# needs nothing beyond the modules every Perl installation has. The POD at
-# the end is the manual.
+# Perl binding of tokenlock. The lock is the protocol of docs/protocol.md
+# written in plain Perl; writes and counters still run the `tokenlock`
+# command. Nothing beyond the modules every Perl installation has is
+# needed. The POD at the end is the manual.
 
 use 5.008001;
 use strict;
@@ -329,41 +330,875 @@ sub _check_opts {
 }
 
 # ---------------------------------------------------------------------------
+# The lock, natively: the protocol of docs/protocol.md in plain Perl. Every
+# step is a rename(2) of a name this process saw; no process is started.
+# Core Perl has no renameat or openat, so every call names its path: the
+# lock directory is judged by lstat before each acquisition instead of
+# once through a descriptor.
+
+my $FREE = 'lockfile';
+
+# The protocol's bound on leases (protocol_max_lease): every process must
+# agree on which leases are implausible.
+my $MAX_LEASE_US = 24 * 3600 * 1_000_000;
+my $SKEW_US      = 1_000_000;
+my $DIR_MODE     = 0755;
+my $DEFAULT_LEASE = 3600;
+my $DEFAULT_LEGACY_TIMEOUT = 60;
+
+# Waiting: exponential backoff with +-25 % jitter, a look at the holder at
+# most this often (and always on the last round).
+my $BACKOFF_MIN_US = 100;
+my $BACKOFF_MAX_US = 50_000;
+my $LOOK_EVERY_US  = 10_000;
+
+sub _now_us {
+    my ($s, $us) = Time::HiRes::gettimeofday();
+    return $s * 1_000_000 + $us;
+}
+
+# A Time::HiRes older than Perl 5.10's has no clock_gettime: the wall
+# clock then bounds waits, which a clock step can lengthen or shorten.
+my $HAVE_MONOTONIC;
+
+sub _steady_us {
+    $HAVE_MONOTONIC = defined &Time::HiRes::clock_gettime && eval { Time::HiRes::CLOCK_MONOTONIC(); 1 } ? 1 : 0
+      unless defined $HAVE_MONOTONIC;
+    return int(Time::HiRes::time() * 1_000_000) unless $HAVE_MONOTONIC;
+    return int(Time::HiRes::clock_gettime(Time::HiRes::CLOCK_MONOTONIC()) * 1_000_000);
+}
+
+sub _sleep_us { Time::HiRes::usleep($_[0]) if $_[0] > 0 }
+
+# The entries of a directory, without . and .. and untainted: the kernel
+# never lists a name holding '/' or NUL, and names are only ever used
+# relative to the directory listed, never by a shell.
+sub _names {
+    my ($dh) = @_;
+    return map { $_ eq '.' || $_ eq '..' ? () : /\A([^\/\0]+)\z/s ? $1 : () } readdir $dh;
+}
+
+# FNV-1a, 64 bits, as lib/src/fnv1a.hpp, in two 32-bit halves so that no
+# product leaves the range a Perl number holds exactly.
+sub _fnv1a {
+    my ($s, $hi, $lo) = @_;
+    ($hi, $lo) = (0xcbf29ce4, 0x84222325) unless defined $hi;
+    for my $c (unpack 'C*', $s) {
+        $lo ^= $c;
+        # h * 0x100000001b3 = h * 0x1b3 + (h << 40), modulo 2**64.
+        my $l = $lo * 0x1b3;
+        my $h = $hi * 0x1b3 + int($l / 4294967296) + (($lo & 0xffffff) * 256);
+        $lo = $l % 4294967296;
+        $hi = $h % 4294967296;
+    }
+    return ($hi, $lo);
+}
+
+sub _first_line {
+    my ($path) = @_;
+    open my $fh, '<', $path or return '';
+    my $line = <$fh>;
+    close $fh;
+    return '' unless defined $line;
+    chomp $line;
+    return $line;
+}
+
+# /proc/<pid>/stat: (state, start time), counted from the last ')' since
+# the command name may hold spaces and parentheses; () when unreadable.
+sub _proc_stat {
+    my ($pid) = @_;
+    open my $fh, '<', "/proc/$pid/stat" or return ();
+    my $line = '';
+    sysread($fh, $line, 1024);
+    close $fh;
+    my $close = rindex($line, ')');
+    return () if $close < 0;
+    my @f = split ' ', substr($line, $close + 1);
+    # Fields from 3 on: state is field 3, the start time field 22.
+    return () unless @f >= 20 && $f[19] =~ /\A(\d+)\z/;
+    return ($f[0], $1);
+}
+
+# This process's identity, as lib/src/posix/posix_os.cpp makes it: read
+# once per process, and again in a forked child.
+my %ID;
+
+sub _identity {
+    return \%ID if defined $ID{pid} && $ID{pid} == $$;
+    my $host = '';
+    if (open my $fh, '<', '/proc/sys/kernel/hostname') {
+        $host = <$fh>;
+        close $fh;
+        $host = '' unless defined $host;
+        chomp $host;
+    }
+    if (!length $host) {
+        # gethostname(2) reads the same name; uname(2) starts no process.
+        require POSIX;
+        $host = (POSIX::uname())[1];
+        $host = '' unless defined $host;
+    }
+    $host = 'host' unless length $host;
+    $host = substr($host, 0, 32);
+    $host =~ s/[^A-Za-z0-9-]/_/g;
+    my ($hi, $lo) = _fnv1a(_first_line('/proc/sys/kernel/random/boot_id'));
+    my $ns = readlink('/proc/self/ns/pid');
+    ($hi, $lo) = _fnv1a(defined $ns ? $ns : '', $hi, $lo);
+    ($hi, $lo) = _fnv1a($host, $hi, $lo);
+    my (undef, $start) = _proc_stat($$);
+    %ID = (
+        pid      => $$,
+        start    => defined $start ? $start : 0,
+        # Checked, and so untainted for perl -T: it goes into every token.
+        host_tag => (sprintf('%s-%08x', $host, ($hi ^ $lo)) =~ /\A([A-Za-z0-9_-]{1,32}-[0-9a-f]{8})\z/)[0],
+        random   => undef,
+    );
+    return \%ID;
+}
+
+# 64 random bits as 16 hex digits: unique per acquisition. The source is
+# opened once per process; a forked child opens its own.
+sub _nonce {
+    my $id = _identity();
+    my $bytes = '';
+    if (!$id->{random}) {
+        open($id->{random}, '<', '/dev/urandom') or undef $id->{random};
+        binmode $id->{random} if $id->{random};
+    }
+    if ($id->{random}) {
+        my $n = sysread($id->{random}, $bytes, 8);
+        $bytes = '' unless defined $n && $n == 8;
+    }
+    if (length $bytes != 8) {
+        # No /dev/urandom (a chroot): time, pid and Perl's generator.
+        $bytes = pack('NN', int(rand(4294967296)) ^ ($$ << 8), (_now_us() % 4294967296) ^ int(rand(4294967296)));
+    }
+    return (unpack('H16', $bytes) =~ /\A([0-9a-f]{16})\z/)[0];
+}
+
+sub _make_token {
+    my ($expiry_us, $id) = @_;
+    return join('.', $FREE, int($expiry_us), $id->{host_tag}, $id->{pid}, $id->{start}, _nonce());
+}
+
+# What a name in the lock directory is (token_name.cpp): 'free', 'held',
+# 'legacy', 'malformed' (starts with "lockfile." but breaks the grammar,
+# never taken over) or 'other'; with the parsed fields for held and legacy.
+sub _classify {
+    my ($name) = @_;
+    return ('free') if $name eq $FREE;
+    if ($name =~ /\Alockfile([0-9].*)\z/s) {
+        my $s = $1;
+        return ('other') unless $s =~ /\A[1-9][0-9]{0,11}\z/;
+        return ('legacy', { expiry_us => $s * 1_000_000, legacy => 1, name => $name });
+    }
+    return ('other') unless substr($name, 0, 9) eq 'lockfile.';
+    my @f = split /\./, substr($name, 9), -1;
+    return ('malformed') unless @f == 5;
+    my ($expiry, $tag, $pid, $start, $nonce) = @f;
+    return ('malformed')
+      unless $expiry =~ /\A(?:0|[1-9][0-9]{0,18})\z/ && (length $expiry < 19 || $expiry le '9223372036854775807')
+      && length($tag) >= 10 && length($tag) <= 41 && $tag =~ /\A[A-Za-z0-9_-]+-[0-9a-f]{8}\z/
+      && $pid =~ /\A[1-9][0-9]{0,9}\z/ && $pid <= 2147483647
+      && $start =~ /\A(?:0|[1-9][0-9]{0,19})\z/ && (length $start < 20 || $start le '18446744073709551615')
+      && $nonce =~ /\A[0-9a-f]{16}\z/;
+    return ('held', { expiry_us => $expiry + 0, host_tag => $tag, pid => $pid + 0, start => $start, name => $name });
+}
+
+sub _utc {
+    my ($us) = @_;
+    my $s = int($us / 1_000_000);
+    $s-- if $us < 0 && $s * 1_000_000 != $us;
+    my @t = gmtime($s);
+    return sprintf('%04d-%02d-%02dT%02d:%02d:%02d.%06dZ', $t[5] + 1900, $t[4] + 1, @t[3, 2, 1, 0], $us - $s * 1_000_000);
+}
+
+sub _secs_text {
+    my ($us) = @_;
+    return sprintf('%.3f s', $us / 1_000_000);
+}
+
+# Whether a held token is stale (lock_directory.cpp, judge): its lease
+# ended, its lease is implausibly long, or its owner on this host is
+# provably gone. Returns (stale, reason, owner), owner being 'alive' or
+# 'dead' when this host could tell, else undef.
+sub _judge {
+    my ($t, $legacy_timeout_us) = @_;
+    my $now = _now_us();
+    if ($t->{legacy}) {
+        my $ends = $t->{expiry_us} + $legacy_timeout_us;
+        my $who = "a script using the legacy rename lock ($t->{name}, taken " . _utc($t->{expiry_us}) . ')';
+        return (1, "legacy token of $who is dated implausibly far in the future: treated as stale")
+          if $ends - $now > $MAX_LEASE_US + $SKEW_US;
+        return (1, "legacy token of $who is older than the legacy timeout of " . _secs_text($legacy_timeout_us)
+              . ' (by ' . _secs_text($now - $ends) . ')')
+          if $now > $ends + $SKEW_US;
+        return (0, "held by $who until " . _utc($ends) . ' (the legacy timeout of ' . _secs_text($legacy_timeout_us) . ')');
+    }
+    my $same = $t->{host_tag} eq _identity()->{host_tag};
+    my $who = "pid $t->{pid}" . ($same ? ' on this host' : " on host $t->{host_tag}");
+    return (1, "lease of $who ends implausibly far in the future (" . _utc($t->{expiry_us})
+          . ', more than the maximum lease of ' . _secs_text($MAX_LEASE_US) . ' from now): treated as stale')
+      if $t->{expiry_us} - $now > $MAX_LEASE_US + $SKEW_US;
+    return (1, "lease of $who ended " . _secs_text($now - $t->{expiry_us}) . ' ago (' . _utc($t->{expiry_us}) . ')')
+      if $now > $t->{expiry_us} + $SKEW_US;
+    my $until = "held by $who until " . _utc($t->{expiry_us});
+    return (0, $until) unless $same;
+    # kill answering EPERM (another user's process) means alive, and so
+    # does an unreadable /proc entry (hidepid): the lease settles it.
+    if (!kill(0, $t->{pid}) && $!{ESRCH}) {
+        return (1, "owner $who has exited", 'dead');
+    }
+    my ($state, $start) = _proc_stat($t->{pid});
+    return (0, $until, 'alive') unless defined $state;
+    return (1, "owner $who has exited (zombie)", 'dead') if $state eq 'Z' || $state eq 'X';
+    return (1, "owner $who is gone; the pid now belongs to another process (start time $start, token says $t->{start})", 'dead')
+      if $t->{start} ne '0' && $start ne $t->{start};
+    return (0, $until, 'alive');
+}
+
+# The advice for an errno, as the library's table gives it in spirit.
+sub _errno_fix {
+    my ($errno, $dir) = @_;
+    local $! = $errno;
+    return "check the permissions of $dir and its parent: this process (uid $>) must be able to write and search them"
+      if $!{EACCES} || $!{EPERM};
+    return "the filesystem of $dir is mounted read-only: keep locks on a writable filesystem" if $!{EROFS};
+    return "the filesystem of $dir is full or over quota: free space" if $!{ENOSPC} || $!{EDQUOT};
+    return "a component of $dir is not a directory: name a directory of its own, such as data.lock" if $!{ENOTDIR};
+    return "the path $dir is too long: use a shorter one" if $!{ENAMETOOLONG};
+    return "a symbolic link loop lies on the path to $dir: fix or remove the link" if $!{ELOOP};
+    return '';
+}
+
+# A failed system call: code system with its errno, the exit status the
+# command would give, and a message that names path, step, cause and fix.
+my %EXIT_FOR_ERRNO;
+
+sub _system_error {
+    my ($step, $dir, $what, $errno, $fix) = @_;
+    local $! = $errno;
+    my $cause = "$!";
+    unless (%EXIT_FOR_ERRNO) {
+        require POSIX;
+        for ([77, qw(EACCES EPERM)], [66, 'ENOENT'], [73, qw(ENOSPC EDQUOT EROFS EFBIG EISDIR ENOTDIR ENAMETOOLONG)],
+            [74, 'EIO'], [65, qw(EOVERFLOW ELOOP EINVAL)])
+        {
+            my ($code, @names) = @$_;
+            for my $n (@names) {
+                my $v = eval { no strict 'refs'; &{"POSIX::$n"}() };
+                $EXIT_FOR_ERRNO{$v} = $code if defined $v;
+            }
+        }
+    }
+    $fix = _errno_fix($errno, $dir) unless defined $fix;
+    return _error(
+        code    => 'system',
+        errno   => $errno,
+        status  => $EXIT_FOR_ERRNO{$errno} || 71,
+        message => "tokenlock: $step $dir: $what: $cause" . (length $fix ? "; $fix" : ''),
+    );
+}
+
+my %EXIT_FOR_CODE = (
+    busy => 1, timed_out => 1, lock_lost => 3, token_missing => 69, lock_corrupt => 69,
+    bad_argument => 64, untrusted => 77, not_owner => 70,
+);
+
+sub _lock_error {
+    my ($code, $step, $dir, $what) = @_;
+    return _error(code => $code, status => $EXIT_FOR_CODE{$code}, message => "tokenlock: $step $dir: $what");
+}
+
+# The lock directory's path split as lock_directory.cpp splits it.
+sub _lock_paths {
+    my ($step, $lockdir) = @_;
+    (my $d = $lockdir) =~ s{(?<=.)/+\z}{};
+    _usage("$step $lockdir",
+        "\"$d\" cannot be a lock directory: the lock directory is created and replaced by rename; "
+          . 'name a directory of its own, such as data.lock')
+      if $d eq '/' || $d eq '.' || $d eq '..';
+    my ($parent, $name) = $d =~ m{\A(.*)/([^/]*)\z}s ? ($1, $2) : ('.', $d);
+    $parent = '/' if $parent eq '';
+    return { dir => $d, parent => $parent, name => $name };
+}
+
+# The mode of lock directories and workspaces this process creates:
+# TOKENLOCK_DIR_MODE, as the command reads it, else 0755. With group write
+# (0775, 0770) a lock is shared by a group: a directory of one of our
+# groups is then trusted.
+sub _dir_mode {
+    my ($step) = @_;
+    my $text = $ENV{TOKENLOCK_DIR_MODE};
+    return $DIR_MODE unless defined $text && length $text;
+    _usage($step, "TOKENLOCK_DIR_MODE takes an octal mode such as 0775, not \"$text\"")
+      unless $text =~ /\A([0-7]+)\z/ && oct($1) <= 07777;
+    my $mode = oct $1;
+    my $problem = ($mode & 0700) != 0700 ? 'the owner needs read, write and search permission (0700) on a lock directory'
+      : $mode & 0002 ? 'a lock directory writable by others is refused by every process that uses it '
+      . '(docs/security.md): share it with a group instead, with 0775 or 0770 and a common group'
+      : $mode & 01000 ? 'in a sticky lock directory only a token\'s owner may rename it, so users lock each other out'
+      : undef;
+    _usage($step, "TOKENLOCK_DIR_MODE $text: $problem") if defined $problem;
+    return $mode;
+}
+
+# The trust rules of docs/security.md (trust.cpp) for a directory's lstat:
+# the reason it cannot be trusted, or undef.
+sub _distrust {
+    my ($path, $mode, $uid, $gid, $dir_mode) = @_;
+    my $m = sprintf('%04o', $mode & 07777);
+    my $sharing = $dir_mode & 020;
+    my $share = "a lock shared by several users needs a group they all belong to: give $path that group, mode 0775, "
+      . 'and choose group sharing (TOKENLOCK_DIR_MODE=0775)';
+    return "it is writable by every user (mode $m); run chmod o-w $path if its contents are yours, or remove it; $share"
+      if $mode & 002;
+    my $group_ok = $sharing && grep { $_ == $gid } split ' ', $);
+    if (($mode & 020) && !$group_ok) {
+        return "it is writable by group $gid (mode $m) and group sharing was not chosen; run chmod g-w $path "
+          . 'if the group is not meant to share it, or choose group sharing (TOKENLOCK_DIR_MODE=0775)'
+          unless $sharing;
+        return "it is writable by group $gid (mode $m), which is not one of this user's groups; $share";
+    }
+    return "it belongs to uid $uid (mode $m), who could change it; have that user (or root) remove it "
+      . "and it is created again on next use, or, if that user shares it on purpose, $share"
+      if $uid != $> && $uid != 0 && !$group_ok;
+    return undef;
+}
+
+# Judges the lock directory before anything in it is touched: 1 when it
+# is there and trusted, 0 when it is missing; dies otherwise.
+sub _check_dir {
+    my ($step, $p) = @_;
+    my @st = lstat $p->{dir};
+    if (!@st) {
+        return 0 if $!{ENOENT};
+        die _system_error($step, $p->{dir}, 'cannot look at the lock directory', $! + 0);
+    }
+    require Fcntl;
+    if (Fcntl::S_ISLNK($st[2])) {
+        die _lock_error('untrusted', $step, $p->{dir},
+            "refusing a lock directory that is a symbolic link (owner uid $st[4]): tokenlock never follows one there; "
+              . 'name the directory it points to, or remove the link');
+    }
+    if (!Fcntl::S_ISDIR($st[2])) {
+        die _system_error($step, $p->{dir}, 'cannot open the lock directory', POSIX::ENOTDIR());
+    }
+    my $why = _distrust($p->{dir}, $st[2], $st[4], $st[5], _dir_mode($step));
+    die _lock_error('untrusted', $step, $p->{dir},
+        sprintf('refusing the lock directory (owner uid %d, mode %04o; this process runs as uid %d): '
+              . 'another user could plant or swap entries in it, and nothing in it was touched; %s',
+            $st[4], $st[2] & 07777, $>, $why))
+      if defined $why;
+    return 1;
+}
+
+# Lists the lock directory and classifies it (lock_directory.cpp,
+# observe). A listing is not a snapshot: an anomaly is concluded only when
+# a second listing a moment later agrees.
+sub _observe {
+    my ($step, $p) = @_;
+    my ($names, $tokens, $malformed);
+    for my $round (0, 1) {
+        my $dh;
+        if (!opendir($dh, $p->{dir})) {
+            return { kind => 'missing' } if $!{ENOENT};
+            die _system_error($step, $p->{dir}, 'cannot list the lock directory', $! + 0);
+        }
+        my @all = grep { $_ ne '.' && $_ ne '..' } _names($dh);
+        closedir $dh;
+        my (%tok, @bad);
+        my %info;
+        for my $n (@all) {
+            my ($kind, $t) = _classify($n);
+            if ($kind eq 'free' || $kind eq 'held' || $kind eq 'legacy') { $tok{$n} = 1; $info{$n} = $t }
+            elsif ($kind eq 'malformed') { push @bad, $n }
+        }
+        ($names, $tokens, $malformed) = (\@all, [sort keys %tok], \@bad);
+        if (!@bad && @$tokens == 1) {
+            my $n = $tokens->[0];
+            return { kind => 'free' } if $n eq $FREE;
+            return { kind => 'held', token => $info{$n} };
+        }
+        return { kind => 'empty' } unless @all;
+        _sleep_us(2000) if $round == 0;
+    }
+    my $shown = sub { join ', ', map { (my $s = $_) =~ s/([^\x20-\x7e])/sprintf('\\x%02x', ord $1)/ge; $s } @_ };
+    die _lock_error('lock_corrupt', $step, $p->{dir},
+        'entry that is not a valid token: ' . $shown->(@$malformed)
+          . '; tokenlock never repairs a lock by itself: if no process uses this lock, remove the directory '
+          . 'and it is recreated on next use')
+      if @$malformed;
+    die _lock_error('token_missing', $step, $p->{dir},
+        'the lock directory holds no token (it holds: ' . $shown->(@$names)
+          . '); someone removed the token outside the protocol, so a holder may still be inside its critical '
+          . 'section: once no process uses this lock, remove the directory and it is recreated on next use')
+      unless @$tokens;
+    die _lock_error('lock_corrupt', $step, $p->{dir},
+        'the lock directory holds ' . scalar(@$tokens) . ' tokens: ' . $shown->(@$tokens)
+          . '; a lock has exactly one token unless files were copied or created outside the protocol: '
+          . 'once no process uses this lock, remove the directory and it is recreated on next use');
+}
+
+sub _fsync_dir {
+    my ($path) = @_;
+    require IO::Handle;
+    my $fh;
+    sysopen($fh, $path, Fcntl::O_RDONLY() | (eval { Fcntl::O_DIRECTORY() } || 0)) or return 0;
+    my $ok = $fh->sync;
+    close $fh;
+    return $ok ? 1 : 0;
+}
+
+# Creates the lock directory (docs/protocol.md, Creating the lock
+# directory): a populated temporary directory beside it, renamed onto its
+# name, which succeeds only while that name is missing or an empty
+# directory, so that concurrent creators cannot make two tokens.
+sub _create_dir {
+    my ($step, $p, $lease_us) = @_;
+    my $mode = _dir_mode($step);
+    my $id = _identity();
+    my $owned = _make_token(_now_us() + $lease_us, $id);
+    my $name = "$p->{name}.init." . substr($owned, 9);
+    $name = "$p->{name}.init." . _nonce() if length $name > 255;
+    my $init = "$p->{parent}/$name";
+    if (!mkdir($init, 0700)) {
+        my $errno = $! + 0;
+        die _system_error($step, $p->{dir}, "cannot create the temporary directory $init", $errno,
+            $!{ENOENT} ? 'the parent directory of the lock directory must exist' : undef);
+    }
+    # The umask must not narrow the mode: applied exactly.
+    my $fail;
+    if (!chmod($mode, $init)) { $fail = [$! + 0, "cannot set the mode of $init"] }
+    elsif (!mkdir("$init/$FREE", 0700) || !chmod($mode, "$init/$FREE")) { $fail = [$! + 0, "cannot create the token $init/$FREE"] }
+    elsif (!_fsync_dir($init)) { $fail = [$! + 0, "cannot sync $init"] }
+    if ($fail) {
+        rmdir "$init/$FREE";
+        rmdir $init;
+        die _system_error($step, $p->{dir}, $fail->[1], $fail->[0]);
+    }
+    if (rename($init, $p->{dir})) {
+        # Not an error of the lock if this fails: the directory works, and a
+        # crash that undoes it is repaired by the next acquisition.
+        _fsync_dir($p->{parent});
+        _sweep_leftovers($p);
+        return;
+    }
+    my $errno = $! + 0;
+    my $lost = $!{ENOTEMPTY} || $!{EEXIST} || $!{ENOENT}
+      # sshfs answers EPERM where a local filesystem says ENOTEMPTY.
+      || (($!{EPERM} || $!{EACCES}) && -d $p->{dir});
+    rmdir "$init/$FREE";
+    rmdir $init;
+    die _system_error($step, $p->{dir}, "cannot rename $init to the lock directory", $errno) unless $lost;
+    _sweep_leftovers($p);
+}
+
+# Removes creation directories whose creator is gone or past its lease:
+# only our own, only directories, never through a symbolic link.
+sub _sweep_leftovers {
+    my ($p) = @_;
+    my $prefix = "$p->{name}.init.";
+    opendir(my $dh, $p->{parent}) or return;
+    my @names = grep { length $_ > length $prefix && substr($_, 0, length $prefix) eq $prefix } _names($dh);
+    closedir $dh;
+    for my $n (@names) {
+        my $path = "$p->{parent}/$n";
+        my @st = lstat $path or next;
+        next if !Fcntl::S_ISDIR($st[2]) || $st[4] != $>;
+        my $rest = substr($n, length $prefix);
+        my ($kind, $t) = _classify("lockfile.$rest");
+        my $stale;
+        if ($kind eq 'held') { ($stale) = _judge($t, 0) }
+        elsif ($rest =~ /\A[0-9a-f]{16}\z/) { $stale = $st[9] * 1_000_000 <= _now_us() - $MAX_LEASE_US - $SKEW_US }
+        next unless $stale;
+        rmdir "$path/$FREE";
+        rmdir $path;
+    }
+}
+
+# Empties a workspace taken over from a previous owner: entries are looked
+# at with lstat, so a symbolic link is removed, never followed.
+sub _clear_dir {
+    my ($dir, $depth, $keep_marks, $seen) = @_;
+    opendir(my $dh, $dir) or return;
+    # Without openat the walk goes by path: a directory swapped for a link
+    # since its lstat is not the one we opened, and is left alone.
+    if ($seen) {
+        my @st = stat $dh;
+        if (!@st || $st[0] != $seen->[0] || $st[1] != $seen->[1]) {
+            closedir $dh;
+            return;
+        }
+    }
+    my @names = grep { $_ ne '.' && $_ ne '..' } _names($dh);
+    closedir $dh;
+    for my $n (@names) {
+        # Owner marks were judged one by one; ours stays.
+        next if $keep_marks && $depth == 0 && _token_of_mark($n);
+        my $path = "$dir/$n";
+        my @st = lstat $path or next;
+        if (Fcntl::S_ISDIR($st[2])) {
+            _clear_dir($path, $depth + 1, 0, \@st) if $depth < 8;
+            rmdir $path;
+        }
+        else {
+            unlink $path;
+        }
+    }
+}
+
+# ---------------------------------------------------------------------------
+# Owner marks (docs/protocol.md, Owner marks): where a rename can move a
+# name that is gone (GlusterFS), each new holder marks the token it renamed
+# and steps back when it finds another live holder's mark there.
+
+# Filesystems whose renames keep the protocol's property by themselves:
+# local ones (the wait board's allowlist), and network ones whose server
+# renames by name.
+my %NO_MARKS = map { $_ => 1 } qw(ext2 ext3 ext4 xfs btrfs tmpfs ramfs f2fs overlay zfs reiserfs jfs
+  bcachefs nilfs2 fuse.sshfs fuse.mfs fuse.moosefs nfs nfs4 cifs smb3 ceph fuse.ceph fuse.ceph-fuse);
+
+# Per lock directory: whether marks are made. Tests set this to force them.
+our %OWNER_MARKS;
+
+# The type of the filesystem holding $path, from the mount table by device
+# number; undef when it cannot be told.
+sub _fs_type {
+    my ($path, $table) = @_;
+    my @st = stat $path or return undef;
+    my $dev = $st[0];
+    my $major = (($dev >> 8) & 0xfff) | (($dev >> 32) & ~0xfff);
+    my $minor = ($dev & 0xff) | (($dev >> 12) & ~0xff);
+    # $table: another mount table, for tests.
+    open(my $fh, '<', defined $table ? $table : '/proc/self/mountinfo') or return undef;
+    my ($type, @mounts);
+    while (my $line = <$fh>) {
+        my @f = split ' ', $line;
+        my ($sep) = grep { $f[$_] eq '-' } 6 .. $#f;
+        next unless @f > 4 && defined $sep && defined $f[$sep + 1];
+        if ($f[2] eq "$major:$minor") {
+            $type = $f[$sep + 1];
+            last;
+        }
+        (my $point = $f[4]) =~ s/\\([0-7]{3})/chr oct $1/ge;
+        push @mounts, [$point, $f[$sep + 1]];
+    }
+    close $fh;
+    return $type if defined $type;
+    # A device no mount names (a btrfs subvolume): the mount whose point is
+    # the longest prefix of the real path.
+    require Cwd;
+    my $real = Cwd::abs_path($path);
+    return undef unless defined $real;
+    my $best = '';
+    for my $m (@mounts) {
+        my $pt = $m->[0];
+        next unless $real eq $pt || $pt eq '/' || substr($real, 0, length($pt) + 1) eq "$pt/";
+        ($best, $type) = ($pt, $m->[1]) if length $pt >= length $best;
+    }
+    return $type;
+}
+
+sub _needs_marks {
+    my ($p) = @_;
+    return $OWNER_MARKS{$p->{dir}} if defined $OWNER_MARKS{$p->{dir}};
+    # The lock directory may not exist yet; its parent is then asked.
+    my $type = _fs_type($p->{dir});
+    $type = _fs_type($p->{parent}) unless defined $type;
+    # A filesystem that cannot be asked gets marks, as in the library.
+    return $OWNER_MARKS{$p->{dir}} = defined $type && $NO_MARKS{$type} ? 0 : 1;
+}
+
+sub _mark_of { my ($token) = @_; return 'h.' . substr($token, 9) }
+
+# The held token a mark names, or undef when it is no mark.
+sub _token_of_mark {
+    my ($n) = @_;
+    return undef unless substr($n, 0, 2) eq 'h.';
+    my $t = 'lockfile.' . substr($n, 2);
+    my ($kind, $info) = _classify($t);
+    return $kind eq 'held' ? $info : undef;
+}
+
+sub _owner_part { my ($token) = @_; (my $o = $token) =~ s/\Alockfile\.[0-9]+\.//; return $o }
+
+# The live marks in a token other than ours, after removing those of the
+# owner taken over from and those of dead or expired owners: the first
+# live one's (token, reason), or ().
+sub _judge_marks {
+    my ($path, $ours, $taken_from, $o) = @_;
+    opendir(my $dh, $path) or return ('gone', $!{ENOENT} || $!{ESTALE} ? undef : $! + 0);
+    my @names = _names($dh);
+    closedir $dh;
+    my $taken_owner = defined $taken_from ? _owner_part($taken_from) : undef;
+    my @live;
+    for my $n (@names) {
+        next if $n eq $ours;
+        my $t = _token_of_mark($n) or next;
+        if (defined $taken_owner && _owner_part($t->{name}) eq $taken_owner) {
+            rmdir "$path/$n";
+            next;
+        }
+        my ($stale, $reason) = _judge($t, $o->{legacy_timeout_us});
+        if ($stale) {
+            rmdir "$path/$n";
+            next;
+        }
+        @live = ($t->{name}, $reason) unless @live;
+    }
+    return ('seen', @live);
+}
+
+# Confirms with an owner mark a token that a rename made ours: 'held',
+# ('yielded', reason) after handing the token back to the live holder whose
+# mark is in it, or 'abandoned' when the token is gone from under us.
+sub _mark_and_check {
+    my ($step, $p, $o, $token, $taken_from) = @_;
+    my $path = "$p->{dir}/$token";
+    my $mark = _mark_of($token);
+    my $ok;
+    for (1 .. 3) {
+        $ok = mkdir("$path/$mark", 0700) || $!{EEXIST};
+        last if $ok || !$!{ESTALE};
+    }
+    # Gone already: a second rename of the name we took moved our token.
+    return ('abandoned') if !$ok && ($!{ENOENT} || $!{ESTALE});
+    return _give_up($step, $p, $o, $token, $taken_from, 'cannot make the owner mark in', $! + 0) unless $ok;
+    my ($what, @live) = _judge_marks($path, $mark, $taken_from, $o);
+    if ($what eq 'gone') {
+        return _give_up($step, $p, $o, $token, $taken_from, 'cannot list the owner marks in', $live[0])
+          if defined $live[0];
+        rmdir "$path/$mark";
+        return ('abandoned');
+    }
+    return ('held') unless @live;
+    # The mark stays inside during the rename: whoever holds the directory
+    # through a stale name of its own meanwhile finds it and steps back too.
+    my $back = "$p->{dir}/$live[0]";
+    if (rename($path, $back)) { rmdir "$back/$mark" }
+    else { rmdir "$path/$mark" }
+    return ('yielded', $live[1]);
+}
+
+sub _give_up {
+    my ($step, $p, $o, $token, $taken_from, $what, $errno) = @_;
+    my $path = "$p->{dir}/$token";
+    rmdir "$path/" . _mark_of($token);
+    my ($seen, @live) = _judge_marks($path, _mark_of($token), $taken_from, $o);
+    my $outcome = '; the token stays until its lease ends';
+    $outcome = '; the lock was freed again' if $seen eq 'seen' && !@live && rename($path, "$p->{dir}/$FREE");
+    my $err = _system_error($step, $p->{dir}, "$what $token", $errno);
+    $err->{message} .= $outcome;
+    die $err;
+}
+
+# The holder of a lock directory, judged as an acquisition would judge it:
+# undef when the lock is free or its directory missing.
+sub holder {
+    my ($lockdir, %opts) = @_;
+    my $step = 'holder';
+    _check_opts($step, \%opts, qw(legacy_timeout));
+    _path_arg($step, 'the lock directory', $lockdir);
+    require Time::HiRes;
+    require Fcntl;
+    require POSIX;
+    my $p = _lock_paths($step, $lockdir);
+    return undef unless _check_dir($step, $p);
+    my $obs = _observe($step, $p);
+    return undef unless $obs->{kind} eq 'held';
+    my $t = $obs->{token};
+    my $legacy_us = int(1_000_000 *
+        (defined $opts{legacy_timeout} ? _seconds($step, 'legacy_timeout', $opts{legacy_timeout}, 0) : $DEFAULT_LEGACY_TIMEOUT));
+    my ($stale, $reason, $owner) = _judge($t, $legacy_us);
+    my $ends = $t->{legacy} ? $t->{expiry_us} + $legacy_us : $t->{expiry_us};
+    return {
+        token      => $t->{name},
+        path       => "$p->{dir}/$t->{name}",
+        expires_us => $ends,
+        expires    => _utc($ends),
+        host_tag   => $t->{legacy} ? '' : $t->{host_tag},
+        same_host  => !$t->{legacy} && $t->{host_tag} eq _identity()->{host_tag} ? 1 : 0,
+        pid        => $t->{legacy} ? 0 : $t->{pid},
+        start_time => $t->{legacy} ? 0 : $t->{start},
+        owner      => defined $owner ? $owner : 'unknown',
+        stale      => $stale ? 1 : 0,
+        reason     => $reason,
+        legacy     => $t->{legacy} ? 1 : 0,
+    };
+}
+
+
+# One round of the protocol: the fast-path rename, then, when $look is
+# set, a look at the directory and a creation or takeover if it needs one.
+# Returns ('acquired', token, expiry, marked), ('again'), or ('busy',
+# reason). $o->{given_up}: tokens of ours that a rename made ours but the
+# owner mark did not confirm; should one show up under our name again, it
+# is ours to confirm, not a live holder's to wait for.
+sub _round {
+    my ($step, $p, $o, $look, $first) = @_;
+    my $id = _identity();
+    my $expiry = _now_us() + $o->{lease_us};
+    my $token = _make_token($expiry, $id);
+    my $mine = "$p->{dir}/$token";
+    # After the first round a lookup, which takes no lock, tells whether a
+    # rename, which locks the directory, can succeed.
+    my $try = $first || -e "$p->{dir}/$FREE";
+    if ($try) {
+        return _finish($step, $p, $o, $token, $expiry, undef) if rename("$p->{dir}/$FREE", $mine);
+        my $errno = $! + 0;
+        if (!$!{ENOENT}) {
+            die _system_error($step, $p->{dir}, "cannot rename lockfile to $token", $errno)
+              unless $!{EPERM};
+            my @st = lstat "$p->{dir}/$FREE";
+            die _system_error($step, $p->{dir}, "cannot rename lockfile to $token", $errno,
+                (-k $p->{dir} && @st)
+                ? "lock directory $p->{dir} is sticky and the token belongs to uid $st[4] (we are uid $>); "
+                  . 'use a non-sticky directory shared by the users that lock'
+                : 'the filesystem or a file attribute forbids this rename; a sticky directory only lets the '
+                  . "token's owner rename it");
+        }
+        # An NFS client may retransmit a rename whose reply was lost.
+        return _finish($step, $p, $o, $token, $expiry, undef) if lstat $mine;
+    }
+    return ('busy', undef) unless $look;
+    if (!_check_dir($step, $p)) {
+        _create_dir($step, $p, $o->{lease_us});
+        return ('again');
+    }
+    my $obs = _observe($step, $p);
+    if ($obs->{kind} eq 'missing' || $obs->{kind} eq 'empty') {
+        _create_dir($step, $p, $o->{lease_us});
+        return ('again');
+    }
+    return ('again') if $obs->{kind} eq 'free';
+    my $seen = $obs->{token};
+    return _finish($step, $p, $o, $seen->{name}, $seen->{expiry_us}, undef) if $o->{given_up}{ $seen->{name} };
+    my ($stale, $reason) = _judge($seen, $o->{legacy_timeout_us});
+    if (!$stale) {
+        # Nothing else looks at the parent once the lock directory exists,
+        # and a waiter has time to spare.
+        _sweep_leftovers($p) if int(rand(32)) == 0;
+        return ('busy', $reason);
+    }
+    # Exactly the name we judged: if its owner refreshed or released it, or
+    # another taker was first, the name is gone and the rename fails
+    # without touching anyone's token.
+    $expiry = _now_us() + $o->{lease_us};
+    $token  = _make_token($expiry, $id);
+    $mine   = "$p->{dir}/$token";
+    if (!rename("$p->{dir}/$seen->{name}", $mine)) {
+        return ('again') if $!{ENOENT};
+        die _system_error('take over', $p->{dir}, "cannot rename stale token $seen->{name} ($reason)", $! + 0);
+    }
+    return _finish($step, $p, $o, $token, $expiry, $seen->{name});
+}
+
+# A rename made $token ours (taking over $taken_from, if defined). Where a
+# rename can move a token through a name it no longer has, the owner mark
+# confirms it first.
+sub _finish {
+    my ($step, $p, $o, $token, $expiry, $taken_from) = @_;
+    my $marks = _needs_marks($p);
+    if ($marks) {
+        my ($m, $holder) = _mark_and_check($step, $p, $o, $token, $taken_from);
+        if ($m ne 'held') {
+            $o->{given_up}{$token} = 1;
+            return ('busy', defined $holder ? $holder : 'taken by another client at the same moment');
+        }
+    }
+    if (defined $taken_from) {
+        # The previous owner's leftovers, and maybe a creator's that died too.
+        my $mine = "$p->{dir}/$token";
+        _clear_dir($mine, 0, $marks) if -d $mine && !-l $mine;
+        _sweep_leftovers($p);
+    }
+    return ('acquired', $token, $expiry, $marks);
+}
+
+# Acquires natively; returns (token, expiry_us) or dies with busy,
+# timed_out or another error. $o: lease_us, legacy_timeout_us, wait_us
+# (undef: forever; 0: one try).
+sub _native_setup {
+    require Time::HiRes;
+    require Fcntl;
+    require POSIX;
+    require IO::Handle;
+}
+
+sub _native_acquire {
+    my ($step, $lockdir, $o) = @_;
+    _native_setup();
+    my $p = _lock_paths($step, $lockdir);
+    # The directory is judged before anything in it is touched. A missing
+    # one is created by the first look.
+    _check_dir($step, $p);
+    my $start = _steady_us();
+    my $deadline = defined $o->{wait_us} ? $start + $o->{wait_us} : undef;
+    my ($delay, $last_look, $reason) = ($BACKOFF_MIN_US, undef, undef);
+    my $first = 1;
+    while (1) {
+        my $now = _steady_us();
+        my $final = defined $deadline && $now >= $deadline;
+        my $look = $first || $final || !defined $last_look || $now - $last_look >= $LOOK_EVERY_US;
+        $last_look = $now if $look;
+        my ($what, @r) = _round($step, $p, $o, $look, $first);
+        $first = 0;
+        return @r if $what eq 'acquired';
+        next if $what eq 'again';
+        $reason = $r[0] if defined $r[0];
+        my $why = 'the lock is ' . (defined $reason ? $reason : 'changing hands too fast to see who holds it');
+        die _lock_error('busy', 'acquire', $p->{dir}, $why) if defined $o->{wait_us} && $o->{wait_us} == 0;
+        if ($final) {
+            die _lock_error('timed_out', 'acquire', $p->{dir},
+                'timed out after ' . int($o->{wait_us} / 1000) . " ms; $why");
+        }
+        my $pause = $delay * (0.75 + rand(0.5));
+        $pause = $deadline - _steady_us() if defined $deadline && _steady_us() + $pause > $deadline;
+        _sleep_us(int $pause);
+        $delay *= 2;
+        $delay = $BACKOFF_MAX_US if $delay > $BACKOFF_MAX_US;
+    }
+}
+
+# ---------------------------------------------------------------------------
 # The lock
 
 sub _acquire {
     my ($class, $step, $lockdir, %opts) = @_;
     _check_opts($step, \%opts, qw(wait lease legacy_timeout));
     _path_arg($step, 'the lock directory', $lockdir);
-    my @args = ('acquire', '--pid', $$);
     my $wait = defined $opts{wait} ? $opts{wait} : 10;
-    my $busy = 'timed_out';
-    if ($wait eq 'forever') {
-        # The command waits as long as it takes when given neither -w nor -n.
-    }
-    elsif (_seconds($step, 'wait', $wait, 1) == 0) {
-        push @args, '-n';
-        $busy = 'busy';
-    }
-    else {
-        push @args, '-w', $wait;
-    }
-    push @args, '--lease', _seconds($step, 'lease', $opts{lease}, 0) if defined $opts{lease};
-    push @args, _legacy_timeout($step, \%opts);
-    push @args, _arg_path($lockdir);
-    my $out = _call({ step => $step, path => $lockdir, busy => $busy, opts => \%opts }, @args);
-    my ($token) = $out =~ /\A(\S+)\s*\z/;
-    die _error(
-        code    => 'command_failed',
-        message => "Tokenlock: $step $lockdir: the tokenlock command printed no token (it printed \"$out\")",
-    ) unless defined $token;
+    my %o;
+    $o{wait_us} = $wait eq 'forever' ? undef : int(_seconds($step, 'wait', $wait, 1) * 1_000_000);
+    $o{lease_us} = _lease_us($step, $opts{lease});
+    $o{legacy_timeout_us} = int(1_000_000 *
+        (defined $opts{legacy_timeout} ? _seconds($step, 'legacy_timeout', $opts{legacy_timeout}, 0) : $DEFAULT_LEGACY_TIMEOUT));
+    my ($token, $expiry, $marked) = _native_acquire($step, $lockdir, \%o);
     return bless {
         lockdir => $lockdir,
         token   => $token,
+        expiry  => $expiry,
+        marked  => $marked,
+        lease_us => $o{lease_us},
         pid     => $$,
         held    => 1,
         command => $opts{command},
     }, ref($class) || $class;
+}
+
+# A lease in microseconds: more than 0, at most the protocol's 24 hours,
+# which every process judges a longer one implausible beyond.
+sub _lease_us {
+    my ($step, $lease) = @_;
+    return $DEFAULT_LEASE * 1_000_000 unless defined $lease;
+    my $us = int(_seconds($step, 'lease', $lease, 0) * 1_000_000);
+    _usage($step, 'lease must be at least a microsecond') if $us <= 0;
+    _usage($step, 'lease must not exceed 24 hours (the protocol\'s maximum lease): every process judges a '
+          . 'longer one implausible and takes the lock over')
+      if $us > $MAX_LEASE_US;
+    return $us;
 }
 
 sub acquire {
@@ -399,38 +1234,86 @@ sub refresh {
     my ($self, %opts) = @_;
     _check_opts('refresh', \%opts, qw(lease));
     $self->_owned('refresh');
-    my @args = ('refresh');
-    push @args, '--lease', _seconds('refresh', 'lease', $opts{lease}, 0) if defined $opts{lease};
-    my $out = eval {
-        _call({ step => 'refresh', path => $self->{lockdir}, opts => $self->_opts },
-            @args, _arg_path($self->{lockdir}), $self->{token});
-    };
-    if (!defined $out) {
-        my $err = $@;
-        # The old token is gone: nothing is left to release.
-        $self->{held} = 0 if ref $err && $err->code eq 'lock_lost';
-        die $err;
+    return $self->_refresh(_lease_us('refresh', $opts{lease}));
+}
+
+sub _refresh {
+    my ($self, $lease_us) = @_;
+    my $p = _lock_paths('refresh', $self->{lockdir});
+    my $old = $self->{token};
+    my $expiry = _now_us() + $lease_us;
+    # The owner part stays; the new expiry makes the name new, so that a
+    # taker that judged the old name finds it gone.
+    (my $owner = $old) =~ s/\Alockfile\.[0-9]+\.//;
+    my $next = "lockfile.$expiry.$owner";
+    if (!rename("$p->{dir}/$old", "$p->{dir}/$next")) {
+        my $errno = $! + 0;
+        if ($!{ENOENT}) {
+            # An NFS client may retransmit a rename whose reply was lost.
+            if (!lstat "$p->{dir}/$next") {
+                $self->{held} = 0;
+                die $self->_lost('refresh');
+            }
+        }
+        else {
+            die _system_error('refresh', $p->{dir}, "cannot rename $old to $next", $errno);
+        }
     }
-    my ($token) = $out =~ /\A(\S+)\s*\z/;
-    # The new name carries the new expiry: only it releases the lock now.
-    $self->{token} = $token if defined $token;
-    return $self->{token};
+    $self->{token}    = $next;
+    $self->{expiry}   = $expiry;
+    $self->{lease_us} = $lease_us;
+    # The mark names the current lease: one naming the old lease would look
+    # expired to a process judging it after that lease's end.
+    if ($self->{marked}) {
+        my $path = "$p->{dir}/$next";
+        if (!rename("$path/" . _mark_of($old), "$path/" . _mark_of($next))
+            && !($!{ENOENT} && (mkdir("$path/" . _mark_of($next), 0700) || $!{EEXIST})))
+        {
+            die _system_error('refresh', $p->{dir},
+                "the lease was renewed, but our owner mark in $next could not be renamed to match (until a "
+                  . 'refresh succeeds, another GlusterFS client may judge it expired at the old lease\'s end)', $! + 0);
+        }
+    }
+    return $next;
+}
+
+sub _lost {
+    my ($self, $step) = @_;
+    return _lock_error('lock_lost', $step, $self->{lockdir},
+        "the lock does not hold our token $self->{token} any more: it was taken over by another process "
+          . '(our lease ended at ' . _utc($self->{expiry})
+          . ', or our process was judged dead); the new owner\'s lock was left alone');
 }
 
 sub release {
     my ($self) = @_;
     $self->_owned('release');
-    my $ok = eval {
-        _call({ step => 'release', path => $self->{lockdir}, opts => $self->_opts },
-            'release', _arg_path($self->{lockdir}), $self->{token});
-        1;
-    };
-    my $err = $@;
-    # Released or lost, the token is not ours to release again; any other
-    # failure (say, no permission) leaves it held, for a retry or DESTROY.
-    $self->{held} = 0 if $ok || (ref $err && $err->code eq 'lock_lost');
-    die $err unless $ok;
-    return 1;
+    my $p = _lock_paths('release', $self->{lockdir});
+    my $path = "$p->{dir}/$self->{token}";
+    my $mark = "$path/" . _mark_of($self->{token});
+    # The next holder of "lockfile" would find our mark and step back.
+    if ($self->{marked} && !rmdir($mark) && !$!{ENOENT}) {
+        die _system_error('release', $p->{dir}, "cannot remove our owner mark from $self->{token} (the lock is still ours)", $! + 0);
+    }
+    # Never retried after ENOENT: on GlusterFS a rename through a stale
+    # name can move the token of whoever took ours over.
+    if (rename($path, "$p->{dir}/$FREE")) {
+        $self->{held} = 0;
+        return 1;
+    }
+    my $errno = $! + 0;
+    if ($!{ENOENT}) {
+        $self->{held} = 0;
+        die $self->_lost('release');
+    }
+    # Still ours: the caller may retry, and DESTROY will. Held without its
+    # mark, another client's rename through a stale name could take it.
+    my $err = _system_error('release', $p->{dir}, "cannot rename $self->{token} to lockfile", $errno);
+    if ($self->{marked} && !mkdir($mark, 0700) && !$!{EEXIST}) {
+        $err->{message} .= "; and our owner mark could not be put back ($!): until the release succeeds, "
+          . 'another GlusterFS client may take the lock too';
+    }
+    die $err;
 }
 
 sub DESTROY {
@@ -477,6 +1360,482 @@ sub with_lock {
 }
 
 # ---------------------------------------------------------------------------
+# Files, natively: the atomic write and the fenced update of
+# docs/atomic-writes.md.
+
+# The largest file an update reads (default_read_limit).
+my $READ_LIMIT = 64 * 1024 * 1024;
+
+# How long a stale read on a network filesystem is read again. Tests
+# shorten it.
+our $STALE_READ_BUDGET_US = 3_000_000;
+
+my %LOCAL_FS = map { $_ => 1 } qw(ext2 ext3 ext4 xfs btrfs tmpfs ramfs f2fs overlay zfs reiserfs jfs bcachefs nilfs2);
+
+# Whether $path is on a local filesystem; unknown counts as local, as the
+# library's updater counts it. Tests set %LOCAL_FOR to play a network
+# filesystem on a local disk.
+our %LOCAL_FOR;
+
+# Asked once per lock directory and process: a mount table can be long.
+my %LOCAL_SEEN;
+
+sub _on_local_fs {
+    my ($path) = @_;
+    return $LOCAL_FOR{$path} if defined $LOCAL_FOR{$path};
+    return $LOCAL_SEEN{$path} if defined $LOCAL_SEEN{$path};
+    my $type = _fs_type($path);
+    return $LOCAL_SEEN{$path} = !defined $type || $LOCAL_FS{$type} ? 1 : 0;
+}
+
+sub _file_advice {
+    my ($errno, $dir) = @_;
+    local $! = $errno;
+    return "check the permissions of $dir: this process (uid $>) must be able to write and search it"
+      if $!{EACCES} || $!{EPERM};
+    return 'the directory of the file must exist' if $!{ENOENT};
+    return "the filesystem of $dir is full or over quota: free space" if $!{ENOSPC} || $!{EDQUOT};
+    return "the filesystem of $dir is mounted read-only" if $!{EROFS};
+    return '';
+}
+
+sub _file_error {
+    my ($step, $t, $what, $errno) = @_;
+    return _system_error($step, $t->{path}, $what, $errno, _file_advice($errno, $t->{dir}));
+}
+
+# The target of a write: its path, directory and name, and what a
+# replacement keeps (the mode of a regular file it replaces). A directory
+# or a special file is refused. A symbolic link is replaced, as if the
+# name were free, unless $follow: then the chain of links is resolved (at
+# most 40 hops), each link checked as the kernel's protected_symlinks
+# checks it, and the file it ends at is the target.
+sub _resolve_target {
+    my ($step, $path, $follow) = @_;
+    my $bad = sub { die _error(code => 'bad_argument', status => 64, message => "tokenlock: $step \"$path\": $_[0]") };
+    $bad->("the target path ends in '/': name a file") if $path =~ m{/\z};
+    my $t;
+    for (my $hops = 0;; $hops++) {
+        my ($dir, $name) = $path =~ m{\A(.*)/([^/]*)\z}s ? ($1, $2) : ('.', $path);
+        $dir = '/' if $dir eq '';
+        $bad->('the target must name a file') if $name eq '.' || $name eq '..';
+        $t = { path => $path, dir => $dir, name => $name, exists => 0 };
+        my @st = lstat $path;
+        if (!@st) {
+            die _file_error($step, $t, 'cannot look at the target', $! + 0) unless $!{ENOENT};
+            last;
+        }
+        if (Fcntl::S_ISLNK($st[2])) {
+            last unless $follow;
+            die _file_error($step, $t, 'too many levels of symbolic links', POSIX::ELOOP()) if $hops >= 40;
+            _check_link($step, $t, \@st);
+            my $to = readlink $path;
+            die _file_error($step, $t, 'cannot read the symbolic link', $! + 0) unless defined $to;
+            $path = $to =~ m{\A/} ? $to : "$dir/$to";
+            next;
+        }
+        die _file_error($step, $t, 'the target is a directory', POSIX::EISDIR()) if Fcntl::S_ISDIR($st[2]);
+        die _system_error($step, $t->{path},
+            'the target is not a regular file (a device, FIFO or socket cannot be replaced atomically)', POSIX::EINVAL(), '')
+          unless Fcntl::S_ISREG($st[2]);
+        $t->{exists} = 1;
+        # Its setuid, setgid and sticky bits belonged to its contents.
+        $t->{keep_mode} = $st[2] & 0777;
+        $t->{keep_owner} = [$st[4], $st[5]];
+        last;
+    }
+    my @dst = stat $t->{dir};
+    if (!@dst) {
+        my $errno = $! + 0;
+        die _system_error($step, $t->{path}, "its directory $t->{dir} does not exist", $errno, 'create the directory first')
+          if $!{ENOENT};
+        die _file_error($step, $t, "cannot look at the directory $t->{dir}", $errno);
+    }
+    die _file_error($step, $t, "$t->{dir} is not a directory", POSIX::ENOTDIR()) unless Fcntl::S_ISDIR($dst[2]);
+    return $t;
+}
+
+# In a directory that is sticky and writable by all, anyone may plant a
+# link: one is followed only when it is ours or the directory owner's.
+sub _check_link {
+    my ($step, $t, $link_st) = @_;
+    my @d = stat $t->{dir};
+    die _file_error($step, $t, "cannot look at the directory $t->{dir} of the symbolic link", $! + 0) unless @d;
+    return unless ($d[2] & 01000) && ($d[2] & 0002);
+    return if $link_st->[4] == $> || $link_st->[4] == $d[4];
+    die _error(code => 'untrusted', status => 77,
+        message => "tokenlock: $step $t->{path}: refusing to follow the symbolic link $t->{path}: it is owned by uid "
+          . "$link_st->[4], neither this user (uid $>) nor the owner of $t->{dir} (uid $d[4]), a directory that is sticky "
+          . sprintf('and writable by all (mode %04o), where anyone may plant a link; nothing was written or read: ', $d[2] & 07777)
+          . "name the file it points to directly, or have that link removed and made by uid $>"
+          . ($> == $d[4] ? '' : " or $d[4]"));
+}
+
+sub _umask_mode { my $u = umask; return 0644 & ~(defined $u ? $u : 022) }
+
+# Writes $data to a new temporary file .NAME.tmp.<16 hex> in $in_dir,
+# flushed as $sync asks; returns its path. On failure nothing is left.
+sub _write_temp {
+    my ($t, $in_dir, $data, $sync, $mode) = @_;
+    my $tmp = "$in_dir/.$t->{name}.tmp." . _nonce();
+    my $fh;
+    # O_EXCL and O_NOFOLLOW: a link planted under that name cannot
+    # redirect the write.
+    if (!sysopen($fh, $tmp, Fcntl::O_WRONLY() | Fcntl::O_CREAT() | Fcntl::O_EXCL() | (eval { Fcntl::O_NOFOLLOW() } || 0), 0600)) {
+        die _file_error('create', $t, "cannot create the temporary file $tmp", $! + 0);
+    }
+    binmode $fh;
+    my $fail;
+    # As root, the replaced file's owner and group are kept (best effort),
+    # so that the program owning the data can still write it.
+    chown($t->{keep_owner}[0], $t->{keep_owner}[1], $fh) if $> == 0 && $t->{keep_owner};
+    if (!chmod($mode, $fh)) { $fail = ['create', "cannot set the mode of the temporary file $tmp", $! + 0] }
+    else {
+        my $off = 0;
+        while ($off < length $data) {
+            my $w = syswrite($fh, $data, length($data) - $off, $off);
+            if (!defined $w) {
+                next if $!{EINTR};
+                $fail = ['write', "cannot write the temporary file $tmp", $! + 0];
+                last;
+            }
+            $off += $w;
+        }
+    }
+    if (!$fail && $sync ne 'none' && !$fh->sync) { $fail = ['sync', "cannot flush the temporary file $tmp", $! + 0] }
+    # A failure here counts: NFS reports write errors at close.
+    if (!close($fh) && !$fail) { $fail = ['close', "closing the temporary file $tmp failed", $! + 0] }
+    if ($fail) {
+        unlink $tmp;
+        die _file_error($fail->[0], $t, $fail->[1], $fail->[2]);
+    }
+    return $tmp;
+}
+
+sub _sync_target_dir {
+    my ($t, $sync, $done, $advice, $value) = @_;
+    return if $sync ne 'file_and_dir';
+    return if _fsync_dir($t->{dir});
+    my $cause = "$!";
+    my $what = "$done, but flushing the directory $t->{dir} failed ($cause): a crash may undo it$advice";
+    $what .= "; give this user read permission on $t->{dir} (chmod u+r, or g+r for a shared group), or write with sync file"
+      if $!{EACCES} || $!{EPERM};
+    die _error(code => 'dir_sync_failed', status => 74, value => $value, message => "tokenlock: sync $t->{path}: $what");
+}
+
+sub _mode_of {
+    my ($t, $mode) = @_;
+    # Checked by write_file: untainted here, since chmod refuses a tainted mode.
+    return oct(($mode =~ /\A(0[0-7]{1,4})\z/)[0]) if defined $mode;
+    return defined $t->{keep_mode} ? $t->{keep_mode} : _umask_mode();
+}
+
+# write_file without a lock: temp beside the target, renamed over it.
+sub _native_write {
+    my ($path, $data, $sync, $mode, $follow) = @_;
+    my $t = _resolve_target('write', $path, $follow);
+    my $tmp = _write_temp($t, $t->{dir}, $data, $sync, _mode_of($t, $mode));
+    if (!rename($tmp, $t->{path})) {
+        my $errno = $! + 0;
+        unlink $tmp;
+        die _file_error('rename', $t, "cannot rename $tmp over the target", $errno);
+    }
+    _sync_target_dir($t, $sync, 'the new contents are in place', '');
+    return 1;
+}
+
+# Reads the target under the lock: regular files only, at most the read
+# limit, never through a symbolic link (the commit replaces a link, so
+# what it points to is not the target's contents). Returns (contents or
+# undef when missing, the open handle, its mtime in microseconds).
+sub _read_target {
+    my ($t) = @_;
+    my $fh;
+    if (!sysopen($fh, $t->{path}, Fcntl::O_RDONLY() | Fcntl::O_NONBLOCK() | (eval { Fcntl::O_NOFOLLOW() } || 0))) {
+        return (undef) if $!{ENOENT};
+        die _system_error('read', $t->{path},
+            'it is a symbolic link, and links are not followed here (the write replaces the link), so what it '
+              . 'points to, maybe another user\'s file, was not read; nothing was written: name the file it points to, '
+              . 'ask to follow links, or remove the link', POSIX::ELOOP(), '')
+          if $!{ELOOP};
+        die _file_error('read', $t, 'cannot open the target', $! + 0);
+    }
+    my @st = stat $fh;
+    die _system_error('read', $t->{path}, 'it is a directory; nothing was written', POSIX::EISDIR(), '')
+      if Fcntl::S_ISDIR($st[2]);
+    die _system_error('read', $t->{path},
+        'it is not a regular file (a FIFO, device or socket), and was not read; nothing was written: put a regular file there',
+        POSIX::EINVAL(), '')
+      unless Fcntl::S_ISREG($st[2]);
+    die _system_error('read', $t->{path}, "it is too large ($st[7] bytes, the limit is $READ_LIMIT); nothing was written",
+        POSIX::EFBIG(), '')
+      if $st[7] > $READ_LIMIT;
+    binmode $fh;
+    my $text = '';
+    while (1) {
+        my $r = sysread($fh, $text, 65536, length $text);
+        if (!defined $r) {
+            next if $!{EINTR};
+            die _file_error('read', $t, 'cannot read the target', $! + 0);
+        }
+        last if $r == 0;
+        die _system_error('read', $t->{path}, "it grew past the limit of $READ_LIMIT bytes; nothing was written",
+            POSIX::EFBIG(), '')
+          if length $text > $READ_LIMIT;
+    }
+    require Time::HiRes;
+    my @hst = Time::HiRes::stat($fh);
+    return ($text, $fh, int(($hst[9] || 0) * 1_000_000));
+}
+
+# ---- version marks, on network filesystems ---------------------------------
+# `D/<token>/w/v.<FNV-1a hash of the contents>.<mtime of the new file, µs>`:
+# what the last commit wrote, so that the next holder can tell a stale read
+# from its client's cache (docs/atomic-writes.md, The version mark).
+
+sub _fnv_hex { my ($hi, $lo) = _fnv1a($_[0]); return (sprintf('%08x%08x', $hi, $lo) =~ /\A([0-9a-f]{16})\z/)[0] }
+
+sub _read_version_mark {
+    my ($workspace) = @_;
+    opendir(my $dh, $workspace) or return undef;
+    my $best;
+    for my $n (_names($dh)) {
+        next unless $n =~ /\Av\.([0-9a-f]{16})\.(-?[0-9]+)\z/;
+        $best = { name => $n, hash => $1, mtime_us => $2 } if !$best || $2 > $best->{mtime_us};
+    }
+    closedir $dh;
+    return $best;
+}
+
+sub _write_version_mark {
+    my ($workspace, $old, $hash, $mtime_us) = @_;
+    my $name = "v.$hash.$mtime_us";
+    return if $old && $old->{name} eq $name;
+    return if $old && rename("$workspace/$old->{name}", "$workspace/$name");
+    if (sysopen(my $fh, "$workspace/$name", Fcntl::O_WRONLY() | Fcntl::O_CREAT() | Fcntl::O_EXCL(), 0644)) { close $fh }
+}
+
+# ---- the fenced update ------------------------------------------------------
+
+sub _lost_before_commit {
+    my ($t, $token) = @_;
+    return _error(code => 'lock_lost', status => 3,
+        message => "tokenlock: commit $t->{path}: the lock was taken over before the commit (our token $token is "
+          . 'gone: our lease ended or we were judged dead); nothing was written and the new owner\'s data is intact');
+}
+
+# Whether our token is gone: a lookup's ENOENT is confirmed by a listing,
+# since a network client may answer a lookup from a stale cache.
+sub _token_gone {
+    my ($lock) = @_;
+    return 0 if lstat("$lock->{lockdir}/$lock->{token}") || !$!{ENOENT};
+    opendir(my $dh, $lock->{lockdir}) or return 1;
+    my $there = grep { $_ eq $lock->{token} } _names($dh);
+    closedir $dh;
+    return !$there;
+}
+
+# The token's workspace `w`, made by the first update, judged by the trust
+# rules: another user who could write it could swap the temporary file.
+# Returns (path, made).
+sub _workspace {
+    my ($lock, $t) = @_;
+    my $token_path = "$lock->{lockdir}/$lock->{token}";
+    my $w = "$token_path/w";
+    my $made = 0;
+    my @st = lstat $w;
+    if (!@st && $!{ENOENT}) {
+        if (mkdir($w, 0700)) {
+            $made = 1;
+            chmod(_dir_mode('commit'), $w);
+        }
+        elsif (!$!{EEXIST}) {
+            die _lost_before_commit($t, $lock->{token}) if $!{ENOENT} && _token_gone($lock);
+            die _file_error('create', $t, "cannot create the workspace $w", $! + 0);
+        }
+        @st = lstat $w;
+    }
+    die _file_error('commit', $t, "cannot look at the workspace $w", $! + 0) unless @st;
+    for my $d ([$token_path, "lock's token", [lstat $token_path]], [$w, "lock's workspace", \@st]) {
+        my ($path, $what, $s) = @$d;
+        next unless @$s;
+        my $why = !Fcntl::S_ISDIR($s->[2]) || Fcntl::S_ISLNK($s->[2]) ? 'it is not a directory; remove it'
+          : _distrust($path, $s->[2], $s->[4], $s->[5], _dir_mode('commit'));
+        if (defined $why) {
+            rmdir $w if $made;
+            die _lock_error('untrusted', 'commit', $path,
+                sprintf('refusing the %s (owner uid %d, mode %04o; this process runs as uid %d): another user could '
+                      . 'plant or swap entries in it, and nothing in it was touched; %s', $what, $s->[4], $s->[2] & 07777, $>, $why));
+        }
+    }
+    return ($w, $made);
+}
+
+# Commits $data over the target through the token: the temporary file in
+# D/<token>/w, renamed over the target by a path that runs through the
+# token's name, so that it fails once the lock was taken over. Returns 1,
+# or 0 (nothing written) when the token cannot fence it: a file token, or
+# the target on another filesystem.
+sub _fenced_commit {
+    my ($lock, $t, $data, $sync, $mode, $mark) = @_;
+    my $token_path = "$lock->{lockdir}/$lock->{token}";
+    my @tok = stat $token_path;
+    if (!@tok) {
+        die _lost_before_commit($t, $lock->{token}) if $!{ENOENT} && _token_gone($lock);
+        die _file_error('commit', $t, "cannot look at the lock's token $token_path", $! + 0);
+    }
+    my @dir = stat $t->{dir};
+    die _file_error('commit', $t, "cannot look at the directory $t->{dir}", $! + 0) unless @dir;
+    # A token that is a file, as a legacy script's setup may have made it,
+    # has no room for the temporary file.
+    return 0 if !Fcntl::S_ISDIR($tok[2]) || $tok[0] != $dir[0];
+    my ($w, $made) = _workspace($lock, $t);
+    my $tmp = eval { _write_temp($t, $w, $data, $sync, $mode) };
+    if (!defined $tmp) {
+        my $err = $@;
+        rmdir $w if $made;
+        die _lost_before_commit($t, $lock->{token}) if ref $err && $err->errno == POSIX::ENOENT() && _token_gone($lock);
+        die $err;
+    }
+    require Time::HiRes;
+    my @written = $mark ? Time::HiRes::lstat($tmp) : ();
+    if (!rename($tmp, $t->{path})) {
+        my $errno = $! + 0;
+        my $exdev = $!{EXDEV};
+        unlink $tmp;
+        rmdir $w if $made;
+        return 0 if $exdev;
+        local $! = $errno;
+        die _lost_before_commit($t, $lock->{token}) if $!{ENOENT} && _token_gone($lock);
+        die _file_error('rename', $t, "cannot rename $tmp over the target", $errno);
+    }
+    _write_version_mark($w, $mark->{old}, _fnv_hex($data), int($written[9] * 1_000_000)) if $mark && @written;
+    return 1;
+}
+
+# The update flow of update_file: lock, read, compute, commit through the
+# token, release, flush the directory. $compute gets the current contents
+# (undef: missing) and returns the new ones, or dies. Returns what
+# $compute returned as its second value.
+sub _native_update {
+    my ($step, $path, $lockdir, $compute, %o) = @_;
+    my $t;
+    my $wait = defined $o{wait} ? $o{wait} : 10;
+    my $lock = Tokenlock->_acquire('acquire', $lockdir, wait => $wait,
+        (defined $o{legacy_timeout} ? (legacy_timeout => $o{legacy_timeout}) : ()),
+        (defined $o{lease} ? (lease => $o{lease}) : ()));
+    my ($value, $fh);
+    my $ok = eval {
+        $t = _resolve_target('write', $path, $o{follow_symlinks});
+        _sweep_temps($t, $lock->{lease_us}) if int(rand(32)) == 0;
+        my $network = !_on_local_fs($lock->{lockdir});
+        my $mark = $network ? { old => _read_version_mark("$lock->{lockdir}/$lock->{token}/w") } : undef;
+        my ($current, $mtime);
+        ($current, $fh, $mtime) = _read_target($t);
+        if ($mark && $mark->{old}) {
+            # A stale read: older than what the last commit wrote.
+            my $start = _steady_us();
+            my $budget = $STALE_READ_BUDGET_US;
+            $budget = $lock->{lease_us} / 4 if $lock->{lease_us} / 4 < $budget;
+            my ($pause, $reads) = (5000, 1);
+            while (!(defined $current && _fnv_hex($current) eq $mark->{old}{hash})
+                && !(defined $current && $mtime > $mark->{old}{mtime_us} + $SKEW_US))
+            {
+                my $left = $start + $budget - _steady_us();
+                die _error(code => 'stale_data', status => 75,
+                    message => "tokenlock: read $t->{path}: this client keeps reading a version older than the one the "
+                      . "last update committed ($reads reads in " . int((_steady_us() - $start) / 1000)
+                      . ' ms); nothing was written; the filesystem (' . (_fs_type($t->{dir}) || 'a network filesystem')
+                      . ') serves stale cached data: turn its client caches off (tokenlock doctor DIR --peer DIR2 checks a mount)')
+                  if $left <= 0;
+                _sleep_us($pause < $left ? $pause : $left);
+                $pause = $pause * 2 > 200_000 ? 200_000 : $pause * 2;
+                close $fh if $fh;
+                ($current, $fh, $mtime) = _read_target($t);
+                $reads++;
+            }
+        }
+        my $next;
+        ($next, $value) = $compute->($current);
+        my $mode = _mode_of($t, $o{mode});
+        my $sync = $o{sync};
+        if (!_fenced_commit($lock, $t, $next, $sync, $mode, $mark)) {
+            # Across filesystems: beside the target, ownership proved by a
+            # refresh rename just before the commit. The window between the
+            # two remains.
+            my $tmp = _write_temp($t, $t->{dir}, $next, $sync, $mode);
+            my $token = $lock->{token};
+            if (!eval { $lock->_refresh($lock->{lease_us}); 1 }) {
+                my $err = $@;
+                unlink $tmp;
+                die(ref $err && $err->code eq 'lock_lost' ? _lost_before_commit($t, $token) : $err);
+            }
+            if (!rename($tmp, $t->{path})) {
+                my $errno = $! + 0;
+                unlink $tmp;
+                die _file_error('rename', $t, "cannot rename $tmp over the target", $errno);
+            }
+        }
+        1;
+    };
+    my $err = $@;
+    # Released whatever happened; after a commit a failure to release is
+    # not reported, which would invite a retry that counts twice.
+    eval { $lock->release if $lock->held; 1 };
+    # The replaced version is closed last: its close frees its blocks.
+    close $fh if $fh;
+    die $err unless $ok;
+    _sync_target_dir($t, $o{sync}, 'the update is committed', '; do not repeat the update', $value);
+    return $value;
+}
+
+# Removes this target's temporary files older than a lease, which no live
+# writer holding the lock can own: those of crashed writes beside it.
+# Only regular files named exactly .NAME.tmp.<16 hex>.
+sub _sweep_temps {
+    my ($t, $lease_us) = @_;
+    opendir(my $dh, $t->{dir}) or return 0;
+    my $prefix = ".$t->{name}.tmp.";
+    my @names = grep { substr($_, 0, length $prefix) eq $prefix && substr($_, length $prefix) =~ /\A[0-9a-f]{16}\z/ } _names($dh);
+    closedir $dh;
+    my $removed = 0;
+    for my $n (@names) {
+        my @st = lstat "$t->{dir}/$n" or next;
+        next unless Fcntl::S_ISREG($st[2]) && $st[9] * 1_000_000 < _now_us() - $lease_us;
+        $removed += unlink "$t->{dir}/$n";
+    }
+    return $removed;
+}
+
+# Adds two unsigned decimals given as strings; undef past 2**64-1.
+sub _add_u64 {
+    my ($a, $b) = @_;
+    my ($r, $carry) = ('', 0);
+    my ($i, $j) = (length($a) - 1, length($b) - 1);
+    while ($i >= 0 || $j >= 0 || $carry) {
+        my $s = $carry + ($i >= 0 ? substr($a, $i--, 1) : 0) + ($j >= 0 ? substr($b, $j--, 1) : 0);
+        $r = ($s % 10) . $r;
+        $carry = $s >= 10 ? 1 : 0;
+    }
+    $r =~ s/\A0+(?=\d)//;
+    return undef if length $r > 20 || (length $r == 20 && $r gt '18446744073709551615');
+    return $r;
+}
+
+sub _corrupt_counter {
+    my ($path, $text) = @_;
+    my $shown = substr($text, 0, 24);
+    $shown =~ s/([^\x20-\x7e])/sprintf('\\x%02x', ord $1)/ge;
+    $shown .= '...' if length $text > 24;
+    return _error(
+        code    => 'corrupt_data',
+        status  => 65,
+        message => "tokenlock: read counter $path: the file does not hold one unsigned decimal and a newline "
+          . "(it holds \"$shown\", " . length($text) . ' bytes); it was left as it is: repair or remove it by hand',
+    );
+}
+
+# ---------------------------------------------------------------------------
 # Files
 
 sub write_file {
@@ -505,6 +1864,13 @@ sub write_file {
         _usage("$step $path", 'wait applies to the lock: give lock too') unless defined $opts{lock};
         _seconds($step, 'wait', $opts{wait}, 1);
     }
+    if (!defined $opts{command}) {
+        _native_setup();
+        my $sync = _sync($step, $opts{sync});
+        return _native_write($path, $bytes, $sync, $opts{mode}, $opts{follow_symlinks}) unless defined $opts{lock};
+        _native_update($step, $path, $opts{lock}, sub { ($bytes) }, %opts, sync => $sync);
+        return 1;
+    }
     _call_waiting({ step => $step, path => $path, opts => \%opts, stdin => $bytes, busy => 'timed_out' },
         $opts{wait}, @args, _arg_path($path));
     return 1;
@@ -517,6 +1883,28 @@ sub increment {
     _path_arg($step, 'the counter file', $path);
     my $by = defined $opts{by} ? $opts{by} : 1;
     _usage("$step $path", "by must be an unsigned decimal number, not \"$by\"") unless $by =~ /^\d+\z/;
+    (my $canonical = $by) =~ s/\A0+(?=\d)//;
+    _usage("$step $path", "by must be at most 18446744073709551615, not \"$by\"")
+      unless defined _add_u64($canonical, '0');
+    if (!defined $opts{command}) {
+        _native_setup();
+        my $lockdir = defined $opts{lock} ? _path_arg($step, 'lock', $opts{lock}) : "$path.lock";
+        _seconds($step, 'wait', $opts{wait}, 1) if defined $opts{wait};
+        return _native_update($step, $path, $lockdir, sub {
+            my ($text) = @_;
+            my $old = '0';
+            if (defined $text) {
+                die _corrupt_counter($path, $text)
+                  unless $text =~ /\A(0|[1-9][0-9]{0,19})\n\z/ && defined _add_u64($1, '0');
+                $old = $1;
+            }
+            my $new = _add_u64($old, $canonical);
+            die _system_error('increment', $path, "adding $canonical to $old would overflow 64 bits; the counter was left as it is",
+                POSIX::EOVERFLOW(), '')
+              unless defined $new;
+            return ("$new\n", $new);
+        }, %opts, sync => _sync($step, $opts{sync}));
+    }
     my @args = ('incr', '--by', $by, '--sync', _sync($step, $opts{sync}));
     push @args, '--lock', _arg_path(_path_arg($step, 'lock', $opts{lock})) if defined $opts{lock};
     push @args, _legacy_timeout($step, \%opts);
@@ -702,19 +2090,38 @@ unreliable. A holder that dies is noticed at once on the same host, and a
 lock can never be stolen from a live holder (docs/protocol.md).
 
 The module is pure Perl with core modules only (Perl 5.8.1 or newer). It
-runs the C<tokenlock> command (docs/tokenlock.1.md) for each operation,
-without a shell, and reads the command's messages from its standard error.
-Each operation therefore costs a process start: C<with_lock> two (acquire
-and release), C<increment> and C<write_file> one. C<bench/lang/perl_bench.pl>
-measures what that costs against flock(2).
+implements the protocol of docs/protocol.md itself: the lock, its
+takeover of stale tokens, the atomic write and the update committed
+through the lock's token. It starts no process, so it works where the
+C<tokenlock> command cannot run (hosts that mount home directories
+C<noexec>, other architectures), and it shares every lock directory with
+the command, the C++ library and the other language modules.
 
-Under taint mode (C<perl -T>) the command is run only if C<$ENV{PATH}> and
-every path given to the module, and the command's own path, are untainted
-by the caller: the module does not launder them.
+A call of C<write_file> or C<increment> given the C<command> option still
+runs that command (docs/tokenlock.1.md), without a shell, as earlier
+versions of this module did for every operation.
+
+Under taint mode (C<perl -T>) the module works with the paths the caller
+untainted: it does not launder them. What it reads from the system (the
+host name, F</proc>, F</dev/urandom>, directory listings) it checks before
+it puts it into a name. With the C<command> option, C<$ENV{PATH}> and the
+command's own path must be untainted too.
+
+What the module does not do, unlike the library: it never maps the wait
+board (a waiter polls with backoff, and C++ waiters beside it still get
+the lock within the documented bound), and core Perl has no C<renameat>,
+so every step names its path, and the lock directory is judged by
+C<lstat> at each acquisition rather than once through a descriptor.
+
+C<TOKENLOCK_DIR_MODE> (an octal mode such as C<0775>), as the command
+reads it, is the mode of the lock directories and workspaces the module
+creates; with group write it chooses group sharing, under which a lock
+directory of one of this user's groups is trusted (docs/security.md).
 
 =head2 Finding the command
 
-In this order:
+Only a call given C<< command => PATH >> runs a command, and runs that
+one. C<command_path> finds one in this order:
 
 =over
 
@@ -758,8 +2165,11 @@ code died too, its error wins and the loss is given as a warning.
 
 Acquires the lock directory C<$lockdir> (created on first use; its parent
 must exist) and returns the lock object. The lock is owned by this process
-(C<tokenlock acquire --pid $$>), so it is freed at once when this process
-dies, however it dies.
+(its pid and start time are in the token), so it is freed at once when this
+process dies, however it dies: the next acquisition on this host takes it
+over. A lock directory that another user could change (writable by others,
+by a group without group sharing, owned by another user, or a symbolic
+link) is refused with C<untrusted>, with nothing in it touched.
 
 =over
 
@@ -781,14 +2191,25 @@ When a legacy token (below) counts as stale: at this age (default 60).
 
 =item C<< command => PATH >>
 
-The C<tokenlock> command to run (see L</Finding the command>).
+Accepted and ignored: the lock is taken natively.
 
 =back
 
 Bound the wait with C<wait>, not with C<alarm> and a C<die> in its handler:
-an acquire interrupted that way may still succeed in the command, leaving
+an acquire interrupted that way may still have renamed the token, leaving
 a lock owned by this process that no object will release before the
 process ends.
+
+=head2 holder
+
+    my $h = Tokenlock::holder($lockdir, legacy_timeout => SECS);
+
+Who holds the lock, judged as an acquisition would judge it, or C<undef>
+when it is free or its directory does not exist. A hash reference:
+C<token>, C<path>, C<expires_us> and C<expires> (UTC), C<host_tag>,
+C<same_host>, C<pid>, C<start_time>, C<owner> (C<alive>, C<dead> or
+C<unknown>), C<stale> (it may be taken over now), C<reason> (the same words
+as C<tokenlock status>) and C<legacy>. It changes nothing.
 
 =head2 try_acquire
 
@@ -827,8 +2248,11 @@ interpreter thread: C<release> and C<refresh> die there with C<not_owner>.
 
     Tokenlock::write_file($path, $data, sync => 'file_and_dir', lock => $lockdir, wait => SECS);
 
-Replaces C<$path> with C<$data> atomically (C<tokenlock write>): a temporary
-file C<.NAME.tmp.*> beside it is written, flushed and renamed over it. Empty
+Replaces C<$path> with C<$data> atomically: a temporary file
+C<.NAME.tmp.*> beside it is written, flushed and renamed over it. With
+C<lock>, the temporary file is written in the lock's token instead and
+renamed over the target through the token's name, so that a writer whose
+lock was taken over meanwhile writes nothing (C<lock_lost>). Empty
 data writes an empty file. C<$data> is bytes: encode text first (a string
 with characters above 255 is refused with C<bad_argument>). Options:
 
@@ -878,8 +2302,11 @@ C<$path> under its lock (default C<$path.lock>) and returns the new value
 as a decimal string (exact up to 2**64-1). The file holds one unsigned
 decimal and a newline; a missing file counts as 0. Anything else is refused
 with C<corrupt_data> and left as it is. The new value is committed through
-the lock's token (C<tokenlock incr>), so a process that lost the lock cannot
-overwrite it.
+the lock's token, so a process that lost the lock cannot overwrite it
+(C<lock_lost>, nothing written). On a network filesystem each commit
+leaves a version mark in the token, and a read older than the last commit
+is read again and then refused with C<stale_data>
+(docs/atomic-writes.md).
 
 When the directory cannot be flushed after the commit, the error is
 C<dir_sync_failed> and C<< $err->value >> is the new value: the count is
@@ -889,9 +2316,9 @@ C<wait> bounds the wait for the lock, in seconds (default 10, the
 command's own; 0 tries once). A busy lock gives C<busy> with C<wait =E<gt> 0>
 and C<timed_out> otherwise, with the counter left as it was.
 
-The wait is passed as C<tokenlock incr -w>. An older command (a copy
-installed before C<write> and C<incr> took C<-w>) refuses it; the module
-then remembers that for the rest of the process and lets the command wait
+With the C<command> option, the wait is passed as C<tokenlock incr -w>. An
+older command (a copy installed before C<write> and C<incr> took C<-w>)
+refuses it; the module then remembers that for the rest of the process and lets the command wait
 its own 10 seconds: a C<wait> of 20 or more is made of as many such waits
 as fit in it, and a shorter one is that one wait. The command is never cut
 short, since one stopped just after its commit would have counted an
@@ -927,9 +2354,9 @@ Every failure dies with a C<Tokenlock::Error> object:
 
     $err->code      # the error's name, below
     $err->errno     # for code 'system': the errno (else 0)
-    $err->status    # the command's exit status (undef for errors of the module itself)
-    $err->message   # the command's message: it names the path, the step and the cause
-    $err->command   # the command line that was run, as a list
+    $err->status    # the exit status the command gives for this error (undef for not_owner)
+    $err->message   # it names the path, the step, the cause and the fix
+    $err->command   # with the command option: the command line that was run, as a list
     $err->value     # dir_sync_failed from increment: the new value (counted)
 
 It stringifies to the message followed by a newline, as C<die>'s own
@@ -937,7 +2364,7 @@ messages end, so C<warn "failed: $@"> and an uncaught error read well.
 
 The code is the library's name for the error (tokenlock/errors.hpp), the
 same in the C interface, the command's C<--errors=json> line and the PHP
-and Python modules. The module runs the command with
+and Python modules. When it runs the command, the module runs it with
 C<TOKENLOCK_ERRORS=json> and takes the name from that line; it never reads
 the message to tell errors apart.
 
@@ -978,9 +2405,10 @@ home directory, which is all this needs:
 
 =item 1.
 
-Copy the statically linked C<tokenlock> command to F<~/bin/tokenlock> (or
-beside your script, for instance in F<cgi-bin>) and make it executable
-(C<chmod 755>). Check it with C<~/bin/tokenlock doctor ~/data>.
+Optionally, copy the statically linked C<tokenlock> command to
+F<~/bin/tokenlock> to check the data directory (C<~/bin/tokenlock doctor
+~/data>) and to look at locks (C<tokenlock status>). The module itself
+does not need it.
 
 =item 2.
 

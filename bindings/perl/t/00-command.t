@@ -25,15 +25,32 @@ for my $case (
 {
     my ($opts, $env, $re) = @$case;
     local $ENV{TOKENLOCK_COMMAND} = defined $env ? $env : $ENV{TOKENLOCK_COMMAND};
-    my $ok = eval { Tokenlock->acquire("$dir/a.lock", %$opts); 1 };
+    # The command runs only when a call names one with the command option;
+    # command_path() finds the one TOKENLOCK_COMMAND names.
+    my $named = defined $opts->{command};
+    my $ok = $named ? eval { Tokenlock::write_file("$dir/a.txt", "x", %$opts); 1 }
+      : eval { Tokenlock::command_path(); 1 };
     my $err = $@;
     ok(!$ok, 'an unusable command fails');
     isa_ok($err, 'Tokenlock::Error');
     is($err->code, 'no_command', 'code no_command');
-    like($err->message, qr/\ATokenlock: acquire \Q$dir\E\/a\.lock: cannot use the tokenlock command /,
-        'the message names the step and the lock');
+    like($err->message, $named ? qr/\ATokenlock: write \Q$dir\E\/a\.txt: cannot use the tokenlock command /
+        : qr/\ATokenlock: find the tokenlock command: cannot use the tokenlock command /,
+        'the message names the step and the file');
     like($err->message, $re, 'and the command and what is wrong with it');
-    ok(!-e "$dir/a.lock", 'nothing was created');
+    ok(!-e "$dir/a.txt", 'nothing was created');
+
+    # The lock, the counter and the plain write are native: they need no
+    # command at all (a command option still selects the command).
+    my $lock = eval { Tokenlock->acquire("$dir/a.lock", %$opts) };
+    ok($lock && $lock->held, 'acquire works without a usable command') or diag($@);
+    ok(eval { $lock->release }, 'and so does release') or diag($@);
+    if (!defined $opts->{command}) {
+        is(eval { Tokenlock::increment("$dir/a.count") }, 1, 'increment works without a usable command') or diag($@);
+        ok(eval { Tokenlock::write_file("$dir/a.page", "page\n") }, 'and so does write_file') or diag($@);
+        is(TokenlockTest::slurp("$dir/a.page"), "page\n", 'which wrote the page');
+        unlink "$dir/a.count", "$dir/a.page";
+    }
 }
 
 # Not executable.
@@ -48,16 +65,16 @@ ok(!$ok && $@->code eq 'no_command' && $@->message =~ /it is not executable/, 'a
     local $ENV{TOKENLOCK_COMMAND} = '';
     local $ENV{PATH} = "$dir/empty-path";
     local $ENV{HOME} = "$dir/home";
-    my $ok = eval { Tokenlock::write_file("$dir/f", "x"); 1 };
+    my $ok = eval { Tokenlock::command_path(); 1 };
     my $err = $@;
     ok(!$ok, 'no command anywhere fails');
     is($err->code, 'no_command', 'code no_command');
-    like($err->message, qr/\ATokenlock: write \Q$dir\E\/f: cannot find the tokenlock command: looked for /, 'names step and file');
+    like($err->message, qr/\ATokenlock: find the tokenlock command: cannot find the tokenlock command: looked for /, 'names the step');
     like($err->message, qr/\Q$FindBin::Bin\E\/tokenlock/,  'looked beside the script');
     like($err->message, qr/\Q$dir\E\/home\/bin\/tokenlock/, 'looked in ~/bin');
     like($err->message, qr/PATH \(\Q$dir\E\/empty-path\)/, 'looked in PATH');
     like($err->message, qr/set TOKENLOCK_COMMAND/,           'says how to fix it');
-    ok(!-e "$dir/f", 'nothing was written');
+    ok(eval { Tokenlock::write_file("$dir/f", "x") }, 'while write_file, native, needs none') or diag($@);
 }
 
 # ~/bin, then PATH.
@@ -97,7 +114,7 @@ ok(!$ok && $@->code eq 'no_command' && $@->message =~ /it is not executable/, 'a
 # the exec failure is reported with its cause.
 TokenlockTest::spit("$dir/broken", "#!$dir/no-interpreter\n");
 chmod 0755, "$dir/broken";
-$ok = eval { Tokenlock->acquire("$dir/b.lock", command => "$dir/broken"); 1 };
+$ok = eval { Tokenlock::increment("$dir/b.count", command => "$dir/broken"); 1 };
 ok(!$ok, 'a command that cannot run fails');
 is($@->code, 'no_command', 'code no_command');
 like($@->message, qr/cannot run the tokenlock command \Q$dir\E\/broken: No such file or directory/, 'with the cause');

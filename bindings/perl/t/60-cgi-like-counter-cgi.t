@@ -125,26 +125,29 @@ is_deeply(\@seen, [1 .. 20], 'taking turns, the two programs count one counter')
 }
 
 # --- a stale read on a network filesystem ------------------------------------------
-# `tokenlock incr` exit 75: the client kept serving an old version and
-# nothing was written. A stand-in command gives it: 503 with Retry-After,
-# as counter.cgi answers stale_data.
+# `tokenlock incr` exit 75, counter.cgi's 503: the client kept serving an
+# old version and nothing was written. A local disk never serves one, so a
+# stand-in increment, loaded before the script, gives stale_data as the
+# module gives it: 503 with Retry-After, as counter.cgi answers.
 {
-    my $stub = "$top/tokenlock-stale";
-    TokenlockTest::spit($stub, <<'SH');
-#!/bin/sh
-case "$1" in
-  --version) echo "tokenlock 0.1.0"; exit 0 ;;
-esac
-echo "tokenlock: incr: the network filesystem kept serving a version older than the last committed one" >&2
-echo '{"error": "stale_data", "errno": 0, "message": "tokenlock: incr: the network filesystem kept serving a version older than the last committed one"}' >&2
-exit 75
-SH
-    chmod 0755, $stub;
+    my $stub_lib = "$top/stub-lib";
+    mkdir $stub_lib or die $!;
+    TokenlockTest::spit("$stub_lib/TokenlockStale.pm", <<"PM");
+package TokenlockStale;
+use lib '$repo/bindings/perl/lib';
+use Tokenlock;
+no warnings 'redefine';
+*Tokenlock::increment = sub {
+    die Tokenlock::Error->new(code => 'stale_data', status => 75,
+        message => "tokenlock: read \$_[0]: this client keeps reading a version older than the one the last update committed");
+};
+1;
+PM
     mkdir "$top/net" or die $!;
-    my ($st, $out, $err) = run_cgi($perl_cgi, "$top/net", 'GET', 'id=net', TOKENLOCK_COMMAND => $stub);
+    my ($st, $out, $err) = run_cgi($perl_cgi, "$top/net", 'GET', 'id=net', PERL5OPT => "-I$stub_lib -MTokenlockStale");
     like($out, qr/\AStatus: 503 .*\r\nRetry-After: 1\r\n(?:[^\r]*\r\n)*\r\nthe counter is busy; try again\n\z/s,
         'stale data: 503 with Retry-After');
-    like($err, qr/kept serving a version older/, 'stale data: the log says why');
+    like($err, qr/keeps reading a version older/, 'stale data: the log says why');
     ok(!-e "$top/net/net.count", 'stale data: nothing written');
 }
 

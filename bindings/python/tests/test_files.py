@@ -444,6 +444,27 @@ class FileCommandTest(FileTests, CommandTestCase):
             del backend._run
         return lines
 
+    def test_update_file_with_a_command_that_has_no_commit_says_so_and_writes_nothing(self):
+        # A command from before `commit`: every other subcommand works.
+        old = self.path("old-tokenlock")
+        with open(old, "w") as f:
+            f.write('#!/bin/sh\n[ "$1" = commit ] && { echo "unknown command" >&2; exit 64; }\n'
+                    'exec "%s" "$@"\n' % COMMAND)
+        os.chmod(old, 0o755)
+        tokenlock.use("command", command=old)
+        target = self.path("data")
+        self.write(target, b"old")
+        before = self.snapshot(target)
+        called = []
+        with self.assertRaises(tokenlock.BackendUnavailable) as cm:
+            tokenlock.update_file(target, lambda current: called.append(1) or b"new")
+        self.assertIn("has no 'commit'", str(cm.exception))
+        self.assertEqual(cm.exception.code, "unavailable")
+        self.assertEqual(called, [], "the function ran before the commit was known to work")
+        self.assertEqual(self.snapshot(target), before)
+        self.assertFalse(os.path.exists(target + ".lock"), "asked before anything was locked")
+        self.assertNoTempFiles()
+
     def test_increment_is_one_incr_with_its_wait_passed_on(self):
         counter = self.path("c.count")
         lockdir = self.path("other.lock")

@@ -102,7 +102,13 @@ std::uint64_t increment_counter(const boost::filesystem::path& file, const renam
 //   - errc::dir_sync_failed: committed, but the directory flush that
 //     options.sync asked for failed; do not repeat the commit.
 // On a network filesystem the commit also leaves the version mark the next
-// update checks its read against (docs/atomic-writes.md).
+// update checks its read against (docs/atomic-writes.md). The caller's own
+// read is not checked: a client that serves a stale version of the target
+// (GlusterFS's caches, sshfs) can make an update computed from it undo the
+// updates in between. There, read and commit with update_file, which
+// checks its read against the mark and fails with stale_data instead.
+// A commit killed before its rename leaves its temporary file in the
+// workspace; about one commit in 32 removes those older than a minute.
 void commit_file(const lock_handle& lock, const boost::filesystem::path& target,
                  std::string_view contents, const write_options& options = {});
 void commit_file(const lock_handle& lock, const boost::filesystem::path& target,

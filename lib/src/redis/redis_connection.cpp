@@ -170,6 +170,12 @@ failure redis_connection::connect(const char* step) {
     close();
   }
   if (ctx_) return {};
+  if (failure f = open_link(step)) return f;
+  redisSetTimeout(ctx_, to_timeval(command_timeout_));
+  return handshake();
+}
+
+failure redis_connection::open_link(const char* step) {
   const timeval tv = to_timeval(connect_timeout_);
   errno = 0;
   redisContext* c = endpoint_.unix_socket
@@ -204,7 +210,10 @@ failure redis_connection::connect(const char* step) {
     if (f.code == std::errc::io_error) f.message += " (" + text + ")";
     return f;
   }
-  redisSetTimeout(c, to_timeval(command_timeout_));
+  return {};
+}
+
+failure redis_connection::handshake() {
   if (endpoint_.has_password) {
     // AUTH [user] password
     std::string_view auth[] = {"AUTH", endpoint_.user, endpoint_.password};
@@ -286,9 +295,9 @@ failure redis_connection::command(const char* step, const std::string_view* argv
 failure redis_connection::eval(const char* step, const redis_script& script,
                                std::initializer_list<std::string_view> keys,
                                std::initializer_list<std::string_view> args, reply_ptr& out) {
-  // EVALSHA sha numkeys key... arg...: every lock script has at most 4 keys
+  // EVALSHA sha numkeys key... arg...: every lock script has at most 5 keys
   // and 5 arguments.
-  constexpr std::size_t most = 12;
+  constexpr std::size_t most = 13;
   if (3 + keys.size() + args.size() > most)
     return make_failure(errc::bad_argument,
                         "tokenlock: " + std::string(step) + ": too many script arguments");

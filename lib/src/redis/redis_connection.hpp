@@ -71,6 +71,11 @@ class redis_connection {
 
  private:
   failure connect(const char* step);
+  // The socket (ctx_), or a failure that says why not: a name that does
+  // not resolve, a refused or timed-out connect, a missing socket file.
+  failure open_link(const char* step);
+  // AUTH and SELECT as the URL asks; the link is closed when either fails.
+  failure handshake();
   failure io_failure(const char* step, const std::string& what, int err, int saved_errno);
 
   std::string url_;

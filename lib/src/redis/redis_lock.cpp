@@ -11,6 +11,7 @@
 #include "tokenlock/keep_alive.hpp"
 #include "posix/os.hpp"
 #include "redis/redis_connection.hpp"
+#include "redis/redis_wait_stats.hpp"
 #include "token_name.hpp"
 
 namespace tokenlock {
@@ -22,39 +23,55 @@ namespace detail {
 //                         the lease
 //   <prefix><name>:fence  the last fence granted; expires a day after it
 //   <prefix><name>:waiters  how many are waiting (a count each refused
-//                         attempt increments and the next attempt of the
-//                         same waiter decrements); expires a day after the
-//                         last refusal
+//                         attempt of a caller that will wait increments and
+//                         its next attempt decrements); expires when the
+//                         last of them would have tried again
 //   <prefix><name>:wake   a list each release pushes one element to and one
 //                         waiter pops (BLPOP); at most 64 long (a wake-up
 //                         nobody waited for costs the next waiter one more
 //                         attempt); expires with a lease
+//   <prefix><name>:handoff  set by a release that woke a waiter: until the
+//                         woken waiter's attempt deletes it, or it expires
+//                         (TOKENLOCK_HANDOFF_GRACE_MS), only a woken waiter
+//                         may take the free lock
 // The grant is one string, not a hash of owner and fence: one SET with PX
 // writes it where a hash took HSET and PEXPIRE, and an uncontended cycle
 // costs the server about a third less (docs/redis.md, Figures).
 
-// The four names in one buffer (one allocation per call, not four); views
+// The five names in one buffer (one allocation per call, not five); views
 // into it, so neither copied nor moved.
 class redis_keys {
  public:
-  explicit redis_keys(std::string_view base)
-      : buf_(std::string(base) + ":fence" + std::string(base) + ":wake" + std::string(base) +
-             ":waiters") {
-    const std::size_t b = base.size();
+  explicit redis_keys(std::string_view base) {
+    static constexpr std::string_view suffixes[] = {"", ":fence", ":wake", ":waiters", ":handoff"};
+    std::size_t size = 0;
+    for (std::string_view x : suffixes) size += base.size() + x.size();
+    buf_.reserve(size);
+    std::size_t at[5];
+    for (std::size_t i = 0; i < 5; ++i) {
+      at[i] = buf_.size();
+      buf_.append(base).append(suffixes[i]);
+    }
     const std::string_view all(buf_);
-    fence = all.substr(0, b + 6);
-    lock = all.substr(0, b);
-    wake = all.substr(b + 6, b + 5);
-    waiters = all.substr(2 * b + 11);
+    std::string_view* views[] = {&lock, &fence, &wake, &waiters, &handoff};
+    for (std::size_t i = 0; i < 5; ++i) *views[i] = all.substr(at[i], base.size() + suffixes[i].size());
   }
   redis_keys(const redis_keys&) = delete;
   redis_keys& operator=(const redis_keys&) = delete;
 
-  std::string_view lock, fence, wake, waiters;
+  std::string_view lock, fence, wake, waiters, handoff;
 
  private:
   std::string buf_;
 };
+
+// How long a release keeps the free lock for the waiter it woke: that
+// waiter's next attempt comes a round trip after the release, but a loaded
+// machine may not run it for tens of milliseconds, and a newcomer that
+// takes the lock meanwhile sends it back to the end of the line (docs/redis.md,
+// "Hand-off"). It is also how long the lock stays free when the woken
+// waiter dies before its attempt.
+#define TOKENLOCK_HANDOFF_GRACE_MS "500"
 
 // What every script shares, in Lua. A key the lock cannot use (another
 // type, or a value the lock never writes) is answered with
@@ -106,9 +123,51 @@ class redis_keys {
 // until the year 2255). A last fence from 2^53 on is incremented as a
 // decimal string (a double would stop at 2^53), and one that cannot be
 // incremented below 2^63 is refused.
+//   nextfence(last): the fence (a number, or a string from 2^53 on) and how
+//     far the server's clock is behind the last fence (us); nil and the
+//     answer when the last fence cannot be incremented.
+#define TOKENLOCK_LUA_NEXT_FENCE                                                               \
+  "local function nextfence(last)\n"                                                           \
+  "  local t = redis.call('TIME')\n"                                                           \
+  "  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"                                  \
+  "  if not last then return now, 0 end\n"                                                     \
+  "  local l = tonumber(last)\n"                                                               \
+  "  if l < now then return now, 0 end\n"                                                      \
+  "  -- A reply's integer must stay below 2^63: 1e18 us is 30,000 years.\n"                    \
+  "  local behind = math.min(l - now + 1, 1e18)\n"                                             \
+  "  if l < 9007199254740991 then return l + 1, behind end\n"                                  \
+  "  local i = #last\n"                                                                        \
+  "  while i > 0 and string.byte(last, i) == 57 do i = i - 1 end\n"                           \
+  "  local f\n"                                                                                \
+  "  if i == 0 then\n"                                                                         \
+  "    f = '1' .. string.rep('0', #last)\n"                                                    \
+  "  else\n"                                                                                   \
+  "    f = string.sub(last, 1, i - 1) .. string.char(string.byte(last, i) + 1) ..\n"           \
+  "        string.rep('0', #last - i)\n"                                                       \
+  "  end\n"                                                                                    \
+  "  if not fenceok(f) then return nil, corrupt(KEYS[2], last, 'largest') end\n"               \
+  "  return f, behind\n"                                                                       \
+  "end\n"
+
+// ARGV: owner, lease (ms), the fence key's expiry (ms), what came before
+// this attempt ('0' nothing, '1' a block that ran out, '2' a release's
+// wake-up), and how long to keep the count of waiters when the caller is
+// refused: '0' when it will not wait (try_acquire, a spent budget) and is
+// not counted, else until its next attempt at the latest (ms).
+// A free lock that a release is handing to the waiter it woke is refused
+// to every other caller, with the hand-off's remaining time as the "lease"
+// to block for: a newcomer cannot take the lock from under the woken
+// waiter, whose attempt ends the hand-off.
 const redis_script& acquire_script() {
-  static const redis_script s(TOKENLOCK_LUA_COMMON R"lua(
-if ARGV[4] == '1' and tonumber(redis.call('DECR', KEYS[4])) < 0 then redis.call('DEL', KEYS[4]) end
+  static const redis_script s(TOKENLOCK_LUA_COMMON TOKENLOCK_LUA_NEXT_FENCE R"lua(
+if ARGV[4] ~= '0' and tonumber(redis.call('DECR', KEYS[4])) < 0 then redis.call('DEL', KEYS[4]) end
+local function refuse(owner, fence, pttl)
+  if ARGV[5] ~= '0' then
+    redis.call('INCR', KEYS[4])
+    if redis.call('PTTL', KEYS[4]) < tonumber(ARGV[5]) then redis.call('PEXPIRE', KEYS[4], ARGV[5]) end
+  end
+  return {0, owner, fence, pttl, 0}
+end
 local owner, held, v = grant(KEYS[1])
 if owner == nil then return held end
 if owner == ARGV[1] then
@@ -118,39 +177,19 @@ end
 if owner then
   local pttl = redis.call('PTTL', KEYS[1])
   if pttl < 0 then return corrupt(KEYS[1], v, 'persistent') end
-  -- The caller will wait: releases must wake someone.
-  redis.call('INCR', KEYS[4])
-  redis.call('PEXPIRE', KEYS[4], ARGV[3])
-  return {0, owner, held, pttl, 0}
+  return refuse(owner, held, pttl)
+end
+if ARGV[4] ~= '2' then
+  local handoff = redis.call('PTTL', KEYS[5])
+  if handoff > 0 then return refuse('', 0, handoff) end
 end
 local last, bad = get(KEYS[2])
 if last == nil then return bad end
 if last and not fenceok(last) then return corrupt(KEYS[2], last, 'fence') end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local fence, behind = now, 0
-local f
-if last then
-  local l = tonumber(last)
-  if l >= now then
-    behind = l - now + 1
-    -- A reply's integer must stay below 2^63: 1e18 us is 30,000 years.
-    if behind > 1e18 then behind = 1e18 end
-    if l < 9007199254740991 then
-      fence = l + 1
-    else
-      local i = #last
-      while i > 0 and string.byte(last, i) == 57 do i = i - 1 end
-      if i == 0 then
-        f = '1' .. string.rep('0', #last)
-      else
-        f = string.sub(last, 1, i - 1) .. string.char(string.byte(last, i) + 1) .. string.rep('0', #last - i)
-      end
-      if not fenceok(f) then return corrupt(KEYS[2], last, 'largest') end
-    end
-  end
-end
-f = f or string.format('%.0f', fence)
+local fence, behind = nextfence(last)
+if fence == nil then return behind end
+if ARGV[4] == '2' then redis.call('DEL', KEYS[5]) end
+local f = type(fence) == 'string' and fence or string.format('%.0f', fence)
 redis.call('SET', KEYS[1], f .. ' ' .. ARGV[1], 'PX', ARGV[2])
 redis.call('SET', KEYS[2], f, 'PX', ARGV[3])
 -- The common answer is the fence alone: an array costs the server more.
@@ -160,23 +199,31 @@ return {1, ARGV[1], f, tonumber(ARGV[2]), behind}
   return s;
 }
 
+// Wakes one waiter when anyone waits: one element on the wake list for its
+// BLPOP, and the hand-off that keeps the free lock for it (ttl: the wake
+// list's expiry, ms).
+#define TOKENLOCK_LUA_WAKE                                                     \
+  "local function wake(ttl)\n"                                                 \
+  "  if tonumber(redis.call('GET', KEYS[4]) or '0') <= 0 then return end\n"    \
+  "  redis.call('RPUSH', KEYS[3], '1')\n"                                      \
+  "  redis.call('LTRIM', KEYS[3], -64, -1)\n"                                  \
+  "  redis.call('PEXPIRE', KEYS[3], ttl)\n"                                    \
+  "  redis.call('SET', KEYS[5], '1', 'PX', " TOKENLOCK_HANDOFF_GRACE_MS ")\n"  \
+  "end\n"
+
 // Release (ARGV[4] == "release") or refresh (ARGV[4] == "refresh") of the
 // grant of owner ARGV[1] with fence ARGV[2]; ARGV[3]: the wake list's
 // expiry, or the new lease. Not ours: why, from the last fence (compared
 // as decimal strings: exact above 2^53).
 const redis_script& settle_script() {
-  static const redis_script s(TOKENLOCK_LUA_COMMON R"lua(
+  static const redis_script s(TOKENLOCK_LUA_COMMON TOKENLOCK_LUA_WAKE R"lua(
 local v, bad = get(KEYS[1])
 if v == nil then return bad end
 if v == ARGV[2] .. ' ' .. ARGV[1] then
   if ARGV[4] == 'release' then
     redis.call('DEL', KEYS[1])
     -- Only when someone waits: an uncontended cycle writes nothing more.
-    if tonumber(redis.call('GET', KEYS[4]) or '0') > 0 then
-      redis.call('RPUSH', KEYS[3], '1')
-      redis.call('LTRIM', KEYS[3], -64, -1)
-      redis.call('PEXPIRE', KEYS[3], ARGV[3])
-    end
+    wake(ARGV[3])
   else
     redis.call('PEXPIRE', KEYS[1], ARGV[3])
   end
@@ -213,22 +260,21 @@ return {1, owner, fence, pttl}
 }
 
 const redis_script& break_script() {
-  static const redis_script s(TOKENLOCK_LUA_COMMON R"lua(
+  static const redis_script s(TOKENLOCK_LUA_COMMON TOKENLOCK_LUA_WAKE R"lua(
 local owner, fence = grant(KEYS[1])
 if owner == nil then return fence end
 if owner ~= ARGV[1] then return {0, owner or ''} end
 redis.call('DEL', KEYS[1])
-if tonumber(redis.call('GET', KEYS[4]) or '0') > 0 then
-  redis.call('RPUSH', KEYS[3], '1')
-  redis.call('LTRIM', KEYS[3], -64, -1)
-  redis.call('PEXPIRE', KEYS[3], ARGV[2])
-end
+wake(ARGV[2])
 return {1, owner}
 )lua");
   return s;
 }
 
 #undef TOKENLOCK_LUA_COMMON
+#undef TOKENLOCK_LUA_NEXT_FENCE
+#undef TOKENLOCK_LUA_WAKE
+#undef TOKENLOCK_HANDOFF_GRACE_MS
 
 constexpr std::int64_t fence_ttl_ms = 24LL * 3600 * 1000;
 // The protocol's maximum lease (lock_options::max_lease's default), the
@@ -393,6 +439,11 @@ struct redis_handle_access {
   }
 };
 
+redis_wait_stats& this_thread_redis_wait_stats() noexcept {
+  thread_local redis_wait_stats stats;
+  return stats;
+}
+
 }  // namespace detail
 
 using namespace detail;
@@ -428,7 +479,7 @@ failure keep_on_replicas(redis_connection& conn, const redis_keys& k, const std:
   if (!f && w && w->type == REDIS_REPLY_INTEGER) acked = w->integer;
   if (!f && acked >= o.replicas) return {};
   reply_ptr ignored;
-  conn.eval("release", settle_script(), {k.lock, k.fence, k.wake, k.waiters},
+  conn.eval("release", settle_script(), {k.lock, k.fence, k.wake, k.waiters, k.handoff},
             {owner, std::to_string(fence), std::to_string(o.lease.count()), "release"}, ignored);
   if (f) return f;
   return make_failure(errc::not_replicated,
@@ -441,19 +492,83 @@ failure keep_on_replicas(redis_connection& conn, const redis_keys& k, const std:
 
 // Blocks on the lock's wake list until a release's wake-up, or the
 // holder's lease ends (a crashed holder never releases: `pttl` ms left),
-// whichever comes first, and never past the budget (`left`).
+// whichever comes first, and never past the budget (`left`). `woken`:
+// a release's wake-up ended the block (not its time).
 failure block_for_release(redis_connection& blocking, const redis_keys& k,
                           std::chrono::steady_clock::duration left, long long pttl,
-                          const redis_lock_options& o) {
+                          const redis_lock_options& o, bool& woken) {
   auto block = std::chrono::duration_cast<std::chrono::milliseconds>(left);
   if (pttl >= 0 && std::chrono::milliseconds(pttl + 1) < block) block = std::chrono::milliseconds(pttl + 1);
   if (block.count() < 1) block = std::chrono::milliseconds(1);
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.3f", static_cast<double>(block.count()) / 1000.0);
   reply_ptr popped;
-  return blocking.command("wait", {"BLPOP", k.wake, secs}, popped, block + o.command_timeout);
+  failure f = blocking.command("wait", {"BLPOP", k.wake, secs}, popped, block + o.command_timeout);
+  woken = !f && popped && popped->type == REDIS_REPLY_ARRAY;
+  if (woken) ++this_thread_redis_wait_stats().wakes;
+  return f;
 }
 
+// One attempt's answer.
+struct attempt_answer {
+  bool granted = false;
+  long long fence = 0, pttl = 0, behind = 0;
+  std::string holder;  // refused with none: the lock is free, handed to a woken waiter
+};
+
+// One run of the acquire script. `before`: what came before the attempt
+// ('0' nothing, '1' a block that ran out, '2' a release's wake-up);
+// `count_ms`: how long the count of waiters must keep us when we are
+// refused, 0 when we will not wait.
+failure attempt(redis_connection& conn, const redis_keys& k, const std::string& owner,
+                const redis_lock_options& o, const std::string& name, char before,
+                long long count_ms, attempt_answer& a) {
+  reply_ptr r;
+  if (failure f = conn.eval("acquire", acquire_script(), {k.lock, k.fence, k.wake, k.waiters, k.handoff},
+                            {owner, std::to_string(o.lease.count()), std::to_string(fence_ttl_ms),
+                             std::string_view(&before, 1), std::to_string(count_ms)},
+                            r))
+    return f;
+  if (failure f = corrupt_answer(r.get(), conn, "acquire", name, k.lock)) return f;
+  if (r && r->type == REDIS_REPLY_INTEGER) {
+    // A fresh grant, the server's clock ahead of the last fence.
+    a.granted = true;
+    a.fence = r->integer;
+    a.pttl = o.lease.count();
+    a.behind = 0;
+    return {};
+  }
+  long long granted = 0;
+  if (!int_at(r.get(), 0, granted) || !int_at(r.get(), 2, a.fence) || !int_at(r.get(), 3, a.pttl) ||
+      !int_at(r.get(), 4, a.behind))
+    return unexpected_reply("acquire", conn.server());
+  a.granted = granted == 1;
+  a.holder = str_at(r.get(), 1);
+  return {};
+}
+
+failure refused(const redis_connection& conn, const std::string& name, const attempt_answer& a,
+                bool waited, const redis_lock_options& o) {
+  std::string reason;
+  if (!a.holder.empty()) {
+    reason = describe_holder(a.holder, a.fence, a.pttl);
+  } else {
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "free, and kept %.3f s more for the waiter the last release woke",
+                  static_cast<double>(a.pttl) / 1000.0);
+    reason = buf;
+  }
+  if (!waited)
+    return make_failure(errc::busy,
+                        "tokenlock: acquire " + conn.server() + " " + name + ": the lock is " + reason);
+  return make_failure(errc::timed_out, "tokenlock: acquire " + conn.server() + " " + name +
+                                           ": waited " + std::to_string(o.wait.count()) +
+                                           " ms; the lock is " + reason);
+}
+
+// Attempts until granted or the budget is spent. A refused caller that
+// will wait is counted as a waiter and blocks until a release wakes it;
+// its next attempt says so, and takes the lock the release kept for it.
 failure acquire_impl(const std::string& url, const std::string& name,
                      const redis_lock_options& o, std::shared_ptr<redis_connection>& conn,
                      bool may_wait, redis_handle& out, bool& busy) {
@@ -462,52 +577,37 @@ failure acquire_impl(const std::string& url, const std::string& name,
   if (!conn) conn = std::make_shared<redis_connection>(url, o.connect_timeout, o.command_timeout);
   const redis_keys k(lock_key(o, name));
   const std::string owner = new_owner_id();
-  const auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + (may_wait ? o.wait : std::chrono::milliseconds(0));
+  const auto deadline = std::chrono::steady_clock::now() + (may_wait ? o.wait : std::chrono::milliseconds(0));
   std::unique_ptr<redis_connection> blocking;
-  std::string reason;
-  bool waited = false;  // the last attempt was refused and we blocked since
+  char before = '0';
+  attempt_answer a;
   for (;;) {
-    reply_ptr r;
-    if (failure f = conn->eval("acquire", acquire_script(), {k.lock, k.fence, k.wake, k.waiters},
-                               {owner, std::to_string(o.lease.count()), std::to_string(fence_ttl_ms),
-                                waited ? "1" : "0"},
-                               r))
-      return f;
-    waited = false;
-    if (failure f = corrupt_answer(r.get(), *conn, "acquire", name, k.lock)) return f;
-    long long granted = 0, fence = 0, pttl = 0, behind = 0;
-    if (r && r->type == REDIS_REPLY_INTEGER) {
-      // A fresh grant, the server's clock ahead of the last fence.
-      granted = 1;
-      fence = r->integer;
-      pttl = o.lease.count();
-    } else if (!int_at(r.get(), 0, granted) || !int_at(r.get(), 2, fence) ||
-               !int_at(r.get(), 3, pttl) || !int_at(r.get(), 4, behind)) {
-      return unexpected_reply("acquire", conn->server());
-    }
-    if (granted == 1) {
-      if (failure f = keep_on_replicas(*conn, k, owner, fence, o, name)) return f;
-      redis_handle_access::fill(out, conn, std::string(k.lock), owner, static_cast<std::uint64_t>(fence), o.lease,
-                                pttl);
-      redis_handle_access::set_clock_behind(out, behind);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    // Counted only while it will wait: a caller that gives up after this
+    // attempt leaves no count behind to wake nobody.
+    const bool will_wait = may_wait && left.count() > 0;
+    const long long count_ms = will_wait ? left.count() + 2 * o.command_timeout.count() : 0;
+    if (failure f = attempt(*conn, k, owner, o, name, before, count_ms, a)) return f;
+    if (a.granted) {
+      if (failure f = keep_on_replicas(*conn, k, owner, a.fence, o, name)) return f;
+      redis_handle_access::fill(out, conn, std::string(k.lock), owner, static_cast<std::uint64_t>(a.fence),
+                                o.lease, a.pttl);
+      redis_handle_access::set_clock_behind(out, a.behind);
       return {};
     }
-    reason = describe_holder(str_at(r.get(), 1), fence, pttl);
-    const auto now = std::chrono::steady_clock::now();
-    if (!may_wait || now >= deadline) break;
+    if (before == '2') ++this_thread_redis_wait_stats().wakes_lost;
+    if (!will_wait) break;
     if (!blocking)
       blocking = std::make_unique<redis_connection>(url, o.connect_timeout, o.command_timeout);
-    if (failure f = block_for_release(*blocking, k, deadline - now, pttl, o)) return f;
-    waited = true;
+    bool woken = false;
+    if (failure f = block_for_release(*blocking, k, deadline - std::chrono::steady_clock::now(),
+                                      a.pttl, o, woken))
+      return f;
+    before = woken ? '2' : '1';
   }
   busy = true;
-  if (!may_wait || o.wait.count() == 0)
-    return make_failure(errc::busy,
-                        "tokenlock: acquire " + conn->server() + " " + name + ": the lock is " + reason);
-  return make_failure(errc::timed_out, "tokenlock: acquire " + conn->server() + " " + name +
-                                           ": waited " + std::to_string(o.wait.count()) +
-                                           " ms; the lock is " + reason);
+  return refused(*conn, name, a, may_wait && o.wait.count() > 0, o);
 }
 
 failure not_owner_failure(const char* step) {
@@ -645,7 +745,7 @@ void redis_lock::break_owner(const std::string& owner, std::error_code& ec) noex
                                                  options_.command_timeout);
     const redis_keys k(lock_key(options_, name_));
     reply_ptr r;
-    if (failure f = conn_->eval("break", break_script(), {k.lock, k.fence, k.wake, k.waiters},
+    if (failure f = conn_->eval("break", break_script(), {k.lock, k.fence, k.wake, k.waiters, k.handoff},
                                 {owner, std::to_string(options_.lease.count())}, r))
       return f;
     if (failure f = corrupt_answer(r.get(), *conn_, "break", name_, k.lock)) return f;
@@ -725,7 +825,7 @@ failure settle(redis_connection& conn, const std::string& lock_key, const std::s
   char mine[24];
   const auto n = std::to_chars(mine, mine + sizeof mine, fence);
   reply_ptr r;
-  if (failure f = conn.eval(step, settle_script(), {k.lock, k.fence, k.wake, k.waiters},
+  if (failure f = conn.eval(step, settle_script(), {k.lock, k.fence, k.wake, k.waiters, k.handoff},
                             {owner, std::string_view(mine, static_cast<std::size_t>(n.ptr - mine)),
                              what_arg, step},
                             r))

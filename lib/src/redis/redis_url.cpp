@@ -66,6 +66,66 @@ std::string take_credentials(std::string_view& rest, redis_endpoint& out) {
   return {};
 }
 
+// "/path[?db=N]" of a unix:// URL, after the credentials.
+std::string take_unix_socket(std::string_view rest, redis_endpoint& out) {
+  const std::size_t q = rest.find('?');
+  std::string_view path = rest.substr(0, q);
+  if (path.empty() || path[0] != '/') return "a unix:// URL needs an absolute socket path";
+  out.path = std::string(path);
+  if (q != std::string_view::npos) {
+    std::string_view query = rest.substr(q + 1);
+    if (query.substr(0, 3) != "db=" || !parse_int(query.substr(3), 0, 1000000, out.db))
+      return "the only query a unix:// URL takes is ?db=N";
+  }
+  return {};
+}
+
+// "host[:port]" or "[v6][:port]": the host and the port's text (empty
+// when there is none).
+std::string split_host_port(std::string_view hostport, std::string_view& host,
+                            std::string_view& port) {
+  if (!hostport.empty() && hostport[0] == '[') {
+    const std::size_t close = hostport.find(']');
+    if (close == std::string_view::npos) return "an IPv6 address needs its closing ']'";
+    host = hostport.substr(1, close - 1);
+    std::string_view after = hostport.substr(close + 1);
+    if (!after.empty()) {
+      if (after[0] != ':') return "only :port may follow an IPv6 address";
+      port = after.substr(1);
+      if (port.empty()) return "the port after ':' is missing";
+    }
+    return {};
+  }
+  const std::size_t colon = hostport.find(':');
+  host = hostport.substr(0, colon);
+  if (colon != std::string_view::npos) {
+    port = hostport.substr(colon + 1);
+    if (port.empty()) return "the port after ':' is missing";
+  }
+  return {};
+}
+
+// "host[:port][/db]" of a redis:// URL, after the credentials.
+std::string take_tcp_server(std::string_view rest, redis_endpoint& out) {
+  const std::size_t slash = rest.find('/');
+  std::string_view hostport = rest.substr(0, slash);
+  if (slash != std::string_view::npos) {
+    std::string_view db = rest.substr(slash + 1);
+    if (!db.empty() && !parse_int(db, 0, 1000000, out.db))
+      return "the database after the '/' must be a number";
+  }
+  std::string_view host, port;
+  if (std::string e = split_host_port(hostport, host, port); !e.empty()) return e;
+  if (host.empty()) return "the host is missing";
+  for (char c : host)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == ':' || c == '_'))
+      return "the host has a character that no host name or address has";
+  if (!port.empty() && !parse_int(port, 1, 65535, out.port))
+    return "the port must be a number from 1 to 65535";
+  out.host = std::string(host);
+  return {};
+}
+
 }  // namespace
 
 std::string redis_endpoint::display() const {
@@ -88,54 +148,7 @@ std::string parse_redis_url(std::string_view url, redis_endpoint& out) {
     return "the URL must start with redis:// or unix:// (rediss:// TLS is not supported)";
   }
   if (std::string e = take_credentials(rest, out); !e.empty()) return e;
-
-  if (out.unix_socket) {
-    const std::size_t q = rest.find('?');
-    std::string_view path = rest.substr(0, q);
-    if (path.empty() || path[0] != '/') return "a unix:// URL needs an absolute socket path";
-    out.path = std::string(path);
-    if (q != std::string_view::npos) {
-      std::string_view query = rest.substr(q + 1);
-      if (query.substr(0, 3) != "db=" || !parse_int(query.substr(3), 0, 1000000, out.db))
-        return "the only query a unix:// URL takes is ?db=N";
-    }
-    return {};
-  }
-
-  const std::size_t slash = rest.find('/');
-  std::string_view hostport = rest.substr(0, slash);
-  if (slash != std::string_view::npos) {
-    std::string_view db = rest.substr(slash + 1);
-    if (!db.empty() && !parse_int(db, 0, 1000000, out.db))
-      return "the database after the '/' must be a number";
-  }
-  std::string_view host, port;
-  if (!hostport.empty() && hostport[0] == '[') {
-    const std::size_t close = hostport.find(']');
-    if (close == std::string_view::npos) return "an IPv6 address needs its closing ']'";
-    host = hostport.substr(1, close - 1);
-    std::string_view after = hostport.substr(close + 1);
-    if (!after.empty()) {
-      if (after[0] != ':') return "only :port may follow an IPv6 address";
-      port = after.substr(1);
-      if (port.empty()) return "the port after ':' is missing";
-    }
-  } else {
-    const std::size_t colon = hostport.find(':');
-    host = hostport.substr(0, colon);
-    if (colon != std::string_view::npos) {
-      port = hostport.substr(colon + 1);
-      if (port.empty()) return "the port after ':' is missing";
-    }
-  }
-  if (host.empty()) return "the host is missing";
-  for (char c : host)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == ':' || c == '_'))
-      return "the host has a character that no host name or address has";
-  if (!port.empty() && !parse_int(port, 1, 65535, out.port))
-    return "the port must be a number from 1 to 65535";
-  out.host = std::string(host);
-  return {};
+  return out.unix_socket ? take_unix_socket(rest, out) : take_tcp_server(rest, out);
 }
 
 }  // namespace tokenlock::detail

@@ -18,7 +18,7 @@ use Test::More ();
 
 our @EXPORT = qw(
   tokenlock_command scratch_dir capture fork_worker reap read_line
-  lock_status token_re leftovers slurp spit
+  lock_status token_re leftovers entries slurp spit
 );
 
 my $REPO = File::Spec->rel2abs("$FindBin::Bin/../../..");
@@ -123,6 +123,15 @@ sub leftovers {
     my @left = grep { /\A\Q.$name.tmp.\E/ } readdir $dh;
     closedir $dh;
     return @left;
+}
+
+# The names in directory $d, sorted; none when it cannot be listed.
+sub entries {
+    my ($d) = @_;
+    opendir(my $dh, $d) or return ();
+    my @e = sort grep { $_ ne '.' && $_ ne '..' } readdir $dh;
+    closedir $dh;
+    return @e;
 }
 
 sub slurp {
