@@ -986,12 +986,16 @@ final class Command
  * The rename-token lock of docs/protocol.md, in PHP: no process is started
  * and no extension is needed (posix is used when loaded).
  *
+ * Owner marks are made where docs/protocol.md asks for them (GlusterFS,
+ * unknown FUSE filesystems, a filesystem that cannot be told): PHP has no
+ * statfs, so the type comes from /proc/self/mountinfo, and a lock whose
+ * mount table is out of reach (open_basedir) gets marks, as the library
+ * gives them to a filesystem it cannot ask.
+ *
  * What it leaves out, and why: the wait board (a waiter polls with
- * backoff), owner marks (needed only on filesystems whose server renames
- * a directory that is gone by then, such as GlusterFS; PHP cannot ask
- * statfs which filesystem a lock is on), and opening the lock directory by
- * descriptor (PHP has no renameat: every step goes through the path, which
- * is judged with lstat first).
+ * backoff), and opening the lock directory by descriptor (PHP has no
+ * renameat: every step goes through the path, which is judged with lstat
+ * first).
  *
  * @internal
  */
@@ -1365,48 +1369,17 @@ final class Native
         $exists = self::checkTrusted($dir);
         $delay = self::BACKOFF_MIN_US;
         $reason = '';
+        // Tokens a rename made ours that no owner mark confirmed: should one
+        // show up under our name again, it is ours to confirm, not a live
+        // holder's to wait for.
+        $givenUp = [];
         for ($round = 0; ; ++$round) {
-            $mine = self::token(self::nowUs() + $leaseUs);
-            $errno = $exists ? self::rename("$dir/" . self::FREE, "$dir/$mine") : 2;
-            if ($errno === 0) {
-                return $mine;
-            }
-            if ($errno !== 2) {
-                throw self::systemError('acquire', $dir, 'cannot rename the free token ' . self::FREE . " to $mine", $errno);
-            }
-            // An NFS client may retransmit a rename whose reply was lost.
-            clearstatcache(true, "$dir/$mine");
-            if ($exists && @lstat("$dir/$mine") !== false) {
-                return $mine;
-            }
-            $seen = self::look($dir);
-            $state = $seen[0];
-            if (!$exists && $state !== 'missing') {
-                // Made by another process since the first look: judge it now.
-                $exists = self::checkTrusted($dir);
-            }
-            if ($state === 'free') {
+            $got = self::round($dir, $leaseUs, $exists, $givenUp, $reason);
+            if ($got === true) {
                 continue;
             }
-            if ($state === 'missing') {
-                self::create($dir, $leaseUs);
-                $exists = self::checkTrusted($dir);
-                continue;
-            }
-            // One held token: take it over if stale, else wait.
-            $found = $seen[1];
-            [$stale, $reason] = self::judge($found[0], $found[1]);
-            if ($stale) {
-                $errno = self::rename("$dir/{$found[0]}", "$dir/$mine");
-                if ($errno === 0) {
-                    self::clearWorkspace("$dir/$mine", 0);
-                    self::sweep($dir, $leaseUs);
-                    return $mine;
-                }
-                if ($errno !== 2) {
-                    throw self::systemError('acquire', $dir, "cannot take over the stale token {$found[0]} ($reason)", $errno);
-                }
-                continue;  // another taker won, or the owner refreshed or released: look again
+            if (is_string($got)) {
+                return $got;
             }
             if ($deadline !== null && hrtime(true) >= $deadline) {
                 if ($wait <= 0) {
@@ -1425,6 +1398,83 @@ final class Native
             usleep($sleep);
             $delay = min(2 * $delay, self::BACKOFF_MAX_US);
         }
+    }
+
+    /**
+     * One round of the protocol: the token (acquired), true (look again at
+     * once) or false (busy: $reason says why).
+     *
+     * @param array<string, bool> $givenUp
+     */
+    private static function round(string $dir, int $leaseUs, bool &$exists, array &$givenUp, string &$reason): string|bool
+    {
+        $mine = self::token(self::nowUs() + $leaseUs);
+        $errno = $exists ? self::rename("$dir/" . self::FREE, "$dir/$mine") : 2;
+        if ($errno !== 0 && $errno !== 2) {
+            throw self::systemError('acquire', $dir, 'cannot rename the free token ' . self::FREE . " to $mine", $errno);
+        }
+        // ENOENT: an NFS client may retransmit a rename whose reply was lost.
+        clearstatcache(true, "$dir/$mine");
+        if ($errno === 0 || ($exists && @lstat("$dir/$mine") !== false)) {
+            return self::finish($dir, $mine, null, $leaseUs, $givenUp, $reason) ? $mine : false;
+        }
+        $seen = self::look($dir);
+        $state = $seen[0];
+        if (!$exists && $state !== 'missing') {
+            // Made by another process since the first look: judge it now.
+            $exists = self::checkTrusted($dir);
+        }
+        if ($state === 'free') {
+            return true;
+        }
+        if ($state === 'missing') {
+            self::create($dir, $leaseUs);
+            $exists = self::checkTrusted($dir);
+            return true;
+        }
+        // One held token: take it over if stale, else wait.
+        $found = $seen[1];
+        if (isset($givenUp[$found[0]])) {
+            return self::finish($dir, $found[0], null, $leaseUs, $givenUp, $reason) ? $found[0] : false;
+        }
+        [$stale, $reason] = self::judge($found[0], $found[1]);
+        if (!$stale) {
+            return false;
+        }
+        $mine = self::token(self::nowUs() + $leaseUs);
+        $errno = self::rename("$dir/{$found[0]}", "$dir/$mine");
+        if ($errno === 0) {
+            return self::finish($dir, $mine, $found[0], $leaseUs, $givenUp, $reason) ? $mine : false;
+        }
+        if ($errno !== 2) {
+            throw self::systemError('acquire', $dir, "cannot take over the stale token {$found[0]} ($reason)", $errno);
+        }
+        return true;  // another taker won, or the owner refreshed or released: look again
+    }
+
+    /**
+     * A rename made TOKEN ours (taking over $takenFrom, if given). Where a
+     * rename can move a token through a name it no longer has, the owner
+     * mark confirms it first; false when it does not ($reason says why).
+     *
+     * @param array<string, bool> $givenUp
+     */
+    private static function finish(string $dir, string $token, ?string $takenFrom, int $leaseUs, array &$givenUp, string &$reason): bool
+    {
+        $marks = self::needsMarks($dir);
+        if ($marks) {
+            [$outcome, $holder] = self::markAndCheck($dir, $token, $takenFrom);
+            if ($outcome !== 'held') {
+                $givenUp[$token] = true;
+                $reason = $holder ?? 'taken by another client at the same moment';
+                return false;
+            }
+        }
+        if ($takenFrom !== null) {
+            self::clearWorkspace("$dir/$token", 0, $marks);
+            self::sweep($dir, $leaseUs);
+        }
+        return true;
     }
 
     /**
@@ -1582,7 +1632,7 @@ final class Native
      * a symbolic link: a link is removed itself. Depth-limited: a
      * workspace holds temporary files, not trees.
      */
-    private static function clearWorkspace(string $path, int $depth): void
+    private static function clearWorkspace(string $path, int $depth, bool $keepMarks = false): void
     {
         $names = @scandir($path);
         if ($names === false) {
@@ -1590,6 +1640,10 @@ final class Native
         }
         foreach ($names as $n) {
             if ($n === '.' || $n === '..') {
+                continue;
+            }
+            // Owner marks were judged one by one; ours stays.
+            if ($keepMarks && $depth === 0 && self::tokenOfMark($n) !== null) {
                 continue;
             }
             $p = "$path/$n";
@@ -1612,12 +1666,28 @@ final class Native
     /** Renames TOKEN back to the free token. */
     public static function release(string $dir, string $token): void
     {
+        $marked = self::needsMarks($dir);
+        $mark = "$dir/$token/" . self::markOf($token);
+        // The next holder of the free token would find our mark and step back.
+        error_clear_last();
+        if ($marked && !@rmdir($mark) && ($errno = self::lastErrno() ?: 5) !== 2) {
+            throw self::systemError('release', $dir, "cannot remove our owner mark from $token (the lock is still ours)", $errno);
+        }
+        // Never retried after ENOENT: on GlusterFS a rename through a stale
+        // name can move the token of whoever took ours over.
         $errno = self::rename("$dir/$token", "$dir/" . self::FREE);
         if ($errno === 2) {
             throw new LockLostException('lock_lost', "tokenlock: release $dir: the lock does not hold $token any more: it was taken over (its lease ended, its owner was judged dead, or it was broken), so another process may have held it meanwhile; nothing was changed", 3);
         }
         if ($errno !== 0) {
-            throw self::systemError('release', $dir, "cannot rename $token to " . self::FREE, $errno);
+            // Still ours; held without its mark, another client's rename
+            // through a stale name could take it.
+            $fix = '';
+            error_clear_last();
+            if ($marked && !@mkdir($mark, 0700) && self::lastErrno() !== 17) {
+                $fix = 'and our owner mark could not be put back: until the release succeeds, another GlusterFS client may take the lock too';
+            }
+            throw self::systemError('release', $dir, "cannot rename $token to " . self::FREE, $errno, $fix);
         }
     }
 
@@ -1630,12 +1700,217 @@ final class Native
             return $token;
         }
         $errno = self::rename("$dir/$token", "$dir/$new");
-        if ($errno === 2) {
+        clearstatcache(true, "$dir/$new");
+        // An NFS client may retransmit a rename whose reply was lost.
+        if ($errno === 2 && @lstat("$dir/$new") === false) {
             throw new LockLostException('lock_lost', "tokenlock: refresh $dir: the lock does not hold $token any more: it was taken over (its lease ended, its owner was judged dead, or it was broken); nothing was changed", 3);
         }
-        if ($errno !== 0) {
+        if ($errno !== 0 && $errno !== 2) {
             throw self::systemError('refresh', $dir, "cannot rename $token to $new", $errno);
         }
+        // The mark names the current lease: one naming the old lease would
+        // look expired to a process judging it after that lease's end.
+        if (self::needsMarks($dir)) {
+            $errno = self::rename("$dir/$new/" . self::markOf($token), "$dir/$new/" . self::markOf($new));
+            error_clear_last();
+            if ($errno !== 0 && !($errno === 2 && (@mkdir("$dir/$new/" . self::markOf($new), 0700) || self::lastErrno() === 17))) {
+                throw self::systemError('refresh', $dir, "the lease was renewed (the token is now $new), but our owner mark in it could not be renamed to match", $errno ?: 5,
+                    'until a refresh succeeds, another GlusterFS client may judge it expired at the old lease\'s end');
+            }
+        }
         return $new;
+    }
+
+    // ---- Owner marks (docs/protocol.md, Owner marks) ---------------------
+
+    /**
+     * Filesystems whose renames keep the protocol's property by themselves:
+     * local ones (the wait board's allowlist), and network ones whose
+     * server renames by name.
+     */
+    private const NO_MARKS = ['ext2', 'ext3', 'ext4', 'xfs', 'btrfs', 'tmpfs', 'ramfs', 'f2fs', 'overlay', 'zfs', 'reiserfs', 'jfs',
+        'bcachefs', 'nilfs2', 'fuse.sshfs', 'fuse.mfs', 'fuse.moosefs', 'nfs', 'nfs4', 'cifs', 'smb3', 'ceph', 'fuse.ceph', 'fuse.ceph-fuse'];
+
+    /**
+     * Per lock directory: whether owner marks are made, asked once per
+     * process. Tests set an entry to force them.
+     *
+     * @var array<string, bool>
+     */
+    public static array $ownerMarks = [];
+
+    /**
+     * The type of the filesystem holding PATH, from the mount table by
+     * device number, else by the mount point that is the longest prefix of
+     * its real path (a btrfs subvolume's device is in no mount); null when
+     * it cannot be told (a missing path, a mount table out of reach).
+     */
+    public static function fsType(string $path, string $table = '/proc/self/mountinfo'): ?string
+    {
+        clearstatcache(true, $path);
+        $st = @stat($path);
+        $text = $st === false ? false : @file_get_contents($table);
+        if ($text === false) {
+            return null;
+        }
+        $dev = $st['dev'];
+        $id = ((($dev >> 8) & 0xfff) | (($dev >> 32) & ~0xfff)) . ':' . (($dev & 0xff) | (($dev >> 12) & ~0xff));
+        $mounts = [];
+        foreach (explode("\n", $text) as $line) {
+            $f = explode(' ', $line);
+            $sep = array_search('-', array_slice($f, 6, null, true), true);
+            if (count($f) <= 4 || $sep === false || !isset($f[$sep + 1])) {
+                continue;
+            }
+            if ($f[2] === $id) {
+                return $f[$sep + 1];
+            }
+            $point = (string) preg_replace_callback('/\\\\([0-7]{3})/', fn ($m) => chr(octdec($m[1])), $f[4]);
+            $mounts[] = [$point, $f[$sep + 1]];
+        }
+        $real = realpath($path);
+        if ($real === false) {
+            return null;
+        }
+        $best = '';
+        $type = null;
+        foreach ($mounts as [$point, $fs]) {
+            if (($real === $point || $point === '/' || str_starts_with($real, "$point/")) && strlen($point) >= strlen($best)) {
+                [$best, $type] = [$point, $fs];
+            }
+        }
+        return $type;
+    }
+
+    /** Whether acquisitions of DIR make owner marks: unless its filesystem is known not to need them. */
+    public static function needsMarks(string $dir): bool
+    {
+        if (isset(self::$ownerMarks[$dir])) {
+            return self::$ownerMarks[$dir];
+        }
+        // The lock directory may not exist yet; its parent is then asked.
+        $slash = strrpos($dir, '/');
+        $type = self::fsType($dir) ?? self::fsType($slash === false ? '.' : ($slash === 0 ? '/' : substr($dir, 0, $slash)));
+        return self::$ownerMarks[$dir] = $type === null || !in_array($type, self::NO_MARKS, true);
+    }
+
+    private static function markOf(string $token): string
+    {
+        return 'h.' . substr($token, strlen(self::PREFIX));
+    }
+
+    /**
+     * The held token a mark names, or null when NAME is no mark.
+     *
+     * @return array{0: string, 1: array{expiry: int, tag: string, pid: int, start: string, legacy: bool}}|null
+     */
+    private static function tokenOfMark(string $name): ?array
+    {
+        if (!str_starts_with($name, 'h.')) {
+            return null;
+        }
+        $token = self::PREFIX . substr($name, 2);
+        $c = self::classify($token);
+        return $c[0] === 'held' ? [$token, $c[1]] : null;
+    }
+
+    private static function ownerPart(string $token): string
+    {
+        return (string) preg_replace('/\Alockfile\.[0-9]+\./', '', $token);
+    }
+
+    /**
+     * The live marks in a token other than ours, after removing those of
+     * the owner taken over from and those of dead or expired owners:
+     * ['seen', [token, reason] of the first live one, or null], or ['gone',
+     * errno] when the token cannot be listed (errno 0: it is gone).
+     *
+     * @return array{0: string, 1: array{0: string, 1: string}|int|null}
+     */
+    private static function judgeMarks(string $path, string $ours, ?string $takenFrom): array
+    {
+        error_clear_last();
+        $names = @scandir($path);
+        if ($names === false) {
+            $errno = self::lastErrno() ?: 5;
+            return ['gone', $errno === 2 || $errno === 116 ? 0 : $errno];
+        }
+        $takenOwner = $takenFrom === null ? null : self::ownerPart($takenFrom);
+        $live = null;
+        foreach ($names as $n) {
+            $t = $n === $ours ? null : self::tokenOfMark($n);
+            if ($t === null) {
+                continue;
+            }
+            [$stale, $reason] = $takenOwner !== null && self::ownerPart($t[0]) === $takenOwner ? [true, ''] : self::judge($t[0], $t[1]);
+            if ($stale) {
+                @rmdir("$path/$n");
+            } elseif ($live === null) {
+                $live = [$t[0], $reason];
+            }
+        }
+        return ['seen', $live];
+    }
+
+    /**
+     * Confirms with an owner mark a token that a rename made ours: 'held';
+     * 'yielded' (with the reason) after handing the token back to the live
+     * holder whose mark is in it; 'abandoned' when it is gone from under us.
+     *
+     * @return array{0: string, 1: ?string}
+     */
+    private static function markAndCheck(string $dir, string $token, ?string $takenFrom): array
+    {
+        $path = "$dir/$token";
+        $mark = self::markOf($token);
+        for ($try = 0; $try < 3; ++$try) {
+            error_clear_last();
+            $ok = @mkdir("$path/$mark", 0700);
+            $errno = $ok ? 0 : (self::lastErrno() ?: 5);
+            if ($ok || $errno === 17 || $errno !== 116) {
+                break;
+            }
+        }
+        if ($errno !== 0 && $errno !== 17) {
+            // Gone already: a second rename of the name we took moved it.
+            if ($errno === 2 || $errno === 116) {
+                return ['abandoned', null];
+            }
+            self::giveUp($dir, $token, $takenFrom, 'cannot make the owner mark in', $errno);
+        }
+        [$what, $live] = self::judgeMarks($path, $mark, $takenFrom);
+        if ($what === 'gone') {
+            if ($live !== 0) {
+                self::giveUp($dir, $token, $takenFrom, 'cannot list the owner marks in', $live);
+            }
+            @rmdir("$path/$mark");
+            return ['abandoned', null];
+        }
+        if ($live === null) {
+            return ['held', null];
+        }
+        // The mark stays inside during the rename: whoever holds the
+        // directory through a stale name of its own meanwhile finds it and
+        // steps back too.
+        $back = "$dir/{$live[0]}";
+        if (self::rename($path, $back) === 0) {
+            @rmdir("$back/$mark");
+        } else {
+            @rmdir("$path/$mark");
+        }
+        return ['yielded', $live[1]];
+    }
+
+    /** Fails an acquisition whose mark could not be made or listed. */
+    private static function giveUp(string $dir, string $token, ?string $takenFrom, string $what, int $errno): void
+    {
+        $path = "$dir/$token";
+        @rmdir("$path/" . self::markOf($token));
+        [$seen, $live] = self::judgeMarks($path, self::markOf($token), $takenFrom);
+        $outcome = 'the token stays until its lease ends';
+        if ($seen === 'seen' && $live === null && self::rename($path, "$dir/" . self::FREE) === 0) {
+            $outcome = 'the lock was freed again';
+        }
+        throw self::systemError('acquire', $dir, "$what $token", $errno, $outcome);
     }
 }
