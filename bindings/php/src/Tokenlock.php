@@ -11,10 +11,13 @@
  * owner that died is not seen as dead: its lock is free when its lease
  * ends, and an E_USER_NOTICE says so once per process.
  *
- * writeFile() and increment() still drive the `tokenlock` command
- * (docs/tokenlock.1.md): each call starts one `tokenlock` process with
- * proc_open() and an argument array, so no shell ever parses a path or a
- * token. It needs nothing beyond a stock PHP 8.0 or newer.
+ * writeFile() and increment() are written in PHP too (class Files): the
+ * atomic write beside the target, and the update committed through the
+ * lock's token (docs/atomic-writes.md), with the version marks of network
+ * filesystems. Only a call given the `command` option (or one asking for
+ * a flush on PHP 8.0, which has no fsync()) runs the `tokenlock` command
+ * (docs/tokenlock.1.md), with proc_open() and an argument array, so no
+ * shell ever parses a path or a token.
  *
  * Calling sequence:
  *
@@ -48,7 +51,7 @@
  * Arguments that are wrong before any command runs (an unknown option, a
  * negative wait) throw \InvalidArgumentException.
  *
- * The command is found, in this order: the `command` option of a call;
+ * The command, for findCommand(), is found in this order: the `command` option of a call;
  * setCommand(); the TOKENLOCK_COMMAND environment variable; `tokenlock`
  * beside the main script (a cgi-bin that holds its own copy); ~/bin/tokenlock;
  * the directories of PATH.
@@ -293,6 +296,17 @@ function writeFile(string $path, string $data, array $options = []): void
     }
     $args[] = '--';
     $args[] = Command::path($path, 'path');
+    $sync = isset($options['sync']) ? $options['sync'] : 'file_and_dir';
+    if (Files::native($options, $sync)) {
+        if (!isset($options['lock'])) {
+            Files::write($path, $data, $sync, $options['mode'] ?? null, !empty($options['follow_symlinks']));
+            return;
+        }
+        Files::update($path, $options['lock'], fn (?string $current) => [$data, null], Command::fileWait($options) + [
+            'sync' => $sync, 'mode' => $options['mode'] ?? null, 'follow' => !empty($options['follow_symlinks']),
+        ]);
+        return;
+    }
     Command::run($args, $options, $data, $waitArgs === ['--nonblock'] ? 'busy' : 'timed_out');
 }
 
@@ -344,6 +358,12 @@ function increment(string $path, array $options = []): int|string
     }
     $args[] = '--';
     $args[] = Command::path($path, 'path');
+    $sync = isset($options['sync']) ? $options['sync'] : 'file_and_dir';
+    if (Files::native($options, $sync)) {
+        $by = $options['by'] ?? 1;
+        return Files::update($path, $options['lock'] ?? "$path.lock", fn (?string $current) => Files::count($path, $current, $by),
+            Command::fileWait($options) + ['sync' => $sync]);
+    }
 
     [$out] = Command::run($args, $options, null, $waitArgs === ['--nonblock'] ? 'busy' : 'timed_out');
     return Command::counterValue($out, $args);
@@ -919,6 +939,18 @@ final class Command
         return ['--wait', self::formatSeconds(min($wait ?? self::LONGEST_WAIT, self::LONGEST_WAIT))];
     }
 
+    /**
+     * The `wait` of a native writeFile() or increment(), as Native::acquire()
+     * takes it: none given is the command's 10 s, null waits without limit.
+     *
+     * @param array{wait?: int|float|null} $options
+     * @return array{wait: ?float}
+     */
+    public static function fileWait(array $options): array
+    {
+        return ['wait' => array_key_exists('wait', $options) ? self::seconds($options['wait'], 'wait') : self::DEFAULT_WAIT];
+    }
+
     /** Seconds as the command reads them: plain decimal, never an exponent. */
     public static function formatSeconds(float $seconds): string
     {
@@ -1023,7 +1055,8 @@ final class Native
         'Invalid cross-device link' => 18, 'Not a directory' => 20, 'Is a directory' => 21,
         'Invalid argument' => 22, 'No space left on device' => 28, 'Read-only file system' => 30,
         'File name too long' => 36, 'Directory not empty' => 39, 'Too many levels of symbolic links' => 40,
-        'Disk quota exceeded' => 122, 'Stale file handle' => 116,
+        'Disk quota exceeded' => 122, 'Stale file handle' => 116, 'File too large' => 27,
+        'Value too large for defined data type' => 75,
     ];
 
     public static function pid(): int
@@ -1248,7 +1281,7 @@ final class Native
     }
 
     /** The errno in the last PHP warning (0 when it names none). */
-    private static function lastErrno(): int
+    public static function lastErrno(): int
     {
         $msg = error_get_last()['message'] ?? '';
         foreach (self::ERRNO as $text => $errno) {
@@ -1259,14 +1292,14 @@ final class Native
         return 0;
     }
 
-    private static function cause(int $errno): string
+    public static function cause(int $errno): string
     {
         $text = array_search($errno, self::ERRNO, true);
         return $text === false ? (error_get_last()['message'] ?? 'unknown error') : $text;
     }
 
     /** rename(2): 0 or the errno. */
-    private static function rename(string $from, string $to): int
+    public static function rename(string $from, string $to): int
     {
         error_clear_last();
         if (@rename($from, $to)) {
@@ -1281,7 +1314,8 @@ final class Native
         $status = match ($errno) {
             2 => 66,
             1, 13 => 77,
-            20, 28, 30, 36, 122 => 73,
+            20, 21, 27, 28, 30, 36, 122 => 73,
+            22, 40, 75 => 65,
             5 => 74,
             default => 71,
         };
@@ -1321,7 +1355,7 @@ final class Native
      * Refuses a lock directory another user could change (trust.cpp). A
      * missing one is fine (it is created); returns whether it exists.
      */
-    public static function checkTrusted(string $dir, string $step = 'acquire'): bool
+    public static function checkTrusted(string $dir, string $step = 'acquire', string $what = 'the lock directory'): bool
     {
         clearstatcache(true, $dir);
         $st = @lstat($dir);
@@ -1344,11 +1378,11 @@ final class Native
         if ($why === '') {
             return true;
         }
-        throw new Exception('untrusted', sprintf('tokenlock: %s %s: refusing the lock directory (owner uid %d, mode %04o; this process runs as uid %s): another user could plant or swap entries in it, and nothing in it was touched; %s',
-            $step, $dir, $st['uid'], $mode, $euid ?? 'unknown', $why), 77);
+        throw new Exception('untrusted', sprintf('tokenlock: %s %s: refusing %s (owner uid %d, mode %04o; this process runs as uid %s): another user could plant or swap entries in it, and nothing in it was touched; %s',
+            $step, $dir, $what, $st['uid'], $mode, $euid ?? 'unknown', $why), 77);
     }
 
-    private static function euid(): ?int
+    public static function euid(): ?int
     {
         if (function_exists('posix_geteuid')) {
             return posix_geteuid();
@@ -1912,5 +1946,641 @@ final class Native
             $outcome = 'the lock was freed again';
         }
         throw self::systemError('acquire', $dir, "$what $token", $errno, $outcome);
+    }
+}
+
+/**
+ * The atomic write and the update committed through the lock's token
+ * (docs/atomic-writes.md, docs/protocol.md "The fence made of path
+ * names"), in PHP: no process is started.
+ *
+ * PHP gives file times in whole seconds, so the version marks it writes
+ * name the second of the commit; that only makes it more cautious about a
+ * file changed outside the lock within two seconds of a commit. PHP's
+ * fopen() cannot ask for O_NOFOLLOW or O_NONBLOCK: the target is judged
+ * with lstat() before it is opened and checked to be the same file after.
+ *
+ * @internal
+ */
+final class Files
+{
+    /** The largest file an update reads (default_read_limit). */
+    public const READ_LIMIT = 64 << 20;
+    private const LOCAL_FS = ['ext2', 'ext3', 'ext4', 'xfs', 'btrfs', 'tmpfs', 'ramfs', 'f2fs', 'overlay', 'zfs', 'reiserfs', 'jfs', 'bcachefs', 'nilfs2'];
+
+    /** How long a stale read on a network filesystem is read again; tests shorten it. */
+    public static int $staleReadBudgetUs = 3000000;
+    /**
+     * Per lock directory: whether it is on a local filesystem. Tests set
+     * an entry to play a network filesystem on a local disk.
+     *
+     * @var array<string, bool>
+     */
+    public static array $localFor = [];
+    /** @var array<string, bool> asked once per lock directory and process */
+    private static array $localSeen = [];
+
+    /**
+     * Whether a call with these options runs natively: unless it names a
+     * command, or asks for a flush this PHP (before 8.1) cannot make.
+     *
+     * @param array<string, mixed> $options
+     */
+    public static function native(array $options, string $sync): bool
+    {
+        return !isset($options['command']) && ($sync === 'none' || function_exists('fsync'));
+    }
+
+    private static function onLocalFs(string $lockDir): bool
+    {
+        return self::$localFor[$lockDir] ?? self::$localSeen[$lockDir] ??= (function () use ($lockDir): bool {
+            $type = Native::fsType($lockDir);
+            return $type === null || in_array($type, self::LOCAL_FS, true);
+        })();
+    }
+
+    private static function advice(int $errno, string $dir): string
+    {
+        return match ($errno) {
+            1, 13 => "check the permissions of $dir: this process must be able to write and search it",
+            2 => 'the directory of the file must exist',
+            28, 122 => "the filesystem of $dir is full or over quota: free space",
+            30 => "the filesystem of $dir is mounted read-only",
+            default => '',
+        };
+    }
+
+    /** @param array{path: string, dir: string} $t */
+    private static function fileError(string $step, array $t, string $what, int $errno): Exception
+    {
+        return Native::systemError($step, $t['path'], $what, $errno, self::advice($errno, $t['dir']));
+    }
+
+    /**
+     * The target of a write: path, directory, name, and what a replacement
+     * keeps. A symbolic link is replaced unless $follow: then the chain is
+     * resolved (at most 40 links), each checked as protected_symlinks does.
+     *
+     * @return array{path: string, dir: string, name: string, exists: bool, keepMode: ?int, keepOwner: ?array{0: int, 1: int}}
+     */
+    public static function resolveTarget(string $step, string $path, bool $follow): array
+    {
+        $bad = fn (string $why) => new Exception('bad_argument', "tokenlock: $step \"$path\": $why", 64);
+        if (str_ends_with($path, '/')) {
+            throw $bad("the target path ends in '/': name a file");
+        }
+        for ($hops = 0; ; ++$hops) {
+            $slash = strrpos($path, '/');
+            $dir = $slash === false ? '.' : ($slash === 0 ? '/' : substr($path, 0, $slash));
+            $name = $slash === false ? $path : substr($path, $slash + 1);
+            if ($name === '.' || $name === '..') {
+                throw $bad('the target must name a file');
+            }
+            $t = ['path' => $path, 'dir' => $dir, 'name' => $name, 'exists' => false, 'keepMode' => null, 'keepOwner' => null];
+            clearstatcache(true, $path);
+            $st = @lstat($path);
+            if ($st === false) {
+                break;
+            }
+            $type = $st['mode'] & 0170000;
+            if ($type === 0120000) {
+                if (!$follow) {
+                    break;
+                }
+                if ($hops >= 40) {
+                    throw self::fileError($step, $t, 'too many levels of symbolic links', 40);
+                }
+                self::checkLink($step, $t, $st);
+                $to = @readlink($path);
+                if ($to === false) {
+                    throw self::fileError($step, $t, 'cannot read the symbolic link', Native::lastErrno() ?: 5);
+                }
+                $path = str_starts_with($to, '/') ? $to : "$dir/$to";
+                continue;
+            }
+            if ($type === 0040000) {
+                throw self::fileError($step, $t, 'the target is a directory', 21);
+            }
+            if ($type !== 0100000) {
+                throw Native::systemError($step, $path, 'the target is not a regular file (a device, FIFO or socket cannot be replaced atomically)', 22, 'put a regular file there');
+            }
+            // Its setuid, setgid and sticky bits belonged to its contents.
+            $t['exists'] = true;
+            $t['keepMode'] = $st['mode'] & 0777;
+            $t['keepOwner'] = [$st['uid'], $st['gid']];
+            break;
+        }
+        clearstatcache(true, $t['dir']);
+        $dst = @stat($t['dir']);
+        if ($dst === false) {
+            throw Native::systemError($step, $t['path'], "its directory {$t['dir']} does not exist or cannot be searched", 2, 'create the directory first');
+        }
+        if (($dst['mode'] & 0170000) !== 0040000) {
+            throw self::fileError($step, $t, "{$t['dir']} is not a directory", 20);
+        }
+        return $t;
+    }
+
+    /**
+     * In a directory that is sticky and writable by all, anyone may plant
+     * a link: one is followed only when it is ours or the directory owner's.
+     *
+     * @param array{path: string, dir: string} $t
+     * @param array{uid: int} $link
+     */
+    private static function checkLink(string $step, array $t, array $link): void
+    {
+        $d = @stat($t['dir']);
+        if ($d === false) {
+            throw self::fileError($step, $t, "cannot look at the directory {$t['dir']} of the symbolic link", Native::lastErrno() ?: 2);
+        }
+        $euid = Native::euid();
+        if (!($d['mode'] & 01000) || !($d['mode'] & 0002) || $link['uid'] === $euid || $link['uid'] === $d['uid']) {
+            return;
+        }
+        throw new Exception('untrusted', sprintf('tokenlock: %s %s: refusing to follow the symbolic link %s: it is owned by uid %d, neither this user (uid %s) nor the owner of %s (uid %d), a directory that is sticky and writable by all (mode %04o), where anyone may plant a link; nothing was written or read: name the file it points to directly, or have that link removed and made by this user',
+            $step, $t['path'], $t['path'], $link['uid'], $euid ?? 'unknown', $t['dir'], $d['uid'], $d['mode'] & 07777), 77);
+    }
+
+    /**
+     * Writes DATA to a new temporary file .NAME.tmp.<16 hex> in $inDir,
+     * flushed as $sync asks, and returns its path; on failure nothing is left.
+     *
+     * @param array{path: string, dir: string, name: string, keepOwner: ?array{0: int, 1: int}} $t
+     */
+    public static function writeTemp(array $t, string $inDir, string $data, string $sync, int $mode): string
+    {
+        $tmp = "$inDir/.{$t['name']}.tmp." . bin2hex(random_bytes(8));
+        error_clear_last();
+        // 'x' is O_CREAT|O_EXCL, which never follows a link planted there.
+        $h = @fopen($tmp, 'xb');
+        if ($h === false) {
+            throw self::fileError('create', $t, "cannot create the temporary file $tmp", Native::lastErrno() ?: 5);
+        }
+        $fail = null;
+        // As root, the replaced file's owner and group are kept, so that the
+        // program owning the data can still write it.
+        if ($t['keepOwner'] !== null && Native::euid() === 0) {
+            @chown($tmp, $t['keepOwner'][0]);
+            @chgrp($tmp, $t['keepOwner'][1]);
+        }
+        error_clear_last();
+        if (!@chmod($tmp, $mode)) {
+            $fail = ['create', "cannot set the mode of the temporary file $tmp"];
+        }
+        for ($off = 0, $n = strlen($data); $fail === null && $off < $n; $off += $w) {
+            error_clear_last();
+            $w = @fwrite($h, $off === 0 ? $data : substr($data, $off));
+            if ($w === false || $w === 0) {
+                $fail = ['write', "cannot write the temporary file $tmp"];
+                $w = 0;
+            }
+        }
+        error_clear_last();
+        if ($fail === null && $sync !== 'none' && (!@fflush($h) || !@fsync($h))) {
+            $fail = ['sync', "cannot flush the temporary file $tmp"];
+        }
+        $errno = $fail === null ? 0 : (Native::lastErrno() ?: 5);
+        // A failure here counts: NFS reports write errors at close.
+        error_clear_last();
+        if (!@fclose($h) && $fail === null) {
+            $fail = ['close', "closing the temporary file $tmp failed"];
+            $errno = Native::lastErrno() ?: 5;
+        }
+        if ($fail !== null) {
+            @unlink($tmp);
+            throw self::fileError($fail[0], $t, $fail[1], $errno);
+        }
+        return $tmp;
+    }
+
+    /**
+     * Flushes the target's directory after a rename, as `file_and_dir`
+     * asks: a failure is DirSyncException, since the change is made.
+     *
+     * @param array{path: string, dir: string} $t
+     */
+    public static function syncTargetDir(array $t, string $sync, string $done, string $advice, int|string|null $value = null): void
+    {
+        if ($sync !== 'file_and_dir') {
+            return;
+        }
+        error_clear_last();
+        $h = @fopen($t['dir'], 'r');
+        $errno = $h === false ? (Native::lastErrno() ?: 5) : 0;
+        if ($h !== false) {
+            error_clear_last();
+            $errno = @fsync($h) ? 0 : (Native::lastErrno() ?: 5);
+            fclose($h);
+        }
+        if ($errno === 0) {
+            return;
+        }
+        $what = "$done, but flushing the directory {$t['dir']} failed (" . Native::cause($errno) . "): a crash may undo it$advice";
+        if ($errno === 13 || $errno === 1) {
+            $what .= "; give this user read permission on {$t['dir']} (chmod u+r, or g+r for a shared group), or write with sync file";
+        }
+        $e = new DirSyncException('dir_sync_failed', "tokenlock: sync {$t['path']}: $what", 74, [], null, $errno);
+        if ($value !== null) {
+            $e->setValue($value);
+        }
+        throw $e;
+    }
+
+    private static function modeOf(array $t, ?int $mode): int
+    {
+        if ($mode !== null) {
+            return $mode;
+        }
+        if ($t['keepMode'] !== null) {
+            return $t['keepMode'];
+        }
+        return 0644 & ~umask();
+    }
+
+    /** writeFile() without a lock: the temporary file beside the target, renamed over it. */
+    public static function write(string $path, string $data, string $sync, ?int $mode, bool $follow): void
+    {
+        $t = self::resolveTarget('write', $path, $follow);
+        $tmp = self::writeTemp($t, $t['dir'], $data, $sync, self::modeOf($t, $mode));
+        $errno = Native::rename($tmp, $t['path']);
+        if ($errno !== 0) {
+            @unlink($tmp);
+            throw self::fileError('rename', $t, "cannot rename $tmp over the target", $errno);
+        }
+        self::syncTargetDir($t, $sync, 'the new contents are in place', '');
+    }
+
+    /**
+     * Reads the target under the lock: a regular file only, at most the
+     * read limit, never through a symbolic link (the commit replaces a
+     * link, so what it points to is not the target's contents).
+     *
+     * @param array{path: string, dir: string} $t
+     * @return array{0: ?string, 1: int} the contents (null: missing) and their mtime in microseconds
+     */
+    public static function readTarget(array $t): array
+    {
+        $path = $t['path'];
+        clearstatcache(true, $path);
+        $st = @lstat($path);
+        if ($st === false) {
+            return [null, 0];
+        }
+        $type = $st['mode'] & 0170000;
+        if ($type === 0120000) {
+            throw Native::systemError('read', $path, 'it is a symbolic link, and links are not followed here (the write replaces the link), so what it points to, maybe another user\'s file, was not read; nothing was written: name the file it points to, ask to follow links, or remove the link', 40, 'pass follow_symlinks to update the file it points to');
+        }
+        if ($type === 0040000) {
+            throw Native::systemError('read', $path, 'it is a directory; nothing was written', 21, 'remove it or name a file');
+        }
+        if ($type !== 0100000) {
+            throw Native::systemError('read', $path, 'it is not a regular file (a FIFO, device or socket), and was not read; nothing was written', 22, 'put a regular file there');
+        }
+        if ($st['size'] > self::READ_LIMIT) {
+            throw Native::systemError('read', $path, "it is too large ({$st['size']} bytes, the limit is " . self::READ_LIMIT . '); nothing was written', 27, 'keep such files out of updates');
+        }
+        error_clear_last();
+        $h = @fopen($path, 'rb');
+        if ($h === false) {
+            $errno = Native::lastErrno() ?: 5;
+            if ($errno === 2) {
+                return [null, 0];
+            }
+            throw self::fileError('read', $t, 'cannot open the target', $errno);
+        }
+        try {
+            $fst = fstat($h);
+            // Swapped since the lstat (for a link, say): not what was judged.
+            if ($fst === false || $fst['ino'] !== $st['ino'] || $fst['dev'] !== $st['dev']) {
+                throw Native::systemError('read', $path, 'it was replaced while being opened; nothing was written', 11, 'retry');
+            }
+            // In pieces: a length given to stream_get_contents() is allocated whole.
+            for ($text = ''; !feof($h);) {
+                error_clear_last();
+                $chunk = @fread($h, 65536);
+                if ($chunk === false) {
+                    throw self::fileError('read', $t, 'cannot read the target', Native::lastErrno() ?: 5);
+                }
+                $text .= $chunk;
+                if (strlen($text) > self::READ_LIMIT) {
+                    throw Native::systemError('read', $path, 'it grew past the limit of ' . self::READ_LIMIT . ' bytes; nothing was written', 27, 'keep such files out of updates');
+                }
+            }
+            return [$text, $fst['mtime'] * 1000000];
+        } finally {
+            fclose($h);
+        }
+    }
+
+    // ---- version marks, on network filesystems ----------------------------
+    // `D/<token>/w/v.<FNV-1a of the contents>.<mtime of the new file, µs>`:
+    // what the last commit wrote, so that the next holder can tell a stale
+    // read from its client's cache (docs/atomic-writes.md).
+
+    public static function fnvHex(string $data): string
+    {
+        [$hi, $lo] = Native::fnv1a($data);
+        return sprintf('%08x%08x', $hi, $lo);
+    }
+
+    /** @return array{name: string, hash: string, mtime: int}|null */
+    private static function readVersionMark(string $w): ?array
+    {
+        $best = null;
+        foreach (@scandir($w) ?: [] as $n) {
+            if (preg_match('/\Av\.([0-9a-f]{16})\.(-?[0-9]{1,19})\z/', $n, $m) && ($best === null || (int) $m[2] > $best['mtime'])) {
+                $best = ['name' => $n, 'hash' => $m[1], 'mtime' => (int) $m[2]];
+            }
+        }
+        return $best;
+    }
+
+    /** @param array{name: string}|null $old */
+    private static function writeVersionMark(string $w, ?array $old, string $hash, int $mtimeUs): void
+    {
+        $name = "v.$hash.$mtimeUs";
+        if ($old !== null && ($old['name'] === $name || Native::rename("$w/{$old['name']}", "$w/$name") === 0)) {
+            return;
+        }
+        $h = @fopen("$w/$name", 'x');
+        if ($h !== false) {
+            fclose($h);
+        }
+    }
+
+    // ---- the fenced update ------------------------------------------------
+
+    private static function lostBeforeCommit(string $path, string $token): LockLostException
+    {
+        return new LockLostException('lock_lost', "tokenlock: commit $path: the lock was taken over before the commit (our token $token is gone: our lease ended or we were judged dead); nothing was written and the new owner's data is intact", 3);
+    }
+
+    /**
+     * Whether our token is gone: a lookup's ENOENT is confirmed by a
+     * listing, since a network client may answer a lookup from its cache.
+     */
+    private static function tokenGone(string $dir, string $token): bool
+    {
+        clearstatcache(true, "$dir/$token");
+        if (@lstat("$dir/$token") !== false) {
+            return false;
+        }
+        $names = @scandir($dir);
+        return $names === false || !in_array($token, $names, true);
+    }
+
+    /**
+     * The token's workspace `w`, made by the first update and judged by
+     * the trust rules: another user who could write it could swap the
+     * temporary file. Returns [path, made].
+     *
+     * @return array{0: string, 1: bool}
+     */
+    private static function workspace(string $dir, string $token, array $t): array
+    {
+        $w = "$dir/$token/w";
+        $made = false;
+        clearstatcache(true, $w);
+        if (@lstat($w) === false) {
+            error_clear_last();
+            if (@mkdir($w, 0700)) {
+                $made = true;
+                @chmod($w, Native::DIR_MODE);
+            } elseif (($errno = Native::lastErrno() ?: 5) !== 17) {
+                if ($errno === 2 && self::tokenGone($dir, $token)) {
+                    throw self::lostBeforeCommit($t['path'], $token);
+                }
+                throw self::fileError('create', $t, "cannot create the workspace $w", $errno);
+            }
+            clearstatcache(true, $w);
+        }
+        foreach (["$dir/$token" => "lock's token", $w => "lock's workspace"] as $path => $what) {
+            try {
+                Native::checkTrusted($path, 'commit', "the $what");
+            } catch (Exception $e) {
+                if ($made) {
+                    @rmdir($w);
+                }
+                throw $e;
+            }
+        }
+        return [$w, $made];
+    }
+
+    /**
+     * Commits DATA over the target through the token: the temporary file
+     * in D/<token>/w, renamed over the target by a path through the
+     * token's name, which fails once the lock was taken over. False
+     * (nothing written) when the token cannot fence it: a file token, or
+     * the target on another filesystem.
+     *
+     * @param array{path: string, dir: string, name: string, keepOwner: ?array{0: int, 1: int}} $t
+     * @param array{name: string}|null $oldMark
+     */
+    private static function fencedCommit(string $dir, string $token, array $t, string $data, string $sync, int $mode, bool $marks, ?array $oldMark): bool
+    {
+        clearstatcache();
+        $tok = @stat("$dir/$token");
+        if ($tok === false) {
+            if (self::tokenGone($dir, $token)) {
+                throw self::lostBeforeCommit($t['path'], $token);
+            }
+            throw self::fileError('commit', $t, "cannot look at the lock's token $dir/$token", Native::lastErrno() ?: 5);
+        }
+        $dst = @stat($t['dir']);
+        // A token that is a file (a legacy setup's) has no room for the
+        // temporary file; a rename cannot cross filesystems.
+        if ($dst === false || ($tok['mode'] & 0170000) !== 0040000 || $tok['dev'] !== $dst['dev']) {
+            return false;
+        }
+        [$w, $made] = self::workspace($dir, $token, $t);
+        try {
+            $tmp = self::writeTemp($t, $w, $data, $sync, $mode);
+        } catch (Exception $e) {
+            if ($made) {
+                @rmdir($w);
+            }
+            if ($e->getErrno() === 2 && self::tokenGone($dir, $token)) {
+                throw self::lostBeforeCommit($t['path'], $token);
+            }
+            throw $e;
+        }
+        clearstatcache(true, $tmp);
+        $written = $marks ? @lstat($tmp) : false;
+        $errno = Native::rename($tmp, $t['path']);
+        if ($errno !== 0) {
+            @unlink($tmp);
+            if ($made) {
+                @rmdir($w);
+            }
+            if ($errno === 18) {
+                return false;
+            }
+            if ($errno === 2 && self::tokenGone($dir, $token)) {
+                throw self::lostBeforeCommit($t['path'], $token);
+            }
+            throw self::fileError('rename', $t, "cannot rename $tmp over the target", $errno);
+        }
+        if ($written !== false) {
+            self::writeVersionMark($w, $oldMark, self::fnvHex($data), $written['mtime'] * 1000000);
+        }
+        return true;
+    }
+
+    /**
+     * The update flow of update_file: lock, read, compute, commit through
+     * the token, release, flush the directory. $compute gets the current
+     * contents (null: missing) and returns [new contents, value]; the value
+     * is returned.
+     *
+     * @param callable(?string): array{0: string, 1: mixed} $compute
+     * @param array{wait?: ?float, sync: string, mode?: ?int, follow?: bool, lease_us?: int} $o
+     */
+    public static function update(string $path, string $lockDir, callable $compute, array $o): mixed
+    {
+        $dir = Native::lockPath($lockDir);
+        $leaseUs = $o['lease_us'] ?? Native::leaseUs(null);
+        $token = Native::acquire($dir, array_key_exists('wait', $o) ? $o['wait'] : Command::DEFAULT_WAIT, $leaseUs);
+        $t = null;
+        $value = null;
+        try {
+            $t = self::resolveTarget('write', $path, $o['follow'] ?? false);
+            if (random_int(0, 31) === 0) {
+                self::sweepTemps($t, $leaseUs);
+            }
+            $marks = !self::onLocalFs($dir);
+            $oldMark = $marks ? self::readVersionMark("$dir/$token/w") : null;
+            [$current, $mtime] = self::readTarget($t);
+            if ($oldMark !== null) {
+                [$current, $mtime] = self::readPastStale($t, $oldMark, $leaseUs, $current, $mtime);
+            }
+            [$next, $value] = $compute($current);
+            $mode = self::modeOf($t, $o['mode'] ?? null);
+            if (!self::fencedCommit($dir, $token, $t, $next, $o['sync'], $mode, $marks, $oldMark)) {
+                $token = self::unfencedCommit($dir, $token, $t, $next, $o['sync'], $mode, $leaseUs);
+            }
+        } finally {
+            // Released whatever happened; after a commit a failure to
+            // release is not reported, which would invite a retry that
+            // counts twice.
+            try {
+                Native::release($dir, $token);
+            } catch (Exception $ignored) {
+            }
+        }
+        self::syncTargetDir($t, $o['sync'], 'the update is committed', '; do not repeat the update', $value);
+        return $value;
+    }
+
+    /**
+     * Across filesystems, or through a file token: beside the target, with
+     * ownership proved by a refresh rename just before the commit (the
+     * window between the two remains). Returns the token's new name.
+     */
+    private static function unfencedCommit(string $dir, string $token, array $t, string $data, string $sync, int $mode, int $leaseUs): string
+    {
+        $tmp = self::writeTemp($t, $t['dir'], $data, $sync, $mode);
+        try {
+            $token = Native::refresh($dir, $token, $leaseUs);
+        } catch (Exception $e) {
+            @unlink($tmp);
+            throw $e instanceof LockLostException ? self::lostBeforeCommit($t['path'], $token) : $e;
+        }
+        $errno = Native::rename($tmp, $t['path']);
+        if ($errno !== 0) {
+            @unlink($tmp);
+            throw self::fileError('rename', $t, "cannot rename $tmp over the target", $errno);
+        }
+        return $token;
+    }
+
+    /**
+     * Reads again, for a while, a version older than the one the version
+     * mark says the last commit wrote: a network client's stale cache.
+     *
+     * @param array{hash: string, mtime: int} $mark
+     * @return array{0: ?string, 1: int}
+     */
+    private static function readPastStale(array $t, array $mark, int $leaseUs, ?string $current, int $mtime): array
+    {
+        $start = hrtime(true);
+        $budget = min(self::$staleReadBudgetUs, intdiv($leaseUs, 4)) * 1000;
+        $pause = 5000;
+        for ($reads = 1; ; ++$reads) {
+            if ($current !== null && (self::fnvHex($current) === $mark['hash'] || $mtime > $mark['mtime'] + Native::SKEW_US)) {
+                return [$current, $mtime];
+            }
+            $left = $start + $budget - hrtime(true);
+            if ($left <= 0) {
+                $fs = Native::fsType($t['dir']) ?? 'a network filesystem';
+                throw new Exception('stale_data', "tokenlock: read {$t['path']}: this client keeps reading a version older than the one the last update committed ($reads reads in " . intdiv(hrtime(true) - $start, 1000000) . " ms); nothing was written; the filesystem ($fs) serves stale cached data: turn its client caches off (tokenlock doctor DIR --peer DIR2 checks a mount)", 75);
+            }
+            usleep(min($pause, intdiv($left, 1000) + 1));
+            $pause = min(2 * $pause, 200000);
+            [$current, $mtime] = self::readTarget($t);
+        }
+    }
+
+    /**
+     * Removes this target's temporary files older than a lease, which no
+     * live writer holding the lock can own: those of crashed writes beside
+     * it. Only regular files named exactly .NAME.tmp.<16 hex>.
+     *
+     * @param array{dir: string, name: string} $t
+     */
+    public static function sweepTemps(array $t, int $leaseUs): int
+    {
+        $prefix = ".{$t['name']}.tmp.";
+        $removed = 0;
+        foreach (@scandir($t['dir']) ?: [] as $n) {
+            if (!str_starts_with($n, $prefix) || !preg_match('/\A[0-9a-f]{16}\z/', substr($n, strlen($prefix)))) {
+                continue;
+            }
+            $p = "{$t['dir']}/$n";
+            clearstatcache(true, $p);
+            $st = @lstat($p);
+            if ($st !== false && ($st['mode'] & 0170000) === 0100000 && $st['mtime'] * 1000000 < Native::nowUs() - $leaseUs && @unlink($p)) {
+                ++$removed;
+            }
+        }
+        return $removed;
+    }
+
+    /** The sum of two unsigned decimals, or null past 2^64-1. */
+    public static function addU64(string $a, string $b): ?string
+    {
+        $r = '';
+        $carry = 0;
+        for ($i = strlen($a) - 1, $j = strlen($b) - 1; $i >= 0 || $j >= 0 || $carry; --$i, --$j) {
+            $s = $carry + ($i >= 0 ? (int) $a[$i] : 0) + ($j >= 0 ? (int) $b[$j] : 0);
+            $r = ($s % 10) . $r;
+            $carry = intdiv($s, 10);
+        }
+        $r = ltrim($r, '0');
+        $r = $r === '' ? '0' : $r;
+        return Command::fitsUint64($r) ? $r : null;
+    }
+
+    /**
+     * increment()'s step: the counter's new contents and value.
+     *
+     * @return array{0: string, 1: int|string}
+     */
+    public static function count(string $path, ?string $text, int $by): array
+    {
+        $old = '0';
+        if ($text !== null) {
+            if (!preg_match('/\A(0|[1-9][0-9]{0,19})\n\z/', $text, $m) || !Command::fitsUint64($m[1])) {
+                $shown = addcslashes(substr($text, 0, 24), "\0..\37\177..\377") . (strlen($text) > 24 ? '...' : '');
+                throw new Exception('corrupt_data', "tokenlock: read counter $path: the file does not hold one unsigned decimal and a newline (it holds \"$shown\", " . strlen($text) . ' bytes); it was left as it is: repair or remove it by hand', 65);
+            }
+            $old = $m[1];
+        }
+        $new = self::addU64($old, (string) $by);
+        if ($new === null) {
+            throw Native::systemError('increment', $path, "adding $by to $old would overflow 64 bits; the counter was left as it is", 75, 'reset the counter by hand if it is meant to wrap');
+        }
+        return ["$new\n", Command::toInt($new)];
     }
 }
