@@ -547,6 +547,7 @@ final class Lock
         if (!$this->held) {
             throw new \LogicException("Tokenlock\\Lock::refresh: the lock {$this->dir} is no longer held by this object");
         }
+        $this->checkOwner('refresh');
         $lease = $lease === null ? $this->lease : Command::seconds($lease, 'lease');
         try {
             $this->token = Native::refresh(Native::lockPath($this->dir), $this->token, Native::leaseUs($lease));
@@ -563,6 +564,8 @@ final class Lock
      *
      * @throws LockLostException when the lock was taken over meanwhile
      *         (nothing was changed, and it is no longer held)
+     * @throws Exception `not_owner` in a forked child of the process that
+     *         acquired it; the lock stays held by that process
      * @throws Exception on any other failure; the lock then stays held and
      *         release() may be called again
      */
@@ -571,6 +574,7 @@ final class Lock
         if (!$this->held) {
             return;
         }
+        $this->checkOwner('release');
         try {
             Native::release(Native::lockPath($this->dir), $this->token);
         } catch (LockLostException $e) {
@@ -595,6 +599,18 @@ final class Lock
             $this->release();
         } catch (Exception $e) {
             trigger_error('Tokenlock\Lock: releasing on destruction: ' . $e->getMessage(), E_USER_WARNING);
+        }
+    }
+
+    /**
+     * A forked child shares this object, not the lock: the token names its
+     * parent, which may still be in its critical section.
+     */
+    private function checkOwner(string $step): void
+    {
+        $pid = Native::pid();
+        if ($pid !== $this->ownerPid) {
+            throw new Exception('not_owner', "tokenlock: $step {$this->dir}: the lock belongs to process {$this->ownerPid}, and this is its forked child $pid; nothing was changed: only the process that acquired a lock may release or refresh it", 70);
         }
     }
 

@@ -422,6 +422,37 @@ final class NativeTest extends TempDirTestCase
         return [proc_close($proc), [$out, $err]];
     }
 
+    public function testAForkedChildCannotReleaseOrRefreshItsParentsLock(): void
+    {
+        if (!function_exists('pcntl_fork')) {
+            $this->markTestSkipped('forking needs the pcntl extension of the PHP CLI');
+        }
+        $lockDir = "$this->dir/a.lock";
+        $lock = Lock::acquire($lockDir);
+        $token = $lock->token();
+        $child = Child::start(function (Channel $ch) use ($lock): void {
+            foreach (['release' => fn () => $lock->release(), 'refresh' => fn () => $lock->refresh(60)] as $step => $call) {
+                try {
+                    $call();
+                    $ch->send("$step: done");
+                } catch (Exception $e) {
+                    $ch->send("$step: " . $e->getError() . ' ' . $e->getCode() . ' ' . $e->getMessage());
+                }
+            }
+        });
+        $parent = getmypid();
+        foreach (['release', 'refresh'] as $step) {
+            $answer = $child->channel->receive();
+            $this->assertStringStartsWith("$step: not_owner 70 tokenlock: $step $lockDir: the lock belongs to process $parent, and this is its forked child $child->pid", $answer);
+        }
+        $this->assertSame(0, $child->wait(), 'the child ended, its copy of the lock destroyed without a release');
+        $this->assertSame([$token => true], $this->entries($lockDir), 'the lock is still held, under the same token');
+        $this->assertTrue($lock->isHeld());
+        $this->assertSame($token, Tool::status($lockDir)['token']);
+        $lock->release();
+        $this->assertLockFree($lockDir);
+    }
+
     /** @return array<string, bool> the entries of DIR, each with whether it is a directory */
     private function entries(string $dir): array
     {
