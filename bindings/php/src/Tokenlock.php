@@ -1607,9 +1607,16 @@ final class Native
             throw self::systemError('create', $dir, "cannot create the token $init/" . self::FREE, $errno);
         }
         @chmod("$init/" . self::FREE, self::DIR_MODE);
-        self::syncDirectory($init);
+        $errno = self::syncDirectory($init);
+        if ($errno !== 0) {
+            @rmdir("$init/" . self::FREE);
+            @rmdir($init);
+            throw self::systemError('create', $dir, "cannot sync $init", $errno);
+        }
         $errno = self::rename($init, $dir);
         if ($errno === 0) {
+            // Not an error of the lock if this fails: the directory works,
+            // and a crash that undoes it is repaired by the next acquire.
             self::syncDirectory($parent);
             self::sweep($dir, $leaseUs);
             return;
@@ -1625,16 +1632,25 @@ final class Native
         throw self::systemError('create', $dir, "cannot rename $init to the lock directory", $errno);
     }
 
-    private static function syncDirectory(string $path): void
+    /**
+     * fsync(2) of a directory: 0 or the errno. PHP 8.0 has no fsync(); the
+     * directory then works unflushed, and a crash that undoes it is
+     * repaired by the next acquire creating it again.
+     */
+    private static function syncDirectory(string $path): int
     {
-        // Flushing a directory through a stream is not possible on every
-        // PHP build; the directory still works unflushed, and a crash that
-        // undoes it is repaired by the next acquire creating it again.
-        $h = @fopen($path, 'r');
-        if ($h !== false) {
-            @fsync($h);
-            fclose($h);
+        if (!function_exists('fsync')) {
+            return 0;
         }
+        error_clear_last();
+        $h = @fopen($path, 'r');
+        if ($h === false) {
+            return self::lastErrno() ?: 5;
+        }
+        error_clear_last();
+        $errno = @fsync($h) ? 0 : (self::lastErrno() ?: 5);
+        fclose($h);
+        return $errno;
     }
 
     /**
