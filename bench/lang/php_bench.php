@@ -3,10 +3,11 @@
  * The cost per call of the PHP binding against what a PHP programmer writes
  * with flock(), side by side in one run:
  *
- *   lock: Tokenlock\withLock() around an empty callable (two runs of the
- *         tokenlock command: acquire, release)
+ *   lock: Tokenlock\withLock() around an empty callable (two renames, in
+ *         PHP: no process)
  *         vs fopen() + flock(LOCK_EX) + flock(LOCK_UN) of a lock file;
- *   incr: Tokenlock\increment() (one run of `tokenlock incr`)
+ *   incr: Tokenlock\increment() (in PHP: lock, read, a temporary file in
+ *         the token, rename through it, release)
  *         vs a flock'ed counter: flock, read, write a temporary file, rename,
  *         with the same durability (--sync: fsync of the file, and of the
  *         directory for file_and_dir, as bench/cgi/flock_counter.c does).
@@ -15,9 +16,8 @@
  *
  * Each round times CALLS calls of each variant, in an order that alternates
  * between rounds; the ratios are medians over rounds of tokenlock / flock.
- * The binding starts a process per command, so expect ratios in the
- * hundreds: the line "tokenlock --version" gives the cost of starting the
- * command alone, the floor of every call. The last lines are for machines:
+ * The line "tokenlock --version" gives the cost of starting the command
+ * alone, which the module no longer pays. The last lines are for machines:
  *   php_lock_ratio=X   withLock() / flock
  *   php_incr_ratio=Y   increment() / flock'ed counter
  * -q: a quick run to check that it works (few calls, two rounds); take
