@@ -7,6 +7,8 @@ namespace Tokenlock\Tests;
 use Tokenlock\BusyException;
 use Tokenlock\Lock;
 use Tokenlock\Native;
+use Tokenlock\Tests\Support\Channel;
+use Tokenlock\Tests\Support\Child;
 use Tokenlock\Tests\Support\TempDirTestCase;
 use Tokenlock\Tests\Support\Tool;
 
@@ -153,26 +155,73 @@ final class MarksTest extends TempDirTestCase
         $this->assertLockFree($lockDir);
     }
 
+    /**
+     * Permissions must be able to fail: as root, the acquisition runs in a
+     * child that is user nobody, in a directory of its own.
+     */
     public function testAMarkThatCannotBeMadeFailsAndFreesTheLockAgain(): void
     {
+        $base = "$this->dir/nobody";
+        mkdir($base);
         if (posix_geteuid() === 0) {
-            $this->markTestSkipped('root makes directories whatever the mode');
+            chmod($this->dir, 0755);
+            chown($base, 65534);
+            chgrp($base, 65534);
         }
-        $lockDir = $this->fresh();
-        Lock::acquire($lockDir, ['wait' => 0])->release();
-        chmod("$lockDir/lockfile", 0555);
-        try {
-            Lock::acquire($lockDir, ['wait' => 0]);
-            $this->fail('an owner mark that cannot be made must fail the acquisition');
-        } catch (\Tokenlock\Exception $e) {
-            $this->assertSame('system', $e->getError());
-            $this->assertSame(13, $e->getErrno());
-            $this->assertStringContainsString('cannot make the owner mark in', $e->getMessage());
-            $this->assertStringContainsString('the lock was freed again', $e->getMessage());
-        } finally {
+        $lockDir = "$base/m.lock";
+        $child = Child::start(function (Channel $ch) use ($lockDir): void {
+            if (posix_geteuid() === 0 && (!posix_setgid(65534) || !posix_setuid(65534))) {
+                throw new \RuntimeException('cannot become user nobody');
+            }
+            Native::$ownerMarks[$lockDir] = true;
+            Lock::acquire($lockDir, ['wait' => 0])->release();
+            chmod("$lockDir/lockfile", 0555);
+            try {
+                Lock::acquire($lockDir, ['wait' => 0]);
+                $ch->send('acquired');
+            } catch (\Tokenlock\Exception $e) {
+                $ch->send(json_encode([$e->getError(), $e->getErrno(), $e->getMessage()]));
+            }
             chmod("$lockDir/lockfile", 0755);
-        }
+        });
+        [$error, $errno, $message] = json_decode($child->channel->receive(), true);
+        $this->assertSame(['system', 13], [$error, $errno]);
+        $this->assertStringContainsString('cannot make the owner mark in', $message);
+        $this->assertStringContainsString('the lock was freed again', $message);
+        $this->assertSame(0, $child->wait());
         $this->assertSame(['lockfile'], self::names($lockDir));
         $this->assertSame([], self::names("$lockDir/lockfile"));
+    }
+
+    public function testAFileTokenCannotHoldAMarkSoTheAcquisitionFailsAndSaysWhatIsLeft(): void
+    {
+        $lockDir = $this->fresh();
+        mkdir($lockDir);
+        file_put_contents("$lockDir/lockfile", '');
+        try {
+            Lock::acquire($lockDir, ['wait' => 0]);
+            $this->fail('a file token was held without its owner mark');
+        } catch (\Tokenlock\Exception $e) {
+            $this->assertSame('system', $e->getError());
+            $this->assertSame(20, $e->getErrno(), 'ENOTDIR');
+            $this->assertStringContainsString("acquire $lockDir: cannot make the owner mark in lockfile.", $e->getMessage());
+            $this->assertStringContainsString('the token stays until its lease ends', $e->getMessage());
+        }
+        $names = self::names($lockDir);
+        $this->assertCount(1, $names, 'still one token');
+        $this->assertStringStartsWith('lockfile.', $names[0]);
+        $this->assertSame('', file_get_contents("$lockDir/{$names[0]}"), 'the file token, renamed, not changed');
+    }
+
+    public function testUpdatesCommitThroughAMarkedTokenAndLeaveNoMarkBehind(): void
+    {
+        $c = "$this->dir/c.count";
+        Native::$ownerMarks["$c.lock"] = true;
+        $this->assertSame(1, \Tokenlock\increment($c));
+        $this->assertSame(2, \Tokenlock\increment($c));
+        $this->assertSame("2\n", file_get_contents($c));
+        $this->assertSame(['lockfile'], self::names("$c.lock"));
+        $this->assertSame(['w'], self::names("$c.lock/lockfile"), 'the workspace, and no owner mark');
+        $this->assertNoTemporaryFiles($this->dir);
     }
 }
