@@ -370,4 +370,47 @@ final class FilesNativeTest extends TempDirTestCase
         $this->assertNoTemporaryFiles($drop);
         $this->assertLockFree("$drop/c.count.lock");
     }
+
+    /** Permissions must be able to fail: as root, the write runs as user nobody. */
+    public function testAWriteIntoADirectoryItCannotWriteFailsAndLeavesTheTarget(): void
+    {
+        $ro = "$this->dir/ro";
+        mkdir($ro);
+        file_put_contents("$ro/page", "old\n");
+        chmod($this->dir, 0755);
+        chmod($ro, 0555);
+        $child = Child::start(function (Channel $ch) use ($ro): void {
+            if (posix_geteuid() === 0 && (!posix_setgid(65534) || !posix_setuid(65534))) {
+                throw new \RuntimeException('cannot become user nobody');
+            }
+            $ch->send(self::errorOf(fn () => writeFile("$ro/page", "new\n"), $e) . ' ' . $e?->getCode() . ' ' . $e?->getMessage());
+        });
+        $answer = $child->channel->receive();
+        $this->assertStringStartsWith("system 13 77 tokenlock: create $ro/page: cannot create the temporary file $ro/.page.tmp.", $answer);
+        $this->assertStringContainsString("check the permissions of $ro", $answer);
+        $this->assertSame(0, $child->wait());
+        chmod($ro, 0755);
+        $this->assertSame("old\n", file_get_contents("$ro/page"));
+        $this->assertSame(['page'], self::names($ro), 'no temporary file');
+    }
+
+    public function testALockLostBeforeAnUnfencedCommitWritesNothing(): void
+    {
+        $c = "$this->dir/c.count";
+        file_put_contents($c, "5\n");
+        mkdir("$c.lock");
+        file_put_contents("$c.lock/lockfile", '');
+        $theirs = '';
+        $compute = function (?string $current) use ($c, &$theirs): array {
+            Tool::breakToken("$c.lock", self::names("$c.lock")[0]);
+            [, $theirs] = Tool::run(['acquire', '-n', "$c.lock"]);
+            $theirs = trim($theirs);
+            return ["6\n", 6];
+        };
+        $this->assertSame('lock_lost', self::errorOf(fn () => Files::update($c, "$c.lock", $compute, ['sync' => 'file']), $e));
+        $this->assertStringContainsString("commit $c: the lock was taken over before the commit", $e->getMessage());
+        $this->assertSame("5\n", file_get_contents($c), 'the counter is intact');
+        $this->assertSame([$theirs], self::names("$c.lock"), 'the new holder\'s token is intact');
+        $this->assertNoTemporaryFiles($this->dir);
+    }
 }
