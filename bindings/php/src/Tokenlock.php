@@ -2144,8 +2144,16 @@ final class Files
     {
         $tmp = "$inDir/.{$t['name']}.tmp." . bin2hex(random_bytes(8));
         error_clear_last();
+        // PHP has no fchmod(): a mode without execute bits is given at
+        // creation, through the umask, so that no later call by path can be
+        // turned onto another file by someone who swaps the name meanwhile.
+        $exact = ($mode & ~0666) === 0;
+        $umask = $exact ? umask(0777 & ~$mode) : null;
         // 'x' is O_CREAT|O_EXCL, which never follows a link planted there.
         $h = @fopen($tmp, 'xb');
+        if ($umask !== null) {
+            umask($umask);
+        }
         if ($h === false) {
             throw self::fileError('create', $t, "cannot create the temporary file $tmp", Native::lastErrno() ?: 5);
         }
@@ -2153,11 +2161,11 @@ final class Files
         // As root, the replaced file's owner and group are kept, so that the
         // program owning the data can still write it.
         if ($t['keepOwner'] !== null && Native::euid() === 0) {
-            @chown($tmp, $t['keepOwner'][0]);
-            @chgrp($tmp, $t['keepOwner'][1]);
+            @lchown($tmp, $t['keepOwner'][0]);
+            @lchgrp($tmp, $t['keepOwner'][1]);
         }
         error_clear_last();
-        if (!@chmod($tmp, $mode)) {
+        if (!$exact && !@chmod($tmp, $mode)) {
             $fail = ['create', "cannot set the mode of the temporary file $tmp"];
         }
         for ($off = 0, $n = strlen($data); $fail === null && $off < $n; $off += $w) {

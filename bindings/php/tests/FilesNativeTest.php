@@ -130,6 +130,9 @@ final class FilesNativeTest extends TempDirTestCase
             $this->assertSame('0644', self::mode("$this->dir/new"), 'a new file: 0644 minus the umask');
             writeFile("$this->dir/exact", 'x', ['mode' => 0600]);
             $this->assertSame('0600', self::mode("$this->dir/exact"), 'mode is applied exactly');
+            $this->assertSame(022, umask(), 'the umask is as it was');
+            writeFile("$this->dir/script", 'x', ['mode' => 0750]);
+            $this->assertSame('0750', self::mode("$this->dir/script"), 'also with execute bits');
             file_put_contents("$this->dir/kept", 'x');
             chmod("$this->dir/kept", 04640);
             writeFile("$this->dir/kept", 'y');
