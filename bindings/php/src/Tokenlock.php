@@ -1380,22 +1380,78 @@ final class Native
         }
         $euid = self::euid();
         $mode = $st['mode'] & 07777;
-        $why = '';
-        $share = "a lock shared by several users needs a group they all belong to: give $dir that group and mode 0775";
-        if (($st['mode'] & 0170000) !== 0040000) {
-            $why = 'it is not a directory; remove it';
-        } elseif ($mode & 002) {
-            $why = sprintf('it is writable by every user (mode %04o); run chmod o-w %s if its contents are yours, or remove it; %s', $mode, $dir, $share);
-        } elseif ($mode & 020) {
-            $why = sprintf('it is writable by group %d (mode %04o) and group sharing was not chosen; run chmod g-w %s if the group is not meant to share it', $st['gid'], $mode, $dir);
-        } elseif ($euid !== null && $st['uid'] !== $euid && $st['uid'] !== 0) {
-            $why = sprintf('it belongs to uid %d (mode %04o), who could change it; have that user (or root) remove it and it is created again on next use', $st['uid'], $mode);
-        }
+        $why = ($st['mode'] & 0170000) !== 0040000 ? 'it is not a directory; remove it' : self::distrust($dir, $st, $euid, $step);
         if ($why === '') {
             return true;
         }
         throw new Exception('untrusted', sprintf('tokenlock: %s %s: refusing %s (owner uid %d, mode %04o; this process runs as uid %s): another user could plant or swap entries in it, and nothing in it was touched; %s',
             $step, $dir, $what, $st['uid'], $mode, $euid ?? 'unknown', $why), 77);
+    }
+
+    /**
+     * Why a directory another user could change is not trusted (trust.cpp),
+     * or ''. With group sharing chosen (TOKENLOCK_DIR_MODE with group
+     * write), a directory of one of this user's groups is trusted.
+     *
+     * @param array{mode: int, uid: int, gid: int} $st
+     */
+    private static function distrust(string $dir, array $st, ?int $euid, string $step): string
+    {
+        $mode = $st['mode'] & 07777;
+        $sharing = (bool) (self::dirMode($step) & 020);
+        $share = "a lock shared by several users needs a group they all belong to: give $dir that group, mode 0775, and choose group sharing (TOKENLOCK_DIR_MODE=0775)";
+        if ($mode & 002) {
+            return sprintf('it is writable by every user (mode %04o); run chmod o-w %s if its contents are yours, or remove it; %s', $mode, $dir, $share);
+        }
+        $groupOk = $sharing && self::inGroup($st['gid']);
+        if (($mode & 020) && !$groupOk) {
+            return $sharing
+                ? sprintf('it is writable by group %d (mode %04o), which is not one of this user\'s groups; %s', $st['gid'], $mode, $share)
+                : sprintf('it is writable by group %d (mode %04o) and group sharing was not chosen; run chmod g-w %s if the group is not meant to share it, or choose group sharing (TOKENLOCK_DIR_MODE=0775)', $st['gid'], $mode, $dir);
+        }
+        if ($euid !== null && $st['uid'] !== $euid && $st['uid'] !== 0 && !$groupOk) {
+            return sprintf('it belongs to uid %d (mode %04o), who could change it; have that user (or root) remove it and it is created again on next use, or, if that user shares it on purpose, %s', $st['uid'], $mode, $share);
+        }
+        return '';
+    }
+
+    /**
+     * The mode of the lock directories and workspaces this process creates:
+     * TOKENLOCK_DIR_MODE, as the command reads it, else 0755. With group
+     * write (0775, 0770) locks are shared with a group.
+     */
+    public static function dirMode(string $step = 'acquire'): int
+    {
+        $text = getenv('TOKENLOCK_DIR_MODE');
+        if ($text === false || $text === '') {
+            return self::DIR_MODE;
+        }
+        if (!preg_match('/\A[0-7]{1,5}\z/', $text) || octdec($text) > 07777) {
+            throw new Exception('bad_argument', "tokenlock: $step: TOKENLOCK_DIR_MODE takes an octal mode such as 0775, not \"$text\"", 64);
+        }
+        $mode = (int) octdec($text);
+        $problem = ($mode & 0700) !== 0700 ? 'the owner needs read, write and search permission (0700) on a lock directory'
+            : (($mode & 0002) ? 'a lock directory writable by others is refused by every process that uses it (docs/security.md): share it with a group instead, with 0775 or 0770 and a common group'
+            : (($mode & 01000) ? 'in a sticky lock directory only a token\'s owner may rename it, so users lock each other out' : ''));
+        if ($problem !== '') {
+            throw new Exception('bad_argument', "tokenlock: $step: TOKENLOCK_DIR_MODE $text: $problem", 64);
+        }
+        return $mode;
+    }
+
+    /** Whether GID is this process's effective group or one of its groups. */
+    private static function inGroup(int $gid): bool
+    {
+        if (function_exists('posix_getegid') && function_exists('posix_getgroups')) {
+            return $gid === posix_getegid() || in_array($gid, posix_getgroups() ?: [], true);
+        }
+        // Without posix: the Gid and Groups lines of /proc/self/status.
+        $status = (string) @file_get_contents('/proc/self/status');
+        if (!preg_match('/^Gid:\s+\d+\s+(\d+)/m', $status, $g)) {
+            return false;
+        }
+        $groups = preg_match('/^Groups:([ \t\d]*)$/m', $status, $m) ? preg_split('/\s+/', trim($m[1])) : [];
+        return in_array((string) $gid, array_merge([$g[1]], $groups), true);
     }
 
     public static function euid(): ?int
@@ -1592,21 +1648,22 @@ final class Native
         $owned = substr(self::token(self::nowUs() + $leaseUs), strlen(self::PREFIX));
         $initName = strlen("$name.init.$owned") <= 255 ? "$name.init.$owned" : "$name.init." . bin2hex(random_bytes(8));
         $init = "$parent/$initName";
+        $mode = self::dirMode();
         error_clear_last();
-        if (!@mkdir($init, self::DIR_MODE)) {
+        if (!@mkdir($init, 0700)) {
             $errno = self::lastErrno() ?: 5;
             throw self::systemError('create', $dir, "cannot create the temporary directory $init", $errno,
                 $errno === 2 ? 'the parent directory of the lock directory must exist' : '');
         }
         // chmod after mkdir, so that the umask cannot narrow the mode.
-        @chmod($init, self::DIR_MODE);
+        @chmod($init, $mode);
         error_clear_last();
-        if (!@mkdir("$init/" . self::FREE, self::DIR_MODE)) {
+        if (!@mkdir("$init/" . self::FREE, 0700)) {
             $errno = self::lastErrno() ?: 5;
             @rmdir($init);
             throw self::systemError('create', $dir, "cannot create the token $init/" . self::FREE, $errno);
         }
-        @chmod("$init/" . self::FREE, self::DIR_MODE);
+        @chmod("$init/" . self::FREE, $mode);
         $errno = self::syncDirectory($init);
         if ($errno !== 0) {
             @rmdir("$init/" . self::FREE);
@@ -2386,7 +2443,7 @@ final class Files
             error_clear_last();
             if (@mkdir($w, 0700)) {
                 $made = true;
-                @chmod($w, Native::DIR_MODE);
+                @chmod($w, Native::dirMode('commit'));
             } elseif (($errno = Native::lastErrno() ?: 5) !== 17) {
                 if ($errno === 2 && self::tokenGone($dir, $token)) {
                     throw self::lostBeforeCommit($t['path'], $token);

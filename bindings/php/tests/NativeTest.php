@@ -422,6 +422,47 @@ final class NativeTest extends TempDirTestCase
         return [proc_close($proc), [$out, $err]];
     }
 
+    public function testGroupSharingIsChosenAsTheCommandChoosesIt(): void
+    {
+        $lockDir = "$this->dir/g.lock";
+        putenv('TOKENLOCK_DIR_MODE=0775');
+        try {
+            $lock = Lock::acquire($lockDir);
+            clearstatcache();
+            $this->assertSame('0775', sprintf('%04o', fileperms($lockDir) & 07777), 'the lock directory is made 0775');
+            $lock->release();
+            $again = Lock::tryAcquire($lockDir);
+            $this->assertNotNull($again, 'a group-writable lock directory of our group is used');
+            $again->release();
+            $this->assertSame(1, \Tokenlock\increment("$this->dir/g.count", ['lock' => $lockDir]));
+            clearstatcache();
+            $this->assertSame('0775', sprintf('%04o', fileperms("$lockDir/lockfile/w") & 07777), 'and so is the workspace');
+        } finally {
+            putenv('TOKENLOCK_DIR_MODE');
+        }
+        try {
+            Lock::acquire($lockDir, ['wait' => 0]);
+            $this->fail('a group-writable lock directory was used without group sharing');
+        } catch (Exception $e) {
+            $this->assertSame('untrusted', $e->getError());
+            $this->assertStringContainsString('group sharing was not chosen', $e->getMessage());
+        }
+        $this->assertSame(['lockfile' => true], $this->entries($lockDir), 'nothing in it was touched');
+        foreach (['0777', '0600', 'rwx', '01775'] as $bad) {
+            putenv("TOKENLOCK_DIR_MODE=$bad");
+            try {
+                Lock::acquire("$this->dir/m.lock", ['wait' => 0]);
+                $this->fail("TOKENLOCK_DIR_MODE=$bad was accepted");
+            } catch (Exception $e) {
+                $this->assertSame('bad_argument', $e->getError(), $bad);
+                $this->assertStringContainsString("TOKENLOCK_DIR_MODE", $e->getMessage());
+            } finally {
+                putenv('TOKENLOCK_DIR_MODE');
+            }
+            $this->assertSame([], preg_grep('/^m\.lock/', scandir($this->dir)), 'nothing was made, not even a creation directory');
+        }
+    }
+
     public function testAForkedChildCannotReleaseOrRefreshItsParentsLock(): void
     {
         if (!function_exists('pcntl_fork')) {
