@@ -1517,7 +1517,7 @@ final class Native
         $mine = self::token(self::nowUs() + $leaseUs);
         $errno = $exists ? self::rename("$dir/" . self::FREE, "$dir/$mine") : 2;
         if ($errno !== 0 && $errno !== 2) {
-            throw self::systemError('acquire', $dir, 'cannot rename the free token ' . self::FREE . " to $mine", $errno);
+            throw self::systemError('acquire', $dir, 'cannot rename the free token ' . self::FREE . " to $mine", $errno, $errno === 1 ? self::stickyFix($dir) : '');
         }
         // ENOENT: an NFS client may retransmit a rename whose reply was lost.
         clearstatcache(true, "$dir/$mine");
@@ -1556,6 +1556,18 @@ final class Native
             throw self::systemError('acquire', $dir, "cannot take over the stale token {$found[0]} ($reason)", $errno);
         }
         return true;  // another taker won, or the owner refreshed or released: look again
+    }
+
+    /** The fix for EPERM on a rename: a sticky lock directory lets only the token's owner rename it. */
+    private static function stickyFix(string $dir): string
+    {
+        clearstatcache();
+        $d = @stat($dir);
+        $t = @lstat("$dir/" . self::FREE);
+        if ($d !== false && ($d['mode'] & 01000) && $t !== false) {
+            return sprintf('lock directory %s is sticky and the token belongs to uid %d (we are uid %s); use a non-sticky directory shared by the users that lock', $dir, $t['uid'], self::euid() ?? 'unknown');
+        }
+        return 'the filesystem or a file attribute forbids this rename; a sticky directory only lets the token\'s owner rename it';
     }
 
     /**

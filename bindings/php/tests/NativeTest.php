@@ -463,6 +463,35 @@ final class NativeTest extends TempDirTestCase
         }
     }
 
+    public function testAStickyLockDirectoryNamesTheTokensOwnerWhenItsRenameIsRefused(): void
+    {
+        if (posix_geteuid() !== 0) {
+            $this->markTestSkipped('a token of another user is made as root');
+        }
+        $lockDir = "$this->dir/s.lock";
+        Lock::acquire($lockDir)->release();
+        chmod($this->dir, 0755);
+        chgrp($lockDir, 65534);
+        chmod($lockDir, 01775);
+        $child = Child::start(function (Channel $ch) use ($lockDir): void {
+            if (!posix_setgid(65534) || !posix_setuid(65534)) {
+                throw new \RuntimeException('cannot become user nobody');
+            }
+            putenv('TOKENLOCK_DIR_MODE=0775');
+            try {
+                Lock::acquire($lockDir, ['wait' => 0]);
+                $ch->send('acquired');
+            } catch (Exception $e) {
+                $ch->send($e->getError() . ' ' . $e->getErrno() . ' ' . $e->getMessage());
+            }
+        });
+        $answer = $child->channel->receive();
+        $this->assertStringStartsWith("system 1 tokenlock: acquire $lockDir: cannot rename the free token lockfile to lockfile.", $answer);
+        $this->assertStringContainsString("lock directory $lockDir is sticky and the token belongs to uid 0 (we are uid 65534)", $answer);
+        $this->assertSame(0, $child->wait());
+        $this->assertSame(['lockfile' => true], $this->entries($lockDir), 'nothing was changed');
+    }
+
     public function testAForkedChildCannotReleaseOrRefreshItsParentsLock(): void
     {
         if (!function_exists('pcntl_fork')) {
