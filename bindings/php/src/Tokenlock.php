@@ -1058,6 +1058,8 @@ final class Native
     public const DIR_MODE = 0755;
     private const BACKOFF_MIN_US = 100;
     private const BACKOFF_MAX_US = 50000;
+    /** A waiter lists the lock directory at most this often (and on its last round). */
+    private const LOOK_EVERY_NS = 10000000;
 
     /** @var array{pid: int, start: string, tag: string, proc: bool}|null */
     private static ?array $identity = null;
@@ -1479,22 +1481,29 @@ final class Native
         // show up under our name again, it is ours to confirm, not a live
         // holder's to wait for.
         $givenUp = [];
+        $lastLook = 0;
         for ($round = 0; ; ++$round) {
-            $got = self::round($dir, $leaseUs, $exists, $givenUp, $reason);
+            $now = hrtime(true);
+            $final = $deadline !== null && $now >= $deadline;
+            $look = $round === 0 || $final || $now - $lastLook >= self::LOOK_EVERY_NS;
+            if ($look) {
+                $lastLook = $now;
+            }
+            $got = self::round($dir, $leaseUs, $exists, $givenUp, $reason, $look, $round === 0);
             if ($got === true) {
                 continue;
             }
             if (is_string($got)) {
                 return $got;
             }
-            if ($deadline !== null && hrtime(true) >= $deadline) {
+            if ($final) {
                 if ($wait <= 0) {
                     throw new BusyException('busy', "tokenlock: acquire $dir: the lock is busy: $reason", 1);
                 }
                 throw new TimeoutException('timed_out', "tokenlock: acquire $dir: timed out after " . Command::formatSeconds($wait) . " s: $reason", 1);
             }
             // Leftovers of killed creators: only occasionally, as a waiter has time to spare.
-            if (random_int(0, 31) === 0) {
+            if ($look && random_int(0, 31) === 0) {
                 self::sweep($dir, $leaseUs);
             }
             $sleep = (int) ($delay * (0.75 + 0.5 * mt_rand() / mt_getrandmax()));
@@ -1508,21 +1517,28 @@ final class Native
 
     /**
      * One round of the protocol: the token (acquired), true (look again at
-     * once) or false (busy: $reason says why).
+     * once) or false (busy: $reason says why). After the first round a
+     * lookup, which takes no lock, tells whether a rename, which locks the
+     * directory, can succeed; the directory is listed only when $look.
      *
      * @param array<string, bool> $givenUp
      */
-    private static function round(string $dir, int $leaseUs, bool &$exists, array &$givenUp, string &$reason): string|bool
+    private static function round(string $dir, int $leaseUs, bool &$exists, array &$givenUp, string &$reason, bool $look, bool $first): string|bool
     {
         $mine = self::token(self::nowUs() + $leaseUs);
-        $errno = $exists ? self::rename("$dir/" . self::FREE, "$dir/$mine") : 2;
+        clearstatcache(true, "$dir/" . self::FREE);
+        $try = $exists && ($first || @lstat("$dir/" . self::FREE) !== false);
+        $errno = $try ? self::rename("$dir/" . self::FREE, "$dir/$mine") : 2;
         if ($errno !== 0 && $errno !== 2) {
             throw self::systemError('acquire', $dir, 'cannot rename the free token ' . self::FREE . " to $mine", $errno, $errno === 1 ? self::stickyFix($dir) : '');
         }
         // ENOENT: an NFS client may retransmit a rename whose reply was lost.
         clearstatcache(true, "$dir/$mine");
-        if ($errno === 0 || ($exists && @lstat("$dir/$mine") !== false)) {
+        if ($errno === 0 || ($try && @lstat("$dir/$mine") !== false)) {
             return self::finish($dir, $mine, null, $leaseUs, $givenUp, $reason) ? $mine : false;
+        }
+        if (!$look) {
+            return false;
         }
         $seen = self::look($dir);
         $state = $seen[0];
