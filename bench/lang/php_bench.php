@@ -3,12 +3,14 @@
  * The cost per call of the PHP module against what a PHP programmer writes
  * by hand, side by side in one run:
  *
- *   lock: Tokenlock\withLock() around an empty callable
+ *   lock: Tokenlock\withLock() around an empty callable (two renames, in
+ *         PHP: no process)
  *         vs two bare rename() calls in a directory (lockfile to a token
  *         name and back: the protocol's floor, what the widely copied
  *         rename lock costs)
  *         and vs fopen() + flock(LOCK_EX) + flock(LOCK_UN) of a lock file;
- *   incr: Tokenlock\increment()
+ *   incr: Tokenlock\increment() (in PHP: lock, read, a temporary file in
+ *         the token, rename through it, release)
  *         vs a flock'ed counter: flock, read, write a temporary file, rename,
  *         with the same durability (--sync: fsync of the file, and of the
  *         directory for file_and_dir, as bench/cgi/flock_counter.c does).

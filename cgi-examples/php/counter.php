@@ -8,23 +8,24 @@
  *   GET counter.php?id=NAME[&format=text|json|svg][&peek=1]   HEAD never counts
  *
  * Counter NAME lives in $TOKENLOCK_COUNTER_DIR/NAME.count with its lock
- * NAME.count.lock, updated by the `tokenlock` command through Tokenlock.php.
+ * NAME.count.lock, updated by Tokenlock.php in PHP itself: no process is
+ * started, so it runs where disable_functions lists proc_open and exec, and
+ * where no `tokenlock` binary can run (noexec homes, other architectures).
  * Configuration, from the environment (Apache: SetEnv):
  *   TOKENLOCK_COUNTER_DIR      data directory, outside the web root
  *                              (default /var/lib/tokenlock-counter)
  *   TOKENLOCK_COUNTER_WAIT_MS  how long a hit waits for a busy counter
- *                              before 503 (0 to 600000, default 5000):
- *                              the `tokenlock incr -w`, or -n for 0
+ *                              before 503 (0 to 600000, default 5000;
+ *                              0 tries once)
  *   TOKENLOCK_COUNTER_SYNC     none, file or file_and_dir (default)
- *   TOKENLOCK_COMMAND          the tokenlock command, if it is not beside
- *                              this script, in ~/bin or on PATH
  * TOKENLOCK_COUNTER_REDIS is refused (500): this counter locks through the
  * data directory only, and would not exclude a counter.cgi locking in Redis.
  *
- * Deploying: copy counter.php, Tokenlock.php (bindings/php/src/) and the
- * static `tokenlock` command into the CGI directory; counter.php and
- * tokenlock mode 0755, Tokenlock.php 0644, the directory 0755 (suEXEC
- * refuses anything writable by others). Shared hosting, .htaccess there:
+ * Deploying: copy counter.php and Tokenlock.php (bindings/php/src/) into
+ * the CGI directory; counter.php mode 0755, Tokenlock.php 0644, the
+ * directory 0755 (suEXEC refuses anything writable by others). The
+ * `tokenlock` command is not needed (`tokenlock status` and `doctor` help
+ * to look at counters). Shared hosting, .htaccess there:
  *
  *   Options +ExecCGI
  *   <Files "counter.php">
@@ -302,10 +303,6 @@ function counter_handle(string $method, string $query, array $config): array
         }
         if ($e->getError() === 'corrupt_data') {
             return [500, "the counter file is corrupt; it was left as it is\n", $text, []];
-        }
-        // No tokenlock command where it was looked for.
-        if ($e->getError() === 'command_not_found') {
-            return [500, "the counter is misconfigured; see the server's error log\n", $text, []];
         }
         if (!($e instanceof Tokenlock\DirSyncException) || $e->getValue() === null) {
             return [500, "internal error; see the server's error log\n", $text, []];

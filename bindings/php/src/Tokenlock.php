@@ -3,11 +3,21 @@
  * tokenlock for PHP: file locking and atomic file updates that work where
  * flock() does not (NFS, network filesystems, shared hosting).
  *
- * This binding drives the `tokenlock` command (docs/tokenlock.1.md) instead
- * of loading the C++ library: shared hosts seldom enable FFI outside the
- * CLI, but they run programs. Each call starts one `tokenlock` process with
- * proc_open() and an argument array, so no shell ever parses a path or a
- * token. It needs nothing beyond a stock PHP 8.0 or newer.
+ * Locks (Lock, withLock()) are the protocol of docs/protocol.md written in
+ * PHP (class Native): no process is started, so they work where
+ * disable_functions lists proc_open and friends, and without the
+ * `tokenlock` command. They exclude the C++ library and the command, and
+ * the other way round. Where open_basedir keeps /proc out of reach, an
+ * owner that died is not seen as dead: its lock is free when its lease
+ * ends, and an E_USER_NOTICE says so once per process.
+ *
+ * writeFile() and increment() are written in PHP too (class Files): the
+ * atomic write beside the target, and the update committed through the
+ * lock's token (docs/atomic-writes.md), with the version marks of network
+ * filesystems. Only a call given the `command` option (or one asking for
+ * a flush on PHP 8.0, which has no fsync()) runs the `tokenlock` command
+ * (docs/tokenlock.1.md), with proc_open() and an argument array, so no
+ * shell ever parses a path or a token.
  *
  * Calling sequence:
  *
@@ -25,9 +35,9 @@
  *     $hits = Tokenlock\increment('/srv/app/data/hits.count');
  *     Tokenlock\writeFile('/srv/app/data/config.json', $json);
  *
- * Locks belong to the PHP process (getmypid()): one killed with SIGKILL
- * loses its locks at once, as the command's dead-owner detection sees it
- * gone. A lock still held when its Lock object is destroyed is released,
+ * Locks belong to the PHP process (its pid and start time): one killed
+ * with SIGKILL loses its locks at once, as dead-owner detection on the
+ * same host sees it gone. A lock still held when its Lock object is destroyed is released,
  * except in a forked child, which never owned it.
  *
  * Errors are thrown as Tokenlock\Exception (a \RuntimeException): getError()
@@ -41,7 +51,7 @@
  * Arguments that are wrong before any command runs (an unknown option, a
  * negative wait) throw \InvalidArgumentException.
  *
- * The command is found, in this order: the `command` option of a call;
+ * The command, for findCommand(), is found in this order: the `command` option of a call;
  * setCommand(); the TOKENLOCK_COMMAND environment variable; `tokenlock`
  * beside the main script (a cgi-bin that holds its own copy); ~/bin/tokenlock;
  * the directories of PATH.
@@ -286,6 +296,17 @@ function writeFile(string $path, string $data, array $options = []): void
     }
     $args[] = '--';
     $args[] = Command::path($path, 'path');
+    $sync = isset($options['sync']) ? $options['sync'] : 'file_and_dir';
+    if (Files::native($options, $sync)) {
+        if (!isset($options['lock'])) {
+            Files::write($path, $data, $sync, $options['mode'] ?? null, !empty($options['follow_symlinks']));
+            return;
+        }
+        Files::update($path, $options['lock'], fn (?string $current) => [$data, null], Command::fileWait($options) + [
+            'sync' => $sync, 'mode' => $options['mode'] ?? null, 'follow' => !empty($options['follow_symlinks']),
+        ]);
+        return;
+    }
     Command::run($args, $options, $data, $waitArgs === ['--nonblock'] ? 'busy' : 'timed_out');
 }
 
@@ -337,6 +358,12 @@ function increment(string $path, array $options = []): int|string
     }
     $args[] = '--';
     $args[] = Command::path($path, 'path');
+    $sync = isset($options['sync']) ? $options['sync'] : 'file_and_dir';
+    if (Files::native($options, $sync)) {
+        $by = $options['by'] ?? 1;
+        return Files::update($path, $options['lock'] ?? "$path.lock", fn (?string $current) => Files::count($path, $current, $by),
+            Command::fileWait($options) + ['sync' => $sync]);
+    }
 
     [$out] = Command::run($args, $options, null, $waitArgs === ['--nonblock'] ? 'busy' : 'timed_out');
     return Command::counterValue($out, $args);
@@ -381,6 +408,39 @@ function readCounter(string $path): int|string|null
 }
 
 /**
+ * Who holds the lock LOCKDIR, looked at without changing anything; null
+ * when it is free (or not created yet).
+ *
+ * @return array{token: string, pid: int, host_tag: string, same_host: bool, expires_us: int, legacy: bool, stale: bool, reason: string}|null
+ *         `pid` and `host_tag` are 0 and '' for a legacy token, whose
+ *         `expires_us` is when its legacy timeout ends; `stale`: the next
+ *         acquire takes it over, `reason` says why or until when it is held
+ * @throws Exception `untrusted`, `token_missing`, `lock_corrupt`, `system`
+ */
+function holder(string $lockDir): ?array
+{
+    $dir = Native::lockPath($lockDir);
+    Native::checkTrusted($dir, 'status');
+    $seen = Native::look($dir, 'status');
+    if ($seen[0] !== 'held') {
+        return null;
+    }
+    [$name, $t] = $seen[1];
+    [$stale, $reason] = Native::judge($name, $t);
+    $me = Native::identity();
+    return [
+        'token' => $name,
+        'pid' => $t['pid'],
+        'host_tag' => $t['tag'],
+        'same_host' => !$t['legacy'] && $me['proc'] && $t['tag'] === $me['tag'],
+        'expires_us' => $t['legacy'] ? $t['expiry'] + (int) round((Command::$legacyTimeout ?? 60.0) * 1000000) : $t['expiry'],
+        'legacy' => $t['legacy'],
+        'stale' => $stale,
+        'reason' => $reason,
+    ];
+}
+
+/**
  * A lock held by this PHP process through a token (`tokenlock acquire`).
  *
  * Obtain one with Lock::acquire() or Lock::tryAcquire(); give it back with
@@ -404,7 +464,7 @@ final class Lock
         $this->token = $token;
         $this->lease = $lease;
         $this->commandOption = $commandOption;
-        $this->ownerPid = getmypid();
+        $this->ownerPid = Native::pid();
     }
 
     /**
@@ -415,7 +475,9 @@ final class Lock
      *        `wait`: seconds to wait for a busy lock (default 10; 0: fail at
      *        once with BusyException; null: as long as it takes);
      *        `lease`: seconds the lock stays valid without refresh()
-     *        (default 3600)
+     *        (default 3600; from 0.001 to 86400, else `bad_argument`);
+     *        `command`: still accepted, so that older calls keep working,
+     *        but a lock runs no command
      * @throws BusyException when busy and `wait` is 0
      * @throws TimeoutException when still busy after `wait`
      * @throws Exception on any other failure (`system` with errno ENOENT
@@ -426,25 +488,9 @@ final class Lock
         Command::checkKeys($options, ['wait', 'lease', 'command'], 'Lock::acquire');
         $wait = array_key_exists('wait', $options) ? Command::seconds($options['wait'], 'wait') : Command::DEFAULT_WAIT;
         $lease = isset($options['lease']) ? Command::seconds($options['lease'], 'lease') : null;
-        $args = ['acquire'];
-        if ($wait !== null && $wait <= 0) {
-            $args[] = '--nonblock';
-        } elseif ($wait !== null) {
-            $args[] = '--wait';
-            $args[] = Command::formatSeconds($wait);
-        }
-        if ($lease !== null) {
-            $args[] = '--lease';
-            $args[] = Command::formatSeconds($lease);
-        }
-        // The PHP process, not the short-lived command, owns the token: its
-        // death frees the lock.
-        $args[] = '--pid';
-        $args[] = (string) getmypid();
-        $args[] = '--';
-        $args[] = Command::path($dir, 'lock directory');
-        [$out] = Command::run($args, $options, null, $wait !== null && $wait <= 0 ? 'busy' : 'timed_out');
-        return new self($dir, trim($out), $lease, array_intersect_key($options, ['command' => 1]));
+        $path = Native::lockPath($dir);
+        $token = Native::acquire($path, $wait, Native::leaseUs($lease));
+        return new self($dir, $token, $lease, array_intersect_key($options, ['command' => 1]));
     }
 
     /**
@@ -501,20 +547,14 @@ final class Lock
         if (!$this->held) {
             throw new \LogicException("Tokenlock\\Lock::refresh: the lock {$this->dir} is no longer held by this object");
         }
+        $this->checkOwner('refresh');
         $lease = $lease === null ? $this->lease : Command::seconds($lease, 'lease');
-        $args = ['refresh'];
-        if ($lease !== null) {
-            $args[] = '--lease';
-            $args[] = Command::formatSeconds($lease);
-        }
-        array_push($args, '--', Command::path($this->dir, 'lock directory'), $this->token);
         try {
-            [$out] = Command::run($args, $this->commandOption);
+            $this->token = Native::refresh(Native::lockPath($this->dir), $this->token, Native::leaseUs($lease));
         } catch (LockLostException $e) {
             $this->held = false;
             throw $e;
         }
-        $this->token = trim($out);
         $this->lease = $lease;
         return $this->token;
     }
@@ -524,6 +564,8 @@ final class Lock
      *
      * @throws LockLostException when the lock was taken over meanwhile
      *         (nothing was changed, and it is no longer held)
+     * @throws Exception `not_owner` in a forked child of the process that
+     *         acquired it; the lock stays held by that process
      * @throws Exception on any other failure; the lock then stays held and
      *         release() may be called again
      */
@@ -532,8 +574,9 @@ final class Lock
         if (!$this->held) {
             return;
         }
+        $this->checkOwner('release');
         try {
-            Command::run(['release', '--', Command::path($this->dir, 'lock directory'), $this->token], $this->commandOption);
+            Native::release(Native::lockPath($this->dir), $this->token);
         } catch (LockLostException $e) {
             $this->held = false;
             throw $e;
@@ -549,13 +592,25 @@ final class Lock
      */
     public function __destruct()
     {
-        if (!$this->held || getmypid() !== $this->ownerPid) {
+        if (!$this->held || Native::pid() !== $this->ownerPid) {
             return;
         }
         try {
             $this->release();
         } catch (Exception $e) {
             trigger_error('Tokenlock\Lock: releasing on destruction: ' . $e->getMessage(), E_USER_WARNING);
+        }
+    }
+
+    /**
+     * A forked child shares this object, not the lock: the token names its
+     * parent, which may still be in its critical section.
+     */
+    private function checkOwner(string $step): void
+    {
+        $pid = Native::pid();
+        if ($pid !== $this->ownerPid) {
+            throw new Exception('not_owner', "tokenlock: $step {$this->dir}: the lock belongs to process {$this->ownerPid}, and this is its forked child $pid; nothing was changed: only the process that acquired a lock may release or refresh it", 70);
         }
     }
 
@@ -900,6 +955,18 @@ final class Command
         return ['--wait', self::formatSeconds(min($wait ?? self::LONGEST_WAIT, self::LONGEST_WAIT))];
     }
 
+    /**
+     * The `wait` of a native writeFile() or increment(), as Native::acquire()
+     * takes it: none given is the command's 10 s, null waits without limit.
+     *
+     * @param array{wait?: int|float|null} $options
+     * @return array{wait: ?float}
+     */
+    public static function fileWait(array $options): array
+    {
+        return ['wait' => array_key_exists('wait', $options) ? self::seconds($options['wait'], 'wait') : self::DEFAULT_WAIT];
+    }
+
     /** Seconds as the command reads them: plain decimal, never an exponent. */
     public static function formatSeconds(float $seconds): string
     {
@@ -960,5 +1027,1685 @@ final class Command
             }
         }
         return '';
+    }
+}
+
+/**
+ * The rename-token lock of docs/protocol.md, in PHP: no process is started
+ * and no extension is needed (posix is used when loaded).
+ *
+ * Owner marks are made where docs/protocol.md asks for them (GlusterFS,
+ * unknown FUSE filesystems, a filesystem that cannot be told): PHP has no
+ * statfs, so the type comes from /proc/self/mountinfo, and a lock whose
+ * mount table is out of reach (open_basedir) gets marks, as the library
+ * gives them to a filesystem it cannot ask.
+ *
+ * What it leaves out, and why: the wait board (a waiter polls with
+ * backoff), and opening the lock directory by descriptor (PHP has no
+ * renameat: every step goes through the path, which is judged with lstat
+ * first).
+ *
+ * @internal
+ */
+final class Native
+{
+    public const FREE = 'lockfile';
+    public const PREFIX = 'lockfile.';
+    /** Microseconds; the protocol's bound on any lease (protocol_max_lease). */
+    public const MAX_LEASE_US = 86400000000;
+    public const SKEW_US = 1000000;
+    public const DEFAULT_LEASE = 3600.0;
+    public const DIR_MODE = 0755;
+    private const BACKOFF_MIN_US = 100;
+    private const BACKOFF_MAX_US = 50000;
+    /** A waiter lists the lock directory at most this often (and on its last round). */
+    private const LOOK_EVERY_NS = 10000000;
+
+    /** @var array{pid: int, start: string, tag: string, proc: bool}|null */
+    private static ?array $identity = null;
+    private static bool $noticeGiven = false;
+    private static ?bool $hidepid = null;
+
+    /** Linux's errno for the texts PHP's warnings carry (strerror). */
+    private const ERRNO = [
+        'Operation not permitted' => 1, 'No such file or directory' => 2, 'Input/output error' => 5,
+        'Permission denied' => 13, 'Device or resource busy' => 16, 'File exists' => 17,
+        'Invalid cross-device link' => 18, 'Not a directory' => 20, 'Is a directory' => 21,
+        'Invalid argument' => 22, 'No space left on device' => 28, 'Read-only file system' => 30,
+        'File name too long' => 36, 'Directory not empty' => 39, 'Too many levels of symbolic links' => 40,
+        'Disk quota exceeded' => 122, 'Stale file handle' => 116, 'File too large' => 27,
+        'Value too large for defined data type' => 75,
+    ];
+
+    public static function pid(): int
+    {
+        return function_exists('posix_getpid') ? posix_getpid() : getmypid();
+    }
+
+    /**
+     * pid, start time and host tag, as posix_os.cpp makes them; read again
+     * in a forked child, whose pid differs.
+     *
+     * @return array{pid: int, start: string, tag: string, proc: bool}
+     */
+    public static function identity(): array
+    {
+        $pid = self::pid();
+        if (self::$identity !== null && self::$identity['pid'] === $pid) {
+            return self::$identity;
+        }
+        $stat = self::procStat($pid);
+        $proc = $stat !== null;
+        $name = (string) gethostname();
+        // Without ctype, which PHP may be built without.
+        $host = (string) preg_replace('/[^A-Za-z0-9-]/', '_', substr($name, 0, 32));
+        if ($host === '') {
+            $host = 'host';
+        }
+        if ($proc) {
+            $boot = @file_get_contents('/proc/sys/kernel/random/boot_id');
+            $boot = $boot === false ? '' : strtok($boot, "\n");
+            $ns = @readlink('/proc/self/ns/pid');
+            [$hi, $lo] = self::fnv1a($host, self::fnv1a($ns === false ? '' : $ns, self::fnv1a($boot === false ? '' : $boot)));
+            $tag = sprintf('%s-%08x', $host, $hi ^ $lo);
+        } else {
+            // Without /proc this process cannot tell its boot or pid
+            // namespace apart, so its tag must never equal a tag of one
+            // that can: owners are then judged by their lease only.
+            $tag = sprintf('%s-%s', $host, bin2hex(random_bytes(4)));
+            self::notice();
+        }
+        return self::$identity = ['pid' => $pid, 'start' => $proc ? $stat[1] : '0', 'tag' => $tag, 'proc' => $proc];
+    }
+
+    private static function notice(): void
+    {
+        if (self::$noticeGiven) {
+            return;
+        }
+        self::$noticeGiven = true;
+        $why = ini_get('open_basedir') ? 'open_basedir (' . ini_get('open_basedir') . ') excludes it' : 'it is not mounted or not readable';
+        trigger_error("Tokenlock: /proc cannot be read ($why): a lock whose owner died is taken over only when its lease ends; add /proc to open_basedir to have dead owners detected at once", E_USER_NOTICE);
+    }
+
+    /**
+     * FNV-1a, 64 bits, in two 32-bit halves: PHP's integers overflow to
+     * floats instead of wrapping.
+     *
+     * @param array{0: int, 1: int} $h
+     * @return array{0: int, 1: int}
+     */
+    public static function fnv1a(string $s, array $h = [0xcbf29ce4, 0x84222325]): array
+    {
+        [$hi, $lo] = $h;
+        for ($i = 0, $n = strlen($s); $i < $n; ++$i) {
+            $lo ^= ord($s[$i]);
+            // prime = 2^40 + 0x1b3
+            $l = $lo * 0x1b3;
+            $hi = ($hi * 0x1b3 + ($l >> 32) + ($lo << 8)) & 0xffffffff;
+            $lo = $l & 0xffffffff;
+        }
+        return [$hi, $lo];
+    }
+
+    /**
+     * State and start time (field 22) of /proc/PID/stat, or null when it
+     * cannot be read.
+     *
+     * @return array{0: string, 1: string}|null
+     */
+    public static function procStat(int $pid): ?array
+    {
+        $text = @file_get_contents("/proc/$pid/stat");
+        if ($text === false || $text === '') {
+            return null;
+        }
+        // comm may hold spaces and parentheses: count from the last ')'.
+        $close = strrpos($text, ')');
+        if ($close === false) {
+            return null;
+        }
+        $fields = preg_split('/ +/', trim(substr($text, $close + 1)));
+        if (count($fields) < 20 || !preg_match('/\A[0-9]+\z/', $fields[19])) {
+            return null;
+        }
+        return [$fields[0][0], $fields[19]];
+    }
+
+    public static function nowUs(): int
+    {
+        [$frac, $secs] = explode(' ', microtime());
+        return (int) $secs * 1000000 + (int) substr($frac, 2, 6);
+    }
+
+    /** A fresh token of this process for a lease ending at $expiry. */
+    public static function token(int $expiry): string
+    {
+        $me = self::identity();
+        return self::PREFIX . $expiry . '.' . $me['tag'] . '.' . $me['pid'] . '.' . $me['start'] . '.' . bin2hex(random_bytes(8));
+    }
+
+    /**
+     * What a name in a lock directory is: 'free', 'held' (with its fields),
+     * 'legacy', 'malformed' or 'other', as token_name.cpp classifies it.
+     *
+     * @return array{0: string, 1?: array{expiry: int, tag: string, pid: int, start: string, legacy: bool}}
+     */
+    public static function classify(string $name): array
+    {
+        if ($name === self::FREE) {
+            return ['free'];
+        }
+        if (preg_match('/\Alockfile([0-9].*)\z/s', $name, $m)) {
+            if (!preg_match('/\A[1-9][0-9]{0,11}\z/', $m[1])) {
+                return ['other'];
+            }
+            return ['legacy', ['expiry' => (int) $m[1] * 1000000, 'tag' => '', 'pid' => 0, 'start' => '0', 'legacy' => true]];
+        }
+        if (!str_starts_with($name, self::PREFIX)) {
+            return ['other'];
+        }
+        if (!preg_match('/\Alockfile\.(0|[1-9][0-9]{0,18})\.([A-Za-z0-9_-]{1,32}-[0-9a-f]{8})\.([1-9][0-9]{0,9})\.(0|[1-9][0-9]{0,19})\.[0-9a-f]{16}\z/', $name, $m)
+            || (strlen($m[1]) === 19 && strcmp($m[1], '9223372036854775807') > 0)
+            || (strlen($m[3]) === 10 && strcmp($m[3], '2147483647') > 0)
+            || (strlen($m[4]) === 20 && strcmp($m[4], '18446744073709551615') > 0)) {
+            return ['malformed'];
+        }
+        return ['held', ['expiry' => (int) $m[1], 'tag' => $m[2], 'pid' => (int) $m[3], 'start' => $m[4], 'legacy' => false]];
+    }
+
+    /**
+     * Whether a held token is stale, and why (lock_directory.cpp, judge).
+     *
+     * @param array{expiry: int, tag: string, pid: int, start: string, legacy: bool} $t
+     * @return array{0: bool, 1: string}
+     */
+    public static function judge(string $name, array $t): array
+    {
+        $now = self::nowUs();
+        if ($t['legacy']) {
+            $timeout = (int) round((Command::$legacyTimeout ?? 60.0) * 1000000);
+            $ends = $t['expiry'] + $timeout;
+            $who = "a script using the legacy rename lock ($name)";
+            if ($ends - $now > self::MAX_LEASE_US + self::SKEW_US) {
+                return [true, "legacy token of $who is dated implausibly far in the future: treated as stale"];
+            }
+            if ($now > $ends + self::SKEW_US) {
+                return [true, "legacy token of $who is older than the legacy timeout"];
+            }
+            return [false, "held by $who until " . self::utc($ends)];
+        }
+        $me = self::identity();
+        $same = $me['proc'] && $t['tag'] === $me['tag'];
+        $who = "pid {$t['pid']} " . ($same ? 'on this host' : "on host {$t['tag']}");
+        if ($t['expiry'] - $now > self::MAX_LEASE_US + self::SKEW_US) {
+            return [true, "lease of $who ends implausibly far in the future (" . self::utc($t['expiry']) . '): treated as stale'];
+        }
+        if ($now > $t['expiry'] + self::SKEW_US) {
+            return [true, "lease of $who ended at " . self::utc($t['expiry'])];
+        }
+        $until = "held by $who until " . self::utc($t['expiry']);
+        if (!$same) {
+            return [false, $until];
+        }
+        $gone = self::ownerGone($t);
+        return $gone === null ? [false, $until] : [true, "owner pid {$t['pid']} on this host $gone"];
+    }
+
+    /**
+     * Why the owner of a token of this host is provably gone, or null.
+     * Anything uncertain (EPERM, an unreadable /proc entry) counts as alive:
+     * the next look, or the lease, settles it.
+     *
+     * @param array{pid: int, start: string} $t
+     */
+    private static function ownerGone(array $t): ?string
+    {
+        $pid = $t['pid'];
+        if (function_exists('posix_kill')) {
+            if (!@posix_kill($pid, 0) && posix_get_last_error() === 3) {
+                return 'no longer exists';
+            }
+        } elseif (!file_exists("/proc/$pid") && !self::hidepid()) {
+            // Without kill(2), a missing /proc entry is the proof, unless
+            // /proc hides other users' processes.
+            return 'no longer exists';
+        }
+        $st = self::procStat($pid);
+        if ($st === null) {
+            return null;
+        }
+        if ($st[0] === 'Z' || $st[0] === 'X') {
+            return 'has exited (zombie)';
+        }
+        if ($t['start'] !== '0' && $st[1] !== $t['start']) {
+            return "is gone; the pid now belongs to another process (start time {$st[1]}, token says {$t['start']})";
+        }
+        return null;
+    }
+
+    private static function hidepid(): bool
+    {
+        if (self::$hidepid === null) {
+            $mounts = (string) @file_get_contents('/proc/self/mounts');
+            self::$hidepid = $mounts === '' || (bool) preg_match('/^\S+ \/proc proc \S*hidepid=(?!0[ ,]|off[ ,])/m', $mounts);
+        }
+        return self::$hidepid;
+    }
+
+    public static function utc(int $us): string
+    {
+        return gmdate('Y-m-d\TH:i:s', intdiv($us, 1000000)) . sprintf('.%06dZ', $us % 1000000) ;
+    }
+
+    /** The errno in the last PHP warning (0 when it names none). */
+    public static function lastErrno(): int
+    {
+        $msg = error_get_last()['message'] ?? '';
+        foreach (self::ERRNO as $text => $errno) {
+            if (str_ends_with($msg, $text)) {
+                return $errno;
+            }
+        }
+        return 0;
+    }
+
+    public static function cause(int $errno): string
+    {
+        $text = array_search($errno, self::ERRNO, true);
+        return $text === false ? (error_get_last()['message'] ?? 'unknown error') : $text;
+    }
+
+    /** rename(2): 0 or the errno. */
+    public static function rename(string $from, string $to): int
+    {
+        error_clear_last();
+        if (@rename($from, $to)) {
+            return 0;
+        }
+        return self::lastErrno() ?: 5;
+    }
+
+    /** A `system` failure with the command's status for that errno. */
+    public static function systemError(string $step, string $path, string $what, int $errno, string $fix = ''): Exception
+    {
+        $status = match ($errno) {
+            2 => 66,
+            1, 13 => 77,
+            20, 21, 27, 28, 30, 36, 122 => 73,
+            22, 40, 75 => 65,
+            5 => 74,
+            default => 71,
+        };
+        if ($fix === '') {
+            $fix = match ($errno) {
+                1, 13 => 'this user needs write and search permission on ' . $path,
+                28, 122 => 'free some space or raise the quota',
+                30 => 'put the lock on a writable filesystem',
+                default => '',
+            };
+        }
+        return new Exception('system', "tokenlock: $step $path: $what: " . self::cause($errno) . ($fix === '' ? '' : "; $fix"), $status, [], null, $errno);
+    }
+
+    /** The lock directory path, checked as make_lock_paths does. */
+    public static function lockPath(string $dir): string
+    {
+        $s = Command::path($dir, 'lock directory');
+        $s = strlen($s) > 1 ? rtrim($s, '/') : $s;
+        if ($s === '' || $s === '/' || $s === '.' || $s === '..') {
+            throw new Exception('bad_argument', "tokenlock: \"$dir\" cannot be a lock directory: the lock directory is created and replaced by rename; name a directory of its own, such as data.lock", 64);
+        }
+        return $s;
+    }
+
+    /** Lease seconds as microseconds, within the protocol's bounds. */
+    public static function leaseUs(?float $lease): int
+    {
+        $lease ??= self::DEFAULT_LEASE;
+        if ($lease < 0.001 || $lease * 1000000 > self::MAX_LEASE_US) {
+            throw new Exception('bad_argument', 'tokenlock: the lease must be from 0.001 to 86400 seconds (got ' . Command::formatSeconds($lease) . ')', 64);
+        }
+        return (int) round($lease * 1000000);
+    }
+
+    /**
+     * Refuses a lock directory another user could change (trust.cpp). A
+     * missing one is fine (it is created); returns whether it exists.
+     */
+    public static function checkTrusted(string $dir, string $step = 'acquire', string $what = 'the lock directory'): bool
+    {
+        clearstatcache(true, $dir);
+        $st = @lstat($dir);
+        if ($st === false) {
+            return false;
+        }
+        $euid = self::euid();
+        $mode = $st['mode'] & 07777;
+        $why = ($st['mode'] & 0170000) !== 0040000 ? 'it is not a directory; remove it' : self::distrust($dir, $st, $euid, $step);
+        if ($why === '') {
+            return true;
+        }
+        throw new Exception('untrusted', sprintf('tokenlock: %s %s: refusing %s (owner uid %d, mode %04o; this process runs as uid %s): another user could plant or swap entries in it, and nothing in it was touched; %s',
+            $step, $dir, $what, $st['uid'], $mode, $euid ?? 'unknown', $why), 77);
+    }
+
+    /**
+     * Why a directory another user could change is not trusted (trust.cpp),
+     * or ''. With group sharing chosen (TOKENLOCK_DIR_MODE with group
+     * write), a directory of one of this user's groups is trusted.
+     *
+     * @param array{mode: int, uid: int, gid: int} $st
+     */
+    private static function distrust(string $dir, array $st, ?int $euid, string $step): string
+    {
+        $mode = $st['mode'] & 07777;
+        $sharing = (bool) (self::dirMode($step) & 020);
+        $share = "a lock shared by several users needs a group they all belong to: give $dir that group, mode 0775, and choose group sharing (TOKENLOCK_DIR_MODE=0775)";
+        if ($mode & 002) {
+            return sprintf('it is writable by every user (mode %04o); run chmod o-w %s if its contents are yours, or remove it; %s', $mode, $dir, $share);
+        }
+        $groupOk = $sharing && self::inGroup($st['gid']);
+        if (($mode & 020) && !$groupOk) {
+            return $sharing
+                ? sprintf('it is writable by group %d (mode %04o), which is not one of this user\'s groups; %s', $st['gid'], $mode, $share)
+                : sprintf('it is writable by group %d (mode %04o) and group sharing was not chosen; run chmod g-w %s if the group is not meant to share it, or choose group sharing (TOKENLOCK_DIR_MODE=0775)', $st['gid'], $mode, $dir);
+        }
+        if ($euid !== null && $st['uid'] !== $euid && $st['uid'] !== 0 && !$groupOk) {
+            return sprintf('it belongs to uid %d (mode %04o), who could change it; have that user (or root) remove it and it is created again on next use, or, if that user shares it on purpose, %s', $st['uid'], $mode, $share);
+        }
+        return '';
+    }
+
+    /**
+     * The mode of the lock directories and workspaces this process creates:
+     * TOKENLOCK_DIR_MODE, as the command reads it, else 0755. With group
+     * write (0775, 0770) locks are shared with a group.
+     */
+    public static function dirMode(string $step = 'acquire'): int
+    {
+        $text = getenv('TOKENLOCK_DIR_MODE');
+        if ($text === false || $text === '') {
+            return self::DIR_MODE;
+        }
+        if (!preg_match('/\A[0-7]{1,5}\z/', $text) || octdec($text) > 07777) {
+            throw new Exception('bad_argument', "tokenlock: $step: TOKENLOCK_DIR_MODE takes an octal mode such as 0775, not \"$text\"", 64);
+        }
+        $mode = (int) octdec($text);
+        $problem = ($mode & 0700) !== 0700 ? 'the owner needs read, write and search permission (0700) on a lock directory'
+            : (($mode & 0002) ? 'a lock directory writable by others is refused by every process that uses it (docs/security.md): share it with a group instead, with 0775 or 0770 and a common group'
+            : (($mode & 01000) ? 'in a sticky lock directory only a token\'s owner may rename it, so users lock each other out' : ''));
+        if ($problem !== '') {
+            throw new Exception('bad_argument', "tokenlock: $step: TOKENLOCK_DIR_MODE $text: $problem", 64);
+        }
+        return $mode;
+    }
+
+    /** Whether GID is this process's effective group or one of its groups. */
+    private static function inGroup(int $gid): bool
+    {
+        if (function_exists('posix_getegid') && function_exists('posix_getgroups')) {
+            return $gid === posix_getegid() || in_array($gid, posix_getgroups() ?: [], true);
+        }
+        // Without posix: the Gid and Groups lines of /proc/self/status.
+        $status = (string) @file_get_contents('/proc/self/status');
+        if (!preg_match('/^Gid:\s+\d+\s+(\d+)/m', $status, $g)) {
+            return false;
+        }
+        $groups = preg_match('/^Groups:([ \t\d]*)$/m', $status, $m) ? preg_split('/\s+/', trim($m[1])) : [];
+        return in_array((string) $gid, array_merge([$g[1]], $groups), true);
+    }
+
+    public static function euid(): ?int
+    {
+        if (function_exists('posix_geteuid')) {
+            return posix_geteuid();
+        }
+        // /proc/self belongs to the process's effective uid.
+        $uid = @fileowner('/proc/self');
+        return $uid === false ? null : $uid;
+    }
+
+    /**
+     * Acquires DIR: returns the token. $wait null waits without limit.
+     *
+     * @throws BusyException|TimeoutException|Exception
+     */
+    public static function acquire(string $dir, ?float $wait, int $leaseUs): string
+    {
+        $deadline = $wait === null ? null : hrtime(true) + (int) ($wait * 1e9);
+        $exists = self::checkTrusted($dir);
+        $delay = self::BACKOFF_MIN_US;
+        $reason = '';
+        // Tokens a rename made ours that no owner mark confirmed: should one
+        // show up under our name again, it is ours to confirm, not a live
+        // holder's to wait for.
+        $givenUp = [];
+        $lastLook = 0;
+        for ($round = 0; ; ++$round) {
+            $now = hrtime(true);
+            $final = $deadline !== null && $now >= $deadline;
+            $look = $round === 0 || $final || $now - $lastLook >= self::LOOK_EVERY_NS;
+            if ($look) {
+                $lastLook = $now;
+            }
+            $got = self::round($dir, $leaseUs, $exists, $givenUp, $reason, $look, $round === 0);
+            if ($got === true) {
+                continue;
+            }
+            if (is_string($got)) {
+                return $got;
+            }
+            if ($final) {
+                if ($wait <= 0) {
+                    throw new BusyException('busy', "tokenlock: acquire $dir: the lock is busy: $reason", 1);
+                }
+                throw new TimeoutException('timed_out', "tokenlock: acquire $dir: timed out after " . Command::formatSeconds($wait) . " s: $reason", 1);
+            }
+            // Leftovers of killed creators: only occasionally, as a waiter has time to spare.
+            if ($look && random_int(0, 31) === 0) {
+                self::sweep($dir, $leaseUs);
+            }
+            $sleep = (int) ($delay * (0.75 + 0.5 * mt_rand() / mt_getrandmax()));
+            if ($deadline !== null) {
+                $sleep = max(0, min($sleep, intdiv($deadline - hrtime(true), 1000) + 1));
+            }
+            usleep($sleep);
+            $delay = min(2 * $delay, self::BACKOFF_MAX_US);
+        }
+    }
+
+    /**
+     * One round of the protocol: the token (acquired), true (look again at
+     * once) or false (busy: $reason says why). After the first round a
+     * lookup, which takes no lock, tells whether a rename, which locks the
+     * directory, can succeed; the directory is listed only when $look.
+     *
+     * @param array<string, bool> $givenUp
+     */
+    private static function round(string $dir, int $leaseUs, bool &$exists, array &$givenUp, string &$reason, bool $look, bool $first): string|bool
+    {
+        $mine = self::token(self::nowUs() + $leaseUs);
+        clearstatcache(true, "$dir/" . self::FREE);
+        $try = $exists && ($first || @lstat("$dir/" . self::FREE) !== false);
+        $errno = $try ? self::rename("$dir/" . self::FREE, "$dir/$mine") : 2;
+        if ($errno !== 0 && $errno !== 2) {
+            throw self::systemError('acquire', $dir, 'cannot rename the free token ' . self::FREE . " to $mine", $errno, $errno === 1 ? self::stickyFix($dir) : '');
+        }
+        // ENOENT: an NFS client may retransmit a rename whose reply was lost.
+        clearstatcache(true, "$dir/$mine");
+        if ($errno === 0 || ($try && @lstat("$dir/$mine") !== false)) {
+            return self::finish($dir, $mine, null, $leaseUs, $givenUp, $reason) ? $mine : false;
+        }
+        if (!$look) {
+            return false;
+        }
+        $seen = self::look($dir);
+        $state = $seen[0];
+        if (!$exists && $state !== 'missing') {
+            // Made by another process since the first look: judge it now.
+            $exists = self::checkTrusted($dir);
+        }
+        if ($state === 'free') {
+            return true;
+        }
+        if ($state === 'missing') {
+            self::create($dir, $leaseUs);
+            $exists = self::checkTrusted($dir);
+            return true;
+        }
+        // One held token: take it over if stale, else wait.
+        $found = $seen[1];
+        if (isset($givenUp[$found[0]])) {
+            return self::finish($dir, $found[0], null, $leaseUs, $givenUp, $reason) ? $found[0] : false;
+        }
+        [$stale, $reason] = self::judge($found[0], $found[1]);
+        if (!$stale) {
+            return false;
+        }
+        $mine = self::token(self::nowUs() + $leaseUs);
+        $errno = self::rename("$dir/{$found[0]}", "$dir/$mine");
+        if ($errno === 0) {
+            return self::finish($dir, $mine, $found[0], $leaseUs, $givenUp, $reason) ? $mine : false;
+        }
+        if ($errno !== 2) {
+            throw self::systemError('acquire', $dir, "cannot take over the stale token {$found[0]} ($reason)", $errno);
+        }
+        return true;  // another taker won, or the owner refreshed or released: look again
+    }
+
+    /** The fix for EPERM on a rename: a sticky lock directory lets only the token's owner rename it. */
+    private static function stickyFix(string $dir): string
+    {
+        clearstatcache();
+        $d = @stat($dir);
+        $t = @lstat("$dir/" . self::FREE);
+        if ($d !== false && ($d['mode'] & 01000) && $t !== false) {
+            return sprintf('lock directory %s is sticky and the token belongs to uid %d (we are uid %s); use a non-sticky directory shared by the users that lock', $dir, $t['uid'], self::euid() ?? 'unknown');
+        }
+        return 'the filesystem or a file attribute forbids this rename; a sticky directory only lets the token\'s owner rename it';
+    }
+
+    /**
+     * A rename made TOKEN ours (taking over $takenFrom, if given). Where a
+     * rename can move a token through a name it no longer has, the owner
+     * mark confirms it first; false when it does not ($reason says why).
+     *
+     * @param array<string, bool> $givenUp
+     */
+    private static function finish(string $dir, string $token, ?string $takenFrom, int $leaseUs, array &$givenUp, string &$reason): bool
+    {
+        $marks = self::needsMarks($dir);
+        if ($marks) {
+            [$outcome, $holder] = self::markAndCheck($dir, $token, $takenFrom);
+            if ($outcome !== 'held') {
+                $givenUp[$token] = true;
+                $reason = $holder ?? 'taken by another client at the same moment';
+                return false;
+            }
+        }
+        if ($takenFrom !== null) {
+            self::clearWorkspace("$dir/$token", 0, $marks);
+            self::sweep($dir, $leaseUs);
+        }
+        return true;
+    }
+
+    /**
+     * The tokens of DIR: ['free'], ['held', [name, fields]] or ['missing']
+     * (no directory, or an empty one). No token beside other entries, two
+     * tokens or a malformed one fail, once a second listing agrees.
+     *
+     * @return array{0: string, 1?: array{0: string, 1: array{expiry: int, tag: string, pid: int, start: string, legacy: bool}}}
+     */
+    public static function look(string $dir, string $step = 'acquire'): array
+    {
+        for ($attempt = 0; ; ++$attempt) {
+            error_clear_last();
+            $names = @scandir($dir);
+            if ($names === false) {
+                $errno = self::lastErrno();
+                if ($errno === 2) {
+                    return ['missing'];
+                }
+                throw self::systemError($step, $dir, 'cannot list the lock directory', $errno ?: 5);
+            }
+            $names = array_values(array_diff($names, ['.', '..']));
+            $tokens = [];
+            $malformed = [];
+            foreach ($names as $name) {
+                $c = self::classify($name);
+                if ($c[0] === 'free') {
+                    return ['free'];
+                } elseif ($c[0] === 'held' || $c[0] === 'legacy') {
+                    $tokens[] = [$name, $c[1]];
+                } elseif ($c[0] === 'malformed') {
+                    $malformed[] = $name;
+                }
+            }
+            if (!$malformed && count($tokens) === 1) {
+                return ['held', $tokens[0]];
+            }
+            if (!$names) {
+                return ['missing'];
+            }
+            // A listing during a rename may miss a name or show it twice.
+            if ($attempt === 0) {
+                usleep(2000);
+                continue;
+            }
+            if ($malformed) {
+                throw new Exception('lock_corrupt', "tokenlock: $step $dir: the entry " . addcslashes($malformed[0], "\0..\37\177..\377") . ' starts like a token but is not one; it was left alone: remove it by hand once no process uses the lock', 69);
+            }
+            if ($tokens) {
+                throw new Exception('lock_corrupt', "tokenlock: $step $dir: it holds " . count($tokens) . ' tokens (' . implode(', ', array_column($tokens, 0)) . '): something outside the protocol copied one; nothing was changed: remove all but one by hand once no process uses the lock', 69);
+            }
+            throw new Exception('token_missing', "tokenlock: $step $dir: it holds no token, only other entries (" . implode(', ', array_map(fn ($n) => addcslashes($n, "\0..\37\177..\377"), $names)) . '); nothing was changed: remove the directory once no process uses it, and it is created again', 69);
+        }
+    }
+
+    /**
+     * Creates DIR by renaming a populated temporary directory onto its
+     * name, so that concurrent creators cannot make two tokens.
+     */
+    private static function create(string $dir, int $leaseUs): void
+    {
+        $slash = strrpos($dir, '/');
+        $parent = $slash === false ? '.' : ($slash === 0 ? '/' : substr($dir, 0, $slash));
+        $name = $slash === false ? $dir : substr($dir, $slash + 1);
+        $owned = substr(self::token(self::nowUs() + $leaseUs), strlen(self::PREFIX));
+        $initName = strlen("$name.init.$owned") <= 255 ? "$name.init.$owned" : "$name.init." . bin2hex(random_bytes(8));
+        $init = "$parent/$initName";
+        $mode = self::dirMode();
+        error_clear_last();
+        if (!@mkdir($init, 0700)) {
+            $errno = self::lastErrno() ?: 5;
+            throw self::systemError('create', $dir, "cannot create the temporary directory $init", $errno,
+                $errno === 2 ? 'the parent directory of the lock directory must exist' : '');
+        }
+        // chmod after mkdir, so that the umask cannot narrow the mode.
+        @chmod($init, $mode);
+        error_clear_last();
+        if (!@mkdir("$init/" . self::FREE, 0700)) {
+            $errno = self::lastErrno() ?: 5;
+            @rmdir($init);
+            throw self::systemError('create', $dir, "cannot create the token $init/" . self::FREE, $errno);
+        }
+        @chmod("$init/" . self::FREE, $mode);
+        $errno = self::syncDirectory($init);
+        if ($errno !== 0) {
+            @rmdir("$init/" . self::FREE);
+            @rmdir($init);
+            throw self::systemError('create', $dir, "cannot sync $init", $errno);
+        }
+        $errno = self::rename($init, $dir);
+        if ($errno === 0) {
+            // Not an error of the lock if this fails: the directory works,
+            // and a crash that undoes it is repaired by the next acquire.
+            self::syncDirectory($parent);
+            self::sweep($dir, $leaseUs);
+            return;
+        }
+        @rmdir("$init/" . self::FREE);
+        @rmdir($init);
+        clearstatcache(true, $dir);
+        // ENOTEMPTY, EEXIST: another creator won. sshfs answers EPERM and
+        // EACCES for the same race; an existing DIR tells them apart.
+        if ($errno === 39 || $errno === 17 || (($errno === 1 || $errno === 13) && @lstat($dir) !== false) || $errno === 2) {
+            return;
+        }
+        throw self::systemError('create', $dir, "cannot rename $init to the lock directory", $errno);
+    }
+
+    /**
+     * fsync(2) of a directory: 0 or the errno. PHP 8.0 has no fsync(); the
+     * directory then works unflushed, and a crash that undoes it is
+     * repaired by the next acquire creating it again.
+     */
+    private static function syncDirectory(string $path): int
+    {
+        if (!function_exists('fsync')) {
+            return 0;
+        }
+        error_clear_last();
+        $h = @fopen($path, 'r');
+        if ($h === false) {
+            return self::lastErrno() ?: 5;
+        }
+        error_clear_last();
+        $errno = @fsync($h) ? 0 : (self::lastErrno() ?: 5);
+        fclose($h);
+        return $errno;
+    }
+
+    /**
+     * Removes creation leftovers of DIR whose creator died or stalled past
+     * its lease: our own directories of the exact form only.
+     */
+    private static function sweep(string $dir, int $leaseUs): void
+    {
+        $slash = strrpos($dir, '/');
+        $parent = $slash === false ? '.' : ($slash === 0 ? '/' : substr($dir, 0, $slash));
+        $prefix = ($slash === false ? $dir : substr($dir, $slash + 1)) . '.init.';
+        $names = @scandir($parent);
+        if ($names === false) {
+            return;
+        }
+        $euid = self::euid();
+        foreach ($names as $n) {
+            if (strlen($n) <= strlen($prefix) || !str_starts_with($n, $prefix)) {
+                continue;
+            }
+            $path = "$parent/$n";
+            clearstatcache(true, $path);
+            $st = @lstat($path);
+            if ($st === false || ($st['mode'] & 0170000) !== 0040000 || ($euid !== null && $st['uid'] !== $euid)) {
+                continue;
+            }
+            $rest = substr($n, strlen($prefix));
+            $c = self::classify(self::PREFIX . $rest);
+            if ($c[0] === 'held') {
+                if (!self::judge($n, $c[1])[0]) {
+                    continue;
+                }
+            } elseif (!preg_match('/\A[0-9a-f]{16}\z/', $rest) || $st['mtime'] * 1000000 > self::nowUs() - self::MAX_LEASE_US - self::SKEW_US) {
+                continue;
+            }
+            // By name: had its creator renamed it onto DIR meanwhile, these
+            // find nothing under this name.
+            @rmdir("$path/" . self::FREE);
+            @rmdir($path);
+        }
+    }
+
+    /**
+     * Empties a workspace taken over from a previous owner, never following
+     * a symbolic link: a link is removed itself. Depth-limited: a
+     * workspace holds temporary files, not trees.
+     */
+    private static function clearWorkspace(string $path, int $depth, bool $keepMarks = false): void
+    {
+        $names = @scandir($path);
+        if ($names === false) {
+            return;
+        }
+        foreach ($names as $n) {
+            if ($n === '.' || $n === '..') {
+                continue;
+            }
+            // Owner marks were judged one by one; ours stays.
+            if ($keepMarks && $depth === 0 && self::tokenOfMark($n) !== null) {
+                continue;
+            }
+            $p = "$path/$n";
+            clearstatcache(true, $p);
+            $st = @lstat($p);
+            if ($st === false) {
+                continue;
+            }
+            if (($st['mode'] & 0170000) === 0040000) {
+                if ($depth < 8) {
+                    self::clearWorkspace($p, $depth + 1);
+                }
+                @rmdir($p);
+            } else {
+                @unlink($p);
+            }
+        }
+    }
+
+    /** Renames TOKEN back to the free token. */
+    public static function release(string $dir, string $token): void
+    {
+        $marked = self::needsMarks($dir);
+        $mark = "$dir/$token/" . self::markOf($token);
+        // The next holder of the free token would find our mark and step back.
+        error_clear_last();
+        if ($marked && !@rmdir($mark) && ($errno = self::lastErrno() ?: 5) !== 2) {
+            throw self::systemError('release', $dir, "cannot remove our owner mark from $token (the lock is still ours)", $errno);
+        }
+        // Never retried after ENOENT: on GlusterFS a rename through a stale
+        // name can move the token of whoever took ours over.
+        $errno = self::rename("$dir/$token", "$dir/" . self::FREE);
+        if ($errno === 2) {
+            throw new LockLostException('lock_lost', "tokenlock: release $dir: the lock does not hold $token any more: it was taken over (its lease ended, its owner was judged dead, or it was broken), so another process may have held it meanwhile; nothing was changed", 3);
+        }
+        if ($errno !== 0) {
+            // Still ours; held without its mark, another client's rename
+            // through a stale name could take it.
+            $fix = '';
+            error_clear_last();
+            if ($marked && !@mkdir($mark, 0700) && self::lastErrno() !== 17) {
+                $fix = 'and our owner mark could not be put back: until the release succeeds, another GlusterFS client may take the lock too';
+            }
+            throw self::systemError('release', $dir, "cannot rename $token to " . self::FREE, $errno, $fix);
+        }
+    }
+
+    /** Renames TOKEN to the same owner with a new expiry; returns the new name. */
+    public static function refresh(string $dir, string $token, int $leaseUs): string
+    {
+        $owner = substr($token, strpos($token, '.', strlen(self::PREFIX)) + 1);
+        $new = self::PREFIX . (self::nowUs() + $leaseUs) . '.' . $owner;
+        if ($new === $token) {
+            return $token;
+        }
+        $errno = self::rename("$dir/$token", "$dir/$new");
+        clearstatcache(true, "$dir/$new");
+        // An NFS client may retransmit a rename whose reply was lost.
+        if ($errno === 2 && @lstat("$dir/$new") === false) {
+            throw new LockLostException('lock_lost', "tokenlock: refresh $dir: the lock does not hold $token any more: it was taken over (its lease ended, its owner was judged dead, or it was broken); nothing was changed", 3);
+        }
+        if ($errno !== 0 && $errno !== 2) {
+            throw self::systemError('refresh', $dir, "cannot rename $token to $new", $errno);
+        }
+        // The mark names the current lease: one naming the old lease would
+        // look expired to a process judging it after that lease's end.
+        if (self::needsMarks($dir)) {
+            $errno = self::rename("$dir/$new/" . self::markOf($token), "$dir/$new/" . self::markOf($new));
+            error_clear_last();
+            if ($errno !== 0 && !($errno === 2 && (@mkdir("$dir/$new/" . self::markOf($new), 0700) || self::lastErrno() === 17))) {
+                throw self::systemError('refresh', $dir, "the lease was renewed (the token is now $new), but our owner mark in it could not be renamed to match", $errno ?: 5,
+                    'until a refresh succeeds, another GlusterFS client may judge it expired at the old lease\'s end');
+            }
+        }
+        return $new;
+    }
+
+    // ---- Owner marks (docs/protocol.md, Owner marks) ---------------------
+
+    /**
+     * Filesystems whose renames keep the protocol's property by themselves:
+     * local ones (the wait board's allowlist), and network ones whose
+     * server renames by name.
+     */
+    private const NO_MARKS = ['ext2', 'ext3', 'ext4', 'xfs', 'btrfs', 'tmpfs', 'ramfs', 'f2fs', 'overlay', 'zfs', 'reiserfs', 'jfs',
+        'bcachefs', 'nilfs2', 'fuse.sshfs', 'fuse.mfs', 'fuse.moosefs', 'nfs', 'nfs4', 'cifs', 'smb3', 'ceph', 'fuse.ceph', 'fuse.ceph-fuse'];
+
+    /**
+     * Per lock directory: whether owner marks are made, asked once per
+     * process. Tests set an entry to force them.
+     *
+     * @var array<string, bool>
+     */
+    public static array $ownerMarks = [];
+
+    /**
+     * The type of the filesystem holding PATH, from the mount table by
+     * device number, else by the mount point that is the longest prefix of
+     * its real path (a btrfs subvolume's device is in no mount); null when
+     * it cannot be told (a missing path, a mount table out of reach).
+     */
+    public static function fsType(string $path, string $table = '/proc/self/mountinfo'): ?string
+    {
+        clearstatcache(true, $path);
+        $st = @stat($path);
+        $text = $st === false ? false : @file_get_contents($table);
+        if ($text === false) {
+            return null;
+        }
+        $dev = $st['dev'];
+        $id = ((($dev >> 8) & 0xfff) | (($dev >> 32) & ~0xfff)) . ':' . (($dev & 0xff) | (($dev >> 12) & ~0xff));
+        $mounts = [];
+        foreach (explode("\n", $text) as $line) {
+            $f = explode(' ', $line);
+            $sep = array_search('-', array_slice($f, 6, null, true), true);
+            if (count($f) <= 4 || $sep === false || !isset($f[$sep + 1])) {
+                continue;
+            }
+            if ($f[2] === $id) {
+                return $f[$sep + 1];
+            }
+            $point = (string) preg_replace_callback('/\\\\([0-7]{3})/', fn ($m) => chr(octdec($m[1])), $f[4]);
+            $mounts[] = [$point, $f[$sep + 1]];
+        }
+        $real = realpath($path);
+        if ($real === false) {
+            return null;
+        }
+        $best = '';
+        $type = null;
+        foreach ($mounts as [$point, $fs]) {
+            if (($real === $point || $point === '/' || str_starts_with($real, "$point/")) && strlen($point) >= strlen($best)) {
+                [$best, $type] = [$point, $fs];
+            }
+        }
+        return $type;
+    }
+
+    /** Whether acquisitions of DIR make owner marks: unless its filesystem is known not to need them. */
+    public static function needsMarks(string $dir): bool
+    {
+        if (isset(self::$ownerMarks[$dir])) {
+            return self::$ownerMarks[$dir];
+        }
+        // The lock directory may not exist yet; its parent is then asked.
+        $slash = strrpos($dir, '/');
+        $type = self::fsType($dir) ?? self::fsType($slash === false ? '.' : ($slash === 0 ? '/' : substr($dir, 0, $slash)));
+        return self::$ownerMarks[$dir] = $type === null || !in_array($type, self::NO_MARKS, true);
+    }
+
+    private static function markOf(string $token): string
+    {
+        return 'h.' . substr($token, strlen(self::PREFIX));
+    }
+
+    /**
+     * The held token a mark names, or null when NAME is no mark.
+     *
+     * @return array{0: string, 1: array{expiry: int, tag: string, pid: int, start: string, legacy: bool}}|null
+     */
+    private static function tokenOfMark(string $name): ?array
+    {
+        if (!str_starts_with($name, 'h.')) {
+            return null;
+        }
+        $token = self::PREFIX . substr($name, 2);
+        $c = self::classify($token);
+        return $c[0] === 'held' ? [$token, $c[1]] : null;
+    }
+
+    private static function ownerPart(string $token): string
+    {
+        return (string) preg_replace('/\Alockfile\.[0-9]+\./', '', $token);
+    }
+
+    /**
+     * The live marks in a token other than ours, after removing those of
+     * the owner taken over from and those of dead or expired owners:
+     * ['seen', [token, reason] of the first live one, or null], or ['gone',
+     * errno] when the token cannot be listed (errno 0: it is gone).
+     *
+     * @return array{0: string, 1: array{0: string, 1: string}|int|null}
+     */
+    private static function judgeMarks(string $path, string $ours, ?string $takenFrom): array
+    {
+        error_clear_last();
+        $names = @scandir($path);
+        if ($names === false) {
+            $errno = self::lastErrno() ?: 5;
+            return ['gone', $errno === 2 || $errno === 116 ? 0 : $errno];
+        }
+        $takenOwner = $takenFrom === null ? null : self::ownerPart($takenFrom);
+        $live = null;
+        foreach ($names as $n) {
+            $t = $n === $ours ? null : self::tokenOfMark($n);
+            if ($t === null) {
+                continue;
+            }
+            [$stale, $reason] = $takenOwner !== null && self::ownerPart($t[0]) === $takenOwner ? [true, ''] : self::judge($t[0], $t[1]);
+            if ($stale) {
+                @rmdir("$path/$n");
+            } elseif ($live === null) {
+                $live = [$t[0], $reason];
+            }
+        }
+        return ['seen', $live];
+    }
+
+    /**
+     * Confirms with an owner mark a token that a rename made ours: 'held';
+     * 'yielded' (with the reason) after handing the token back to the live
+     * holder whose mark is in it; 'abandoned' when it is gone from under us.
+     *
+     * @return array{0: string, 1: ?string}
+     */
+    private static function markAndCheck(string $dir, string $token, ?string $takenFrom): array
+    {
+        $path = "$dir/$token";
+        $mark = self::markOf($token);
+        for ($try = 0; $try < 3; ++$try) {
+            error_clear_last();
+            $ok = @mkdir("$path/$mark", 0700);
+            $errno = $ok ? 0 : (self::lastErrno() ?: 5);
+            if ($ok || $errno === 17 || $errno !== 116) {
+                break;
+            }
+        }
+        if ($errno !== 0 && $errno !== 17) {
+            // Gone already: a second rename of the name we took moved it.
+            if ($errno === 2 || $errno === 116) {
+                return ['abandoned', null];
+            }
+            self::giveUp($dir, $token, $takenFrom, 'cannot make the owner mark in', $errno);
+        }
+        [$what, $live] = self::judgeMarks($path, $mark, $takenFrom);
+        if ($what === 'gone') {
+            if ($live !== 0) {
+                self::giveUp($dir, $token, $takenFrom, 'cannot list the owner marks in', $live);
+            }
+            @rmdir("$path/$mark");
+            return ['abandoned', null];
+        }
+        if ($live === null) {
+            return ['held', null];
+        }
+        // The mark stays inside during the rename: whoever holds the
+        // directory through a stale name of its own meanwhile finds it and
+        // steps back too.
+        $back = "$dir/{$live[0]}";
+        if (self::rename($path, $back) === 0) {
+            @rmdir("$back/$mark");
+        } else {
+            @rmdir("$path/$mark");
+        }
+        return ['yielded', $live[1]];
+    }
+
+    /** Fails an acquisition whose mark could not be made or listed. */
+    private static function giveUp(string $dir, string $token, ?string $takenFrom, string $what, int $errno): void
+    {
+        $path = "$dir/$token";
+        @rmdir("$path/" . self::markOf($token));
+        [$seen, $live] = self::judgeMarks($path, self::markOf($token), $takenFrom);
+        $outcome = 'the token stays until its lease ends';
+        if ($seen === 'seen' && $live === null && self::rename($path, "$dir/" . self::FREE) === 0) {
+            $outcome = 'the lock was freed again';
+        }
+        throw self::systemError('acquire', $dir, "$what $token", $errno, $outcome);
+    }
+}
+
+/**
+ * The atomic write and the update committed through the lock's token
+ * (docs/atomic-writes.md, docs/protocol.md "The fence made of path
+ * names"), in PHP: no process is started.
+ *
+ * PHP gives file times in whole seconds, so the version marks it writes
+ * name the second of the commit; that only makes it more cautious about a
+ * file changed outside the lock within two seconds of a commit. PHP's
+ * fopen() cannot ask for O_NOFOLLOW or O_NONBLOCK: the target is judged
+ * with lstat() before it is opened and checked to be the same file after.
+ *
+ * @internal
+ */
+final class Files
+{
+    /** The largest file an update reads (default_read_limit). */
+    public const READ_LIMIT = 64 << 20;
+    private const LOCAL_FS = ['ext2', 'ext3', 'ext4', 'xfs', 'btrfs', 'tmpfs', 'ramfs', 'f2fs', 'overlay', 'zfs', 'reiserfs', 'jfs', 'bcachefs', 'nilfs2'];
+
+    /** How long a stale read on a network filesystem is read again; tests shorten it. */
+    public static int $staleReadBudgetUs = 3000000;
+    /**
+     * Per lock directory: whether it is on a local filesystem. Tests set
+     * an entry to play a network filesystem on a local disk.
+     *
+     * @var array<string, bool>
+     */
+    public static array $localFor = [];
+    /** @var array<string, bool> asked once per lock directory and process */
+    private static array $localSeen = [];
+
+    /**
+     * Whether a call with these options runs natively: unless it names a
+     * command, or asks for a flush this PHP (before 8.1) cannot make.
+     *
+     * @param array<string, mixed> $options
+     */
+    public static function native(array $options, string $sync): bool
+    {
+        return !isset($options['command']) && ($sync === 'none' || function_exists('fsync'));
+    }
+
+    private static function onLocalFs(string $lockDir): bool
+    {
+        return self::$localFor[$lockDir] ?? self::$localSeen[$lockDir] ??= (function () use ($lockDir): bool {
+            $type = Native::fsType($lockDir);
+            return $type === null || in_array($type, self::LOCAL_FS, true);
+        })();
+    }
+
+    private static function advice(int $errno, string $dir): string
+    {
+        return match ($errno) {
+            1, 13 => "check the permissions of $dir: this process must be able to write and search it",
+            2 => 'the directory of the file must exist',
+            28, 122 => "the filesystem of $dir is full or over quota: free space",
+            30 => "the filesystem of $dir is mounted read-only",
+            default => '',
+        };
+    }
+
+    /** @param array{path: string, dir: string} $t */
+    private static function fileError(string $step, array $t, string $what, int $errno): Exception
+    {
+        return Native::systemError($step, $t['path'], $what, $errno, self::advice($errno, $t['dir']));
+    }
+
+    /**
+     * The target of a write: path, directory, name, and what a replacement
+     * keeps. A symbolic link is replaced unless $follow: then the chain is
+     * resolved (at most 40 links), each checked as protected_symlinks does.
+     *
+     * @return array{path: string, dir: string, name: string, exists: bool, keepMode: ?int, keepOwner: ?array{0: int, 1: int}}
+     */
+    public static function resolveTarget(string $step, string $path, bool $follow): array
+    {
+        $bad = fn (string $why) => new Exception('bad_argument', "tokenlock: $step \"$path\": $why", 64);
+        if (str_ends_with($path, '/')) {
+            throw $bad("the target path ends in '/': name a file");
+        }
+        for ($hops = 0; ; ++$hops) {
+            $slash = strrpos($path, '/');
+            $dir = $slash === false ? '.' : ($slash === 0 ? '/' : substr($path, 0, $slash));
+            $name = $slash === false ? $path : substr($path, $slash + 1);
+            if ($name === '.' || $name === '..') {
+                throw $bad('the target must name a file');
+            }
+            $t = ['path' => $path, 'dir' => $dir, 'name' => $name, 'exists' => false, 'keepMode' => null, 'keepOwner' => null];
+            clearstatcache(true, $path);
+            $st = @lstat($path);
+            if ($st === false) {
+                break;
+            }
+            $type = $st['mode'] & 0170000;
+            if ($type === 0120000) {
+                if (!$follow) {
+                    break;
+                }
+                if ($hops >= 40) {
+                    throw self::fileError($step, $t, 'too many levels of symbolic links', 40);
+                }
+                self::checkLink($step, $t, $st);
+                $to = @readlink($path);
+                if ($to === false) {
+                    throw self::fileError($step, $t, 'cannot read the symbolic link', Native::lastErrno() ?: 5);
+                }
+                $path = str_starts_with($to, '/') ? $to : "$dir/$to";
+                continue;
+            }
+            if ($type === 0040000) {
+                throw self::fileError($step, $t, 'the target is a directory', 21);
+            }
+            if ($type !== 0100000) {
+                throw Native::systemError($step, $path, 'the target is not a regular file (a device, FIFO or socket cannot be replaced atomically)', 22, 'put a regular file there');
+            }
+            // Its setuid, setgid and sticky bits belonged to its contents.
+            $t['exists'] = true;
+            $t['keepMode'] = $st['mode'] & 0777;
+            $t['keepOwner'] = [$st['uid'], $st['gid']];
+            break;
+        }
+        clearstatcache(true, $t['dir']);
+        $dst = @stat($t['dir']);
+        if ($dst === false) {
+            throw Native::systemError($step, $t['path'], "its directory {$t['dir']} does not exist or cannot be searched", 2, 'create the directory first');
+        }
+        if (($dst['mode'] & 0170000) !== 0040000) {
+            throw self::fileError($step, $t, "{$t['dir']} is not a directory", 20);
+        }
+        return $t;
+    }
+
+    /**
+     * In a directory that is sticky and writable by all, anyone may plant
+     * a link: one is followed only when it is ours or the directory owner's.
+     *
+     * @param array{path: string, dir: string} $t
+     * @param array{uid: int} $link
+     */
+    private static function checkLink(string $step, array $t, array $link): void
+    {
+        $d = @stat($t['dir']);
+        if ($d === false) {
+            throw self::fileError($step, $t, "cannot look at the directory {$t['dir']} of the symbolic link", Native::lastErrno() ?: 2);
+        }
+        $euid = Native::euid();
+        if (!($d['mode'] & 01000) || !($d['mode'] & 0002) || $link['uid'] === $euid || $link['uid'] === $d['uid']) {
+            return;
+        }
+        throw new Exception('untrusted', sprintf('tokenlock: %s %s: refusing to follow the symbolic link %s: it is owned by uid %d, neither this user (uid %s) nor the owner of %s (uid %d), a directory that is sticky and writable by all (mode %04o), where anyone may plant a link; nothing was written or read: name the file it points to directly, or have that link removed and made by this user',
+            $step, $t['path'], $t['path'], $link['uid'], $euid ?? 'unknown', $t['dir'], $d['uid'], $d['mode'] & 07777), 77);
+    }
+
+    /**
+     * Writes DATA to a new temporary file .NAME.tmp.<16 hex> in $inDir,
+     * flushed as $sync asks, and returns its path; on failure nothing is left.
+     *
+     * @param array{path: string, dir: string, name: string, keepOwner: ?array{0: int, 1: int}} $t
+     */
+    public static function writeTemp(array $t, string $inDir, string $data, string $sync, int $mode): string
+    {
+        $tmp = "$inDir/.{$t['name']}.tmp." . bin2hex(random_bytes(8));
+        error_clear_last();
+        // PHP has no fchmod(): a mode without execute bits is given at
+        // creation, through the umask, so that no later call by path can be
+        // turned onto another file by someone who swaps the name meanwhile.
+        $exact = ($mode & ~0666) === 0;
+        $umask = $exact ? umask(0777 & ~$mode) : null;
+        // 'x' is O_CREAT|O_EXCL, which never follows a link planted there.
+        $h = @fopen($tmp, 'xb');
+        if ($umask !== null) {
+            umask($umask);
+        }
+        if ($h === false) {
+            throw self::fileError('create', $t, "cannot create the temporary file $tmp", Native::lastErrno() ?: 5);
+        }
+        $fail = null;
+        // As root, the replaced file's owner and group are kept, so that the
+        // program owning the data can still write it.
+        if ($t['keepOwner'] !== null && Native::euid() === 0) {
+            @lchown($tmp, $t['keepOwner'][0]);
+            @lchgrp($tmp, $t['keepOwner'][1]);
+        }
+        error_clear_last();
+        if (!$exact && !@chmod($tmp, $mode)) {
+            $fail = ['create', "cannot set the mode of the temporary file $tmp"];
+        }
+        for ($off = 0, $n = strlen($data); $fail === null && $off < $n; $off += $w) {
+            error_clear_last();
+            $w = @fwrite($h, $off === 0 ? $data : substr($data, $off));
+            if ($w === false || $w === 0) {
+                $fail = ['write', "cannot write the temporary file $tmp"];
+                $w = 0;
+            }
+        }
+        error_clear_last();
+        if ($fail === null && $sync !== 'none' && (!@fflush($h) || !@fsync($h))) {
+            $fail = ['sync', "cannot flush the temporary file $tmp"];
+        }
+        $errno = $fail === null ? 0 : (Native::lastErrno() ?: 5);
+        // A failure here counts: NFS reports write errors at close.
+        error_clear_last();
+        if (!@fclose($h) && $fail === null) {
+            $fail = ['close', "closing the temporary file $tmp failed"];
+            $errno = Native::lastErrno() ?: 5;
+        }
+        if ($fail !== null) {
+            @unlink($tmp);
+            throw self::fileError($fail[0], $t, $fail[1], $errno);
+        }
+        return $tmp;
+    }
+
+    /**
+     * Flushes the target's directory after a rename, as `file_and_dir`
+     * asks: a failure is DirSyncException, since the change is made.
+     *
+     * @param array{path: string, dir: string} $t
+     */
+    public static function syncTargetDir(array $t, string $sync, string $done, string $advice, int|string|null $value = null): void
+    {
+        if ($sync !== 'file_and_dir') {
+            return;
+        }
+        error_clear_last();
+        $h = @fopen($t['dir'], 'r');
+        $errno = $h === false ? (Native::lastErrno() ?: 5) : 0;
+        if ($h !== false) {
+            error_clear_last();
+            $errno = @fsync($h) ? 0 : (Native::lastErrno() ?: 5);
+            fclose($h);
+        }
+        if ($errno === 0) {
+            return;
+        }
+        $what = "$done, but flushing the directory {$t['dir']} failed (" . Native::cause($errno) . "): a crash may undo it$advice";
+        if ($errno === 13 || $errno === 1) {
+            $what .= "; give this user read permission on {$t['dir']} (chmod u+r, or g+r for a shared group), or write with sync file";
+        }
+        $e = new DirSyncException('dir_sync_failed', "tokenlock: sync {$t['path']}: $what", 74, [], null, $errno);
+        if ($value !== null) {
+            $e->setValue($value);
+        }
+        throw $e;
+    }
+
+    private static function modeOf(array $t, ?int $mode): int
+    {
+        if ($mode !== null) {
+            return $mode;
+        }
+        if ($t['keepMode'] !== null) {
+            return $t['keepMode'];
+        }
+        return 0644 & ~umask();
+    }
+
+    /** writeFile() without a lock: the temporary file beside the target, renamed over it. */
+    public static function write(string $path, string $data, string $sync, ?int $mode, bool $follow): void
+    {
+        $t = self::resolveTarget('write', $path, $follow);
+        $tmp = self::writeTemp($t, $t['dir'], $data, $sync, self::modeOf($t, $mode));
+        $errno = Native::rename($tmp, $t['path']);
+        if ($errno !== 0) {
+            @unlink($tmp);
+            throw self::fileError('rename', $t, "cannot rename $tmp over the target", $errno);
+        }
+        self::syncTargetDir($t, $sync, 'the new contents are in place', '');
+    }
+
+    /**
+     * Reads the target under the lock: a regular file only, at most the
+     * read limit, never through a symbolic link (the commit replaces a
+     * link, so what it points to is not the target's contents).
+     *
+     * @param array{path: string, dir: string} $t
+     * @return array{0: ?string, 1: int} the contents (null: missing) and their mtime in microseconds
+     */
+    public static function readTarget(array $t): array
+    {
+        $path = $t['path'];
+        clearstatcache(true, $path);
+        $st = @lstat($path);
+        if ($st === false) {
+            return [null, 0];
+        }
+        $type = $st['mode'] & 0170000;
+        if ($type === 0120000) {
+            throw Native::systemError('read', $path, 'it is a symbolic link, and links are not followed here (the write replaces the link), so what it points to, maybe another user\'s file, was not read; nothing was written: name the file it points to, ask to follow links, or remove the link', 40, 'pass follow_symlinks to update the file it points to');
+        }
+        if ($type === 0040000) {
+            throw Native::systemError('read', $path, 'it is a directory; nothing was written', 21, 'remove it or name a file');
+        }
+        if ($type !== 0100000) {
+            throw Native::systemError('read', $path, 'it is not a regular file (a FIFO, device or socket), and was not read; nothing was written', 22, 'put a regular file there');
+        }
+        if ($st['size'] > self::READ_LIMIT) {
+            throw Native::systemError('read', $path, "it is too large ({$st['size']} bytes, the limit is " . self::READ_LIMIT . '); nothing was written', 27, 'keep such files out of updates');
+        }
+        error_clear_last();
+        $h = @fopen($path, 'rb');
+        if ($h === false) {
+            $errno = Native::lastErrno() ?: 5;
+            if ($errno === 2) {
+                return [null, 0];
+            }
+            throw self::fileError('read', $t, 'cannot open the target', $errno);
+        }
+        try {
+            $fst = fstat($h);
+            // Swapped since the lstat (for a link, say): not what was judged.
+            if ($fst === false || $fst['ino'] !== $st['ino'] || $fst['dev'] !== $st['dev']) {
+                throw Native::systemError('read', $path, 'it was replaced while being opened; nothing was written', 11, 'retry');
+            }
+            // In pieces: a length given to stream_get_contents() is allocated whole.
+            for ($text = ''; !feof($h);) {
+                error_clear_last();
+                $chunk = @fread($h, 65536);
+                if ($chunk === false) {
+                    throw self::fileError('read', $t, 'cannot read the target', Native::lastErrno() ?: 5);
+                }
+                $text .= $chunk;
+                if (strlen($text) > self::READ_LIMIT) {
+                    throw Native::systemError('read', $path, 'it grew past the limit of ' . self::READ_LIMIT . ' bytes; nothing was written', 27, 'keep such files out of updates');
+                }
+            }
+            return [$text, $fst['mtime'] * 1000000];
+        } finally {
+            fclose($h);
+        }
+    }
+
+    // ---- version marks, on network filesystems ----------------------------
+    // `D/<token>/w/v.<FNV-1a of the contents>.<mtime of the new file, µs>`:
+    // what the last commit wrote, so that the next holder can tell a stale
+    // read from its client's cache (docs/atomic-writes.md).
+
+    public static function fnvHex(string $data): string
+    {
+        [$hi, $lo] = Native::fnv1a($data);
+        return sprintf('%08x%08x', $hi, $lo);
+    }
+
+    /** @return array{name: string, hash: string, mtime: int}|null */
+    private static function readVersionMark(string $w): ?array
+    {
+        $best = null;
+        foreach (@scandir($w) ?: [] as $n) {
+            if (preg_match('/\Av\.([0-9a-f]{16})\.(-?[0-9]{1,19})\z/', $n, $m) && ($best === null || (int) $m[2] > $best['mtime'])) {
+                $best = ['name' => $n, 'hash' => $m[1], 'mtime' => (int) $m[2]];
+            }
+        }
+        return $best;
+    }
+
+    /** @param array{name: string}|null $old */
+    private static function writeVersionMark(string $w, ?array $old, string $hash, int $mtimeUs): void
+    {
+        $name = "v.$hash.$mtimeUs";
+        if ($old !== null && ($old['name'] === $name || Native::rename("$w/{$old['name']}", "$w/$name") === 0)) {
+            return;
+        }
+        $h = @fopen("$w/$name", 'x');
+        if ($h !== false) {
+            fclose($h);
+        }
+    }
+
+    // ---- the fenced update ------------------------------------------------
+
+    private static function lostBeforeCommit(string $path, string $token): LockLostException
+    {
+        return new LockLostException('lock_lost', "tokenlock: commit $path: the lock was taken over before the commit (our token $token is gone: our lease ended or we were judged dead); nothing was written and the new owner's data is intact", 3);
+    }
+
+    /**
+     * Whether our token is gone: a lookup's ENOENT is confirmed by a
+     * listing, since a network client may answer a lookup from its cache.
+     */
+    private static function tokenGone(string $dir, string $token): bool
+    {
+        clearstatcache(true, "$dir/$token");
+        if (@lstat("$dir/$token") !== false) {
+            return false;
+        }
+        $names = @scandir($dir);
+        return $names === false || !in_array($token, $names, true);
+    }
+
+    /**
+     * The token's workspace `w`, made by the first update and judged by
+     * the trust rules: another user who could write it could swap the
+     * temporary file. Returns [path, made].
+     *
+     * @return array{0: string, 1: bool}
+     */
+    private static function workspace(string $dir, string $token, array $t): array
+    {
+        $w = "$dir/$token/w";
+        $made = false;
+        clearstatcache(true, $w);
+        if (@lstat($w) === false) {
+            error_clear_last();
+            if (@mkdir($w, 0700)) {
+                $made = true;
+                @chmod($w, Native::dirMode('commit'));
+            } elseif (($errno = Native::lastErrno() ?: 5) !== 17) {
+                if ($errno === 2 && self::tokenGone($dir, $token)) {
+                    throw self::lostBeforeCommit($t['path'], $token);
+                }
+                throw self::fileError('create', $t, "cannot create the workspace $w", $errno);
+            }
+            clearstatcache(true, $w);
+        }
+        foreach (["$dir/$token" => "lock's token", $w => "lock's workspace"] as $path => $what) {
+            try {
+                Native::checkTrusted($path, 'commit', "the $what");
+            } catch (Exception $e) {
+                if ($made) {
+                    @rmdir($w);
+                }
+                throw $e;
+            }
+        }
+        return [$w, $made];
+    }
+
+    /**
+     * Commits DATA over the target through the token: the temporary file
+     * in D/<token>/w, renamed over the target by a path through the
+     * token's name, which fails once the lock was taken over. False
+     * (nothing written) when the token cannot fence it: a file token, or
+     * the target on another filesystem.
+     *
+     * @param array{path: string, dir: string, name: string, keepOwner: ?array{0: int, 1: int}} $t
+     * @param array{name: string}|null $oldMark
+     */
+    private static function fencedCommit(string $dir, string $token, array $t, string $data, string $sync, int $mode, bool $marks, ?array $oldMark): bool
+    {
+        clearstatcache();
+        $tok = @stat("$dir/$token");
+        if ($tok === false) {
+            if (self::tokenGone($dir, $token)) {
+                throw self::lostBeforeCommit($t['path'], $token);
+            }
+            throw self::fileError('commit', $t, "cannot look at the lock's token $dir/$token", Native::lastErrno() ?: 5);
+        }
+        $dst = @stat($t['dir']);
+        // A token that is a file (a legacy setup's) has no room for the
+        // temporary file; a rename cannot cross filesystems.
+        if ($dst === false || ($tok['mode'] & 0170000) !== 0040000 || $tok['dev'] !== $dst['dev']) {
+            return false;
+        }
+        [$w, $made] = self::workspace($dir, $token, $t);
+        try {
+            $tmp = self::writeTemp($t, $w, $data, $sync, $mode);
+        } catch (Exception $e) {
+            if ($made) {
+                @rmdir($w);
+            }
+            if ($e->getErrno() === 2 && self::tokenGone($dir, $token)) {
+                throw self::lostBeforeCommit($t['path'], $token);
+            }
+            throw $e;
+        }
+        clearstatcache(true, $tmp);
+        $written = $marks ? @lstat($tmp) : false;
+        $errno = Native::rename($tmp, $t['path']);
+        if ($errno !== 0) {
+            @unlink($tmp);
+            if ($made) {
+                @rmdir($w);
+            }
+            if ($errno === 18) {
+                return false;
+            }
+            if ($errno === 2 && self::tokenGone($dir, $token)) {
+                throw self::lostBeforeCommit($t['path'], $token);
+            }
+            throw self::fileError('rename', $t, "cannot rename $tmp over the target", $errno);
+        }
+        if ($written !== false) {
+            self::writeVersionMark($w, $oldMark, self::fnvHex($data), $written['mtime'] * 1000000);
+        }
+        return true;
+    }
+
+    /**
+     * The update flow of update_file: lock, read, compute, commit through
+     * the token, release, flush the directory. $compute gets the current
+     * contents (null: missing) and returns [new contents, value]; the value
+     * is returned.
+     *
+     * @param callable(?string): array{0: string, 1: mixed} $compute
+     * @param array{wait?: ?float, sync: string, mode?: ?int, follow?: bool, lease_us?: int} $o
+     */
+    public static function update(string $path, string $lockDir, callable $compute, array $o): mixed
+    {
+        $dir = Native::lockPath($lockDir);
+        $leaseUs = $o['lease_us'] ?? Native::leaseUs(null);
+        $token = Native::acquire($dir, array_key_exists('wait', $o) ? $o['wait'] : Command::DEFAULT_WAIT, $leaseUs);
+        $t = null;
+        $value = null;
+        try {
+            $t = self::resolveTarget('write', $path, $o['follow'] ?? false);
+            if (random_int(0, 31) === 0) {
+                self::sweepTemps($t, $leaseUs);
+            }
+            $marks = !self::onLocalFs($dir);
+            $oldMark = $marks ? self::readVersionMark("$dir/$token/w") : null;
+            [$current, $mtime] = self::readTarget($t);
+            if ($oldMark !== null) {
+                [$current, $mtime] = self::readPastStale($t, $oldMark, $leaseUs, $current, $mtime);
+            }
+            [$next, $value] = $compute($current);
+            $mode = self::modeOf($t, $o['mode'] ?? null);
+            if (!self::fencedCommit($dir, $token, $t, $next, $o['sync'], $mode, $marks, $oldMark)) {
+                $token = self::unfencedCommit($dir, $token, $t, $next, $o['sync'], $mode, $leaseUs);
+            }
+        } finally {
+            // Released whatever happened; after a commit a failure to
+            // release is not reported, which would invite a retry that
+            // counts twice.
+            try {
+                Native::release($dir, $token);
+            } catch (Exception $ignored) {
+            }
+        }
+        self::syncTargetDir($t, $o['sync'], 'the update is committed', '; do not repeat the update', $value);
+        return $value;
+    }
+
+    /**
+     * Across filesystems, or through a file token: beside the target, with
+     * ownership proved by a refresh rename just before the commit (the
+     * window between the two remains). Returns the token's new name.
+     */
+    private static function unfencedCommit(string $dir, string $token, array $t, string $data, string $sync, int $mode, int $leaseUs): string
+    {
+        $tmp = self::writeTemp($t, $t['dir'], $data, $sync, $mode);
+        try {
+            $token = Native::refresh($dir, $token, $leaseUs);
+        } catch (Exception $e) {
+            @unlink($tmp);
+            throw $e instanceof LockLostException ? self::lostBeforeCommit($t['path'], $token) : $e;
+        }
+        $errno = Native::rename($tmp, $t['path']);
+        if ($errno !== 0) {
+            @unlink($tmp);
+            throw self::fileError('rename', $t, "cannot rename $tmp over the target", $errno);
+        }
+        return $token;
+    }
+
+    /**
+     * Reads again, for a while, a version older than the one the version
+     * mark says the last commit wrote: a network client's stale cache.
+     *
+     * @param array{hash: string, mtime: int} $mark
+     * @return array{0: ?string, 1: int}
+     */
+    private static function readPastStale(array $t, array $mark, int $leaseUs, ?string $current, int $mtime): array
+    {
+        $start = hrtime(true);
+        $budget = min(self::$staleReadBudgetUs, intdiv($leaseUs, 4)) * 1000;
+        $pause = 5000;
+        for ($reads = 1; ; ++$reads) {
+            if ($current !== null && (self::fnvHex($current) === $mark['hash'] || $mtime > $mark['mtime'] + Native::SKEW_US)) {
+                return [$current, $mtime];
+            }
+            $left = $start + $budget - hrtime(true);
+            if ($left <= 0) {
+                $fs = Native::fsType($t['dir']) ?? 'a network filesystem';
+                throw new Exception('stale_data', "tokenlock: read {$t['path']}: this client keeps reading a version older than the one the last update committed ($reads reads in " . intdiv(hrtime(true) - $start, 1000000) . " ms); nothing was written; the filesystem ($fs) serves stale cached data: turn its client caches off (tokenlock doctor DIR --peer DIR2 checks a mount)", 75);
+            }
+            usleep(min($pause, intdiv($left, 1000) + 1));
+            $pause = min(2 * $pause, 200000);
+            [$current, $mtime] = self::readTarget($t);
+        }
+    }
+
+    /**
+     * Removes this target's temporary files older than a lease, which no
+     * live writer holding the lock can own: those of crashed writes beside
+     * it. Only regular files named exactly .NAME.tmp.<16 hex>.
+     *
+     * @param array{dir: string, name: string} $t
+     */
+    public static function sweepTemps(array $t, int $leaseUs): int
+    {
+        $prefix = ".{$t['name']}.tmp.";
+        $removed = 0;
+        foreach (@scandir($t['dir']) ?: [] as $n) {
+            if (!str_starts_with($n, $prefix) || !preg_match('/\A[0-9a-f]{16}\z/', substr($n, strlen($prefix)))) {
+                continue;
+            }
+            $p = "{$t['dir']}/$n";
+            clearstatcache(true, $p);
+            $st = @lstat($p);
+            if ($st !== false && ($st['mode'] & 0170000) === 0100000 && $st['mtime'] * 1000000 < Native::nowUs() - $leaseUs && @unlink($p)) {
+                ++$removed;
+            }
+        }
+        return $removed;
+    }
+
+    /** The sum of two unsigned decimals, or null past 2^64-1. */
+    public static function addU64(string $a, string $b): ?string
+    {
+        $r = '';
+        $carry = 0;
+        for ($i = strlen($a) - 1, $j = strlen($b) - 1; $i >= 0 || $j >= 0 || $carry; --$i, --$j) {
+            $s = $carry + ($i >= 0 ? (int) $a[$i] : 0) + ($j >= 0 ? (int) $b[$j] : 0);
+            $r = ($s % 10) . $r;
+            $carry = intdiv($s, 10);
+        }
+        $r = ltrim($r, '0');
+        $r = $r === '' ? '0' : $r;
+        return Command::fitsUint64($r) ? $r : null;
+    }
+
+    /**
+     * increment()'s step: the counter's new contents and value.
+     *
+     * @return array{0: string, 1: int|string}
+     */
+    public static function count(string $path, ?string $text, int $by): array
+    {
+        $old = '0';
+        if ($text !== null) {
+            if (!preg_match('/\A(0|[1-9][0-9]{0,19})\n\z/', $text, $m) || !Command::fitsUint64($m[1])) {
+                $shown = addcslashes(substr($text, 0, 24), "\0..\37\177..\377") . (strlen($text) > 24 ? '...' : '');
+                throw new Exception('corrupt_data', "tokenlock: read counter $path: the file does not hold one unsigned decimal and a newline (it holds \"$shown\", " . strlen($text) . ' bytes); it was left as it is: repair or remove it by hand', 65);
+            }
+            $old = $m[1];
+        }
+        $new = self::addU64($old, (string) $by);
+        if ($new === null) {
+            throw Native::systemError('increment', $path, "adding $by to $old would overflow 64 bits; the counter was left as it is", 75, 'reset the counter by hand if it is meant to wrap');
+        }
+        return ["$new\n", Command::toInt($new)];
     }
 }

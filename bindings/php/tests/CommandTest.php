@@ -45,13 +45,14 @@ final class CommandTest extends TempDirTestCase
         chmod($fake, 0644);
         putenv("TOKENLOCK_COMMAND=$fake");
         try {
-            writeFile("$this->dir/out", "x\n");
-            $this->fail('ran a file that is not executable');
+            findCommand();
+            $this->fail('found a file that is not executable');
         } catch (Exception $e) {
             $this->assertSame('command_not_found', $e->getError());
             $this->assertStringContainsString("$fake (from TOKENLOCK_COMMAND) is not an executable file", $e->getMessage());
         }
-        $this->assertFileDoesNotExist("$this->dir/out");
+        writeFile("$this->dir/out", "x\n");
+        $this->assertSame("x\n", file_get_contents("$this->dir/out"), 'a write needs no command');
     }
 
     public function testSetCommandComesBeforeTheEnvironmentAndTheOptionBeforeBoth(): void
