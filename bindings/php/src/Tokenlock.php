@@ -2444,6 +2444,8 @@ final class Files
     /**
      * Whether our token is gone: a lookup's ENOENT is confirmed by a
      * listing, since a network client may answer a lookup from its cache.
+     * ESTALE (116) counts as ENOENT: a GlusterFS client that still has a
+     * token cached that a takeover moved answers with it.
      */
     private static function tokenGone(string $dir, string $token): bool
     {
@@ -2473,7 +2475,7 @@ final class Files
                 $made = true;
                 @chmod($w, Native::dirMode('commit'));
             } elseif (($errno = Native::lastErrno() ?: 5) !== 17) {
-                if ($errno === 2 && self::tokenGone($dir, $token)) {
+                if (($errno === 2 || $errno === 116) && self::tokenGone($dir, $token)) {
                     throw self::lostBeforeCommit($t['path'], $token);
                 }
                 throw self::fileError('create', $t, "cannot create the workspace $w", $errno);
@@ -2526,7 +2528,7 @@ final class Files
             if ($made) {
                 @rmdir($w);
             }
-            if ($e->getErrno() === 2 && self::tokenGone($dir, $token)) {
+            if (($e->getErrno() === 2 || $e->getErrno() === 116) && self::tokenGone($dir, $token)) {
                 throw self::lostBeforeCommit($t['path'], $token);
             }
             throw $e;
@@ -2542,7 +2544,7 @@ final class Files
             if ($errno === 18) {
                 return false;
             }
-            if ($errno === 2 && self::tokenGone($dir, $token)) {
+            if (($errno === 2 || $errno === 116) && self::tokenGone($dir, $token)) {
                 throw self::lostBeforeCommit($t['path'], $token);
             }
             throw self::fileError('rename', $t, "cannot rename $tmp over the target", $errno);
