@@ -70,12 +70,21 @@ class Native:
 
 
 def futex_sleepers(pids):
+    """How many of pids sleep on a futex. Where the kernel does not name
+    the wait channel (wchan "0": no kallsyms), a sleeping process (state S)
+    counts: the head sleeps too, in its watch, so this is one too many at
+    most, and the round then starts with the line perhaps not complete."""
     n = 0
     for pid in pids:
         try:
             with open("/proc/%d/wchan" % pid) as f:
-                n += f.read().startswith("futex")
-        except OSError:
+                wchan = f.read()
+            if wchan in ("", "0"):
+                with open("/proc/%d/stat" % pid) as f:
+                    n += f.read().rsplit(")", 1)[1].split()[0] == "S"
+            else:
+                n += wchan.startswith("futex")
+        except (OSError, IndexError):
             pass
     return n
 
