@@ -12,6 +12,7 @@ late: the driver continues it only once another process has taken the lock
 over, and that commit must then be refused. CHECK 0 leaves the token
 check out: a client that caches directory listings (sshfs's default
 mount) may list the lock directory as it was."""
+import errno
 import os
 import random
 import signal
@@ -62,5 +63,5 @@ while not os.path.exists(stopfile):
     except tokenlock.LockLost as e:
         note("l")
     except tokenlock.Error as e:
-        note("e %s" % e.code)
+        note("e %s%s" % (e.code, "/" + errno.errorcode.get(e.errno, str(e.errno)) if getattr(e, "errno", None) else ""))
         print("worker.py: %s" % e, file=sys.stderr)
