@@ -8,6 +8,9 @@ to the workers, the holder of the moment most of all.
 
 Workers (each a slot restarted when its process ends, until the end):
   perl     worker.pl: the native Perl module's increment()
+  perl-lock worker.pl: the native Perl module's acquire() and release(),
+           the counter written by the worker under it, with a marker check
+           for two live holders (below)
   php      worker.php: the PHP module's increment()
   python   worker.py: the C API through ctypes, update_file with a 1 s
            lease; it checks its token inside the critical section and
@@ -58,7 +61,10 @@ What is checked, at the end:
              tokens at once, confirmed by a second listing, is a failure. A
              holder that committed without holding the lock shows as a
              duplicate value or a wrong N; the python workers check their
-             token inside the critical section ("t" above). Markers left by
+             token inside the critical section ("t" above); the perl-lock
+             workers, whose holds no one may take over (a lease of an hour),
+             claim a marker with O_EXCL inside: the marker of another live
+             process there is two live holders ("x PID"). Markers left by
              killed holders are no evidence: a killed holder's token stays
              until it is taken over, so ownership is judged by the token.
   intact     the counter is one decimal and a newline; the lock directory
@@ -90,8 +96,9 @@ def parse_args():
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--dir", action="append", default=[])
     p.add_argument("--php-module", default=None)
-    p.add_argument("--no-legacy", action="store_true",
-                   help="leave the legacy workers out (network filesystems: see torture_languages_netfs.sh)")
+    p.add_argument("--marked-writers-only", action="store_true",
+                   help="leave out the workers that write the counter without the version mark that the "
+                        "library keeps on network filesystems: legacy and perl-lock (see torture_languages_netfs.sh)")
     return p.parse_args()
 
 
@@ -116,6 +123,11 @@ class Torture:
         for d in a.dir or [self.work]:
             self.views.append(os.path.join(d, name))
         os.mkdir(self.views[0])
+        os.mkdir(os.path.join(self.views[0], "perl-tmp"))
+        with open(os.path.join(self.views[0], "count"), "w") as f:   # perl-lock reads it as it is
+            f.write("0\n")
+        self.markdir = os.path.join(self.work, "marker")
+        os.mkdir(self.markdir)
         self.lock = threading.Lock()
         self.instances = []
         self.child_kills = []     # (time, pid, parent instance)
@@ -144,7 +156,11 @@ class Torture:
         a, c = self.a, self.counter(slot)
         src = a.source
         if kind == "perl":
-            return ["perl", os.path.join(HERE, "worker.pl"), os.path.join(src, "bindings/perl/lib"), c, self.stop, log]
+            return ["perl", os.path.join(HERE, "worker.pl"), os.path.join(src, "bindings/perl/lib"), c, self.stop, log,
+                    "incr"]
+        if kind == "perl-lock":
+            return ["perl", os.path.join(HERE, "worker.pl"), os.path.join(src, "bindings/perl/lib"), c, self.stop, log,
+                    "lock", self.markdir, os.path.join(os.path.dirname(c), "perl-tmp")]
         if kind == "php":
             mod = a.php_module or os.path.join(src, "bindings/php/src/Tokenlock.php")
             return ["php", os.path.join(HERE, "worker.php"), mod, c, self.stop, log]
@@ -421,9 +437,9 @@ class Torture:
                 rec["proc"].kill()
 
     def run(self):
-        kinds = ["perl", "perl", "php", "php", "python", "python", "command", "command", "cxx", "legacy"]
-        if self.a.no_legacy:
-            kinds[-1] = "cxx"
+        kinds = ["perl", "perl-lock", "php", "php", "python", "python", "command", "command", "cxx", "legacy"]
+        if self.a.marked_writers_only:
+            kinds[1], kinds[-1] = "perl", "cxx"
         self.stalls = []
         threads = []
         for slot, kind in enumerate(kinds):
@@ -479,6 +495,8 @@ class Torture:
             elif tag == "l":
                 acc["lost"] += 1
                 opened = None
+            elif tag == "x":
+                self.fail("%s: two live holders at once: the marker of live process %s was there" % (inst.log, ln[1]))
             elif tag in ("s", "t"):
                 nxt = next((x[0] for x in lines[i + 1:] if x[0] in ("d", "l", "e")), None)
                 if nxt == "d" or (nxt is None and not inst.kills):

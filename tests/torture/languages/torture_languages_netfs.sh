@@ -16,13 +16,14 @@ if ! command -v python3 >/dev/null; then
   echo "SKIP: python3 is not installed (scripts/install-deps installs it)"
   exit 77
 fi
-# The legacy workers stay out by default here: the old lock writes the
-# counter in place, and an in-place write within the skew allowance (1 s) of
-# the version mark that a fenced commit left makes every later tokenlock
+# The workers that write the counter themselves (the legacy lock, and
+# perl-lock under the Perl module's lock) stay out by default here: they
+# leave no version mark, and a write of theirs within the skew allowance
+# (1 s) of the mark that a fenced commit left makes every later tokenlock
 # read of the counter refuse with stale_data until the file is written
-# again (sshfs: whole-second mtimes). TOKENLOCK_TORTURE_NETFS_LEGACY=1 lets
-# them in.
-legacy=(--no-legacy)
+# again (docs/atomic-writes.md). TOKENLOCK_TORTURE_NETFS_LEGACY=1 lets them
+# in.
+legacy=(--marked-writers-only)
 [ "${TOKENLOCK_TORTURE_NETFS_LEGACY:-0}" = 1 ] && legacy=()
 seed=()
 [ -n "${TOKENLOCK_TORTURE_SEED:-}" ] && seed=(--seed "$TOKENLOCK_TORTURE_SEED")
