@@ -11,6 +11,7 @@
 set -uo pipefail
 tool=$1 worker=$2 library=$3 source=$4
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=../../netfs/rig.sh
 . "$source/tests/netfs/rig.sh"
 if ! command -v python3 >/dev/null; then
   echo "SKIP: python3 is not installed (scripts/install-deps installs it)"

@@ -60,7 +60,7 @@ while not os.path.exists(stopfile):
     try:
         out = tokenlock.update_file(counter, lambda old: step(old, stop_now), wait=60, lease=LEASE)
         note("d %d" % int(out))
-    except tokenlock.LockLost as e:
+    except tokenlock.LockLost:
         note("l")
     except tokenlock.Error as e:
         note("e %s%s" % (e.code, "/" + errno.errorcode.get(e.errno, str(e.errno)) if getattr(e, "errno", None) else ""))
