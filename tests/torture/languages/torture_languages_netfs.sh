@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# torture.py on the network filesystems of the netfs rig (tests/netfs/rig.sh):
+# sshfs, GlusterFS with performance.stat-prefetch and performance.open-behind
+# off, and MooseFS, each served on this machine only and mounted twice; the
+# workers alternate between the two client mounts, so that every increment
+# and every takeover also crosses clients.
+#   torture_languages_netfs.sh TOKENLOCK LOCK_WORKER LIBTOKENLOCK_C SOURCE
+# A filesystem this machine cannot serve is skipped with its reason; with
+# none at all the test is skipped (77). TOKENLOCK_TORTURE_SEED replays a run;
+# TOKENLOCK_TORTURE_FS chooses the filesystems (default: all three).
+set -uo pipefail
+tool=$1 worker=$2 library=$3 source=$4
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=../../netfs/rig.sh
+. "$source/tests/netfs/rig.sh"
+if ! command -v python3 >/dev/null; then
+  echo "SKIP: python3 is not installed (scripts/install-deps installs it)"
+  exit 77
+fi
+# The workers that write the counter themselves (the legacy lock, and
+# perl-lock under the Perl module's lock) stay out by default here: they
+# leave no version mark, and a write of theirs within the skew allowance
+# (1 s) of the mark that a fenced commit left makes every later tokenlock
+# read of the counter refuse with stale_data until the file is written
+# again (docs/atomic-writes.md). TOKENLOCK_TORTURE_NETFS_LEGACY=1 lets them
+# in.
+legacy=(--marked-writers-only)
+[ "${TOKENLOCK_TORTURE_NETFS_LEGACY:-0}" = 1 ] && legacy=()
+seed=()
+[ -n "${TOKENLOCK_TORTURE_SEED:-}" ] && seed=(--seed "$TOKENLOCK_TORTURE_SEED")
+
+run_on() {  # FS: 0 pass, 1 fail, 77 skip
+  local fs=$1 rc
+  if ! rig_require "$fs"; then
+    echo "SKIP [$fs]: $RIG_SKIP_REASON"
+    return 77
+  fi
+  work=$(mktemp -d /tmp/tltorture.XXXXXX)   # not local: the EXIT trap needs it
+  trap 'rig_stop; rm -rf "$work"' EXIT
+  if ! rig_start "$fs" "$work"; then
+    echo "FAIL [$fs]: the share did not come up (above)"
+    return 1
+  fi
+  # The limit leaves the rig time to come down within ctest's TIMEOUT.
+  timeout -s TERM 200 python3 "$here/torture.py" --tokenlock "$tool" --lock-worker "$worker" \
+    --library "$library" --source "$source" --seconds "${TOKENLOCK_TORTURE_SECONDS:-15}" \
+    --dir "$RIG_M1" --dir "$RIG_M2" "${legacy[@]}" "${seed[@]}"
+  rc=$?
+  [ "$rc" = 0 ] && echo "ok [$fs]" || echo "FAIL [$fs]: torture.py exited $rc"
+  return "$rc"
+}
+
+failed=0 ran=0
+for fs in ${TOKENLOCK_TORTURE_FS:-sshfs glusterfs-nocache moosefs}; do
+  (run_on "$fs")
+  case $? in
+    0) ran=$((ran + 1)) ;;
+    77) ;;
+    *) ran=$((ran + 1)) failed=1 ;;
+  esac
+done
+if [ "$ran" = 0 ]; then
+  echo "SKIP: no network filesystem of the rig can run here (reasons above)"
+  exit 77
+fi
+exit "$failed"
