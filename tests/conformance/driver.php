@@ -40,6 +40,10 @@ function operate(array $w): string
         case 'write':
             \Tokenlock\writeFile($w[1], $w[2]);
             return 'ok';
+        case 'holder':
+            $h = \Tokenlock\holder($w[1]);
+            return $h === null ? 'ok free'
+                : 'ok ' . $h['owner'] . ($h['stale'] ? ',stale' : '') . ($h['legacy'] ? ',legacy' : '');
     }
     return "unsupported {$w[0]}: not in the PHP module's API";
 }

@@ -411,7 +411,8 @@ function readCounter(string $path): int|string|null
  * Who holds the lock LOCKDIR, looked at without changing anything; null
  * when it is free (or not created yet).
  *
- * @return array{token: string, pid: int, host_tag: string, same_host: bool, expires_us: int, legacy: bool, stale: bool, reason: string}|null
+ * @return array{token: string, pid: int, host_tag: string, same_host: bool, owner: string, expires_us: int, legacy: bool, stale: bool, reason: string}|null
+ *         `owner`: 'alive' or 'dead' on this host, else 'unknown';
  *         `pid` and `host_tag` are 0 and '' for a legacy token, whose
  *         `expires_us` is when its legacy timeout ends; `stale`: the next
  *         acquire takes it over, `reason` says why or until when it is held
@@ -428,11 +429,15 @@ function holder(string $lockDir): ?array
     [$name, $t] = $seen[1];
     [$stale, $reason] = Native::judge($name, $t);
     $me = Native::identity();
+    $sameHost = !$t['legacy'] && $me['proc'] && $t['tag'] === $me['tag'];
     return [
         'token' => $name,
         'pid' => $t['pid'],
         'host_tag' => $t['tag'],
-        'same_host' => !$t['legacy'] && $me['proc'] && $t['tag'] === $me['tag'],
+        'same_host' => $sameHost,
+        // Whether the owner process lives: known only on this host, as the
+        // library's holder() says it (owner_liveness).
+        'owner' => !$sameHost ? 'unknown' : (Native::ownerGone($t) === null ? 'alive' : 'dead'),
         'expires_us' => $t['legacy'] ? $t['expiry'] + (int) round((Command::$legacyTimeout ?? 60.0) * 1000000) : $t['expiry'],
         'legacy' => $t['legacy'],
         'stale' => $stale,
@@ -1259,7 +1264,7 @@ final class Native
      *
      * @param array{pid: int, start: string} $t
      */
-    private static function ownerGone(array $t): ?string
+    public static function ownerGone(array $t): ?string
     {
         $pid = $t['pid'];
         if (function_exists('posix_kill')) {
@@ -1382,7 +1387,14 @@ final class Native
         }
         $euid = self::euid();
         $mode = $st['mode'] & 07777;
-        $why = ($st['mode'] & 0170000) !== 0040000 ? 'it is not a directory; remove it' : self::distrust($dir, $st, $euid, $step);
+        $type = $st['mode'] & 0170000;
+        // As the library, which opens it with O_DIRECTORY|O_NOFOLLOW: a link
+        // is refused as untrusted, anything else that is not a directory
+        // is ENOTDIR.
+        if ($type !== 0040000 && $type !== 0120000) {
+            throw self::systemError($step, $dir, "cannot open $what", 20, "remove it, or name a directory");
+        }
+        $why = $type !== 0040000 ? 'it is not a directory; remove it' : self::distrust($dir, $st, $euid, $step);
         if ($why === '') {
             return true;
         }
