@@ -57,11 +57,12 @@ class UpdateTest : public ::testing::Test {
   std::shared_ptr<fake_world> world = std::make_shared<fake_world>();
   std::shared_ptr<fake_os> a = std::make_shared<fake_os>(world, 100, 1);
 
+  std::chrono::milliseconds skew = 0ms;
   rename_lock lock_of(const std::shared_ptr<fake_os>& p, std::chrono::milliseconds lease = 10s) {
     lock_options o;
     o.lease = lease;
     o.wait = 0ms;
-    o.skew_allowance = 0ms;
+    o.skew_allowance = skew;
     return tokenlock::detail::with_os::lock(lock_dir, o, p);
   }
   failure update(const std::string& next, update_options o = {}, update_result* r = nullptr) {
@@ -614,6 +615,39 @@ TEST_F(VersionMarkTest, AFileChangedByHandAfterTheLastCommitIsTakenAsItIs) {
   EXPECT_EQ(v, 42u);
   EXPECT_EQ(count_of(a->calls, "open_read " + target.string()), 1) << "no re-read";
   EXPECT_EQ(marks().size(), 1u);
+}
+
+// A legacy script that writes the file a moment after a commit: newer than
+// the mark, within the skew allowance. Read again for the whole wait and
+// always the same, it is taken as written outside the lock, not refused
+// for ever.
+TEST_F(VersionMarkTest, AFileWrittenJustAfterTheLastCommitIsTakenAfterTheWait) {
+  skew = 5s;
+  std::uint64_t v = 0;
+  for (int i = 0; i < 2; ++i) ASSERT_FALSE(increment(1, v));
+  spit(target, "41\n");
+  fs::last_write_time(target, fs::last_write_time(target) + 1);  // after the mark, within the skew
+  const auto start = world->steady_us;
+  ASSERT_FALSE(increment(1, v));
+  EXPECT_EQ(v, 42u);
+  EXPECT_EQ(world->steady_us - start, 2'500'000) << "after the whole wait";
+  EXPECT_EQ(marks().size(), 1u);
+  EXPECT_TRUE(temp_files().empty());
+}
+
+// A stale cache serves the version the commit replaced, older than the
+// mark: still refused, however long it stays.
+TEST_F(VersionMarkTest, AStaleVersionOlderThanTheMarkIsStillRefusedWithASkewAllowance) {
+  skew = 5s;
+  std::uint64_t v = 0;
+  for (int i = 0; i < 5; ++i) ASSERT_FALSE(increment(1, v));
+  make_decoy("3\n", 1s);
+  a->serve_stale(target.string(), decoy.string(), -1);
+  failure f = increment(1, v);
+  EXPECT_EQ(f.code, errc::stale_data);
+  EXPECT_EQ(slurp(target), "5\n");
+  EXPECT_TRUE(temp_files().empty());
+  EXPECT_TRUE(lock_is_free());
 }
 
 TEST_F(VersionMarkTest, WithoutAMarkTheFirstUpdateProceedsAndLeavesOne) {

@@ -2646,11 +2646,21 @@ final class Files
         $start = hrtime(true);
         $budget = min(self::$staleReadBudgetUs, intdiv($leaseUs, 4)) * 1000;
         $pause = 5000;
+        // One version, read for the whole wait and newer than the mark
+        // though within the skew: written outside the lock just after the
+        // last commit (a stale cache serves an older one).
+        $first = $current === null ? null : self::fnvHex($current);
         for ($reads = 1; ; ++$reads) {
             if ($current !== null && (self::fnvHex($current) === $mark['hash'] || $mtime > $mark['mtime'] + Native::SKEW_US)) {
                 return [$current, $mtime];
             }
+            if ($first === null || $current === null || self::fnvHex($current) !== $first) {
+                $first = null;
+            }
             $left = $start + $budget - hrtime(true);
+            if ($left <= 0 && $first !== null && $mtime > $mark['mtime']) {
+                return [$current, $mtime];
+            }
             if ($left <= 0) {
                 $fs = Native::fsType($t['dir']) ?? 'a network filesystem';
                 throw new Exception('stale_data', "tokenlock: read {$t['path']}: this client keeps reading a version older than the one the last update committed ($reads reads in " . intdiv(hrtime(true) - $start, 1000000) . " ms); nothing was written; the filesystem ($fs) serves stale cached data: turn its client caches off (tokenlock doctor DIR --peer DIR2 checks a mount)", 75);

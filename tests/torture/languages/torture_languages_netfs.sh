@@ -18,14 +18,13 @@ if ! command -v python3 >/dev/null; then
   exit 77
 fi
 # The workers that write the counter themselves (the legacy lock, and
-# perl-lock under the Perl module's lock) stay out by default here: they
-# leave no version mark, and a write of theirs within the skew allowance
-# (1 s) of the mark that a fenced commit left makes every later tokenlock
-# read of the counter refuse with stale_data until the file is written
-# again (docs/atomic-writes.md). TOKENLOCK_TORTURE_NETFS_LEGACY=1 lets them
-# in.
-legacy=(--marked-writers-only)
-[ "${TOKENLOCK_TORTURE_NETFS_LEGACY:-0}" = 1 ] && legacy=()
+# perl-lock under the Perl module's lock) leave no version mark: a write of
+# theirs just after a fenced commit costs the next tokenlock update its
+# stale-read wait, or a stale_data refusal where file times have whole
+# seconds (docs/atomic-writes.md); nothing is lost. They run here too;
+# TOKENLOCK_TORTURE_NETFS_LEGACY=0 leaves them out.
+legacy=()
+[ "${TOKENLOCK_TORTURE_NETFS_LEGACY:-1}" = 0 ] && legacy=(--marked-writers-only)
 seed=()
 [ -n "${TOKENLOCK_TORTURE_SEED:-}" ] && seed=(--seed "$TOKENLOCK_TORTURE_SEED")
 
