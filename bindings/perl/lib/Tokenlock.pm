@@ -1274,7 +1274,8 @@ sub _owned {
     my $why = !$self->{held} ? 'this lock object no longer holds the lock (it was released or lost)'
       : $self->{pid} != $$ ? "the lock belongs to process $self->{pid}, and this is its forked child $$"
       : undef;
-    die _error(code => 'not_owner', message => "Tokenlock: $step $self->{lockdir}: $why") if defined $why;
+    my $what = defined $self->{what} ? $self->{what} : $self->{lockdir};
+    die _error(code => 'not_owner', message => "Tokenlock: $step $what: $why") if defined $why;
 }
 
 sub _opts { my $self = shift; return defined $self->{command} ? { command => $self->{command} } : {} }
@@ -1383,7 +1384,13 @@ sub with_lock {
     my ($lockdir, $code, %opts) = @_;
     _usage('with_lock', 'the second argument must be a code reference') unless ref $code eq 'CODE';
     my $lock = Tokenlock->_acquire('acquire', $lockdir, %opts);
-    my $want = wantarray;
+    return _run_held($lock, $code, wantarray, $lockdir);
+}
+
+# Runs $code($lock) in the context $want and releases the lock however it
+# ends: the code's error comes out, or, after it returned, a lost lock.
+sub _run_held {
+    my ($lock, $code, $want, $what) = @_;
     my @r;
     my $ok = eval {
         if ($want) { @r = $code->($lock) }
@@ -1393,7 +1400,7 @@ sub with_lock {
     };
     if (!$ok) {
         my $err = $@;
-        $err = "Tokenlock: with_lock $lockdir: the code died with an empty message\n"
+        $err = "Tokenlock: with_lock $what: the code died with an empty message\n"
           unless ref $err || length $err;
         if ($lock->held) {
             # The code's own error matters more; a lost lock is still said.
@@ -2157,7 +2164,7 @@ sub acquire {
     my ($token) = $out =~ /\A([0-9]+\.[A-Za-z0-9_.-]+)\n?\z/
       or die Tokenlock::_error(code => 'command_failed',
         message => "Tokenlock: acquire $url $name: the tokenlock command printed no token: \"$out\"");
-    return bless { url => $url, name => $name, token => $token, pid => $$, held => 1,
+    return bless { url => $url, name => $name, what => "$url $name", token => $token, pid => $$, held => 1,
         command => $opts{command} }, ref($class) || $class;
 }
 
@@ -2179,14 +2186,7 @@ sub held  { $_[0]{held} && $_[0]{pid} == $$ ? 1 : 0 }
 # The fencing token: grows with every grant of this name.
 sub fence { my ($f) = $_[0]{token} =~ /\A([0-9]+)/; return $f }
 
-sub _owned {
-    my ($self, $step) = @_;
-    my $why = !$self->{held} ? 'this lock object no longer holds the lock (it was released or lost)'
-      : $self->{pid} != $$ ? "the lock belongs to process $self->{pid}, and this is its forked child $$"
-      : undef;
-    die Tokenlock::_error(code => 'not_owner', message => "Tokenlock: $step $self->{url} $self->{name}: $why")
-      if defined $why;
-}
+sub _owned { Tokenlock::_owned(@_) }
 
 sub _command {
     my ($self, $step, @args) = @_;
@@ -2230,21 +2230,7 @@ sub with_lock {
     my ($url, $name, $code, %opts) = @_;
     Tokenlock::_usage('with_lock', 'the third argument must be a code reference') unless ref $code eq 'CODE';
     my $lock = Tokenlock::Redis->acquire($url, $name, %opts);
-    my $want = wantarray;
-    my @r;
-    my $ok = eval {
-        if ($want) { @r = $code->($lock) }
-        elsif (defined $want) { $r[0] = $code->($lock) }
-        else { $code->($lock) }
-        1;
-    };
-    if (!$ok) {
-        my $err = $@;
-        eval { $lock->release if $lock->held; 1 } or warn $@;
-        die $err;
-    }
-    $lock->release if $lock->held;
-    return $want ? @r : $r[0];
+    return Tokenlock::_run_held($lock, $code, wantarray, "$url $name");
 }
 
 # Who holds NAME: undef when free, else { token, fence, pid, host_tag,

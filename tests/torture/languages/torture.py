@@ -72,6 +72,7 @@ What is checked, at the end:
 Exit 0 pass, 1 failure (with the seed), 77 skip.
 """
 import argparse
+import re
 import os
 import random
 import signal
@@ -445,6 +446,20 @@ class Torture:
         self.wind_down(threads)
         final = subprocess.run([self.a.tokenlock, "incr", "--by", "0", "-w", "30", self.watched()],
                                capture_output=True, text=True)
+        if final.returncode == 75 and not self.a.marked_writers_only:
+            # The last write was a legacy worker's, in the second of the last
+            # version mark, on a filesystem whose times have whole seconds:
+            # the updater cannot tell it from a stale read and refuses, nothing
+            # written (docs/atomic-writes.md). Every worker has stopped, so a
+            # plain read gives the counter.
+            print("NOTE: the final tokenlock read was refused with stale_data (a legacy write in the "
+                  "second of the last commit); the counter is read directly")
+            with open(self.watched()) as f:
+                text = f.read()
+            if not re.fullmatch(r"(0|[1-9][0-9]*)\n", text):
+                self.fail("the counter is not one number and a newline: %r" % text)
+                return None
+            return int(text)
         if final.returncode != 0:
             self.fail("the final read of the counter failed: %s" % final.stderr)
             return None
