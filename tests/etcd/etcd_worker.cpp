@@ -7,6 +7,10 @@
 //     once: exit 3); increment the counter in COUNTER; remove CANARY;
 //     release. Prints "fences ascending" when every fence it got was larger
 //     than the one before.
+//   etcd_worker incr URL NAME FILE COUNT
+//     Waits for its start barrier like count, then COUNT times
+//     increment_counter(FILE) under the etcd lock, printing each new value,
+//     then "done".
 //   etcd_worker hold URL NAME LEASE_MS
 //     Acquires (waiting up to 60 s), prints "H <fence> <watches> <wakes>"
 //     (how many watches its wait opened, and how many ended with its
@@ -66,6 +70,19 @@ int count(int argc, char** argv) {
   return 0;
 }
 
+int incr(int argc, char** argv) {
+  if (argc != 6) die("usage: incr URL NAME FILE COUNT");
+  tokenlock::etcd_lock_options o;
+  o.wait = 120s;
+  tokenlock::etcd_lock lock(argv[2], argv[3], o);
+  const int count = std::atoi(argv[5]);
+  if (::fcntl(3, F_GETFD) != -1) wait_for_barrier();
+  std::string out;
+  for (int i = 0; i < count; ++i) out += std::to_string(tokenlock::increment_counter(argv[4], lock)) + "\n";
+  std::cout << out << "done" << std::endl;
+  return 0;
+}
+
 int hold(int argc, char** argv) {
   if (argc != 5) die("usage: hold URL NAME LEASE_MS");
   tokenlock::etcd_lock_options o;
@@ -96,8 +113,9 @@ int main(int argc, char** argv) {
   try {
     if (argc >= 2 && std::string(argv[1]) == "count") return count(argc, argv);
     if (argc >= 2 && std::string(argv[1]) == "hold") return hold(argc, argv);
+    if (argc >= 2 && std::string(argv[1]) == "incr") return incr(argc, argv);
   } catch (const std::exception& e) {
     die(e.what());
   }
-  die("usage: etcd_worker count|hold ...");
+  die("usage: etcd_worker count|incr|hold ...");
 }

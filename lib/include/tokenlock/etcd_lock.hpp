@@ -72,6 +72,7 @@
 #include <system_error>
 
 #include "tokenlock/errors.hpp"
+#include "tokenlock/update_options.hpp"
 
 namespace tokenlock {
 
@@ -196,5 +197,24 @@ class etcd_handle {
   bool lease_raised_ = false;
   std::uint64_t fork_generation_ = 0;
 };
+
+// update_file and increment_counter (as in tokenlock/update.hpp) under an
+// etcd lock, their commit fenced by the grant's fence through a directory
+// TARGET.fence beside the target, exactly as under a Redis lock
+// (redis_lock.hpp; docs/etcd.md, Fenced file updates): a holder that
+// stalled past its lease writes nothing (lock_lost), and a holder whose
+// fence is older than the last one that updated the file fails at once.
+// The target must be written only through these (or by processes that
+// honour the fence directory). update_result::fenced is always true.
+update_result update_file(const boost::filesystem::path& target, etcd_lock& lock,
+                          const update_function& fn, const update_options& options = {});
+update_result update_file(const boost::filesystem::path& target, etcd_lock& lock,
+                          const update_function& fn, const update_options& options,
+                          std::error_code& ec);
+std::uint64_t increment_counter(const boost::filesystem::path& file, etcd_lock& lock,
+                                std::uint64_t by = 1, const update_options& options = {});
+std::uint64_t increment_counter(const boost::filesystem::path& file, etcd_lock& lock,
+                                std::uint64_t by, const update_options& options,
+                                std::error_code& ec) noexcept;
 
 }  // namespace tokenlock
