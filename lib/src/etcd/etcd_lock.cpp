@@ -144,6 +144,24 @@ failure wait_in_line(etcd_client& c, attempt& a, std::chrono::steady_clock::time
   }
 }
 
+// The put found our key there already. A member that timed out may have
+// applied our first Txn before the client sent it to the next member: then
+// the key holds our owner id and the attempt goes on from it. Anything else
+// is someone else's key under our lease's name.
+failure put_repeated(etcd_client& c, attempt& a, etcd_kv& first, bool& has_first) {
+  etcd_kv kv;
+  bool found = false;
+  if (failure f = get_key(c, "acquire", a.key, kv, found)) return f;
+  if (!found || kv.value != a.owner)
+    return make_failure(errc::server_error, "tokenlock: acquire " + c.server() + " " + a.key +
+                                                ": the key of our new lease exists already, "
+                                                "written by another client (a key_prefix shared "
+                                                "with another program?): use a key_prefix of "
+                                                "the lock's own");
+  a.revision = kv.create_revision;
+  return first_key(c, "acquire", a.dir, first, has_first);
+}
+
 failure acquire_impl(const std::string& url, const std::string& name, const etcd_lock_options& o,
                      std::shared_ptr<etcd_client>& client, bool may_wait, etcd_handle& out,
                      bool& busy) {
@@ -162,10 +180,7 @@ failure acquire_impl(const std::string& url, const std::string& name, const etcd
   bool created = false, has_first = false;
   etcd_kv first;
   failure f = put_if_absent(c, a.key, a.owner, a.lease, a.dir, created, a.revision, first, has_first);
-  if (!f && !created)
-    f = make_failure(errc::server_error, "tokenlock: acquire " + c.server() + " " + a.key +
-                                             ": the key of our new lease exists already: the "
-                                             "lease IDs of another cluster? use its own key_prefix");
+  if (!f && !created) f = put_repeated(c, a, first, has_first);
   bool granted = !f && has_first && first.key == a.key;
   if (!f && !granted && may_wait && o.wait.count() > 0) f = wait_in_line(c, a, deadline, granted);
   if (f) {
