@@ -57,7 +57,8 @@ size_t append(char* p, size_t size, size_t n, void* out) {
 
 // One HTTP request to a member (GET, or POST when `body` is given); false
 // when it did not answer 200.
-bool http(const std::string& url, const std::string* body, std::string& answer) {
+bool http(const std::string& url, const std::string* body, std::string& answer,
+          const std::string& cacert = {}) {
   CURL* h = curl_easy_init();
   if (!h) return false;
   answer.clear();
@@ -67,6 +68,7 @@ bool http(const std::string& url, const std::string* body, std::string& answer) 
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, append);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &answer);
   if (body) curl_easy_setopt(h, CURLOPT_POSTFIELDS, body->c_str());
+  if (!cacert.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, cacert.c_str());
   long status = 0;
   const bool ok = curl_easy_perform(h) == CURLE_OK &&
                   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK && status == 200;
@@ -87,11 +89,13 @@ void reap(pid_t& pid, int sig) {
 std::string etcd_cluster::unavailable() {
   if (find_program("etcd").empty()) return "etcd is not installed (scripts/install-deps installs etcd-server)";
   if (find_program("etcdctl").empty()) return "etcdctl is not installed (package etcd-client)";
+  if (find_program("openssl").empty()) return "openssl is not installed (scripts/install-deps installs it)";
   return {};
 }
 
-etcd_cluster::etcd_cluster(int members) {
+etcd_cluster::etcd_cluster(int members, bool tls) : tls_(tls) {
   curl_global_init(CURL_GLOBAL_DEFAULT);
+  if (tls_) make_certificates();
   token_ = "tokenlock-test-" + std::to_string(::getpid()) + "-" +
            std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
   for (int i = 0; i < members; ++i)
@@ -104,17 +108,41 @@ etcd_cluster::~etcd_cluster() {
 }
 
 std::string etcd_cluster::client_url(int i) const {
-  return "http://127.0.0.1:" + std::to_string(members_[i].client_port);
+  return (tls_ ? "https://127.0.0.1:" : "http://127.0.0.1:") + std::to_string(members_[i].client_port);
+}
+
+std::string etcd_cluster::ca_file() const { return (dir_ / "ca.pem").string(); }
+
+void etcd_cluster::make_certificates() {
+  const std::string d = dir_.path().string();
+  {
+    std::FILE* ext = std::fopen((d + "/ext.cnf").c_str(), "w");
+    if (!ext) throw std::runtime_error("cannot write " + d + "/ext.cnf");
+    std::fputs("subjectAltName=IP:127.0.0.1\n", ext);
+    std::fclose(ext);
+  }
+  const std::vector<std::vector<std::string>> steps{
+      {"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", d + "/ca.key", "-out",
+       d + "/ca.pem", "-days", "2", "-subj", "/CN=tokenlock test CA"},
+      {"req", "-newkey", "rsa:2048", "-nodes", "-keyout", d + "/server.key", "-out",
+       d + "/server.csr", "-subj", "/CN=127.0.0.1"},
+      {"x509", "-req", "-in", d + "/server.csr", "-CA", d + "/ca.pem", "-CAkey", d + "/ca.key",
+       "-CAcreateserial", "-out", d + "/server.pem", "-days", "2", "-extfile", d + "/ext.cnf"}};
+  for (auto argv : steps) {
+    argv.insert(argv.begin(), find_program("openssl"));
+    const command_result r = run_command(argv);
+    if (r.exit_code != 0) throw std::runtime_error("openssl " + argv[1] + " failed: " + r.err);
+  }
 }
 
 std::string etcd_cluster::url(const std::string& credentials, const std::vector<int>& order) const {
-  std::string s = "etcd://" + (credentials.empty() ? std::string() : credentials + "@");
+  std::string s = (tls_ ? "etcds://" : "etcd://") + (credentials.empty() ? std::string() : credentials + "@");
   std::vector<int> o = order;
   if (o.empty())
     for (int i = 0; i < size(); ++i) o.push_back(i);
   for (std::size_t k = 0; k < o.size(); ++k)
     s += (k ? ",127.0.0.1:" : "127.0.0.1:") + std::to_string(members_[o[k]].client_port);
-  return s;
+  return tls_ ? s + "?cacert=" + ca_file() : s;
 }
 
 void etcd_cluster::spawn(int i) {
@@ -129,6 +157,10 @@ void etcd_cluster::spawn(int i) {
       "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
       "--initial-cluster", cluster, "--initial-cluster-state", "new",
       "--initial-cluster-token", token_};
+  std::vector<std::string> args = argv;
+  if (tls_)
+    args.insert(args.end(), {"--cert-file", (dir_ / "server.pem").string(), "--key-file",
+                             (dir_ / "server.key").string()});
   const std::string log = (dir_ / (m.name + ".log")).string();
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error("fork failed");
@@ -138,10 +170,10 @@ void etcd_cluster::spawn(int i) {
       ::dup2(fd, 1);
       ::dup2(fd, 2);
     }
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
+    std::vector<char*> cargs;
+    for (const auto& a : args) cargs.push_back(const_cast<char*>(a.c_str()));
+    cargs.push_back(nullptr);
+    ::execvp(cargs[0], cargs.data());
     ::_exit(127);
   }
   members_[i].pid = pid;
@@ -154,7 +186,7 @@ void etcd_cluster::wait_healthy(int i) const {
     if (members_[i].pid > 0 && ::waitpid(members_[i].pid, nullptr, WNOHANG) == members_[i].pid)
       throw std::runtime_error("etcd member " + members_[i].name + " exited (see " +
                                (dir_ / (members_[i].name + ".log")).string() + ")");
-    if (http(client_url(i) + "/health", nullptr, answer) &&
+    if (http(client_url(i) + "/health", nullptr, answer, tls_ ? ca_file() : std::string()) &&
         answer.find("\"true\"") != std::string::npos)
       return;
     // Polling: etcd has no readiness notification for a cluster member
@@ -188,7 +220,7 @@ int etcd_cluster::leader() const {
   for (int i = 0; i < size(); ++i) {
     if (members_[i].pid <= 0) continue;
     std::string answer;
-    if (!http(client_url(i) + "/v3/maintenance/status", &body, answer)) continue;
+    if (!http(client_url(i) + "/v3/maintenance/status", &body, answer, tls_ ? ca_file() : std::string())) continue;
     const auto j = nlohmann::json::parse(answer, nullptr, false);
     if (j.is_discarded() || !j.contains("leader")) continue;
     const std::string leader = j["leader"].get<std::string>();
@@ -196,7 +228,7 @@ int etcd_cluster::leader() const {
     for (int k = 0; k < size(); ++k) {
       if (members_[k].pid <= 0) continue;
       std::string a2;
-      if (!http(client_url(k) + "/v3/maintenance/status", &body, a2)) continue;
+      if (!http(client_url(k) + "/v3/maintenance/status", &body, a2, tls_ ? ca_file() : std::string())) continue;
       const auto s = nlohmann::json::parse(a2, nullptr, false);
       if (!s.is_discarded() && s["header"].value("member_id", std::string()) == leader) return k;
     }
@@ -211,6 +243,7 @@ etcd_cluster::ctl_result etcd_cluster::ctl(const std::vector<std::string>& args,
     if (members_[i].pid > 0) endpoints += (endpoints.empty() ? "" : ",") + client_url(i);
   std::vector<std::string> argv{find_program("etcdctl"), "--endpoints=" + endpoints};
   if (!user.empty()) argv.push_back("--user=" + user);
+  if (tls_) argv.push_back("--cacert=" + ca_file());
   argv.insert(argv.end(), args.begin(), args.end());
   const command_result r = run_command(argv);
   return ctl_result{r.exit_code, r.out + r.err};

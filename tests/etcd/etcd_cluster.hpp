@@ -21,7 +21,10 @@ class etcd_cluster {
   // skipped with that reason).
   static std::string unavailable();
 
-  explicit etcd_cluster(int members = 3);
+  // With `tls`, the members serve their clients over HTTPS with a
+  // certificate for 127.0.0.1 signed by a CA made for the test (openssl);
+  // url() is then etcds://...?cacert=<that CA>.
+  explicit etcd_cluster(int members = 3, bool tls = false);
   ~etcd_cluster();  // SIGCONT + SIGTERM to each member still running, then reaps
   etcd_cluster(const etcd_cluster&) = delete;
   etcd_cluster& operator=(const etcd_cluster&) = delete;
@@ -30,7 +33,8 @@ class etcd_cluster {
   // etcd://127.0.0.1:P1,127.0.0.1:P2,... (members in `order`, default all
   // in index order), with "user:password@" when given.
   std::string url(const std::string& credentials = {}, const std::vector<int>& order = {}) const;
-  std::string client_url(int member) const;  // http://127.0.0.1:P
+  std::string client_url(int member) const;  // http(s)://127.0.0.1:P
+  std::string ca_file() const;                // the test CA (tls only)
   pid_t pid(int member) const { return members_[member].pid; }
   bool running(int member) const { return members_[member].pid > 0; }
 
@@ -63,7 +67,9 @@ class etcd_cluster {
     pid_t pid = -1;
   };
   void spawn(int member);
+  void make_certificates();
   temp_dir dir_;
+  bool tls_ = false;
   std::string token_;
   std::vector<member> members_;
 };

@@ -243,3 +243,29 @@ TEST_F(EtcdLockTest, WrongPasswordAndMissingCredentialsGetTheirFix) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(EtcdLockTest, HttpsWorksWithTheClustersCaAndFailsClearlyWithoutIt) {
+  etcd_cluster c(1, true);
+  etcd_lock lock(c.url(), name());
+  etcd_handle h = lock.acquire();
+  EXPECT_TRUE(h.owns());
+  h.refresh();
+  h.release();
+  const std::string no_ca = c.url().substr(0, c.url().find('?'));
+  etcd_lock untrusted(no_ca, name());
+  std::error_code ec;
+  untrusted.acquire(ec);
+  EXPECT_TRUE(ec);
+  EXPECT_NE(tokenlock::last_error_message().find("?cacert=PATH"), std::string::npos)
+      << tokenlock::last_error_message();
+  const std::string plain = "etcd://" + no_ca.substr(std::string("etcds://").size());
+  etcd_lock wrong_scheme(plain, name());
+  wrong_scheme.acquire(ec);
+  EXPECT_TRUE(ec);
+  EXPECT_NE(tokenlock::last_error_message().find("HTTPS"), std::string::npos)
+      << tokenlock::last_error_message();
+}
+
+}  // namespace
