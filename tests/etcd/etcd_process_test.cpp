@@ -145,4 +145,30 @@ TEST_F(EtcdProcessTest, AKilledHoldersLockGoesToTheNextWaiterWhenItsLeaseEnds) {
   EXPECT_EQ(keys(c, name()), 1);
 }
 
+// A waiter's watch is on the leader when the leader dies: the watch moves
+// to another member, and the release still reaches the waiter.
+TEST_F(EtcdProcessTest, AWaiterWatchingThroughAKilledLeaderIsStillWokenByTheRelease) {
+  etcd_cluster c;
+  const int leader = c.leader();
+  ASSERT_GE(leader, 0);
+  std::vector<int> order{leader};
+  for (int i = 0; i < c.size(); ++i)
+    if (i != leader) order.push_back(i);
+  tokenlock::etcd_lock lock(c.url({}, order), name());
+  tokenlock::etcd_handle h = lock.acquire();
+  child waiter({ETCD_WORKER_PATH, "hold", c.url({}, order), name(), "60000"});
+  wait_for_line(c, name(), 2);
+  c.kill_hard(leader);
+  const std::uint64_t fence = h.fence();
+  h.release();
+  const auto w = split(waiter.read_line(60s));
+  ASSERT_EQ(w.size(), 4u);
+  EXPECT_EQ(w[0], "H");
+  EXPECT_GT(std::stoull(w[1]), fence);
+  EXPECT_EQ(w[3], "1") << "the release did not wake the waiter";
+  waiter.write_line("go");
+  EXPECT_EQ(waiter.read_line(), "released");
+  EXPECT_EQ(keys(c, name()), 0);
+}
+
 }  // namespace
