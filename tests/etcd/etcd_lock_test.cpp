@@ -9,6 +9,7 @@
 
 #include "etcd_cluster.hpp"
 #include "tokenlock/etcd_lock.hpp"
+#include "tokenlock/keep_alive.hpp"
 
 using namespace std::chrono_literals;
 using tokenlock::etcd_handle;
@@ -269,4 +270,27 @@ TEST_F(EtcdLockTest, HttpsWorksWithTheClustersCaAndFailsClearlyWithoutIt) {
       << tokenlock::last_error_message();
 }
 
+// keep_alive refreshes an etcd grant past several of its leases.
+TEST_F(EtcdLockTest, KeepAliveHoldsAGrantPastSeveralLeases) {
+  etcd_cluster c(1);
+  etcd_lock_options o;
+  o.lease = 2s;
+  etcd_lock lock(c.url(), name(), o);
+  etcd_handle h = lock.acquire();
+  tokenlock::keep_alive keeper(h);
+  // Six refreshes at a third of the lease: two leases long.
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (keeper.refreshes() < 6 && !keeper.lost()) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "keep_alive stopped refreshing";
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_FALSE(keeper.lost()) << keeper.last_message();
+  etcd_lock other(c.url(), name(), o);
+  EXPECT_FALSE(other.try_acquire());
+  EXPECT_FALSE(keeper.stop()) << keeper.last_message();
+  h.release();
+  EXPECT_TRUE(other.try_acquire());
+}
+
 }  // namespace
+
