@@ -96,6 +96,8 @@ TEST_F(EtcdLockTest, AdoptedGrantIsReleasedByAnotherLockObject) {
   EXPECT_EQ(ec, tokenlock::errc::lock_lost);
   etcd_handle adopted = b.adopt(owner);
   EXPECT_EQ(adopted.fence(), fence);
+  EXPECT_EQ(adopted.lease(), h.lease());
+  EXPECT_GT(adopted.expires(), std::chrono::system_clock::now());
   adopted.refresh();
   adopted.release();
   EXPECT_EQ(keys(c, name()), 0);

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 
 #include "child.hpp"
+#include "etcd/etcd_wait_stats.hpp"
 #include "etcd_cluster.hpp"
 #include "temp_dir.hpp"
 #include "tokenlock/etcd_lock.hpp"
@@ -115,9 +116,16 @@ TEST_F(EtcdProcessTest, AHolderStoppedPastItsLeaseLearnsItLostTheLockAtRelease) 
   ASSERT_TRUE(holder.wait_stopped());
   tokenlock::etcd_lock_options o;
   o.wait = 30s;
+  o.lease = 2s;  // as short as the holder's: kept alive while it waits
   tokenlock::etcd_lock lock(c.url(), name(), o);
+  const auto before = tokenlock::detail::this_thread_etcd_wait_stats();
   tokenlock::etcd_handle h = lock.acquire();  // granted when the stopped holder's lease ends
+  const auto after = tokenlock::detail::this_thread_etcd_wait_stats();
   EXPECT_GT(h.fence(), std::stoull(w[1]));
+  // One watch per third of its own lease at most, while the holder's
+  // lease (2 s) runs out: not a loop of watches that end at once.
+  EXPECT_LE(after.watches - before.watches, 10u);
+  EXPECT_EQ(after.wakes - before.wakes, 1u);
   holder.signal(SIGCONT);
   holder.write_line("release");
   const std::string said = holder.read_line();

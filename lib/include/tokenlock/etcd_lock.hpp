@@ -102,6 +102,7 @@ struct etcd_holder_info {
   std::uint64_t fence = 0;    // its fencing token (the key's create revision)
   std::int64_t lease_id = 0;  // the etcd lease its key is attached to
   std::chrono::milliseconds remaining{0};  // of its lease, as etcd counts it (whole seconds)
+  std::chrono::milliseconds lease{0};      // the TTL etcd granted its lease
   std::string key;            // its key in etcd
 };
 

@@ -32,6 +32,9 @@ struct etcd_handle_access {
     h.expires_ = std::chrono::system_clock::now() + h.lease_;
     h.fork_generation_ = system_os()->fork_generation();
   }
+  static void expires_in(etcd_handle& h, std::chrono::milliseconds remaining) {
+    h.expires_ = std::chrono::system_clock::now() + remaining;
+  }
 };
 
 }  // namespace detail
@@ -126,7 +129,8 @@ failure wait_in_line(etcd_client& c, attempt& a, std::chrono::steady_clock::time
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return {};
     // Our own lease must outlive the wait: keep it alive at a third of it.
-    const milliseconds third = std::chrono::seconds(a.ttl_s) / 3;
+    // (In milliseconds: a third of 2 s in whole seconds would be 0.)
+    const milliseconds third = milliseconds(std::chrono::seconds(a.ttl_s)) / 3;
     if (now - a.kept_alive >= third) {
       long long ttl = 0;
       if (failure f = lease_keepalive(c, "acquire", a.lease, ttl)) return f;
@@ -262,13 +266,14 @@ failure holder_impl(const std::string& url, const std::string& name, const etcd_
   bool found = false;
   if (failure f = first_key(*client, "status", lock_dir(o, name), first, found)) return f;
   if (!found) return {};
-  long long ttl = 0;
-  if (failure f = lease_ttl(*client, "status", first.lease, ttl)) return f;
+  long long ttl = 0, granted = 0;
+  if (failure f = lease_ttl(*client, "status", first.lease, ttl, granted)) return f;
   etcd_holder_info info;
   info.owner = first.value;
   info.fence = static_cast<std::uint64_t>(first.create_revision);
   info.lease_id = first.lease;
   info.remaining = std::chrono::seconds(std::max<long long>(ttl, 0));
+  info.lease = std::chrono::seconds(std::max<long long>(granted, 0));
   info.key = first.key;
   out = std::move(info);
   return {};
@@ -309,7 +314,8 @@ etcd_handle etcd_lock::adopt(const std::string& owner, std::error_code& ec) noex
     kv.key = info->key;
     kv.create_revision = static_cast<long long>(info->fence);
     kv.lease = info->lease_id;
-    etcd_handle_access::fill(h, client_, kv, owner, info->remaining.count() / 1000, options_.lease);
+    etcd_handle_access::fill(h, client_, kv, owner, info->lease.count() / 1000, options_.lease);
+    etcd_handle_access::expires_in(h, info->remaining);
     return {};
   });
   return h;

@@ -78,11 +78,13 @@ failure lease_revoke(etcd_client& c, const char* step, long long id, bool& gone)
   return c.call(step, "/v3/lease/revoke", json{{"ID", std::to_string(id)}}, out, &gone);
 }
 
-failure lease_ttl(etcd_client& c, const char* step, long long id, long long& ttl_s) {
+failure lease_ttl(etcd_client& c, const char* step, long long id, long long& ttl_s,
+                  long long& granted_s) {
   json out;
   if (failure f = c.call(step, "/v3/lease/timetolive", json{{"ID", std::to_string(id)}}, out))
     return f;
   ttl_s = out.contains("TTL") ? json_int(out, "TTL") : -1;
+  granted_s = json_int(out, "grantedTTL");
   return {};
 }
 

@@ -24,8 +24,9 @@ failure lease_grant(etcd_client& c, long long ttl_s, long long& id, long long& g
 failure lease_keepalive(etcd_client& c, const char* step, long long id, long long& ttl_s);
 // /v3/lease/revoke: `gone` when there was no such lease (expired).
 failure lease_revoke(etcd_client& c, const char* step, long long id, bool& gone);
-// /v3/lease/timetolive: the remaining TTL (-1: gone).
-failure lease_ttl(etcd_client& c, const char* step, long long id, long long& ttl_s);
+// /v3/lease/timetolive: the remaining TTL (-1: gone) and the TTL granted.
+failure lease_ttl(etcd_client& c, const char* step, long long id, long long& ttl_s,
+                  long long& granted_s);
 
 // One Txn: put `key` = `value` attached to `lease` only if absent, and
 // read the first key of `dir` by create revision. `created` false when
