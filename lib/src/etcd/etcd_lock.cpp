@@ -201,6 +201,11 @@ failure acquire_impl(const std::string& url, const std::string& name, const etcd
   mine.create_revision = a.revision;
   mine.lease = a.lease;
   etcd_handle_access::fill(out, client, mine, a.owner, a.ttl_s, o.lease);
+  // The lease runs from its last keep-alive, which a wait may have sent a
+  // while ago.
+  etcd_handle_access::expires_in(out, std::chrono::duration_cast<milliseconds>(
+                                          std::chrono::seconds(a.ttl_s) -
+                                          (std::chrono::steady_clock::now() - a.kept_alive)));
   return {};
 }
 
