@@ -47,7 +47,10 @@
 //   - errc::busy / errc::timed_out: as for rename_lock.
 //   - errc::lock_lost    release()/refresh()/adopt() found the lock no
 //                        longer ours; the message says why: our lease
-//                        expired, or our key was deleted by someone else.
+//                        ended, or our key was deleted by someone else.
+//                        From acquire(): the waiter's own lease ended
+//                        while it waited (no member answered its
+//                        keep-alives for a whole lease).
 //   - errc::bad_argument a URL, name or options that cannot work (the
 //                        message says which part).
 //   - errc::server_error a member answered an error: a wrong password,
