@@ -1,9 +1,11 @@
 # The public headers depend one way: the core (the lock directory, atomic
-# writes, updates, keep_alive) knows nothing of Redis, and the Redis lock's
-# header does not pull in the lock directory's. Follows each header's
-# includes of "tokenlock/..." transitively and fails, naming the path, when
-#   - a core header reaches redis_lock.hpp or names a Redis type, or
-#   - redis_lock.hpp reaches rename_lock.hpp or update.hpp.
+# writes, updates, keep_alive) knows nothing of Redis or etcd, and the
+# server locks' headers do not pull in the lock directory's. Follows each
+# header's includes of "tokenlock/..." transitively and fails, naming the
+# path, when
+#   - a core header reaches redis_lock.hpp or etcd_lock.hpp, or names a
+#     Redis or etcd type, or
+#   - redis_lock.hpp or etcd_lock.hpp reaches rename_lock.hpp or update.hpp.
 #
 #   cmake -DSOURCE_DIR=... -P header_layers.cmake
 cmake_minimum_required(VERSION 3.18)
@@ -37,28 +39,33 @@ function(reach header out)
 endfunction()
 
 set(problems "")
-set(redis_side redis_lock.hpp redis_inspect.hpp)
+set(server_side redis_lock.hpp redis_inspect.hpp etcd_lock.hpp)
 foreach(h IN LISTS headers)
   reach(${h} reached)
-  if(h IN_LIST redis_side OR h STREQUAL "tokenlock.hpp")
+  if(h IN_LIST server_side OR h STREQUAL "tokenlock.hpp")
     continue()
   endif()
-  if("redis_lock.hpp" IN_LIST reached)
-    list(APPEND problems "${h} reaches redis_lock.hpp")
-  endif()
-  file(STRINGS ${dir}/${h} named REGEX "redis_(handle|lock|connection)")
+  foreach(server redis_lock.hpp etcd_lock.hpp)
+    if(server IN_LIST reached)
+      list(APPEND problems "${h} reaches ${server}")
+    endif()
+  endforeach()
+  file(STRINGS ${dir}/${h} named REGEX "(redis|etcd)_(handle|lock|connection|client)")
   foreach(line IN LISTS named)
     if(NOT line MATCHES "^[ \t]*//")
-      list(APPEND problems "${h} names a Redis type: ${line}")
+      list(APPEND problems "${h} names a Redis or etcd type: ${line}")
+    endif()
+  endforeach()
+endforeach()
+foreach(server redis_lock.hpp etcd_lock.hpp)
+  reach(${server} reached)
+  foreach(core rename_lock.hpp update.hpp)
+    if(core IN_LIST reached)
+      list(APPEND problems "${server} reaches ${core}")
     endif()
   endforeach()
 endforeach()
 reach(redis_lock.hpp reached)
-foreach(core rename_lock.hpp update.hpp)
-  if(core IN_LIST reached)
-    list(APPEND problems "redis_lock.hpp reaches ${core}")
-  endif()
-endforeach()
 
 if(problems)
   list(JOIN problems "\n  " text)

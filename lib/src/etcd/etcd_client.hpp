@@ -1,0 +1,69 @@
+// A client of etcd's JSON gateway (/v3/... over HTTP/1.1) through libcurl:
+// one kept-alive connection to one member at a time, failing over to the
+// next member when a member cannot be reached or has no leader, and the
+// auth token (user and password) fetched once and again when it expires.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "etcd/etcd_url.hpp"
+#include "failure.hpp"
+
+namespace tokenlock::detail {
+
+using json = nlohmann::json;
+
+std::string base64_encode(const std::string& in);
+bool base64_decode(const std::string& in, std::string& out);
+
+// An int64 that the gateway sends as a decimal string (or, rarely, a
+// number); 0 when absent.
+long long json_int(const json& j, const char* field);
+
+class etcd_client {
+ public:
+  etcd_client(etcd_url url, std::chrono::milliseconds connect_timeout,
+              std::chrono::milliseconds command_timeout);
+  ~etcd_client();
+  etcd_client(const etcd_client&) = delete;
+  etcd_client& operator=(const etcd_client&) = delete;
+
+  // POSTs `body` to `path` ("/v3/kv/txn") and parses the answer into
+  // `out`. Tries every member in turn (from the one that last answered),
+  // and again while a member says it has no leader, up to a deadline of
+  // command_timeout per member. A gRPC error in the answer becomes
+  // server_error (or not_found_out = true for code 5, NotFound, when
+  // not_found_out is given: a lease that is gone).
+  failure call(const char* step, const char* path, const json& body, json& out,
+               bool* not_found_out = nullptr);
+
+  // Watches `key` from revision `from_rev` until it is deleted (deleted =
+  // true), or `timeout` passes (deleted = false). A watch that etcd
+  // cancels (compaction) also sets deleted: the caller looks again.
+  failure wait_delete(const std::string& key, long long from_rev,
+                      std::chrono::milliseconds timeout, bool& deleted);
+
+  // "etcd://host:port,..." without credentials.
+  const std::string& server() const noexcept { return display_; }
+  std::chrono::milliseconds command_timeout() const noexcept { return command_timeout_; }
+
+ private:
+  failure authenticate(const char* step);
+  bool ask_member(std::size_t m, const char* step, const char* path, const std::string& text,
+                  json& out, bool* not_found_out, bool& reauthenticated, failure& last,
+                  failure& result);
+
+  etcd_url url_;
+  std::string display_;
+  std::chrono::milliseconds connect_timeout_, command_timeout_;
+  std::size_t current_ = 0;
+  std::string token_;
+  void* curl_ = nullptr;        // CURL* for requests
+  void* watch_curl_ = nullptr;  // CURL* for watches
+};
+
+}  // namespace tokenlock::detail

@@ -1,0 +1,453 @@
+#include "tokenlock/etcd_lock.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "etcd/etcd_client.hpp"
+#include "etcd/etcd_requests.hpp"
+#include "etcd/etcd_wait_stats.hpp"
+#include "failure.hpp"
+#include "posix/os.hpp"
+#include "token_name.hpp"
+
+namespace tokenlock {
+
+namespace detail {
+
+etcd_wait_stats& this_thread_etcd_wait_stats() noexcept {
+  thread_local etcd_wait_stats stats;
+  return stats;
+}
+
+struct etcd_handle_access {
+  static void fill(etcd_handle& h, std::shared_ptr<etcd_client> c, const etcd_kv& kv,
+                   std::string owner, long long ttl_s, std::chrono::milliseconds asked) {
+    h.client_ = std::move(c);
+    h.key_ = kv.key;
+    h.owner_ = std::move(owner);
+    h.fence_ = static_cast<std::uint64_t>(kv.create_revision);
+    h.lease_id_ = kv.lease;
+    h.lease_ = std::chrono::seconds(ttl_s);
+    h.lease_raised_ = h.lease_ > asked;
+    h.expires_ = std::chrono::system_clock::now() + h.lease_;
+    h.fork_generation_ = system_os()->fork_generation();
+  }
+  static void expires_in(etcd_handle& h, std::chrono::milliseconds remaining) {
+    h.expires_ = std::chrono::system_clock::now() + remaining;
+  }
+};
+
+}  // namespace detail
+
+namespace {
+
+using namespace detail;
+using std::chrono::milliseconds;
+
+constexpr milliseconds max_lease = std::chrono::hours(24);
+
+failure validate(const etcd_lock_options& o, const std::string& name) {
+  if (name.empty() || name.size() > 200)
+    return make_failure(errc::bad_argument, "tokenlock: etcd lock name: it must be 1 to 200 bytes long");
+  for (char c : name)
+    if (c == '/' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      return make_failure(errc::bad_argument,
+                          "tokenlock: etcd lock name \"" + name +
+                              "\": it must not hold '/' or control characters (a '/' would "
+                              "make one lock's keys part of another's)");
+  if (o.lease.count() <= 0 || o.lease > max_lease)
+    return make_failure(errc::bad_argument,
+                        "tokenlock: etcd lock " + name +
+                            ": the lease must be more than 0 and at most 24 hours; it is " +
+                            std::to_string(o.lease.count()) + " ms");
+  return {};
+}
+
+failure connect(const std::string& url, const etcd_lock_options& o, std::shared_ptr<etcd_client>& c) {
+  if (c) return {};
+  etcd_url u;
+  if (failure f = parse_etcd_url(url, u)) return f;
+  c = std::make_shared<etcd_client>(std::move(u), o.connect_timeout, o.command_timeout);
+  return {};
+}
+
+std::string lock_dir(const etcd_lock_options& o, const std::string& name) {
+  return o.key_prefix + name + "/";
+}
+
+std::string lease_hex(long long id) {
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(id));
+  return buf;
+}
+
+std::string new_owner_id() {
+  auto sys = system_os();
+  const process_identity& me = sys->self();
+  return std::string(owner_part(make_token(1, me.host_tag, me.pid, me.start_time, sys->random_u64())));
+}
+
+// Gives the lease back after a failed or refused attempt; the lease would
+// end with its TTL anyway, so a failure here is not reported.
+void give_back(etcd_client& c, long long lease) {
+  bool gone = false;
+  (void)lease_revoke(c, "acquire", lease, gone);
+}
+
+failure refused(const etcd_client& c, const std::string& name, const etcd_kv& first, bool waited,
+                milliseconds wait) {
+  const std::string who = "held by " + (first.value.empty() ? std::string("?") : first.value) +
+                          " (fence " + std::to_string(first.create_revision) + ")";
+  if (!waited)
+    return make_failure(errc::busy, "tokenlock: acquire " + c.server() + " " + name + ": the lock is " + who);
+  return make_failure(errc::timed_out, "tokenlock: acquire " + c.server() + " " + name + ": waited " +
+                                           std::to_string(wait.count()) + " ms; the lock is " + who);
+}
+
+struct attempt {
+  std::string key, dir, owner;
+  long long lease = 0, ttl_s = 0, revision = 0;
+  std::chrono::steady_clock::time_point kept_alive;
+};
+
+// Waits in line until every key before ours is gone (granted), or the
+// deadline passes. Each round watches only the key just before ours, so a
+// release wakes one waiter: the one behind it.
+failure wait_in_line(etcd_client& c, attempt& a, std::chrono::steady_clock::time_point deadline,
+                     bool& granted) {
+  granted = false;
+  auto& stats = this_thread_etcd_wait_stats();
+  for (;;) {
+    etcd_kv pred;
+    bool found = false;
+    long long rev = 0;
+    if (failure f = predecessor(c, a.dir, a.revision, pred, found, rev)) return f;
+    if (!found) {
+      granted = true;
+      return {};
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return {};
+    // Our own lease must outlive the wait: keep it alive at a third of it.
+    // (In milliseconds: a third of 2 s in whole seconds would be 0.)
+    const milliseconds third = milliseconds(std::chrono::seconds(a.ttl_s)) / 3;
+    if (now - a.kept_alive >= third) {
+      long long ttl = 0;
+      if (failure f = lease_keepalive(c, "acquire", a.lease, ttl)) return f;
+      if (ttl <= 0)
+        return make_failure(errc::lock_lost, "tokenlock: acquire " + c.server() + " " + a.key +
+                                                 ": our lease expired while waiting in line; "
+                                                 "the lease must be longer than a member's stall");
+      a.kept_alive = now;
+    }
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - now);
+    bool deleted = false;
+    ++stats.watches;
+    if (failure f = c.wait_delete(pred.key, rev + 1, std::min(left, third), deleted)) return f;
+    if (deleted) ++stats.wakes;
+  }
+}
+
+// The put found our key there already. A member that timed out may have
+// applied our first Txn before the client sent it to the next member: then
+// the key holds our owner id and the attempt goes on from it. Anything else
+// is someone else's key under our lease's name.
+failure put_repeated(etcd_client& c, attempt& a, etcd_kv& first, bool& has_first) {
+  etcd_kv kv;
+  bool found = false;
+  if (failure f = get_key(c, "acquire", a.key, kv, found)) return f;
+  if (!found || kv.value != a.owner)
+    return make_failure(errc::server_error, "tokenlock: acquire " + c.server() + " " + a.key +
+                                                ": the key of our new lease exists already, "
+                                                "written by another client (a key_prefix shared "
+                                                "with another program?): use a key_prefix of "
+                                                "the lock's own");
+  a.revision = kv.create_revision;
+  return first_key(c, "acquire", a.dir, first, has_first);
+}
+
+failure acquire_impl(const std::string& url, const std::string& name, const etcd_lock_options& o,
+                     std::shared_ptr<etcd_client>& client, bool may_wait, etcd_handle& out,
+                     bool& busy) {
+  busy = false;
+  if (failure f = validate(o, name)) return f;
+  if (failure f = connect(url, o, client)) return f;
+  etcd_client& c = *client;
+  attempt a;
+  a.dir = lock_dir(o, name);
+  a.owner = new_owner_id();
+  const long long ask_s = (o.lease.count() + 999) / 1000;
+  if (failure f = lease_grant(c, ask_s, a.lease, a.ttl_s)) return f;
+  a.kept_alive = std::chrono::steady_clock::now();
+  const auto deadline = a.kept_alive + (may_wait ? o.wait : milliseconds(0));
+  a.key = a.dir + lease_hex(a.lease);
+  bool created = false, has_first = false;
+  etcd_kv first;
+  failure f = put_if_absent(c, a.key, a.owner, a.lease, a.dir, created, a.revision, first, has_first);
+  if (!f && !created) f = put_repeated(c, a, first, has_first);
+  bool granted = !f && has_first && first.key == a.key;
+  if (!f && !granted && may_wait && o.wait.count() > 0) f = wait_in_line(c, a, deadline, granted);
+  if (f) {
+    give_back(c, a.lease);
+    return f;
+  }
+  if (!granted) {
+    give_back(c, a.lease);
+    busy = true;
+    return refused(c, name, first, may_wait && o.wait.count() > 0, o.wait);
+  }
+  etcd_kv mine;
+  mine.key = a.key;
+  mine.create_revision = a.revision;
+  mine.lease = a.lease;
+  etcd_handle_access::fill(out, client, mine, a.owner, a.ttl_s, o.lease);
+  // The lease runs from its last keep-alive, which a wait may have sent a
+  // while ago.
+  etcd_handle_access::expires_in(out, std::chrono::duration_cast<milliseconds>(
+                                          std::chrono::seconds(a.ttl_s) -
+                                          (std::chrono::steady_clock::now() - a.kept_alive)));
+  return {};
+}
+
+failure not_owner_failure(const char* step) {
+  return make_failure(errc::not_owner,
+                      "tokenlock: " + std::string(step) +
+                          ": this handle does not hold a grant (released, lost, moved from, or "
+                          "inherited by a forked child)");
+}
+
+}  // namespace
+
+// ---- etcd_lock --------------------------------------------------------------
+
+etcd_lock::etcd_lock(std::string url, std::string name, etcd_lock_options options)
+    : url_(std::move(url)), name_(std::move(name)), options_(std::move(options)) {}
+etcd_lock::~etcd_lock() = default;
+etcd_lock::etcd_lock(etcd_lock&&) noexcept = default;
+etcd_lock& etcd_lock::operator=(etcd_lock&&) noexcept = default;
+
+etcd_handle etcd_lock::acquire() {
+  etcd_handle h;
+  bool busy = false;
+  run_throwing([&] { return acquire_impl(url_, name_, options_, client_, true, h, busy); });
+  return h;
+}
+
+etcd_handle etcd_lock::acquire(std::error_code& ec) noexcept {
+  etcd_handle h;
+  bool busy = false;
+  run_noexcept(ec, [&] { return acquire_impl(url_, name_, options_, client_, true, h, busy); });
+  return h;
+}
+
+std::optional<etcd_handle> etcd_lock::try_acquire() {
+  etcd_handle h;
+  bool busy = false;
+  failure f = acquire_impl(url_, name_, options_, client_, false, h, busy);
+  if (busy) return std::nullopt;
+  if (f) throw_failure(f);
+  return std::optional<etcd_handle>(std::move(h));
+}
+
+std::optional<etcd_handle> etcd_lock::try_acquire(std::error_code& ec) noexcept {
+  etcd_handle h;
+  bool busy = false;
+  run_noexcept(ec, [&] {
+    failure f = acquire_impl(url_, name_, options_, client_, false, h, busy);
+    return busy ? failure{} : f;
+  });
+  if (ec || busy) return std::nullopt;
+  return std::optional<etcd_handle>(std::move(h));
+}
+
+namespace {
+
+failure holder_impl(const std::string& url, const std::string& name, const etcd_lock_options& o,
+                    std::shared_ptr<etcd_client>& client, std::optional<etcd_holder_info>& out) {
+  out.reset();
+  if (failure f = validate(o, name)) return f;
+  if (failure f = connect(url, o, client)) return f;
+  etcd_kv first;
+  bool found = false;
+  if (failure f = first_key(*client, "status", lock_dir(o, name), first, found)) return f;
+  if (!found) return {};
+  long long ttl = 0, granted = 0;
+  if (failure f = lease_ttl(*client, "status", first.lease, ttl, granted)) return f;
+  etcd_holder_info info;
+  info.owner = first.value;
+  info.fence = static_cast<std::uint64_t>(first.create_revision);
+  info.lease_id = first.lease;
+  info.remaining = std::chrono::seconds(std::max<long long>(ttl, 0));
+  info.lease = std::chrono::seconds(std::max<long long>(granted, 0));
+  info.key = first.key;
+  out = std::move(info);
+  return {};
+}
+
+}  // namespace
+
+std::optional<etcd_holder_info> etcd_lock::holder() {
+  std::optional<etcd_holder_info> out;
+  run_throwing([&] { return holder_impl(url_, name_, options_, client_, out); });
+  return out;
+}
+
+std::optional<etcd_holder_info> etcd_lock::holder(std::error_code& ec) noexcept {
+  std::optional<etcd_holder_info> out;
+  run_noexcept(ec, [&] { return holder_impl(url_, name_, options_, client_, out); });
+  if (ec) out.reset();
+  return out;
+}
+
+etcd_handle etcd_lock::adopt(const std::string& owner) {
+  std::error_code ec;
+  etcd_handle h = adopt(owner, ec);
+  if (ec) throw lock_error(ec, last_error_message());
+  return h;
+}
+
+etcd_handle etcd_lock::adopt(const std::string& owner, std::error_code& ec) noexcept {
+  etcd_handle h;
+  run_noexcept(ec, [&]() -> failure {
+    std::optional<etcd_holder_info> info;
+    if (failure f = holder_impl(url_, name_, options_, client_, info)) return f;
+    if (!info || info->owner != owner)
+      return make_failure(errc::lock_lost, "tokenlock: adopt " + client_->server() + " " + name_ +
+                                               ": the lock is not held by " + owner +
+                                               (info ? " (" + info->owner + " holds it)" : " (it is free)"));
+    etcd_kv kv;
+    kv.key = info->key;
+    kv.create_revision = static_cast<long long>(info->fence);
+    kv.lease = info->lease_id;
+    etcd_handle_access::fill(h, client_, kv, owner, info->lease.count() / 1000, options_.lease);
+    etcd_handle_access::expires_in(h, info->remaining);
+    return {};
+  });
+  return h;
+}
+
+// ---- etcd_handle ------------------------------------------------------------
+
+etcd_handle::etcd_handle(etcd_handle&& o) noexcept
+    : client_(std::move(o.client_)),
+      key_(std::move(o.key_)),
+      owner_(std::move(o.owner_)),
+      fence_(o.fence_),
+      lease_id_(o.lease_id_),
+      expires_(o.expires_),
+      lease_(o.lease_),
+      lease_raised_(o.lease_raised_),
+      fork_generation_(o.fork_generation_) {
+  o.forget();
+}
+
+etcd_handle& etcd_handle::operator=(etcd_handle&& o) noexcept {
+  if (this != &o) {
+    if (owns()) {
+      std::error_code ignored;
+      release(ignored);
+    }
+    client_ = std::move(o.client_);
+    key_ = std::move(o.key_);
+    owner_ = std::move(o.owner_);
+    fence_ = o.fence_;
+    lease_id_ = o.lease_id_;
+    expires_ = o.expires_;
+    lease_ = o.lease_;
+    lease_raised_ = o.lease_raised_;
+    fork_generation_ = o.fork_generation_;
+    o.forget();
+  }
+  return *this;
+}
+
+etcd_handle::~etcd_handle() {
+  if (owns()) {
+    std::error_code ignored;
+    release(ignored);
+  }
+}
+
+void etcd_handle::forget() noexcept {
+  owner_.clear();
+  fence_ = 0;
+}
+
+bool etcd_handle::owns() const noexcept {
+  return !owner_.empty() && client_ && system_os()->fork_generation() == fork_generation_;
+}
+
+namespace {
+
+std::string lost_message(const etcd_client& c, const char* step, const std::string& key,
+                         std::uint64_t fence, bool lease_gone) {
+  return "tokenlock: " + std::string(step) + " " + c.server() + " " + key + ": the grant (fence " +
+         std::to_string(fence) + ") is no longer ours: " +
+         (lease_gone ? "our lease ended (it expired, no keep-alive having reached etcd within its "
+                       "TTL, or another process revoked it), and etcd deleted our key"
+                     : "our key was deleted by someone else (an operator's etcdctl del, or a "
+                       "break)");
+}
+
+}  // namespace
+
+void etcd_handle::release() {
+  run_throwing([&]() -> failure {
+    std::error_code ec;
+    release(ec);
+    return ec ? make_failure(ec, last_error_message()) : failure{};
+  });
+}
+
+void etcd_handle::release(std::error_code& ec) noexcept {
+  run_noexcept(ec, [&]() -> failure {
+    if (owner_.empty()) return {};
+    if (!owns()) {
+      forget();
+      return not_owner_failure("release");
+    }
+    bool deleted = false, gone = false;
+    // Not retried past the client's fail-over: a connection error leaves
+    // the grant to end with its lease.
+    if (failure f = delete_if_revision(*client_, key_, static_cast<long long>(fence_), deleted))
+      return f;
+    failure revoked = lease_revoke(*client_, "release", lease_id_, gone);
+    const std::uint64_t fence = fence_;
+    forget();
+    if (deleted) return {};
+    if (revoked) return revoked;
+    return make_failure(errc::lock_lost, lost_message(*client_, "release", key_, fence, gone));
+  });
+}
+
+void etcd_handle::refresh() {
+  run_throwing([&]() -> failure {
+    std::error_code ec;
+    refresh(ec);
+    return ec ? make_failure(ec, last_error_message()) : failure{};
+  });
+}
+
+void etcd_handle::refresh(std::error_code& ec) noexcept {
+  run_noexcept(ec, [&]() -> failure {
+    if (owner_.empty() || !owns()) return not_owner_failure("refresh");
+    const auto sent = std::chrono::system_clock::now();
+    long long ttl = 0;
+    if (failure f = lease_keepalive(*client_, "refresh", lease_id_, ttl)) return f;
+    etcd_kv kv;
+    bool found = false;
+    if (ttl > 0)
+      if (failure f = get_key(*client_, "refresh", key_, kv, found)) return f;
+    if (ttl <= 0 || !found || kv.create_revision != static_cast<long long>(fence_)) {
+      bool gone = ttl <= 0;
+      if (!gone) (void)lease_revoke(*client_, "refresh", lease_id_, gone);
+      const std::uint64_t fence = fence_;
+      forget();
+      return make_failure(errc::lock_lost, lost_message(*client_, "refresh", key_, fence, ttl <= 0));
+    }
+    expires_ = sent + std::chrono::seconds(ttl);
+    return {};
+  });
+}
+
+}  // namespace tokenlock

@@ -1,0 +1,154 @@
+#include "etcd/etcd_requests.hpp"
+
+namespace tokenlock::detail {
+
+namespace {
+
+failure unexpected(const etcd_client& c, const char* step, const char* what) {
+  return make_failure(std::make_error_code(std::errc::protocol_error),
+                      "tokenlock: " + std::string(step) + " " + c.server() +
+                          ": the answer does not hold " + what + ": is this etcd 3.4 or newer?");
+}
+
+bool read_kv(const json& j, etcd_kv& kv) {
+  if (!j.is_object() || !base64_decode(j.value("key", std::string()), kv.key) ||
+      !base64_decode(j.value("value", std::string()), kv.value))
+    return false;
+  kv.create_revision = json_int(j, "create_revision");
+  kv.lease = json_int(j, "lease");
+  return !kv.key.empty() && kv.create_revision > 0;
+}
+
+// The first kv of a range answer (found = false when none).
+bool first_kv(const json& range, etcd_kv& kv, bool& found) {
+  found = false;
+  if (!range.is_object() || !range.contains("kvs")) return true;  // empty: omitted
+  const json& kvs = range["kvs"];
+  if (!kvs.is_array()) return false;
+  if (kvs.empty()) return true;
+  found = true;
+  return read_kv(kvs[0], kv);
+}
+
+json range_request(const std::string& dir, const char* order, long long max_create = 0) {
+  json r{{"key", base64_encode(dir)},
+         {"range_end", base64_encode(prefix_end(dir))},
+         {"limit", "1"},
+         {"sort_order", order},
+         {"sort_target", "CREATE"}};
+  if (max_create > 0) r["max_create_revision"] = std::to_string(max_create);
+  return r;
+}
+
+}  // namespace
+
+std::string prefix_end(std::string prefix) {
+  while (!prefix.empty()) {
+    auto& b = reinterpret_cast<unsigned char&>(prefix.back());
+    if (b < 0xff) {
+      ++b;
+      return prefix;
+    }
+    prefix.pop_back();
+  }
+  return std::string(1, '\0');
+}
+
+failure lease_grant(etcd_client& c, long long ttl_s, long long& id, long long& granted_s) {
+  json out;
+  if (failure f = c.call("acquire", "/v3/lease/grant", json{{"TTL", std::to_string(ttl_s)}}, out))
+    return f;
+  id = json_int(out, "ID");
+  granted_s = json_int(out, "TTL");
+  if (id == 0 || granted_s <= 0) return unexpected(c, "acquire", "a lease ID and TTL");
+  return {};
+}
+
+failure lease_keepalive(etcd_client& c, const char* step, long long id, long long& ttl_s) {
+  json out;
+  if (failure f = c.call(step, "/v3/lease/keepalive", json{{"ID", std::to_string(id)}}, out))
+    return f;
+  ttl_s = json_int(out.contains("result") ? out["result"] : out, "TTL");
+  return {};
+}
+
+failure lease_revoke(etcd_client& c, const char* step, long long id, bool& gone) {
+  json out;
+  gone = false;
+  return c.call(step, "/v3/lease/revoke", json{{"ID", std::to_string(id)}}, out, &gone);
+}
+
+failure lease_ttl(etcd_client& c, const char* step, long long id, long long& ttl_s,
+                  long long& granted_s) {
+  json out;
+  if (failure f = c.call(step, "/v3/lease/timetolive", json{{"ID", std::to_string(id)}}, out))
+    return f;
+  ttl_s = out.contains("TTL") ? json_int(out, "TTL") : -1;
+  granted_s = json_int(out, "grantedTTL");
+  return {};
+}
+
+failure put_if_absent(etcd_client& c, const std::string& key, const std::string& value,
+                      long long lease, const std::string& dir, bool& created,
+                      long long& revision, etcd_kv& first, bool& has_first) {
+  const std::string k = base64_encode(key);
+  const json txn{
+      {"compare",
+       json::array({{{"key", k}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}}})},
+      {"success",
+       json::array({{{"request_put",
+                      {{"key", k}, {"value", base64_encode(value)}, {"lease", std::to_string(lease)}}}},
+                    {{"request_range", range_request(dir, "ASCEND")}}})}};
+  json out;
+  if (failure f = c.call("acquire", "/v3/kv/txn", txn, out)) return f;
+  created = out.value("succeeded", false);
+  revision = json_int(out.value("header", json::object()), "revision");
+  if (!created) return {};
+  const json& responses = out["responses"];
+  if (!responses.is_array() || responses.size() != 2 || revision <= 0 ||
+      !first_kv(responses[1].value("response_range", json::object()), first, has_first))
+    return unexpected(c, "acquire", "the put and the range of the Txn");
+  return {};
+}
+
+failure predecessor(etcd_client& c, const std::string& dir, long long below, etcd_kv& pred,
+                    bool& found, long long& revision) {
+  json out;
+  if (failure f = c.call("acquire", "/v3/kv/range", range_request(dir, "DESCEND", below - 1), out))
+    return f;
+  revision = json_int(out.value("header", json::object()), "revision");
+  if (!first_kv(out, pred, found) || revision <= 0)
+    return unexpected(c, "acquire", "the keys waiting before ours");
+  return {};
+}
+
+failure first_key(etcd_client& c, const char* step, const std::string& dir, etcd_kv& first,
+                  bool& found) {
+  json out;
+  if (failure f = c.call(step, "/v3/kv/range", range_request(dir, "ASCEND"), out)) return f;
+  if (!first_kv(out, first, found)) return unexpected(c, step, "the lock's first key");
+  return {};
+}
+
+failure get_key(etcd_client& c, const char* step, const std::string& key, etcd_kv& kv, bool& found) {
+  json out;
+  if (failure f = c.call(step, "/v3/kv/range", json{{"key", base64_encode(key)}}, out)) return f;
+  if (!first_kv(out, kv, found)) return unexpected(c, step, "the key");
+  return {};
+}
+
+failure delete_if_revision(etcd_client& c, const std::string& key, long long revision,
+                           bool& deleted) {
+  const std::string k = base64_encode(key);
+  const json txn{{"compare", json::array({{{"key", k},
+                                           {"target", "CREATE"},
+                                           {"result", "EQUAL"},
+                                           {"create_revision", std::to_string(revision)}}})},
+                 {"success", json::array({{{"request_delete_range", {{"key", k}}}}})}};
+  json out;
+  if (failure f = c.call("release", "/v3/kv/txn", txn, out)) return f;
+  deleted = out.value("succeeded", false);
+  return {};
+}
+
+}  // namespace tokenlock::detail

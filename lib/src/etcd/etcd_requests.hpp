@@ -1,0 +1,54 @@
+// The etcd requests the lock makes, one function each (docs/etcd.md,
+// Requests). Every one returns a failure that names the step.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "etcd/etcd_client.hpp"
+
+namespace tokenlock::detail {
+
+// A key as the lock reads it from a range answer.
+struct etcd_kv {
+  std::string key, value;
+  long long create_revision = 0;
+  long long lease = 0;
+};
+
+// /v3/lease/grant: a new lease of `ttl_s` seconds; `granted_s` is the TTL
+// etcd gave (more when below its minimum).
+failure lease_grant(etcd_client& c, long long ttl_s, long long& id, long long& granted_s);
+// /v3/lease/keepalive: `ttl_s` is the new TTL, 0 when the lease is gone.
+failure lease_keepalive(etcd_client& c, const char* step, long long id, long long& ttl_s);
+// /v3/lease/revoke: `gone` when there was no such lease (expired).
+failure lease_revoke(etcd_client& c, const char* step, long long id, bool& gone);
+// /v3/lease/timetolive: the remaining TTL (-1: gone) and the TTL granted.
+failure lease_ttl(etcd_client& c, const char* step, long long id, long long& ttl_s,
+                  long long& granted_s);
+
+// One Txn: put `key` = `value` attached to `lease` only if absent, and
+// read the first key of `dir` by create revision. `created` false when
+// the key existed; `revision` is our key's create revision.
+failure put_if_absent(etcd_client& c, const std::string& key, const std::string& value,
+                      long long lease, const std::string& dir, bool& created,
+                      long long& revision, etcd_kv& first, bool& has_first);
+
+// The key of `dir` with the largest create revision below `below`
+// (none: found = false); `revision` is the store's revision of the answer.
+failure predecessor(etcd_client& c, const std::string& dir, long long below, etcd_kv& pred,
+                    bool& found, long long& revision);
+// The first key of `dir` by create revision.
+failure first_key(etcd_client& c, const char* step, const std::string& dir, etcd_kv& first,
+                  bool& found);
+// The key itself (found = false when absent).
+failure get_key(etcd_client& c, const char* step, const std::string& key, etcd_kv& kv, bool& found);
+// One Txn: delete `key` if its create revision is `revision`.
+failure delete_if_revision(etcd_client& c, const std::string& key, long long revision,
+                           bool& deleted);
+
+// The end of the range of keys that start with `prefix`.
+std::string prefix_end(std::string prefix);
+
+}  // namespace tokenlock::detail

@@ -1,0 +1,142 @@
+#include "etcd/etcd_url.hpp"
+
+#include <cctype>
+
+namespace tokenlock::detail {
+
+namespace {
+
+failure bad(const std::string& what) {
+  return make_failure(errc::bad_argument,
+                      "tokenlock: etcd URL: " + what +
+                          "; the form is etcd://[user:password@]host[:port][,host[:port]...]"
+                          "[?cacert=PATH], or etcds://... for HTTPS");
+}
+
+int hex(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+bool percent_decode(const std::string& in, std::string& out) {
+  out.clear();
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != '%') {
+      out += in[i];
+      continue;
+    }
+    if (i + 2 >= in.size()) return false;
+    const int h = hex(in[i + 1]), l = hex(in[i + 2]);
+    if (h < 0 || l < 0) return false;
+    out += static_cast<char>(h * 16 + l);
+    i += 2;
+  }
+  return true;
+}
+
+// One "host[:port]" of the member list, as "scheme://host:port".
+failure parse_member(const std::string& m, const char* scheme, std::string& out) {
+  if (m.empty()) return bad("an empty member in the host list (two commas, or a trailing one)");
+  std::string host, port = "2379";
+  if (m[0] == '[') {
+    const auto close = m.find(']');
+    if (close == std::string::npos) return bad("IPv6 host without its closing ']' in \"" + m + "\"");
+    host = m.substr(0, close + 1);
+    if (close + 1 < m.size()) {
+      if (m[close + 1] != ':') return bad("junk after the IPv6 host in \"" + m + "\"");
+      port = m.substr(close + 2);
+    }
+  } else {
+    const auto colon = m.find(':');
+    host = m.substr(0, colon);
+    if (colon != std::string::npos) port = m.substr(colon + 1);
+  }
+  if (host.empty() || host == "[]") return bad("no host in \"" + m + "\"");
+  for (char c : host)
+    if (c == '/' || c == '@' || c == '?' || std::isspace(static_cast<unsigned char>(c)))
+      return bad("the host \"" + host + "\" holds '" + std::string(1, c) + "'");
+  if (port.empty() || port.size() > 5) return bad("the port of \"" + m + "\" is not a number from 1 to 65535");
+  for (char c : port)
+    if (!std::isdigit(static_cast<unsigned char>(c)))
+      return bad("the port of \"" + m + "\" is not a number from 1 to 65535");
+  const long p = std::stol(port);
+  if (p < 1 || p > 65535) return bad("the port of \"" + m + "\" is not a number from 1 to 65535");
+  out = std::string(scheme) + "://" + host + ":" + port;
+  return {};
+}
+
+failure parse_query(const std::string& q, etcd_url& out) {
+  std::size_t start = 0;
+  while (start < q.size()) {
+    const auto amp = q.find('&', start);
+    const std::string kv = q.substr(start, amp == std::string::npos ? std::string::npos : amp - start);
+    const auto eq = kv.find('=');
+    const std::string key = kv.substr(0, eq);
+    if (key != "cacert" || eq == std::string::npos)
+      return bad("unknown query parameter \"" + key + "\" (only cacert=PATH)");
+    if (!percent_decode(kv.substr(eq + 1), out.cacert) || out.cacert.empty())
+      return bad("cacert must name a file (percent-encoded where needed)");
+    if (amp == std::string::npos) break;
+    start = amp + 1;
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string etcd_url::display() const {
+  std::string s = tls ? "etcds://" : "etcd://";
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    const auto at = members[i].find("://");
+    s += (i ? "," : "") + members[i].substr(at + 3);
+  }
+  return s;
+}
+
+failure parse_etcd_url(const std::string& url, etcd_url& out) {
+  out = etcd_url{};
+  std::string rest;
+  if (url.rfind("etcd://", 0) == 0) {
+    rest = url.substr(7);
+  } else if (url.rfind("etcds://", 0) == 0) {
+    rest = url.substr(8);
+    out.tls = true;
+  } else {
+    return bad("\"" + url.substr(0, 40) + "\" does not start with etcd:// or etcds://");
+  }
+  const auto q = rest.find('?');
+  if (q != std::string::npos) {
+    if (failure f = parse_query(rest.substr(q + 1), out)) return f;
+    rest.resize(q);
+  }
+  if (!rest.empty() && rest.back() == '/') rest.pop_back();
+  const auto at = rest.rfind('@');
+  if (at != std::string::npos) {
+    const std::string cred = rest.substr(0, at);
+    const auto colon = cred.find(':');
+    if (colon == std::string::npos) return bad("credentials must be user:password");
+    if (!percent_decode(cred.substr(0, colon), out.user) ||
+        !percent_decode(cred.substr(colon + 1), out.password))
+      return bad("a bad percent-escape in the credentials");
+    if (out.user.empty()) return bad("the user name is empty");
+    rest = rest.substr(at + 1);
+  }
+  if (rest.empty()) return bad("no host");
+  std::size_t start = 0;
+  for (;;) {
+    const auto comma = rest.find(',', start);
+    std::string m;
+    if (failure f = parse_member(rest.substr(start, comma == std::string::npos ? std::string::npos
+                                                                                 : comma - start),
+                                 out.tls ? "https" : "http", m))
+      return f;
+    out.members.push_back(m);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return {};
+}
+
+}  // namespace tokenlock::detail

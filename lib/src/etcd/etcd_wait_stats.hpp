@@ -1,0 +1,19 @@
+// What etcd_lock's waiting did on the calling thread, counted since the
+// thread began: how many watches it opened on a predecessor's key, and how
+// many of them ended with that key deleted (a wake-up). The FIFO tests read
+// it around one acquire: a waiter in line wakes once per release ahead of
+// it that concerns it, not once per release. Nothing else depends on it.
+#pragma once
+
+#include <cstdint>
+
+namespace tokenlock::detail {
+
+struct etcd_wait_stats {
+  std::uint64_t watches = 0;
+  std::uint64_t wakes = 0;
+};
+
+etcd_wait_stats& this_thread_etcd_wait_stats() noexcept;
+
+}  // namespace tokenlock::detail

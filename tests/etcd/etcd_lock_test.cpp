@@ -1,0 +1,298 @@
+// etcd_lock in one process against a real etcd cluster (etcd_cluster.hpp):
+// grants and fences, refusal while held, adopt, the lease etcd raises, the
+// leader killed under a held lock, a whole-cluster restart, and the errors
+// for bad URLs, wrong passwords and an unreachable cluster.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "etcd_cluster.hpp"
+#include "tokenlock/etcd_lock.hpp"
+#include "tokenlock/keep_alive.hpp"
+
+using namespace std::chrono_literals;
+using tokenlock::etcd_handle;
+using tokenlock::etcd_lock;
+using tokenlock::etcd_lock_options;
+using tokenlock::testing::etcd_cluster;
+
+namespace {
+
+class EtcdLockTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string why = etcd_cluster::unavailable();
+    if (!why.empty()) GTEST_SKIP() << why;
+  }
+  static std::string name() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
+  // How many keys the lock has in etcd now.
+  static int keys(const etcd_cluster& c, const std::string& lock_name) {
+    return c.key_count("tokenlock/" + lock_name + "/");
+  }
+};
+
+TEST_F(EtcdLockTest, GrantsIncreasingFencesAndReleaseLeavesNoKey) {
+  etcd_cluster c;
+  etcd_lock lock(c.url(), name());
+  std::uint64_t last = 0;
+  for (int i = 0; i < 3; ++i) {
+    etcd_handle h = lock.acquire();
+    ASSERT_TRUE(h.owns());
+    EXPECT_GT(h.fence(), last);
+    last = h.fence();
+    EXPECT_EQ(keys(c, name()), 1);
+    const auto info = lock.holder();
+    ASSERT_TRUE(info);
+    EXPECT_EQ(info->owner, h.owner());
+    EXPECT_EQ(info->fence, h.fence());
+    EXPECT_GT(info->remaining.count(), 0);
+    h.release();
+    EXPECT_FALSE(h.owns());
+    EXPECT_EQ(keys(c, name()), 0);
+  }
+  EXPECT_FALSE(lock.holder());
+}
+
+TEST_F(EtcdLockTest, TryAcquireIsRefusedWhileHeldAndLeavesNothing) {
+  etcd_cluster c;
+  etcd_lock a(c.url(), name());
+  etcd_lock b(c.url(), name());
+  etcd_handle h = a.acquire();
+  std::error_code ec;
+  EXPECT_FALSE(b.try_acquire(ec));
+  EXPECT_FALSE(ec);
+  EXPECT_FALSE(b.try_acquire());
+  EXPECT_EQ(keys(c, name()), 1);  // the refused attempts took their keys back
+  etcd_lock_options zero;
+  zero.wait = 0ms;
+  etcd_lock z(c.url(), name(), zero);
+  z.acquire(ec);
+  EXPECT_EQ(ec, tokenlock::errc::busy);
+  EXPECT_NE(tokenlock::last_error_message().find(h.owner()), std::string::npos)
+      << tokenlock::last_error_message();
+  etcd_lock_options short_wait;
+  short_wait.wait = 300ms;
+  etcd_lock w(c.url(), name(), short_wait);
+  w.acquire(ec);
+  EXPECT_EQ(ec, tokenlock::errc::timed_out);
+  EXPECT_EQ(keys(c, name()), 1);
+  const std::uint64_t fence = h.fence();
+  h.release();
+  auto got = b.try_acquire();
+  ASSERT_TRUE(got);
+  EXPECT_GT(got->fence(), fence);
+}
+
+TEST_F(EtcdLockTest, AdoptedGrantIsReleasedByAnotherLockObject) {
+  etcd_cluster c;
+  etcd_lock a(c.url(), name());
+  etcd_handle h = a.acquire();
+  const std::string owner = h.owner();
+  const auto fence = h.fence();
+  etcd_lock b(c.url(), name());
+  std::error_code ec;
+  b.adopt("nobody", ec);
+  EXPECT_EQ(ec, tokenlock::errc::lock_lost);
+  etcd_handle adopted = b.adopt(owner);
+  EXPECT_EQ(adopted.fence(), fence);
+  EXPECT_EQ(adopted.lease(), h.lease());
+  EXPECT_GT(adopted.expires(), std::chrono::system_clock::now());
+  adopted.refresh();
+  adopted.release();
+  EXPECT_EQ(keys(c, name()), 0);
+  h.release(ec);  // the original finds its grant gone
+  EXPECT_EQ(ec, tokenlock::errc::lock_lost);
+  EXPECT_NE(tokenlock::last_error_message().find("lease ended"), std::string::npos)
+      << tokenlock::last_error_message();
+}
+
+TEST_F(EtcdLockTest, ALeaseBelowEtcdsMinimumIsRaisedAndSaysSo) {
+  etcd_cluster c(1);
+  etcd_lock_options o;
+  o.lease = 300ms;
+  etcd_lock lock(c.url(), name(), o);
+  etcd_handle h = lock.acquire();
+  EXPECT_TRUE(h.lease_raised());
+  EXPECT_GE(h.lease(), 1s);
+  o.lease = 60s;
+  etcd_lock normal(c.url(), name() + "-2", o);
+  etcd_handle h2 = normal.acquire();
+  EXPECT_FALSE(h2.lease_raised());
+  EXPECT_EQ(h2.lease(), 60s);
+}
+
+TEST_F(EtcdLockTest, RefreshReportsAKeyDeletedBySomeoneElse) {
+  etcd_cluster c(1);
+  etcd_lock lock(c.url(), name());
+  etcd_handle h = lock.acquire();
+  h.refresh();
+  ASSERT_EQ(c.ctl({"del", h.key()}).status, 0);
+  std::error_code ec;
+  h.refresh(ec);
+  EXPECT_EQ(ec, tokenlock::errc::lock_lost);
+  EXPECT_NE(tokenlock::last_error_message().find("deleted by someone else"), std::string::npos)
+      << tokenlock::last_error_message();
+  EXPECT_FALSE(h.owns());
+}
+
+// The holder talks to the leader first; the leader dies. The holder's
+// refreshes go to another member, and nobody else gets the lock meanwhile.
+TEST_F(EtcdLockTest, KillingTheLeaderWhileHeldKeepsTheLockWithItsHolder) {
+  etcd_cluster c;
+  const int leader = c.leader();
+  ASSERT_GE(leader, 0);
+  std::vector<int> order{leader};
+  for (int i = 0; i < c.size(); ++i)
+    if (i != leader) order.push_back(i);
+  etcd_lock_options o;
+  o.lease = 3s;
+  etcd_lock holder_lock(c.url({}, order), name(), o);
+  etcd_handle h = holder_lock.acquire();
+  c.kill_hard(leader);
+  std::vector<int> others(order.begin() + 1, order.end());
+  etcd_lock other(c.url({}, others), name(), o);
+  // Three leases long: a refresh at a third of the lease, as `run` does.
+  for (int i = 0; i < 9; ++i) {
+    std::error_code ec;
+    h.refresh(ec);
+    ASSERT_FALSE(ec) << tokenlock::last_error_message();
+    auto got = other.try_acquire(ec);
+    ASSERT_FALSE(ec) << tokenlock::last_error_message();
+    EXPECT_FALSE(got) << "another process got the lock while its holder refreshed";
+    std::this_thread::sleep_for(1s);  // the refresh interval, not a synchronisation
+  }
+  const auto fence = h.fence();
+  h.release();
+  etcd_handle next = other.acquire();
+  EXPECT_GT(next.fence(), fence);
+}
+
+TEST_F(EtcdLockTest, FencesKeepGrowingAcrossAWholeClusterRestart) {
+  etcd_cluster c;
+  std::uint64_t before = 0;
+  {
+    etcd_lock lock(c.url(), name());
+    before = lock.acquire().fence();
+  }
+  c.stop_all();
+  c.start_all();
+  etcd_lock lock(c.url(), name());
+  etcd_handle h = lock.acquire();
+  EXPECT_GT(h.fence(), before);
+}
+
+TEST_F(EtcdLockTest, BadUrlsAreRefusedNamingThePart) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"redis://127.0.0.1:2379", "does not start with etcd://"},
+      {"etcd://", "no host"},
+      {"etcd://127.0.0.1:0", "port"},
+      {"etcd://127.0.0.1:99999", "port"},
+      {"etcd://127.0.0.1:2379,,127.0.0.1:2380", "empty member"},
+      {"etcd://user@127.0.0.1:2379", "user:password"},
+      {"etcd://127.0.0.1:2379?ca=x", "unknown query parameter"},
+      {"etcd://[::1:2379", "closing ']'"},
+  };
+  for (const auto& [url, part] : cases) {
+    etcd_lock lock(url, "x");
+    std::error_code ec;
+    lock.acquire(ec);
+    EXPECT_EQ(ec, tokenlock::errc::bad_argument) << url;
+    EXPECT_NE(tokenlock::last_error_message().find(part), std::string::npos)
+        << url << ": " << tokenlock::last_error_message();
+  }
+  etcd_lock slash("etcd://127.0.0.1:2379", "a/b");
+  std::error_code ec;
+  slash.acquire(ec);
+  EXPECT_EQ(ec, tokenlock::errc::bad_argument);
+}
+
+TEST_F(EtcdLockTest, AnUnreachableClusterIsAConnectionErrorNamingEveryMember) {
+  etcd_cluster c(1);
+  const std::string port = c.client_url(0).substr(c.client_url(0).rfind(':') + 1);
+  c.stop(0);
+  etcd_lock_options o;
+  o.command_timeout = 500ms;
+  etcd_lock lock("etcd://127.0.0.1:" + port, name(), o);
+  std::error_code ec;
+  lock.acquire(ec);
+  EXPECT_EQ(ec, std::errc::connection_refused) << tokenlock::last_error_message();
+  const std::string m = tokenlock::last_error_message();
+  EXPECT_NE(m.find("127.0.0.1:" + port), std::string::npos) << m;
+  EXPECT_NE(m.find("is etcd running there"), std::string::npos) << m;
+}
+
+TEST_F(EtcdLockTest, WrongPasswordAndMissingCredentialsGetTheirFix) {
+  etcd_cluster c(1);
+  ASSERT_EQ(c.ctl({"user", "add", "root:rootpw"}).status, 0);
+  c.ctl({"user", "grant-role", "root", "root"});
+  const auto on = c.ctl({"auth", "enable"});
+  ASSERT_EQ(on.status, 0) << on.out;
+  std::error_code ec;
+  etcd_lock wrong(c.url("root:nope"), name());
+  wrong.acquire(ec);
+  EXPECT_EQ(ec, tokenlock::errc::server_error);
+  EXPECT_NE(tokenlock::last_error_message().find("wrong user or password"), std::string::npos)
+      << tokenlock::last_error_message();
+  etcd_lock none(c.url(), name());
+  none.acquire(ec);
+  EXPECT_EQ(ec, tokenlock::errc::server_error);
+  EXPECT_NE(tokenlock::last_error_message().find("user:password@"), std::string::npos)
+      << tokenlock::last_error_message();
+  etcd_lock right(c.url("root:rootpw"), name());
+  etcd_handle h = right.acquire();
+  EXPECT_TRUE(h.owns());
+  h.refresh();
+  h.release();
+}
+
+}  // namespace
+
+namespace {
+
+TEST_F(EtcdLockTest, HttpsWorksWithTheClustersCaAndFailsClearlyWithoutIt) {
+  etcd_cluster c(1, true);
+  etcd_lock lock(c.url(), name());
+  etcd_handle h = lock.acquire();
+  EXPECT_TRUE(h.owns());
+  h.refresh();
+  h.release();
+  const std::string no_ca = c.url().substr(0, c.url().find('?'));
+  etcd_lock untrusted(no_ca, name());
+  std::error_code ec;
+  untrusted.acquire(ec);
+  EXPECT_TRUE(ec);
+  EXPECT_NE(tokenlock::last_error_message().find("?cacert=PATH"), std::string::npos)
+      << tokenlock::last_error_message();
+  const std::string plain = "etcd://" + no_ca.substr(std::string("etcds://").size());
+  etcd_lock wrong_scheme(plain, name());
+  wrong_scheme.acquire(ec);
+  EXPECT_TRUE(ec);
+  EXPECT_NE(tokenlock::last_error_message().find("HTTPS"), std::string::npos)
+      << tokenlock::last_error_message();
+}
+
+// keep_alive refreshes an etcd grant past several of its leases.
+TEST_F(EtcdLockTest, KeepAliveHoldsAGrantPastSeveralLeases) {
+  etcd_cluster c(1);
+  etcd_lock_options o;
+  o.lease = 2s;
+  etcd_lock lock(c.url(), name(), o);
+  etcd_handle h = lock.acquire();
+  tokenlock::keep_alive keeper(h);
+  // Six refreshes at a third of the lease: two leases long.
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (keeper.refreshes() < 6 && !keeper.lost()) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "keep_alive stopped refreshing";
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_FALSE(keeper.lost()) << keeper.last_message();
+  etcd_lock other(c.url(), name(), o);
+  EXPECT_FALSE(other.try_acquire());
+  EXPECT_FALSE(keeper.stop()) << keeper.last_message();
+  h.release();
+  EXPECT_TRUE(other.try_acquire());
+}
+
+}  // namespace
+
