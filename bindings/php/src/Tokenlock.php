@@ -2358,6 +2358,33 @@ final class Files
      */
     public static function readTarget(array $t): array
     {
+        // A network client may answer the lstat from its cache and the open
+        // from the server (GlusterFS): two files for one name until the
+        // cache lets go. Under the lock nothing else replaces the file, so
+        // it is read again, for as long as a stale read is.
+        $start = hrtime(true);
+        for ($pause = 5000; ; $pause = min(2 * $pause, 200000)) {
+            try {
+                return self::readTargetOnce($t);
+            } catch (Exception $e) {
+                if ($e->getError() !== 'system' || $e->getErrno() !== self::EREPLACED
+                    || (hrtime(true) - $start) / 1000 > self::$staleReadBudgetUs) {
+                    throw $e;
+                }
+            }
+            usleep($pause);
+        }
+    }
+
+    /** The errno of a target replaced between its lstat and its open. */
+    private const EREPLACED = 11;
+
+    /**
+     * @param array{path: string, dir: string} $t
+     * @return array{0: ?string, 1: int}
+     */
+    private static function readTargetOnce(array $t): array
+    {
         $path = $t['path'];
         clearstatcache(true, $path);
         $st = @lstat($path);
@@ -2390,7 +2417,7 @@ final class Files
             $fst = fstat($h);
             // Swapped since the lstat (for a link, say): not what was judged.
             if ($fst === false || $fst['ino'] !== $st['ino'] || $fst['dev'] !== $st['dev']) {
-                throw Native::systemError('read', $path, 'it was replaced while being opened; nothing was written', 11, 'retry');
+                throw Native::systemError('read', $path, 'it was replaced while being opened, again and again; nothing was written', self::EREPLACED, 'retry; on a network filesystem, turn its client caches off (tokenlock doctor DIR --peer DIR2 checks a mount)');
             }
             // In pieces: a length given to stream_get_contents() is allocated whole.
             for ($text = ''; !feof($h);) {
