@@ -50,11 +50,17 @@ bool missing_code(std::error_code ec) {
   return ec == std::errc::no_such_file_or_directory || ec == std::error_code(ESTALE, std::generic_category());
 }
 
+//
+// A lookup that finds the token is also checked against a listing: an
+// sshfs client keeps a name in its entry cache after another client
+// renamed it, so a commit through the token fails with ENOENT from the
+// server while the lookup still finds it. Only a failed step asks, so
+// this costs nothing on the way to a commit.
 bool token_gone(os& sys, const lock_handle& h) {
   file_status st;
-  if (!missing_code(sys.status(h.path().string(), st))) return false;
+  const bool found = !missing_code(sys.status(h.path().string(), st));
   std::vector<std::string> names;
-  if (sys.list_directory(h.directory().string(), names)) return true;
+  if (sys.list_directory(h.directory().string(), names)) return !found;
   return std::find(names.begin(), names.end(), h.token()) == names.end();
 }
 

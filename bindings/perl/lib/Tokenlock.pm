@@ -1689,10 +1689,13 @@ sub _lost_before_commit {
 # cached that a takeover moved answers with it.
 sub _missing { return $!{ENOENT} || $!{ESTALE} }
 
+# A lookup that finds the token is checked against a listing too: an sshfs
+# client keeps a renamed name in its entry cache. Only failed steps ask.
 sub _token_gone {
     my ($lock) = @_;
-    return 0 if lstat("$lock->{lockdir}/$lock->{token}") || !_missing();
-    opendir(my $dh, $lock->{lockdir}) or return 1;
+    my $found = lstat("$lock->{lockdir}/$lock->{token}") ? 1 : 0;
+    return 0 if !$found && !_missing();
+    opendir(my $dh, $lock->{lockdir}) or return !$found;
     my $there = grep { $_ eq $lock->{token} } _names($dh);
     closedir $dh;
     return !$there;

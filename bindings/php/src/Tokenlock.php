@@ -2488,12 +2488,13 @@ final class Files
      */
     private static function tokenGone(string $dir, string $token): bool
     {
+        // A lookup that finds the token is checked against a listing too:
+        // an sshfs client keeps a renamed name in its entry cache. Only
+        // failed steps ask.
         clearstatcache(true, "$dir/$token");
-        if (@lstat("$dir/$token") !== false) {
-            return false;
-        }
+        $found = @lstat("$dir/$token") !== false;
         $names = @scandir($dir);
-        return $names === false || !in_array($token, $names, true);
+        return $names === false ? !$found : !in_array($token, $names, true);
     }
 
     /**
