@@ -304,6 +304,39 @@ bool stale_handle(const failure& f) {
 
 constexpr std::int64_t stale_read_budget_us = 3'000'000;
 
+// The refusal after a stale-read wait that did not end: what the client
+// kept reading, and the cache setting to change.
+failure stale_read_failure(os& sys, const write_target& t, const failure& f,
+                           const version_mark& mark, const std::optional<std::string>& current,
+                           int fd, int reads, std::int64_t start) {
+  filesystem_info fs;
+  sys.filesystem_of(t.dir, true, fs);
+  const std::string type = fs.name.empty() ? "a network filesystem" : fs.name;
+  std::string seen;
+  file_status st;
+  if (!f && fd >= 0 && !sys.file_status_of(fd, st))
+    seen = ": it reads " + std::to_string(current ? current->size() : 0) +
+           " bytes modified at " + format_utc(st.mtime_us) + ", the last update wrote " +
+           mark.name + " at " + format_utc(mark.mtime_us);
+  const std::string what =
+      stale_handle(f) ? "this client keeps resolving the file to one the server no longer "
+                        "has (" + f.code.message() + ")"
+                      : "this client keeps reading a version older than the one the last "
+                        "update committed" + seen;
+  return make_failure(
+      errc::stale_data,
+      describe("read", t.path,
+               what + " (" + std::to_string(reads) + " reads in " +
+                   std::to_string((sys.steady_now_us() - start) / 1000) +
+                   " ms); nothing was written",
+               {}) +
+          "; the filesystem (" + type +
+          ") serves stale cached data: " + cache_fix(fs.name, false) +
+          " (tokenlock doctor DIR --peer DIR2 checks a mount). If the file was "
+          "written outside the lock in the same second as the last update, write it again, "
+          "or remove the lock directory while no process uses it");
+}
+
 // Reads the target under the lock, keeping it open in `fd`. On a network
 // filesystem a read is stale when it is older than the mark, or when the
 // client's cached name leads to a file the server no longer has (ESTALE,
@@ -334,34 +367,7 @@ failure read_under_lock(os& sys, const write_target& t, const lock_options& lo, 
   for (int reads = 1;; ++reads) {
     const std::int64_t left = start + budget - sys.steady_now_us();
     if (left <= 0 && !f && one_version && newer_than_mark(sys, mark, current, fd)) return f;
-    if (left <= 0) {
-      filesystem_info fs;
-      sys.filesystem_of(t.dir, true, fs);
-      const std::string type = fs.name.empty() ? "a network filesystem" : fs.name;
-      std::string seen;
-      file_status st;
-      if (!f && fd >= 0 && !sys.file_status_of(fd, st))
-        seen = ": it reads " + std::to_string(current ? current->size() : 0) +
-               " bytes modified at " + format_utc(st.mtime_us) + ", the last update wrote " +
-               mark.name + " at " + format_utc(mark.mtime_us);
-      const std::string what =
-          stale_handle(f) ? "this client keeps resolving the file to one the server no longer "
-                            "has (" + f.code.message() + ")"
-                          : "this client keeps reading a version older than the one the last "
-                            "update committed" + seen;
-      return make_failure(
-          errc::stale_data,
-          describe("read", t.path,
-                   what + " (" + std::to_string(reads) + " reads in " +
-                       std::to_string((sys.steady_now_us() - start) / 1000) +
-                       " ms); nothing was written",
-                   {}) +
-              "; the filesystem (" + type +
-              ") serves stale cached data: " + cache_fix(fs.name, false) +
-              " (tokenlock doctor DIR --peer DIR2 checks a mount). If the file was "
-              "changed by hand within the clock skew allowance of the last update, remove the "
-              "lock directory while no process uses it");
-    }
+    if (left <= 0) return stale_read_failure(sys, t, f, mark, current, fd, reads, start);
     sys.sleep_for(std::chrono::microseconds(std::min(pause, left)));
     pause = std::min<std::int64_t>(pause * 2, 200'000);
     if (fd >= 0) sys.close(fd);
