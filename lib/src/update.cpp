@@ -255,7 +255,12 @@ failure fenced_commit(os& sys, const lock_handle& h, const write_target& t,
   if (ec) {
     sys.remove_file(tmp.path);  // gone with the token when the lock was lost
     undo_workspace();
-    if (missing_code(ec) && token_gone(sys, h))
+    // The temporary file was just made through the token's name, so a
+    // rename that no longer finds it, into a directory that is there, lost
+    // the token: an sshfs client may still find the old name in both its
+    // lookup and its listing caches.
+    file_status dir;
+    if (missing_code(ec) && (token_gone(sys, h) || !sys.status(t.dir, dir)))
       return lost_before_commit(t, h.token());
     return write_failure("rename", t, "cannot rename " + tmp.path + " over the target", ec);
   }

@@ -144,6 +144,19 @@ TEST_F(CommitFileTest, AnEstaleWhileTheTokenIsStillListedIsReportedAsItIs) {
   h.release();
 }
 
+// An sshfs client may find a token taken over in both its lookup and its
+// listing caches; the server's ENOENT for the temporary file just made
+// through the token's name still says the lock is lost.
+TEST_F(CommitFileTest, ARenameThatNoLongerFindsItsTemporaryFileIsALostLock) {
+  spit(target, "old\n");
+  lock_handle h = lock_of(a).acquire();
+  a->fail(op::rename, "/w/.data.txt.tmp.", ENOENT);
+  EXPECT_EQ(commit(h, "new\n"), errc::lock_lost) << tokenlock::last_error_message();
+  EXPECT_EQ(slurp(target), "old\n");
+  EXPECT_TRUE(temp_files().empty());
+  h.release();
+}
+
 TEST_F(CommitFileTest, AcrossFilesystemsItRefusesRatherThanCommitUnfenced) {
   spit(target, "old\n");
   lock_handle h = lock_of(a).acquire();

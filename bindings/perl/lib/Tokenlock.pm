@@ -1771,7 +1771,10 @@ sub _fenced_commit {
         rmdir $w if $made;
         return 0 if $exdev;
         local $! = $errno;
-        die _lost_before_commit($t, $lock->{token}) if _missing() && _token_gone($lock);
+        # Made through the token's name a moment ago: a rename that no
+        # longer finds it, into a directory that is there, lost the token
+        # (an sshfs client may still find the old name in its caches).
+        die _lost_before_commit($t, $lock->{token}) if _missing() && (_token_gone($lock) || -d $t->{dir});
         die _file_error('rename', $t, "cannot rename $tmp over the target", $errno);
     }
     _write_version_mark($w, $mark->{old}, _fnv_hex($data), int($written[9] * 1_000_000)) if $mark && @written;

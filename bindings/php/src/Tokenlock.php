@@ -2584,7 +2584,11 @@ final class Files
             if ($errno === 18) {
                 return false;
             }
-            if (($errno === 2 || $errno === 116) && self::tokenGone($dir, $token)) {
+            // Made through the token's name a moment ago: a rename that no
+            // longer finds it, into a directory that is there, lost the
+            // token (an sshfs client may still find the old name in its caches).
+            clearstatcache(true, $t['dir']);
+            if (($errno === 2 || $errno === 116) && (self::tokenGone($dir, $token) || is_dir($t['dir']))) {
                 throw self::lostBeforeCommit($t['path'], $token);
             }
             throw self::fileError('rename', $t, "cannot rename $tmp over the target", $errno);
