@@ -14,7 +14,7 @@ fi
 seed=()
 [ -n "${TOKENLOCK_TORTURE_SEED:-}" ] && seed=(--seed "$TOKENLOCK_TORTURE_SEED")
 python3 "$here/torture.py" --tokenlock "$tool" --lock-worker "$worker" --library "$library" \
-  --source "$source" --seconds "${TOKENLOCK_TORTURE_SECONDS:-25}" "${seed[@]}"
+  --source "$source" --seconds "${TOKENLOCK_TORTURE_SECONDS:-15}" "${seed[@]}"
 rc=$?
 [ "$rc" = 0 ] || exit "$rc"
 python3 "$here/waiters.py" --tokenlock "$tool" --lock-worker "$worker" --source "$source" --rounds 12 "${seed[@]}"

@@ -49,7 +49,7 @@ run_on() {  # FS: 0 pass, 1 fail, 77 skip
   fi
   # The limit leaves the rig time to come down within ctest's TIMEOUT.
   timeout -s TERM 200 python3 "$here/torture.py" --tokenlock "$tool" --lock-worker "$worker" \
-    --library "$library" --source "$source" --seconds "${TOKENLOCK_TORTURE_SECONDS:-15}" \
+    --library "$library" --source "$source" --seconds "${TOKENLOCK_TORTURE_SECONDS:-8}" \
     --dir "$RIG_M1" --dir "$RIG_M2" $(legacy_args "$fs") "${seed[@]}"
   rc=$?
   [ "$rc" = 0 ] && echo "ok [$fs]" || echo "FAIL [$fs]: torture.py exited $rc"
