@@ -179,4 +179,35 @@ TEST_F(EtcdProcessTest, AWaiterWatchingThroughAKilledLeaderIsStillWokenByTheRele
   EXPECT_EQ(keys(c, name()), 0);
 }
 
+// A waiter whose key another client deletes while it waits must not take
+// the lock when the holder releases: the line behind it moved on.
+TEST_F(EtcdProcessTest, AWaiterWhosePlaceWasDeletedIsNotGrantedTheLock) {
+  etcd_cluster c(1);
+  tokenlock::etcd_lock lock(c.url(), name());
+  tokenlock::etcd_handle h = lock.acquire();
+  tokenlock::etcd_lock_options o;
+  o.wait = 60s;
+  tokenlock::etcd_lock waiting(c.url(), name(), o);
+  std::error_code ec;
+  bool owns = true;
+  std::string why;
+  std::thread waiter([&] {
+    owns = waiting.acquire(ec).owns();
+    why = tokenlock::last_error_message();
+  });
+  wait_for_line(c, name(), 2);
+  const auto listed = c.ctl({"get", "--prefix", "--keys-only", "tokenlock/" + name() + "/"});
+  std::string theirs;
+  for (const std::string& k : split(listed.out))
+    if (k != h.key()) theirs = k;
+  ASSERT_FALSE(theirs.empty()) << listed.out;
+  ASSERT_EQ(c.ctl({"del", theirs}).status, 0);
+  h.release();
+  waiter.join();
+  EXPECT_EQ(ec, tokenlock::errc::lock_lost) << why;
+  EXPECT_NE(why.find("nothing was granted"), std::string::npos) << why;
+  EXPECT_FALSE(owns);
+  EXPECT_EQ(keys(c, name()), 0);
+}
+
 }  // namespace
