@@ -37,19 +37,20 @@ failure lost_before_commit(const write_target& t, const std::string& token) {
                                {}));
 }
 
+// ESTALE counts as gone where ENOENT does: a GlusterFS client that still
+// holds a descriptor or a cached name of a directory that a takeover
+// moved and cleared answers with it.
+bool is_estale(std::error_code ec) { return ec == std::error_code(ESTALE, std::generic_category()); }
+
+bool missing_code(std::error_code ec) {
+  return ec == std::errc::no_such_file_or_directory || is_estale(ec);
+}
+
 // Whether our token is gone. A lookup that says ENOENT is confirmed by a
 // listing of the lock directory: a network client may answer a lookup from
 // a stale cache (seen on GlusterFS with its caches off in the kernel, where
 // every lookup goes to the client: "taken over before the commit" with no
 // other holder), while a listing comes from the server.
-//
-// ESTALE counts as gone where ENOENT does: a GlusterFS client that still
-// holds a descriptor or a cached name of a directory that a takeover
-// moved and cleared answers with it.
-bool missing_code(std::error_code ec) {
-  return ec == std::errc::no_such_file_or_directory || ec == std::error_code(ESTALE, std::generic_category());
-}
-
 //
 // A lookup that finds the token is also checked against a listing: an
 // sshfs client keeps a name in its entry cache after another client
@@ -303,9 +304,7 @@ bool newer_than_mark(os& sys, const version_mark& mark, const std::optional<std:
   return current && fd >= 0 && !sys.file_status_of(fd, st) && st.mtime_us > mark.mtime_us;
 }
 
-bool stale_handle(const failure& f) {
-  return f.code == std::error_code(ESTALE, std::generic_category());
-}
+bool stale_handle(const failure& f) { return is_estale(f.code); }
 
 constexpr std::int64_t stale_read_budget_us = 3'000'000;
 
