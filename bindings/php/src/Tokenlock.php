@@ -42,11 +42,11 @@
  *
  * Errors are thrown as Tokenlock\Exception (a \RuntimeException): getError()
  * names the error in the library's one vocabulary (`busy`, `timed_out`,
- * `lock_lost`, `corrupt_data`, `bad_argument`, `system`, ...: the name the
- * command gives on its last line of stderr, run with TOKENLOCK_ERRORS=json;
- * never read from a message), getErrno() is the errno of a `system` error,
- * getCode() is the command's exit status, and getMessage() is the command's
- * own message, which names the path, the step and the cause. BusyException and TimeoutException (both
+ * `lock_lost`, `corrupt_data`, `bad_argument`, `system`, ...; where a call
+ * runs the command, the name it gives on its last line of stderr, run with
+ * TOKENLOCK_ERRORS=json, never read from a message), getErrno() is the errno
+ * of a `system` error, getCode() is the exit status the command gives for
+ * the same error, and getMessage() names the path, the step and the cause. BusyException and TimeoutException (both
  * NotAcquiredException) and LockLostException can be caught apart.
  * Arguments that are wrong before any command runs (an unknown option, a
  * negative wait) throw \InvalidArgumentException.
@@ -383,7 +383,9 @@ function increment(string $path, array $options = []): int|string
  */
 function readCounter(string $path): int|string|null
 {
-    $h = @fopen($path, 'rb');
+    // 'n': O_NONBLOCK, so that a FIFO planted at the path is refused below
+    // rather than waited on for ever.
+    $h = @fopen($path, 'rbn');
     if ($h === false) {
         clearstatcache(true, $path);
         if (!file_exists($path) && !is_link($path)) {
@@ -393,6 +395,11 @@ function readCounter(string $path): int|string|null
         // PHP gives no errno: a file there that cannot be read is EACCES.
         $denied = !is_readable($path);
         throw new Exception('system', "tokenlock: read counter $path: cannot open it: $cause", $denied ? 77 : 71, [], null, $denied ? 13 : 0);
+    }
+    $st = fstat($h);
+    if ($st === false || ($st['mode'] & 0170000) !== 0100000) {
+        fclose($h);
+        throw Native::systemError('read counter', $path, 'it is not a regular file (a FIFO, device, socket or directory), and was not read', 22, 'put a counter file there');
     }
     $text = stream_get_contents($h, 32);
     fclose($h);
@@ -2086,8 +2093,9 @@ final class Native
  * PHP gives file times in whole seconds, so the version marks it writes
  * name the second of the commit; that only makes it more cautious about a
  * file changed outside the lock within two seconds of a commit. PHP's
- * fopen() cannot ask for O_NOFOLLOW or O_NONBLOCK: the target is judged
- * with lstat() before it is opened and checked to be the same file after.
+ * fopen() cannot ask for O_NOFOLLOW (it can for O_NONBLOCK, mode 'n'): the
+ * target is judged with lstat() before it is opened and checked to be the
+ * same file after.
  *
  * @internal
  */
@@ -2405,7 +2413,9 @@ final class Files
             throw Native::systemError('read', $path, "it is too large ({$st['size']} bytes, the limit is " . self::READ_LIMIT . '); nothing was written', 27, 'keep such files out of updates');
         }
         error_clear_last();
-        $h = @fopen($path, 'rb');
+        // 'n': O_NONBLOCK, so that a FIFO swapped in since the lstat is
+        // refused by the check below rather than waited on.
+        $h = @fopen($path, 'rbn');
         if ($h === false) {
             $errno = Native::lastErrno() ?: 5;
             if ($errno === 2) {

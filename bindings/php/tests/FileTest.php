@@ -156,6 +156,25 @@ final class FileTest extends TempDirTestCase
         $this->assertNoTemporaryFiles($this->dir);
     }
 
+    public function testAFifoAtTheCounterPathIsRefusedNotWaitedOn(): void
+    {
+        if (!function_exists('posix_mkfifo')) {
+            $this->markTestSkipped('the posix extension (posix_mkfifo) is not loaded');
+        }
+        $file = "$this->dir/c.count";
+        $this->assertTrue(posix_mkfifo($file, 0600));
+        try {
+            readCounter($file);
+            $this->fail('readCounter read a FIFO');
+        } catch (Exception $e) {
+            $this->assertSame('system', $e->getError());
+            $this->assertSame(22, $e->getErrno());
+            $this->assertStringContainsString($file, $e->getMessage());
+        }
+        $this->assertSame(0010000, lstat($file)['mode'] & 0170000, 'the FIFO was left as it was');
+        unlink($file);
+    }
+
     public function testAnOverflowIsRefusedAndValuesBeyondPhpIntMaxComeAsStrings(): void
     {
         $file = "$this->dir/c.count";
