@@ -48,6 +48,7 @@
 //   - errc::lock_lost    release()/refresh()/adopt() found the lock no
 //                        longer ours; the message says why: our lease
 //                        ended, or our key was deleted by someone else.
+//                        From break_owner(): that owner does not hold it.
 //                        From acquire(): the waiter's own lease ended
 //                        while it waited (no member answered its
 //                        keep-alives for a whole lease).
@@ -75,6 +76,7 @@
 #include <system_error>
 
 #include "tokenlock/errors.hpp"
+#include "tokenlock/lock_options.hpp"
 #include "tokenlock/update_options.hpp"
 
 namespace tokenlock {
@@ -132,6 +134,15 @@ class etcd_lock {
   // lock is not held by that owner.
   etcd_handle adopt(const std::string& owner);
   etcd_handle adopt(const std::string& owner, std::error_code& ec) noexcept;
+
+  // Removes the grant of `owner`, for an operator who knows its holder is
+  // gone: deletes the lock's first key only while it is still that owner's
+  // grant (compare and delete, by the key's create revision), then revokes
+  // its lease. The next waiter is granted the lock; the old holder's
+  // release or refresh reports lock_lost. lock_lost (nothing deleted) when
+  // another owner, or nobody, holds the lock.
+  void break_owner(const std::string& owner);
+  void break_owner(const std::string& owner, std::error_code& ec) noexcept;
 
   // Who holds the lock now; std::nullopt when it is free.
   std::optional<etcd_holder_info> holder();
@@ -201,6 +212,18 @@ class etcd_handle {
   bool lease_raised_ = false;
   std::uint64_t fork_generation_ = 0;
 };
+
+// Whether the process that holds a grant is known to be gone, from its
+// owner id: dead when it names this host and a pid that no longer exists;
+// unknown for another host (or an id tokenlock did not write); alive
+// otherwise, including a process that may not be signalled. Only a dead
+// holder's grant may be broken before its lease ends without the
+// operator's word that its owner is gone. The same judgement as
+// redis_holder_liveness (redis_inspect.hpp). Never fails; thread safe.
+//     if (auto h = lock.holder())
+//       if (tokenlock::etcd_holder_liveness(*h) == tokenlock::owner_liveness::dead)
+//         lock.break_owner(h->owner);
+owner_liveness etcd_holder_liveness(const etcd_holder_info& holder) noexcept;
 
 // update_file and increment_counter (as in tokenlock/update.hpp) under an
 // etcd lock, their commit fenced by the grant's fence through a directory

@@ -7,6 +7,7 @@
 #include "etcd/etcd_requests.hpp"
 #include "etcd/etcd_wait_stats.hpp"
 #include "failure.hpp"
+#include "owner_id.hpp"
 #include "posix/os.hpp"
 #include "token_name.hpp"
 
@@ -337,6 +338,49 @@ etcd_handle etcd_lock::adopt(const std::string& owner, std::error_code& ec) noex
   return h;
 }
 
+namespace {
+
+// Compare and delete: the first key, only while it is `owner`'s and has the
+// create revision we read; then its lease, so that nothing of the broken
+// grant stays (a waiter of the same owner id cannot exist: ids are unique
+// per acquisition).
+failure break_impl(const std::string& url, const std::string& name, const etcd_lock_options& o,
+                   std::shared_ptr<etcd_client>& client, const std::string& owner) {
+  std::optional<etcd_holder_info> info;
+  if (failure f = holder_impl(url, name, o, client, info)) return f;
+  bool deleted = false, gone = false;
+  if (info && info->owner == owner)
+    if (failure f = delete_if_revision(*client, "break", info->key,
+                                       static_cast<long long>(info->fence), deleted))
+      return f;
+  if (!deleted)
+    return make_failure(errc::lock_lost,
+                        "tokenlock: break " + client->server() + " " + name + ": " + owner +
+                            " does not hold the lock" +
+                            (!info                   ? std::string(" (it is free)")
+                             : info->owner != owner ? " (" + info->owner + " does)"
+                                                    : std::string(" (its grant ended meanwhile)")) +
+                            "; nothing was deleted");
+  // The key is gone already: a revoke that fails leaves only a lease
+  // without keys, which ends with its TTL.
+  (void)lease_revoke(*client, "break", info->lease_id, gone);
+  return {};
+}
+
+}  // namespace
+
+void etcd_lock::break_owner(const std::string& owner) {
+  run_throwing([&] { return break_impl(url_, name_, options_, client_, owner); });
+}
+
+void etcd_lock::break_owner(const std::string& owner, std::error_code& ec) noexcept {
+  run_noexcept(ec, [&] { return break_impl(url_, name_, options_, client_, owner); });
+}
+
+owner_liveness etcd_holder_liveness(const etcd_holder_info& holder) noexcept {
+  return owner_id_liveness(holder.owner);
+}
+
 // ---- etcd_handle ------------------------------------------------------------
 
 etcd_handle::etcd_handle(etcd_handle&& o) noexcept
@@ -420,7 +464,7 @@ void etcd_handle::release(std::error_code& ec) noexcept {
     bool deleted = false, gone = false;
     // Not retried past the client's fail-over: a connection error leaves
     // the grant to end with its lease.
-    if (failure f = delete_if_revision(*client_, key_, static_cast<long long>(fence_), deleted))
+    if (failure f = delete_if_revision(*client_, "release", key_, static_cast<long long>(fence_), deleted))
       return f;
     failure revoked = lease_revoke(*client_, "release", lease_id_, gone);
     const std::uint64_t fence = fence_;

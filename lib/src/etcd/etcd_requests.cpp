@@ -137,8 +137,8 @@ failure get_key(etcd_client& c, const char* step, const std::string& key, etcd_k
   return {};
 }
 
-failure delete_if_revision(etcd_client& c, const std::string& key, long long revision,
-                           bool& deleted) {
+failure delete_if_revision(etcd_client& c, const char* step, const std::string& key,
+                           long long revision, bool& deleted) {
   const std::string k = base64_encode(key);
   const json txn{{"compare", json::array({{{"key", k},
                                            {"target", "CREATE"},
@@ -146,7 +146,7 @@ failure delete_if_revision(etcd_client& c, const std::string& key, long long rev
                                            {"create_revision", std::to_string(revision)}}})},
                  {"success", json::array({{{"request_delete_range", {{"key", k}}}}})}};
   json out;
-  if (failure f = c.call("release", "/v3/kv/txn", txn, out)) return f;
+  if (failure f = c.call(step, "/v3/kv/txn", txn, out)) return f;
   deleted = out.value("succeeded", false);
   return {};
 }

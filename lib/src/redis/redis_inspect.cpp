@@ -1,7 +1,7 @@
 #include "tokenlock/redis_inspect.hpp"
 
 #include "failure.hpp"
-#include "posix/os.hpp"
+#include "owner_id.hpp"
 #include "redis/redis_url.hpp"
 
 namespace tokenlock {
@@ -33,14 +33,7 @@ std::string redis_server_of(const std::string& url, std::error_code& ec) noexcep
 }
 
 owner_liveness redis_holder_liveness(const redis_holder_info& holder) noexcept {
-  try {
-    auto sys = detail::system_os();
-    if (holder.pid <= 0 || holder.host_tag != sys->self().host_tag) return owner_liveness::unknown;
-    return sys->signal_probe(holder.pid) == std::errc::no_such_process ? owner_liveness::dead
-                                                                       : owner_liveness::alive;
-  } catch (...) {
-    return owner_liveness::unknown;  // out of memory for the host tag: not known to be gone
-  }
+  return detail::process_liveness(holder.host_tag, holder.pid);
 }
 
 }  // namespace tokenlock

@@ -8,6 +8,7 @@
 #include <hiredis/hiredis.h>
 
 #include "failure.hpp"
+#include "owner_id.hpp"
 #include "tokenlock/keep_alive.hpp"
 #include "posix/os.hpp"
 #include "redis/redis_connection.hpp"
@@ -396,11 +397,9 @@ failure corrupt_answer(const redisReply* r, const redis_connection& conn, const 
 // "held by pid 123 on host web-1a2b3c4d (fence 17...), 2.5 s of its lease left".
 std::string describe_holder(const std::string& owner, long long fence, long long pttl_ms) {
   std::string who = owner;
-  // owner = "<host>-<hash8>.<pid>.<start>.<nonce>": the token grammar's owner part.
-  const std::string t = with_expiry(owner, 1);
-  held_token h;
-  if (classify_name(t, &h) == name_kind::held)
-    who = "pid " + std::to_string(h.pid) + " on host " + std::string(h.host_tag);
+  std::string host_tag;
+  int pid = 0;
+  if (parse_owner_id(owner, host_tag, pid)) who = "pid " + std::to_string(pid) + " on host " + host_tag;
   std::string s = "held by " + who + " (fence " + std::to_string(fence) + ")";
   if (pttl_ms >= 0) {
     char buf[64];
@@ -685,12 +684,7 @@ failure holder_impl(const std::string& url, const std::string& name, const redis
   info.owner = str_at(r.get(), 1);
   info.fence = static_cast<std::uint64_t>(fence);
   info.remaining = std::chrono::milliseconds(pttl < 0 ? 0 : pttl);
-  held_token t;
-  const std::string as_token = with_expiry(info.owner, 1);  // t points into it
-  if (classify_name(as_token, &t) == name_kind::held) {
-    info.host_tag = std::string(t.host_tag);
-    info.pid = t.pid;
-  }
+  parse_owner_id(info.owner, info.host_tag, info.pid);
   out = std::move(info);
   return {};
 }
