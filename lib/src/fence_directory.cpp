@@ -45,7 +45,8 @@ failure newer_holder(const write_target& t, std::uint64_t theirs, std::uint64_t 
 // The fence entry we hold becomes the workspace once it is judged.
 failure claimed(os& sys, const write_target& t, fence_fds& fds, const std::string& name,
                 const std::string& entry, bool group, std::string& workspace) {
-  std::error_code ec = sys.open_directory(fds.dir, name, fds.entry);
+  close_later judged{sys};
+  std::error_code ec = sys.open_directory(fds.dir, name, judged.fd);
   if (ec == std::errc::no_such_file_or_directory)
     return make_failure(errc::lock_lost,
                         describe("fence", t.path,
@@ -53,7 +54,7 @@ failure claimed(os& sys, const write_target& t, fence_fds& fds, const std::strin
                                      " was renamed away by a newer holder; nothing was written",
                                  {}));
   if (ec) return write_failure("fence", t, "cannot open the fence entry " + entry, ec);
-  if (failure f = check_trusted_fd(sys, fds.entry, entry, "fence", "fence entry", group)) return f;
+  if (failure f = check_trusted_fd(sys, judged.fd, entry, "fence", "fence entry", group)) return f;
   workspace = entry;
   return {};
 }
@@ -101,7 +102,7 @@ failure only_entry(os& sys, const write_target& t, const std::string& dir, int f
 }  // namespace
 
 // Makes TARGET.fence/f.<fence> the one entry of the fence directory, and
-// sets `workspace` to it, with the directory and the entry open in `fds`.
+// sets `workspace` to it, with the directory open in `fds`.
 failure claim_fence(os& sys, const write_target& t, std::uint64_t fence, unsigned dir_mode,
                     std::string& workspace, fence_fds& fds) {
   const std::string dir = t.path + ".fence";

@@ -26,21 +26,20 @@
 
 namespace tokenlock::detail {
 
-// The fence directory and the entry we hold in it, by descriptor: judged
-// (trust.hpp) before the temporary file is made in the entry, and the
-// commit renamed relative to the directory, through the entry's name.
+// The fence directory, by descriptor: judged (trust.hpp) before the
+// temporary file is made in our entry, and the commit renamed relative to
+// it, through the entry's name. (The entry is judged through a descriptor
+// of its own, closed once judged: the temporary file goes in by path.)
 struct fence_fds {
   os& sys;
   int dir = -1;
-  int entry = -1;
   ~fence_fds() {
-    if (entry >= 0) sys.close(entry);
     if (dir >= 0) sys.close(dir);
   }
 };
 
 // Makes TARGET.fence/f.<fence> the one entry of the fence directory, and
-// sets `workspace` to it, with the directory and the entry open in `fds`.
+// sets `workspace` to it once judged, with the directory open in `fds`.
 failure claim_fence(os& sys, const write_target& t, std::uint64_t fence, unsigned dir_mode,
                     std::string& workspace, fence_fds& fds);
 
@@ -62,7 +61,10 @@ class fenced_lock_steps {
     return {};
   }
 
-  std::chrono::milliseconds lease() const { return lock_.options().lease; }
+  // The lease the server granted, which may be longer than the one asked
+  // for (etcd's minimum TTL): temporary files younger than it may be a
+  // live writer's.
+  std::chrono::milliseconds lease() const { return h_.lease(); }
   Handle& handle() { return h_; }
 
   // The fence entry is claimed before the read: whatever a stalled holder

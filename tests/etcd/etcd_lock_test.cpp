@@ -296,3 +296,75 @@ TEST_F(EtcdLockTest, KeepAliveHoldsAGrantPastSeveralLeases) {
 
 }  // namespace
 
+
+namespace {
+
+// Options that cannot work are refused before any request, naming the
+// option (no cluster needed: nothing is sent).
+TEST(EtcdLockOptions, BadOptionsAndAnEmptyOwnerAreRefusedNamingThem) {
+  const std::string url = "etcd://127.0.0.1:1";
+  struct bad_case {
+    const char* option;
+    void (*set)(etcd_lock_options&);
+  };
+  const bad_case cases[] = {
+      {"options.wait", [](etcd_lock_options& o) { o.wait = -1ms; }},
+      {"options.connect_timeout", [](etcd_lock_options& o) { o.connect_timeout = 0ms; }},
+      {"options.command_timeout", [](etcd_lock_options& o) { o.command_timeout = -5ms; }},
+  };
+  for (const bad_case& c : cases) {
+    etcd_lock_options o;
+    c.set(o);
+    etcd_lock lock(url, "x", o);
+    std::error_code ec;
+    lock.acquire(ec);
+    EXPECT_EQ(ec, tokenlock::errc::bad_argument) << c.option;
+    EXPECT_NE(tokenlock::last_error_message().find(c.option), std::string::npos)
+        << tokenlock::last_error_message();
+    try {
+      lock.try_acquire();
+      ADD_FAILURE() << "try_acquire accepted " << c.option;
+    } catch (const tokenlock::lock_error& e) {
+      EXPECT_EQ(e.code(), tokenlock::errc::bad_argument);
+      EXPECT_NE(std::string(e.what()).find(c.option), std::string::npos) << e.what();
+    }
+  }
+  etcd_lock lock(url, "x");
+  std::error_code ec;
+  lock.adopt("", ec);
+  EXPECT_EQ(ec, tokenlock::errc::bad_argument) << tokenlock::last_error_message();
+  EXPECT_NE(tokenlock::last_error_message().find("owner id is empty"), std::string::npos)
+      << tokenlock::last_error_message();
+}
+
+// A key in the lock's line written by another client, with a value that
+// would break a message's line and make it huge: messages show it escaped
+// and cut.
+TEST_F(EtcdLockTest, AHostileHolderValueIsEscapedAndCutInMessages) {
+  etcd_cluster c(1);
+  const std::string hostile = "evil\nowner\x1b[2J" + std::string(100000, 'A');
+  ASSERT_EQ(c.ctl({"put", "tokenlock/" + name() + "/0000000000000001", hostile}).status, 0);
+  etcd_lock_options o;
+  o.wait = 0ms;
+  etcd_lock lock(c.url(), name(), o);
+  auto check = [&](const std::error_code& ec, tokenlock::errc want) {
+    const std::string m = tokenlock::last_error_message();
+    EXPECT_EQ(ec, want) << m.substr(0, 300);
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m.substr(0, 300);
+    EXPECT_EQ(m.find('\x1b'), std::string::npos) << m.substr(0, 300);
+    EXPECT_LT(m.size(), 1000u) << m.substr(0, 300);
+    EXPECT_NE(m.find("evil\\x0aowner"), std::string::npos) << m.substr(0, 300);
+    EXPECT_NE(m.find("(" + std::to_string(hostile.size()) + " bytes)"), std::string::npos)
+        << m.substr(0, 300);
+  };
+  std::error_code ec;
+  lock.acquire(ec);
+  check(ec, tokenlock::errc::busy);
+  lock.adopt("someone", ec);
+  check(ec, tokenlock::errc::lock_lost);
+  lock.break_owner("someone", ec);
+  check(ec, tokenlock::errc::lock_lost);
+  EXPECT_EQ(keys(c, name()), 1);  // the foreign key stays; nothing of ours is left
+}
+
+}  // namespace

@@ -7,6 +7,7 @@
 #include <set>
 #include <thread>
 
+#include <sys/time.h>
 #include <sys/wait.h>
 
 #include "child.hpp"
@@ -84,6 +85,66 @@ TEST_F(EtcdUpdateTest, AStalledHoldersCommitIsRefusedByTheFence) {
       << stalled_message;
   EXPECT_EQ(slurp(file), "newer\n");
   EXPECT_TRUE(temp_files_below(tmp.path()).empty());
+}
+
+// update_options::keep_alive: an update function that runs for more than
+// two leases commits, because the lease was kept alive meanwhile, and
+// nobody else got the lock while it ran.
+TEST_F(EtcdUpdateTest, KeepAliveCarriesAnUpdatePastSeveralLeases) {
+  etcd_cluster c(1);
+  temp_dir tmp;
+  const std::string file = (tmp / "data").string();
+  spit(file, "0\n");
+  etcd_lock_options o;
+  o.lease = 2s;
+  etcd_lock holder(c.url(), name(), o);
+  etcd_lock other(c.url(), name(), o);
+  tokenlock::update_options u;
+  u.keep_alive = true;
+  int looks = 0, taken = 0;
+  const auto result = tokenlock::update_file(
+      file, holder,
+      [&](const std::optional<std::string>& current) {
+        // Five seconds: past two leases of 2 s. A sleep paces the looks;
+        // what is checked is that no look got the lock.
+        const auto until = std::chrono::steady_clock::now() + 5s;
+        while (std::chrono::steady_clock::now() < until) {
+          ++looks;
+          if (other.try_acquire()) ++taken;
+          std::this_thread::sleep_for(250ms);
+        }
+        return current.value_or("") + "kept\n";
+      },
+      u);
+  EXPECT_TRUE(result.fenced);
+  EXPECT_GE(looks, 10);
+  EXPECT_EQ(taken, 0) << "another lock object got the lock while the update ran";
+  EXPECT_EQ(slurp(file), "0\nkept\n");
+  EXPECT_EQ(c.key_count("tokenlock/" + name() + "/"), 0);
+}
+
+// Temporary files beside the target are swept when older than the lease
+// etcd granted (2 s for a 300 ms lease), not the one asked for: one a
+// second old may still be a live writer's.
+TEST_F(EtcdUpdateTest, TheSweepCountsTheGrantedLeaseNotTheAskedOne) {
+  etcd_cluster c(1);
+  temp_dir tmp;
+  const std::string file = (tmp / "data").string();
+  const std::string young = (tmp / ".data.tmp.0123456789abcdef").string();
+  spit(young, "a writer's\n");
+  const auto second_ago = std::chrono::system_clock::now() - 1s;
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(second_ago.time_since_epoch());
+  const struct timeval times[2] = {{us.count() / 1000000, us.count() % 1000000},
+                                   {us.count() / 1000000, us.count() % 1000000}};
+  ASSERT_EQ(::utimes(young.c_str(), times), 0);
+  etcd_lock_options o;
+  o.lease = 300ms;
+  etcd_lock lock(c.url(), name(), o);
+  tokenlock::update_options u;
+  u.sweep_every = 1;  // every update sweeps
+  tokenlock::update_file(file, lock, [](const std::optional<std::string>&) { return std::string("x\n"); }, u);
+  EXPECT_EQ(slurp(file), "x\n");
+  EXPECT_TRUE(boost::filesystem::exists(young)) << "a temporary file younger than the granted lease was swept";
 }
 
 TEST_F(EtcdUpdateTest, EightProcessesIncrementingOneCounterSeeEveryValueOnce) {

@@ -6,6 +6,7 @@
 #include "etcd/etcd_client.hpp"
 #include "etcd/etcd_requests.hpp"
 #include "etcd/etcd_wait_stats.hpp"
+#include "escaped.hpp"
 #include "failure.hpp"
 #include "owner_id.hpp"
 #include "posix/os.hpp"
@@ -47,6 +48,18 @@ using std::chrono::milliseconds;
 
 constexpr milliseconds max_lease = std::chrono::hours(24);
 
+failure bad_option(const std::string& name, const char* option, milliseconds value,
+                   const char* must) {
+  return make_failure(errc::bad_argument, "tokenlock: etcd lock " + name + ": options." + option +
+                                              " must be " + must + "; it is " +
+                                              std::to_string(value.count()) + " ms");
+}
+
+// A value read from etcd (an owner id, which any client with write access
+// to the prefix may have written), fit for a one-line message: escaped and
+// cut (escaped.hpp).
+std::string shown(const std::string& value) { return shown_bytes(value, 80); }
+
 failure validate(const etcd_lock_options& o, const std::string& name) {
   if (name.empty() || name.size() > 200)
     return make_failure(errc::bad_argument, "tokenlock: etcd lock name: it must be 1 to 200 bytes long");
@@ -61,6 +74,11 @@ failure validate(const etcd_lock_options& o, const std::string& name) {
                         "tokenlock: etcd lock " + name +
                             ": the lease must be more than 0 and at most 24 hours; it is " +
                             std::to_string(o.lease.count()) + " ms");
+  if (o.wait.count() < 0) return bad_option(name, "wait", o.wait, "0 or more (0: one attempt)");
+  if (o.connect_timeout.count() <= 0)
+    return bad_option(name, "connect_timeout", o.connect_timeout, "more than 0");
+  if (o.command_timeout.count() <= 0)
+    return bad_option(name, "command_timeout", o.command_timeout, "more than 0");
   return {};
 }
 
@@ -97,7 +115,7 @@ void give_back(etcd_client& c, long long lease) {
 
 failure refused(const etcd_client& c, const std::string& name, const etcd_kv& first, bool waited,
                 milliseconds wait) {
-  const std::string who = "held by " + (first.value.empty() ? std::string("?") : first.value) +
+  const std::string who = "held by " + (first.value.empty() ? std::string("?") : shown(first.value)) +
                           " (fence " + std::to_string(first.create_revision) + ")";
   if (!waited)
     return make_failure(errc::busy, "tokenlock: acquire " + c.server() + " " + name + ": the lock is " + who);
@@ -255,9 +273,11 @@ etcd_handle etcd_lock::acquire(std::error_code& ec) noexcept {
 std::optional<etcd_handle> etcd_lock::try_acquire() {
   etcd_handle h;
   bool busy = false;
-  failure f = acquire_impl(url_, name_, options_, client_, false, h, busy);
+  run_throwing([&] {
+    failure f = acquire_impl(url_, name_, options_, client_, false, h, busy);
+    return busy ? failure{} : f;
+  });
   if (busy) return std::nullopt;
-  if (f) throw_failure(f);
   return std::optional<etcd_handle>(std::move(h));
 }
 
@@ -321,12 +341,17 @@ etcd_handle etcd_lock::adopt(const std::string& owner) {
 etcd_handle etcd_lock::adopt(const std::string& owner, std::error_code& ec) noexcept {
   etcd_handle h;
   run_noexcept(ec, [&]() -> failure {
+    if (owner.empty())
+      return make_failure(errc::bad_argument, "tokenlock: adopt " + name_ +
+                                                  ": the owner id is empty; give the holder's "
+                                                  "etcd_handle::owner()");
     std::optional<etcd_holder_info> info;
     if (failure f = holder_impl(url_, name_, options_, client_, info)) return f;
     if (!info || info->owner != owner)
-      return make_failure(errc::lock_lost, "tokenlock: adopt " + client_->server() + " " + name_ +
-                                               ": the lock is not held by " + owner +
-                                               (info ? " (" + info->owner + " holds it)" : " (it is free)"));
+      return make_failure(errc::lock_lost,
+                          "tokenlock: adopt " + client_->server() + " " + name_ +
+                              ": the lock is not held by " + shown(owner) +
+                              (info ? " (" + shown(info->owner) + " holds it)" : " (it is free)"));
     etcd_kv kv;
     kv.key = info->key;
     kv.create_revision = static_cast<long long>(info->fence);
@@ -355,10 +380,10 @@ failure break_impl(const std::string& url, const std::string& name, const etcd_l
       return f;
   if (!deleted)
     return make_failure(errc::lock_lost,
-                        "tokenlock: break " + client->server() + " " + name + ": " + owner +
+                        "tokenlock: break " + client->server() + " " + name + ": " + shown(owner) +
                             " does not hold the lock" +
                             (!info                   ? std::string(" (it is free)")
-                             : info->owner != owner ? " (" + info->owner + " does)"
+                             : info->owner != owner ? " (" + shown(info->owner) + " does)"
                                                     : std::string(" (its grant ended meanwhile)")) +
                             "; nothing was deleted");
   // The key is gone already: a revoke that fails leaves only a lease

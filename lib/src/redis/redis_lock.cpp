@@ -7,6 +7,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "escaped.hpp"
 #include "failure.hpp"
 #include "owner_id.hpp"
 #include "tokenlock/keep_alive.hpp"
@@ -319,25 +320,6 @@ failure unexpected_reply(const char* step, const std::string& server) {
                           ": the server's reply has an unexpected shape (is it Redis 5 or newer?)");
 }
 
-// Bytes a server holds (or a name that goes into a key), for messages:
-// control bytes, bytes from 0x7f on and the backslash as \xNN, so that the
-// text is one line and says exactly what is there; cut after `limit` bytes.
-std::string escaped(std::string_view s, std::size_t limit = 64) {
-  std::string out;
-  const std::size_t n = std::min(s.size(), limit);
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c >= 0x7f || c == '\\') {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(c));
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
-}
-
 // A key the lock cannot use, as lock_corrupt: the key, what it holds (the
 // first 64 bytes, escaped, and the length when it is longer) and how to
 // repair it. `why` is the scripts' word: "type <t>", "fence", "largest",
@@ -396,7 +378,7 @@ failure corrupt_answer(const redisReply* r, const redis_connection& conn, const 
 
 // "held by pid 123 on host web-1a2b3c4d (fence 17...), 2.5 s of its lease left".
 std::string describe_holder(const std::string& owner, long long fence, long long pttl_ms) {
-  std::string who = owner;
+  std::string who = shown_bytes(owner);
   std::string host_tag;
   int pid = 0;
   if (parse_owner_id(owner, host_tag, pid)) who = "pid " + std::to_string(pid) + " on host " + host_tag;
@@ -751,9 +733,9 @@ void redis_lock::break_owner(const std::string& owner, std::error_code& ec) noex
     if (done) return {};
     const std::string now = str_at(r.get(), 1);
     return make_failure(errc::lock_lost,
-                        "tokenlock: break " + conn_->server() + " " + name_ + ": " + owner +
+                        "tokenlock: break " + conn_->server() + " " + name_ + ": " + shown_bytes(owner) +
                             " does not hold the lock" +
-                            (now.empty() ? std::string(" (it is free)") : " (" + now + " does)"));
+                            (now.empty() ? std::string(" (it is free)") : " (" + shown_bytes(now) + " does)"));
   });
 }
 
