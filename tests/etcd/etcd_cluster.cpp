@@ -58,9 +58,14 @@ size_t append(char* p, size_t size, size_t n, void* out) {
 // One HTTP request to a member (GET, or POST when `body` is given); false
 // when it did not answer 200.
 bool http(const std::string& url, const std::string* body, std::string& answer,
-          const std::string& cacert = {}) {
+          const std::string& cacert = {}, const std::string& token = {}) {
   CURL* h = curl_easy_init();
   if (!h) return false;
+  curl_slist* headers = nullptr;
+  if (!token.empty()) {
+    headers = curl_slist_append(headers, ("Authorization: " + token).c_str());
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+  }
   answer.clear();
   curl_easy_setopt(h, CURLOPT_URL, url.c_str());
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -73,6 +78,7 @@ bool http(const std::string& url, const std::string* body, std::string& answer,
   const bool ok = curl_easy_perform(h) == CURLE_OK &&
                   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK && status == 200;
   curl_easy_cleanup(h);
+  curl_slist_free_all(headers);
   return ok;
 }
 
@@ -93,7 +99,8 @@ std::string etcd_cluster::unavailable() {
   return {};
 }
 
-etcd_cluster::etcd_cluster(int members, bool tls) : tls_(tls) {
+etcd_cluster::etcd_cluster(int members, bool tls, std::vector<std::string> flags)
+    : tls_(tls), flags_(std::move(flags)) {
   curl_global_init(CURL_GLOBAL_DEFAULT);
   if (tls_) make_certificates();
   token_ = "tokenlock-test-" + std::to_string(::getpid()) + "-" +
@@ -161,6 +168,7 @@ void etcd_cluster::spawn(int i) {
   if (tls_)
     args.insert(args.end(), {"--cert-file", (dir_ / "server.pem").string(), "--key-file",
                              (dir_ / "server.key").string()});
+  args.insert(args.end(), flags_.begin(), flags_.end());
   const std::string log = (dir_ / (m.name + ".log")).string();
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error("fork failed");
@@ -242,7 +250,7 @@ etcd_cluster::ctl_result etcd_cluster::ctl(const std::vector<std::string>& args,
   for (int i = 0; i < size(); ++i)
     if (members_[i].pid > 0) endpoints += (endpoints.empty() ? "" : ",") + client_url(i);
   std::vector<std::string> argv{find_program("etcdctl"), "--endpoints=" + endpoints};
-  if (!user.empty()) argv.push_back("--user=" + user);
+  if (!user.empty() || !ctl_user_.empty()) argv.push_back("--user=" + (user.empty() ? ctl_user_ : user));
   if (tls_) argv.push_back("--cacert=" + ca_file());
   argv.insert(argv.end(), args.begin(), args.end());
   const command_result r = run_command(argv);
@@ -268,6 +276,11 @@ int etcd_cluster::key_count(const std::string& prefix) const {
     start = stop + 1;
   }
   return n;
+}
+
+bool etcd_cluster::post(int member, const std::string& path, const std::string& body,
+                        std::string& answer, const std::string& token) const {
+  return http(client_url(member) + path, &body, answer, tls_ ? ca_file() : std::string(), token);
 }
 
 }  // namespace tokenlock::testing

@@ -24,7 +24,8 @@ class etcd_cluster {
   // With `tls`, the members serve their clients over HTTPS with a
   // certificate for 127.0.0.1 signed by a CA made for the test (openssl);
   // url() is then etcds://...?cacert=<that CA>.
-  explicit etcd_cluster(int members = 3, bool tls = false);
+  // `flags` go to every member's command line (e.g. --auth-token-ttl 1).
+  explicit etcd_cluster(int members = 3, bool tls = false, std::vector<std::string> flags = {});
   ~etcd_cluster();  // SIGCONT + SIGTERM to each member still running, then reaps
   etcd_cluster(const etcd_cluster&) = delete;
   etcd_cluster& operator=(const etcd_cluster&) = delete;
@@ -59,6 +60,14 @@ class etcd_cluster {
   // -1 when etcdctl fails.
   int key_count(const std::string& prefix) const;
   ctl_result ctl(const std::vector<std::string>& args, const std::string& user = {}) const;
+  // The user:password every later ctl() (and key_count) uses when it is
+  // given none: for a cluster with auth on.
+  void ctl_user(const std::string& user) { ctl_user_ = user; }
+
+  // A POST of `body` to `path` ("/v3/kv/range") on `member`, with the
+  // auth token when given; false when it did not answer 200.
+  bool post(int member, const std::string& path, const std::string& body, std::string& answer,
+            const std::string& token = {}) const;
 
  private:
   struct member {
@@ -71,6 +80,8 @@ class etcd_cluster {
   temp_dir dir_;
   bool tls_ = false;
   std::string token_;
+  std::vector<std::string> flags_;
+  std::string ctl_user_;
   std::vector<member> members_;
 };
 
