@@ -1,16 +1,20 @@
 // The etcd lock's failure paths against a real cluster: a release whose
 // lease was revoked under it, a release whose delete etcd refuses (the
-// role lost its permission), and the auth token expiring (etcd's
-// --auth-token-ttl) under a holder and under a waiter. Each checks what is
-// left in etcd afterwards.
+// role lost its permission), the auth token expiring (etcd's
+// --auth-token-ttl) under a holder and under a waiter; and, through a
+// proxy in front of a member (http_proxy.hpp), an acquire whose first put
+// was applied but not answered, and a watch that answers an error. Each
+// checks what is left in etcd afterwards.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "etcd_cluster.hpp"
+#include "http_proxy.hpp"
 #include "tokenlock/etcd_lock.hpp"
 
 using namespace std::chrono_literals;
@@ -18,6 +22,7 @@ using tokenlock::etcd_handle;
 using tokenlock::etcd_lock;
 using tokenlock::etcd_lock_options;
 using tokenlock::testing::etcd_cluster;
+using tokenlock::testing::http_proxy;
 
 namespace {
 
@@ -159,6 +164,106 @@ TEST_F(EtcdFailureTest, AnExpiredAuthTokenIsFetchedAgainByHolderAndWaiter) {
   ASSERT_FALSE(waiter_ec) << waiter_message;
   EXPECT_GT(got.fence(), fence);
   got.release();
+  EXPECT_EQ(c.key_count(dir()), 0);
+}
+
+// The port of a member's client URL.
+int port_of(const etcd_cluster& c, int member) {
+  const std::string u = c.client_url(member);
+  return std::stoi(u.substr(u.rfind(':') + 1));
+}
+
+bool is_put(const http_proxy::request& r) {
+  return r.path == "/v3/kv/txn" && r.body.find("request_put") != std::string::npos;
+}
+
+// The acquire's Txn reaches the member, which applies it, but its answer
+// never comes: the client sends it again to the next member, finds the key
+// holding its own owner id, and goes on from it.
+TEST_F(EtcdFailureTest, AnAcquireWhosePutWasAppliedButNotAnsweredGoesOnFromIt) {
+  etcd_cluster c(1);
+  std::atomic<int> puts{0};
+  http_proxy proxy(port_of(c, 0), [&](const http_proxy::request& r) {
+    http_proxy::action a;
+    if (is_put(r) && puts++ == 0) a.what = http_proxy::action::hold;
+    return a;
+  });
+  etcd_lock_options o;
+  o.command_timeout = 500ms;
+  etcd_lock lock("etcd://127.0.0.1:" + std::to_string(proxy.port()) + "," + c.url().substr(7), name(), o);
+  etcd_handle h = lock.acquire();
+  EXPECT_EQ(proxy.held(), 1);
+  EXPECT_TRUE(h.owns());
+  EXPECT_EQ(c.key_count(dir()), 1);
+  const auto info = lock.holder();
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->owner, h.owner());
+  EXPECT_EQ(info->fence, h.fence());
+  h.release();
+  EXPECT_EQ(c.key_count(dir()), 0);
+}
+
+// The same, but what reached the member was another value under our
+// lease's key: the acquire refuses it (server_error, "a key_prefix of the
+// lock's own") and its lease, with that key, is revoked.
+TEST_F(EtcdFailureTest, AnAcquireFindingAnotherValueUnderItsKeyRefusesAndLeavesNothing) {
+  etcd_cluster c(1);
+  std::atomic<int> puts{0};
+  std::string lease;
+  http_proxy proxy(port_of(c, 0), [&](const http_proxy::request& r) {
+    http_proxy::action a;
+    if (is_put(r) && puts++ == 0) {
+      nlohmann::json txn = nlohmann::json::parse(r.body);
+      auto& put = txn["success"][0]["request_put"];
+      put["value"] = base64("intruder");
+      lease = put.value("lease", "");
+      a.what = http_proxy::action::hold;
+      a.body = txn.dump();
+    }
+    return a;
+  });
+  etcd_lock_options o;
+  o.command_timeout = 500ms;
+  etcd_lock lock("etcd://127.0.0.1:" + std::to_string(proxy.port()) + "," + c.url().substr(7), name(), o);
+  std::error_code ec;
+  lock.acquire(ec);
+  EXPECT_EQ(ec, tokenlock::errc::server_error);
+  const std::string m = tokenlock::last_error_message();
+  EXPECT_NE(m.find("written by another client"), std::string::npos) << m;
+  EXPECT_NE(m.find("key_prefix"), std::string::npos) << m;
+  EXPECT_EQ(proxy.held(), 1);
+  EXPECT_EQ(c.key_count(dir()), 0);
+  ASSERT_FALSE(lease.empty());
+  EXPECT_FALSE(lease_exists(c, std::stoll(lease)));
+}
+
+// A waiter's watch answered with an error (a role that may not watch the
+// key): the acquire fails with server_error naming the watch and the
+// cause, and takes its place in line back.
+TEST_F(EtcdFailureTest, AWatchAnsweringAnErrorFailsTheWaiterAndLeavesNothingOfIt) {
+  etcd_cluster c(1);
+  http_proxy proxy(port_of(c, 0), [](const http_proxy::request& r) {
+    http_proxy::action a;
+    if (r.path == "/v3/watch") {
+      a.what = http_proxy::action::answer;
+      a.body = R"({"error":{"grpc_code":7,"http_code":403,"message":"etcdserver: permission denied","http_status":"Forbidden"}})";
+    }
+    return a;
+  });
+  etcd_lock lock(c.url(), name());
+  etcd_handle h = lock.acquire();
+  etcd_lock_options o;
+  o.wait = 30s;
+  etcd_lock waiting("etcd://127.0.0.1:" + std::to_string(proxy.port()), name(), o);
+  std::error_code ec;
+  waiting.acquire(ec);
+  EXPECT_EQ(ec, tokenlock::errc::server_error);
+  const std::string m = tokenlock::last_error_message();
+  EXPECT_NE(m.find("/v3/watch"), std::string::npos) << m;
+  EXPECT_NE(m.find("permission denied"), std::string::npos) << m;
+  EXPECT_EQ(proxy.answered(), 1);
+  EXPECT_EQ(c.key_count(dir()), 1);  // the holder's key only
+  h.release();
   EXPECT_EQ(c.key_count(dir()), 0);
 }
 
