@@ -108,4 +108,62 @@ class fenced_lock_steps {
   fence_fds fds_;
 };
 
+// update_file and increment_counter under a lock server's grant, both
+// forms each: what redis_update.cpp and etcd_update.cpp export is these,
+// for their Lock and Handle.
+template <class Lock, class Handle>
+class fenced_update {
+ public:
+  static update_result file(const boost::filesystem::path& target, Lock& lock,
+                            const update_function& fn, const update_options& options) {
+    failure f = with_user_function(fn, [&](const compute_function& c) {
+      return run(*system_os(), target, lock, c, options, update_read_rules(options));
+    });
+    if (f) throw_failure(f);
+    return update_result{};
+  }
+
+  static update_result file(const boost::filesystem::path& target, Lock& lock,
+                            const update_function& fn, const update_options& options,
+                            std::error_code& ec) {
+    with_user_function(fn, [&](const compute_function& c) {
+      failure inner;
+      run_noexcept(ec, [&] {
+        inner = run(*system_os(), target, lock, c, options, update_read_rules(options));
+        return inner;
+      });
+      return inner;
+    });
+    return update_result{};
+  }
+
+  static std::uint64_t counter(const boost::filesystem::path& file, Lock& lock, std::uint64_t by,
+                               const update_options& options) {
+    std::uint64_t value = 0;
+    run_throwing([&] {
+      return run(*system_os(), file, lock, counter_step(file.string(), by, value), options,
+                 counter_update_rules(options));
+    });
+    return value;
+  }
+
+  static std::uint64_t counter(const boost::filesystem::path& file, Lock& lock, std::uint64_t by,
+                               const update_options& options, std::error_code& ec) noexcept {
+    std::uint64_t value = 0;
+    run_noexcept(ec, [&] {
+      return run(*system_os(), file, lock, counter_step(file.string(), by, value), options,
+                 counter_update_rules(options));
+    });
+    return !ec || ec == errc::dir_sync_failed ? value : 0;
+  }
+
+ private:
+  static failure run(os& sys, const boost::filesystem::path& target, Lock& lock,
+                     const compute_function& compute, const update_options& options,
+                     const read_rules& rules) {
+    fenced_lock_steps<Lock, Handle> steps(sys, lock);
+    return update_flow(sys, steps, target, compute, options, rules);
+  }
+};
+
 }  // namespace tokenlock::detail

@@ -8,6 +8,7 @@
 #include "etcd/etcd_wait_stats.hpp"
 #include "escaped.hpp"
 #include "failure.hpp"
+#include "grant_handle.hpp"
 #include "owner_id.hpp"
 #include "posix/os.hpp"
 #include "token_name.hpp"
@@ -239,13 +240,6 @@ failure acquire_impl(const std::string& url, const std::string& name, const etcd
   return {};
 }
 
-failure not_owner_failure(const char* step) {
-  return make_failure(errc::not_owner,
-                      "tokenlock: " + std::string(step) +
-                          ": this handle does not hold a grant (released, lost, moved from, or "
-                          "inherited by a forked child)");
-}
-
 }  // namespace
 
 // ---- etcd_lock --------------------------------------------------------------
@@ -256,40 +250,32 @@ etcd_lock::~etcd_lock() = default;
 etcd_lock::etcd_lock(etcd_lock&&) noexcept = default;
 etcd_lock& etcd_lock::operator=(etcd_lock&&) noexcept = default;
 
+namespace {
+
+// The lock's acquire and try_acquire (grant_handle.hpp) around acquire_impl.
+auto acquisitions_of(const std::string& url, const std::string& name, const etcd_lock_options& o,
+                     std::shared_ptr<etcd_client>& conn) {
+  return make_acquisitions<etcd_handle>([&](bool may_wait, etcd_handle& h, bool& busy) {
+    return acquire_impl(url, name, o, conn, may_wait, h, busy);
+  });
+}
+
+}  // namespace
+
 etcd_handle etcd_lock::acquire() {
-  etcd_handle h;
-  bool busy = false;
-  run_throwing([&] { return acquire_impl(url_, name_, options_, client_, true, h, busy); });
-  return h;
+  return acquisitions_of(url_, name_, options_, client_).acquire();
 }
 
 etcd_handle etcd_lock::acquire(std::error_code& ec) noexcept {
-  etcd_handle h;
-  bool busy = false;
-  run_noexcept(ec, [&] { return acquire_impl(url_, name_, options_, client_, true, h, busy); });
-  return h;
+  return acquisitions_of(url_, name_, options_, client_).acquire(ec);
 }
 
 std::optional<etcd_handle> etcd_lock::try_acquire() {
-  etcd_handle h;
-  bool busy = false;
-  run_throwing([&] {
-    failure f = acquire_impl(url_, name_, options_, client_, false, h, busy);
-    return busy ? failure{} : f;
-  });
-  if (busy) return std::nullopt;
-  return std::optional<etcd_handle>(std::move(h));
+  return acquisitions_of(url_, name_, options_, client_).try_acquire();
 }
 
 std::optional<etcd_handle> etcd_lock::try_acquire(std::error_code& ec) noexcept {
-  etcd_handle h;
-  bool busy = false;
-  run_noexcept(ec, [&] {
-    failure f = acquire_impl(url_, name_, options_, client_, false, h, busy);
-    return busy ? failure{} : f;
-  });
-  if (ec || busy) return std::nullopt;
-  return std::optional<etcd_handle>(std::move(h));
+  return acquisitions_of(url_, name_, options_, client_).try_acquire(ec);
 }
 
 namespace {
@@ -332,9 +318,8 @@ std::optional<etcd_holder_info> etcd_lock::holder(std::error_code& ec) noexcept 
 }
 
 etcd_handle etcd_lock::adopt(const std::string& owner) {
-  std::error_code ec;
-  etcd_handle h = adopt(owner, ec);
-  if (ec) throw lock_error(ec, last_error_message());
+  etcd_handle h;
+  throw_on_error([&](std::error_code& ec) { h = adopt(owner, ec); });
   return h;
 }
 
@@ -422,31 +407,10 @@ etcd_handle::etcd_handle(etcd_handle&& o) noexcept
 }
 
 etcd_handle& etcd_handle::operator=(etcd_handle&& o) noexcept {
-  if (this != &o) {
-    if (owns()) {
-      std::error_code ignored;
-      release(ignored);
-    }
-    client_ = std::move(o.client_);
-    key_ = std::move(o.key_);
-    owner_ = std::move(o.owner_);
-    fence_ = o.fence_;
-    lease_id_ = o.lease_id_;
-    expires_ = o.expires_;
-    lease_ = o.lease_;
-    lease_raised_ = o.lease_raised_;
-    fork_generation_ = o.fork_generation_;
-    o.forget();
-  }
-  return *this;
+  return move_assign(*this, std::move(o));
 }
 
-etcd_handle::~etcd_handle() {
-  if (owns()) {
-    std::error_code ignored;
-    release(ignored);
-  }
-}
+etcd_handle::~etcd_handle() { release_quietly(*this); }
 
 void etcd_handle::forget() noexcept {
   owner_.clear();
@@ -472,11 +436,7 @@ std::string lost_message(const etcd_client& c, const char* step, const std::stri
 }  // namespace
 
 void etcd_handle::release() {
-  run_throwing([&]() -> failure {
-    std::error_code ec;
-    release(ec);
-    return ec ? make_failure(ec, last_error_message()) : failure{};
-  });
+  throw_on_error([&](std::error_code& ec) { release(ec); });
 }
 
 void etcd_handle::release(std::error_code& ec) noexcept {
@@ -501,11 +461,7 @@ void etcd_handle::release(std::error_code& ec) noexcept {
 }
 
 void etcd_handle::refresh() {
-  run_throwing([&]() -> failure {
-    std::error_code ec;
-    refresh(ec);
-    return ec ? make_failure(ec, last_error_message()) : failure{};
-  });
+  throw_on_error([&](std::error_code& ec) { refresh(ec); });
 }
 
 void etcd_handle::refresh(std::error_code& ec) noexcept {

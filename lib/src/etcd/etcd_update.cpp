@@ -2,66 +2,32 @@
 // by the grant's fencing token through a fence directory beside the target
 // (fence_directory.hpp; docs/etcd.md, Fenced file updates).
 #include "fence_directory.hpp"
-#include "tokenlock/keep_alive.hpp"
 #include "tokenlock/etcd_lock.hpp"
 
 namespace tokenlock {
 
-using namespace detail;
-
-namespace {
-
-failure etcd_update_impl(os& sys, const boost::filesystem::path& target, etcd_lock& lock,
-                          const compute_function& compute, const update_options& options,
-                          const read_rules& rules) {
-  fenced_lock_steps<etcd_lock, etcd_handle> steps(sys, lock);
-  return update_flow(sys, steps, target, compute, options, rules);
-}
-
-}  // namespace
+using updates = detail::fenced_update<etcd_lock, etcd_handle>;
 
 update_result update_file(const boost::filesystem::path& target, etcd_lock& lock,
                           const update_function& fn, const update_options& options) {
-  failure f = with_user_function(fn, [&](const compute_function& c) {
-    return etcd_update_impl(*system_os(), target, lock, c, options, update_read_rules(options));
-  });
-  if (f) throw_failure(f);
-  return update_result{};
+  return updates::file(target, lock, fn, options);
 }
 
 update_result update_file(const boost::filesystem::path& target, etcd_lock& lock,
                           const update_function& fn, const update_options& options,
                           std::error_code& ec) {
-  with_user_function(fn, [&](const compute_function& c) {
-    failure inner;
-    run_noexcept(ec, [&] {
-      inner = etcd_update_impl(*system_os(), target, lock, c, options, update_read_rules(options));
-      return inner;
-    });
-    return inner;
-  });
-  return update_result{};
+  return updates::file(target, lock, fn, options, ec);
 }
 
 std::uint64_t increment_counter(const boost::filesystem::path& file, etcd_lock& lock,
                                 std::uint64_t by, const update_options& options) {
-  std::uint64_t value = 0;
-  run_throwing([&] {
-    return etcd_update_impl(*system_os(), file, lock, counter_step(file.string(), by, value),
-                             options, counter_update_rules(options));
-  });
-  return value;
+  return updates::counter(file, lock, by, options);
 }
 
 std::uint64_t increment_counter(const boost::filesystem::path& file, etcd_lock& lock,
                                 std::uint64_t by, const update_options& options,
                                 std::error_code& ec) noexcept {
-  std::uint64_t value = 0;
-  run_noexcept(ec, [&] {
-    return etcd_update_impl(*system_os(), file, lock, counter_step(file.string(), by, value),
-                             options, counter_update_rules(options));
-  });
-  return !ec || ec == errc::dir_sync_failed ? value : 0;
+  return updates::counter(file, lock, by, options, ec);
 }
 
 }  // namespace tokenlock

@@ -9,6 +9,7 @@
 
 #include "escaped.hpp"
 #include "failure.hpp"
+#include "grant_handle.hpp"
 #include "owner_id.hpp"
 #include "tokenlock/keep_alive.hpp"
 #include "posix/os.hpp"
@@ -594,13 +595,6 @@ failure acquire_impl(const std::string& url, const std::string& name,
   return refused(*conn, name, a, may_wait && o.wait.count() > 0, o);
 }
 
-failure not_owner_failure(const char* step) {
-  return make_failure(errc::not_owner,
-                      "tokenlock: " + std::string(step) +
-                          ": this handle does not hold a grant (released, lost, moved from, or "
-                          "inherited by a forked child)");
-}
-
 }  // namespace
 
 // ---- redis_lock -------------------------------------------------------------
@@ -611,38 +605,32 @@ redis_lock::~redis_lock() = default;
 redis_lock::redis_lock(redis_lock&&) noexcept = default;
 redis_lock& redis_lock::operator=(redis_lock&&) noexcept = default;
 
+namespace {
+
+// The lock's acquire and try_acquire (grant_handle.hpp) around acquire_impl.
+auto acquisitions_of(const std::string& url, const std::string& name, const redis_lock_options& o,
+                     std::shared_ptr<redis_connection>& conn) {
+  return make_acquisitions<redis_handle>([&](bool may_wait, redis_handle& h, bool& busy) {
+    return acquire_impl(url, name, o, conn, may_wait, h, busy);
+  });
+}
+
+}  // namespace
+
 redis_handle redis_lock::acquire() {
-  redis_handle h;
-  bool busy = false;
-  run_throwing([&] { return acquire_impl(url_, name_, options_, conn_, true, h, busy); });
-  return h;
+  return acquisitions_of(url_, name_, options_, conn_).acquire();
 }
 
 redis_handle redis_lock::acquire(std::error_code& ec) noexcept {
-  redis_handle h;
-  bool busy = false;
-  run_noexcept(ec, [&] { return acquire_impl(url_, name_, options_, conn_, true, h, busy); });
-  return h;
+  return acquisitions_of(url_, name_, options_, conn_).acquire(ec);
 }
 
 std::optional<redis_handle> redis_lock::try_acquire() {
-  redis_handle h;
-  bool busy = false;
-  failure f = acquire_impl(url_, name_, options_, conn_, false, h, busy);
-  if (busy) return std::nullopt;
-  if (f) throw_failure(f);
-  return std::optional<redis_handle>(std::move(h));
+  return acquisitions_of(url_, name_, options_, conn_).try_acquire();
 }
 
 std::optional<redis_handle> redis_lock::try_acquire(std::error_code& ec) noexcept {
-  redis_handle h;
-  bool busy = false;
-  run_noexcept(ec, [&] {
-    failure f = acquire_impl(url_, name_, options_, conn_, false, h, busy);
-    return busy ? failure{} : f;
-  });
-  if (ec || busy) return std::nullopt;
-  return std::optional<redis_handle>(std::move(h));
+  return acquisitions_of(url_, name_, options_, conn_).try_acquire(ec);
 }
 
 namespace {
@@ -687,9 +675,8 @@ std::optional<redis_holder_info> redis_lock::holder(std::error_code& ec) noexcep
 }
 
 redis_handle redis_lock::adopt(const std::string& owner) {
-  std::error_code ec;
-  redis_handle h = adopt(owner, ec);
-  if (ec) throw lock_error(ec, last_error_message());
+  redis_handle h;
+  throw_on_error([&](std::error_code& ec) { h = adopt(owner, ec); });
   return h;
 }
 
@@ -709,11 +696,7 @@ redis_handle redis_lock::adopt(const std::string& owner, std::error_code& ec) no
 }
 
 void redis_lock::break_owner(const std::string& owner) {
-  run_throwing([&] {
-    std::error_code ec;
-    break_owner(owner, ec);
-    return ec ? make_failure(ec, last_error_message()) : failure{};
-  });
+  throw_on_error([&](std::error_code& ec) { break_owner(owner, ec); });
 }
 
 void redis_lock::break_owner(const std::string& owner, std::error_code& ec) noexcept {
@@ -754,30 +737,10 @@ redis_handle::redis_handle(redis_handle&& o) noexcept
 }
 
 redis_handle& redis_handle::operator=(redis_handle&& o) noexcept {
-  if (this != &o) {
-    if (owns()) {
-      std::error_code ignored;
-      release(ignored);
-    }
-    conn_ = std::move(o.conn_);
-    key_ = std::move(o.key_);
-    owner_ = std::move(o.owner_);
-    fence_ = o.fence_;
-    expires_ = o.expires_;
-    lease_ = o.lease_;
-    clock_behind_ = o.clock_behind_;
-    fork_generation_ = o.fork_generation_;
-    o.forget();
-  }
-  return *this;
+  return move_assign(*this, std::move(o));
 }
 
-redis_handle::~redis_handle() {
-  if (owns()) {
-    std::error_code ignored;
-    release(ignored);
-  }
-}
+redis_handle::~redis_handle() { release_quietly(*this); }
 
 void redis_handle::forget() noexcept {
   owner_.clear();
@@ -825,11 +788,7 @@ failure settle(redis_connection& conn, const std::string& lock_key, const std::s
 }  // namespace
 
 void redis_handle::release() {
-  run_throwing([&]() -> failure {
-    std::error_code ec;
-    release(ec);
-    return ec ? make_failure(ec, last_error_message()) : failure{};
-  });
+  throw_on_error([&](std::error_code& ec) { release(ec); });
 }
 
 void redis_handle::release(std::error_code& ec) noexcept {
@@ -853,11 +812,7 @@ void redis_handle::refresh() { refresh(lease_); }
 void redis_handle::refresh(std::error_code& ec) noexcept { refresh(lease_, ec); }
 
 void redis_handle::refresh(std::chrono::milliseconds lease) {
-  run_throwing([&]() -> failure {
-    std::error_code ec;
-    refresh(lease, ec);
-    return ec ? make_failure(ec, last_error_message()) : failure{};
-  });
+  throw_on_error([&](std::error_code& ec) { refresh(lease, ec); });
 }
 
 void redis_handle::refresh(std::chrono::milliseconds lease, std::error_code& ec) noexcept {
