@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "child.hpp"
-#include "etcd_cluster.hpp"
+#include "etcd_test_base.hpp"
 #include "tokenlock/etcd_lock.hpp"
 
 using namespace std::chrono_literals;
@@ -17,36 +17,14 @@ using tokenlock::etcd_lock_options;
 using tokenlock::owner_liveness;
 using tokenlock::testing::child;
 using tokenlock::testing::etcd_cluster;
+using tokenlock::testing::shared_cluster;
 
 namespace {
 
-class EtcdBreakTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const std::string why = etcd_cluster::unavailable();
-    if (!why.empty()) GTEST_SKIP() << why;
-  }
-  static std::string name() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
-  static int keys(const etcd_cluster& c, const std::string& lock_name) {
-    return c.key_count("tokenlock/" + lock_name + "/");
-  }
-  // Until `n` keys are in the lock's line (polling etcd, at most 30 s).
-  static void wait_for_line(const etcd_cluster& c, const std::string& lock_name, int n) {
-    const auto deadline = std::chrono::steady_clock::now() + 30s;
-    while (keys(c, lock_name) != n) {
-      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the line never reached " << n;
-      std::this_thread::sleep_for(20ms);
-    }
-  }
-  static bool lease_exists(const etcd_cluster& c, std::int64_t id) {
-    char hex[20];
-    std::snprintf(hex, sizeof hex, "%llx", static_cast<unsigned long long>(id));
-    return c.ctl({"lease", "list"}).out.find(hex) != std::string::npos;
-  }
-};
+class EtcdBreakTest : public tokenlock::testing::etcd_test {};
 
 TEST_F(EtcdBreakTest, BreakingTheHoldersGrantWakesAWaiterAndTheHolderLearnsItLost) {
-  etcd_cluster c(1);
+  etcd_cluster& c = shared_cluster();
   etcd_lock lock(c.url(), name());
   etcd_handle h = lock.acquire();
   etcd_lock_options o;
@@ -74,7 +52,7 @@ TEST_F(EtcdBreakTest, BreakingTheHoldersGrantWakesAWaiterAndTheHolderLearnsItLos
 }
 
 TEST_F(EtcdBreakTest, BreakingAnotherOwnerOrAFreeLockDeletesNothing) {
-  etcd_cluster c(1);
+  etcd_cluster& c = shared_cluster();
   etcd_lock lock(c.url(), name());
   std::error_code ec;
   lock.break_owner("host-0123abcd.1.0.0123456789abcdef", ec);
@@ -96,7 +74,7 @@ TEST_F(EtcdBreakTest, BreakingAnotherOwnerOrAFreeLockDeletesNothing) {
 }
 
 TEST_F(EtcdBreakTest, LivenessIsAliveForUsDeadForAnExitedChildUnknownElsewhere) {
-  etcd_cluster c(1);
+  etcd_cluster& c = shared_cluster();
   etcd_lock lock(c.url(), name());
   {
     etcd_handle h = lock.acquire();

@@ -7,7 +7,7 @@
 #include <chrono>
 #include <thread>
 
-#include "etcd_cluster.hpp"
+#include "etcd_test_base.hpp"
 #include "tokenlock/etcd_lock.hpp"
 #include "tokenlock/keep_alive.hpp"
 
@@ -16,24 +16,14 @@ using tokenlock::etcd_handle;
 using tokenlock::etcd_lock;
 using tokenlock::etcd_lock_options;
 using tokenlock::testing::etcd_cluster;
+using tokenlock::testing::shared_cluster;
 
 namespace {
 
-class EtcdLockTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const std::string why = etcd_cluster::unavailable();
-    if (!why.empty()) GTEST_SKIP() << why;
-  }
-  static std::string name() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
-  // How many keys the lock has in etcd now.
-  static int keys(const etcd_cluster& c, const std::string& lock_name) {
-    return c.key_count("tokenlock/" + lock_name + "/");
-  }
-};
+class EtcdLockTest : public tokenlock::testing::etcd_test {};
 
 TEST_F(EtcdLockTest, GrantsIncreasingFencesAndReleaseLeavesNoKey) {
-  etcd_cluster c;
+  etcd_cluster& c = shared_cluster();
   etcd_lock lock(c.url(), name());
   std::uint64_t last = 0;
   for (int i = 0; i < 3; ++i) {
@@ -55,7 +45,7 @@ TEST_F(EtcdLockTest, GrantsIncreasingFencesAndReleaseLeavesNoKey) {
 }
 
 TEST_F(EtcdLockTest, TryAcquireIsRefusedWhileHeldAndLeavesNothing) {
-  etcd_cluster c;
+  etcd_cluster& c = shared_cluster();
   etcd_lock a(c.url(), name());
   etcd_lock b(c.url(), name());
   etcd_handle h = a.acquire();
@@ -85,7 +75,7 @@ TEST_F(EtcdLockTest, TryAcquireIsRefusedWhileHeldAndLeavesNothing) {
 }
 
 TEST_F(EtcdLockTest, AdoptedGrantIsReleasedByAnotherLockObject) {
-  etcd_cluster c;
+  etcd_cluster& c = shared_cluster();
   etcd_lock a(c.url(), name());
   etcd_handle h = a.acquire();
   const std::string owner = h.owner();
@@ -108,7 +98,7 @@ TEST_F(EtcdLockTest, AdoptedGrantIsReleasedByAnotherLockObject) {
 }
 
 TEST_F(EtcdLockTest, ALeaseBelowEtcdsMinimumIsRaisedAndSaysSo) {
-  etcd_cluster c(1);
+  etcd_cluster& c = shared_cluster();
   etcd_lock_options o;
   o.lease = 300ms;
   etcd_lock lock(c.url(), name(), o);
@@ -123,7 +113,7 @@ TEST_F(EtcdLockTest, ALeaseBelowEtcdsMinimumIsRaisedAndSaysSo) {
 }
 
 TEST_F(EtcdLockTest, RefreshReportsAKeyDeletedBySomeoneElse) {
-  etcd_cluster c(1);
+  etcd_cluster& c = shared_cluster();
   etcd_lock lock(c.url(), name());
   etcd_handle h = lock.acquire();
   h.refresh();
@@ -136,51 +126,7 @@ TEST_F(EtcdLockTest, RefreshReportsAKeyDeletedBySomeoneElse) {
   EXPECT_FALSE(h.owns());
 }
 
-// The holder talks to the leader first; the leader dies. The holder's
-// refreshes go to another member, and nobody else gets the lock meanwhile.
-TEST_F(EtcdLockTest, KillingTheLeaderWhileHeldKeepsTheLockWithItsHolder) {
-  etcd_cluster c;
-  const int leader = c.leader();
-  ASSERT_GE(leader, 0);
-  std::vector<int> order{leader};
-  for (int i = 0; i < c.size(); ++i)
-    if (i != leader) order.push_back(i);
-  etcd_lock_options o;
-  o.lease = 3s;
-  etcd_lock holder_lock(c.url({}, order), name(), o);
-  etcd_handle h = holder_lock.acquire();
-  c.kill_hard(leader);
-  std::vector<int> others(order.begin() + 1, order.end());
-  etcd_lock other(c.url({}, others), name(), o);
-  // Three leases long: a refresh at a third of the lease, as `run` does.
-  for (int i = 0; i < 9; ++i) {
-    std::error_code ec;
-    h.refresh(ec);
-    ASSERT_FALSE(ec) << tokenlock::last_error_message();
-    auto got = other.try_acquire(ec);
-    ASSERT_FALSE(ec) << tokenlock::last_error_message();
-    EXPECT_FALSE(got) << "another process got the lock while its holder refreshed";
-    std::this_thread::sleep_for(1s);  // the refresh interval, not a synchronisation
-  }
-  const auto fence = h.fence();
-  h.release();
-  etcd_handle next = other.acquire();
-  EXPECT_GT(next.fence(), fence);
-}
 
-TEST_F(EtcdLockTest, FencesKeepGrowingAcrossAWholeClusterRestart) {
-  etcd_cluster c;
-  std::uint64_t before = 0;
-  {
-    etcd_lock lock(c.url(), name());
-    before = lock.acquire().fence();
-  }
-  c.stop_all();
-  c.start_all();
-  etcd_lock lock(c.url(), name());
-  etcd_handle h = lock.acquire();
-  EXPECT_GT(h.fence(), before);
-}
 
 TEST_F(EtcdLockTest, BadUrlsAreRefusedNamingThePart) {
   const std::pair<const char*, const char*> cases[] = {
@@ -207,74 +153,16 @@ TEST_F(EtcdLockTest, BadUrlsAreRefusedNamingThePart) {
   EXPECT_EQ(ec, tokenlock::errc::bad_argument);
 }
 
-TEST_F(EtcdLockTest, AnUnreachableClusterIsAConnectionErrorNamingEveryMember) {
-  etcd_cluster c(1);
-  const std::string port = c.client_url(0).substr(c.client_url(0).rfind(':') + 1);
-  c.stop(0);
-  etcd_lock_options o;
-  o.command_timeout = 500ms;
-  etcd_lock lock("etcd://127.0.0.1:" + port, name(), o);
-  std::error_code ec;
-  lock.acquire(ec);
-  EXPECT_EQ(ec, std::errc::connection_refused) << tokenlock::last_error_message();
-  const std::string m = tokenlock::last_error_message();
-  EXPECT_NE(m.find("127.0.0.1:" + port), std::string::npos) << m;
-  EXPECT_NE(m.find("is etcd running there"), std::string::npos) << m;
-}
 
-TEST_F(EtcdLockTest, WrongPasswordAndMissingCredentialsGetTheirFix) {
-  etcd_cluster c(1);
-  ASSERT_EQ(c.ctl({"user", "add", "root:rootpw"}).status, 0);
-  c.ctl({"user", "grant-role", "root", "root"});
-  const auto on = c.ctl({"auth", "enable"});
-  ASSERT_EQ(on.status, 0) << on.out;
-  std::error_code ec;
-  etcd_lock wrong(c.url("root:nope"), name());
-  wrong.acquire(ec);
-  EXPECT_EQ(ec, tokenlock::errc::server_error);
-  EXPECT_NE(tokenlock::last_error_message().find("wrong user or password"), std::string::npos)
-      << tokenlock::last_error_message();
-  etcd_lock none(c.url(), name());
-  none.acquire(ec);
-  EXPECT_EQ(ec, tokenlock::errc::server_error);
-  EXPECT_NE(tokenlock::last_error_message().find("user:password@"), std::string::npos)
-      << tokenlock::last_error_message();
-  etcd_lock right(c.url("root:rootpw"), name());
-  etcd_handle h = right.acquire();
-  EXPECT_TRUE(h.owns());
-  h.refresh();
-  h.release();
-}
 
 }  // namespace
 
 namespace {
 
-TEST_F(EtcdLockTest, HttpsWorksWithTheClustersCaAndFailsClearlyWithoutIt) {
-  etcd_cluster c(1, true);
-  etcd_lock lock(c.url(), name());
-  etcd_handle h = lock.acquire();
-  EXPECT_TRUE(h.owns());
-  h.refresh();
-  h.release();
-  const std::string no_ca = c.url().substr(0, c.url().find('?'));
-  etcd_lock untrusted(no_ca, name());
-  std::error_code ec;
-  untrusted.acquire(ec);
-  EXPECT_TRUE(ec);
-  EXPECT_NE(tokenlock::last_error_message().find("?cacert=PATH"), std::string::npos)
-      << tokenlock::last_error_message();
-  const std::string plain = "etcd://" + no_ca.substr(std::string("etcds://").size());
-  etcd_lock wrong_scheme(plain, name());
-  wrong_scheme.acquire(ec);
-  EXPECT_TRUE(ec);
-  EXPECT_NE(tokenlock::last_error_message().find("HTTPS"), std::string::npos)
-      << tokenlock::last_error_message();
-}
 
 // keep_alive refreshes an etcd grant past several of its leases.
 TEST_F(EtcdLockTest, KeepAliveHoldsAGrantPastSeveralLeases) {
-  etcd_cluster c(1);
+  etcd_cluster& c = shared_cluster();
   etcd_lock_options o;
   o.lease = 2s;
   etcd_lock lock(c.url(), name(), o);
@@ -341,7 +229,7 @@ TEST(EtcdLockOptions, BadOptionsAndAnEmptyOwnerAreRefusedNamingThem) {
 // would break a message's line and make it huge: messages show it escaped
 // and cut.
 TEST_F(EtcdLockTest, AHostileHolderValueIsEscapedAndCutInMessages) {
-  etcd_cluster c(1);
+  etcd_cluster& c = shared_cluster();
   const std::string hostile = "evil\nowner\x1b[2J" + std::string(100000, 'A');
   ASSERT_EQ(c.ctl({"put", "tokenlock/" + name() + "/0000000000000001", hostile}).status, 0);
   etcd_lock_options o;

@@ -12,47 +12,23 @@
 
 #include "child.hpp"
 #include "etcd/etcd_wait_stats.hpp"
-#include "etcd_cluster.hpp"
+#include "etcd_test_base.hpp"
 #include "temp_dir.hpp"
 #include "tokenlock/etcd_lock.hpp"
 
 using namespace std::chrono_literals;
 using tokenlock::testing::child;
 using tokenlock::testing::etcd_cluster;
+using tokenlock::testing::shared_cluster;
 using tokenlock::testing::start_barrier;
 using tokenlock::testing::temp_dir;
 
 namespace {
 
-class EtcdProcessTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const std::string why = etcd_cluster::unavailable();
-    if (!why.empty()) GTEST_SKIP() << why;
-  }
-  static std::string name() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
-  static int keys(const etcd_cluster& c, const std::string& lock_name) {
-    return c.key_count("tokenlock/" + lock_name + "/");
-  }
-  // Until `n` keys (holder and waiters) are in the lock's line: polls etcd,
-  // where a waiter's place is recorded, at most 30 s.
-  static void wait_for_line(const etcd_cluster& c, const std::string& lock_name, int n) {
-    const auto deadline = std::chrono::steady_clock::now() + 30s;
-    while (keys(c, lock_name) != n) {
-      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the line never reached " << n;
-      std::this_thread::sleep_for(20ms);
-    }
-  }
-  static std::vector<std::string> split(const std::string& line) {
-    std::istringstream in(line);
-    std::vector<std::string> w;
-    for (std::string s; in >> s;) w.push_back(s);
-    return w;
-  }
-};
+class EtcdProcessTest : public tokenlock::testing::etcd_test {};
 
 TEST_F(EtcdProcessTest, SixteenProcessesExcludeEachOtherAndKeepTheCounterExact) {
-  etcd_cluster c;
+  etcd_cluster& c = shared_cluster();
   temp_dir d;
   const std::string counter = (d / "counter").string(), canary = (d / "canary").string();
   constexpr int workers = 16, cycles = 10;
@@ -78,7 +54,7 @@ TEST_F(EtcdProcessTest, SixteenProcessesExcludeEachOtherAndKeepTheCounterExact) 
 // Waiters queue in the order they asked; each release wakes exactly the
 // next one (one watch, one wake each), and fences follow the line.
 TEST_F(EtcdProcessTest, WaitersAreServedInOrderWithOneWakeEachPerRelease) {
-  etcd_cluster c;
+  etcd_cluster& c = shared_cluster();
   std::vector<child> line;
   for (int i = 0; i < 5; ++i) {
     line.emplace_back(std::vector<std::string>{ETCD_WORKER_PATH, "hold", c.url(), name(), "60000"});
@@ -108,7 +84,7 @@ TEST_F(EtcdProcessTest, WaitersAreServedInOrderWithOneWakeEachPerRelease) {
 }
 
 TEST_F(EtcdProcessTest, AHolderStoppedPastItsLeaseLearnsItLostTheLockAtRelease) {
-  etcd_cluster c;
+  etcd_cluster& c = shared_cluster();
   child holder({ETCD_WORKER_PATH, "hold", c.url(), name(), "2000"});
   const auto w = split(holder.read_line());
   ASSERT_EQ(w[0], "H");
@@ -137,7 +113,7 @@ TEST_F(EtcdProcessTest, AHolderStoppedPastItsLeaseLearnsItLostTheLockAtRelease) 
 }
 
 TEST_F(EtcdProcessTest, AKilledHoldersLockGoesToTheNextWaiterWhenItsLeaseEnds) {
-  etcd_cluster c;
+  etcd_cluster& c = shared_cluster();
   child holder({ETCD_WORKER_PATH, "hold", c.url(), name(), "2000"});
   const auto w = split(holder.read_line());
   ASSERT_EQ(w[0], "H");
@@ -153,36 +129,11 @@ TEST_F(EtcdProcessTest, AKilledHoldersLockGoesToTheNextWaiterWhenItsLeaseEnds) {
   EXPECT_EQ(keys(c, name()), 1);
 }
 
-// A waiter's watch is on the leader when the leader dies: the watch moves
-// to another member, and the release still reaches the waiter.
-TEST_F(EtcdProcessTest, AWaiterWatchingThroughAKilledLeaderIsStillWokenByTheRelease) {
-  etcd_cluster c;
-  const int leader = c.leader();
-  ASSERT_GE(leader, 0);
-  std::vector<int> order{leader};
-  for (int i = 0; i < c.size(); ++i)
-    if (i != leader) order.push_back(i);
-  tokenlock::etcd_lock lock(c.url({}, order), name());
-  tokenlock::etcd_handle h = lock.acquire();
-  child waiter({ETCD_WORKER_PATH, "hold", c.url({}, order), name(), "60000"});
-  wait_for_line(c, name(), 2);
-  c.kill_hard(leader);
-  const std::uint64_t fence = h.fence();
-  h.release();
-  const auto w = split(waiter.read_line(60s));
-  ASSERT_EQ(w.size(), 4u);
-  EXPECT_EQ(w[0], "H");
-  EXPECT_GT(std::stoull(w[1]), fence);
-  EXPECT_EQ(w[3], "1") << "the release did not wake the waiter";
-  waiter.write_line("go");
-  EXPECT_EQ(waiter.read_line(), "released");
-  EXPECT_EQ(keys(c, name()), 0);
-}
 
 // A waiter whose key another client deletes while it waits must not take
 // the lock when the holder releases: the line behind it moved on.
 TEST_F(EtcdProcessTest, AWaiterWhosePlaceWasDeletedIsNotGrantedTheLock) {
-  etcd_cluster c(1);
+  etcd_cluster& c = shared_cluster();
   tokenlock::etcd_lock lock(c.url(), name());
   tokenlock::etcd_handle h = lock.acquire();
   tokenlock::etcd_lock_options o;

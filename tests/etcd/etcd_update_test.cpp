@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 
 #include "child.hpp"
-#include "etcd_cluster.hpp"
+#include "etcd_test_base.hpp"
 #include "inspect.hpp"
 #include "temp_dir.hpp"
 #include "tokenlock/etcd_lock.hpp"
@@ -21,6 +21,7 @@ using tokenlock::etcd_lock;
 using tokenlock::etcd_lock_options;
 using tokenlock::testing::child;
 using tokenlock::testing::etcd_cluster;
+using tokenlock::testing::shared_cluster;
 using tokenlock::testing::slurp;
 using tokenlock::testing::spit;
 using tokenlock::testing::start_barrier;
@@ -29,20 +30,13 @@ using tokenlock::testing::temp_files_below;
 
 namespace {
 
-class EtcdUpdateTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const std::string why = etcd_cluster::unavailable();
-    if (!why.empty()) GTEST_SKIP() << why;
-  }
-  static std::string name() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
-};
+class EtcdUpdateTest : public tokenlock::testing::etcd_test {};
 
 // A holder stalls in its update function past its lease; a newer holder
 // takes the lock, updates and commits; the stalled one's commit is refused
 // and the newer data stays.
 TEST_F(EtcdUpdateTest, AStalledHoldersCommitIsRefusedByTheFence) {
-  etcd_cluster c(1);
+  etcd_cluster& c = shared_cluster();
   temp_dir tmp;
   const std::string file = (tmp / "data").string();
   spit(file, "0\n");
@@ -91,7 +85,7 @@ TEST_F(EtcdUpdateTest, AStalledHoldersCommitIsRefusedByTheFence) {
 // two leases commits, because the lease was kept alive meanwhile, and
 // nobody else got the lock while it ran.
 TEST_F(EtcdUpdateTest, KeepAliveCarriesAnUpdatePastSeveralLeases) {
-  etcd_cluster c(1);
+  etcd_cluster& c = shared_cluster();
   temp_dir tmp;
   const std::string file = (tmp / "data").string();
   spit(file, "0\n");
@@ -127,7 +121,7 @@ TEST_F(EtcdUpdateTest, KeepAliveCarriesAnUpdatePastSeveralLeases) {
 // etcd granted (2 s for a 300 ms lease), not the one asked for: one a
 // second old may still be a live writer's.
 TEST_F(EtcdUpdateTest, TheSweepCountsTheGrantedLeaseNotTheAskedOne) {
-  etcd_cluster c(1);
+  etcd_cluster& c = shared_cluster();
   temp_dir tmp;
   const std::string file = (tmp / "data").string();
   const std::string young = (tmp / ".data.tmp.0123456789abcdef").string();
@@ -148,7 +142,7 @@ TEST_F(EtcdUpdateTest, TheSweepCountsTheGrantedLeaseNotTheAskedOne) {
 }
 
 TEST_F(EtcdUpdateTest, EightProcessesIncrementingOneCounterSeeEveryValueOnce) {
-  etcd_cluster c;
+  etcd_cluster& c = shared_cluster();
   temp_dir d;
   const std::string counter = (d / "hits").string();
   constexpr int workers = 8, each = 10;
