@@ -54,6 +54,19 @@ int port_of(const etcd_cluster& c, int member) {
   return std::stoi(u.substr(u.rfind(':') + 1));
 }
 
+// The proxy, then the cluster's members: a request the proxy holds times
+// out and goes on to a member.
+std::string through_proxy_first(const http_proxy& proxy, const etcd_cluster& c) {
+  return "etcd://127.0.0.1:" + std::to_string(proxy.port()) + "," +
+         c.url().substr(std::string("etcd://").size());
+}
+
+etcd_lock_options short_timeout() {
+  etcd_lock_options o;
+  o.command_timeout = 500ms;
+  return o;
+}
+
 bool is_put(const http_proxy::request& r) {
   return r.path == "/v3/kv/txn" && r.body.find("request_put") != std::string::npos;
 }
@@ -69,9 +82,7 @@ TEST_F(EtcdFailureTest, AnAcquireWhosePutWasAppliedButNotAnsweredGoesOnFromIt) {
     if (is_put(r) && puts++ == 0) a.what = http_proxy::action::hold;
     return a;
   });
-  etcd_lock_options o;
-  o.command_timeout = 500ms;
-  etcd_lock lock("etcd://127.0.0.1:" + std::to_string(proxy.port()) + "," + c.url().substr(7), name(), o);
+  etcd_lock lock(through_proxy_first(proxy, c), name(), short_timeout());
   etcd_handle h = lock.acquire();
   EXPECT_EQ(proxy.held(), 1);
   EXPECT_TRUE(h.owns());
@@ -103,9 +114,7 @@ TEST_F(EtcdFailureTest, AnAcquireFindingAnotherValueUnderItsKeyRefusesAndLeavesN
     }
     return a;
   });
-  etcd_lock_options o;
-  o.command_timeout = 500ms;
-  etcd_lock lock("etcd://127.0.0.1:" + std::to_string(proxy.port()) + "," + c.url().substr(7), name(), o);
+  etcd_lock lock(through_proxy_first(proxy, c), name(), short_timeout());
   std::error_code ec;
   lock.acquire(ec);
   EXPECT_EQ(ec, tokenlock::errc::server_error);

@@ -24,6 +24,16 @@ namespace {
 
 class EtcdOwnClusterTest : public tokenlock::testing::etcd_test {
  protected:
+  // The members' indexes, the leader's first (for a URL that sends every
+  // request to the leader while it lives); empty when none leads.
+  static std::vector<int> leader_first(const etcd_cluster& c) {
+    const int leader = c.leader();
+    if (leader < 0) return {};
+    std::vector<int> order{leader};
+    for (int i = 0; i < c.size(); ++i)
+      if (i != leader) order.push_back(i);
+    return order;
+  }
   // Auth on, with root and a user "app" (password "apppw") whose role may
   // read and write the test's lock keys only; later ctl() calls are root's.
   static void enable_auth(etcd_cluster& c) {
@@ -42,11 +52,9 @@ class EtcdOwnClusterTest : public tokenlock::testing::etcd_test {
 // refreshes go to another member, and nobody else gets the lock meanwhile.
 TEST_F(EtcdOwnClusterTest, KillingTheLeaderWhileHeldKeepsTheLockWithItsHolder) {
   etcd_cluster c;
-  const int leader = c.leader();
-  ASSERT_GE(leader, 0);
-  std::vector<int> order{leader};
-  for (int i = 0; i < c.size(); ++i)
-    if (i != leader) order.push_back(i);
+  const std::vector<int> order = leader_first(c);
+  ASSERT_FALSE(order.empty()) << "no member says who leads";
+  const int leader = order[0];
   etcd_lock_options o;
   o.lease = 3s;
   etcd_lock holder_lock(c.url({}, order), name(), o);
@@ -149,11 +157,9 @@ TEST_F(EtcdOwnClusterTest, HttpsWorksWithTheClustersCaAndFailsClearlyWithoutIt) 
 // to another member, and the release still reaches the waiter.
 TEST_F(EtcdOwnClusterTest, AWaiterWatchingThroughAKilledLeaderIsStillWokenByTheRelease) {
   etcd_cluster c;
-  const int leader = c.leader();
-  ASSERT_GE(leader, 0);
-  std::vector<int> order{leader};
-  for (int i = 0; i < c.size(); ++i)
-    if (i != leader) order.push_back(i);
+  const std::vector<int> order = leader_first(c);
+  ASSERT_FALSE(order.empty()) << "no member says who leads";
+  const int leader = order[0];
   tokenlock::etcd_lock lock(c.url({}, order), name());
   tokenlock::etcd_handle h = lock.acquire();
   child waiter({ETCD_WORKER_PATH, "hold", c.url({}, order), name(), "60000"});
