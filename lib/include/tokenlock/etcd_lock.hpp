@@ -53,12 +53,14 @@
 //                        while it waited (no member answered its
 //                        keep-alives for a whole lease).
 //   - errc::bad_argument a URL, name or options that cannot work (the
-//                        message says which part).
+//                        message says which part or option).
 //   - errc::server_error a member answered an error: a wrong password,
 //                        auth not allowed, a request refused.
 //   - std::errc codes for the connection (connection_refused, timed_out,
 //                        host_unreachable, ...) once every member failed.
 //   Every message names the member(s), the step, the cause and the fix.
+//   An owner id read from etcd appears escaped and cut (any client that
+//   may write the key prefix could have written it).
 //   A failed acquire leaves nothing of its own in etcd (its lease is
 //   revoked, or ends with its TTL when no member answers).
 //
@@ -91,10 +93,10 @@ struct etcd_lock_options {
   // minimum (see The lease). More than 0 and at most 24 hours.
   std::chrono::milliseconds lease = std::chrono::seconds(60);
   // How long acquire() waits for a busy lock before errc::timed_out. Zero
-  // means one attempt (errc::busy).
+  // means one attempt (errc::busy); below zero is bad_argument.
   std::chrono::milliseconds wait = std::chrono::seconds(10);
   // Connecting to one member, and each request to it, give up after these;
-  // then the next member is tried.
+  // then the next member is tried. More than 0 (else bad_argument).
   std::chrono::milliseconds connect_timeout = std::chrono::seconds(2);
   std::chrono::milliseconds command_timeout = std::chrono::seconds(2);
   // Prefix of the lock's keys: a grant is <prefix><name>/<lease id, hex>.
@@ -131,7 +133,7 @@ class etcd_lock {
 
   // A handle for the grant whose owner id is `owner` (etcd_handle::owner()),
   // so that another process can refresh or release it. lock_lost when the
-  // lock is not held by that owner.
+  // lock is not held by that owner; bad_argument for an empty owner.
   etcd_handle adopt(const std::string& owner);
   etcd_handle adopt(const std::string& owner, std::error_code& ec) noexcept;
 

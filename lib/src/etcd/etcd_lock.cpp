@@ -449,7 +449,7 @@ void etcd_handle::release(std::error_code& ec) noexcept {
     bool deleted = false, gone = false;
     // Not retried past the client's fail-over: a connection error leaves
     // the grant to end with its lease.
-    if (failure f = delete_if_revision(*client_, "release", key_, static_cast<long long>(fence_), deleted))
+    if (failure f = delete_if_revision(*client_, key_, static_cast<long long>(fence_), deleted))
       return f;
     failure revoked = lease_revoke(*client_, "release", lease_id_, gone);
     const std::uint64_t fence = fence_;
