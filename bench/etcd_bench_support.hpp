@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <memory>
@@ -32,15 +33,20 @@ inline std::unique_ptr<detail::etcd_client> etcd_bare_client(const std::string& 
 
 // The four requests of an uncontended acquire + release (lease grant, the
 // put-if-absent Txn, the compare-delete Txn, the revoke), sent bare: the
-// floor the lock is compared with. `dir` ends with '/'.
+// floor the lock is compared with. The key (16 hex digits of the lease)
+// and the value (as long as an owner id) have the lock's sizes, so that
+// both send the same bytes. `dir` ends with '/'.
 inline void etcd_bare_cycle(detail::etcd_client& c, const std::string& dir) {
   using namespace tokenlock::detail;
   long long id = 0, ttl = 0, rev = 0;
   bool created = false, has_first = false, deleted = false, gone = false;
   etcd_kv first;
   failure f = lease_grant(c, 60, id, ttl);
-  if (!f) f = put_if_absent(c, dir + std::to_string(id), "bench", id, dir, created, rev, first, has_first);
-  if (!f) f = delete_if_revision(c, dir + std::to_string(id), rev, deleted);
+  char hex[20];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(id));
+  const std::string key = dir + hex, value(48, 'o');
+  if (!f) f = put_if_absent(c, key, value, id, dir, created, rev, first, has_first);
+  if (!f) f = delete_if_revision(c, key, rev, deleted);
   if (!f) f = lease_revoke(c, "release", id, gone);
   if (f || !created || !deleted) throw std::runtime_error("bare cycle on " + dir + " failed: " + f.message);
 }
