@@ -6,15 +6,17 @@
 //
 //   pair      acquire + release in a warm process against the four bare
 //             requests they make (lease grant, put-if-absent Txn,
-//             compare-delete Txn, revoke) sent by the library's own client
-//             over its own kept-alive connection to the same member; ROUNDS
-//             rounds of CYCLES each, shuffled; target: ratio <= 1.3.
+//             compare-delete Txn, revoke) sent bare by a second instance
+//             of the library's client class (the lock's own is private),
+//             kept alive to the same first member; ROUNDS rounds of CYCLES
+//             each, shuffled; target: ratio <= 1.3.
 //   process   a process per cycle that takes the lock, runs `true` under
 //             it and releases: this program through the library
 //             (--child run), `tokenlock run --etcd URL NAME true` when
 //             --command names a tokenlock whose run knows --etcd, against
 //             `etcdctl lock NAME true`; target: ratio < 1.
-//   handoff   a holder and one waiter blocked in its watch: from the
+//   handoff   a holder and one waiter blocked in its watch (the members'
+//             watcher count has risen by one before the release): from the
 //             moment the release's delete was answered to the waiter's
 //             acquire returning (one host, one CLOCK_MONOTONIC), against
 //             the median round trip of a bare put by the holder's side;
@@ -172,6 +174,8 @@ void process_target(const std::string& url, const std::string& self, const std::
   else if (!command.empty())
     std::printf("# note: %s run --help does not mention --etcd; the command's workload is left out\n",
                 command.c_str());
+  else
+    std::printf("# note: no --command PATH (a tokenlock); the command's workload is left out\n");
   const auto us = tokenlock::bench::run_rounds(w, rounds, cycles);
   const double ctl = median(us.at("etcdctl"));
   for (const char* who : {"library", "command"}) {
@@ -181,10 +185,6 @@ void process_target(const std::string& url, const std::string& self, const std::
             ratio, ratio < 1.0});
   }
 }
-
-}  // namespace
-
-namespace {
 
 // ---- handoff: from the release's delete to the next holder's grant ----------
 
