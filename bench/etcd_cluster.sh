@@ -60,5 +60,8 @@ etcd_cluster_stop() {
   for p in "${etcd_cluster_pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${etcd_cluster_pids[@]}"; do wait "$p" 2>/dev/null || true; done
   [ -n "$etcd_cluster_dir" ] && rm -rf "$etcd_cluster_dir"
+  # Once only: a second call (an EXIT trap after an explicit stop) must not
+  # signal pids that may have been reused.
+  etcd_cluster_pids=() etcd_cluster_dir=
   return 0
 }
