@@ -213,11 +213,14 @@ long cluster_watchers(CURL* h, const std::vector<std::string>& members) {
   return total;
 }
 
-// Polls the gauge (every millisecond, for at most 10 s) until it is `want`.
-void await_watchers(CURL* h, const std::vector<std::string>& members, long want) {
+// Polls the gauge (every millisecond, for at most 10 s) until it is
+// `want`; `waiter`, when given, must not end meanwhile.
+void await_watchers(CURL* h, const std::vector<std::string>& members, long want, pid_t waiter = 0) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   long seen = 0;
   while ((seen = cluster_watchers(h, members)) != want) {
+    if (waiter > 0 && ::waitpid(waiter, nullptr, WNOHANG) == waiter)
+      die("handoff: the waiter ended before it was seen waiting (its message is above)");
     if (std::chrono::steady_clock::now() > deadline)
       die("handoff: the cluster has " + std::to_string(seen) + " watchers after 10 s, not " +
           std::to_string(want) + ": is another client watching it?");
@@ -276,7 +279,7 @@ handoff_sample one_handoff(const std::string& url, tokenlock::etcd_lock& holder,
     handoff_waiter(url, fd[1]);
   }
   ::close(fd[1]);
-  await_watchers(metrics, members, idle + 1);  // the waiter is in its watch
+  await_watchers(metrics, members, idle + 1, pid);  // the waiter is in its watch
   long long called = 0;
   const long long deleted = release_timed(h, called);
   long long granted = 0;
@@ -285,6 +288,7 @@ handoff_sample one_handoff(const std::string& url, tokenlock::etcd_lock& holder,
   int st = 0;
   ::waitpid(pid, &st, 0);
   if (!got || !WIFEXITED(st) || WEXITSTATUS(st) != 0) die("handoff: the waiter got no grant");
+  if (granted < called) die("handoff: the waiter was granted the lock before the holder released it");
   return {static_cast<double>(granted - deleted) / 1000.0, static_cast<double>(granted - called) / 1000.0};
 }
 

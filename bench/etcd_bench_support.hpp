@@ -1,9 +1,9 @@
-// What the etcd benchmarks share (bench/etcd_transport.cpp,
-// bench/etcd_bench.cpp): the lock's bare requests through the library's own
-// client, a process per cycle, etcdctl's endpoints, and rounds of
-// workloads in an order that changes from round to round, so that
-// workloads compared by ratio see the same drift of the machine's speed.
-// Failures throw std::runtime_error; the programs report them.
+// What the etcd benchmarks (bench/etcd_*.cpp) have in common: the lock's
+// bare requests through the library's own client class, a process per
+// cycle, etcdctl's endpoints, and rounds of workloads in an order that
+// changes from round to round, so that workloads compared by ratio see
+// the same drift of the machine's speed. Failures throw
+// std::runtime_error; the programs report them.
 #pragma once
 
 #include <algorithm>
