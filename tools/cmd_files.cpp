@@ -98,12 +98,13 @@ int report_write(std::error_code ec, const std::string& file) {
 
 int cmd_write(const args& a) {
   po::options_description d(
-      "Usage: tokenlock write [--lock LOCKDIR] [-w SECS | -n] [--sync none|file|file_and_dir]\n"
-      "                       [--mode OCTAL]\n"
+      "Usage: tokenlock write [--lock LOCKDIR | --redis|--etcd URL --lock NAME] [-w SECS | -n]\n"
+      "                       [--sync none|file|file_and_dir] [--mode OCTAL]\n"
       "                       [--follow-symlinks] [--allow-empty] FILE\n\n"
       "Replaces FILE with standard input, atomically: FILE changes only once all input\n"
       "has been read, so an interrupted or killed writer leaves it as it was. Empty\n"
-      "input is refused (exit 65), since it usually means the producer failed.\n\nOptions");
+      "input is refused (exit 65), since it usually means the producer failed. With a\n"
+      "lock server the commit is fenced through FILE.fence.\n\nOptions");
   add_file_options(d);
   d.add_options()("mode", po::value<std::string>()->value_name("OCTAL"),
                   "mode of FILE, also when it replaces one (default: the replaced file's,\n"
@@ -296,9 +297,10 @@ int cmd_commit(const args& a) {
 
 int cmd_incr(const args& a) {
   po::options_description d(
-      "Usage: tokenlock incr [--lock LOCKDIR] [-w SECS | -n] [--by N]\n"
-      "                      [--sync none|file|file_and_dir] FILE\n\n"
-      "Adds N (default 1) to the counter in FILE under its lock (default FILE.lock) and\n"
+      "Usage: tokenlock incr [--lock LOCKDIR | --redis|--etcd URL --lock NAME] [-w SECS | -n]\n"
+      "                      [--by N] [--sync none|file|file_and_dir] FILE\n\n"
+      "Adds N (default 1) to the counter in FILE under its lock (default FILE.lock, or\n"
+      "the NAME in a lock server, the commit fenced through FILE.fence) and\n"
       "prints the new value. FILE holds one unsigned decimal and a newline; a missing\n"
       "FILE counts as 0. Anything else is refused (exit 65) and left as it is.\n\nOptions");
   add_file_options(d);
