@@ -46,7 +46,7 @@ inline void etcd_bare_cycle(detail::etcd_client& c, const std::string& dir) {
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(id));
   const std::string key = dir + hex, value(48, 'o');
   if (!f) f = put_if_absent(c, key, value, id, dir, created, rev, first, has_first);
-  if (!f) f = delete_if_revision(c, key, rev, deleted);
+  if (!f) f = delete_if_revision(c, "release", key, rev, deleted);
   if (!f) f = lease_revoke(c, "release", id, gone);
   if (f || !created || !deleted) throw std::runtime_error("bare cycle on " + dir + " failed: " + f.message);
 }

@@ -62,7 +62,7 @@ void raw_cycle(etcd_client& c, const std::string& key) {
   etcd_kv first;
   failure f = lease_grant(c, 60, id, ttl);
   if (!f) f = put_if_absent(c, key + std::to_string(id), "bench", id, key, created, rev, first, has_first);
-  if (!f) f = delete_if_revision(c, key + std::to_string(id), rev, deleted);
+  if (!f) f = delete_if_revision(c, "release", key + std::to_string(id), rev, deleted);
   if (!f) f = lease_revoke(c, "release", id, gone);
   if (f || !created || !deleted) die("raw cycle failed: " + f.message);
 }
