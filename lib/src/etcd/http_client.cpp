@@ -114,80 +114,83 @@ http_answer_parser::state http_answer_parser::chunk_line(const char*& p, std::si
   return state::done;  // a whole line in line_
 }
 
+// Collects the status line and headers; parses them once whole.
+http_answer_parser::state http_answer_parser::feed_head(const char*& p, std::size_t& n) {
+  const std::size_t from = head_.size() >= 3 ? head_.size() - 3 : 0;
+  const std::size_t take = std::min(n, max_head_ + 4 - head_.size());
+  head_.append(p, take);
+  const auto end = head_.find("\r\n\r\n", from);
+  if (end == std::string::npos) {
+    if (head_.size() > max_head_)
+      return bad("a status line and headers longer than " + std::to_string(max_head_) + " bytes");
+    p += take;
+    n -= take;
+    return result_;
+  }
+  const std::size_t used = end + 4 - (head_.size() - take);
+  head_.resize(end);
+  p += used;
+  n -= used;
+  return parse_head();
+}
+
+// A chunk-size line, the CRLF after a chunk's data, or a trailer line.
+http_answer_parser::state http_answer_parser::feed_chunk_line(const char*& p, std::size_t& n) {
+  if (chunk_line(p, n) != state::done) return result_;
+  std::string line;
+  line.swap(line_);
+  if (phase_ == phase::chunk_crlf) {
+    if (!line.empty()) return bad("chunk data longer than its size");
+    phase_ = phase::chunk_size;
+  } else if (phase_ == phase::trailers) {
+    if (line.empty()) {
+      phase_ = phase::end;
+      result_ = state::done;
+    }
+  } else {
+    const std::string size = trim(line.substr(0, line.find(';')));
+    if (!parse_count(size, 16, max_body_, left_))
+      return bad("a chunk size that is not a hexadecimal number up to " + std::to_string(max_body_) +
+                 ": \"" + size.substr(0, 30) + "\"");
+    phase_ = left_ == 0 ? phase::trailers : phase::chunk_data;
+  }
+  return result_;
+}
+
+// Body bytes counted by Content-Length or a chunk's size.
+http_answer_parser::state http_answer_parser::feed_counted(const char*& p, std::size_t& n,
+                                                           const http_sink& sink) {
+  const std::size_t take = std::min(n, left_);
+  if (deliver(p, take, sink) != state::more) return result_;
+  p += take;
+  n -= take;
+  left_ -= take;
+  if (left_ > 0) return result_;
+  if (phase_ == phase::chunk_data) {
+    phase_ = phase::chunk_crlf;
+  } else {
+    phase_ = phase::end;
+    result_ = state::done;
+  }
+  return result_;
+}
+
 http_answer_parser::state http_answer_parser::feed(const char* p, std::size_t n, const http_sink& sink) {
   seen_ += n;
   while (n > 0 && result_ == state::more) {
     switch (phase_) {
-      case phase::head: {
-        const std::size_t from = head_.size() >= 3 ? head_.size() - 3 : 0;
-        const std::size_t take = std::min(n, max_head_ + 4 - head_.size());
-        head_.append(p, take);
-        const auto end = head_.find("\r\n\r\n", from);
-        if (end == std::string::npos) {
-          if (head_.size() > max_head_) return bad("a status line and headers longer than " + std::to_string(max_head_) + " bytes");
-          p += take;
-          n -= take;
-          break;
-        }
-        const std::size_t used = end + 4 - (head_.size() - take);
-        head_.resize(end);
-        p += used;
-        n -= used;
-        if (parse_head() == state::bad) return result_;
-        break;
-      }
-      case phase::length: {
-        const std::size_t take = std::min(n, left_);
-        if (deliver(p, take, sink) != state::more) return result_;
-        p += take;
-        n -= take;
-        left_ -= take;
-        if (left_ == 0) {
-          phase_ = phase::end;
-          result_ = state::done;
-        }
-        break;
-      }
+      case phase::head: feed_head(p, n); break;
+      case phase::length:
+      case phase::chunk_data: feed_counted(p, n, sink); break;
       case phase::chunk_size:
       case phase::chunk_crlf:
-      case phase::trailers: {
-        if (chunk_line(p, n) != state::done) {
-          if (result_ == state::bad) return result_;
-          break;
-        }
-        std::string line;
-        line.swap(line_);
-        if (phase_ == phase::chunk_crlf) {
-          if (!line.empty()) return bad("chunk data longer than its size");
-          phase_ = phase::chunk_size;
-        } else if (phase_ == phase::trailers) {
-          if (line.empty()) {
-            phase_ = phase::end;
-            result_ = state::done;
-          }
-        } else {
-          const std::string size = trim(line.substr(0, line.find(';')));
-          if (!parse_count(size, 16, max_body_, left_))
-            return bad("a chunk size that is not a hexadecimal number up to " + std::to_string(max_body_) +
-                       ": \"" + size.substr(0, 30) + "\"");
-          phase_ = left_ == 0 ? phase::trailers : phase::chunk_data;
-        }
-        break;
-      }
-      case phase::chunk_data: {
-        const std::size_t take = std::min(n, left_);
-        if (deliver(p, take, sink) != state::more) return result_;
-        p += take;
-        n -= take;
-        left_ -= take;
-        if (left_ == 0) phase_ = phase::chunk_crlf;
-        break;
-      }
+      case phase::trailers: feed_chunk_line(p, n); break;
       case phase::until_close:
-        if (deliver(p, n, sink) != state::more) return result_;
-        n = 0;
+        if (deliver(p, n, sink) == state::more) n = 0;
         break;
       case phase::end:
+        extra_ = true;
+        n = 0;
         break;
     }
   }

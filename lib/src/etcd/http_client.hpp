@@ -103,6 +103,9 @@ class http_answer_parser {
   enum class phase { head, length, chunk_size, chunk_data, chunk_crlf, trailers, until_close, end };
   state bad(std::string why);
   state parse_head();
+  state feed_head(const char*& p, std::size_t& n);
+  state feed_chunk_line(const char*& p, std::size_t& n);
+  state feed_counted(const char*& p, std::size_t& n, const http_sink& sink);
   state deliver(const char* p, std::size_t n, const http_sink& sink);
   state chunk_line(const char*& p, std::size_t& n);
 
