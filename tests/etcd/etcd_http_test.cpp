@@ -54,16 +54,22 @@ void send_bytewise(int fd, const std::string& s) {
 // (from 0) until it returns; the thread accepts until stop().
 class fake_server {
  public:
-  explicit fake_server(std::function<void(int, int)> serve) : serve_(std::move(serve)) {
-    listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  // On 127.0.0.1, or on ::1 with `v6`.
+  explicit fake_server(std::function<void(int, int)> serve, bool v6 = false)
+      : serve_(std::move(serve)), host_(v6 ? "[::1]" : "127.0.0.1") {
+    listen_fd_ = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), len) != 0 || ::listen(listen_fd_, 8) != 0 ||
-        ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-      throw std::runtime_error("fake server: cannot listen on 127.0.0.1");
-    port_ = ntohs(a.sin_port);
+    sockaddr_in6 a6{};
+    a6.sin6_family = AF_INET6;
+    a6.sin6_addr = in6addr_loopback;
+    auto* addr = v6 ? reinterpret_cast<sockaddr*>(&a6) : reinterpret_cast<sockaddr*>(&a);
+    socklen_t len = v6 ? sizeof a6 : sizeof a;
+    if (::bind(listen_fd_, addr, len) != 0 || ::listen(listen_fd_, 8) != 0 ||
+        ::getsockname(listen_fd_, addr, &len) != 0)
+      throw std::runtime_error("fake server: cannot listen on " + host_);
+    port_ = ntohs(v6 ? a6.sin6_port : a.sin_port);
     if (::pipe(stop_pipe_) != 0) throw std::runtime_error("fake server: pipe");
     thread_ = std::thread([this] { run(); });
   }
@@ -76,8 +82,9 @@ class fake_server {
     ::close(stop_pipe_[0]);
     ::close(listen_fd_);
   }
-  std::string url() const { return "etcd://127.0.0.1:" + std::to_string(port_); }
-  std::string member() const { return "127.0.0.1:" + std::to_string(port_); }
+  std::string url() const { return "etcd://" + member(); }
+  std::string member() const { return host_ + ":" + std::to_string(port_); }
+  unsigned short port() const { return port_; }
   int connections() const { return connections_; }
   // Whether the test has said stop: for a handler that must hold its
   // connection open without answering.
@@ -104,6 +111,7 @@ class fake_server {
   }
 
   std::function<void(int, int)> serve_;
+  std::string host_;
   int listen_fd_ = -1, stop_pipe_[2] = {-1, -1};
   unsigned short port_ = 0;
   std::atomic<int> connections_{0};
@@ -147,9 +155,9 @@ const std::string chunked_answer =
     }() +
     "0\r\nTrailer: yes\r\n\r\n";
 
-std::unique_ptr<etcd_client> client_for(const fake_server& s, std::chrono::milliseconds timeout) {
+std::unique_ptr<etcd_client> client_for(const std::string& url, std::chrono::milliseconds timeout) {
   tokenlock::detail::etcd_url u;
-  EXPECT_FALSE(tokenlock::detail::parse_etcd_url(s.url(), u));
+  EXPECT_FALSE(tokenlock::detail::parse_etcd_url(url, u));
   return std::make_unique<etcd_client>(u, timeout, timeout);
 }
 
@@ -210,7 +218,7 @@ TEST(EtcdHttp, AChunkedAnswerSentByteByByteAndALengthAnswerBothArrive) {
     if (read_request(fd).empty()) return;
     send_text(fd, with_length(answer_json));
   });
-  auto c = client_for(s, std::chrono::seconds(5));
+  auto c = client_for(s.url(), std::chrono::seconds(5));
   for (int i = 0; i < 2; ++i) {
     json out;
     const failure f = c->call("acquire", "/v3/kv/range", json{{"key", "a"}}, out);
@@ -218,6 +226,23 @@ TEST(EtcdHttp, AChunkedAnswerSentByteByByteAndALengthAnswerBothArrive) {
     EXPECT_EQ(out["note"], "a } and a \" in a string");
   }
   EXPECT_EQ(s.connections(), 1);  // kept alive between the two
+}
+
+// An IPv6 literal in brackets, and a name (localhost, which may resolve
+// to ::1 before 127.0.0.1: each address is tried in turn).
+TEST(EtcdHttp, IpV6LiteralsAndNamesConnect) {
+  const auto serve = [](int fd, int) {
+    while (!read_request(fd).empty()) send_text(fd, with_length(answer_json));
+  };
+  fake_server v6(serve, true);
+  fake_server v4(serve);
+  for (const std::string& url : {v6.url(), "etcd://localhost:" + std::to_string(v4.port())}) {
+    auto c = client_for(url, std::chrono::seconds(5));
+    json out;
+    const failure f = c->call("acquire", "/v3/kv/range", json{{"key", "a"}}, out);
+    EXPECT_FALSE(f) << url << ": " << f.message;
+    EXPECT_EQ(out.value("note", ""), "a } and a \" in a string") << url;
+  }
 }
 
 TEST(EtcdHttp, AKeptConnectionClosedByTheServerIsReplacedAndTheRequestAnsweredOnce) {
@@ -233,13 +258,38 @@ TEST(EtcdHttp, AKeptConnectionClosedByTheServerIsReplacedAndTheRequestAnsweredOn
       return;
     }
   });
-  auto c = client_for(s, std::chrono::seconds(5));
+  auto c = client_for(s.url(), std::chrono::seconds(5));
   json out;
   ASSERT_FALSE(c->call("acquire", "/v3/kv/txn", json{{"n", 1}}, out));
   closed.get_future().wait();
   const failure f = c->call("acquire", "/v3/kv/txn", json{{"n", 2}}, out);
   ASSERT_FALSE(f) << f.message;
   EXPECT_EQ(requests, 2);
+  EXPECT_EQ(s.connections(), 2);
+}
+
+// The server closes the kept connection with most of the next request
+// unread (a reset): the write fails with EPIPE or ECONNRESET, not SIGPIPE
+// (which would end this test program), and the request, which the
+// server cannot have acted on, goes again on a new connection.
+TEST(EtcdHttp, ARequestCutOffWhileBeingWrittenGoesAgainWithoutSigpipe) {
+  std::atomic<int> whole_requests{0};
+  fake_server s([&](int fd, int n) {
+    if (read_request(fd).empty()) return;
+    ++whole_requests;
+    send_text(fd, with_length(answer_json));
+    if (n == 0) {
+      char c;
+      ::recv(fd, &c, 1, 0);  // the next request has begun: close on it
+      return;
+    }
+  });
+  auto c = client_for(s.url(), std::chrono::seconds(5));
+  json out;
+  ASSERT_FALSE(c->call("acquire", "/v3/kv/txn", json{{"n", 1}}, out));
+  const failure f = c->call("acquire", "/v3/kv/txn", json{{"big", std::string(4 << 20, 'a')}}, out);
+  EXPECT_FALSE(f) << f.message;
+  EXPECT_EQ(whole_requests, 2);
   EXPECT_EQ(s.connections(), 2);
 }
 
@@ -250,7 +300,7 @@ TEST(EtcdHttp, AConnectionClosedMidAnswerIsAProtocolErrorAndTheTxnIsNotSentAgain
     ++requests;
     send_text(fd, with_length(answer_json).substr(0, 80));
   });
-  auto c = client_for(s, std::chrono::seconds(2));
+  auto c = client_for(s.url(), std::chrono::seconds(2));
   json out;
   const failure f = c->call("release", "/v3/kv/txn", json{{"n", 1}}, out);
   s.stop();
@@ -276,7 +326,7 @@ TEST(EtcdHttp, GarbageOrOversizedAnswersAreProtocolErrorsNamingTheMember) {
         send_text(fd, a);
       }
     });
-    auto c = client_for(s, std::chrono::milliseconds(300));
+    auto c = client_for(s.url(), std::chrono::milliseconds(300));
     json out;
     const failure f = c->call("acquire", "/v3/kv/range", json{{"key", "a"}}, out);
     c.reset();  // closes a kept connection the server still reads from
@@ -295,7 +345,7 @@ TEST(EtcdHttp, AServerThatNeverAnswersTimesOutWithinTheCommandTimeout) {
   });
   self = &s;
   const auto timeout = std::chrono::milliseconds(300);
-  auto c = client_for(s, timeout);
+  auto c = client_for(s.url(), timeout);
   json out;
   const auto t0 = std::chrono::steady_clock::now();
   const failure f = c->call("acquire", "/v3/kv/range", json{{"key", "a"}}, out);
@@ -319,7 +369,7 @@ TEST(EtcdHttp, AMalformedWatchAnswerIsAProtocolErrorNotAnException) {
       send_bytewise(fd, size + body + "\r\n");
       read_request(fd);  // until the client closes
     });
-    auto c = client_for(s, std::chrono::seconds(5));
+    auto c = client_for(s.url(), std::chrono::seconds(5));
     bool deleted = true;
     const failure f = c->wait_delete("k", 1, std::chrono::seconds(5), deleted);
     s.stop();
