@@ -379,6 +379,28 @@ TEST(EtcdHttp, AMalformedWatchAnswerIsAProtocolErrorNotAnException) {
   }
 }
 
+// HTTPS to a server that speaks plain HTTP, and a CA file that cannot be
+// read: protocol_error naming the member, with the fix.
+TEST(EtcdHttp, HttpsFailuresSayWhatToFix) {
+  fake_server s([](int fd, int) {
+    char buf[512];
+    if (::recv(fd, buf, sizeof buf, 0) > 0) send_text(fd, "HTTP/1.1 400 Bad Request\r\n\r\n");
+  });
+  const std::string tls_url = "etcds://" + s.member();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {tls_url, "is the member serving HTTPS (etcds://)"},
+      {tls_url + "?cacert=/nonexistent/ca.pem", "cannot read the CA file"},
+  };
+  for (const auto& [url, says] : cases) {
+    auto c = client_for(url, std::chrono::milliseconds(300));
+    json out;
+    const failure f = c->call("acquire", "/v3/kv/range", json{{"key", "a"}}, out);
+    EXPECT_EQ(f.code, std::make_error_code(std::errc::protocol_error)) << f.message;
+    EXPECT_NE(f.message.find(s.member()), std::string::npos) << f.message;
+    EXPECT_NE(f.message.find(says), std::string::npos) << f.message;
+  }
+}
+
 TEST(EtcdHttp, CredentialsThatAreNotUtf8AreABadArgument) {
   for (const char* url : {"etcd://%ff:pw@127.0.0.1:1", "etcd://user:%c3%28@127.0.0.1:1",
                           "etcd://user:%ed%a0%80@127.0.0.1:1", "etcd://%c0%80:pw@127.0.0.1:1"}) {

@@ -207,9 +207,13 @@ io_result stream_connection::handshake(const std::string& host, const tls_settin
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
     const int loaded = tls.cacert.empty() ? SSL_CTX_set_default_verify_paths(ctx)
                                           : SSL_CTX_load_verify_locations(ctx, tls.cacert.c_str(), nullptr);
-    if (loaded != 1)
+    if (loaded != 1) {
+      // Not kept: the next connect reads the file again (it may be fixed).
+      SSL_CTX_free(ctx);
+      ctx_ = nullptr;
       return fail(io_status::cert_untrusted, "cannot read the CA file \"" + tls.cacert + "\": " +
                                                  openssl_error("no certificate in it"));
+    }
   }
   SSL* ssl = SSL_new(static_cast<SSL_CTX*>(ctx_));
   BIO* bio = nosignal_method() ? BIO_new(nosignal_method()) : nullptr;
