@@ -1,8 +1,8 @@
 // A client of etcd's JSON gateway (/v3/... over HTTP/1.1) through the
 // library's own HTTP client (etcd/http_client.hpp): one kept-alive
-// connection per member, the current member used until it fails, then the
-// next member when a member cannot be reached or has no leader, and the
-// auth token (user and password) fetched once and again when it expires.
+// connection per member; requests go to the member that last answered and
+// fail over to the next when it cannot be reached or has no leader; the
+// auth token (user and password) is fetched once and again when it expires.
 #pragma once
 
 #include <chrono>
