@@ -13,6 +13,8 @@
 # tokenlock_static_etcd: ON when the static programs get the etcd backend
 # (TOKENLOCK_ETCD and OpenSSL's archives libssl.a and libcrypto.a found);
 # OFF leaves it out of them (tools/ and cgi-examples/ test it).
+# Linking libcrypto.a draws two linker warnings (dlopen, gethostbyname)
+# from code the lock never calls: docs/etcd.md, "Static link warnings".
 
 find_library(TOKENLOCK_BOOST_FILESYSTEM_ARCHIVE NAMES libboost_filesystem.a)
 if(TOKENLOCK_REDIS)
