@@ -41,12 +41,12 @@
 #include <vector>
 
 #include <curl/curl.h>
-#include <dlfcn.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "etcd/etcd_wait_stats.hpp"
 #include "etcd_bench_support.hpp"
 #include "tokenlock/etcd_lock.hpp"
 
@@ -69,9 +69,8 @@ long long mono_ns() {
 // When the release's delete was answered. release() sends the delete Txn
 // and then the revoke, and the next holder wakes from the delete: the
 // time after release() returns is a revoke later than the hand-off's start.
-// So this program wraps libcurl's curl_easy_perform (the library's one
-// call per request; the executable's definition comes first) and, while
-// armed, notes when each request's answer came back.
+// So, while armed, this program notes when each request's answer arrived
+// (the client's on_answer hook, etcd_wait_stats.hpp).
 struct answer_clock {
   bool armed = false;
   int answers = 0;
@@ -79,16 +78,11 @@ struct answer_clock {
 };
 answer_clock g_answers;
 
-}  // namespace
-
-extern "C" CURLcode curl_easy_perform(CURL* h) {
-  using perform_fn = CURLcode (*)(CURL*);
-  static const auto real = reinterpret_cast<perform_fn>(::dlsym(RTLD_NEXT, "curl_easy_perform"));
-  if (!real) die("libcurl's curl_easy_perform not found behind this program's wrapper");
-  const CURLcode rc = real(h);
+void note_answer() {
   if (g_answers.armed && g_answers.answers++ == 0) g_answers.first_ns = mono_ns();
-  return rc;
 }
+
+}  // namespace
 
 namespace {
 
@@ -251,10 +245,12 @@ void await_watchers(CURL* h, const std::vector<std::string>& members, long want,
 // when release() was called.
 long long release_timed(tokenlock::etcd_handle& h, long long& called) {
   g_answers = answer_clock{true, 0, 0};
+  tokenlock::detail::this_thread_etcd_wait_stats().on_answer = note_answer;
   called = mono_ns();
   h.release();
   const answer_clock a = g_answers;
   g_answers.armed = false;
+  tokenlock::detail::this_thread_etcd_wait_stats().on_answer = nullptr;
   if (a.answers != 2)
     die("handoff: release() sent " + std::to_string(a.answers) +
         " requests, not the delete and the revoke (a member failed over?)");
