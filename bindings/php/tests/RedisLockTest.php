@@ -7,6 +7,7 @@ namespace Tokenlock\Tests;
 use Tokenlock\BusyException;
 use Tokenlock\Exception;
 use Tokenlock\LockLostException;
+use Tokenlock\NotAcquiredException;
 use Tokenlock\Redis\Scripts;
 use Tokenlock\RedisLock;
 use Tokenlock\Tests\Support\Channel;
@@ -315,6 +316,78 @@ final class RedisLockTest extends TempDirTestCase
         $this->assertSame(0, $child->wait());
         $this->assertSame($lock->fence() . ' ' . $lock->owner(), $this->client->get('tokenlock:inherited'));
         $lock->release();
+    }
+
+    /** @return array<string, array{0: string, 1: int}> */
+    public function signals(): array
+    {
+        // Their numbers are the exit statuses of busy and lock_lost: a
+        // status read as an exit status would name those errors.
+        return ['SIGHUP' => ['HUP', 1], 'SIGQUIT' => ['QUIT', 3], 'SIGKILL' => ['KILL', 9]];
+    }
+
+    /**
+     * A stand-in for the command that runs the real one unless the file
+     * SIGNAL names a signal, which it then sends itself.
+     */
+    private function killableCommand(): string
+    {
+        $signal = escapeshellarg("$this->dir/signal");
+        $standIn = "$this->dir/tokenlock-stand-in";
+        file_put_contents($standIn, "#!/bin/sh\nif [ -f $signal ]; then ulimit -c 0; kill -\$(cat $signal) \$\$; fi\n"
+            . 'exec ' . escapeshellarg(Tool::path()) . " \"\$@\"\n");
+        chmod($standIn, 0755);
+        return $standIn;
+    }
+
+    private function assertKilled(callable $call, string $step, int $signal): void
+    {
+        try {
+            $call();
+            $this->fail("$step succeeded though its command was killed");
+        } catch (Exception $e) {
+            $this->assertNotInstanceOf(NotAcquiredException::class, $e, $e->getMessage());
+            $this->assertNotInstanceOf(LockLostException::class, $e, $e->getMessage());
+            $this->assertSame(['command_failed', 128 + $signal], [$e->getError(), $e->getCode()], $e->getMessage());
+            $this->assertStringContainsString("tokenlock: $step --redis", $e->getMessage());
+            $this->assertStringContainsString("was killed by signal $signal", $e->getMessage());
+            $this->assertStringContainsString('call again', $e->getMessage());
+        }
+    }
+
+    /** @dataProvider signals */
+    public function testACommandKilledByASignalIsNeitherBusyNorLost(string $name, int $number): void
+    {
+        $url = $this->server->url();
+        $o = ['backend' => 'command', 'command' => $this->killableCommand(), 'wait' => 0];
+        file_put_contents("$this->dir/signal", $name);
+        $this->assertKilled(fn () => RedisLock::acquire($url, 'killed', $o), 'acquire', $number);
+        $this->assertKilled(fn () => RedisLock::holder($url, 'killed', $o), 'status', $number);
+        $this->assertSame([], $this->client->keys('tokenlock:*'), 'nothing was written');
+        unlink("$this->dir/signal");
+        $lock = RedisLock::acquire($url, 'killed', $o);
+        $grant = $this->client->get('tokenlock:killed');
+        file_put_contents("$this->dir/signal", $name);
+        $this->assertKilled(fn () => $lock->refresh(60), 'refresh', $number);
+        $this->assertKilled(fn () => $lock->release(), 'release', $number);
+        $this->assertTrue($lock->isHeld(), 'a failed release leaves the grant held');
+        $this->assertSame($grant, $this->client->get('tokenlock:killed'), 'the grant is intact');
+        unlink("$this->dir/signal");
+        $lock->release();
+        // The fence key outlives every grant, so that fences keep increasing.
+        $this->assertSame(['tokenlock:killed:fence'], $this->client->keys('tokenlock:*'));
+    }
+
+    public function testTheLegacyTimeoutIsNotGivenToTheCommandsRedisLock(): void
+    {
+        \Tokenlock\setLegacyTimeout(5);
+        try {
+            $lock = RedisLock::acquire($this->server->url(), 'legacy', ['backend' => 'command', 'wait' => 0]);
+            $lock->release();
+        } finally {
+            \Tokenlock\setLegacyTimeout(null);
+        }
+        $this->assertSame(0, $this->client->exists('tokenlock:legacy'));
     }
 
     /** Without phpredis (php -n loads no extension) the command does the work. */
