@@ -34,11 +34,13 @@ final class RedisLock
     /** The lease without a `lease` option, as `tokenlock acquire --redis`. */
     public const DEFAULT_LEASE = 300.0;
     /** The wait without a `wait` option, as Lock::acquire() and the C++ client. */
-    public const DEFAULT_WAIT = 10.0;
+    public const DEFAULT_WAIT = Command::DEFAULT_WAIT;
     /** The protocol's longest lease, the same for every process. */
     public const MAX_LEASE = 86400.0;
 
     private const PREFIX = 'tokenlock:';
+    /** An owner id: host tag, pid, start time, nonce. */
+    private const OWNER = '/\A(.+-[0-9a-f]{8})\.([0-9]+)\.[0-9]+\.[0-9a-f]{16}\z/';
     private const OPTIONS = ['wait', 'lease', 'connect_timeout', 'command_timeout', 'backend', 'command'];
 
     private bool $held = true;
@@ -54,7 +56,7 @@ final class RedisLock
         private array $options,
         private ?Connection $conn,
     ) {
-        $this->ownerPid = self::pid();
+        $this->ownerPid = Native::pid();
     }
 
     /**
@@ -149,7 +151,7 @@ final class RedisLock
     /** Whether this object still holds the grant: false after release() or a lost lock. */
     public function isHeld(): bool
     {
-        return $this->held && self::pid() === $this->ownerPid;
+        return $this->held && Native::pid() === $this->ownerPid;
     }
 
     /**
@@ -186,7 +188,7 @@ final class RedisLock
     /** Releases a grant still held, only in the process that took it. */
     public function __destruct()
     {
-        if (!$this->held || self::pid() !== $this->ownerPid) {
+        if (!$this->held || Native::pid() !== $this->ownerPid) {
             return;
         }
         try {
@@ -217,13 +219,13 @@ final class RedisLock
     /** @param array<string, mixed> $o */
     private static function takeByCommand(string $url, string $name, array $o): self
     {
-        $args = $o['wait'] === null ? [] : ($o['wait'] <= 0 ? ['--nonblock'] : ['--wait', self::formatSeconds($o['wait'])]);
-        array_push($args, '--lease', self::formatSeconds($o['lease']), '--', $name);
+        $args = $o['wait'] === null ? [] : ($o['wait'] <= 0 ? ['--nonblock'] : ['--wait', Command::formatSeconds($o['wait'])]);
+        array_push($args, '--lease', Command::formatSeconds($o['lease']), '--', $name);
         $token = trim(CommandClient::run('acquire', $url, $args, $o, $o['wait'] !== null && $o['wait'] <= 0 ? 'busy' : 'timed_out'));
         if (!preg_match('/\A([0-9]{1,19})\.(.+)\z/', $token, $m)) {
             throw new Exception('command_failed', "tokenlock: acquire --redis $url $name: the command printed \"$token\", not a token", 70);
         }
-        return new self($url, $name, $m[2], self::toInt($m[1]), $o['lease'], $o, null);
+        return new self($url, $name, $m[2], Command::toInt($m[1]), $o['lease'], $o, null);
     }
 
     /** Runs the settle script (release or refresh of our grant). */
@@ -255,7 +257,7 @@ final class RedisLock
 
     private function settleByCommand(string $step, float $lease): void
     {
-        $args = $step === 'refresh' ? ['--lease', self::formatSeconds($lease)] : [];
+        $args = $step === 'refresh' ? ['--lease', Command::formatSeconds($lease)] : [];
         array_push($args, '--token', $this->token(), '--', $this->name);
         try {
             CommandClient::run($step, $this->url, $args, $this->options);
@@ -268,7 +270,7 @@ final class RedisLock
 
     private function checkOwner(string $step): void
     {
-        if (!$this->held || self::pid() !== $this->ownerPid) {
+        if (!$this->held || Native::pid() !== $this->ownerPid) {
             throw new Exception('not_owner', "tokenlock: $step: this RedisLock does not hold a grant (released, lost, or inherited by a forked child)", 70);
         }
     }
@@ -281,15 +283,15 @@ final class RedisLock
      */
     private static function options(string $name, array $options): array
     {
-        self::checkKeys($options, self::OPTIONS, 'RedisLock');
+        Command::checkKeys($options, self::OPTIONS, 'RedisLock');
         if ($name === '') {
             throw new Exception('bad_argument', 'tokenlock: bad redis_lock arguments: the lock name is empty', 64);
         }
         $o = $options;
-        $o['wait'] = array_key_exists('wait', $options) ? self::seconds($options['wait'], 'wait') : self::DEFAULT_WAIT;
+        $o['wait'] = array_key_exists('wait', $options) ? Command::seconds($options['wait'], 'wait') : self::DEFAULT_WAIT;
         $o['lease'] = self::lease($options['lease'] ?? self::DEFAULT_LEASE);
         foreach (['connect_timeout', 'command_timeout'] as $t) {
-            $o[$t] = self::seconds($options[$t] ?? 2.0, $t) ?? 2.0;
+            $o[$t] = Command::seconds($options[$t] ?? 2.0, $t) ?? 2.0;
             if ($o[$t] <= 0) {
                 throw new \InvalidArgumentException("Tokenlock\\RedisLock: $t must be more than 0 seconds");
             }
@@ -351,7 +353,7 @@ final class RedisLock
     /** "held by pid 123 on host web-1a2b3c4d (fence 17), 2.500 s of its lease left". */
     public static function describeHolder(string $owner, int|string $fence, int $pttlMs): string
     {
-        $who = preg_match('/\A(.+-[0-9a-f]{8})\.([0-9]+)\.[0-9]+\.[0-9a-f]{16}\z/', $owner, $m) ? "pid {$m[2]} on host {$m[1]}" : $owner;
+        $who = preg_match(self::OWNER, $owner, $m) ? "pid {$m[2]} on host {$m[1]}" : $owner;
         return "held by $who (fence $fence)" . ($pttlMs >= 0 ? sprintf(', %.3f s of its lease left', $pttlMs / 1000) : '');
     }
 
@@ -367,10 +369,10 @@ final class RedisLock
     /** @return array{owner: string, fence: int|string, remaining: float, pid: int, host_tag: string} */
     private static function holderInfo(string $owner, int|string $fence, int $pttlMs): array
     {
-        $parsed = preg_match('/\A(.+-[0-9a-f]{8})\.([0-9]+)\.[0-9]+\.[0-9a-f]{16}\z/', $owner, $m);
+        $parsed = preg_match(self::OWNER, $owner, $m);
         return [
             'owner' => $owner,
-            'fence' => is_int($fence) ? $fence : self::toInt((string) $fence),
+            'fence' => is_int($fence) ? $fence : Command::toInt((string) $fence),
             'remaining' => max(0, $pttlMs) / 1000.0,
             'pid' => $parsed ? (int) $m[2] : 0,
             'host_tag' => $parsed ? $m[1] : '',
@@ -378,86 +380,23 @@ final class RedisLock
     }
 
     /**
-     * Refuses option names it does not take, so that a misspelt option is
-     * not silently ignored.
-     *
-     * @param array<string, mixed> $options
-     * @param list<string> $known
-     */
-    private static function checkKeys(array $options, array $known, string $function): void
-    {
-        $unknown = array_diff(array_keys($options), $known);
-        if ($unknown) {
-            throw new \InvalidArgumentException("Tokenlock\\$function: unknown option '" . implode("', '", $unknown)
-                . "'; it takes " . implode(', ', $known));
-        }
-    }
-
-    /** A duration in seconds; null (and INF) mean no limit. */
-    private static function seconds(mixed $value, string $name): ?float
-    {
-        if ($value === null) {
-            return null;
-        }
-        if ((!is_int($value) && !is_float($value)) || is_nan((float) $value) || $value < 0) {
-            throw new \InvalidArgumentException("Tokenlock\\RedisLock: $name must be a number of seconds, 0 or more");
-        }
-        return is_infinite((float) $value) ? null : (float) $value;
-    }
-
-    /** Seconds as the command reads them: plain decimal, never an exponent. */
-    private static function formatSeconds(float $seconds): string
-    {
-        $text = rtrim(rtrim(sprintf('%.6F', $seconds), '0'), '.');
-        return $text === '' ? '0' : $text;
-    }
-
-    /** A decimal as an int, or as the string itself beyond PHP_INT_MAX. */
-    private static function toInt(string $digits): int|string
-    {
-        return strlen($digits) < 19 || (strlen($digits) === 19 && strcmp($digits, (string) PHP_INT_MAX) <= 0) ? (int) $digits : $digits;
-    }
-
-    private static function pid(): int
-    {
-        return function_exists('posix_getpid') ? posix_getpid() : getmypid();
-    }
-
-    /**
-     * A new owner id, `<host>-<hash8>.<pid>.<start>.<nonce16>`, made as the
-     * C++ library makes it (docs/protocol.md, Token grammar), so that its
-     * holder() and `tokenlock status --redis` read the pid and host.
+     * A new owner id, `<host>-<hash8>.<pid>.<start>.<nonce16>`: the file
+     * lock's identity of this process (docs/protocol.md, Token grammar), as
+     * the C++ library makes it, so that its holder() and `tokenlock status
+     * --redis` read the pid and host.
      */
     public static function ownerId(): string
     {
-        $pid = self::pid();
-        $stat = @file_get_contents("/proc/$pid/stat");
-        $start = '0';
-        if (is_string($stat) && ($close = strrpos($stat, ')')) !== false) {
-            $fields = preg_split('/ +/', trim(substr($stat, $close + 1)));
-            $start = preg_match('/\A[0-9]{1,20}\z/', $fields[19] ?? '') ? $fields[19] : '0';
-        }
-        return self::hostTag() . ".$pid.$start." . bin2hex(random_bytes(8));
+        $me = Native::identity();
+        return "{$me['tag']}.{$me['pid']}.{$me['start']}." . bin2hex(random_bytes(8));
     }
 
-    /** `<host>-<hash8>`: FNV-1a over boot id, pid namespace and host name. */
+    /**
+     * `<host>-<hash8>`: FNV-1a over boot id, pid namespace and host name
+     * (a random one where /proc cannot be read, as for the file lock).
+     */
     public static function hostTag(): string
     {
-        $name = (string) gethostname();
-        $host = $name === '' ? 'host' : (string) preg_replace('/[^A-Za-z0-9-]/', '_', substr($name, 0, 32));
-        $boot = @file_get_contents('/proc/sys/kernel/random/boot_id');
-        $boot = is_string($boot) ? explode("\n", $boot, 2)[0] : '';
-        $ns = @readlink('/proc/self/ns/pid');
-        $h = [0xcbf29ce4, 0x84222325];
-        foreach ([$boot, $ns === false ? '' : $ns, $host] as $s) {
-            for ($i = 0, $n = strlen($s); $i < $n; ++$i) {
-                $lo = $h[1] ^ ord($s[$i]);
-                // Times the prime 2^40 + 0x1b3, in 32-bit halves (PHP's
-                // integers turn into floats instead of wrapping).
-                $l = $lo * 0x1b3;
-                $h = [($h[0] * 0x1b3 + ($l >> 32) + ($lo << 8)) & 0xffffffff, $l & 0xffffffff];
-            }
-        }
-        return sprintf('%s-%08x', $host, $h[0] ^ $h[1]);
+        return Native::identity()['tag'];
     }
 }

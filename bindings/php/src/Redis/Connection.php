@@ -92,7 +92,7 @@ final class Connection
     /** The link for commands, opened again in a forked child. */
     private function link(string $step): \Redis
     {
-        $pid = function_exists('posix_getpid') ? posix_getpid() : getmypid();
+        $pid = \Tokenlock\Native::pid();
         if ($this->redis === null || $this->pid !== $pid) {
             // A parent's link is left to the parent: the child opens its own.
             $this->redis = $this->open($step);
