@@ -75,7 +75,7 @@ final class RedisLock
      *         `lock_corrupt` (a key the lock cannot read; the message says
      *         how to repair it)
      */
-    public static function acquire(string $url, string $name, array $options = []): self
+    public static function acquire(#[\SensitiveParameter] string $url, string $name, array $options = []): self
     {
         return self::take($url, $name, $options, true);
     }
@@ -85,7 +85,7 @@ final class RedisLock
      *
      * @param array<string, mixed> $options as for acquire(); `wait` is ignored
      */
-    public static function tryAcquire(string $url, string $name, array $options = []): ?self
+    public static function tryAcquire(#[\SensitiveParameter] string $url, string $name, array $options = []): ?self
     {
         try {
             return self::take($url, $name, ['wait' => 0] + $options, false);
@@ -102,13 +102,13 @@ final class RedisLock
      * @param array<string, mixed> $options as for acquire()
      * @return array{owner: string, fence: int|string, remaining: float, pid: int, host_tag: string}|null
      */
-    public static function holder(string $url, string $name, array $options = []): ?array
+    public static function holder(#[\SensitiveParameter] string $url, string $name, array $options = []): ?array
     {
         $o = self::options($name, $options);
         if ($o['backend'] === 'command') {
             $status = json_decode(CommandClient::run('status', $url, ['--json', '--', $name], $o), true);
             if (!is_array($status) || !isset($status['state'])) {
-                throw new Exception('command_failed', "tokenlock: status --redis $url $name: the command did not print a JSON status", 70);
+                throw new Exception('command_failed', "tokenlock: status " . Connection::serverOf($url) . " $name: the command did not print a JSON status; is it older than this module? Use the tokenlock command of the same release", 70);
             }
             return $status['state'] !== 'held' ? null
                 : self::holderInfo((string) $status['owner'], $status['fence'], (int) $status['remaining_ms']);
@@ -204,7 +204,7 @@ final class RedisLock
     }
 
     /** @param array<string, mixed> $options */
-    private static function take(string $url, string $name, array $options, bool $mayWait): self
+    private static function take(#[\SensitiveParameter] string $url, string $name, array $options, bool $mayWait): self
     {
         $o = self::options($name, $options);
         if ($o['backend'] === 'command') {
@@ -217,13 +217,13 @@ final class RedisLock
     }
 
     /** @param array<string, mixed> $o */
-    private static function takeByCommand(string $url, string $name, array $o): self
+    private static function takeByCommand(#[\SensitiveParameter] string $url, string $name, array $o): self
     {
         $args = $o['wait'] === null ? [] : ($o['wait'] <= 0 ? ['--nonblock'] : ['--wait', Command::formatSeconds($o['wait'])]);
         array_push($args, '--lease', Command::formatSeconds($o['lease']), '--', $name);
         $token = trim(CommandClient::run('acquire', $url, $args, $o, $o['wait'] !== null && $o['wait'] <= 0 ? 'busy' : 'timed_out'));
         if (!preg_match('/\A([0-9]{1,19})\.(.+)\z/', $token, $m)) {
-            throw new Exception('command_failed', "tokenlock: acquire --redis $url $name: the command printed \"$token\", not a token", 70);
+            throw new Exception('command_failed', "tokenlock: acquire " . Connection::serverOf($url) . " $name: the command printed \"$token\", not a token; is it older than this module? Use the tokenlock command of the same release", 70);
         }
         return new self($url, $name, $m[2], Command::toInt($m[1]), $o['lease'], $o, null);
     }
@@ -321,7 +321,7 @@ final class RedisLock
     }
 
     /** @param array<string, mixed> $o */
-    private static function connect(string $url, array $o): Connection
+    private static function connect(#[\SensitiveParameter] string $url, array $o): Connection
     {
         return new Connection($url, $o['connect_timeout'], $o['command_timeout']);
     }

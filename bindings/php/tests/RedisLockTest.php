@@ -268,7 +268,9 @@ final class RedisLockTest extends TempDirTestCase
                 $this->fail("accepted $url");
             } catch (Exception $e) {
                 $this->assertSame(['bad_argument', 64], [$e->getError(), $e->getCode()], $url);
-                $this->assertStringContainsString($url, $e->getMessage());
+                // What may be a user and password is not shown.
+                $shown = ['redis://us@h' => 'redis://***@h', 'redis://:%zz@h' => 'redis://***@h'][$url] ?? $url;
+                $this->assertStringContainsString("\"$shown\"", $e->getMessage());
             }
         }
     }
@@ -297,6 +299,83 @@ final class RedisLockTest extends TempDirTestCase
         $this->assertSame(0, $this->client->exists('tokenlock:db'));
         $this->client->select(0);
         $this->assertSame(0, $this->client->exists('tokenlock:db'));
+    }
+
+    /**
+     * Every text an exception carries: messages along its chain, command
+     * lines, and the trace with the calls' arguments.
+     */
+    private static function everythingShown(\Throwable $e): string
+    {
+        $text = '';
+        for (; $e !== null; $e = $e->getPrevious()) {
+            $text .= $e->getMessage() . "\n" . $e->getTraceAsString() . "\n";
+            if ($e instanceof Exception) {
+                $text .= implode(' ', $e->getCommandLine()) . "\n";
+            }
+        }
+        return $text;
+    }
+
+    public function testNoMessageShowsTheUrlsPassword(): void
+    {
+        $this->client->config('SET', 'requirepass', 'S3cr:et@pw');
+        $this->client->auth('S3cr:et@pw');
+        $port = $this->server->port;
+        // A port just freed, which nothing listens on.
+        $socket = stream_socket_server('tcp://127.0.0.1:0');
+        $closed = (int) substr((string) stream_socket_get_name($socket, false), strlen('127.0.0.1:'));
+        fclose($socket);
+        $good = "redis://:S3cr%3Aet%40pw@127.0.0.1:$port";
+        $held = RedisLock::acquire($good, 'secret', ['wait' => 0]);
+        $garbage = "$this->dir/garbage-tokenlock";
+        file_put_contents($garbage, "#!/bin/sh\necho 'not a token'\n");
+        chmod($garbage, 0755);
+        $calls = [
+            'wrong password' => ["redis://:S3crWrong@127.0.0.1:$port", 'x', [], "redis://127.0.0.1:$port"],
+            'a user and a wrong password' => ["redis://a:S3crWrong@127.0.0.1:$port/2", 'x', [], "redis://127.0.0.1:$port/2"],
+            'nobody listens' => ["redis://:S3cr%3Aet%40pw@127.0.0.1:$closed", 'x', [], "redis://127.0.0.1:$closed"],
+            'a bad port' => ['redis://:S3cr%3Aet%40pw@127.0.0.1:99999', 'x', [], 'redis://***@127.0.0.1:99999'],
+            'a bad database' => ["redis://a:S3cret@127.0.0.1:$port/x", 'x', [], "redis://***@127.0.0.1:$port/x"],
+            'a stray slash' => ["redis://:S3cr/et@127.0.0.1:$port", 'x', [], "redis://***@127.0.0.1:$port"],
+            'held' => [$good, 'secret', [], "redis://127.0.0.1:$port"],
+            'a command that prints no token' => [$good, 'x', ['command' => $garbage], "redis://127.0.0.1:$port"],
+        ];
+        // Traces with the calls' arguments, whole.
+        $ini = ['zend.exception_ignore_args' => '0', 'zend.exception_string_param_max_len' => '1000000'];
+        foreach ($ini as $setting => $value) {
+            $ini[$setting] = ini_set($setting, $value);
+        }
+        try {
+            foreach (['phpredis', 'command'] as $backend) {
+                foreach ($calls as $what => [$url, $name, $options, $server]) {
+                    if (isset($options['command']) && $backend === 'phpredis') {
+                        continue;
+                    }
+                    $o = ['backend' => $backend, 'wait' => 0] + $options;
+                    foreach (['acquire' => fn () => RedisLock::acquire($url, $name, $o), 'holder' => fn () => RedisLock::holder($url, $name, $o)] as $call => $fn) {
+                        if ($what === 'held' && $call === 'holder') {
+                            continue;
+                        }
+                        try {
+                            $fn();
+                            $this->fail("$backend $call, $what: no failure");
+                        } catch (Exception $e) {
+                            $shown = self::everythingShown($e);
+                            $this->assertStringNotContainsString('S3cr', $shown, "$backend $call, $what");
+                            $this->assertStringContainsString($server, $e->getMessage(), "$backend $call, $what: the server is named");
+                        }
+                    }
+                }
+            }
+        } finally {
+            foreach ($ini as $setting => $value) {
+                ini_set($setting, (string) $value);
+            }
+        }
+        $this->assertSame($held->fence() . ' ' . $held->owner(), $this->client->get('tokenlock:secret'), 'the held grant is intact');
+        $held->release();
+        $this->assertSame(['tokenlock:secret:fence'], $this->client->keys('tokenlock:*'), 'no failed call left a key');
     }
 
     public function testAForkedChildDoesNotReleaseItsParentsLock(): void
@@ -349,7 +428,7 @@ final class RedisLockTest extends TempDirTestCase
             $this->assertNotInstanceOf(NotAcquiredException::class, $e, $e->getMessage());
             $this->assertNotInstanceOf(LockLostException::class, $e, $e->getMessage());
             $this->assertSame(['command_failed', 128 + $signal], [$e->getError(), $e->getCode()], $e->getMessage());
-            $this->assertStringContainsString("tokenlock: $step --redis", $e->getMessage());
+            $this->assertStringContainsString("tokenlock: $step {$this->server->url()} killed", $e->getMessage());
             $this->assertStringContainsString("was killed by signal $signal", $e->getMessage());
             $this->assertStringContainsString('call again', $e->getMessage());
         }
