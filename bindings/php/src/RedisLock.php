@@ -70,7 +70,9 @@ final class RedisLock
      *        `backend`: `phpredis` or `command` (default: phpredis when
      *        loaded); `command`: the tokenlock command for that backend
      * @throws BusyException|TimeoutException when it stays held
-     * @throws Exception `bad_argument`, `system` (the server cannot be
+     * @throws Exception `bad_argument` (a bad URL or lease, an empty NAME
+     *         or one ending in :fence, :wake, :waiters or :handoff, the
+     *         keys of the lock named without it), `system` (the server cannot be
      *         reached: errno ECONNREFUSED, ETIMEDOUT), `server_error`,
      *         `lock_corrupt` (a key the lock cannot read; the message says
      *         how to repair it)
@@ -104,7 +106,7 @@ final class RedisLock
      */
     public static function holder(#[\SensitiveParameter] string $url, string $name, array $options = []): ?array
     {
-        $o = self::options($name, $options);
+        $o = self::options('status', $url, $name, $options);
         if ($o['backend'] === 'command') {
             $status = json_decode(CommandClient::run('status', $url, ['--json', '--', $name], $o), true);
             if (!is_array($status) || !isset($status['state'])) {
@@ -206,7 +208,7 @@ final class RedisLock
     /** @param array<string, mixed> $options */
     private static function take(#[\SensitiveParameter] string $url, string $name, array $options, bool $mayWait): self
     {
-        $o = self::options($name, $options);
+        $o = self::options('acquire', $url, $name, $options);
         if ($o['backend'] === 'command') {
             return self::takeByCommand($url, $name, $o);
         }
@@ -280,13 +282,15 @@ final class RedisLock
      *
      * @param array<string, mixed> $options
      * @return array{wait: ?float, lease: float, connect_timeout: float, command_timeout: float, backend: string, command?: string}
+     * @throws Exception `bad_argument` for an empty name, or one that ends in a suffix of the keys
      */
-    private static function options(string $name, array $options): array
+    private static function options(string $step, #[\SensitiveParameter] string $url, string $name, array $options): array
     {
         Command::checkKeys($options, self::OPTIONS, 'RedisLock');
         if ($name === '') {
             throw new Exception('bad_argument', 'tokenlock: bad redis_lock arguments: the lock name is empty', 64);
         }
+        self::checkName($step, $url, $name);
         $o = $options;
         $o['wait'] = array_key_exists('wait', $options) ? Command::seconds($options['wait'], 'wait') : self::DEFAULT_WAIT;
         $o['lease'] = self::lease($options['lease'] ?? self::DEFAULT_LEASE);
@@ -304,6 +308,20 @@ final class RedisLock
             throw new \InvalidArgumentException("Tokenlock\\RedisLock: backend must be 'phpredis' or 'command'");
         }
         return $o;
+    }
+
+    /**
+     * Refuses a name whose grant would be a key of another lock's: the
+     * lock X keeps tokenlock:X:fence, :wake, :waiters and :handoff.
+     */
+    private static function checkName(string $step, #[\SensitiveParameter] string $url, string $name): void
+    {
+        if (!preg_match('/:(fence|wake|waiters|handoff)\z/', $name, $m)) {
+            return;
+        }
+        $owner = substr($name, 0, -strlen($m[0]));
+        throw new Exception('bad_argument', "tokenlock: $step " . Connection::serverOf($url) . " $name: bad lock name: a lock name must not end in :fence, :wake, :waiters or :handoff: "
+            . "those are the keys of the lock named without that suffix (here \"$owner\"); nothing was read or written: choose a name without that ending", 64);
     }
 
     /** A lease in seconds, within the protocol's bounds. */

@@ -378,6 +378,52 @@ final class RedisLockTest extends TempDirTestCase
         $this->assertSame(['tokenlock:secret:fence'], $this->client->keys('tokenlock:*'), 'no failed call left a key');
     }
 
+    /** @return array<string, string> every key of the locks, with its value */
+    private function keysAndValues(): array
+    {
+        $all = [];
+        foreach ($this->client->keys('tokenlock:*') as $key) {
+            $all[$key] = $this->client->type($key) === \Redis::REDIS_LIST ? implode(',', $this->client->lRange($key, 0, -1)) : (string) $this->client->get($key);
+        }
+        ksort($all);
+        return $all;
+    }
+
+    public function testANameEndingInTheSuffixOfAKeyIsRefused(): void
+    {
+        $url = $this->server->url();
+        $held = RedisLock::acquire($url, 'X', ['wait' => 0]);
+        // A waiter makes the other keys: a release then wakes it.
+        $this->client->set('tokenlock:X:waiters', '1', ['px' => 60000]);
+        $before = $this->keysAndValues();
+        $this->assertArrayHasKey('tokenlock:X:fence', $before);
+        foreach (['phpredis', 'command'] as $backend) {
+            foreach (['fence', 'wake', 'waiters', 'handoff'] as $suffix) {
+                $o = ['backend' => $backend, 'wait' => 0];
+                $calls = ['acquire' => fn () => RedisLock::acquire($url, "X:$suffix", $o), 'try' => fn () => RedisLock::tryAcquire($url, "X:$suffix", $o),
+                    'status' => fn () => RedisLock::holder($url, "X:$suffix", $o)];
+                foreach ($calls as $call => $fn) {
+                    try {
+                        $fn();
+                        $this->fail("$backend $call X:$suffix was not refused");
+                    } catch (Exception $e) {
+                        $this->assertSame(['bad_argument', 64], [$e->getError(), $e->getCode()], "$backend $call: {$e->getMessage()}");
+                        $this->assertStringContainsString($url . " X:$suffix: bad lock name: a lock name must not end in :fence, :wake, :waiters or :handoff: those are the keys of the lock named without that suffix", $e->getMessage());
+                        $this->assertSame([], $e->getCommandLine(), 'no command ran');
+                    }
+                }
+            }
+        }
+        $this->assertSame($before, $this->keysAndValues(), 'nothing was read into a grant or written');
+        $this->assertTrue($held->isHeld());
+        // Only the end of a name counts.
+        foreach (['X:fenced', 'X:fence:1', 'fence', 'X:Fence'] as $name) {
+            RedisLock::acquire($url, $name, ['wait' => 0])->release();
+        }
+        $held->release();
+        $this->client->del('tokenlock:X:waiters', 'tokenlock:X:wake', 'tokenlock:X:handoff');
+    }
+
     public function testAForkedChildDoesNotReleaseItsParentsLock(): void
     {
         $lock = RedisLock::acquire($this->server->url(), 'inherited');
