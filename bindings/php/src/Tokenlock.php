@@ -464,19 +464,16 @@ final class Lock
     private string $dir;
     private string $token;
     private ?float $lease;
-    /** @var array{command?: string} */
-    private array $commandOption;
     private int $ownerPid;
     private bool $held = true;
 
-    /** @param array{command?: string} $commandOption */
-    private function __construct(string $dir, string $token, ?float $lease, array $commandOption)
+    /** Made right after Native::acquire() made TOKEN: its pid is this process's. */
+    private function __construct(string $dir, string $token, ?float $lease)
     {
         $this->dir = $dir;
         $this->token = $token;
         $this->lease = $lease;
-        $this->commandOption = $commandOption;
-        $this->ownerPid = Native::pid();
+        $this->ownerPid = Native::tokenPid();
     }
 
     /**
@@ -502,7 +499,7 @@ final class Lock
         $lease = isset($options['lease']) ? Command::seconds($options['lease'], 'lease') : null;
         $path = Native::lockPath($dir);
         $token = Native::acquire($path, $wait, Native::leaseUs($lease));
-        return new self($dir, $token, $lease, array_intersect_key($options, ['command' => 1]));
+        return new self($dir, $token, $lease);
     }
 
     /**
@@ -1102,6 +1099,15 @@ final class Native
     }
 
     /**
+     * The pid of the last token made: this process's until it forks, so
+     * right after a call that made a token it needs no system call.
+     */
+    public static function tokenPid(): int
+    {
+        return self::$identity['pid'] ?? self::pid();
+    }
+
+    /**
      * pid, start time and host tag, as posix_os.cpp makes them; read again
      * in a forked child, whose pid differs.
      *
@@ -1551,15 +1557,18 @@ final class Native
      */
     private static function round(string $dir, int $leaseUs, bool &$exists, array &$givenUp, string &$reason, bool $look, bool $first): string|bool
     {
-        $mine = self::token(self::nowUs() + $leaseUs);
         clearstatcache(true, "$dir/" . self::FREE);
         $try = $exists && ($first || @lstat("$dir/" . self::FREE) !== false);
+        // Only a rename needs a token: a waiter's round mostly has none to try.
+        $mine = $try ? self::token(self::nowUs() + $leaseUs) : '';
         $errno = $try ? self::rename("$dir/" . self::FREE, "$dir/$mine") : 2;
         if ($errno !== 0 && $errno !== 2) {
             throw self::systemError('acquire', $dir, 'cannot rename the free token ' . self::FREE . " to $mine", $errno, $errno === 1 ? self::stickyFix($dir) : '');
         }
         // ENOENT: an NFS client may retransmit a rename whose reply was lost.
-        clearstatcache(true, "$dir/$mine");
+        if ($try) {
+            clearstatcache(true, "$dir/$mine");
+        }
         if ($errno === 0 || ($try && @lstat("$dir/$mine") !== false)) {
             return self::finish($dir, $mine, null, $leaseUs, $givenUp, $reason) ? $mine : false;
         }

@@ -351,6 +351,18 @@ final class SymfonyStoreTest extends TempDirTestCase
         $this->assertSame('kept', file_get_contents($this->locks));
     }
 
+    public function testTheStoreKeepsNoStateItDoesNotUse(): void
+    {
+        $names = array_map(fn (\ReflectionProperty $p) => $p->getName(), (new \ReflectionClass(TokenlockStore::class))->getProperties());
+        sort($names);
+        $this->assertSame(['directory', 'initialTtl'], $names);
+        // The option older calls give is still accepted.
+        $lock = (new LockFactory(new TokenlockStore($this->locks, 300, ['command' => '/nonexistent/tokenlock'])))->createLock('old-call');
+        $this->assertTrue($lock->acquire());
+        $lock->release();
+        $this->assertSame('lockfile', $this->tokenOf('old-call'));
+    }
+
     public function testTtlOutsideTheLeaseBoundsIsRefused(): void
     {
         $this->expectException(\Symfony\Component\Lock\Exception\InvalidTtlException::class);

@@ -44,8 +44,6 @@ final class TokenlockStore implements BlockingStoreInterface
 
     private string $directory;
     private float $initialTtl;
-    /** @var array{command?: string} */
-    private array $options;
 
     /**
      * @param string $directory  where the lock directories are made; created
@@ -55,7 +53,8 @@ final class TokenlockStore implements BlockingStoreInterface
      * @param float  $initialTtl the lease, in seconds, that save() and
      *                           waitAndSave() give a lock before any
      *                           refresh() (Symfony's ttl)
-     * @param array{command?: string} $options passed to Tokenlock\Lock::acquire()
+     * @param array{command?: string} $options still accepted, so that older
+     *                           calls keep working: a lock runs no command
      * @throws InvalidArgumentException when the directory cannot be made or written
      * @throws InvalidTtlException for a TTL of 0 or less, or beyond 86400 s
      * @throws Exception `untrusted` when the directory is a symbolic link or
@@ -73,7 +72,6 @@ final class TokenlockStore implements BlockingStoreInterface
         self::prepare($directory);
         $this->directory = $directory;
         $this->initialTtl = $initialTtl;
-        $this->options = array_intersect_key($options, ['command' => 1]);
     }
 
     /**
@@ -207,7 +205,7 @@ final class TokenlockStore implements BlockingStoreInterface
             return;
         }
         try {
-            $lock = Lock::acquire($this->lockDirectory((string) $key), ['wait' => $wait, 'lease' => $this->initialTtl] + $this->options);
+            $lock = Lock::acquire($this->lockDirectory((string) $key), ['wait' => $wait, 'lease' => $this->initialTtl]);
         } catch (NotAcquiredException $e) {
             throw new LockConflictedException(sprintf('TokenlockStore: the lock "%s" is held by another process: %s', $key, $e->getMessage()), 0, $e);
         } catch (Exception $e) {
