@@ -200,6 +200,18 @@ final class RedisLock
         }
     }
 
+    /**
+     * What var_dump() and print_r() show: the server without the URL's
+     * user and password.
+     *
+     * @return array<string, mixed>
+     */
+    public function __debugInfo(): array
+    {
+        return ['server' => Connection::serverOf($this->url), 'name' => $this->name, 'owner' => $this->owner,
+            'fence' => $this->fence, 'lease' => $this->lease, 'held' => $this->isHeld()];
+    }
+
     // A copy would release the same grant twice.
     private function __clone()
     {

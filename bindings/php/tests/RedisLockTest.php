@@ -389,6 +389,19 @@ final class RedisLockTest extends TempDirTestCase
         return $all;
     }
 
+    public function testADumpedLockShowsTheServerWithoutThePassword(): void
+    {
+        $this->client->config('SET', 'requirepass', 'S3cr:et@pw');
+        $lock = RedisLock::acquire("redis://:S3cr%3Aet%40pw@127.0.0.1:{$this->server->port}", 'dumped', ['wait' => 0]);
+        ob_start();
+        var_dump($lock);
+        $shown = ob_get_clean() . print_r($lock, true);
+        $this->assertStringNotContainsString('S3cr', $shown);
+        $this->assertStringContainsString("redis://127.0.0.1:{$this->server->port}", $shown);
+        $lock->release();
+        $this->assertFalse($lock->isHeld());
+    }
+
     public function testANameEndingInTheSuffixOfAKeyIsRefused(): void
     {
         $url = $this->server->url();
