@@ -745,7 +745,7 @@ final class Command
             // Its exit status would be a guess: a signal is no error name.
             throw new Exception('command_failed', ($message !== '' ? "$message\n" : '')
                 . "tokenlock: $where: the command {$argv[0]} was killed by signal $signal before it finished, so what it did is not known"
-                . ' (a lock it took frees when its lease ends); find what sent the signal (the kernel log names the out-of-memory killer) and call again', 128 + $signal, $argv);
+                . ' (a lock it took is free at the latest when its lease ends); find what sent the signal (the kernel log names the out-of-memory killer) and call again', 128 + $signal, $argv);
         }
         if ($message === '') {
             $message = "tokenlock: $where: {$argv[0]} exited with status $status";
@@ -1099,8 +1099,8 @@ final class Native
     }
 
     /**
-     * The pid of the last token made: this process's until it forks, so
-     * right after a call that made a token it needs no system call.
+     * The pid identity() last read, which made the last token: right after
+     * a call that made one it is this process's, without a system call.
      */
     public static function tokenPid(): int
     {
