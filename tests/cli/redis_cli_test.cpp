@@ -147,6 +147,14 @@ TEST_F(RedisCliTest, ServerErrorsHaveTheirExitCodesAndNameTheServer) {
   EXPECT_NE(refused.err.find("redis://127.0.0.1:" + std::to_string(port)), std::string::npos)
       << refused.err;
 
+  for (const char* leaky : {"redis://:se%zzcret@127.0.0.1:6379", "redis://u:se/cret@h:99999",
+                                   "unix://:se@cret@/tmp/r.sock?db=x"}) {
+    auto b = tl({"status", "--redis", leaky, "coupons"});
+    EXPECT_EQ(b.exit_code, 64) << b.err;
+    EXPECT_NE(b.err.find("bad Redis URL"), std::string::npos) << b.err;
+    EXPECT_EQ(b.err.find("cret"), std::string::npos) << "the password leaked: " << b.err;
+    EXPECT_NE(b.err.find("***@"), std::string::npos) << b.err;
+  }
   auto bad = tl({"status", "--redis", "http://x", "coupons"});
   EXPECT_EQ(bad.exit_code, 64) << bad.err;
   EXPECT_NE(bad.err.find("must start with redis://"), std::string::npos) << bad.err;
