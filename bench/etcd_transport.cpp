@@ -13,8 +13,11 @@
 //                   then grant, Txn, delete Txn, revoke)
 //   raw_cold        a fresh process: the same four requests sent bare by the
 //                   same client over one new connection
+//   curl_raw_cold   the same through libcurl (the transport the library
+//                   used before its own HTTP client), a fresh process
 //   lock_warm       acquire + release in this process, connection kept
 //   raw_warm        the four bare requests in this process, connection kept
+//   curl_raw_warm   the same through libcurl, its connection kept
 //   etcdctl_lock    `etcdctl lock NAME true`: etcd's own (gRPC) client, one
 //                   process per cycle
 // A gRPC C++ client is not among them: see docs/etcd.md for what it takes.
@@ -32,6 +35,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#ifdef TOKENLOCK_BENCH_CURL
+#include <curl/curl.h>
+#endif
+
 #include "etcd/etcd_client.hpp"
 #include "etcd/etcd_requests.hpp"
 #include "tokenlock/etcd_lock.hpp"
@@ -47,24 +54,118 @@ using tokenlock::detail::failure;
   std::exit(2);
 }
 
-std::unique_ptr<etcd_client> make_client(const std::string& url) {
+using tokenlock::detail::json;
+
+tokenlock::detail::etcd_url parse_url(const std::string& url) {
   tokenlock::detail::etcd_url u;
   if (failure f = tokenlock::detail::parse_etcd_url(url, u)) die(f.message);
-  return std::make_unique<etcd_client>(u, std::chrono::seconds(2), std::chrono::seconds(2));
+  return u;
 }
 
-// The lock's four requests, sent bare: the floor an acquire + release
-// is compared with.
-void raw_cycle(etcd_client& c, const std::string& key) {
-  using namespace tokenlock::detail;
-  long long id = 0, ttl = 0, rev = 0;
-  bool created = false, has_first = false, deleted = false, gone = false;
-  etcd_kv first;
-  failure f = lease_grant(c, 60, id, ttl);
-  if (!f) f = put_if_absent(c, key + std::to_string(id), "bench", id, key, created, rev, first, has_first);
-  if (!f) f = delete_if_revision(c, key + std::to_string(id), rev, deleted);
-  if (!f) f = lease_revoke(c, "release", id, gone);
-  if (f || !created || !deleted) die("raw cycle failed: " + f.message);
+// One way of POSTing a request to the gateway and parsing its answer, so
+// that the same bare requests run over either transport.
+class transport {
+ public:
+  virtual ~transport() = default;
+  virtual json post(const char* path, const json& body) = 0;  // dies on failure
+};
+
+// The library's own HTTP client (through etcd_client, as the lock uses it).
+class own_transport : public transport {
+ public:
+  explicit own_transport(const std::string& url)
+      : c_(parse_url(url), std::chrono::seconds(2), std::chrono::seconds(2)) {}
+  json post(const char* path, const json& body) override {
+    json out;
+    if (failure f = c_.call("bench", path, body, out)) die(f.message);
+    return out;
+  }
+
+ private:
+  etcd_client c_;
+};
+
+#ifdef TOKENLOCK_BENCH_CURL
+// libcurl, as the library called it before it had its own client: one
+// easy handle (its connection kept alive) to the URL's first member.
+class curl_transport : public transport {
+ public:
+  explicit curl_transport(const std::string& url) : member_(parse_url(url).members.at(0)) {
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    h_ = curl_easy_init();
+    if (!h_) die("curl_easy_init failed");
+    headers_ = curl_slist_append(nullptr, "Content-Type: application/json");
+  }
+  ~curl_transport() override {
+    curl_slist_free_all(headers_);
+    curl_easy_cleanup(h_);
+  }
+  json post(const char* path, const json& body) override {
+    const std::string target = member_ + path, text = body.dump();
+    std::string answer;
+    curl_easy_setopt(h_, CURLOPT_URL, target.c_str());
+    curl_easy_setopt(h_, CURLOPT_POST, 1L);
+    curl_easy_setopt(h_, CURLOPT_POSTFIELDS, text.c_str());
+    curl_easy_setopt(h_, CURLOPT_POSTFIELDSIZE, static_cast<long>(text.size()));
+    curl_easy_setopt(h_, CURLOPT_HTTPHEADER, headers_);
+    curl_easy_setopt(h_, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h_, CURLOPT_CONNECTTIMEOUT_MS, 2000L);
+    curl_easy_setopt(h_, CURLOPT_TIMEOUT_MS, 2000L);
+    curl_easy_setopt(h_, CURLOPT_WRITEFUNCTION, on_write);
+    curl_easy_setopt(h_, CURLOPT_WRITEDATA, &answer);
+    curl_easy_setopt(h_, CURLOPT_TCP_NODELAY, 1L);
+    const CURLcode rc = curl_easy_perform(h_);
+    if (rc != CURLE_OK) die(member_ + path + ": " + curl_easy_strerror(rc));
+    json out = json::parse(answer, nullptr, false);
+    if (out.is_discarded() || out.contains("error")) die(member_ + path + ": " + answer);
+    return out;
+  }
+
+ private:
+  static size_t on_write(char* p, size_t size, size_t n, void* user) {
+    static_cast<std::string*>(user)->append(p, size * n);
+    return size * n;
+  }
+  std::string member_;
+  CURL* h_ = nullptr;
+  curl_slist* headers_ = nullptr;
+};
+#endif
+
+std::unique_ptr<transport> make_transport(const std::string& kind, const std::string& url) {
+#ifdef TOKENLOCK_BENCH_CURL
+  if (kind == "curl") return std::make_unique<curl_transport>(url);
+#endif
+  if (kind == "own") return std::make_unique<own_transport>(url);
+  die("unknown transport " + kind);
+}
+
+// The lock's four requests (etcd_requests.cpp: lease_grant, put_if_absent,
+// delete_if_revision, lease_revoke), sent bare with the same bodies: the
+// floor an acquire + release is compared with.
+void raw_cycle(transport& t, const std::string& dir) {
+  using tokenlock::detail::base64_encode;
+  const json grant = t.post("/v3/lease/grant", json{{"TTL", "60"}});
+  const std::string id = grant.value("ID", std::string());
+  const std::string k = base64_encode(dir + id);
+  const json range{{"key", base64_encode(dir)},
+                   {"range_end", base64_encode(tokenlock::detail::prefix_end(dir))},
+                   {"limit", "1"},
+                   {"sort_order", "ASCEND"},
+                   {"sort_target", "CREATE"}};
+  const json put = t.post(
+      "/v3/kv/txn",
+      json{{"compare", json::array({{{"key", k}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}}})},
+           {"success", json::array({{{"request_put", {{"key", k}, {"value", base64_encode("bench")}, {"lease", id}}}},
+                                    {{"request_range", range}}})}});
+  const std::string rev = put.value("header", json::object()).value("revision", std::string());
+  const json del = t.post(
+      "/v3/kv/txn",
+      json{{"compare", json::array({{{"key", k}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", rev}}})},
+           {"success", json::array({{{"request_delete_range", {{"key", k}}}}})}});
+  t.post("/v3/lease/revoke", json{{"ID", id}});
+  if (id.empty() || !put.value("succeeded", false) || !del.value("succeeded", false))
+    die("raw cycle failed: " + put.dump() + " " + del.dump());
 }
 
 void lock_cycle(tokenlock::etcd_lock& lock) { lock.acquire().release(); }
@@ -76,8 +177,8 @@ int child_main(const std::string& mode, const std::string& url) {
     lock_cycle(lock);
     return 0;
   }
-  if (mode == "raw") {
-    raw_cycle(*make_client(url), "tokenlock/bench-raw-cold/");
+  if (mode == "own" || mode == "curl") {
+    raw_cycle(*make_transport(mode, url), "tokenlock/bench-raw-cold/");
     return 0;
   }
   die("unknown child mode " + mode);
@@ -100,10 +201,8 @@ void run_process(const std::vector<std::string>& argv) {
 
 // etcdctl's endpoints from our URL (plain http members only).
 std::string etcdctl_endpoints(const std::string& url) {
-  tokenlock::detail::etcd_url u;
-  if (failure f = tokenlock::detail::parse_etcd_url(url, u)) die(f.message);
   std::string e;
-  for (const auto& m : u.members) e += (e.empty() ? "" : ",") + m;
+  for (const auto& m : parse_url(url).members) e += (e.empty() ? "" : ",") + m;
   return e;
 }
 
@@ -127,16 +226,21 @@ int main(int argc, char** argv) {
   if (url.empty() || rounds < 1 || cycles < 1) die("usage: etcd_transport [--rounds N] [--cycles N] URL");
   const std::string self = argv[0], endpoints = etcdctl_endpoints(url);
   tokenlock::etcd_lock warm_lock(url, "bench-lock-warm");
-  auto warm_client = make_client(url);
-  const std::map<std::string, std::function<void()>> workloads{
+  auto warm_own = make_transport("own", url);
+  std::map<std::string, std::function<void()>> workloads{
       {"process_floor", [&] { run_process({self, "--child", "noop", url}); }},
       {"lock_cold", [&] { run_process({self, "--child", "lock", url}); }},
-      {"raw_cold", [&] { run_process({self, "--child", "raw", url}); }},
+      {"raw_cold", [&] { run_process({self, "--child", "own", url}); }},
       {"lock_warm", [&] { lock_cycle(warm_lock); }},
-      {"raw_warm", [&] { raw_cycle(*warm_client, "tokenlock/bench-raw-warm/"); }},
+      {"raw_warm", [&] { raw_cycle(*warm_own, "tokenlock/bench-raw-warm/"); }},
       {"etcdctl_lock",
        [&] { run_process({"etcdctl", "--endpoints=" + endpoints, "lock", "bench-etcdctl", "true"}); }},
   };
+#ifdef TOKENLOCK_BENCH_CURL
+  auto warm_curl = make_transport("curl", url);
+  workloads["curl_raw_cold"] = [&] { run_process({self, "--child", "curl", url}); };
+  workloads["curl_raw_warm"] = [&] { raw_cycle(*warm_curl, "tokenlock/bench-curl-warm/"); };
+#endif
   std::vector<std::string> order;
   for (const auto& w : workloads) order.push_back(w.first);
   std::map<std::string, std::vector<double>> us;
@@ -157,5 +261,10 @@ int main(int argc, char** argv) {
   std::printf("ratio (lock_cold-floor)/(raw_cold-floor) %.3f\n",
               (m("lock_cold") - m("process_floor")) / (m("raw_cold") - m("process_floor")));
   std::printf("ratio etcdctl_lock/lock_cold      %.3f\n", m("etcdctl_lock") / m("lock_cold"));
+#ifdef TOKENLOCK_BENCH_CURL
+  std::printf("ratio raw_warm/curl_raw_warm      %.3f\n", m("raw_warm") / m("curl_raw_warm"));
+  std::printf("ratio (raw_cold-floor)/(curl_raw_cold-floor) %.3f\n",
+              (m("raw_cold") - m("process_floor")) / (m("curl_raw_cold") - m("process_floor")));
+#endif
   return 0;
 }

@@ -14,17 +14,10 @@ bench=$build/bench/redis_bench
 [ -x "$bench" ] || { echo "redis_bench: build it first ($bench)" >&2; exit 1; }
 command -v redis-server >/dev/null || { echo "SKIP: redis-server is not installed"; exit 77; }
 here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d)
-pid=
-trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; rm -rf "$work"' EXIT
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-: >"$work/log"
-redis-server --port "$port" --bind 127.0.0.1 --requirepass bench --save "" --appendonly no \
-  --dir "$work" --logfile "$work/log" --daemonize no &
-pid=$!
-{ timeout 20 tail -n +1 -F "$work/log" 2>/dev/null || true; } | grep -q -m1 "Ready to accept connections" ||
-  { echo "redis-server did not start" >&2; exit 1; }
-url="redis://:bench@127.0.0.1:$port"
+. "$here/redis_server.sh"
+trap redis_server_stop EXIT
+redis_server_start
+url=$redis_server_url port=$redis_server_port
 if [ $quick = 1 ]; then rounds=2 n=50 hand=5 secs=0.2 procs="2 4"; else rounds=301 n=30 hand=200 secs=3 procs="2 4 8 16"; fi
 py=0
 /usr/bin/python3 -c "import redis" 2>/dev/null && py=1 || echo "note: python3-redis is missing; redis-py figures left out"
@@ -33,10 +26,10 @@ py=0
 # about 110 us when client and server run on different CPUs, 13 us when
 # they share one. The same pair, pinned both ways, shows what the lock's
 # scripts cost against each.
-if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ] && taskset -pc 0 "$pid" >/dev/null 2>&1; then
+if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ] && taskset -pc 0 "$redis_server_pid" >/dev/null 2>&1; then
   taskset -c 0 "$bench" "$url" pair "$rounds" "$n" | sed 's/name=/name=same_cpu_/'
   taskset -c 1 "$bench" "$url" pair "$rounds" "$n" | sed 's/name=/name=other_cpu_/'
-  taskset -pc "0-$(($(nproc) - 1))" "$pid" >/dev/null
+  taskset -pc "0-$(($(nproc) - 1))" "$redis_server_pid" >/dev/null
 fi
 [ $py = 1 ] && /usr/bin/python3 "$here/redis_py_bench.py" "$port" bench pair "$rounds" "$n"
 "$bench" "$url" handoff "$hand"

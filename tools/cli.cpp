@@ -9,6 +9,7 @@
 
 #include <sys/resource.h>
 
+#include "commands_server.hpp"
 #include "tokenlock/decimal.hpp"
 #include "tokenlock/errors.hpp"
 
@@ -46,7 +47,7 @@ int exit_code_for(std::error_code ec, int busy_code) {
     case ENOTDIR:
     case ENAMETOOLONG: return exit_code::cant_create;
     case EIO: return exit_code::io_error;
-    // A lock server (--redis) that cannot be reached or does not answer.
+    // A lock server (--redis, --etcd) that cannot be reached or does not answer.
     case ECONNREFUSED:
     case ECONNRESET:
     case EHOSTUNREACH:
@@ -194,7 +195,7 @@ po::options_description run_options() {
   add_lease_option(d, "the lease, kept alive while CMD runs", 60);
   add_dir_mode_option(d);
   d.add_options()("verbose,v", "say why when the lock is busy");
-  add_redis_option(d);
+  add_server_options(d);
   return d;
 }
 
@@ -312,10 +313,6 @@ lock_options directory_options(const po::variables_map& v, lock_options o) {
   return o;
 }
 
-void refuse_dir_mode_with_redis(const po::variables_map& v) {
-  if (v.count("dir-mode")) throw po::error("--dir-mode has no meaning with --redis");
-}
-
 std::string file_too_large_hint(std::error_code ec, const std::string& file,
                                 const std::string& message) {
   if (ec != std::errc::file_too_large || message.find("ulimit -f") != std::string::npos) return {};
@@ -368,12 +365,6 @@ lock_options legacy_applied(const po::variables_map& v, lock_options o) {
   if (v.count("legacy-timeout"))
     o.legacy_timeout = seconds_option("legacy-timeout", v["legacy-timeout"].as<double>(), false);
   return o;
-}
-
-void add_redis_option(po::options_description& d) {
-  d.add_options()("redis", po::value<std::string>()->value_name("URL"),
-                  "the lock is the NAME given for LOCKDIR in this Redis server "
-                  "(redis://[[user]:password@]host[:port][/db] or unix:///path[?db=N])");
 }
 
 void apply_wait_budget(const po::variables_map& v, lock_options& o,

@@ -29,7 +29,7 @@ constexpr int usage = 64;        // EX_USAGE: bad command line, any malformed ar
 constexpr int data = 65;         // EX_DATAERR: corrupt counter, an overflow, empty input
 constexpr int no_input = 66;     // EX_NOINPUT: a file or directory that must exist does not
 constexpr int unavailable = 69;  // EX_UNAVAILABLE: the lock directory needs a human (corrupt), or
-                                 // the Redis server cannot be reached or refuses (--redis)
+                                 // the lock server cannot be reached or refuses (--redis, --etcd)
 constexpr int software = 70;     // EX_SOFTWARE: internal error
 constexpr int os_error = 71;     // EX_OSERR: any other system error
 constexpr int cant_create = 73;  // EX_CANTCREAT: no space, quota, read-only, not a file
@@ -130,8 +130,6 @@ void apply_dir_mode(const po::variables_map& v, lock_options& o);
 // The options of a lock directory: --legacy-timeout and the directory mode
 // applied (the defaults otherwise).
 lock_options directory_options(const po::variables_map& v, lock_options o = {});
-// Throws po::error when --dir-mode was given to a command using --redis.
-void refuse_dir_mode_with_redis(const po::variables_map& v);
 
 // What to add to a message about FILE when a write failed with EFBIG
 // ("" for any other error): the process's file size limit (ulimit -f,
@@ -151,9 +149,6 @@ void add_legacy_option(po::options_description& d);
 // A lock_options with it applied (the defaults otherwise).
 lock_options legacy_applied(const po::variables_map& v, lock_options o = {});
 
-// --redis URL, for the lock commands: the lock is then a NAME in that
-// Redis server instead of a directory (commands_redis.cpp).
-void add_redis_option(po::options_description& d);
 
 // `run`'s arguments, split by hand at LOCKDIR (flock's syntax) so that the
 // command's own arguments are never parsed: options (each option that takes

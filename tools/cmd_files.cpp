@@ -2,6 +2,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <functional>
 #include <iostream>
 
 #include <poll.h>
@@ -9,6 +10,7 @@
 
 #include "cli.hpp"
 #include "commands.hpp"
+#include "commands_server.hpp"
 #include "tokenlock/tokenlock.hpp"
 
 namespace tokenlock::cli {
@@ -22,12 +24,16 @@ durability parse_sync(const std::string& s) {
   throw po::error("--sync takes none, file or file_and_dir");
 }
 
-int write_stdin(const std::string& file, const write_options& wo, const std::string& lock_dir,
-                const lock_options& lo, bool allow_empty);
+// Replaces the file with `contents` under the lock the command line names.
+using locked_write = std::function<void(const update_function&, const update_options&,
+                                        std::error_code&)>;
+
+int write_stdin(const std::string& file, const write_options& wo, const locked_write& locked,
+                bool allow_empty);
 
 void add_file_options(po::options_description& d) {
   d.add_options()("lock", po::value<std::string>()->value_name("LOCKDIR"),
-                  "hold this lock while writing")(
+                  "hold this lock while writing (with --redis or --etcd: the lock's NAME)")(
       "sync", po::value<std::string>()->value_name("LEVEL")->default_value("file_and_dir"),
       "durability: none, file or file_and_dir")(
       "wait,w", po::value<double>()->value_name("SECS"),
@@ -35,6 +41,29 @@ void add_file_options(po::options_description& d) {
       "nonblock,n", "fail at once if the lock is busy");
   add_legacy_option(d);
   add_dir_mode_option(d);
+  add_server_options(d);
+}
+
+// The lock server of write or incr, whose lock is named by --lock NAME;
+// std::nullopt for a lock directory. Throws po::error (exit 64) for a
+// server without --lock, and reports (`unavailable`, exit 70) a server
+// this build has no backend for.
+std::optional<server_lock> file_server_lock(const po::variables_map& v,
+                                            std::optional<int>& unavailable) {
+  if (!v.count("redis") && !v.count("etcd")) return std::nullopt;
+  if (!v.count("lock"))
+    throw po::error(std::string(v.count("redis") ? "--redis" : "--etcd") +
+                    " needs --lock NAME: the name of the lock on the server");
+  std::optional<server_lock> s = server_lock_of(v, v["lock"].as<std::string>());
+  if (!server_available(s->kind)) unavailable = server_unavailable(s->kind);
+  return s;
+}
+
+// -w SECS and -n for a lock server (default 10 s).
+std::chrono::milliseconds server_wait(const po::variables_map& v) {
+  lock_options o;
+  apply_wait_budget(v, o, std::chrono::seconds(10));
+  return o.wait;
 }
 
 // --sync and --mode of write and commit.
@@ -69,12 +98,13 @@ int report_write(std::error_code ec, const std::string& file) {
 
 int cmd_write(const args& a) {
   po::options_description d(
-      "Usage: tokenlock write [--lock LOCKDIR] [-w SECS | -n] [--sync none|file|file_and_dir]\n"
-      "                       [--mode OCTAL]\n"
+      "Usage: tokenlock write [--lock LOCKDIR | --redis|--etcd URL --lock NAME] [-w SECS | -n]\n"
+      "                       [--sync none|file|file_and_dir] [--mode OCTAL]\n"
       "                       [--follow-symlinks] [--allow-empty] FILE\n\n"
       "Replaces FILE with standard input, atomically: FILE changes only once all input\n"
       "has been read, so an interrupted or killed writer leaves it as it was. Empty\n"
-      "input is refused (exit 65), since it usually means the producer failed.\n\nOptions");
+      "input is refused (exit 65), since it usually means the producer failed. With a\n"
+      "lock server the commit is fenced through FILE.fence.\n\nOptions");
   add_file_options(d);
   d.add_options()("mode", po::value<std::string>()->value_name("OCTAL"),
                   "mode of FILE, also when it replaces one (default: the replaced file's,\n"
@@ -86,12 +116,25 @@ int cmd_write(const args& a) {
     if (v.count("follow-symlinks")) wo.symlinks = symlink_policy::follow;
     if (v.count("dir-mode") && !v.count("lock"))
       throw po::error("--dir-mode is the mode of the lock directory: it needs --lock");
-    // Without --lock no lock directory is used, and TOKENLOCK_DIR_MODE does
-    // not apply.
-    const lock_options lo = v.count("lock") ? file_lock_options(v) : lock_options{};
-    return write_stdin(v["file"].as<std::string>(), wo,
-                       v.count("lock") ? v["lock"].as<std::string>() : std::string(), lo,
-                       v.count("allow-empty") > 0);
+    std::optional<int> unavailable;
+    const std::optional<server_lock> server = file_server_lock(v, unavailable);
+    if (unavailable) return *unavailable;
+    const std::string file = v["file"].as<std::string>();
+    locked_write locked;
+    if (server) {
+      const auto wait = server_wait(v);
+      locked = [&, wait](const update_function& fn, const update_options& uo, std::error_code& ec) {
+        server_update_file(*server, file, fn, uo, wait, ec);
+      };
+    } else if (v.count("lock")) {
+      // Without --lock no lock directory is used, and TOKENLOCK_DIR_MODE
+      // does not apply.
+      const rename_lock lock(v["lock"].as<std::string>(), file_lock_options(v));
+      locked = [&, lock](const update_function& fn, const update_options& uo, std::error_code& ec) {
+        update_file(file, lock, fn, uo, ec);
+      };
+    }
+    return write_stdin(file, wo, locked, v.count("allow-empty") > 0);
   });
 }
 
@@ -181,12 +224,12 @@ int refuse_empty_input(input_sink& in, const std::string& file) {
   return exit_code::data;
 }
 
-int write_stdin(const std::string& file, const write_options& wo, const std::string& lock_dir,
-                const lock_options& lo, bool allow_empty) {
+int write_stdin(const std::string& file, const write_options& wo, const locked_write& locked,
+                bool allow_empty) {
   const sigset_t waiting = block_interrupts();
   std::error_code ec;
   input_sink in;
-  if (lock_dir.empty()) {
+  if (!locked) {
     in.out.emplace(file, wo, ec);
     if (ec) return report_write(ec, file);
   }
@@ -197,8 +240,7 @@ int write_stdin(const std::string& file, const write_options& wo, const std::str
   } else {
     update_options uo;
     uo.write = wo;
-    update_file(file, rename_lock(lock_dir, lo),
-                [&](const std::optional<std::string>&) { return in.buffered; }, uo, ec);
+    locked([&](const std::optional<std::string>&) { return in.buffered; }, uo, ec);
   }
   if (ec) return report_write(ec, file);
   return exit_code::ok;
@@ -255,9 +297,10 @@ int cmd_commit(const args& a) {
 
 int cmd_incr(const args& a) {
   po::options_description d(
-      "Usage: tokenlock incr [--lock LOCKDIR] [-w SECS | -n] [--by N]\n"
-      "                      [--sync none|file|file_and_dir] FILE\n\n"
-      "Adds N (default 1) to the counter in FILE under its lock (default FILE.lock) and\n"
+      "Usage: tokenlock incr [--lock LOCKDIR | --redis|--etcd URL --lock NAME] [-w SECS | -n]\n"
+      "                      [--by N] [--sync none|file|file_and_dir] FILE\n\n"
+      "Adds N (default 1) to the counter in FILE under its lock (default FILE.lock, or\n"
+      "the NAME in a lock server, the commit fenced through FILE.fence) and\n"
       "prints the new value. FILE holds one unsigned decimal and a newline; a missing\n"
       "FILE counts as 0. Anything else is refused (exit 65) and left as it is.\n\nOptions");
   add_file_options(d);
@@ -267,12 +310,19 @@ int cmd_incr(const args& a) {
     const std::string file = v["file"].as<std::string>();
     update_options uo;
     uo.write.sync = parse_sync(v["sync"].as<std::string>());
-    const std::string lock_dir = v.count("lock") ? v["lock"].as<std::string>() : file + ".lock";
     const std::optional<std::uint64_t> by = parse_unsigned(v["by"].as<std::string>());
     if (!by) throw po::error("--by takes an unsigned decimal number");
+    std::optional<int> unavailable;
+    const std::optional<server_lock> server = file_server_lock(v, unavailable);
+    if (unavailable) return *unavailable;
     std::error_code ec;
-    const std::uint64_t value =
-        increment_counter(file, rename_lock(lock_dir, file_lock_options(v)), *by, uo, ec);
+    std::uint64_t value = 0;
+    if (server) {
+      value = server_increment(*server, file, *by, uo, server_wait(v), ec);
+    } else {
+      const std::string lock_dir = v.count("lock") ? v["lock"].as<std::string>() : file + ".lock";
+      value = increment_counter(file, rename_lock(lock_dir, file_lock_options(v)), *by, uo, ec);
+    }
     // After dir_sync_failed the count is made and must not be repeated: the
     // value is printed, and the exit status says its durability is in doubt.
     if (!ec || ec == errc::dir_sync_failed) std::cout << value << std::endl;

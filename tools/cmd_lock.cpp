@@ -10,7 +10,7 @@
 
 #include "cli.hpp"
 #include "commands.hpp"
-#include "commands_redis.hpp"
+#include "commands_server.hpp"
 #include "tokenlock/clock_judgement.hpp"
 #include "tokenlock/tokenlock.hpp"
 
@@ -21,10 +21,6 @@ namespace {
 // detected dead at once on this host, so the lease only matters across
 // hosts and for scripts that are stopped.
 constexpr double acquire_default_lease_s = 3600;
-// With --redis nobody can see that the script died: its lock frees only
-// when the lease ends.
-constexpr double redis_default_lease_s = 300;
-
 std::int64_t micros(std::chrono::system_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
 }
@@ -136,20 +132,18 @@ int cmd_acquire(const args& a) {
   add_legacy_option(d);
   add_lease_option(d,
                    "how long the lock stays valid without a refresh (default 3600; with --redis "
-                   "300: Redis cannot see that the owner died)");
+                   "or --etcd 300: the server cannot see that the owner died)");
   d.add_options()(
       "pid", po::value<int>()->value_name("PID"), "the owner process (default: the parent)");
   add_dir_mode_option(d);
-  add_redis_option(d);
+  add_server_options(d);
   return with_command_line("acquire", a, d, {"lockdir"}, [](const po::variables_map& v) {
     lock_options o;
     const int conflict = apply_wait(v, o);
-    if (v.count("redis")) {
-      if (v.count("pid")) throw po::error("--pid has no meaning with --redis");
-      refuse_dir_mode_with_redis(v);
-      const double lease = v.count("lease") ? v["lease"].as<double>() : redis_default_lease_s;
-      return redis_acquire(v["redis"].as<std::string>(), v["lockdir"].as<std::string>(),
-                           lease_option(lease), o.wait, conflict);
+    if (const auto s = server_lock_of(v, v["lockdir"].as<std::string>())) {
+      if (v.count("pid")) throw po::error("--pid has no meaning with a lock server");
+      const double lease = v.count("lease") ? v["lease"].as<double>() : server_default_lease_s;
+      return server_acquire(*s, lease_option(lease), o.wait, conflict);
     }
     o = directory_options(v, o);
     o.lease = lease_option(v.count("lease") ? v["lease"].as<double>() : acquire_default_lease_s);
@@ -170,13 +164,10 @@ int cmd_release(const args& a) {
       "when the lock does not hold TOKEN any more: it was taken over, or TOKEN belongs\n"
       "to another lock.\n\nOptions");
   add_dir_mode_option(d);
-  add_redis_option(d);
+  add_server_options(d);
   return with_command_line("release", a, d, {"lockdir", "token"}, [](const po::variables_map& v) {
-    if (v.count("redis")) {
-      refuse_dir_mode_with_redis(v);
-      return redis_release(v["redis"].as<std::string>(), v["lockdir"].as<std::string>(),
-                           v["token"].as<std::string>());
-    }
+    if (const auto s = server_lock_of(v, v["lockdir"].as<std::string>()))
+      return server_release(*s, v["token"].as<std::string>());
     return with_adopted(v, [](lock_handle& h) {
       std::error_code ec;
       h.release(ec);
@@ -193,14 +184,11 @@ int cmd_refresh(const args& a) {
       "not hold TOKEN any more.\n\nOptions");
   add_lease_option(d, "the new lease, from now", acquire_default_lease_s);
   add_dir_mode_option(d);
-  add_redis_option(d);
+  add_server_options(d);
   return with_command_line("refresh", a, d, {"lockdir", "token"}, [](const po::variables_map& v) {
     const auto lease = lease_option(v["lease"].as<double>());
-    if (v.count("redis")) {
-      refuse_dir_mode_with_redis(v);
-      return redis_refresh(v["redis"].as<std::string>(), v["lockdir"].as<std::string>(),
-                           v["token"].as<std::string>(), lease);
-    }
+    if (const auto s = server_lock_of(v, v["lockdir"].as<std::string>()))
+      return server_refresh(*s, v["token"].as<std::string>(), lease, !v["lease"].defaulted());
     return with_adopted(v, [&](lock_handle& h) {
       std::error_code ec;
       h.refresh(lease, ec);
@@ -222,13 +210,10 @@ int cmd_status(const args& a) {
   d.add_options()("json", "print a JSON object");
   add_legacy_option(d);
   add_dir_mode_option(d);
-  add_redis_option(d);
+  add_server_options(d);
   return with_command_line("status", a, d, {"lockdir"}, [](const po::variables_map& v) {
     const std::string dir = v["lockdir"].as<std::string>();
-    if (v.count("redis")) {
-      refuse_dir_mode_with_redis(v);
-      return redis_status(v["redis"].as<std::string>(), dir, v.count("json") > 0);
-    }
+    if (const auto s = server_lock_of(v, dir)) return server_status(*s, v.count("json") > 0);
     std::error_code ec;
     status_seen s;
     s.holder = rename_lock(dir, directory_options(v)).holder(ec);
@@ -251,14 +236,11 @@ int cmd_break(const args& a) {
   d.add_options()("force", "take it over even if its owner looks alive and its lease runs");
   add_legacy_option(d);
   add_dir_mode_option(d);
-  add_redis_option(d);
+  add_server_options(d);
   return with_command_line("break", a, d, {"lockdir", "token"}, [](const po::variables_map& v) {
     const std::string token = v["token"].as<std::string>();
-    if (v.count("redis")) {
-      refuse_dir_mode_with_redis(v);
-      return redis_break(v["redis"].as<std::string>(), v["lockdir"].as<std::string>(), token,
-                         v.count("force") > 0);
-    }
+    if (const auto s = server_lock_of(v, v["lockdir"].as<std::string>()))
+      return server_break(*s, token, v.count("force") > 0);
     std::error_code ec;
     lock_handle h = rename_lock(v["lockdir"].as<std::string>(), directory_options(v))
                         .take_over(token, v.count("force") > 0, ec);

@@ -21,11 +21,8 @@
 
 #include "cli.hpp"
 #include "commands.hpp"
-#include "commands_redis.hpp"
+#include "server_backends.hpp"
 #include "tokenlock/tokenlock.hpp"
-#if TOKENLOCK_HAVE_REDIS
-#include "tokenlock/redis_lock.hpp"
-#endif
 
 namespace tokenlock::cli {
 namespace {
@@ -163,13 +160,15 @@ class command_process {
 bool taken_after_command_ended(const lock_handle&, std::chrono::system_clock::time_point expires) {
   return std::chrono::system_clock::now() + lock_options{}.skew_allowance < expires;
 }
-#if TOKENLOCK_HAVE_REDIS
-// Redis judges a grant by its lease only: a loss is always one.
-bool taken_after_command_ended(const redis_handle&, std::chrono::system_clock::time_point) {
+// A lock server judges a grant by its lease only: a loss is always one.
+template <class Handle>
+bool taken_after_command_ended(const Handle&, std::chrono::system_clock::time_point) {
   return false;
 }
-std::chrono::system_clock::time_point expiry_of(const redis_handle&) { return {}; }
-#endif
+template <class Handle>
+std::chrono::system_clock::time_point expiry_of(const Handle&) {
+  return {};
+}
 std::chrono::system_clock::time_point expiry_of(const lock_handle& h) { return h.expires(); }
 
 // Waits for CMD's process to end, passing on the forwarded signals and
@@ -214,7 +213,7 @@ int wait_for_command(Handle& h, pid_t pid, const signal_plan& sp, const std::str
 
 // Runs CMD (its process already forked and waiting) while `h` holds the
 // lock (`what` names it in messages), and releases at the end. Handle: a
-// lock_handle or a redis_handle.
+// lock_handle, or a lock server's handle.
 template <class Handle>
 int supervise(Handle& h, command_process& cmd, const signal_plan& sp, const std::string& what,
               const std::string& name, std::chrono::milliseconds lease) {
@@ -309,32 +308,47 @@ int cmd_run(const args& a) {
     lock_options o;
     const int conflict = apply_wait(v, o);
     o.lease = lease_option(v["lease"].as<double>());
-    if (v.count("redis")) {
-      refuse_dir_mode_with_redis(v);
-      return redis_run(v["redis"].as<std::string>(), dir, command, o.lease, o.wait, conflict,
-                       v.count("verbose") > 0);
-    }
+    if (const auto s = server_lock_of(v, dir))
+      return server_run(*s, command, o.lease, o.wait, conflict, v.count("verbose") > 0);
     return run_locked(dir, command, directory_options(v, o), conflict, v.count("verbose") > 0);
   });
 }
 
-#if TOKENLOCK_HAVE_REDIS
-int redis_run(const std::string& url, const std::string& name,
-              const std::vector<std::string>& command, std::chrono::milliseconds lease,
-              std::chrono::milliseconds wait, int conflict, bool verbose) {
-  redis_lock_options o;
+namespace {
+
+template <class B>
+int run_on_server(const server_lock& s, const std::vector<std::string>& command,
+                  std::chrono::milliseconds lease, std::chrono::milliseconds wait, int conflict,
+                  bool verbose) {
+  typename B::options_type o;
   o.lease = lease;
   o.wait = wait;
   const signal_plan sp = block_sigchld();
   command_process cmd(command);
   int code = 0;
   if (!start_command(cmd, sp, code)) return code;
-  redis_lock lock(url, name, o);
+  typename B::lock_type lock(s.url, s.name, o);
   std::error_code ec;
-  redis_handle h = lock.acquire(ec);
+  typename B::handle_type h = lock.acquire(ec);
   if (ec) return give_up(cmd, sp, ec, conflict, verbose);
-  warn_if_clock_behind(h, url);
-  return supervise(h, cmd, sp, "Redis lock " + name, escaped(command[0]), lease);
+  B::on_grant(h, s.url);
+  return supervise(h, cmd, sp, std::string(B::noun) + " " + s.name, escaped(command[0]), lease);
+}
+
+}  // namespace
+
+#if TOKENLOCK_HAVE_REDIS
+int run_under(redis_backend, const server_lock& s, const std::vector<std::string>& command,
+              std::chrono::milliseconds lease, std::chrono::milliseconds wait, int conflict,
+              bool verbose) {
+  return run_on_server<redis_backend>(s, command, lease, wait, conflict, verbose);
+}
+#endif
+#if TOKENLOCK_HAVE_ETCD
+int run_under(etcd_backend, const server_lock& s, const std::vector<std::string>& command,
+              std::chrono::milliseconds lease, std::chrono::milliseconds wait, int conflict,
+              bool verbose) {
+  return run_on_server<etcd_backend>(s, command, lease, wait, conflict, verbose);
 }
 #endif
 

@@ -3,6 +3,9 @@
 #if COUNTER_HAVE_REDIS
 #include "tokenlock/redis_lock.hpp"
 #endif
+#if COUNTER_HAVE_ETCD
+#include "tokenlock/etcd_lock.hpp"
+#endif
 
 #include <cstdlib>
 #include <map>
@@ -83,6 +86,49 @@ bool parse_dir_mode(const char* text, unsigned& mode, std::string& error) {
   return true;
 }
 
+// Adds the hit under the counter's lock: a lock directory beside the file,
+// or the name "counter:<id>" in Redis or etcd.
+std::uint64_t count_hit(const std::string& file, const std::string& id, const config& cfg,
+                        std::error_code& ec) {
+  tokenlock::update_options uo;
+  uo.write.sync = cfg.sync;
+  // A CGI holds its lock for milliseconds; a short lease frees a killed
+  // one's lock soon on a lock server.
+  constexpr std::chrono::seconds server_lease(10);
+#if COUNTER_HAVE_REDIS
+  if (!cfg.redis.empty()) {
+    tokenlock::redis_lock_options ro;
+    ro.wait = cfg.wait;
+    ro.lease = server_lease;
+    tokenlock::redis_lock lock(cfg.redis, "counter:" + id, ro);
+    return tokenlock::increment_counter(file, lock, 1, uo, ec);
+  }
+#endif
+#if COUNTER_HAVE_ETCD
+  if (!cfg.etcd.empty()) {
+    tokenlock::etcd_lock_options eo;
+    eo.wait = cfg.wait;
+    eo.lease = server_lease;
+    tokenlock::etcd_lock lock(cfg.etcd, "counter:" + id, eo);
+    return tokenlock::increment_counter(file, lock, 1, uo, ec);
+  }
+#endif
+  tokenlock::lock_options lo;
+  lo.wait = cfg.wait;
+  lo.dir_mode = cfg.dir_mode;
+  // Waiters line up (lock_options::queue_waiters), so at most one of
+  // them watches the lock. An update that flushes to disk holds the lock
+  // for milliseconds: the watcher then takes it within tens of
+  // microseconds of its release instead of hundreds. Without flushing it
+  // is held for microseconds, and waking the watcher on every release
+  // costs more CPU, which starting processes need, than it saves; the
+  // head polls instead. The 10 ms cap bounds how long a waiter sleeps
+  // when the head of the line is gone. Measured in docs/cgi-guide.md.
+  lo.wake_on_release = cfg.sync != tokenlock::durability::none;
+  lo.backoff_max = std::chrono::milliseconds(10);
+  return tokenlock::increment_counter(file, tokenlock::rename_lock(file + ".lock", lo), 1, uo, ec);
+}
+
 }  // namespace
 
 bool load_config(const std::function<const char*(const char*)>& getenv, config& out,
@@ -108,6 +154,20 @@ bool load_config(const std::function<const char*(const char*)>& getenv, config& 
             "backend (install libhiredis-dev and rebuild)";
     return false;
 #endif
+  }
+  if (const char* etcd = getenv("TOKENLOCK_COUNTER_ETCD"); etcd && *etcd) {
+#if COUNTER_HAVE_ETCD
+    out.etcd = etcd;
+#else
+    error = "TOKENLOCK_COUNTER_ETCD is set, but this counter.cgi was built without the etcd "
+            "backend (install nlohmann-json3-dev and libssl-dev, and rebuild)";
+    return false;
+#endif
+  }
+  if (!out.redis.empty() && !out.etcd.empty()) {
+    error = "TOKENLOCK_COUNTER_REDIS and TOKENLOCK_COUNTER_ETCD are both set: a counter's lock "
+            "must be in one place; unset one";
+    return false;
   }
   if (const char* mode = getenv("TOKENLOCK_COUNTER_DIR_MODE"); mode && *mode) {
     if (!parse_dir_mode(mode, out.dir_mode, error)) return false;
@@ -149,33 +209,7 @@ cgi::response handle(const request& req, const config& cfg, std::ostream& log) {
   if (peek == "1" || req.method == "HEAD") {
     value = tokenlock::read_counter(file, ec).value_or(0);
   } else {
-    tokenlock::lock_options lo;
-    lo.wait = cfg.wait;
-    lo.dir_mode = cfg.dir_mode;
-    // Waiters line up (lock_options::queue_waiters), so at most one of
-    // them watches the lock. An update that flushes to disk holds the lock
-    // for milliseconds: the watcher then takes it within tens of
-    // microseconds of its release instead of hundreds. Without flushing it
-    // is held for microseconds, and waking the watcher on every release
-    // costs more CPU, which starting processes need, than it saves; the
-    // head polls instead. The 10 ms cap bounds how long a waiter sleeps
-    // when the head of the line is gone. Measured in docs/cgi-guide.md.
-    lo.wake_on_release = cfg.sync != tokenlock::durability::none;
-    lo.backoff_max = std::chrono::milliseconds(10);
-    tokenlock::update_options uo;
-    uo.write.sync = cfg.sync;
-#if COUNTER_HAVE_REDIS
-    if (!cfg.redis.empty()) {
-      tokenlock::redis_lock_options ro;
-      ro.wait = cfg.wait;
-      // A CGI holds its lock for milliseconds; a short lease frees a killed
-      // one's lock soon.
-      ro.lease = std::chrono::seconds(10);
-      tokenlock::redis_lock lock(cfg.redis, "counter:" + id, ro);
-      value = tokenlock::increment_counter(file, lock, 1, uo, ec);
-    } else
-#endif
-      value = tokenlock::increment_counter(file, tokenlock::rename_lock(file + ".lock", lo), 1, uo, ec);
+    value = count_hit(file, id, cfg, ec);
   }
   // stale_data: a network client's cache served an old version and did not
   // let go in time; nothing was written, and a retry will likely succeed.
@@ -186,11 +220,12 @@ cgi::response handle(const request& req, const config& cfg, std::ostream& log) {
     r.headers.emplace_back("Retry-After", "1");
     return r;
   }
-  // The lock server (TOKENLOCK_COUNTER_REDIS) is down or refuses: a retry
+  // The lock server (TOKENLOCK_COUNTER_REDIS or _ETCD) is down or refuses: a retry
   // may find it back.
   if (ec == tokenlock::errc::server_error || ec == std::errc::connection_refused ||
       ec == std::errc::timed_out || ec == std::errc::connection_reset ||
-      ec == std::errc::host_unreachable || ec == std::errc::network_unreachable) {
+      ec == std::errc::host_unreachable || ec == std::errc::network_unreachable ||
+      ec == std::errc::protocol_error) {
     log << "counter.cgi: " << tokenlock::last_error_message() << "\n";
     cgi::response r = text(503, "the lock server is unavailable; try again");
     r.headers.emplace_back("Retry-After", "5");

@@ -26,6 +26,11 @@ struct config {
   // lock directory beside the file; the commit is fenced by the grant's
   // token (<id>.count.fence beside the file).
   std::string redis;
+  // TOKENLOCK_COUNTER_ETCD: an etcd cluster's URL (etcd://host:port,...).
+  // Set, each counter's lock is the name "counter:<id>" in that cluster
+  // (tokenlock/etcd_lock.hpp), its commit fenced as with Redis. At most one
+  // of the two is set.
+  std::string etcd;
   std::chrono::milliseconds wait{default_wait_ms};
   // TOKENLOCK_COUNTER_DIR_MODE: the mode of a lock directory the counter
   // creates (lock_options::dir_mode). With group write (0775, 0770) the
@@ -36,8 +41,8 @@ struct config {
 };
 
 // Reads TOKENLOCK_COUNTER_DIR, TOKENLOCK_COUNTER_WAIT_MS,
-// TOKENLOCK_COUNTER_SYNC, TOKENLOCK_COUNTER_DIR_MODE and
-// TOKENLOCK_COUNTER_REDIS through `getenv`. False, with the reason, on a
+// TOKENLOCK_COUNTER_SYNC, TOKENLOCK_COUNTER_DIR_MODE, TOKENLOCK_COUNTER_REDIS
+// and TOKENLOCK_COUNTER_ETCD through `getenv`. False, with the reason, on a
 // value that is not valid (the server is then misconfigured: 500).
 bool load_config(const std::function<const char*(const char*)>& getenv, config& out,
                  std::string& error);

@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <tuple>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,7 +20,7 @@
 
 #include "child.hpp"
 #include "cli.hpp"
-#include "commands_redis.hpp"
+#include "commands_server.hpp"
 #include "inspect.hpp"
 #include "temp_dir.hpp"
 
@@ -387,39 +388,44 @@ TEST_F(ErrorsTest, ADoctorThatFindsAFailedPropertyNamesItInTheJsonLineOnly) {
   EXPECT_EQ(r.err, "");
 }
 
-// The command built without Redis (tools/commands_redis.cpp compiled with
-// TOKENLOCK_HAVE_REDIS=0 into this test): every --redis form says so,
-// exits 70, and is "system" with ENOTSUP in JSON. Called in this process,
-// since the command built here has Redis.
-TEST(ErrorsWithoutRedis, EveryRedisFormSaysTheBackendIsMissingAndNamesItInJson) {
+// The command built without Redis and etcd (tools/commands_server.cpp
+// compiled with TOKENLOCK_HAVE_REDIS=0 and TOKENLOCK_HAVE_ETCD=0 into this
+// test): every --redis and --etcd form says so, exits 70, and is "system"
+// with ENOTSUP in JSON. Called in this process, since the command built
+// here has the backends.
+TEST(ErrorsWithoutRedis, EveryServerFormSaysTheBackendIsMissingAndNamesItInJson) {
   namespace cli = tokenlock::cli;
   using namespace std::chrono_literals;
-  const std::vector<std::function<int()>> forms = {
-      [] { return cli::redis_acquire("redis://localhost", "job", 60s, 0s, 1); },
-      [] { return cli::redis_release("redis://localhost", "job", "1.owner"); },
-      [] { return cli::redis_refresh("redis://localhost", "job", "1.owner", 60s); },
-      [] { return cli::redis_status("redis://localhost", "job", false); },
-      [] { return cli::redis_break("redis://localhost", "job", "1.owner", false); },
-      [] { return cli::redis_run("redis://localhost", "job", {"true"}, 60s, 0s, 1, false); },
-  };
-  EXPECT_FALSE(cli::redis_available());
-  cli::set_error_format(cli::error_format::json);
-  for (std::size_t i = 0; i < forms.size(); ++i) {
-    std::ostringstream err;
-    std::streambuf* const stderr_was = std::cerr.rdbuf(err.rdbuf());
-    const int status = forms[i]();
-    cli::print_noted_failure();
-    std::cerr.rdbuf(stderr_was);
-    EXPECT_EQ(status, code::software) << "form " << i;
-    const auto all = lines(err.str());
-    ASSERT_EQ(all.size(), 2u) << err.str();
-    EXPECT_NE(all.front().find("built without the Redis backend"), std::string::npos)
-        << all.front();
-    const auto f = flat_json::parse(all.back());
-    ASSERT_TRUE(f.has_value()) << all.back();
-    EXPECT_EQ(f->at("error"), "system");
-    EXPECT_EQ(f->at("errno"), std::to_string(ENOTSUP));
-    EXPECT_EQ(f->at("message"), all.front());
+  for (const auto& [kind, url, missing] :
+       {std::tuple{cli::lock_server::redis, "redis://localhost", "built without the Redis backend"},
+        std::tuple{cli::lock_server::etcd, "etcd://localhost", "built without the etcd backend"}}) {
+    const cli::server_lock s{kind, url, "job"};
+    const std::vector<std::function<int()>> forms = {
+        [&] { return cli::server_acquire(s, 60s, 0s, 1); },
+        [&] { return cli::server_release(s, "1.owner"); },
+        [&] { return cli::server_refresh(s, "1.owner", 60s, false); },
+        [&] { return cli::server_status(s, false); },
+        [&] { return cli::server_break(s, "1.owner", false); },
+        [&] { return cli::server_run(s, {"true"}, 60s, 0s, 1, false); },
+    };
+    EXPECT_FALSE(cli::server_available(kind));
+    cli::set_error_format(cli::error_format::json);
+    for (std::size_t i = 0; i < forms.size(); ++i) {
+      std::ostringstream err;
+      std::streambuf* const stderr_was = std::cerr.rdbuf(err.rdbuf());
+      const int status = forms[i]();
+      cli::print_noted_failure();
+      std::cerr.rdbuf(stderr_was);
+      EXPECT_EQ(status, code::software) << url << " form " << i;
+      const auto all = lines(err.str());
+      ASSERT_EQ(all.size(), 2u) << err.str();
+      EXPECT_NE(all.front().find(missing), std::string::npos) << all.front();
+      const auto f = flat_json::parse(all.back());
+      ASSERT_TRUE(f.has_value()) << all.back();
+      EXPECT_EQ(f->at("error"), "system");
+      EXPECT_EQ(f->at("errno"), std::to_string(ENOTSUP));
+      EXPECT_EQ(f->at("message"), all.front());
+    }
   }
   cli::set_error_format(cli::error_format::text);
 }

@@ -9,7 +9,10 @@
 
 #include <unistd.h>
 
+#include <boost/filesystem.hpp>
+
 #include "child.hpp"
+#include "temp_dir.hpp"
 #include "redis_raw.hpp"
 #include "redis_server.hpp"
 #include "tokenlock/redis_lock.hpp"
@@ -21,6 +24,7 @@ using tokenlock::testing::free_port;
 using tokenlock::testing::raw;
 using tokenlock::testing::redis_server;
 using tokenlock::testing::run_command;
+using tokenlock::testing::temp_dir;
 
 namespace {
 
@@ -34,9 +38,9 @@ class RedisCliTest : public ::testing::Test {
     server = std::make_unique<redis_server>(std::vector<std::string>{"--requirepass", "pw"});
     url = server->url(":pw");
   }
-  command_result tl(std::vector<std::string> args) {
+  command_result tl(std::vector<std::string> args, const std::string& input = {}) {
     args.insert(args.begin(), tool);
-    return run_command(args);
+    return run_command(args, input);
   }
   static std::string line(const std::string& out) { return out.substr(0, out.find('\n')); }
   std::unique_ptr<redis_server> server;
@@ -143,10 +147,42 @@ TEST_F(RedisCliTest, ServerErrorsHaveTheirExitCodesAndNameTheServer) {
   EXPECT_NE(refused.err.find("redis://127.0.0.1:" + std::to_string(port)), std::string::npos)
       << refused.err;
 
+  for (const char* leaky : {"redis://:se%zzcret@127.0.0.1:6379", "redis://u:se/cret@h:99999",
+                                   "unix://:se@cret@/tmp/r.sock?db=x"}) {
+    auto b = tl({"status", "--redis", leaky, "coupons"});
+    EXPECT_EQ(b.exit_code, 64) << b.err;
+    EXPECT_NE(b.err.find("bad Redis URL"), std::string::npos) << b.err;
+    EXPECT_EQ(b.err.find("cret"), std::string::npos) << "the password leaked: " << b.err;
+    EXPECT_NE(b.err.find("***@"), std::string::npos) << b.err;
+  }
   auto bad = tl({"status", "--redis", "http://x", "coupons"});
   EXPECT_EQ(bad.exit_code, 64) << bad.err;
   EXPECT_NE(bad.err.find("must start with redis://"), std::string::npos) << bad.err;
   EXPECT_EQ(tl({"acquire", "--redis", url, "--pid", "1", "coupons"}).exit_code, 64);
+}
+
+TEST_F(RedisCliTest, IncrAndWriteTakeTheLockByNameAndFenceTheirCommit) {
+  temp_dir dir;
+  const std::string file = (dir.path() / "hits").string();
+  for (int i = 1; i <= 3; ++i) {
+    auto r = tl({"incr", "--redis", url, "--lock", "hits", file});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(line(r.out), std::to_string(i));
+  }
+  EXPECT_TRUE(boost::filesystem::is_directory(file + ".fence")) << "the commit is fenced";
+  EXPECT_FALSE(boost::filesystem::exists(file + ".lock")) << "no lock directory is used";
+  EXPECT_EQ(raw(*server, {"EXISTS", "tokenlock:hits"}, "pw"), "0") << "the grant was released";
+
+  redis_handle held = redis_lock(url, "hits").acquire();
+  auto busy = tl({"write", "--redis", url, "--lock", "hits", "-n", file}, "9\n");
+  EXPECT_EQ(busy.exit_code, 1) << busy.err;
+  held.release();
+  auto w = tl({"write", "--redis", url, "--lock", "hits", file}, "41\n");
+  EXPECT_EQ(w.exit_code, 0) << w.err;
+  EXPECT_EQ(line(tl({"incr", "--redis", url, "--lock", "hits", file}).out), "42");
+  auto no_name = tl({"incr", "--redis", url, file});
+  EXPECT_EQ(no_name.exit_code, 64) << no_name.err;
+  EXPECT_NE(no_name.err.find("--redis needs --lock NAME"), std::string::npos) << no_name.err;
 }
 
 // ---- keys the lock never writes: exit 69, the key, what it holds, the fix -----

@@ -9,6 +9,9 @@
 # TOKENLOCK_E2E_REDIS=1: the counters' locks live in a redis-server that
 # this script starts on 127.0.0.1 (a free port, a password) and stops by its
 # pid (TOKENLOCK_COUNTER_REDIS); skipped (status 77) without redis-server.
+# TOKENLOCK_E2E_ETCD=1: the same in a three-member etcd cluster on
+# 127.0.0.1 (bench/etcd_cluster.sh; TOKENLOCK_COUNTER_ETCD), stopped by
+# the members' pids; skipped (status 77) without etcd.
 # TOKENLOCK_E2E_WAIT_MS sets the CGI's wait budget under load (default
 # 2000) and TOKENLOCK_E2E_REQUESTS the requests per load (default 2000):
 # sanitizer builds start each CGI several times slower, and use more time
@@ -17,6 +20,7 @@ set -euo pipefail
 server=$1 cgi_binary=$2 tool=$3 mode=${4:-full}
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/webserver.sh"
+. "$here/../../bench/etcd_cluster.sh"
 server_command=$server
 [ "$server" = apache ] && server_command=apache2
 for need in "$server_command" ab curl; do
@@ -34,7 +38,7 @@ stop_redis() {
     redis_pid=
   fi
 }
-trap 'stop_server; stop_redis; rm -rf "$work"' EXIT
+trap 'stop_server; stop_redis; etcd_cluster_stop; rm -rf "$work"' EXIT
 fail() {
   echo "FAIL: $*" >&2
   echo "--- server error log:" >&2
@@ -50,7 +54,7 @@ data=$work/data
 make_data_dir "$data"
 echo "must stay" >"$work/outside/secret"
 
-redis_env=()
+lock_env=()
 if [ "${TOKENLOCK_E2E_REDIS:-0}" = 1 ]; then
   if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
     echo "SKIP: redis-server or redis-cli is not installed (scripts/install-deps installs them)"
@@ -67,15 +71,21 @@ if [ "${TOKENLOCK_E2E_REDIS:-0}" = 1 ]; then
   { timeout 20 tail -n +1 -F "$work/redis/log" 2>/dev/null || true; } |
     grep -q -m1 "Ready to accept connections" ||
     fail "redis-server did not start (see $work/redis/log)"
-  redis_env=(TOKENLOCK_COUNTER_REDIS="redis://:e2e-secret@127.0.0.1:$redis_port")
+  lock_env=(TOKENLOCK_COUNTER_REDIS="redis://:e2e-secret@127.0.0.1:$redis_port")
   echo "redis-server on 127.0.0.1:$redis_port (pid $redis_pid)"
 fi
 rcli() { redis-cli -p "$redis_port" -a e2e-secret --no-auth-warning "$@"; }
+if [ "${TOKENLOCK_E2E_ETCD:-0}" = 1 ]; then
+  etcd_cluster_require "SKIP: counter_e2e.sh"
+  etcd_cluster_start counter_e2e.sh
+  lock_env=(TOKENLOCK_COUNTER_ETCD="$etcd_cluster_url")
+  echo "etcd cluster at $etcd_cluster_url (pids ${etcd_cluster_pids[*]})"
+fi
 
 port=$(pick_port)
 "start_$server" "$work/$server" "$port" "$work/cgi" TOKENLOCK_COUNTER_DIR="$data" \
   TOKENLOCK_COUNTER_SYNC=none TOKENLOCK_COUNTER_WAIT_MS="${TOKENLOCK_E2E_WAIT_MS:-2000}" \
-  "${redis_env[@]}" || fail "$server did not start"
+  "${lock_env[@]}" || fail "$server did not start"
 url="http://127.0.0.1:$port/cgi-bin/counter.cgi"
 echo "$server on 127.0.0.1:$port (pid $SERVER_PID)"
 
@@ -133,6 +143,24 @@ if [ -n "$redis_pid" ]; then
   [ "$got" = 503 ] || fail "with Redis down: status $got, expected 503"
   [ "$(count_of one)" = "$before" ] || fail "with Redis down the counter changed"
   pass "Redis down: 503, counter unchanged"
+fi
+
+if [ "${TOKENLOCK_E2E_ETCD:-0}" = 1 ]; then
+  # The locks really were in etcd: revisions moved on by the grants, fence
+  # directories beside the counters, no lock directory, and no grant left.
+  [ -d "$data/one.count.fence" ] || fail "no fence directory beside counter one"
+  [ ! -e "$data/one.count.lock" ] || fail "a lock directory was used instead of etcd"
+  left=$(ETCDCTL_API=3 etcdctl --endpoints="$etcd_cluster_endpoints" get --prefix --keys-only \
+    tokenlock/counter: | grep -c . || true)
+  [ "$left" = 0 ] || fail "$left grants were left in etcd"
+  pass "the counters' locks were in etcd, their commits fenced"
+  # etcd gone: every hit is refused with 503, and nothing is counted.
+  etcd_cluster_stop
+  before=$(count_of one)
+  got=$(curl -s -o /dev/null -w '%{http_code}' "$url?id=one")
+  [ "$got" = 503 ] || fail "with etcd down: status $got, expected 503"
+  [ "$(count_of one)" = "$before" ] || fail "with etcd down the counter changed"
+  pass "etcd down: 503, counter unchanged"
 fi
 
 if [ "$mode" = load ]; then exit 0; fi

@@ -246,6 +246,20 @@ TEST(CounterConfig, ReadsTheEnvironmentAndRefusesBadValues) {
   EXPECT_FALSE(counter::load_config(getenv, c, error));
   EXPECT_NE(error.find("built without the Redis backend"), std::string::npos) << error;
 #endif
+  env = {{"TOKENLOCK_COUNTER_ETCD", "etcd://127.0.0.1:2379,127.0.0.1:22379"}};
+#if COUNTER_HAVE_ETCD
+  ASSERT_TRUE(counter::load_config(getenv, c, error)) << error;
+  EXPECT_EQ(c.etcd, "etcd://127.0.0.1:2379,127.0.0.1:22379");
+#else
+  EXPECT_FALSE(counter::load_config(getenv, c, error));
+  EXPECT_NE(error.find("built without the etcd backend"), std::string::npos) << error;
+#endif
+#if COUNTER_HAVE_REDIS && COUNTER_HAVE_ETCD
+  env = {{"TOKENLOCK_COUNTER_ETCD", "etcd://127.0.0.1:2379"},
+         {"TOKENLOCK_COUNTER_REDIS", "redis://127.0.0.1:6390/2"}};
+  EXPECT_FALSE(counter::load_config(getenv, c, error));
+  EXPECT_NE(error.find("both set"), std::string::npos) << error;
+#endif
 }
 
 #if COUNTER_HAVE_REDIS
@@ -261,6 +275,23 @@ TEST_F(CounterAppTest, AnUnreachableLockServerIs503AndTouchesNothing) {
   EXPECT_NE(log.str().find(cfg.redis), std::string::npos) << log.str();
   EXPECT_FALSE(fs::exists(tmp / "r.count"));
   EXPECT_FALSE(fs::exists(tmp / "r.count.fence"));
+}
+#endif
+
+#if COUNTER_HAVE_ETCD
+// Its lock in an etcd cluster whose members all refuse connections (port 1
+// on loopback: nothing listens there): 503 with Retry-After, the members
+// named in the log only, and the counter untouched.
+TEST_F(CounterAppTest, AnUnreachableEtcdClusterIs503AndTouchesNothing) {
+  cfg.etcd = "etcd://127.0.0.1:1,[::1]:1";
+  auto r = get("id=e");
+  EXPECT_EQ(r.status, 503) << r.body << log.str();
+  ASSERT_FALSE(r.headers.empty());
+  EXPECT_EQ(r.headers[0].first, "Retry-After");
+  EXPECT_EQ(r.body.find("127.0.0.1"), std::string::npos) << r.body;
+  EXPECT_NE(log.str().find("127.0.0.1:1"), std::string::npos) << log.str();
+  EXPECT_FALSE(fs::exists(tmp / "e.count"));
+  EXPECT_FALSE(fs::exists(tmp / "e.count.fence"));
 }
 #endif
 

@@ -34,11 +34,13 @@ final class RedisLock
     /** The lease without a `lease` option, as `tokenlock acquire --redis`. */
     public const DEFAULT_LEASE = 300.0;
     /** The wait without a `wait` option, as Lock::acquire() and the C++ client. */
-    public const DEFAULT_WAIT = 10.0;
+    public const DEFAULT_WAIT = Command::DEFAULT_WAIT;
     /** The protocol's longest lease, the same for every process. */
     public const MAX_LEASE = 86400.0;
 
     private const PREFIX = 'tokenlock:';
+    /** An owner id: host tag, pid, start time, nonce. */
+    private const OWNER = '/\A(.+-[0-9a-f]{8})\.([0-9]+)\.[0-9]+\.[0-9a-f]{16}\z/';
     private const OPTIONS = ['wait', 'lease', 'connect_timeout', 'command_timeout', 'backend', 'command'];
 
     private bool $held = true;
@@ -54,7 +56,7 @@ final class RedisLock
         private array $options,
         private ?Connection $conn,
     ) {
-        $this->ownerPid = self::pid();
+        $this->ownerPid = Native::pid();
     }
 
     /**
@@ -68,12 +70,14 @@ final class RedisLock
      *        `backend`: `phpredis` or `command` (default: phpredis when
      *        loaded); `command`: the tokenlock command for that backend
      * @throws BusyException|TimeoutException when it stays held
-     * @throws Exception `bad_argument`, `system` (the server cannot be
+     * @throws Exception `bad_argument` (a bad URL or lease, an empty NAME
+     *         or one ending in :fence, :wake, :waiters or :handoff, the
+     *         keys of the lock named without it), `system` (the server cannot be
      *         reached: errno ECONNREFUSED, ETIMEDOUT), `server_error`,
      *         `lock_corrupt` (a key the lock cannot read; the message says
      *         how to repair it)
      */
-    public static function acquire(string $url, string $name, array $options = []): self
+    public static function acquire(#[\SensitiveParameter] string $url, string $name, array $options = []): self
     {
         return self::take($url, $name, $options, true);
     }
@@ -83,7 +87,7 @@ final class RedisLock
      *
      * @param array<string, mixed> $options as for acquire(); `wait` is ignored
      */
-    public static function tryAcquire(string $url, string $name, array $options = []): ?self
+    public static function tryAcquire(#[\SensitiveParameter] string $url, string $name, array $options = []): ?self
     {
         try {
             return self::take($url, $name, ['wait' => 0] + $options, false);
@@ -100,13 +104,13 @@ final class RedisLock
      * @param array<string, mixed> $options as for acquire()
      * @return array{owner: string, fence: int|string, remaining: float, pid: int, host_tag: string}|null
      */
-    public static function holder(string $url, string $name, array $options = []): ?array
+    public static function holder(#[\SensitiveParameter] string $url, string $name, array $options = []): ?array
     {
-        $o = self::options($name, $options);
+        $o = self::options('status', $url, $name, $options);
         if ($o['backend'] === 'command') {
             $status = json_decode(CommandClient::run('status', $url, ['--json', '--', $name], $o), true);
             if (!is_array($status) || !isset($status['state'])) {
-                throw new Exception('command_failed', "tokenlock: status --redis $url $name: the command did not print a JSON status", 70);
+                throw new Exception('command_failed', "tokenlock: status " . Connection::serverOf($url) . " $name: the command did not print a JSON status; is it older than this module? Use the tokenlock command of the same release", 70);
             }
             return $status['state'] !== 'held' ? null
                 : self::holderInfo((string) $status['owner'], $status['fence'], (int) $status['remaining_ms']);
@@ -149,7 +153,7 @@ final class RedisLock
     /** Whether this object still holds the grant: false after release() or a lost lock. */
     public function isHeld(): bool
     {
-        return $this->held && self::pid() === $this->ownerPid;
+        return $this->held && Native::pid() === $this->ownerPid;
     }
 
     /**
@@ -186,7 +190,7 @@ final class RedisLock
     /** Releases a grant still held, only in the process that took it. */
     public function __destruct()
     {
-        if (!$this->held || self::pid() !== $this->ownerPid) {
+        if (!$this->held || Native::pid() !== $this->ownerPid) {
             return;
         }
         try {
@@ -196,15 +200,27 @@ final class RedisLock
         }
     }
 
+    /**
+     * What var_dump() and print_r() show: the server without the URL's
+     * user and password.
+     *
+     * @return array<string, mixed>
+     */
+    public function __debugInfo(): array
+    {
+        return ['server' => Connection::serverOf($this->url), 'name' => $this->name, 'owner' => $this->owner,
+            'fence' => $this->fence, 'lease' => $this->lease, 'held' => $this->isHeld()];
+    }
+
     // A copy would release the same grant twice.
     private function __clone()
     {
     }
 
     /** @param array<string, mixed> $options */
-    private static function take(string $url, string $name, array $options, bool $mayWait): self
+    private static function take(#[\SensitiveParameter] string $url, string $name, array $options, bool $mayWait): self
     {
-        $o = self::options($name, $options);
+        $o = self::options('acquire', $url, $name, $options);
         if ($o['backend'] === 'command') {
             return self::takeByCommand($url, $name, $o);
         }
@@ -215,15 +231,15 @@ final class RedisLock
     }
 
     /** @param array<string, mixed> $o */
-    private static function takeByCommand(string $url, string $name, array $o): self
+    private static function takeByCommand(#[\SensitiveParameter] string $url, string $name, array $o): self
     {
-        $args = $o['wait'] === null ? [] : ($o['wait'] <= 0 ? ['--nonblock'] : ['--wait', self::formatSeconds($o['wait'])]);
-        array_push($args, '--lease', self::formatSeconds($o['lease']), '--', $name);
+        $args = $o['wait'] === null ? [] : ($o['wait'] <= 0 ? ['--nonblock'] : ['--wait', Command::formatSeconds($o['wait'])]);
+        array_push($args, '--lease', Command::formatSeconds($o['lease']), '--', $name);
         $token = trim(CommandClient::run('acquire', $url, $args, $o, $o['wait'] !== null && $o['wait'] <= 0 ? 'busy' : 'timed_out'));
         if (!preg_match('/\A([0-9]{1,19})\.(.+)\z/', $token, $m)) {
-            throw new Exception('command_failed', "tokenlock: acquire --redis $url $name: the command printed \"$token\", not a token", 70);
+            throw new Exception('command_failed', "tokenlock: acquire " . Connection::serverOf($url) . " $name: the command printed \"$token\", not a token; is it older than this module? Use the tokenlock command of the same release", 70);
         }
-        return new self($url, $name, $m[2], self::toInt($m[1]), $o['lease'], $o, null);
+        return new self($url, $name, $m[2], Command::toInt($m[1]), $o['lease'], $o, null);
     }
 
     /** Runs the settle script (release or refresh of our grant). */
@@ -255,7 +271,7 @@ final class RedisLock
 
     private function settleByCommand(string $step, float $lease): void
     {
-        $args = $step === 'refresh' ? ['--lease', self::formatSeconds($lease)] : [];
+        $args = $step === 'refresh' ? ['--lease', Command::formatSeconds($lease)] : [];
         array_push($args, '--token', $this->token(), '--', $this->name);
         try {
             CommandClient::run($step, $this->url, $args, $this->options);
@@ -268,7 +284,7 @@ final class RedisLock
 
     private function checkOwner(string $step): void
     {
-        if (!$this->held || self::pid() !== $this->ownerPid) {
+        if (!$this->held || Native::pid() !== $this->ownerPid) {
             throw new Exception('not_owner', "tokenlock: $step: this RedisLock does not hold a grant (released, lost, or inherited by a forked child)", 70);
         }
     }
@@ -278,18 +294,20 @@ final class RedisLock
      *
      * @param array<string, mixed> $options
      * @return array{wait: ?float, lease: float, connect_timeout: float, command_timeout: float, backend: string, command?: string}
+     * @throws Exception `bad_argument` for an empty name, or one that ends in a suffix of the keys
      */
-    private static function options(string $name, array $options): array
+    private static function options(string $step, #[\SensitiveParameter] string $url, string $name, array $options): array
     {
-        self::checkKeys($options, self::OPTIONS, 'RedisLock');
+        Command::checkKeys($options, self::OPTIONS, 'RedisLock');
         if ($name === '') {
             throw new Exception('bad_argument', 'tokenlock: bad redis_lock arguments: the lock name is empty', 64);
         }
+        self::checkName($step, $url, $name);
         $o = $options;
-        $o['wait'] = array_key_exists('wait', $options) ? self::seconds($options['wait'], 'wait') : self::DEFAULT_WAIT;
+        $o['wait'] = array_key_exists('wait', $options) ? Command::seconds($options['wait'], 'wait') : self::DEFAULT_WAIT;
         $o['lease'] = self::lease($options['lease'] ?? self::DEFAULT_LEASE);
         foreach (['connect_timeout', 'command_timeout'] as $t) {
-            $o[$t] = self::seconds($options[$t] ?? 2.0, $t) ?? 2.0;
+            $o[$t] = Command::seconds($options[$t] ?? 2.0, $t) ?? 2.0;
             if ($o[$t] <= 0) {
                 throw new \InvalidArgumentException("Tokenlock\\RedisLock: $t must be more than 0 seconds");
             }
@@ -302,6 +320,20 @@ final class RedisLock
             throw new \InvalidArgumentException("Tokenlock\\RedisLock: backend must be 'phpredis' or 'command'");
         }
         return $o;
+    }
+
+    /**
+     * Refuses a name whose grant would be a key of another lock's: the
+     * lock X keeps tokenlock:X:fence, :wake, :waiters and :handoff.
+     */
+    private static function checkName(string $step, #[\SensitiveParameter] string $url, string $name): void
+    {
+        if (!preg_match('/:(fence|wake|waiters|handoff)\z/', $name, $m)) {
+            return;
+        }
+        $owner = substr($name, 0, -strlen($m[0]));
+        throw new Exception('bad_argument', "tokenlock: $step " . Connection::serverOf($url) . " $name: bad lock name: a lock name must not end in :fence, :wake, :waiters or :handoff: "
+            . "those are the keys of the lock named without that suffix (here \"$owner\"); nothing was read or written: choose a name without that ending", 64);
     }
 
     /** A lease in seconds, within the protocol's bounds. */
@@ -319,7 +351,7 @@ final class RedisLock
     }
 
     /** @param array<string, mixed> $o */
-    private static function connect(string $url, array $o): Connection
+    private static function connect(#[\SensitiveParameter] string $url, array $o): Connection
     {
         return new Connection($url, $o['connect_timeout'], $o['command_timeout']);
     }
@@ -351,7 +383,7 @@ final class RedisLock
     /** "held by pid 123 on host web-1a2b3c4d (fence 17), 2.500 s of its lease left". */
     public static function describeHolder(string $owner, int|string $fence, int $pttlMs): string
     {
-        $who = preg_match('/\A(.+-[0-9a-f]{8})\.([0-9]+)\.[0-9]+\.[0-9a-f]{16}\z/', $owner, $m) ? "pid {$m[2]} on host {$m[1]}" : $owner;
+        $who = preg_match(self::OWNER, $owner, $m) ? "pid {$m[2]} on host {$m[1]}" : $owner;
         return "held by $who (fence $fence)" . ($pttlMs >= 0 ? sprintf(', %.3f s of its lease left', $pttlMs / 1000) : '');
     }
 
@@ -367,10 +399,10 @@ final class RedisLock
     /** @return array{owner: string, fence: int|string, remaining: float, pid: int, host_tag: string} */
     private static function holderInfo(string $owner, int|string $fence, int $pttlMs): array
     {
-        $parsed = preg_match('/\A(.+-[0-9a-f]{8})\.([0-9]+)\.[0-9]+\.[0-9a-f]{16}\z/', $owner, $m);
+        $parsed = preg_match(self::OWNER, $owner, $m);
         return [
             'owner' => $owner,
-            'fence' => is_int($fence) ? $fence : self::toInt((string) $fence),
+            'fence' => is_int($fence) ? $fence : Command::toInt((string) $fence),
             'remaining' => max(0, $pttlMs) / 1000.0,
             'pid' => $parsed ? (int) $m[2] : 0,
             'host_tag' => $parsed ? $m[1] : '',
@@ -378,86 +410,23 @@ final class RedisLock
     }
 
     /**
-     * Refuses option names it does not take, so that a misspelt option is
-     * not silently ignored.
-     *
-     * @param array<string, mixed> $options
-     * @param list<string> $known
-     */
-    private static function checkKeys(array $options, array $known, string $function): void
-    {
-        $unknown = array_diff(array_keys($options), $known);
-        if ($unknown) {
-            throw new \InvalidArgumentException("Tokenlock\\$function: unknown option '" . implode("', '", $unknown)
-                . "'; it takes " . implode(', ', $known));
-        }
-    }
-
-    /** A duration in seconds; null (and INF) mean no limit. */
-    private static function seconds(mixed $value, string $name): ?float
-    {
-        if ($value === null) {
-            return null;
-        }
-        if ((!is_int($value) && !is_float($value)) || is_nan((float) $value) || $value < 0) {
-            throw new \InvalidArgumentException("Tokenlock\\RedisLock: $name must be a number of seconds, 0 or more");
-        }
-        return is_infinite((float) $value) ? null : (float) $value;
-    }
-
-    /** Seconds as the command reads them: plain decimal, never an exponent. */
-    private static function formatSeconds(float $seconds): string
-    {
-        $text = rtrim(rtrim(sprintf('%.6F', $seconds), '0'), '.');
-        return $text === '' ? '0' : $text;
-    }
-
-    /** A decimal as an int, or as the string itself beyond PHP_INT_MAX. */
-    private static function toInt(string $digits): int|string
-    {
-        return strlen($digits) < 19 || (strlen($digits) === 19 && strcmp($digits, (string) PHP_INT_MAX) <= 0) ? (int) $digits : $digits;
-    }
-
-    private static function pid(): int
-    {
-        return function_exists('posix_getpid') ? posix_getpid() : getmypid();
-    }
-
-    /**
-     * A new owner id, `<host>-<hash8>.<pid>.<start>.<nonce16>`, made as the
-     * C++ library makes it (docs/protocol.md, Token grammar), so that its
-     * holder() and `tokenlock status --redis` read the pid and host.
+     * A new owner id, `<host>-<hash8>.<pid>.<start>.<nonce16>`: the file
+     * lock's identity of this process (docs/protocol.md, Token grammar), as
+     * the C++ library makes it, so that its holder() and `tokenlock status
+     * --redis` read the pid and host.
      */
     public static function ownerId(): string
     {
-        $pid = self::pid();
-        $stat = @file_get_contents("/proc/$pid/stat");
-        $start = '0';
-        if (is_string($stat) && ($close = strrpos($stat, ')')) !== false) {
-            $fields = preg_split('/ +/', trim(substr($stat, $close + 1)));
-            $start = preg_match('/\A[0-9]{1,20}\z/', $fields[19] ?? '') ? $fields[19] : '0';
-        }
-        return self::hostTag() . ".$pid.$start." . bin2hex(random_bytes(8));
+        $me = Native::identity();
+        return "{$me['tag']}.{$me['pid']}.{$me['start']}." . bin2hex(random_bytes(8));
     }
 
-    /** `<host>-<hash8>`: FNV-1a over boot id, pid namespace and host name. */
+    /**
+     * `<host>-<hash8>`: FNV-1a over boot id, pid namespace and host name
+     * (a random one where /proc cannot be read, as for the file lock).
+     */
     public static function hostTag(): string
     {
-        $name = (string) gethostname();
-        $host = $name === '' ? 'host' : (string) preg_replace('/[^A-Za-z0-9-]/', '_', substr($name, 0, 32));
-        $boot = @file_get_contents('/proc/sys/kernel/random/boot_id');
-        $boot = is_string($boot) ? explode("\n", $boot, 2)[0] : '';
-        $ns = @readlink('/proc/self/ns/pid');
-        $h = [0xcbf29ce4, 0x84222325];
-        foreach ([$boot, $ns === false ? '' : $ns, $host] as $s) {
-            for ($i = 0, $n = strlen($s); $i < $n; ++$i) {
-                $lo = $h[1] ^ ord($s[$i]);
-                // Times the prime 2^40 + 0x1b3, in 32-bit halves (PHP's
-                // integers turn into floats instead of wrapping).
-                $l = $lo * 0x1b3;
-                $h = [($h[0] * 0x1b3 + ($l >> 32) + ($lo << 8)) & 0xffffffff, $l & 0xffffffff];
-            }
-        }
-        return sprintf('%s-%08x', $host, $h[0] ^ $h[1]);
+        return Native::identity()['tag'];
     }
 }

@@ -464,19 +464,16 @@ final class Lock
     private string $dir;
     private string $token;
     private ?float $lease;
-    /** @var array{command?: string} */
-    private array $commandOption;
     private int $ownerPid;
     private bool $held = true;
 
-    /** @param array{command?: string} $commandOption */
-    private function __construct(string $dir, string $token, ?float $lease, array $commandOption)
+    /** Made right after Native::acquire() made TOKEN: its pid is this process's. */
+    private function __construct(string $dir, string $token, ?float $lease)
     {
         $this->dir = $dir;
         $this->token = $token;
         $this->lease = $lease;
-        $this->commandOption = $commandOption;
-        $this->ownerPid = Native::pid();
+        $this->ownerPid = Native::tokenPid();
     }
 
     /**
@@ -502,7 +499,7 @@ final class Lock
         $lease = isset($options['lease']) ? Command::seconds($options['lease'], 'lease') : null;
         $path = Native::lockPath($dir);
         $token = Native::acquire($path, $wait, Native::leaseUs($lease));
-        return new self($dir, $token, $lease, array_intersect_key($options, ['command' => 1]));
+        return new self($dir, $token, $lease);
     }
 
     /**
@@ -707,16 +704,21 @@ final class Command
 
     /**
      * Runs `tokenlock ARGS`, feeding $stdin (none when null), and returns
-     * [stdout, stderr]. $busyAs names what status 1 means for this call.
+     * [stdout, stderr]. $busyAs names what status 1 means for this call;
+     * $where is what the messages made here name (default: the
+     * subcommand), so that a caller can name its lock without a secret.
      *
      * @param list<string> $args
      * @param array{command?: string} $options
      * @return array{0: string, 1: string}
      */
-    public static function run(array $args, array $options, ?string $stdin = null, string $busyAs = 'timed_out'): array
+    public static function run(array $args, array $options, ?string $stdin = null, string $busyAs = 'timed_out', ?string $where = null): array
     {
-        // The subcommands that take a lock take the legacy timeout too.
-        if (self::$legacyTimeout !== null && in_array($args[0], ['acquire', 'incr', 'write', 'run'], true)) {
+        $where ??= $args[0];
+        // The subcommands that take a lock directory take the legacy
+        // timeout too; a Redis lock has no legacy tokens, and the command
+        // refuses the option there.
+        if (self::$legacyTimeout !== null && in_array($args[0], ['acquire', 'incr', 'write', 'run'], true) && ($args[1] ?? '') !== '--redis') {
             array_splice($args, 1, 0, ['--legacy-timeout', self::formatSeconds(self::$legacyTimeout)]);
         }
         $argv = array_merge([self::locate($options)], $args);
@@ -731,7 +733,7 @@ final class Command
         $proc = @proc_open($argv, $spec, $pipes, null, $env);
         if (!is_resource($proc)) {
             $cause = error_get_last()['message'] ?? 'unknown error';
-            throw new Exception('system', "tokenlock: start {$argv[0]}: proc_open failed: $cause", 71, $argv);
+            throw new Exception('system', "tokenlock: $where: cannot start {$argv[0]}: proc_open failed: $cause; if proc_open is in disable_functions, use the calls that start no process (locks, writeFile() and increment() without `command`, RedisLock with the phpredis extension)", 71, $argv);
         }
         [$out, $err] = self::exchange($pipes, $stdin);
         [$status, $signal] = self::waitFor($proc);
@@ -740,11 +742,13 @@ final class Command
         }
         [$message, $named] = self::errorLine(rtrim($err));
         if ($signal !== null) {
+            // Its exit status would be a guess: a signal is no error name.
             throw new Exception('command_failed', ($message !== '' ? "$message\n" : '')
-                . "tokenlock: {$args[0]}: the command {$argv[0]} was killed by signal $signal", 128 + $signal, $argv);
+                . "tokenlock: $where: the command {$argv[0]} was killed by signal $signal before it finished, so what it did is not known"
+                . ' (a lock it took is free at the latest when its lease ends); find what sent the signal (the kernel log names the out-of-memory killer) and call again', 128 + $signal, $argv);
         }
         if ($message === '') {
-            $message = "tokenlock: {$args[0]}: {$argv[0]} exited with status $status";
+            $message = "tokenlock: $where: {$argv[0]} exited with status $status";
         }
         [$error, $class] = self::classify($status, $named === null ? null : $named[0], $busyAs);
         $e = new $class($error, $message, $status, $argv, null, $named === null ? 0 : $named[1]);
@@ -1092,6 +1096,15 @@ final class Native
     public static function pid(): int
     {
         return function_exists('posix_getpid') ? posix_getpid() : getmypid();
+    }
+
+    /**
+     * The pid identity() last read, which made the last token: right after
+     * a call that made one it is this process's, without a system call.
+     */
+    public static function tokenPid(): int
+    {
+        return self::$identity['pid'] ?? self::pid();
     }
 
     /**
@@ -1544,15 +1557,18 @@ final class Native
      */
     private static function round(string $dir, int $leaseUs, bool &$exists, array &$givenUp, string &$reason, bool $look, bool $first): string|bool
     {
-        $mine = self::token(self::nowUs() + $leaseUs);
         clearstatcache(true, "$dir/" . self::FREE);
         $try = $exists && ($first || @lstat("$dir/" . self::FREE) !== false);
+        // Only a rename needs a token: a waiter's round mostly has none to try.
+        $mine = $try ? self::token(self::nowUs() + $leaseUs) : '';
         $errno = $try ? self::rename("$dir/" . self::FREE, "$dir/$mine") : 2;
         if ($errno !== 0 && $errno !== 2) {
             throw self::systemError('acquire', $dir, 'cannot rename the free token ' . self::FREE . " to $mine", $errno, $errno === 1 ? self::stickyFix($dir) : '');
         }
         // ENOENT: an NFS client may retransmit a rename whose reply was lost.
-        clearstatcache(true, "$dir/$mine");
+        if ($try) {
+            clearstatcache(true, "$dir/$mine");
+        }
         if ($errno === 0 || ($try && @lstat("$dir/$mine") !== false)) {
             return self::finish($dir, $mine, null, $leaseUs, $givenUp, $reason) ? $mine : false;
         }

@@ -206,6 +206,37 @@ final class LockTest extends TempDirTestCase
         $this->assertLockFree($lockDir);
     }
 
+    public function testALockTakenInAForkedChildIsTheChilds(): void
+    {
+        // The parent's identity is known before the fork; the child's lock
+        // must still name the child.
+        Lock::acquire("$this->dir/parent.lock")->release();
+        $lockDir = "$this->dir/a.lock";
+        $child = Child::start(function (Channel $ch) use ($lockDir): void {
+            $lock = Lock::acquire($lockDir);
+            $ch->send($lock->token());
+            $ch->receive();
+            $lock->refresh();
+            $lock->release();
+            $ch->send('released');
+        });
+        $token = $child->channel->receive();
+        preg_match(self::TOKEN, $token, $m);
+        $this->assertSame((string) $child->pid, $m[2]);
+        $this->assertSame($token, Tool::status($lockDir)['token']);
+        $child->channel->send('go');
+        $this->assertSame('released', $child->channel->receive());
+        $this->assertSame(0, $child->wait());
+        $this->assertLockFree($lockDir);
+    }
+
+    public function testALockKeepsNoStateItDoesNotUse(): void
+    {
+        $names = array_map(fn (\ReflectionProperty $p) => $p->getName(), (new \ReflectionClass(Lock::class))->getProperties());
+        sort($names);
+        $this->assertSame(['dir', 'held', 'lease', 'ownerPid', 'token'], $names);
+    }
+
     public function testTheLockOfAKilledHolderIsTakenOverAtOnce(): void
     {
         $lockDir = "$this->dir/a.lock";

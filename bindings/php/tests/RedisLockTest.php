@@ -7,6 +7,7 @@ namespace Tokenlock\Tests;
 use Tokenlock\BusyException;
 use Tokenlock\Exception;
 use Tokenlock\LockLostException;
+use Tokenlock\NotAcquiredException;
 use Tokenlock\Redis\Scripts;
 use Tokenlock\RedisLock;
 use Tokenlock\Tests\Support\Channel;
@@ -267,7 +268,9 @@ final class RedisLockTest extends TempDirTestCase
                 $this->fail("accepted $url");
             } catch (Exception $e) {
                 $this->assertSame(['bad_argument', 64], [$e->getError(), $e->getCode()], $url);
-                $this->assertStringContainsString($url, $e->getMessage());
+                // What may be a user and password is not shown.
+                $shown = ['redis://us@h' => 'redis://***@h', 'redis://:%zz@h' => 'redis://***@h'][$url] ?? $url;
+                $this->assertStringContainsString("\"$shown\"", $e->getMessage());
             }
         }
     }
@@ -298,6 +301,142 @@ final class RedisLockTest extends TempDirTestCase
         $this->assertSame(0, $this->client->exists('tokenlock:db'));
     }
 
+    /**
+     * Every text an exception carries: messages along its chain, command
+     * lines, and the trace with the calls' arguments.
+     */
+    private static function everythingShown(\Throwable $e): string
+    {
+        $text = '';
+        for (; $e !== null; $e = $e->getPrevious()) {
+            $text .= $e->getMessage() . "\n" . $e->getTraceAsString() . "\n";
+            if ($e instanceof Exception) {
+                $text .= implode(' ', $e->getCommandLine()) . "\n";
+            }
+        }
+        return $text;
+    }
+
+    public function testNoMessageShowsTheUrlsPassword(): void
+    {
+        $this->client->config('SET', 'requirepass', 'S3cr:et@pw');
+        $this->client->auth('S3cr:et@pw');
+        $port = $this->server->port;
+        // A port just freed, which nothing listens on.
+        $socket = stream_socket_server('tcp://127.0.0.1:0');
+        $closed = (int) substr((string) stream_socket_get_name($socket, false), strlen('127.0.0.1:'));
+        fclose($socket);
+        $good = "redis://:S3cr%3Aet%40pw@127.0.0.1:$port";
+        $held = RedisLock::acquire($good, 'secret', ['wait' => 0]);
+        $garbage = "$this->dir/garbage-tokenlock";
+        file_put_contents($garbage, "#!/bin/sh\necho 'not a token'\n");
+        chmod($garbage, 0755);
+        $calls = [
+            'wrong password' => ["redis://:S3crWrong@127.0.0.1:$port", 'x', [], "redis://127.0.0.1:$port"],
+            'a user and a wrong password' => ["redis://a:S3crWrong@127.0.0.1:$port/2", 'x', [], "redis://127.0.0.1:$port/2"],
+            'nobody listens' => ["redis://:S3cr%3Aet%40pw@127.0.0.1:$closed", 'x', [], "redis://127.0.0.1:$closed"],
+            'a bad port' => ['redis://:S3cr%3Aet%40pw@127.0.0.1:99999', 'x', [], 'redis://***@127.0.0.1:99999'],
+            'a bad database' => ["redis://a:S3cret@127.0.0.1:$port/x", 'x', [], "redis://***@127.0.0.1:$port/x"],
+            'a stray slash' => ["redis://:S3cr/et@127.0.0.1:$port", 'x', [], "redis://***@127.0.0.1:$port"],
+            'held' => [$good, 'secret', [], "redis://127.0.0.1:$port"],
+            'a command that prints no token' => [$good, 'x', ['command' => $garbage], "redis://127.0.0.1:$port"],
+        ];
+        // Traces with the calls' arguments, whole.
+        $ini = ['zend.exception_ignore_args' => '0', 'zend.exception_string_param_max_len' => '1000000'];
+        foreach ($ini as $setting => $value) {
+            $ini[$setting] = ini_set($setting, $value);
+        }
+        try {
+            foreach (['phpredis', 'command'] as $backend) {
+                foreach ($calls as $what => [$url, $name, $options, $server]) {
+                    if (isset($options['command']) && $backend === 'phpredis') {
+                        continue;
+                    }
+                    $o = ['backend' => $backend, 'wait' => 0] + $options;
+                    foreach (['acquire' => fn () => RedisLock::acquire($url, $name, $o), 'holder' => fn () => RedisLock::holder($url, $name, $o)] as $call => $fn) {
+                        if ($what === 'held' && $call === 'holder') {
+                            continue;
+                        }
+                        try {
+                            $fn();
+                            $this->fail("$backend $call, $what: no failure");
+                        } catch (Exception $e) {
+                            $shown = self::everythingShown($e);
+                            $this->assertStringNotContainsString('S3cr', $shown, "$backend $call, $what");
+                            $this->assertStringContainsString($server, $e->getMessage(), "$backend $call, $what: the server is named");
+                        }
+                    }
+                }
+            }
+        } finally {
+            foreach ($ini as $setting => $value) {
+                ini_set($setting, (string) $value);
+            }
+        }
+        $this->assertSame($held->fence() . ' ' . $held->owner(), $this->client->get('tokenlock:secret'), 'the held grant is intact');
+        $held->release();
+        $this->assertSame(['tokenlock:secret:fence'], $this->client->keys('tokenlock:*'), 'no failed call left a key');
+    }
+
+    /** @return array<string, string> every key of the locks, with its value */
+    private function keysAndValues(): array
+    {
+        $all = [];
+        foreach ($this->client->keys('tokenlock:*') as $key) {
+            $all[$key] = $this->client->type($key) === \Redis::REDIS_LIST ? implode(',', $this->client->lRange($key, 0, -1)) : (string) $this->client->get($key);
+        }
+        ksort($all);
+        return $all;
+    }
+
+    public function testADumpedLockShowsTheServerWithoutThePassword(): void
+    {
+        $this->client->config('SET', 'requirepass', 'S3cr:et@pw');
+        $lock = RedisLock::acquire("redis://:S3cr%3Aet%40pw@127.0.0.1:{$this->server->port}", 'dumped', ['wait' => 0]);
+        ob_start();
+        var_dump($lock);
+        $shown = ob_get_clean() . print_r($lock, true);
+        $this->assertStringNotContainsString('S3cr', $shown);
+        $this->assertStringContainsString("redis://127.0.0.1:{$this->server->port}", $shown);
+        $lock->release();
+        $this->assertFalse($lock->isHeld());
+    }
+
+    public function testANameEndingInTheSuffixOfAKeyIsRefused(): void
+    {
+        $url = $this->server->url();
+        $held = RedisLock::acquire($url, 'X', ['wait' => 0]);
+        // A waiter makes the other keys: a release then wakes it.
+        $this->client->set('tokenlock:X:waiters', '1', ['px' => 60000]);
+        $before = $this->keysAndValues();
+        $this->assertArrayHasKey('tokenlock:X:fence', $before);
+        foreach (['phpredis', 'command'] as $backend) {
+            foreach (['fence', 'wake', 'waiters', 'handoff'] as $suffix) {
+                $o = ['backend' => $backend, 'wait' => 0];
+                $calls = ['acquire' => fn () => RedisLock::acquire($url, "X:$suffix", $o), 'try' => fn () => RedisLock::tryAcquire($url, "X:$suffix", $o),
+                    'status' => fn () => RedisLock::holder($url, "X:$suffix", $o)];
+                foreach ($calls as $call => $fn) {
+                    try {
+                        $fn();
+                        $this->fail("$backend $call X:$suffix was not refused");
+                    } catch (Exception $e) {
+                        $this->assertSame(['bad_argument', 64], [$e->getError(), $e->getCode()], "$backend $call: {$e->getMessage()}");
+                        $this->assertStringContainsString($url . " X:$suffix: bad lock name: a lock name must not end in :fence, :wake, :waiters or :handoff: those are the keys of the lock named without that suffix", $e->getMessage());
+                        $this->assertSame([], $e->getCommandLine(), 'no command ran');
+                    }
+                }
+            }
+        }
+        $this->assertSame($before, $this->keysAndValues(), 'nothing was read into a grant or written');
+        $this->assertTrue($held->isHeld());
+        // Only the end of a name counts.
+        foreach (['X:fenced', 'X:fence:1', 'fence', 'X:Fence'] as $name) {
+            RedisLock::acquire($url, $name, ['wait' => 0])->release();
+        }
+        $held->release();
+        $this->client->del('tokenlock:X:waiters', 'tokenlock:X:wake', 'tokenlock:X:handoff');
+    }
+
     public function testAForkedChildDoesNotReleaseItsParentsLock(): void
     {
         $lock = RedisLock::acquire($this->server->url(), 'inherited');
@@ -315,6 +454,78 @@ final class RedisLockTest extends TempDirTestCase
         $this->assertSame(0, $child->wait());
         $this->assertSame($lock->fence() . ' ' . $lock->owner(), $this->client->get('tokenlock:inherited'));
         $lock->release();
+    }
+
+    /** @return array<string, array{0: string, 1: int}> */
+    public function signals(): array
+    {
+        // Their numbers are the exit statuses of busy and lock_lost: a
+        // status read as an exit status would name those errors.
+        return ['SIGHUP' => ['HUP', 1], 'SIGQUIT' => ['QUIT', 3], 'SIGKILL' => ['KILL', 9]];
+    }
+
+    /**
+     * A stand-in for the command that runs the real one unless the file
+     * SIGNAL names a signal, which it then sends itself.
+     */
+    private function killableCommand(): string
+    {
+        $signal = escapeshellarg("$this->dir/signal");
+        $standIn = "$this->dir/tokenlock-stand-in";
+        file_put_contents($standIn, "#!/bin/sh\nif [ -f $signal ]; then ulimit -c 0; kill -\$(cat $signal) \$\$; fi\n"
+            . 'exec ' . escapeshellarg(Tool::path()) . " \"\$@\"\n");
+        chmod($standIn, 0755);
+        return $standIn;
+    }
+
+    private function assertKilled(callable $call, string $step, int $signal): void
+    {
+        try {
+            $call();
+            $this->fail("$step succeeded though its command was killed");
+        } catch (Exception $e) {
+            $this->assertNotInstanceOf(NotAcquiredException::class, $e, $e->getMessage());
+            $this->assertNotInstanceOf(LockLostException::class, $e, $e->getMessage());
+            $this->assertSame(['command_failed', 128 + $signal], [$e->getError(), $e->getCode()], $e->getMessage());
+            $this->assertStringContainsString("tokenlock: $step {$this->server->url()} killed", $e->getMessage());
+            $this->assertStringContainsString("was killed by signal $signal", $e->getMessage());
+            $this->assertStringContainsString('call again', $e->getMessage());
+        }
+    }
+
+    /** @dataProvider signals */
+    public function testACommandKilledByASignalIsNeitherBusyNorLost(string $name, int $number): void
+    {
+        $url = $this->server->url();
+        $o = ['backend' => 'command', 'command' => $this->killableCommand(), 'wait' => 0];
+        file_put_contents("$this->dir/signal", $name);
+        $this->assertKilled(fn () => RedisLock::acquire($url, 'killed', $o), 'acquire', $number);
+        $this->assertKilled(fn () => RedisLock::holder($url, 'killed', $o), 'status', $number);
+        $this->assertSame([], $this->client->keys('tokenlock:*'), 'nothing was written');
+        unlink("$this->dir/signal");
+        $lock = RedisLock::acquire($url, 'killed', $o);
+        $grant = $this->client->get('tokenlock:killed');
+        file_put_contents("$this->dir/signal", $name);
+        $this->assertKilled(fn () => $lock->refresh(60), 'refresh', $number);
+        $this->assertKilled(fn () => $lock->release(), 'release', $number);
+        $this->assertTrue($lock->isHeld(), 'a failed release leaves the grant held');
+        $this->assertSame($grant, $this->client->get('tokenlock:killed'), 'the grant is intact');
+        unlink("$this->dir/signal");
+        $lock->release();
+        // The fence key outlives every grant, so that fences keep increasing.
+        $this->assertSame(['tokenlock:killed:fence'], $this->client->keys('tokenlock:*'));
+    }
+
+    public function testTheLegacyTimeoutIsNotGivenToTheCommandsRedisLock(): void
+    {
+        \Tokenlock\setLegacyTimeout(5);
+        try {
+            $lock = RedisLock::acquire($this->server->url(), 'legacy', ['backend' => 'command', 'wait' => 0]);
+            $lock->release();
+        } finally {
+            \Tokenlock\setLegacyTimeout(null);
+        }
+        $this->assertSame(0, $this->client->exists('tokenlock:legacy'));
     }
 
     /** Without phpredis (php -n loads no extension) the command does the work. */

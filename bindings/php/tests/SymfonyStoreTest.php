@@ -239,6 +239,99 @@ final class SymfonyStoreTest extends TempDirTestCase
         $this->assertSame('kept', file_get_contents("$this->dir/file"));
     }
 
+    /** Runs $fn with TOKENLOCK_DIR_MODE set to $mode (null: unset) and umask 022. */
+    private static function withDirMode(?string $mode, callable $fn): void
+    {
+        $saved = getenv('TOKENLOCK_DIR_MODE');
+        $mask = umask(022);
+        putenv($mode === null ? 'TOKENLOCK_DIR_MODE' : "TOKENLOCK_DIR_MODE=$mode");
+        try {
+            $fn();
+        } finally {
+            putenv($saved === false ? 'TOKENLOCK_DIR_MODE' : "TOKENLOCK_DIR_MODE=$saved");
+            umask($mask);
+        }
+    }
+
+    private static function mode(string $path): int
+    {
+        clearstatcache();
+        return fileperms($path) & 07777;
+    }
+
+    public function testTheStoreDirectoryIsMadeForThisUserOrItsGroup(): void
+    {
+        self::withDirMode(null, fn () => new TokenlockStore("$this->dir/own/locks"));
+        $this->assertSame(0700, self::mode("$this->dir/own/locks"), 'others cannot look in, whatever the umask');
+        self::withDirMode('0770', fn () => new TokenlockStore("$this->dir/shared/locks"));
+        $this->assertSame(0770, self::mode("$this->dir/shared/locks"), 'group sharing chosen: the group may lock too');
+        $lock = (new LockFactory(new TokenlockStore("$this->dir/own/locks")))->createLock('made');
+        $this->assertTrue($lock->acquire());
+        $lock->release();
+    }
+
+    /**
+     * The store's directory as given is refused as untrusted, and nothing
+     * in it, or behind it, was touched.
+     */
+    private function assertUntrusted(string $directory, string $why, string $looked): void
+    {
+        $before = self::tree($looked);
+        $mode = self::mode($looked);
+        try {
+            new TokenlockStore($directory);
+            $this->fail("$directory was accepted");
+        } catch (\Tokenlock\Exception $e) {
+            $this->assertSame(['untrusted', 77], [$e->getError(), $e->getCode()], $e->getMessage());
+            $this->assertStringContainsString('tokenlock: open ' . rtrim($directory, '/') . ": refusing the lock store's directory", $e->getMessage());
+            $this->assertStringContainsString($why, $e->getMessage());
+        }
+        $this->assertSame($before, self::tree($looked), 'nothing was made');
+        $this->assertSame($mode, self::mode($looked), 'its mode is left as it was');
+    }
+
+    public function testAStoreDirectoryAnotherUserCouldChangeIsRefused(): void
+    {
+        mkdir($this->locks, 0700);
+        chmod($this->locks, 0777);
+        $this->assertUntrusted($this->locks, 'writable by every user (mode 0777); run chmod o-w', $this->locks);
+        chmod($this->locks, 0770);
+        $this->assertUntrusted($this->locks, 'group sharing was not chosen', $this->locks);
+        if (posix_geteuid() === 0) {
+            chmod($this->locks, 0755);
+            chown($this->locks, 65534);
+            $this->assertUntrusted($this->locks, 'it belongs to uid 65534', $this->locks);
+            chown($this->locks, 0);
+        }
+        chmod($this->locks, 0700);
+        $this->assertInstanceOf(TokenlockStore::class, new TokenlockStore($this->locks), 'once fixed, it is taken');
+    }
+
+    public function testASymbolicLinkInPlaceOfTheStoreDirectoryIsRefused(): void
+    {
+        mkdir("$this->dir/real", 0700);
+        symlink("$this->dir/real", $this->locks);
+        $this->assertUntrusted($this->locks, 'it is not a directory; remove it', "$this->dir/real");
+        $this->assertUntrusted("$this->locks/", 'it is not a directory; remove it', "$this->dir/real");
+        // A link to nowhere is not followed to make its target either.
+        unlink($this->locks);
+        symlink("$this->dir/nowhere", $this->locks);
+        $this->assertUntrusted($this->locks, 'it is not a directory; remove it', $this->dir);
+        $this->assertFileDoesNotExist("$this->dir/nowhere");
+    }
+
+    public function testAFileInPlaceOfTheStoreDirectoryIsRefused(): void
+    {
+        file_put_contents($this->locks, 'kept');
+        try {
+            new TokenlockStore($this->locks);
+            $this->fail('a store on a regular file was made');
+        } catch (\Symfony\Component\Lock\Exception\InvalidArgumentException $e) {
+            $this->assertStringContainsString("$this->locks: cannot open the lock store's directory", $e->getMessage());
+        }
+        $this->assertSame('kept', file_get_contents($this->locks));
+    }
+
     public function testAFailedAcquireIsAStorageErrorAndLeavesNothing(): void
     {
         $lock = $this->factory()->createLock('gone');
@@ -256,6 +349,18 @@ final class SymfonyStoreTest extends TempDirTestCase
         $this->assertFalse($lock->isAcquired());
         $this->assertSame(['locks'], self::tree($this->dir));
         $this->assertSame('kept', file_get_contents($this->locks));
+    }
+
+    public function testTheStoreKeepsNoStateItDoesNotUse(): void
+    {
+        $names = array_map(fn (\ReflectionProperty $p) => $p->getName(), (new \ReflectionClass(TokenlockStore::class))->getProperties());
+        sort($names);
+        $this->assertSame(['directory', 'initialTtl'], $names);
+        // The option older calls give is still accepted.
+        $lock = (new LockFactory(new TokenlockStore($this->locks, 300, ['command' => '/nonexistent/tokenlock'])))->createLock('old-call');
+        $this->assertTrue($lock->acquire());
+        $lock->release();
+        $this->assertSame('lockfile', $this->tokenOf('old-call'));
     }
 
     public function testTtlOutsideTheLeaseBoundsIsRefused(): void

@@ -183,6 +183,11 @@ class etcd_handle {
   void refresh();
   void refresh(std::error_code& ec) noexcept;
 
+  // Gives up the handle without releasing; returns the owner id (for
+  // etcd_lock::adopt() in another process). The lease then ends with its
+  // TTL unless someone refreshes it.
+  std::string detach() noexcept;
+
   bool owns() const noexcept;
   explicit operator bool() const noexcept { return owns(); }
 

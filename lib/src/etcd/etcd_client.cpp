@@ -1,12 +1,10 @@
 #include "etcd/etcd_client.hpp"
 
-#include <algorithm>
 #include <cstring>
-#include <functional>
-#include <mutex>
 #include <thread>
 
-#include <curl/curl.h>
+#include "etcd/etcd_wait_stats.hpp"
+#include "etcd/http_client.hpp"
 
 namespace tokenlock::detail {
 
@@ -14,79 +12,25 @@ namespace {
 
 constexpr char b64chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-// Splits a stream of JSON objects (the gateway's streaming answers put one
-// object per message) at the end of each top-level object.
-class object_splitter {
- public:
-  // Feeds bytes; calls `on_object` with every complete object, stopping
-  // (false) when it returns false.
-  template <class F>
-  bool feed(const char* p, std::size_t n, F&& on_object) {
-    for (std::size_t i = 0; i < n; ++i) {
-      const char c = p[i];
-      if (depth_ > 0) buf_ += c;
-      if (in_string_) {
-        if (escaped_) escaped_ = false;
-        else if (c == '\\') escaped_ = true;
-        else if (c == '"') in_string_ = false;
-        continue;
-      }
-      if (c == '"' && depth_ > 0) in_string_ = true;
-      else if (c == '{') {
-        if (depth_++ == 0) buf_ = "{";
-      } else if (c == '}' && depth_ > 0 && --depth_ == 0) {
-        if (!on_object(buf_)) return false;
-        buf_.clear();
-      }
-    }
-    return true;
-  }
+using posix::io_status;
 
- private:
-  std::string buf_;
-  int depth_ = 0;
-  bool in_string_ = false, escaped_ = false;
-};
-
-struct request_state {
-  std::string answer;
-  object_splitter splitter;
-  std::function<bool(const std::string&)> on_object;  // streaming: abort when false
-};
-
-size_t on_write(char* p, size_t size, size_t n, void* user) {
-  auto* st = static_cast<request_state*>(user);
-  const std::size_t len = size * n;
-  if (!st->on_object) {
-    st->answer.append(p, len);
-    return len;
-  }
-  return st->splitter.feed(p, len, st->on_object) ? len : 0;
-}
-
-void global_init() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
-
-std::error_code transport_code(CURLcode rc) {
-  switch (rc) {
-    case CURLE_COULDNT_CONNECT: return std::make_error_code(std::errc::connection_refused);
-    case CURLE_OPERATION_TIMEDOUT: return std::make_error_code(std::errc::timed_out);
-    case CURLE_COULDNT_RESOLVE_HOST: return std::make_error_code(std::errc::host_unreachable);
+std::error_code transport_code(io_status s) {
+  switch (s) {
+    case io_status::refused: return std::make_error_code(std::errc::connection_refused);
+    case io_status::timed_out: return std::make_error_code(std::errc::timed_out);
+    case io_status::unresolved: return std::make_error_code(std::errc::host_unreachable);
     default: return std::make_error_code(std::errc::protocol_error);
   }
 }
 
-std::string transport_advice(CURLcode rc, bool tls) {
-  switch (rc) {
-    case CURLE_COULDNT_CONNECT: return "is etcd running there, and is the client port right?";
-    case CURLE_OPERATION_TIMEDOUT: return "no answer in time: is the member stopped or overloaded?";
-    case CURLE_COULDNT_RESOLVE_HOST: return "the host name does not resolve: name it by address";
-    case CURLE_PEER_FAILED_VERIFICATION:
-    case CURLE_SSL_CACERT_BADFILE:
-      return "the member's certificate is not signed by a CA we trust: name the CA bundle with "
-             "?cacert=PATH";
+std::string transport_advice(io_status s, bool tls) {
+  switch (s) {
+    case io_status::refused: return "is etcd running there, and is the client port right?";
+    case io_status::timed_out: return "no answer in time: is the member stopped or overloaded?";
+    case io_status::unresolved: return "the host name does not resolve: name it by address";
+    case io_status::cert_untrusted:
+      return "the member's certificate is not signed by a CA we trust, or not for this host: name "
+             "the CA bundle with ?cacert=PATH";
     default:
       return tls ? "is the member serving HTTPS (etcds://) on that port?"
                  : "is the member serving plain HTTP (etcd://) on that port, not HTTPS (etcds://)?";
@@ -98,13 +42,13 @@ std::string transport_advice(CURLcode rc, bool tls) {
 bool grpc_error(const json& j, int& code, std::string& message) {
   if (!j.is_object() || !j.contains("error")) return false;
   const json& e = j["error"];
-  if (e.is_object()) {
-    code = e.value("grpc_code", 2);
-    message = e.value("message", std::string("unknown error"));
-  } else {
-    code = j.value("code", 2);
-    message = j.value("message", e.is_string() ? e.get<std::string>() : std::string("unknown"));
-  }
+  const json& src = e.is_object() ? e : j;
+  code = 2;
+  message = e.is_string() ? e.get<std::string>() : std::string("unknown error");
+  const auto c = src.find(e.is_object() ? "grpc_code" : "code");
+  if (c != src.end() && c->is_number_integer()) code = c->get<int>();
+  const auto m = src.find("message");
+  if (m != src.end() && m->is_string()) message = m->get<std::string>();
   return true;
 }
 
@@ -189,48 +133,17 @@ long long json_int(const json& j, const char* field) {
 etcd_client::etcd_client(etcd_url url, std::chrono::milliseconds connect_timeout,
                          std::chrono::milliseconds command_timeout)
     : url_(std::move(url)), display_(url_.display()), connect_timeout_(connect_timeout),
-      command_timeout_(command_timeout) {
-  global_init();
-}
+      command_timeout_(command_timeout) {}
 
-etcd_client::~etcd_client() {
-  if (curl_) curl_easy_cleanup(static_cast<CURL*>(curl_));
-  if (watch_curl_) curl_easy_cleanup(static_cast<CURL*>(watch_curl_));
+etcd_client::~etcd_client() = default;
+
+http_connection& etcd_client::connection(connections& v, std::size_t m) {
+  if (v.size() != url_.members.size()) v.resize(url_.members.size());
+  if (!v[m]) v[m] = std::make_unique<http_connection>(url_.members[m], url_.cacert);
+  return *v[m];
 }
 
 namespace {
-
-// One POST on `handle` (made on first use, then reused: libcurl keeps the
-// connection to a member open between requests).
-CURLcode perform(void*& handle, const etcd_url& url, const std::string& member, const char* path,
-                 const std::string& body, const std::string& token,
-                 std::chrono::milliseconds connect_timeout, std::chrono::milliseconds timeout,
-                 request_state& st, long& status) {
-  if (!handle) handle = curl_easy_init();
-  CURL* h = static_cast<CURL*>(handle);
-  if (!h) return CURLE_OUT_OF_MEMORY;
-  const std::string target = member + path;
-  curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
-  if (!token.empty()) headers = curl_slist_append(headers, ("Authorization: " + token).c_str());
-  curl_easy_setopt(h, CURLOPT_URL, target.c_str());
-  curl_easy_setopt(h, CURLOPT_POST, 1L);
-  curl_easy_setopt(h, CURLOPT_POSTFIELDS, body.c_str());
-  curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
-  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(connect_timeout.count()));
-  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(std::max<long long>(1, timeout.count())));
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_write);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, &st);
-  curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
-  if (!url.cacert.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, url.cacert.c_str());
-  const CURLcode rc = curl_easy_perform(h);
-  status = 0;
-  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-  curl_easy_setopt(h, CURLOPT_HTTPHEADER, nullptr);
-  curl_slist_free_all(headers);
-  return rc;
-}
 
 std::string first_object(const std::string& answer) {
   object_splitter s;
@@ -240,6 +153,21 @@ std::string first_object(const std::string& answer) {
     return false;
   });
   return first;
+}
+
+// The outcome of a request that failed in transport, for the next member.
+failure transport_failure(const std::string& member, const http_outcome& a, bool tls) {
+  if (a.bad_answer)
+    return make_failure(std::make_error_code(std::errc::protocol_error),
+                        member + ": the answer is not HTTP as etcd speaks it (" + a.detail + "; " +
+                            transport_advice(io_status::failed, tls) + ")");
+  return make_failure(transport_code(a.status),
+                      member + ": " + a.detail + " (" + transport_advice(a.status, tls) + ")");
+}
+
+// The moment `d` from now.
+posix::io_deadline after(std::chrono::milliseconds d) {
+  return std::chrono::steady_clock::now() + std::max(d, std::chrono::milliseconds(1));
 }
 
 }  // namespace
@@ -252,7 +180,8 @@ failure etcd_client::authenticate(const char* step) {
   failure f = call(step, "/v3/auth/authenticate", json{{"name", user}, {"password", url_.password}}, out);
   url_.user = user;
   if (f) return f;
-  token_ = out.value("token", std::string());
+  const auto t = out.find("token");
+  if (t != out.end() && t->is_string()) token_ = t->get<std::string>();
   if (token_.empty())
     return make_failure(errc::server_error, "tokenlock: " + std::string(step) + " " + display_ +
                                                 ": authenticate as " + user +
@@ -265,23 +194,33 @@ failure etcd_client::authenticate(const char* step) {
 bool etcd_client::ask_member(std::size_t m, const char* step, const char* path,
                              const std::string& text, json& out, bool* not_found_out,
                              bool& reauthenticated, failure& last, failure& result) {
-  request_state st;
-  long status = 0;
-  const CURLcode rc = perform(curl_, url_, url_.members[m], path, text, token_, connect_timeout_,
-                              command_timeout_, st, status);
-  if (rc != CURLE_OK) {
-    last = make_failure(transport_code(rc), url_.members[m] + ": " + curl_easy_strerror(rc) + " (" +
-                                                transport_advice(rc, url_.tls) + ")");
+  const std::string& member = url_.members[m];
+  http_outcome a = connection(requests_, m).post(path, text, token_, after(connect_timeout_),
+                                                 after(command_timeout_));
+  if (a.status == io_status::closed && a.answer_started) {
+    // The member read the request and began to answer: it may have applied
+    // it (a Txn is not idempotent), so it does not go to the next member.
+    result = make_failure(std::make_error_code(std::errc::protocol_error),
+                          "tokenlock: " + std::string(step) + " " + member + " (" + path +
+                              "): the connection closed in the middle of the answer (" + a.detail +
+                              "); the request may have been applied: look at the lock's state "
+                              "before repeating it");
+    return true;
+  }
+  if (!a.ok()) {
+    last = transport_failure(member, a, url_.tls);
     return false;
   }
-  json j = json::parse(first_object(st.answer), nullptr, false);
+  if (const auto& hook = this_thread_etcd_wait_stats().on_answer) hook();
+  json j = json::parse(first_object(a.body), nullptr, false);
   int code = 0;
   std::string message;
   const bool is_error = !j.is_discarded() && grpc_error(j, code, message);
-  if (j.is_discarded() || (status != 200 && !is_error)) {
+  if (j.is_discarded() || !j.is_object() || (a.http_status != 200 && !is_error)) {
     last = make_failure(std::make_error_code(std::errc::protocol_error),
-                        url_.members[m] + ": HTTP " + std::to_string(status) +
-                            " with an answer that is not etcd's JSON: is this an etcd client port?");
+                        member + ": HTTP " + std::to_string(a.http_status) +
+                            " with an answer that is not etcd's JSON: is this an etcd client port? (" +
+                            transport_advice(io_status::failed, url_.tls) + ")");
     return false;
   }
   if (!is_error || (code == 5 && not_found_out)) {
@@ -292,7 +231,7 @@ bool etcd_client::ask_member(std::size_t m, const char* step, const char* path,
     return true;
   }
   if (retry_elsewhere(code, message)) {
-    last = make_failure(errc::server_error, url_.members[m] + ": " + message);
+    last = make_failure(errc::server_error, member + ": " + message);
     return false;
   }
   if (!token_.empty() && !reauthenticated && message.find("invalid auth token") != std::string::npos) {
@@ -300,9 +239,8 @@ bool etcd_client::ask_member(std::size_t m, const char* step, const char* path,
     result = authenticate(step);
     return result ? true : ask_member(m, step, path, text, out, not_found_out, reauthenticated, last, result);
   }
-  result = make_failure(errc::server_error, "tokenlock: " + std::string(step) + " " + url_.members[m] +
-                                                " (" + path + "): " + message + ": " +
-                                                server_advice(message));
+  result = make_failure(errc::server_error, "tokenlock: " + std::string(step) + " " + member + " (" +
+                                                path + "): " + message + ": " + server_advice(message));
   return true;
 }
 
@@ -310,7 +248,14 @@ failure etcd_client::call(const char* step, const char* path, const json& body, 
                           bool* not_found_out) {
   if (!url_.user.empty() && token_.empty())
     if (failure f = authenticate(step)) return f;
-  const std::string text = body.dump();
+  std::string text;
+  try {
+    text = body.dump();
+  } catch (const json::exception&) {
+    return make_failure(errc::bad_argument, "tokenlock: " + std::string(step) + " " + display_ +
+                                                ": a name, value or credential that is not valid "
+                                                "UTF-8: etcd's JSON gateway takes UTF-8 only");
+  }
   const std::size_t n = url_.members.size();
   const auto deadline = std::chrono::steady_clock::now() + command_timeout_ * static_cast<int>(n);
   failure last, result;
@@ -329,6 +274,38 @@ failure etcd_client::call(const char* step, const char* path, const json& body, 
                                      ": no member answered (last: " + last.message + ")");
 }
 
+namespace {
+
+// What a watch's streamed objects said.
+struct watch_state {
+  bool deleted = false, malformed = false;
+  std::string server_message;
+
+  // One object of the stream: false to stop reading.
+  bool on_object(const std::string& o) noexcept {
+    try {
+      const json j = json::parse(o, nullptr, false);
+      int code = 0;
+      if (j.is_discarded() || !j.is_object()) return !(malformed = true);
+      if (grpc_error(j, code, server_message)) return false;
+      const auto res = j.find("result");
+      const json& r = res != j.end() ? *res : j;
+      if (!r.is_object()) return !(malformed = true);
+      const auto canceled = r.find("canceled"), events = r.find("events");
+      if ((canceled != r.end() && canceled->is_boolean() && canceled->get<bool>()) ||
+          (events != r.end() && events->is_array() && !events->empty())) {
+        deleted = true;
+        return false;
+      }
+      return true;
+    } catch (const std::exception&) {
+      return !(malformed = true);
+    }
+  }
+};
+
+}  // namespace
+
 failure etcd_client::wait_delete(const std::string& key, long long from_rev,
                                  std::chrono::milliseconds timeout, bool& deleted) {
   deleted = false;
@@ -341,39 +318,37 @@ failure etcd_client::wait_delete(const std::string& key, long long from_rev,
              {"filters", json::array({"NOPUT"})}}}}
           .dump();
   const std::size_t n = url_.members.size();
-  std::string errors, server_message;
-  std::error_code last_code;
+  failure last;
   for (std::size_t i = 0; i < n; ++i) {
     const std::size_t m = (current_ + i) % n;
-    request_state st;
-    st.on_object = [&](const std::string& o) {
-      const json j = json::parse(o, nullptr, false);
-      int code = 0;
-      if (j.is_discarded() || grpc_error(j, code, server_message)) return false;
-      const json& r = j.contains("result") ? j["result"] : j;
-      if (r.value("canceled", false) || (r.contains("events") && !r["events"].empty())) {
-        deleted = true;
-        return false;
-      }
-      return true;
-    };
-    long status = 0;
-    const CURLcode rc = perform(watch_curl_, url_, url_.members[m], "/v3/watch", body, token_,
-                                connect_timeout_, timeout, st, status);
-    if (deleted) return {};
-    if (!server_message.empty())
-      return make_failure(errc::server_error, "tokenlock: wait " + url_.members[m] +
-                                                  " (/v3/watch): " + server_message + ": " +
-                                                  server_advice(server_message));
+    const std::string& member = url_.members[m];
+    watch_state w;
+    object_splitter splitter;
+    http_connection& conn = connection(watches_, m);
+    const http_outcome a = conn.post("/v3/watch", body, token_, after(connect_timeout_), after(timeout),
+                                     [&](const char* p, std::size_t len) {
+                                       return splitter.feed(p, len, [&](const std::string& o) {
+                                         return w.on_object(o);
+                                       });
+                                     });
+    conn.close();  // the watch's answer never ends: its connection is not reused
+    if (w.deleted) return deleted = true, failure{};
+    if (!w.server_message.empty())
+      return make_failure(errc::server_error, "tokenlock: wait " + member + " (/v3/watch): " +
+                                                  w.server_message + ": " + server_advice(w.server_message));
+    if (w.malformed || splitter.overflow())
+      return make_failure(std::make_error_code(std::errc::protocol_error),
+                          "tokenlock: wait " + member + " (/v3/watch): the watch's answer is not "
+                          "etcd's JSON: is this an etcd client port?");
     // The watch ran its time: nothing was deleted. (A member that stopped
     // answering is found by the caller's next request, which fails over.)
-    if (rc == CURLE_OPERATION_TIMEDOUT) return {};
-    last_code = rc == CURLE_OK ? std::make_error_code(std::errc::connection_reset) : transport_code(rc);
-    errors = url_.members[m] + ": " +
-             (rc == CURLE_OK ? std::string("the watch ended early") : curl_easy_strerror(rc));
+    if (a.status == io_status::timed_out) return {};
+    last = a.ok() ? make_failure(std::make_error_code(std::errc::connection_reset),
+                                 member + ": the watch ended early")
+                  : transport_failure(member, a, url_.tls);
   }
-  return make_failure(last_code, "tokenlock: wait " + display_ +
-                                     ": no member kept a watch (last: " + errors + ")");
+  return make_failure(last.code, "tokenlock: wait " + display_ +
+                                     ": no member kept a watch (last: " + last.message + ")");
 }
 
 }  // namespace tokenlock::detail

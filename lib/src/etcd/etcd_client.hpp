@@ -1,12 +1,14 @@
-// A client of etcd's JSON gateway (/v3/... over HTTP/1.1) through libcurl:
-// one kept-alive connection to one member at a time, failing over to the
-// next member when a member cannot be reached or has no leader, and the
-// auth token (user and password) fetched once and again when it expires.
+// A client of etcd's JSON gateway (/v3/... over HTTP/1.1) through the
+// library's own HTTP client (etcd/http_client.hpp): one kept-alive
+// connection per member; requests go to the member that last answered and
+// fail over to the next when it cannot be reached or has no leader; the
+// auth token (user and password) is fetched once and again when it expires.
 #pragma once
 
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -14,6 +16,8 @@
 #include "failure.hpp"
 
 namespace tokenlock::detail {
+
+class http_connection;
 
 using json = nlohmann::json;
 
@@ -52,6 +56,8 @@ class etcd_client {
   std::chrono::milliseconds command_timeout() const noexcept { return command_timeout_; }
 
  private:
+  using connections = std::vector<std::unique_ptr<http_connection>>;
+  http_connection& connection(connections& v, std::size_t m);
   failure authenticate(const char* step);
   bool ask_member(std::size_t m, const char* step, const char* path, const std::string& text,
                   json& out, bool* not_found_out, bool& reauthenticated, failure& last,
@@ -62,8 +68,8 @@ class etcd_client {
   std::chrono::milliseconds connect_timeout_, command_timeout_;
   std::size_t current_ = 0;
   std::string token_;
-  void* curl_ = nullptr;        // CURL* for requests
-  void* watch_curl_ = nullptr;  // CURL* for watches
+  connections requests_;  // per member, kept alive between requests
+  connections watches_;   // per member, a watch's own (its answer streams)
 };
 
 }  // namespace tokenlock::detail

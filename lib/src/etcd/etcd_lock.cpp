@@ -417,6 +417,13 @@ void etcd_handle::forget() noexcept {
   fence_ = 0;
 }
 
+std::string etcd_handle::detach() noexcept {
+  std::string o;
+  o.swap(owner_);
+  forget();
+  return o;
+}
+
 bool etcd_handle::owns() const noexcept {
   return !owner_.empty() && client_ && system_os()->fork_generation() == fork_generation_;
 }

@@ -36,6 +36,38 @@ bool percent_decode(const std::string& in, std::string& out) {
   return true;
 }
 
+// Whether `s` is well-formed UTF-8 (RFC 3629: no overlong forms, no
+// surrogates, nothing above U+10FFFF). The credentials travel in JSON,
+// which takes UTF-8 only.
+bool valid_utf8(const std::string& s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t len;
+    unsigned min, cp;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xe0) == 0xc0) {
+      len = 2, min = 0x80, cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      len = 3, min = 0x800, cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      len = 4, min = 0x10000, cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + len > s.size()) return false;
+    for (std::size_t k = 1; k < len; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (d & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += len;
+  }
+  return true;
+}
+
 // One "host[:port]" of the member list, as "scheme://host:port".
 failure parse_member(const std::string& m, const char* scheme, std::string& out) {
   if (m.empty()) return bad("an empty member in the host list (two commas, or a trailing one)");
@@ -121,6 +153,9 @@ failure parse_etcd_url(const std::string& url, etcd_url& out) {
         !percent_decode(cred.substr(colon + 1), out.password))
       return bad("a bad percent-escape in the credentials");
     if (out.user.empty()) return bad("the user name is empty");
+    if (!valid_utf8(out.user) || !valid_utf8(out.password))
+      return bad("the user name or password is not valid UTF-8 once percent-decoded (etcd takes "
+                 "UTF-8 only)");
     rest = rest.substr(at + 1);
   }
   if (rest.empty()) return bad("no host");

@@ -2,16 +2,21 @@
 // thread began: how many watches it opened on a predecessor's key, and how
 // many of them ended with that key deleted (a wake-up). The FIFO tests read
 // it around one acquire: a waiter in line wakes once per release ahead of
-// it that concerns it, not once per release. Nothing else depends on it.
+// it that concerns it, not once per release. on_answer, when set, is called
+// as each request's answer has arrived on this thread (bench/etcd_bench
+// times a hand-off from the release's delete being answered with it).
+// Nothing else depends on them.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 namespace tokenlock::detail {
 
 struct etcd_wait_stats {
   std::uint64_t watches = 0;
   std::uint64_t wakes = 0;
+  std::function<void()> on_answer;
 };
 
 etcd_wait_stats& this_thread_etcd_wait_stats() noexcept;

@@ -163,7 +163,7 @@ failure redis_connection::connect(const char* step) {
   }
   if (!parse_error_.empty())
     return make_failure(errc::bad_argument,
-                        "tokenlock: " + std::string(step) + ": bad Redis URL \"" + url_ +
+                        "tokenlock: " + std::string(step) + ": bad Redis URL \"" + redis_url_for_message(url_) +
                             "\": " + parse_error_);
   if (ctx_ && fork_generation_ != fork_generation()) {
     // The parent's socket: closing our copy leaves its link alone.

@@ -1,5 +1,6 @@
 #include "redis/redis_url.hpp"
 
+#include <algorithm>
 #include <cctype>
 
 namespace tokenlock::detail {
@@ -127,6 +128,17 @@ std::string take_tcp_server(std::string_view rest, redis_endpoint& out) {
 }
 
 }  // namespace
+
+std::string redis_url_for_message(std::string_view url) {
+  const auto scheme = url.find("://");
+  if (scheme == std::string_view::npos) return std::string(url);
+  const auto start = scheme + 3;
+  // The credentials end at the last '@' before the query: a password may
+  // hold '/' or '@'. A path holding '@' is cut too, which hides nothing.
+  const auto at = url.substr(0, std::min(url.find('?', start), url.size())).rfind('@');
+  if (at == std::string_view::npos || at < start) return std::string(url);
+  return std::string(url.substr(0, start)) + "***" + std::string(url.substr(at));
+}
 
 std::string redis_endpoint::display() const {
   if (unix_socket) return "unix://" + path + (db ? "?db=" + std::to_string(db) : std::string());

@@ -22,17 +22,32 @@ final class Connection
     private int $pid = 0;
 
     public function __construct(
-        private string $url,
+        #[\SensitiveParameter] string $url,
         private float $connectTimeout,
         private float $commandTimeout,
     ) {
         $this->endpoint = self::parseUrl($url);
     }
 
-    /** The server as messages name it, without the password. */
+    /** The server as messages name it, without the user or password. */
     public function server(): string
     {
-        $e = $this->endpoint;
+        return self::shown($this->endpoint);
+    }
+
+    /**
+     * The server of URL as messages name it, without the user or password.
+     *
+     * @throws Exception `bad_argument` for a URL it cannot read
+     */
+    public static function serverOf(#[\SensitiveParameter] string $url): string
+    {
+        return self::shown(self::parseUrl($url));
+    }
+
+    /** @param array{host: string, port: int, path: string, db: int} $e */
+    private static function shown(array $e): string
+    {
         if ($e['path'] !== '') {
             return 'unix://' . $e['path'] . ($e['db'] ? '?db=' . $e['db'] : '');
         }
@@ -92,7 +107,7 @@ final class Connection
     /** The link for commands, opened again in a forked child. */
     private function link(string $step): \Redis
     {
-        $pid = function_exists('posix_getpid') ? posix_getpid() : getmypid();
+        $pid = \Tokenlock\Native::pid();
         if ($this->redis === null || $this->pid !== $pid) {
             // A parent's link is left to the parent: the child opens its own.
             $this->redis = $this->open($step);
@@ -138,16 +153,18 @@ final class Connection
             }
         } catch (\RedisException $x) {
             // phpredis throws the server's own refusal ("WRONGPASS ...") too.
+            // Not chained: the trace of phpredis's exception holds the
+            // password it was given.
             if (preg_match('/\A[A-Z]{3,} /', $x->getMessage())) {
                 throw new Exception('server_error', "tokenlock: authenticate {$this->server()}: the server answered \"{$x->getMessage()}\"; "
-                    . 'check the user and password in the URL (redis://user:password@host)', 69, [], $x);
+                    . 'check the user and password in the URL (redis://user:password@host)', 69);
             }
-            throw $this->linkFailure($step, 'handshake', $x);
+            throw $this->linkFailure($step, 'handshake', $x, false);
         }
     }
 
-    /** A link that failed: `system` with the errno its cause names. */
-    private function linkFailure(string $step, string $what, \RedisException $e): Exception
+    /** A link that failed: `system` with the errno its cause names, chained to $e if $chain. */
+    private function linkFailure(string $step, string $what, \RedisException $e, bool $chain = true): Exception
     {
         $this->redis = null;
         $cause = $e->getMessage();
@@ -159,7 +176,7 @@ final class Connection
             default => [104, ''],
         };
         $status = in_array($errno, [2, 13], true) ? ($errno === 2 ? 66 : 77) : 69;
-        return new Exception('system', "tokenlock: $step {$this->server()}: $what: $cause$hint", $status, [], $e, $errno);
+        return new Exception('system', "tokenlock: $step {$this->server()}: $what: $cause$hint", $status, [], $chain ? $e : null, $errno);
     }
 
     /**
@@ -168,9 +185,11 @@ final class Connection
      * @return array{host: string, port: int, path: string, db: int, user: string, password: ?string}
      * @throws Exception `bad_argument` for a URL it cannot read
      */
-    public static function parseUrl(string $url): array
+    public static function parseUrl(#[\SensitiveParameter] string $url): array
     {
-        $bad = static fn (string $why) => new Exception('bad_argument', "tokenlock: connect: bad Redis URL \"$url\": $why", 64);
+        $shown = self::withoutCredentials($url);
+        $bad = static fn (string $why) => new Exception('bad_argument', "tokenlock: connect: bad Redis URL \"$shown\": $why; "
+            . 'write it as redis://[[user]:password@]host[:port][/db] or unix://[[user]:password@]/path[?db=N]', 64);
         $out = ['host' => '', 'port' => 6379, 'path' => '', 'db' => 0, 'user' => '', 'password' => null];
         if (str_starts_with($url, 'redis://')) {
             $rest = substr($url, 8);
@@ -196,6 +215,24 @@ final class Connection
             throw $bad($why);
         }
         return $out;
+    }
+
+    /**
+     * URL with whatever may be its user and password shown as `***`: for
+     * a URL that may not parse, everything up to its last '@' (a unix://
+     * URL's: up to the '@' before its path), so that a password with a
+     * stray '/' or '@' is hidden too.
+     */
+    public static function withoutCredentials(#[\SensitiveParameter] string $url): string
+    {
+        $scheme = strpos($url, '://');
+        $start = $scheme === false ? 0 : $scheme + 3;
+        $rest = substr($url, $start);
+        if (str_starts_with($url, 'unix://') && ($rest === '' || $rest[0] === '/')) {
+            return $url;
+        }
+        $at = str_starts_with($url, 'unix://') && ($path = strpos($rest, '@/')) !== false ? $path : strrpos($rest, '@');
+        return $at === false ? $url : substr($url, 0, $start) . '***' . substr($rest, $at);
     }
 
     /** @param array<string, mixed> $out */

@@ -34,6 +34,7 @@ use Symfony\Component\Lock\Key;
 use Tokenlock\Exception;
 use Tokenlock\Lock;
 use Tokenlock\LockLostException;
+use Tokenlock\Native;
 use Tokenlock\NotAcquiredException;
 
 final class TokenlockStore implements BlockingStoreInterface
@@ -43,18 +44,22 @@ final class TokenlockStore implements BlockingStoreInterface
 
     private string $directory;
     private float $initialTtl;
-    /** @var array{command?: string} */
-    private array $options;
 
     /**
      * @param string $directory  where the lock directories are made; created
-     *                           (with its parents) when missing
+     *                           (with its parents) when missing, mode 0700,
+     *                           or TOKENLOCK_DIR_MODE's when that shares
+     *                           locks with a group (0775, 0770)
      * @param float  $initialTtl the lease, in seconds, that save() and
      *                           waitAndSave() give a lock before any
      *                           refresh() (Symfony's ttl)
-     * @param array{command?: string} $options passed to Tokenlock\Lock::acquire()
+     * @param array{command?: string} $options still accepted, so that older
+     *                           calls keep working: a lock runs no command
      * @throws InvalidArgumentException when the directory cannot be made or written
      * @throws InvalidTtlException for a TTL of 0 or less, or beyond 86400 s
+     * @throws Exception `untrusted` when the directory is a symbolic link or
+     *         another user could change it, judged as the module judges a
+     *         lock directory; `bad_argument` for a bad TOKENLOCK_DIR_MODE
      */
     public function __construct(string $directory, float $initialTtl = 300.0, array $options = [])
     {
@@ -62,16 +67,50 @@ final class TokenlockStore implements BlockingStoreInterface
         if ($directory === '' || str_contains($directory, "\0")) {
             throw new InvalidArgumentException('TokenlockStore: the directory must be a non-empty path without NUL bytes');
         }
-        if (!is_dir($directory) && !@mkdir($directory, 0777, true) && !is_dir($directory)) {
-            $cause = error_get_last()['message'] ?? 'unknown error';
-            throw new InvalidArgumentException("TokenlockStore: cannot create the lock directory $directory: $cause; create it, writable by this user");
+        // Without its trailing '/', a path to a link names the link.
+        $directory = strlen($directory) > 1 ? rtrim($directory, '/') : $directory;
+        self::prepare($directory);
+        $this->directory = $directory;
+        $this->initialTtl = $initialTtl;
+    }
+
+    /**
+     * Makes DIRECTORY if missing, for this user only unless locks are
+     * shared with a group, and refuses one another user could change: they
+     * could rename a resource's lock directory away, or plant one of their
+     * own in its place.
+     */
+    private static function prepare(string $directory): void
+    {
+        clearstatcache(true, $directory);
+        if (@lstat($directory) === false) {
+            $shared = Native::dirMode('create');
+            $mode = ($shared & 020) ? $shared : 0700;
+            error_clear_last();
+            if (@mkdir($directory, $mode, true)) {
+                // The umask may have taken the group's write.
+                @chmod($directory, $mode);
+            } else {
+                $cause = error_get_last()['message'] ?? 'unknown error';
+                clearstatcache(true, $directory);
+                // Unless another process made it meanwhile.
+                if (@lstat($directory) === false) {
+                    throw new InvalidArgumentException("TokenlockStore: cannot create the lock directory $directory: $cause; create it, writable by this user");
+                }
+            }
+        }
+        try {
+            Native::checkTrusted($directory, 'open', "the lock store's directory");
+        } catch (Exception $e) {
+            if ($e->getError() !== 'system') {
+                throw $e;
+            }
+            // Not a directory: as one that cannot be made.
+            throw new InvalidArgumentException("TokenlockStore: {$e->getMessage()}", 0, $e);
         }
         if (!is_writable($directory)) {
             throw new InvalidArgumentException("TokenlockStore: the lock directory $directory is not writable by this user; fix its permissions");
         }
-        $this->directory = rtrim($directory, '/');
-        $this->initialTtl = $initialTtl;
-        $this->options = array_intersect_key($options, ['command' => 1]);
     }
 
     /**
@@ -166,7 +205,7 @@ final class TokenlockStore implements BlockingStoreInterface
             return;
         }
         try {
-            $lock = Lock::acquire($this->lockDirectory((string) $key), ['wait' => $wait, 'lease' => $this->initialTtl] + $this->options);
+            $lock = Lock::acquire($this->lockDirectory((string) $key), ['wait' => $wait, 'lease' => $this->initialTtl]);
         } catch (NotAcquiredException $e) {
             throw new LockConflictedException(sprintf('TokenlockStore: the lock "%s" is held by another process: %s', $key, $e->getMessage()), 0, $e);
         } catch (Exception $e) {

@@ -1,0 +1,421 @@
+// The etcd lock's own HTTP/1.1 client (lib/src/etcd/http_client.*) and
+// the client's handling of what it returns (etcd_client), against a fake
+// server on 127.0.0.1: a thread with a listening socket that answers as
+// each test scripts it. The thread and the test synchronise through the
+// sockets themselves (and a promise where the test must wait for the
+// server's close), never through sleeps.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <functional>
+#include <future>
+#include <string>
+#include <thread>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "etcd/etcd_client.hpp"
+#include "etcd/etcd_url.hpp"
+#include "etcd/http_client.hpp"
+#include "tokenlock/etcd_lock.hpp"
+
+namespace {
+
+using tokenlock::detail::etcd_client;
+using tokenlock::detail::failure;
+using tokenlock::detail::http_answer_parser;
+using tokenlock::detail::json;
+
+void send_text(int fd, const std::string& s) {
+  std::size_t off = 0;
+  while (off < s.size()) {
+    const ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    off += static_cast<std::size_t>(n);
+  }
+}
+
+// One byte per write, with Nagle off: every byte its own segment, so the
+// client sees the answer split at every place.
+void send_bytewise(int fd, const std::string& s) {
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  for (char c : s) send_text(fd, std::string(1, c));
+}
+
+// A fake server: `serve(fd, n)` handles the n-th accepted connection
+// (from 0) until it returns; the thread accepts until stop().
+class fake_server {
+ public:
+  // On 127.0.0.1, or on ::1 with `v6`.
+  explicit fake_server(std::function<void(int, int)> serve, bool v6 = false)
+      : serve_(std::move(serve)), host_(v6 ? "[::1]" : "127.0.0.1") {
+    listen_fd_ = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sockaddr_in6 a6{};
+    a6.sin6_family = AF_INET6;
+    a6.sin6_addr = in6addr_loopback;
+    auto* addr = v6 ? reinterpret_cast<sockaddr*>(&a6) : reinterpret_cast<sockaddr*>(&a);
+    socklen_t len = v6 ? sizeof a6 : sizeof a;
+    if (::bind(listen_fd_, addr, len) != 0 || ::listen(listen_fd_, 8) != 0 ||
+        ::getsockname(listen_fd_, addr, &len) != 0)
+      throw std::runtime_error("fake server: cannot listen on " + host_);
+    port_ = ntohs(v6 ? a6.sin6_port : a.sin_port);
+    if (::pipe(stop_pipe_) != 0) throw std::runtime_error("fake server: pipe");
+    thread_ = std::thread([this] { run(); });
+  }
+  ~fake_server() { stop(); }
+
+  void stop() {
+    if (!thread_.joinable()) return;
+    ::close(stop_pipe_[1]);
+    thread_.join();
+    ::close(stop_pipe_[0]);
+    ::close(listen_fd_);
+  }
+  std::string url() const { return "etcd://" + member(); }
+  std::string member() const { return host_ + ":" + std::to_string(port_); }
+  unsigned short port() const { return port_; }
+  int connections() const { return connections_; }
+  // Whether the test has said stop: for a handler that must hold its
+  // connection open without answering.
+  void wait_for_stop() const {
+    pollfd p{stop_pipe_[0], POLLIN, 0};
+    while (::poll(&p, 1, -1) < 0 && errno == EINTR) {
+    }
+  }
+
+ private:
+  void run() {
+    for (;;) {
+      pollfd p[2] = {{listen_fd_, POLLIN, 0}, {stop_pipe_[0], POLLIN, 0}};
+      if (::poll(p, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        return;
+      }
+      if (p[1].revents) return;
+      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      serve_(fd, connections_++);
+      ::close(fd);
+    }
+  }
+
+  std::function<void(int, int)> serve_;
+  std::string host_;
+  int listen_fd_ = -1, stop_pipe_[2] = {-1, -1};
+  unsigned short port_ = 0;
+  std::atomic<int> connections_{0};
+  std::thread thread_;
+};
+
+// Reads one request (headers and a Content-Length body) from `fd`; empty
+// when the client closed first.
+std::string read_request(int fd) {
+  std::string r;
+  char buf[4096];
+  for (;;) {
+    const auto end = r.find("\r\n\r\n");
+    if (end != std::string::npos) {
+      const auto cl = r.find("Content-Length: ");
+      const std::size_t len = cl < end ? std::stoul(r.substr(cl + 16)) : 0;
+      if (r.size() >= end + 4 + len) return r;
+    }
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return {};
+    r.append(buf, static_cast<std::size_t>(n));
+  }
+}
+
+std::string with_length(const std::string& body) {
+  return "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+const std::string answer_json = R"({"header":{"revision":"7"},"note":"a } and a \" in a string"})";
+const std::string chunked_answer =
+    "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Extra:  spaced \r\n\r\n"
+    "5;ext=1\r\n{\"hea\r\n"
+    "1\r\nd\r\n" +
+    [] {
+      const std::string rest = answer_json.substr(6);
+      char size[16];
+      std::snprintf(size, sizeof size, "%zX", rest.size());
+      return std::string(size) + "\r\n" + rest + "\r\n";
+    }() +
+    "0\r\nTrailer: yes\r\n\r\n";
+
+std::unique_ptr<etcd_client> client_for(const std::string& url, std::chrono::milliseconds timeout) {
+  tokenlock::detail::etcd_url u;
+  EXPECT_FALSE(tokenlock::detail::parse_etcd_url(url, u));
+  return std::make_unique<etcd_client>(u, timeout, timeout);
+}
+
+// Parses `answer` fed in the pieces that `cuts` (ascending offsets) make.
+http_answer_parser::state parse_in_pieces(const std::string& answer, const std::vector<std::size_t>& cuts,
+                                          std::string& body) {
+  http_answer_parser p;
+  std::size_t from = 0;
+  auto st = http_answer_parser::state::more;
+  for (std::size_t i = 0; i <= cuts.size() && st == http_answer_parser::state::more; ++i) {
+    const std::size_t to = i < cuts.size() ? cuts[i] : answer.size();
+    st = p.feed(answer.data() + from, to - from, nullptr);
+    from = to;
+  }
+  body = p.body();
+  return st;
+}
+
+TEST(EtcdHttp, ChunkedAndLengthAnswersParseWhereverTheyAreSplit) {
+  const std::string length_answer = with_length(answer_json);
+  for (const std::string* answer : {&chunked_answer, &length_answer}) {
+    for (std::size_t i = 0; i <= answer->size(); ++i)
+      for (std::size_t j = i; j <= answer->size(); ++j) {
+        std::string body;
+        ASSERT_EQ(parse_in_pieces(*answer, {i, j}, body), http_answer_parser::state::done)
+            << "cut at " << i << " and " << j;
+        ASSERT_EQ(body, answer_json) << "cut at " << i << " and " << j;
+      }
+  }
+}
+
+TEST(EtcdHttp, ABrokenOrOversizedAnswerIsRefusedByTheParser) {
+  const std::vector<std::string> bad = {
+      "SSH-2.0-OpenSSH_9.2\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nContent-Length: 99999999999999\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nContent-Length: 12x\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nFFFFFFFFFFFF\r\n",
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n",
+      "HTTP/1.1 200 OK\r\n" + std::string(70000, 'x'),
+  };
+  for (const auto& a : bad) {
+    http_answer_parser p;
+    EXPECT_EQ(p.feed(a.data(), a.size(), nullptr), http_answer_parser::state::bad) << a.substr(0, 60);
+    EXPECT_FALSE(p.error().empty());
+  }
+  http_answer_parser cut;
+  const std::string half = with_length(answer_json).substr(0, 70);
+  EXPECT_EQ(cut.feed(half.data(), half.size(), nullptr), http_answer_parser::state::more);
+  EXPECT_EQ(cut.end_of_stream(), http_answer_parser::state::bad);
+  EXPECT_NE(cut.error().find("middle of the answer"), std::string::npos);
+}
+
+TEST(EtcdHttp, AChunkedAnswerSentByteByByteAndALengthAnswerBothArrive) {
+  fake_server s([](int fd, int) {
+    if (read_request(fd).empty()) return;
+    send_bytewise(fd, chunked_answer);
+    if (read_request(fd).empty()) return;
+    send_text(fd, with_length(answer_json));
+  });
+  auto c = client_for(s.url(), std::chrono::seconds(5));
+  for (int i = 0; i < 2; ++i) {
+    json out;
+    const failure f = c->call("acquire", "/v3/kv/range", json{{"key", "a"}}, out);
+    ASSERT_FALSE(f) << f.message;
+    EXPECT_EQ(out["note"], "a } and a \" in a string");
+  }
+  EXPECT_EQ(s.connections(), 1);  // kept alive between the two
+}
+
+// An IPv6 literal in brackets, and a name (localhost, which may resolve
+// to ::1 before 127.0.0.1: each address is tried in turn).
+TEST(EtcdHttp, IpV6LiteralsAndNamesConnect) {
+  const auto serve = [](int fd, int) {
+    while (!read_request(fd).empty()) send_text(fd, with_length(answer_json));
+  };
+  fake_server v6(serve, true);
+  fake_server v4(serve);
+  for (const std::string& url : {v6.url(), "etcd://localhost:" + std::to_string(v4.port())}) {
+    auto c = client_for(url, std::chrono::seconds(5));
+    json out;
+    const failure f = c->call("acquire", "/v3/kv/range", json{{"key", "a"}}, out);
+    EXPECT_FALSE(f) << url << ": " << f.message;
+    EXPECT_EQ(out.value("note", ""), "a } and a \" in a string") << url;
+  }
+}
+
+TEST(EtcdHttp, AKeptConnectionClosedByTheServerIsReplacedAndTheRequestAnsweredOnce) {
+  std::atomic<int> requests{0};
+  std::promise<void> closed;
+  fake_server s([&](int fd, int n) {
+    if (read_request(fd).empty()) return;
+    ++requests;
+    send_text(fd, with_length(answer_json));
+    if (n == 0) {
+      ::shutdown(fd, SHUT_RDWR);  // idle, then closed by the server
+      closed.set_value();
+      return;
+    }
+  });
+  auto c = client_for(s.url(), std::chrono::seconds(5));
+  json out;
+  ASSERT_FALSE(c->call("acquire", "/v3/kv/txn", json{{"n", 1}}, out));
+  closed.get_future().wait();
+  const failure f = c->call("acquire", "/v3/kv/txn", json{{"n", 2}}, out);
+  ASSERT_FALSE(f) << f.message;
+  EXPECT_EQ(requests, 2);
+  EXPECT_EQ(s.connections(), 2);
+}
+
+// The server closes the kept connection with most of the next request
+// unread (a reset): the write fails with EPIPE or ECONNRESET, not SIGPIPE
+// (which would end this test program), and the request, which the
+// server cannot have acted on, goes again on a new connection.
+TEST(EtcdHttp, ARequestCutOffWhileBeingWrittenGoesAgainWithoutSigpipe) {
+  std::atomic<int> whole_requests{0};
+  fake_server s([&](int fd, int n) {
+    if (read_request(fd).empty()) return;
+    ++whole_requests;
+    send_text(fd, with_length(answer_json));
+    if (n == 0) {
+      char c;
+      ::recv(fd, &c, 1, 0);  // the next request has begun: close on it
+      return;
+    }
+  });
+  auto c = client_for(s.url(), std::chrono::seconds(5));
+  json out;
+  ASSERT_FALSE(c->call("acquire", "/v3/kv/txn", json{{"n", 1}}, out));
+  const failure f = c->call("acquire", "/v3/kv/txn", json{{"big", std::string(4 << 20, 'a')}}, out);
+  EXPECT_FALSE(f) << f.message;
+  EXPECT_EQ(whole_requests, 2);
+  EXPECT_EQ(s.connections(), 2);
+}
+
+TEST(EtcdHttp, AConnectionClosedMidAnswerIsAProtocolErrorAndTheTxnIsNotSentAgain) {
+  std::atomic<int> requests{0};
+  fake_server s([&](int fd, int) {
+    if (read_request(fd).empty()) return;
+    ++requests;
+    send_text(fd, with_length(answer_json).substr(0, 80));
+  });
+  auto c = client_for(s.url(), std::chrono::seconds(2));
+  json out;
+  const failure f = c->call("release", "/v3/kv/txn", json{{"n", 1}}, out);
+  s.stop();
+  EXPECT_EQ(f.code, std::make_error_code(std::errc::protocol_error));
+  EXPECT_NE(f.message.find(s.member()), std::string::npos) << f.message;
+  EXPECT_NE(f.message.find("middle of the answer"), std::string::npos) << f.message;
+  EXPECT_EQ(requests, 1);
+}
+
+TEST(EtcdHttp, GarbageOrOversizedAnswersAreProtocolErrorsNamingTheMember) {
+  // Each answer, and what the message must say about it.
+  const std::vector<std::pair<std::string, std::string>> answers = {
+      {"SSH-2.0-OpenSSH_9.2\r\n\r\n", "status line"},
+      {"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999\r\n\r\n", "Content-Length"},
+      {"HTTP/1.1 200 OK\r\n" + std::string(100000, 'x') + "\r\n\r\n", "longer than"},
+      {with_length("not json at all"), "not etcd's JSON"},
+  };
+  for (const auto& [a, says] : answers) {
+    std::atomic<int> requests{0};
+    fake_server s([&](int fd, int) {
+      while (!read_request(fd).empty()) {
+        ++requests;
+        send_text(fd, a);
+      }
+    });
+    auto c = client_for(s.url(), std::chrono::milliseconds(300));
+    json out;
+    const failure f = c->call("acquire", "/v3/kv/range", json{{"key", "a"}}, out);
+    c.reset();  // closes a kept connection the server still reads from
+    s.stop();
+    EXPECT_EQ(f.code, std::make_error_code(std::errc::protocol_error)) << f.message;
+    EXPECT_NE(f.message.find(s.member()), std::string::npos) << f.message;
+    EXPECT_NE(f.message.find(says), std::string::npos) << f.message;
+    EXPECT_GE(requests, 1);
+  }
+}
+
+TEST(EtcdHttp, AServerThatNeverAnswersTimesOutWithinTheCommandTimeout) {
+  fake_server* self = nullptr;
+  fake_server s([&](int fd, int) {
+    if (!read_request(fd).empty()) self->wait_for_stop();
+  });
+  self = &s;
+  const auto timeout = std::chrono::milliseconds(300);
+  auto c = client_for(s.url(), timeout);
+  json out;
+  const auto t0 = std::chrono::steady_clock::now();
+  const failure f = c->call("acquire", "/v3/kv/range", json{{"key", "a"}}, out);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  s.stop();
+  EXPECT_EQ(f.code, std::make_error_code(std::errc::timed_out)) << f.message;
+  EXPECT_NE(f.message.find("no answer in time"), std::string::npos) << f.message;
+  // One member: one command_timeout, with room for a loaded machine.
+  EXPECT_LT(took, timeout * 4);
+}
+
+TEST(EtcdHttp, AMalformedWatchAnswerIsAProtocolErrorNotAnException) {
+  const std::vector<std::string> streams = {R"({"result":7})", R"({"result":{"events":[}})",
+                                            R"({"error":{"grpc_code":"x"}})" };
+  for (const auto& body : streams) {
+    fake_server s([&](int fd, int) {
+      if (read_request(fd).empty()) return;
+      send_text(fd, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
+      char size[16];
+      std::snprintf(size, sizeof size, "%zx\r\n", body.size());
+      send_bytewise(fd, size + body + "\r\n");
+      read_request(fd);  // until the client closes
+    });
+    auto c = client_for(s.url(), std::chrono::seconds(5));
+    bool deleted = true;
+    const failure f = c->wait_delete("k", 1, std::chrono::seconds(5), deleted);
+    s.stop();
+    EXPECT_FALSE(deleted);
+    EXPECT_TRUE(f) << body;
+    EXPECT_NE(f.message.find(s.member()), std::string::npos) << f.message;
+  }
+}
+
+// HTTPS to a server that speaks plain HTTP, and a CA file that cannot be
+// read: protocol_error naming the member, with the fix.
+TEST(EtcdHttp, HttpsFailuresSayWhatToFix) {
+  fake_server s([](int fd, int) {
+    char buf[512];
+    if (::recv(fd, buf, sizeof buf, 0) > 0) send_text(fd, "HTTP/1.1 400 Bad Request\r\n\r\n");
+  });
+  const std::string tls_url = "etcds://" + s.member();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {tls_url, "is the member serving HTTPS (etcds://)"},
+      {tls_url + "?cacert=/nonexistent/ca.pem", "cannot read the CA file"},
+  };
+  for (const auto& [url, says] : cases) {
+    auto c = client_for(url, std::chrono::milliseconds(300));
+    json out;
+    const failure f = c->call("acquire", "/v3/kv/range", json{{"key", "a"}}, out);
+    EXPECT_EQ(f.code, std::make_error_code(std::errc::protocol_error)) << f.message;
+    EXPECT_NE(f.message.find(s.member()), std::string::npos) << f.message;
+    EXPECT_NE(f.message.find(says), std::string::npos) << f.message;
+  }
+}
+
+TEST(EtcdHttp, CredentialsThatAreNotUtf8AreABadArgument) {
+  for (const char* url : {"etcd://%ff:pw@127.0.0.1:1", "etcd://user:%c3%28@127.0.0.1:1",
+                          "etcd://user:%ed%a0%80@127.0.0.1:1", "etcd://%c0%80:pw@127.0.0.1:1"}) {
+    tokenlock::detail::etcd_url u;
+    const failure f = tokenlock::detail::parse_etcd_url(url, u);
+    EXPECT_EQ(f.code, tokenlock::make_error_code(tokenlock::errc::bad_argument)) << url;
+    EXPECT_NE(f.message.find("UTF-8"), std::string::npos) << f.message;
+    tokenlock::etcd_lock lock(url, "name");
+    std::error_code ec;
+    lock.acquire(ec);
+    EXPECT_EQ(ec, tokenlock::make_error_code(tokenlock::errc::bad_argument)) << url;
+  }
+  tokenlock::detail::etcd_url u;
+  EXPECT_FALSE(tokenlock::detail::parse_etcd_url("etcd://j%c3%bcrgen:p%e2%82%acss@127.0.0.1:1", u));
+  EXPECT_EQ(u.user, "j\xc3\xbcrgen");
+}
+
+}  // namespace
