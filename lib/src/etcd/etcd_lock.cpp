@@ -454,9 +454,11 @@ void etcd_handle::release(std::error_code& ec) noexcept {
       return not_owner_failure("release");
     }
     bool deleted = false, gone = false;
-    // Not retried past the client's fail-over: a connection error leaves
-    // the grant to end with its lease.
-    if (failure f = delete_if_revision(*client_, key_, static_cast<long long>(fence_), deleted))
+    // Not retried past the client's fail-over. On an error the handle
+    // keeps the grant: a later release (or the destructor) may still
+    // remove it; otherwise it ends with its lease.
+    if (failure f = delete_if_revision(*client_, "release", key_, static_cast<long long>(fence_),
+                                       deleted))
       return f;
     failure revoked = lease_revoke(*client_, "release", lease_id_, gone);
     const std::uint64_t fence = fence_;

@@ -44,14 +44,9 @@ failure first_key(etcd_client& c, const char* step, const std::string& dir, etcd
                   bool& found);
 // The key itself (found = false when absent).
 failure get_key(etcd_client& c, const char* step, const std::string& key, etcd_kv& kv, bool& found);
-// One Txn: delete `key` if its create revision is `revision`; the second
-// form is the release's.
+// One Txn: delete `key` if its create revision is `revision`.
 failure delete_if_revision(etcd_client& c, const char* step, const std::string& key,
                            long long revision, bool& deleted);
-inline failure delete_if_revision(etcd_client& c, const std::string& key, long long revision,
-                                  bool& deleted) {
-  return delete_if_revision(c, "release", key, revision, deleted);
-}
 
 // The end of the range of keys that start with `prefix`.
 std::string prefix_end(std::string prefix);
