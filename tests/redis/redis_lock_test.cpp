@@ -491,6 +491,32 @@ TEST_F(RedisLockTest, AdoptAndBreakActOnlyOnTheNamedOwner) {
   EXPECT_FALSE(other.holder().has_value());
 }
 
+// Lock X's other keys are X:fence, X:wake, X:waiters and X:handoff: a lock
+// named so is refused before any key is read or written, and names that
+// merely contain a suffix still work.
+TEST_F(RedisLockTest, ANameEndingInAnotherKeysSuffixIsRefusedAndTouchesNothing) {
+  redis_handle held = lock("coupons", options()).acquire();
+  const std::string grant = server->cli({"GET", "tokenlock:coupons"});
+  const std::string fence = server->cli({"GET", "tokenlock:coupons:fence"});
+  for (const char* name : {"coupons:fence", "coupons:wake", "coupons:waiters", "coupons:handoff"}) {
+    redis_lock bad = lock(name, options());
+    const auto e = error_of([&] { bad.acquire(); });
+    EXPECT_EQ(e.first, errc::bad_argument) << name;
+    EXPECT_NE(e.second.find("must not end in :fence, :wake, :waiters or :handoff"), std::string::npos)
+        << e.second;
+    EXPECT_EQ(error_of([&] { bad.holder(); }).first, errc::bad_argument) << name;
+    EXPECT_EQ(error_of([&] { bad.break_owner("x"); }).first, errc::bad_argument) << name;
+  }
+  EXPECT_EQ(server->cli({"GET", "tokenlock:coupons"}), grant) << "the holder's grant was touched";
+  EXPECT_EQ(server->cli({"GET", "tokenlock:coupons:fence"}), fence);
+  EXPECT_EQ(server->cli({"DBSIZE"}), "2") << "a refused name wrote a key";
+  for (const char* name : {"coupons:fenced", "coupons:fence:1", ":fence"}) {
+    redis_handle ok = lock(name, options()).acquire();
+    EXPECT_TRUE(ok.owns()) << name;
+  }
+  held.release();
+}
+
 TEST_F(RedisLockTest, AskingForReplicasThatDoNotExistReleasesTheGrant) {
   redis_lock_options o = options();
   o.replicas = 1;

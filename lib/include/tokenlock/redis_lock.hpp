@@ -41,7 +41,9 @@
 //   - errc::bad_argument a URL or options that cannot work (the message
 //                       says which part); a lease of 0, below or above 24
 //                       hours (the protocol's maximum lease, the same for
-//                       every process), in the options or refresh(lease).
+//                       every process), in the options or refresh(lease);
+//                       a name ending in :fence, :wake, :waiters or
+//                       :handoff (the keys of the lock without it).
 //   - errc::lock_corrupt one of the lock's keys holds what the lock never
 //                       writes: a fence key that is not a decimal below
 //                       2^63 (or is 2^63 - 1, which no fence can follow), a

@@ -43,10 +43,12 @@ namespace detail {
 
 // The five names in one buffer (one allocation per call, not five); views
 // into it, so neither copied nor moved.
+constexpr std::string_view key_suffixes[] = {"", ":fence", ":wake", ":waiters", ":handoff"};
+
 class redis_keys {
  public:
   explicit redis_keys(std::string_view base) {
-    static constexpr std::string_view suffixes[] = {"", ":fence", ":wake", ":waiters", ":handoff"};
+    const auto& suffixes = key_suffixes;
     std::size_t size = 0;
     for (std::string_view x : suffixes) size += base.size() + x.size();
     buf_.reserve(size);
@@ -440,6 +442,13 @@ failure validate(const redis_lock_options& o, const std::string& name) {
     return make_failure(errc::bad_argument, "tokenlock: bad redis_lock arguments: " + what);
   };
   if (name.empty()) return bad("the lock name is empty");
+  // Lock X's other keys are X:fence, X:wake, ...: a lock named so would
+  // share them with X, and each would stall the other.
+  for (std::string_view suffix : key_suffixes)
+    if (!suffix.empty() && name.size() > suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return bad("a lock name must not end in :fence, :wake, :waiters or :handoff: those are the "
+                 "keys of the lock named without that suffix (\"" + escaped(name) + "\")");
   if (o.lease.count() <= 0 || o.lease > max_lease)
     return bad("the lease must be more than 0 and at most 24 hours (the protocol's maximum "
                "lease, the same for every process); it is " + std::to_string(o.lease.count()) +
