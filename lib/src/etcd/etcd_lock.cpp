@@ -138,22 +138,19 @@ failure wait_in_line(etcd_client& c, attempt& a, std::chrono::steady_clock::time
   granted = false;
   auto& stats = this_thread_etcd_wait_stats();
   for (;;) {
-    etcd_kv pred;
-    bool found = false;
+    etcd_kv pred, mine;
+    bool found = false, ours = false;
     long long rev = 0;
-    if (failure f = predecessor(c, a.dir, a.revision, pred, found, rev)) return f;
+    if (failure f = predecessor(c, a.dir, a.revision, a.key, pred, found, mine, ours, rev)) return f;
+    // Our place counts only while our key is there: one that ended while we
+    // waited (our lease ran out in a stall, or another client deleted it)
+    // lets the waiter behind us in too.
+    if (!ours || mine.create_revision != a.revision)
+      return make_failure(errc::lock_lost, "tokenlock: acquire " + c.server() + " " + a.key +
+                                               ": our place in line ended while we waited (our "
+                                               "lease ran out, or another client deleted the "
+                                               "key); nothing was granted");
     if (!found) {
-      // Nobody before us, but only while our key is there: one that ended
-      // while we waited (our lease ran out in a stall, or another client
-      // deleted it) lets the waiter behind us in too.
-      etcd_kv mine;
-      bool ours = false;
-      if (failure f = get_key(c, "acquire", a.key, mine, ours)) return f;
-      if (!ours || mine.create_revision != a.revision)
-        return make_failure(errc::lock_lost, "tokenlock: acquire " + c.server() + " " + a.key +
-                                                 ": our place in line ended while we waited (our "
-                                                 "lease ran out, or another client deleted the "
-                                                 "key); nothing was granted");
       granted = true;
       return {};
     }

@@ -111,14 +111,19 @@ failure put_if_absent(etcd_client& c, const std::string& key, const std::string&
   return {};
 }
 
-failure predecessor(etcd_client& c, const std::string& dir, long long below, etcd_kv& pred,
-                    bool& found, long long& revision) {
+failure predecessor(etcd_client& c, const std::string& dir, long long below,
+                    const std::string& own_key, etcd_kv& pred, bool& found, etcd_kv& mine,
+                    bool& ours, long long& revision) {
+  const json txn{{"success", json::array({{{"request_range", range_request(dir, "DESCEND", below - 1)}},
+                                          {{"request_range", {{"key", base64_encode(own_key)}}}}})}};
   json out;
-  if (failure f = c.call("acquire", "/v3/kv/range", range_request(dir, "DESCEND", below - 1), out))
-    return f;
+  if (failure f = c.call("acquire", "/v3/kv/txn", txn, out)) return f;
   revision = json_int(out.value("header", json::object()), "revision");
-  if (!first_kv(out, pred, found) || revision <= 0)
-    return unexpected(c, "acquire", "the keys waiting before ours");
+  const json& responses = out.contains("responses") ? out["responses"] : json();
+  if (!responses.is_array() || responses.size() != 2 || revision <= 0 ||
+      !first_kv(responses[0].value("response_range", json::object()), pred, found) ||
+      !first_kv(responses[1].value("response_range", json::object()), mine, ours))
+    return unexpected(c, "acquire", "the keys waiting before ours, and ours");
   return {};
 }
 

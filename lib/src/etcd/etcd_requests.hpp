@@ -35,10 +35,14 @@ failure put_if_absent(etcd_client& c, const std::string& key, const std::string&
                       long long lease, const std::string& dir, bool& created,
                       long long& revision, etcd_kv& first, bool& has_first);
 
-// The key of `dir` with the largest create revision below `below`
-// (none: found = false); `revision` is the store's revision of the answer.
-failure predecessor(etcd_client& c, const std::string& dir, long long below, etcd_kv& pred,
-                    bool& found, long long& revision);
+// In one read-only Txn (linearizable, as a range is): the key of `dir`
+// with the largest create revision below `below` (none: found = false),
+// and `own_key` itself (absent: ours = false); `revision` is the store's
+// revision of the answer. One round trip where two ranges took two: a
+// woken waiter learns at once whether it holds the lock.
+failure predecessor(etcd_client& c, const std::string& dir, long long below,
+                    const std::string& own_key, etcd_kv& pred, bool& found, etcd_kv& mine,
+                    bool& ours, long long& revision);
 // The first key of `dir` by create revision.
 failure first_key(etcd_client& c, const char* step, const std::string& dir, etcd_kv& first,
                   bool& found);
