@@ -1,7 +1,7 @@
 // What the etcd lock's transport costs a short-lived process, side by side
 // in one run (docs/etcd.md, Transport).
 //
-//   etcd_transport [--rounds N] [--cycles N] URL
+//   etcd_transport [--rounds N] [--cycles N] [--grpc-probe PATH] URL
 //
 // Each round measures every workload once, in an order that changes from
 // round to round, `cycles` times each; the program prints each workload's
@@ -20,7 +20,13 @@
 //   curl_raw_warm   the same through libcurl, its connection kept
 //   etcdctl_lock    `etcdctl lock NAME true`: etcd's own (gRPC) client, one
 //                   process per cycle
-// A gRPC C++ client is not among them: see docs/etcd.md for what it takes.
+//   range_cold      a fresh process: one Range through the library's client
+//                   (connect, POST /v3/kv/range)
+//   grpc_range_cold a fresh process: the same Range through gRPC C++
+//                   (bench/etcd_grpc_probe: channel, HTTP/2 set-up, one
+//                   unary call); only when the probe is built (gRPC C++
+//                   found) or named by --grpc-probe ("" leaves it out)
+// The cold workloads' children's peak RSS is printed after the times.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -32,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -168,6 +175,19 @@ void raw_cycle(transport& t, const std::string& dir) {
     die("raw cycle failed: " + put.dump() + " " + del.dump());
 }
 
+// The key both Range workloads read (absent: the answer is a header only).
+const std::string range_key = "tokenlock/bench-range";
+
+// The gRPC probe's HOST:PORT: the URL's first member, which must be plain
+// http (the probe has no TLS).
+std::string grpc_endpoint(const std::string& url) {
+  const std::string member = parse_url(url).members.at(0), scheme = "http://";
+  if (member.rfind(scheme, 0) != 0)
+    die(member + ": grpc_range_cold needs a plain etcd:// member (the probe has no TLS); "
+        "run it against etcd://, or leave it out with --grpc-probe \"\"");
+  return member.substr(scheme.size());
+}
+
 void lock_cycle(tokenlock::etcd_lock& lock) { lock.acquire().release(); }
 
 int child_main(const std::string& mode, const std::string& url) {
@@ -181,10 +201,18 @@ int child_main(const std::string& mode, const std::string& url) {
     raw_cycle(*make_transport(mode, url), "tokenlock/bench-raw-cold/");
     return 0;
   }
+  if (mode == "range") {
+    const json r = make_transport("own", url)->post(
+        "/v3/kv/range", json{{"key", tokenlock::detail::base64_encode(range_key)}});
+    if (!r.contains("header")) die("/v3/kv/range: no header in " + r.dump());
+    return 0;
+  }
   die("unknown child mode " + mode);
 }
 
-void run_process(const std::vector<std::string>& argv) {
+// Runs argv to its end; dies unless it exits 0. Returns the child's peak
+// RSS in KiB.
+long run_process(const std::vector<std::string>& argv) {
   const pid_t pid = ::fork();
   if (pid < 0) die("fork failed");
   if (pid == 0) {
@@ -195,8 +223,10 @@ void run_process(const std::vector<std::string>& argv) {
     ::_exit(127);
   }
   int st = 0;
-  ::waitpid(pid, &st, 0);
+  struct rusage ru {};
+  if (::wait4(pid, &st, 0, &ru) != pid) die("wait4 failed");
   if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) die(argv[0] + std::string(" ") + argv[1] + " failed");
+  return ru.ru_maxrss;
 }
 
 // etcdctl's endpoints from our URL (plain http members only).
@@ -210,61 +240,107 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
 }
+
+#ifdef TOKENLOCK_BENCH_GRPC_PROBE
+const char* const default_grpc_probe = TOKENLOCK_BENCH_GRPC_PROBE;
+#else
+const char* const default_grpc_probe = "";
+#endif
+
+struct options {
+  int rounds = 31, cycles = 20;
+  std::string url, grpc_probe = default_grpc_probe;
+};
+
+options parse_args(int argc, char** argv) {
+  const char* usage = "usage: etcd_transport [--rounds N] [--cycles N] [--grpc-probe PATH] etcd://host:port[,...]";
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--rounds" && i + 1 < argc) o.rounds = std::atoi(argv[++i]);
+    else if (a == "--cycles" && i + 1 < argc) o.cycles = std::atoi(argv[++i]);
+    else if (a == "--grpc-probe" && i + 1 < argc) o.grpc_probe = argv[++i];
+    else if (a.rfind("etcd", 0) == 0) o.url = a;
+    else die(usage);
+  }
+  if (o.url.empty() || o.rounds < 1 || o.cycles < 1) die(usage);
+  return o;
+}
+
+using samples = std::map<std::string, std::vector<double>>;
+
+// Each round runs every workload `cycles` times, in an order shuffled per
+// round so that no workload always follows the same one; returns the
+// microseconds per cycle of each round.
+samples run_rounds(const std::map<std::string, std::function<void()>>& workloads, const options& o) {
+  std::vector<std::string> order;
+  for (const auto& w : workloads) order.push_back(w.first);
+  samples us;
+  std::mt19937 rng(12345);
+  for (int r = 0; r < o.rounds; ++r) {
+    std::shuffle(order.begin(), order.end(), rng);
+    for (const auto& name : order) {
+      const auto t0 = clock_type::now();
+      for (int c = 0; c < o.cycles; ++c) workloads.at(name)();
+      const std::chrono::duration<double, std::micro> d = clock_type::now() - t0;
+      us[name].push_back(d.count() / o.cycles);
+    }
+  }
+  return us;
+}
+
+void print_results(const samples& us, const std::map<std::string, long>& peak_kb, const options& o) {
+  std::printf("# %d rounds of %d cycles; median microseconds per cycle\n", o.rounds, o.cycles);
+  for (const auto& w : us) std::printf("%-16s %10.1f\n", w.first.c_str(), median(w.second));
+  const auto m = [&](const char* n) { return median(us.at(n)); };
+  const auto over_floor = [&](const char* a, const char* b) {
+    return (m(a) - m("process_floor")) / (m(b) - m("process_floor"));
+  };
+  std::printf("ratio lock_warm/raw_warm          %.3f\n", m("lock_warm") / m("raw_warm"));
+  std::printf("ratio (lock_cold-floor)/(raw_cold-floor) %.3f\n", over_floor("lock_cold", "raw_cold"));
+  std::printf("ratio etcdctl_lock/lock_cold      %.3f\n", m("etcdctl_lock") / m("lock_cold"));
+  if (us.count("curl_raw_cold")) {
+    std::printf("ratio raw_warm/curl_raw_warm      %.3f\n", m("raw_warm") / m("curl_raw_warm"));
+    std::printf("ratio (raw_cold-floor)/(curl_raw_cold-floor) %.3f\n", over_floor("raw_cold", "curl_raw_cold"));
+  }
+  if (us.count("grpc_range_cold"))
+    std::printf("ratio (grpc_range_cold-floor)/(range_cold-floor) %.3f\n",
+                over_floor("grpc_range_cold", "range_cold"));
+  std::printf("# peak RSS of one child process, KiB (the largest seen)\n");
+  for (const auto& p : peak_kb) std::printf("peak_rss_kb %-16s %8ld\n", p.first.c_str(), p.second);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc == 4 && std::string(argv[1]) == "--child") return child_main(argv[2], argv[3]);
-  int rounds = 31, cycles = 20;
-  std::string url;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--rounds" && i + 1 < argc) rounds = std::atoi(argv[++i]);
-    else if (a == "--cycles" && i + 1 < argc) cycles = std::atoi(argv[++i]);
-    else if (a.rfind("etcd", 0) == 0) url = a;
-    else die("usage: etcd_transport [--rounds N] [--cycles N] etcd://host:port[,...]");
-  }
-  if (url.empty() || rounds < 1 || cycles < 1) die("usage: etcd_transport [--rounds N] [--cycles N] URL");
-  const std::string self = argv[0], endpoints = etcdctl_endpoints(url);
+  const options o = parse_args(argc, argv);
+  const std::string self = argv[0], url = o.url, endpoints = etcdctl_endpoints(url);
   tokenlock::etcd_lock warm_lock(url, "bench-lock-warm");
   auto warm_own = make_transport("own", url);
+  std::map<std::string, long> peak_kb;
+  const auto cold = [&](const std::string& name, std::vector<std::string> args) {
+    return [&peak_kb, name, args] {
+      const long kb = run_process(args);
+      peak_kb[name] = std::max(peak_kb[name], kb);
+    };
+  };
   std::map<std::string, std::function<void()>> workloads{
-      {"process_floor", [&] { run_process({self, "--child", "noop", url}); }},
-      {"lock_cold", [&] { run_process({self, "--child", "lock", url}); }},
-      {"raw_cold", [&] { run_process({self, "--child", "own", url}); }},
+      {"process_floor", cold("process_floor", {self, "--child", "noop", url})},
+      {"lock_cold", cold("lock_cold", {self, "--child", "lock", url})},
+      {"raw_cold", cold("raw_cold", {self, "--child", "own", url})},
+      {"range_cold", cold("range_cold", {self, "--child", "range", url})},
       {"lock_warm", [&] { lock_cycle(warm_lock); }},
       {"raw_warm", [&] { raw_cycle(*warm_own, "tokenlock/bench-raw-warm/"); }},
       {"etcdctl_lock",
-       [&] { run_process({"etcdctl", "--endpoints=" + endpoints, "lock", "bench-etcdctl", "true"}); }},
+       cold("etcdctl_lock", {"etcdctl", "--endpoints=" + endpoints, "lock", "bench-etcdctl", "true"})},
   };
+  if (!o.grpc_probe.empty())
+    workloads["grpc_range_cold"] = cold("grpc_range_cold", {o.grpc_probe, grpc_endpoint(url), range_key});
 #ifdef TOKENLOCK_BENCH_CURL
   auto warm_curl = make_transport("curl", url);
-  workloads["curl_raw_cold"] = [&] { run_process({self, "--child", "curl", url}); };
+  workloads["curl_raw_cold"] = cold("curl_raw_cold", {self, "--child", "curl", url});
   workloads["curl_raw_warm"] = [&] { raw_cycle(*warm_curl, "tokenlock/bench-curl-warm/"); };
 #endif
-  std::vector<std::string> order;
-  for (const auto& w : workloads) order.push_back(w.first);
-  std::map<std::string, std::vector<double>> us;
-  std::mt19937 rng(12345);
-  for (int r = 0; r < rounds; ++r) {
-    std::shuffle(order.begin(), order.end(), rng);
-    for (const auto& name : order) {
-      const auto t0 = clock_type::now();
-      for (int c = 0; c < cycles; ++c) workloads.at(name)();
-      const std::chrono::duration<double, std::micro> d = clock_type::now() - t0;
-      us[name].push_back(d.count() / cycles);
-    }
-  }
-  std::printf("# %d rounds of %d cycles; median microseconds per cycle\n", rounds, cycles);
-  for (const auto& name : order) std::printf("%-14s %10.1f\n", name.c_str(), median(us[name]));
-  const auto m = [&](const char* n) { return median(us[n]); };
-  std::printf("ratio lock_warm/raw_warm          %.3f\n", m("lock_warm") / m("raw_warm"));
-  std::printf("ratio (lock_cold-floor)/(raw_cold-floor) %.3f\n",
-              (m("lock_cold") - m("process_floor")) / (m("raw_cold") - m("process_floor")));
-  std::printf("ratio etcdctl_lock/lock_cold      %.3f\n", m("etcdctl_lock") / m("lock_cold"));
-#ifdef TOKENLOCK_BENCH_CURL
-  std::printf("ratio raw_warm/curl_raw_warm      %.3f\n", m("raw_warm") / m("curl_raw_warm"));
-  std::printf("ratio (raw_cold-floor)/(curl_raw_cold-floor) %.3f\n",
-              (m("raw_cold") - m("process_floor")) / (m("curl_raw_cold") - m("process_floor")));
-#endif
+  print_results(run_rounds(workloads, o), peak_kb, o);
   return 0;
 }
