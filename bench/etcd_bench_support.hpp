@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -52,7 +53,8 @@ inline void etcd_bare_cycle(detail::etcd_client& c, const std::string& dir) {
 }
 
 // Runs argv (PATH searched) and waits for it; throws unless it exits 0.
-inline void run_process(const std::vector<std::string>& argv) {
+// Returns the child's peak RSS in KiB.
+inline long run_process(const std::vector<std::string>& argv) {
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
@@ -63,12 +65,14 @@ inline void run_process(const std::vector<std::string>& argv) {
     ::_exit(127);
   }
   int st = 0;
-  ::waitpid(pid, &st, 0);
+  struct rusage ru {};
+  if (::wait4(pid, &st, 0, &ru) != pid) throw std::runtime_error("wait4 failed");
   if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
     std::string cmd;
     for (const auto& a : argv) cmd += (cmd.empty() ? "" : " ") + a;
     throw std::runtime_error(cmd + " failed (status " + std::to_string(st) + ")");
   }
+  return ru.ru_maxrss;
 }
 
 // etcdctl's --endpoints from the lock's URL (plain http members only).

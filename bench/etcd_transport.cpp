@@ -48,11 +48,16 @@
 
 #include "etcd/etcd_client.hpp"
 #include "etcd/etcd_requests.hpp"
+#include "etcd_bench_support.hpp"
 #include "tokenlock/etcd_lock.hpp"
 
 namespace {
 
 using clock_type = std::chrono::steady_clock;
+using tokenlock::bench::etcdctl_endpoints;
+using tokenlock::bench::median;
+using tokenlock::bench::run_process;
+using tokenlock::bench::run_rounds;
 using tokenlock::detail::etcd_client;
 using tokenlock::detail::failure;
 
@@ -210,37 +215,6 @@ int child_main(const std::string& mode, const std::string& url) {
   die("unknown child mode " + mode);
 }
 
-// Runs argv to its end; dies unless it exits 0. Returns the child's peak
-// RSS in KiB.
-long run_process(const std::vector<std::string>& argv) {
-  const pid_t pid = ::fork();
-  if (pid < 0) die("fork failed");
-  if (pid == 0) {
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
-    ::_exit(127);
-  }
-  int st = 0;
-  struct rusage ru {};
-  if (::wait4(pid, &st, 0, &ru) != pid) die("wait4 failed");
-  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) die(argv[0] + std::string(" ") + argv[1] + " failed");
-  return ru.ru_maxrss;
-}
-
-// etcdctl's endpoints from our URL (plain http members only).
-std::string etcdctl_endpoints(const std::string& url) {
-  std::string e;
-  for (const auto& m : parse_url(url).members) e += (e.empty() ? "" : ",") + m;
-  return e;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
 #ifdef TOKENLOCK_BENCH_GRPC_PROBE
 const char* const default_grpc_probe = TOKENLOCK_BENCH_GRPC_PROBE;
 #else
@@ -269,26 +243,6 @@ options parse_args(int argc, char** argv) {
 
 using samples = std::map<std::string, std::vector<double>>;
 
-// Each round runs every workload `cycles` times, in an order shuffled per
-// round so that no workload always follows the same one; returns the
-// microseconds per cycle of each round.
-samples run_rounds(const std::map<std::string, std::function<void()>>& workloads, const options& o) {
-  std::vector<std::string> order;
-  for (const auto& w : workloads) order.push_back(w.first);
-  samples us;
-  std::mt19937 rng(12345);
-  for (int r = 0; r < o.rounds; ++r) {
-    std::shuffle(order.begin(), order.end(), rng);
-    for (const auto& name : order) {
-      const auto t0 = clock_type::now();
-      for (int c = 0; c < o.cycles; ++c) workloads.at(name)();
-      const std::chrono::duration<double, std::micro> d = clock_type::now() - t0;
-      us[name].push_back(d.count() / o.cycles);
-    }
-  }
-  return us;
-}
-
 void print_results(const samples& us, const std::map<std::string, long>& peak_kb, const options& o) {
   std::printf("# %d rounds of %d cycles; median microseconds per cycle\n", o.rounds, o.cycles);
   for (const auto& w : us) std::printf("%-16s %10.1f\n", w.first.c_str(), median(w.second));
@@ -311,8 +265,9 @@ void print_results(const samples& us, const std::map<std::string, long>& peak_kb
 }
 }  // namespace
 
-int main(int argc, char** argv) {
-  if (argc == 4 && std::string(argv[1]) == "--child") return child_main(argv[2], argv[3]);
+namespace {
+
+int run(int argc, char** argv) {
   const options o = parse_args(argc, argv);
   const std::string self = argv[0], url = o.url, endpoints = etcdctl_endpoints(url);
   tokenlock::etcd_lock warm_lock(url, "bench-lock-warm");
@@ -341,6 +296,17 @@ int main(int argc, char** argv) {
   workloads["curl_raw_cold"] = cold("curl_raw_cold", {self, "--child", "curl", url});
   workloads["curl_raw_warm"] = [&] { raw_cycle(*warm_curl, "tokenlock/bench-curl-warm/"); };
 #endif
-  print_results(run_rounds(workloads, o), peak_kb, o);
+  print_results(run_rounds(workloads, o.rounds, o.cycles), peak_kb, o);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 4 && std::string(argv[1]) == "--child") return child_main(argv[2], argv[3]);
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    die(e.what());
+  }
 }
