@@ -160,14 +160,14 @@ int handoff(const std::string& url, int n) {
     }
     tokenlock::redis_lock_options o;
     o.wait = 10s;
-    tokenlock::redis_lock holder_lock(url, "bench:handoff", o);
+    tokenlock::redis_lock holder_lock(url, "bench-handoff", o);
     tokenlock::redis_handle h = holder_lock.acquire();
     int from_child[2];
     if (::pipe(from_child)) die("pipe");
     const pid_t pid = ::fork();
     if (pid == 0) {
       ::close(from_child[0]);
-      tokenlock::redis_lock waiter(url, "bench:handoff", o);
+      tokenlock::redis_lock waiter(url, "bench-handoff", o);
       // Tell the parent we are about to wait; it releases once our BLPOP
       // has been seen on the server.
       char ready = 'r';
