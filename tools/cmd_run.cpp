@@ -320,14 +320,11 @@ template <class B>
 int run_on_server(const server_lock& s, const std::vector<std::string>& command,
                   std::chrono::milliseconds lease, std::chrono::milliseconds wait, int conflict,
                   bool verbose) {
-  typename B::options_type o;
-  o.lease = lease;
-  o.wait = wait;
   const signal_plan sp = block_sigchld();
   command_process cmd(command);
   int code = 0;
   if (!start_command(cmd, sp, code)) return code;
-  typename B::lock_type lock(s.url, s.name, o);
+  typename B::lock_type lock(s.url, s.name, options_with<B>(lease, wait));
   std::error_code ec;
   typename B::handle_type h = lock.acquire(ec);
   if (ec) return give_up(cmd, sp, ec, conflict, verbose);

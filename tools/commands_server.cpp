@@ -37,15 +37,6 @@ std::optional<server_lock> server_lock_of(const po::variables_map& v, const std:
 
 namespace {
 
-template <class B>
-typename B::options_type options_with(std::chrono::milliseconds lease,
-                                      std::chrono::milliseconds wait) {
-  typename B::options_type o;
-  o.lease = lease;
-  o.wait = wait;
-  return o;
-}
-
 template <class H>
 std::string token_of(const H& h) {
   return std::to_string(h.fence()) + "." + h.owner();

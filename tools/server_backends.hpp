@@ -31,7 +31,6 @@ struct redis_backend {
   using handle_type = redis_handle;
   using holder_type = redis_holder_info;
   using options_type = redis_lock_options;
-  static constexpr const char* option = "--redis";
   static constexpr const char* noun = "Redis lock";
   static constexpr const char* json_key = "redis";
 
@@ -70,7 +69,6 @@ struct etcd_backend {
   using handle_type = etcd_handle;
   using holder_type = etcd_holder_info;
   using options_type = etcd_lock_options;
-  static constexpr const char* option = "--etcd";
   static constexpr const char* noun = "etcd lock";
   static constexpr const char* json_key = "etcd";
 
@@ -103,6 +101,16 @@ struct etcd_backend {
   }
 };
 #endif
+
+// A backend's lock options with this lease and wait (the rest its defaults).
+template <class B>
+typename B::options_type options_with(std::chrono::milliseconds lease,
+                                      std::chrono::milliseconds wait) {
+  typename B::options_type o;
+  o.lease = lease;
+  o.wait = wait;
+  return o;
+}
 
 // run under a server's lock (cmd_run.cpp), one per backend this build has.
 #if TOKENLOCK_HAVE_REDIS
