@@ -2,10 +2,12 @@
 # messages, 12 what counter.cgi and status --json echo.
 
 # 11a: a password given as env:VAR never reaches the process list, where
-# every local user reads it while `run` runs.
+# every local user reads it while `run` runs. The suite's redis-server asks
+# for that password meanwhile.
 secret_off_argv() {
   local s=$work/scratch/elevena problems="" run_pid i cmdline="" url
   url="redis://:s3cr3t-pw@127.0.0.1:$redis_port"
+  rcli config set requirepass s3cr3t-pw
   rm -f "$s.started"
   "${as_victim[@]}" env TL_URL="$url" "$tl" run --redis env:TL_URL eleven sh -c 'touch "$1"; sleep 5' sh "$s.started" \
     >/dev/null 2>"$s.err" &
@@ -22,6 +24,7 @@ secret_off_argv() {
   esac
   kill "$run_pid" 2>/dev/null
   wait "$run_pid" 2>/dev/null
+  redis-cli -p "$redis_port" -a s3cr3t-pw --no-auth-warning config set requirepass "" >/dev/null
   report "attack 11a" "$problems" "argv shows only env:TL_URL"
 }
 
