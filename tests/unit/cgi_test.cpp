@@ -73,7 +73,8 @@ TEST(CgiResponse, WritesStatusHeadersAndBodyButNoBodyForHead) {
   cgi::write_response(head, r, true);
   EXPECT_EQ(get.str(),
             "Status: 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
-            "Content-Length: 5\r\nCache-Control: no-store\r\nRetry-After: 1\r\n\r\nbusy\n");
+            "Content-Length: 5\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
+            "Retry-After: 1\r\n\r\nbusy\n");
   EXPECT_EQ(head.str(), get.str().substr(0, get.str().size() - 5));
 }
 
