@@ -25,7 +25,7 @@
 # Serialise with the other suites that make the accounts:
 #   flock /tmp/tl-security-accounts.lock attacks_perl.sh ...
 # Races run up to TL_SECURITY_TRIES times (default 20) within
-# TL_SECURITY_RACE_SECONDS (default 30) per race, and stop at the first
+# TL_SECURITY_RACE_SECONDS (default 20) per race, and stop at the first
 # success.
 set -uo pipefail
 if [ $# -ne 2 ]; then
@@ -42,7 +42,7 @@ for tool in setpriv useradd userdel groupadd groupdel usermod mkfifo timeout sta
 done
 [ -f "$1/Tokenlock.pm" ] || { echo "FAIL: no Tokenlock.pm in $1" >&2; exit 64; }
 tries=${TL_SECURITY_TRIES:-20}
-race_seconds=${TL_SECURITY_RACE_SECONDS:-30}
+race_seconds=${TL_SECURITY_RACE_SECONDS:-20}
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/security/setup.sh
 . "$here/setup.sh"
@@ -143,7 +143,7 @@ fill_token() {
 # racer (sets racer_pid; 1 when it did not start).
 clearing_race_perl() {
   local label=$1 envs=$2 lock=$3 s=$work/scratch/$1 start=$SECONDS try rc left
-  local problems="" detail="no try ran" worst=200
+  local problems="" detail="no try ran" worst=200 swapped=0
   for ((try = 1; try <= tries && SECONDS - start < race_seconds; try++)); do
     plant_keep
     "prepare_$label" "$lock"
@@ -155,11 +155,12 @@ clearing_race_perl() {
     wait "$racer_pid" 2>/dev/null
     left=$(keep_left)
     [ "$left" -lt "$worst" ] && worst=$left
+    [ -s "$s.racer" ] && swapped=$((swapped + 1))
     if [ "$left" != 200 ]; then
       problems="try $try: canaries left $left of 200 (the victim's acquire exited $rc after the racer swapped $(head -1 "$s.racer") for a link to $home/keep)"
       break
     fi
-    detail="$try tries, canaries left 200 of 200 each time, last exit $rc: $(first_line "$s.err")"
+    detail="$try tries, the racer swapped in $swapped, canaries left 200 of 200 each time, last exit $rc: $(first_line "$s.err")"
   done
   echo "p1$label: canaries left $worst of 200"
   report "attack p1$label" "$problems" "$detail"

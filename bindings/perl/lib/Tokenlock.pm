@@ -321,6 +321,15 @@ sub _legacy_timeout {
     return ('--legacy-timeout', _seconds($step, 'legacy_timeout', $opts->{legacy_timeout}, 0));
 }
 
+# --group NAME when the option names one; TOKENLOCK_GROUP reaches the
+# command through the environment. Checked here as the module checks it.
+sub _group_args {
+    my ($step, $opts) = @_;
+    return () unless defined $opts->{group};
+    _named_group($step, $opts->{group});
+    return ('--group', $opts->{group});
+}
+
 sub _check_opts {
     my ($step, $opts, @known) = @_;
     return unless %$opts;
@@ -641,9 +650,9 @@ sub _lock_paths {
 }
 
 # The mode of lock directories and workspaces this process creates:
-# TOKENLOCK_DIR_MODE, as the command reads it, else 0755. With group write
-# (0775, 0770) a lock is shared by a group: a directory of one of our
-# groups is then trusted.
+# TOKENLOCK_DIR_MODE, as the command reads it, else 0755. Group write
+# (0775, 0770) without a named group chooses the group of a lock directory
+# this user owns for sharing (docs/security.md, Who is trusted).
 sub _dir_mode {
     my ($step) = @_;
     my $text = $ENV{TOKENLOCK_DIR_MODE};
@@ -660,56 +669,113 @@ sub _dir_mode {
     return $mode;
 }
 
+# Group names resolved by this process: the group database is read once.
+my %GID_OF;
+
+# The group named for sharing: the option `group`, else TOKENLOCK_GROUP; a
+# group name or a decimal gid, of which this user must be a member. Returns
+# its gid, or undef when none is named.
+sub _named_group {
+    my ($step, $opt) = @_;
+    my $g = defined $opt ? $opt : $ENV{TOKENLOCK_GROUP};
+    return undef unless defined $g && length $g;
+    my $from = defined $opt ? 'the group option' : 'TOKENLOCK_GROUP';
+    _usage($step, "$from must be a group name or a decimal gid, not a reference") if ref $g;
+    my $gid = $GID_OF{$g};
+    if (!defined $gid) {
+        if ($g =~ /\A([0-9]{1,10})\z/) { $gid = $1 + 0 }
+        else {
+            my @gr = getgrnam($g);
+            _usage($step, "$from names the group \"$g\", which this host does not know: name an existing group "
+                  . '(getent group lists them) or give its gid')
+              unless @gr;
+            $gid = $gr[2];
+        }
+        # Untainted: a gid is only ever compared and passed to chown.
+        ($gid) = "$gid" =~ /\A([0-9]+)\z/;
+        %GID_OF = () if keys %GID_OF >= 100;
+        $GID_OF{$g} = $gid;
+    }
+    _usage($step, "$from names group $g (gid $gid), and this process (uid $>) is not a member of it: a group is shared "
+          . 'only by its members; add the user to the group (usermod -a -G), or name a group it is in (id -G lists them)')
+      unless grep { $_ == $gid } split ' ', $);
+    return $gid;
+}
+
+# The group chosen for sharing in a lock directory of lstat $st: the named
+# one, else, when the directory mode has group write, the group of a lock
+# directory this user owns; undef when none is chosen.
+sub _chosen_group {
+    my ($step, $named, $st) = @_;
+    return $named if defined $named;
+    return undef unless $st && $st->[4] == $> && (_dir_mode($step) & 020);
+    return $st->[5];
+}
+
+sub _group_shown {
+    my ($gid) = @_;
+    my $name = getgrgid($gid);
+    return defined $name ? "$name (gid $gid)" : "gid $gid";
+}
+
 # The trust rules of docs/security.md (trust.cpp) for a directory's lstat:
-# the reason it cannot be trusted, or undef.
+# the reason it cannot be trusted, or undef. $chosen: the group chosen for
+# sharing (undef: none); $named: chosen by name; $lockdir: the lock
+# directory itself, another user's of which is trusted only under a named
+# group. Being a member of a group, without choosing it, trusts nothing.
 sub _distrust {
-    my ($path, $mode, $uid, $gid, $dir_mode) = @_;
+    my ($path, $mode, $uid, $gid, $chosen, $named, $lockdir) = @_;
     my $m = sprintf('%04o', $mode & 07777);
-    my $sharing = $dir_mode & 020;
-    my $share = "a lock shared by several users needs a group they all belong to: give $path that group, mode 0775, "
-      . 'and choose group sharing (TOKENLOCK_DIR_MODE=0775)';
+    my $share = 'share it through one group instead: mode 0775 and that group named with the group option or '
+      . 'TOKENLOCK_GROUP (docs/security.md)';
     return "it is writable by every user (mode $m); run chmod o-w $path if its contents are yours, or remove it; $share"
       if $mode & 002;
-    my $group_ok = $sharing && grep { $_ == $gid } split ' ', $);
-    if (($mode & 020) && !$group_ok) {
-        return "it is writable by group $gid (mode $m) and group sharing was not chosen; run chmod g-w $path "
-          . 'if the group is not meant to share it, or choose group sharing (TOKENLOCK_DIR_MODE=0775)'
-          unless $sharing;
-        return "it is writable by group $gid (mode $m), which is not one of this user's groups; $share";
+    my $in_chosen = defined $chosen && $gid == $chosen;
+    if (($mode & 020) && !$in_chosen) {
+        my $g = _group_shown($gid);
+        return "it is writable by group $g (mode $m), which is not the group chosen for sharing; run chmod g-w $path "
+          . 'if the group is not meant to share it; otherwise name the group: the group option or TOKENLOCK_GROUP='
+          . (getgrgid($gid) || $gid);
     }
-    return "it belongs to uid $uid (mode $m), who could change it; have that user (or root) remove it "
-      . "and it is created again on next use, or, if that user shares it on purpose, $share"
-      if $uid != $> && $uid != 0 && !$group_ok;
+    return "it belongs to uid $uid (mode $m), who could change it; have that user (or root) remove it and it is "
+      . 'created again on next use, or, if that user shares it on purpose, name the group you both share: the group '
+      . 'option or TOKENLOCK_GROUP=' . (getgrgid($gid) || $gid)
+      if $uid != $> && $uid != 0 && !($in_chosen && ($named || !$lockdir));
     return undef;
 }
 
 # Judges the lock directory before anything in it is touched: 1 when it
-# is there and trusted, 0 when it is missing; dies otherwise.
+# is there and trusted, 0 when it is missing; dies otherwise. $o->{group}
+# is the named group; $o->{chosen} is set to the group chosen in it.
 # The verdicts this process reached, by lock directory: its lstat (device,
-# inode, mode, owner, group) and what else the rules depend on. The same
-# directory, unchanged, is not judged again; a replaced or changed one is.
+# inode, mode, owner, group) and what else the rules depend on, and the
+# chosen group. The same directory, unchanged, is not judged again; a
+# replaced or changed one is.
 my %TRUSTED;
 
 # Built only of untainted parts: under perl -T a tainted value anywhere in
 # a statement taints every value that statement makes.
 sub _trust_key {
-    my ($st) = @_;
+    my ($st, $named) = @_;
     my $mode = $ENV{TOKENLOCK_DIR_MODE};
-    my $key = join(':', @$st[0, 1, 2, 4, 5], $>);
+    my $key = join(':', @$st[0, 1, 2, 4, 5], $>, defined $named ? $named : '');
     return $key unless defined $mode;
     return $mode =~ /\A([0-7]*)\z/ ? "$key:$1" : "$key:?";
 }
 
 sub _check_dir {
-    my ($step, $p) = @_;
+    my ($step, $p, $o) = @_;
     my @st = lstat $p->{dir};
     if (!@st) {
         return 0 if $!{ENOENT};
         die _system_error($step, $p->{dir}, 'cannot look at the lock directory', $! + 0);
     }
-    my $key = _trust_key(\@st);
+    my $key = _trust_key(\@st, $o->{group});
     my $known = $TRUSTED{$p->{dir}};
-    return 1 if defined $known && $known eq $key;
+    if (defined $known && $known->[0] eq $key) {
+        $o->{chosen} = $known->[1];
+        return 1;
+    }
     require Fcntl;
     if (Fcntl::S_ISLNK($st[2])) {
         die _lock_error('untrusted', $step, $p->{dir},
@@ -719,14 +785,16 @@ sub _check_dir {
     if (!Fcntl::S_ISDIR($st[2])) {
         die _system_error($step, $p->{dir}, 'cannot open the lock directory', POSIX::ENOTDIR());
     }
-    my $why = _distrust($p->{dir}, $st[2], $st[4], $st[5], _dir_mode($step));
+    my $chosen = _chosen_group($step, $o->{group}, \@st);
+    my $why = _distrust($p->{dir}, $st[2], $st[4], $st[5], $chosen, defined $o->{group}, 1);
     die _lock_error('untrusted', $step, $p->{dir},
         sprintf('refusing the lock directory (owner uid %d, mode %04o; this process runs as uid %d): '
               . 'another user could plant or swap entries in it, and nothing in it was touched; %s',
             $st[4], $st[2] & 07777, $>, $why))
       if defined $why;
     %TRUSTED = () if keys %TRUSTED >= 1000;
-    $TRUSTED{$p->{dir}} = $key;
+    $TRUSTED{$p->{dir}} = [$key, $chosen];
+    $o->{chosen} = $chosen;
     return 1;
 }
 
@@ -792,8 +860,9 @@ sub _fsync_dir {
 # name, which succeeds only while that name is missing or an empty
 # directory, so that concurrent creators cannot make two tokens.
 sub _create_dir {
-    my ($step, $p, $lease_us) = @_;
-    my $mode = _dir_mode($step);
+    my ($step, $p, $lease_us, $group) = @_;
+    # A named group: the directory gets it, and group write.
+    my $mode = _dir_mode($step) | (defined $group ? 0070 : 0);
     my $id = _identity();
     my $owned = _make_token(_now_us() + $lease_us, $id);
     my $name = "$p->{name}.init." . substr($owned, 9);
@@ -806,8 +875,11 @@ sub _create_dir {
     }
     # The umask must not narrow the mode: applied exactly.
     my $fail;
-    if (!chmod($mode, $init)) { $fail = [$! + 0, "cannot set the mode of $init"] }
-    elsif (!mkdir("$init/$FREE", 0700) || !chmod($mode, "$init/$FREE")) { $fail = [$! + 0, "cannot create the token $init/$FREE"] }
+    if (defined $group && !chown(-1, $group, $init)) { $fail = [$! + 0, "cannot give $init the group " . _group_shown($group)] }
+    elsif (!chmod($mode, $init)) { $fail = [$! + 0, "cannot set the mode of $init"] }
+    elsif (!mkdir("$init/$FREE", 0700) || (defined $group && !chown(-1, $group, "$init/$FREE")) || !chmod($mode, "$init/$FREE")) {
+        $fail = [$! + 0, "cannot create the token $init/$FREE"];
+    }
     elsif (!_fsync_dir($init)) { $fail = [$! + 0, "cannot sync $init"] }
     if ($fail) {
         rmdir "$init/$FREE";
@@ -854,35 +926,68 @@ sub _sweep_leftovers {
     }
 }
 
-# Empties a workspace taken over from a previous owner: entries are looked
-# at with lstat, so a symbolic link is removed, never followed.
-sub _clear_dir {
-    my ($dir, $depth, $keep_marks, $seen) = @_;
-    opendir(my $dh, $dir) or return;
-    # Without openat the walk goes by path: a directory swapped for a link
-    # since its lstat is not the one we opened, and is left alone.
-    if ($seen) {
-        my @st = stat $dh;
-        if (!@st || $st[0] != $seen->[0] || $st[1] != $seen->[1]) {
-            closedir $dh;
-            return;
-        }
-    }
-    my @names = grep { $_ ne '.' && $_ ne '..' } _names($dh);
-    closedir $dh;
+# Empties a token taken over from a previous owner: its workspace and
+# leftovers. Core Perl has no openat or unlinkat, and a path walked twice
+# can name another place the second time: a member of the chosen group may
+# write the lock directory and rename our token away with a link to a
+# victim's directory in its place; a token left writable by others lets
+# them do that to its subdirectories. Moving the token aside first would
+# not help, since the lock directory is no more private than the token.
+# So the walk pins each directory it clears as the working directory and
+# checks lstat('.') against the identity judged before entering: from then
+# on every entry is named by one component relative to it, and no rename or
+# link anywhere on the path can lead the walk elsewhere. The token is
+# judged first (not touched at all if untrusted), only directories of this
+# user are entered, and a link is removed, never followed. The working
+# directory is restored through a handle (fchdir); when none can be had,
+# nothing is cleared: leftovers cost room, never safety.
+sub _clear_token {
+    my ($p, $token, $keep_marks, $chosen) = @_;
+    my $path = "$p->{dir}/$token";
+    my @st = lstat $path or return;
+    return if !Fcntl::S_ISDIR($st[2]) || defined _distrust($path, @st[2, 4, 5], $chosen, 0, 0);
+    my $back = _cwd_handle() or return;
+    _clear_here(\@st, 0, $keep_marks) if chdir $path;
+    chdir $back
+      or die _system_error('take over', $p->{dir}, 'cannot return to the working directory after clearing the token '
+          . "$token", $! + 0, 'the working directory was removed or made unsearchable meanwhile');
+}
+
+# A handle on the working directory that chdir can return to: read
+# permission is needed for opendir; O_PATH (Linux) does without.
+sub _cwd_handle {
+    my $dh;
+    return $dh if opendir($dh, '.');
+    my $o_path = $^O eq 'linux' ? 010000000 : 0;
+    return undef unless $o_path;
+    sysopen(my $fh, '.', $o_path | (eval { Fcntl::O_DIRECTORY() } || 0)) or return undef;
+    return $fh;
+}
+
+# Clears the working directory if it is the directory $want (an lstat)
+# names; the walk of _clear_token. Returns 0 when it could not return to
+# the directory it came from.
+sub _clear_here {
+    my ($want, $depth, $keep_marks) = @_;
+    my @here = lstat '.';
+    return 1 unless @here && $here[0] == $want->[0] && $here[1] == $want->[1];
+    opendir(my $dh, '.') or return 1;
+    my @names = _names($dh);
     for my $n (@names) {
         # Owner marks were judged one by one; ours stays.
         next if $keep_marks && $depth == 0 && _token_of_mark($n);
-        my $path = "$dir/$n";
-        my @st = lstat $path or next;
-        if (Fcntl::S_ISDIR($st[2])) {
-            _clear_dir($path, $depth + 1, 0, \@st) if $depth < 8;
-            rmdir $path;
+        my @st = lstat $n or next;
+        if (!Fcntl::S_ISDIR($st[2])) {
+            unlink $n;
+            next;
         }
-        else {
-            unlink $path;
+        if ($depth < 8 && $st[4] == $> && chdir $n) {
+            my $ok = _clear_here(\@st, $depth + 1, 0);
+            return 0 unless $ok && chdir $dh;
         }
+        rmdir $n;
     }
+    return 1;
 }
 
 # ---------------------------------------------------------------------------
@@ -1035,13 +1140,13 @@ sub _give_up {
 sub holder {
     my ($lockdir, %opts) = @_;
     my $step = 'holder';
-    _check_opts($step, \%opts, qw(legacy_timeout));
+    _check_opts($step, \%opts, qw(legacy_timeout group));
     _path_arg($step, 'the lock directory', $lockdir);
     require Time::HiRes;
     require Fcntl;
     require POSIX;
     my $p = _lock_paths($step, $lockdir);
-    return undef unless _check_dir($step, $p);
+    return undef unless _check_dir($step, $p, { group => _named_group($step, $opts{group}) });
     my $obs = _observe($step, $p);
     return undef unless $obs->{kind} eq 'held';
     my $t = $obs->{token};
@@ -1099,13 +1204,13 @@ sub _round {
         return _finish($step, $p, $o, $token, $expiry, undef) if lstat $mine;
     }
     return ('busy', undef) unless $look;
-    if (!_check_dir($step, $p)) {
-        _create_dir($step, $p, $o->{lease_us});
+    if (!_check_dir($step, $p, $o)) {
+        _create_dir($step, $p, $o->{lease_us}, $o->{group});
         return ('again');
     }
     my $obs = _observe($step, $p);
     if ($obs->{kind} eq 'missing' || $obs->{kind} eq 'empty') {
-        _create_dir($step, $p, $o->{lease_us});
+        _create_dir($step, $p, $o->{lease_us}, $o->{group});
         return ('again');
     }
     return ('again') if $obs->{kind} eq 'free';
@@ -1146,8 +1251,7 @@ sub _finish {
     }
     if (defined $taken_from) {
         # The previous owner's leftovers, and maybe a creator's that died too.
-        my $mine = "$p->{dir}/$token";
-        _clear_dir($mine, 0, $marks) if -d $mine && !-l $mine;
+        _clear_token($p, $token, $marks, $o->{chosen});
         _sweep_leftovers($p);
     }
     return ('acquired', $token, $expiry, $marks);
@@ -1176,7 +1280,7 @@ sub _native_acquire {
     # one is created by the first look. When it is there, the first rename
     # comes before the clocks and the loop below, which only a busy lock
     # needs.
-    if (_check_dir($step, $p)) {
+    if (_check_dir($step, $p, $o)) {
         my ($what, @r) = _round($step, $p, $o, 0, 1);
         return @r if $what eq 'acquired';
         $first = 0;
@@ -1213,10 +1317,10 @@ sub _native_acquire {
 
 sub _acquire {
     my ($class, $step, $lockdir, %opts) = @_;
-    _check_opts($step, \%opts, qw(wait lease legacy_timeout));
+    _check_opts($step, \%opts, qw(wait lease legacy_timeout group));
     _path_arg($step, 'the lock directory', $lockdir);
     my %o = (wait_us => 10_000_000, lease_us => $DEFAULT_LEASE * 1_000_000,
-        legacy_timeout_us => $DEFAULT_LEGACY_TIMEOUT * 1_000_000);
+        legacy_timeout_us => $DEFAULT_LEGACY_TIMEOUT * 1_000_000, group => _named_group($step, $opts{group}));
     if (%opts) {
         my $wait = defined $opts{wait} ? $opts{wait} : 10;
         $o{wait_us} = $wait eq 'forever' ? undef : int(_seconds($step, 'wait', $wait, 1) * 1_000_000);
@@ -1225,8 +1329,15 @@ sub _acquire {
           if defined $opts{legacy_timeout};
     }
     my ($token, $expiry, $marked) = _native_acquire($step, $lockdir, \%o);
+    # A lock directory this process just made was not judged: its group.
+    if (!exists $o{chosen}) {
+        my @st = lstat _lock_paths($step, $lockdir)->{dir};
+        $o{chosen} = _chosen_group($step, $o{group}, @st ? \@st : undef);
+    }
     return bless {
         lockdir => $lockdir,
+        group   => $o{group},
+        chosen  => $o{chosen},
         token   => $token,
         expiry  => $expiry,
         marked  => $marked,
@@ -1419,8 +1530,10 @@ sub _run_held {
 # Files, natively: the atomic write and the fenced update of
 # docs/atomic-writes.md.
 
-# The largest file an update reads (default_read_limit).
+# The largest file an update reads (default_read_limit), and the largest
+# counter file (counter_max_bytes).
 my $READ_LIMIT = 64 * 1024 * 1024;
+my $COUNTER_LIMIT = 64;
 
 # How long a stale read on a network filesystem is read again. Tests
 # shorten it.
@@ -1607,7 +1720,9 @@ sub _native_write {
 # what it points to is not the target's contents). Returns (contents or
 # undef when missing, the open handle, its mtime in microseconds).
 sub _read_target {
-    my ($t) = @_;
+    my ($t, $counter) = @_;
+    # A counter holds at most 64 bytes (docs/security.md): more is not read.
+    my $limit = $counter ? $COUNTER_LIMIT : $READ_LIMIT;
     my $fh;
     if (!sysopen($fh, $t->{path}, Fcntl::O_RDONLY() | Fcntl::O_NONBLOCK() | (eval { Fcntl::O_NOFOLLOW() } || 0))) {
         return (undef) if $!{ENOENT};
@@ -1628,21 +1743,23 @@ sub _read_target {
         'it is not a regular file (a FIFO, device or socket), and was not read; nothing was written: put a regular file there',
         POSIX::EINVAL(), '')
       unless Fcntl::S_ISREG($st[2]);
+    die _counter_too_large($t->{path}, $st[7]) if $counter && $st[7] > $limit;
     die _system_error('read', $t->{path}, "it is too large ($st[7] bytes, the limit is $READ_LIMIT); nothing was written",
         POSIX::EFBIG(), '')
-      if $st[7] > $READ_LIMIT;
+      if $st[7] > $limit;
     binmode $fh;
     my $text = '';
     while (1) {
-        my $r = sysread($fh, $text, 65536, length $text);
+        my $r = sysread($fh, $text, $counter ? $limit + 1 - length $text : 65536, length $text);
         if (!defined $r) {
             next if $!{EINTR};
             die _file_error('read', $t, 'cannot read the target', $! + 0);
         }
         last if $r == 0;
+        die _counter_too_large($t->{path}, length $text) if $counter && length $text > $limit;
         die _system_error('read', $t->{path}, "it grew past the limit of $READ_LIMIT bytes; nothing was written",
             POSIX::EFBIG(), '')
-          if length $text > $READ_LIMIT;
+          if length $text > $limit;
     }
     return ($text, $fh, int(($st[9] || 0) * 1_000_000));
 }
@@ -1713,7 +1830,9 @@ sub _workspace {
     if (!@st && $!{ENOENT}) {
         if (mkdir($w, 0700)) {
             $made = 1;
-            chmod(_dir_mode('commit'), $w);
+            # Shared as the lock directory is, when a group is named.
+            chown(-1, $lock->{group}, $w) if defined $lock->{group};
+            chmod(_dir_mode('commit') | (defined $lock->{group} ? 0070 : 0), $w);
         }
         elsif (!$!{EEXIST}) {
             die _lost_before_commit($t, $lock->{token}) if _missing() && _token_gone($lock);
@@ -1726,7 +1845,7 @@ sub _workspace {
         my ($path, $what, $s) = @$d;
         next unless @$s;
         my $why = !Fcntl::S_ISDIR($s->[2]) || Fcntl::S_ISLNK($s->[2]) ? 'it is not a directory; remove it'
-          : _distrust($path, $s->[2], $s->[4], $s->[5], _dir_mode('commit'));
+          : _distrust($path, $s->[2], $s->[4], $s->[5], $lock->{chosen}, defined $lock->{group}, 0);
         if (defined $why) {
             rmdir $w if $made;
             die _lock_error('untrusted', 'commit', $path,
@@ -1791,7 +1910,7 @@ sub _native_update {
     my $wait = defined $o{wait} ? $o{wait} : 10;
     my $lock = Tokenlock->_acquire('acquire', $lockdir, wait => $wait,
         (defined $o{legacy_timeout} ? (legacy_timeout => $o{legacy_timeout}) : ()),
-        (defined $o{lease} ? (lease => $o{lease}) : ()));
+        (defined $o{lease} ? (lease => $o{lease}) : ()), (defined $o{group} ? (group => $o{group}) : ()));
     my ($value, $fh);
     my $ok = eval {
         $t = _resolve_target('write', $path, $o{follow_symlinks});
@@ -1799,7 +1918,7 @@ sub _native_update {
         my $network = !_on_local_fs($lock->{lockdir});
         my $mark = $network ? { old => _read_version_mark("$lock->{lockdir}/$lock->{token}/w") } : undef;
         my ($current, $mtime);
-        ($current, $fh, $mtime) = _read_target($t);
+        ($current, $fh, $mtime) = _read_target($t, $o{counter});
         if ($mark && $mark->{old}) {
             # A stale read: older than what the last commit wrote.
             my $start = _steady_us();
@@ -1825,7 +1944,7 @@ sub _native_update {
                 _sleep_us($pause < $left ? $pause : $left);
                 $pause = $pause * 2 > 200_000 ? 200_000 : $pause * 2;
                 close $fh if $fh;
-                ($current, $fh, $mtime) = _read_target($t);
+                ($current, $fh, $mtime) = _read_target($t, $o{counter});
                 $reads++;
                 $one_version = 0 unless defined $current && defined $first && _fnv_hex($current) eq $first;
             }
@@ -1897,6 +2016,16 @@ sub _add_u64 {
     return $r;
 }
 
+sub _counter_too_large {
+    my ($path, $size) = @_;
+    return _error(
+        code    => 'corrupt_data',
+        status  => 65,
+        message => "tokenlock: read counter $path: the file holds $size bytes, more than the $COUNTER_LIMIT a counter "
+          . 'holds; it was not read, nothing was written and it was left as it is: repair or remove it by hand',
+    );
+}
+
 sub _corrupt_counter {
     my ($path, $text) = @_;
     my $shown = substr($text, 0, 24);
@@ -1916,7 +2045,7 @@ sub _corrupt_counter {
 sub write_file {
     my ($path, $data, %opts) = @_;
     my $step = 'write';
-    _check_opts($step, \%opts, qw(sync lock wait legacy_timeout mode follow_symlinks));
+    _check_opts($step, \%opts, qw(sync lock wait legacy_timeout mode follow_symlinks group));
     _path_arg($step, 'the file', $path);
     _usage("$step $path", 'the data is undef; pass "" to write an empty file') unless defined $data;
     my $bytes = "$data";
@@ -1934,7 +2063,7 @@ sub write_file {
         push @args, '--mode', $opts{mode};
     }
     push @args, '--follow-symlinks' if $opts{follow_symlinks};
-    push @args, _legacy_timeout($step, \%opts);
+    push @args, _legacy_timeout($step, \%opts), _group_args($step, \%opts);
     if (defined $opts{wait}) {
         _usage("$step $path", 'wait applies to the lock: give lock too') unless defined $opts{lock};
         _seconds($step, 'wait', $opts{wait}, 1);
@@ -1956,7 +2085,7 @@ sub write_file {
 sub update_file {
     my ($path, $code, %opts) = @_;
     my $step = 'update';
-    _check_opts($step, \%opts, qw(lock wait lease sync mode legacy_timeout follow_symlinks));
+    _check_opts($step, \%opts, qw(lock wait lease sync mode legacy_timeout follow_symlinks group));
     _path_arg($step, 'the file', $path);
     _usage("$step $path", 'the second argument must be a code reference') unless ref $code eq 'CODE';
     _usage("$step $path", "mode must be a string of octal digits such as '0640', not \"$opts{mode}\"")
@@ -1982,7 +2111,7 @@ sub update_file {
 sub increment {
     my ($path, %opts) = @_;
     my $step = 'incr';
-    _check_opts($step, \%opts, qw(by lock sync wait legacy_timeout));
+    _check_opts($step, \%opts, qw(by lock sync wait legacy_timeout group));
     _path_arg($step, 'the counter file', $path);
     my $by = defined $opts{by} ? $opts{by} : 1;
     _usage("$step $path", "by must be an unsigned decimal number, not \"$by\"") unless $by =~ /^\d+\z/;
@@ -2006,11 +2135,11 @@ sub increment {
                 POSIX::EOVERFLOW(), '')
               unless defined $new;
             return ("$new\n", $new);
-        }, %opts, sync => _sync($step, $opts{sync}));
+        }, %opts, sync => _sync($step, $opts{sync}), counter => 1);
     }
     my @args = ('incr', '--by', $by, '--sync', _sync($step, $opts{sync}));
     push @args, '--lock', _arg_path(_path_arg($step, 'lock', $opts{lock})) if defined $opts{lock};
-    push @args, _legacy_timeout($step, \%opts);
+    push @args, _legacy_timeout($step, \%opts), _group_args($step, \%opts);
     _seconds($step, 'wait', $opts{wait}, 1) if defined $opts{wait};
     my $out = eval { _call_waiting({ step => $step, path => $path, opts => \%opts, busy => 'timed_out' },
         $opts{wait}, @args, _arg_path($path)) };
@@ -2084,12 +2213,15 @@ sub _counter_value {
 
 # The counter's value without the lock and without the command: undef
 # when the file does not exist. A counter is replaced by rename, so a read
-# never sees half of an update.
+# never sees half of an update. Opened without blocking and checked with
+# stat on the handle before the first byte: a FIFO planted at the path
+# would block an open or a read, a device (/dev/zero) would never end.
 sub read_counter {
     my ($path) = @_;
     _path_arg('read counter', 'the counter file', $path);
+    require Fcntl;
     my $fh;
-    unless (open $fh, '<', $path) {
+    unless (sysopen($fh, $path, Fcntl::O_RDONLY() | Fcntl::O_NONBLOCK())) {
         return undef if $!{ENOENT};
         my ($cause, $errno) = ("$!", $! + 0);
         die _error(
@@ -2098,13 +2230,30 @@ sub read_counter {
             message => "Tokenlock: read counter $path: cannot open it: $cause",
         );
     }
+    my @st = stat $fh;
+    if (!@st || !Fcntl::S_ISREG($st[2])) {
+        my $errno = @st ? (eval { require POSIX; POSIX::EINVAL() } || 22) : $! + 0;
+        close $fh;
+        die _error(
+            code    => 'system',
+            errno   => $errno,
+            message => "Tokenlock: read counter $path: it is not a regular file (a FIFO, a device, a socket or a "
+              . 'directory) and was not read: remove it, and the counter starts again from 0',
+        );
+    }
+    if ($st[7] > $COUNTER_LIMIT) {
+        close $fh;
+        die _counter_too_large($path, $st[7]);
+    }
     binmode $fh;
     my $text = '';
     while (1) {
-        my $r = read($fh, $text, 64, length $text);
+        my $r = sysread($fh, $text, $COUNTER_LIMIT + 1 - length $text, length $text);
+        next if !defined $r && $!{EINTR};
         die _error(code => 'system', errno => $! + 0, message => "Tokenlock: read counter $path: cannot read it: $!")
           unless defined $r;
-        last if $r == 0 || length $text > 21;
+        last if $r == 0;
+        die _counter_too_large($path, length $text) if length $text > $COUNTER_LIMIT;
     }
     close $fh;
     # The rules of tokenlock incr: one canonical unsigned 64-bit decimal and
