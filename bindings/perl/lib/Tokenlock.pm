@@ -141,7 +141,7 @@ sub _arg_path {
 # Runs argv without a shell, feeding $stdin (undef: /dev/null), and returns
 # { status, stdout, stderr } or { spawn_error, exec_errno }.
 sub _run {
-    my ($argv, $stdin) = @_;
+    my ($argv, $stdin, $env) = @_;
     # A command that stops reading must not kill us with SIGPIPE; its exit
     # status says why it stopped. A caller's CHLD handler (or 'IGNORE')
     # would take the exit status away from waitpid.
@@ -166,6 +166,8 @@ sub _run {
         untie *STDERR;
         # The error's name on the last line of stderr, as JSON.
         $ENV{TOKENLOCK_ERRORS} = 'json';
+        # What the command must not get on its argv (a URL with a password).
+        @ENV{ keys %$env } = values %$env if $env;
         my $ok = (defined $stdin ? open(STDIN, '<&', $in_r) : open(STDIN, '<', '/dev/null'))
           && open(STDOUT, '>&', $out_w) && open(STDERR, '>&', $err_w);
         if ($ok) { no warnings 'exec'; exec { $argv->[0] } @$argv; }
@@ -238,7 +240,7 @@ sub _call {
     my ($ctx, @args) = @_;
     my $cmd  = _find_command($ctx->{opts} || {}, $ctx->{step}, $ctx->{path});
     my @argv = ($cmd, @args);
-    my $r    = _run(\@argv, $ctx->{stdin});
+    my $r    = _run(\@argv, $ctx->{stdin}, $ctx->{env});
     my $what = "$ctx->{step} $ctx->{path}";
     if (defined $r->{spawn_error}) {
         if (defined $r->{exec_errno}) {
@@ -2308,19 +2310,82 @@ sub _url_arg {
     Tokenlock::_usage($step, 'the lock name must not start with "-"') if $name =~ /\A-/;
 }
 
+# The URL with its password masked, whatever is malformed: everything
+# before the last '@' of the part after the scheme is user information, a
+# ':' in an authority without '@' that no port follows may start a
+# password typed without its '@', and password parameters are masked too.
+sub _masked {
+    my ($url) = @_;
+    return $url unless defined $url && !ref $url;
+    my ($scheme, $rest) = $url =~ m{\A([A-Za-z][A-Za-z0-9+.-]*:(?://?)?)?(.*)\z}s;
+    $scheme = '' unless defined $scheme;
+    my $at = rindex($rest, '@');
+    if ($at >= 0) {
+        my $colon = index($rest, ':');
+        $rest = ($colon >= 0 && $colon < $at ? substr($rest, 0, $colon) . ':***' : '***') . substr($rest, $at);
+    }
+    else {
+        $rest =~ s{\A((?:\[[^\]]*\])?[^/?#:\[]*):(?![0-9]*(?:[/?#]|\z))[^/?#]*}{$1:***};
+    }
+    $rest =~ s{([?&;](?:pass|password|auth|requirepass)=)[^&;#]*}{$1***}gi;
+    return $scheme . $rest;
+}
+
+# The password alone (as the URL gives it, encoded or not), to take out of
+# what the command says; undef when there is none worth searching for.
+sub _password {
+    my ($url) = @_;
+    my ($rest) = $url =~ m{\A(?:[A-Za-z][A-Za-z0-9+.-]*:(?://?)?)?(.*)\z}s;
+    my $at = rindex($rest, '@');
+    return undef if $at < 0;
+    my $user = substr($rest, 0, $at);
+    my $pw = index($user, ':') >= 0 ? substr($user, index($user, ':') + 1) : $user;
+    return length $pw >= 3 ? $pw : undef;
+}
+
+# The command and its errors: the URL reaches the child in its environment
+# only (--redis env:TOKENLOCK_URL), never on its argv, which every local
+# user can read; whatever the command says is masked once more.
+sub _call_redis {
+    my ($url, $ctx, @args) = @_;
+    $ctx->{env} = { TOKENLOCK_URL => $url };
+    my $out = eval { Tokenlock::_call($ctx, @args) };
+    return $out if defined $out;
+    my $err = $@;
+    if (ref $err) {
+        my $pw = _password($url);
+        for my $k (qw(message output)) {
+            next unless defined $err->{$k};
+            $err->{$k} =~ s/\Q$url\E/_masked($url)/ge;
+            $err->{$k} =~ s/\Q$pw\E/***/g if defined $pw;
+        }
+    }
+    die $err;
+}
+
+# The URL of each lock, outside the object's hash, so that a dump of the
+# object (Data::Dumper, a logged structure) cannot show its password.
+my %URL;
+
+sub _id { require Scalar::Util; return Scalar::Util::refaddr($_[0]) }
+
 sub acquire {
     my ($class, $url, $name, %opts) = @_;
     Tokenlock::_check_opts('acquire', \%opts, qw(wait lease));
     _url_arg('acquire', $url, $name);
+    my $what = _masked($url) . " $name";
     my $wait = defined $opts{wait} ? $opts{wait} : 10;
-    my @args = ('acquire', '--redis', $url, _wait_args('acquire', \%opts), _lease_args('acquire', \%opts), $name);
-    my $out = Tokenlock::_call({ step => 'acquire', path => "$url $name", opts => \%opts,
+    my @args = ('acquire', '--redis', 'env:TOKENLOCK_URL', _wait_args('acquire', \%opts), _lease_args('acquire', \%opts),
+        $name);
+    my $out = _call_redis($url, { step => 'acquire', path => $what, opts => \%opts,
         busy => $wait eq 'forever' || $wait > 0 ? 'timed_out' : 'busy' }, @args);
     my ($token) = $out =~ /\A([0-9]+\.[A-Za-z0-9_.-]+)\n?\z/
       or die Tokenlock::_error(code => 'command_failed',
-        message => "Tokenlock: acquire $url $name: the tokenlock command printed no token: \"$out\"");
-    return bless { url => $url, name => $name, what => "$url $name", token => $token, pid => $$, held => 1,
+        message => "Tokenlock: acquire $what: the tokenlock command printed no token: \"$out\"");
+    my $self = bless { name => $name, what => $what, token => $token, pid => $$, held => 1,
         command => $opts{command} }, ref($class) || $class;
+    $URL{ _id($self) } = $url;
+    return $self;
 }
 
 sub try_acquire {
@@ -2335,7 +2400,8 @@ sub try_acquire {
 
 sub token { $_[0]{token} }
 sub name  { $_[0]{name} }
-sub url   { $_[0]{url} }
+# Masked: the URL given, with its password as ***.
+sub url   { _masked($URL{ _id($_[0]) }) }
 sub held  { $_[0]{held} && $_[0]{pid} == $$ ? 1 : 0 }
 
 # The fencing token: grows with every grant of this name.
@@ -2345,9 +2411,11 @@ sub _owned { Tokenlock::_owned(@_) }
 
 sub _command {
     my ($self, $step, @args) = @_;
-    my $ctx = { step => $step, path => "$self->{url} $self->{name}",
+    my $ctx = { step => $step, path => $self->{what},
         opts => defined $self->{command} ? { command => $self->{command} } : {} };
-    my $out = eval { Tokenlock::_call($ctx, $step, '--redis', $self->{url}, @args, $self->{name}, $self->{token}) };
+    my $out = eval {
+        _call_redis($URL{ _id($self) }, $ctx, $step, '--redis', 'env:TOKENLOCK_URL', @args, $self->{name}, $self->{token});
+    };
     return $out if defined $out;
     my $err = $@;
     $self->{held} = 0 if ref $err && $err->code eq 'lock_lost';
@@ -2372,11 +2440,13 @@ sub release {
 
 sub DESTROY {
     my ($self) = @_;
-    return unless $self->{held} && $self->{pid} == $$;
-    local ($@, $!, $?);
-    eval { $self->release; 1 }
-      or warn "Tokenlock: the Redis lock $self->{name} was still held when its object went away, "
-      . "and releasing it failed: $@";
+    if ($self->{held} && $self->{pid} == $$) {
+        local ($@, $!, $?);
+        eval { $self->release; 1 }
+          or warn "Tokenlock: the Redis lock $self->{name} was still held when its object went away, "
+          . "and releasing it failed: $@";
+    }
+    delete $URL{ _id($self) };
 }
 
 sub CLONE_SKIP { 1 }
@@ -2385,7 +2455,7 @@ sub with_lock {
     my ($url, $name, $code, %opts) = @_;
     Tokenlock::_usage('with_lock', 'the third argument must be a code reference') unless ref $code eq 'CODE';
     my $lock = Tokenlock::Redis->acquire($url, $name, %opts);
-    return Tokenlock::_run_held($lock, $code, wantarray, "$url $name");
+    return Tokenlock::_run_held($lock, $code, wantarray, _masked($url) . " $name");
 }
 
 # Who holds NAME: undef when free, else { token, fence, pid, host_tag,
@@ -2394,12 +2464,13 @@ sub holder {
     my ($url, $name, %opts) = @_;
     Tokenlock::_check_opts('status', \%opts, ());
     _url_arg('status', $url, $name);
-    my $out = Tokenlock::_call({ step => 'status', path => "$url $name", opts => \%opts },
-        'status', '--json', '--redis', $url, $name);
+    my $what = _masked($url) . " $name";
+    my $out = _call_redis($url, { step => 'status', path => $what, opts => \%opts },
+        'status', '--json', '--redis', 'env:TOKENLOCK_URL', $name);
     require JSON::PP;
     my $s = eval { JSON::PP::decode_json($out) }
       or die Tokenlock::_error(code => 'command_failed',
-        message => "Tokenlock: status $url $name: the tokenlock command printed what is not JSON: \"$out\"");
+        message => "Tokenlock: status $what: the tokenlock command printed what is not JSON: \"$out\"");
     return undef unless ($s->{state} || '') eq 'held';
     return { map { $_ => $s->{$_} } grep { exists $s->{$_} } qw(token fence owner pid host_tag remaining_ms) };
 }
