@@ -879,7 +879,7 @@ sub _create_dir {
     my $fail;
     if (defined $group && !chown(-1, $group, $init)) { $fail = [$! + 0, "cannot give $init the group " . _group_shown($group)] }
     elsif (!chmod($mode, $init)) { $fail = [$! + 0, "cannot set the mode of $init"] }
-    elsif (!mkdir("$init/$FREE", 0700) || (defined $group && !chown(-1, $group, "$init/$FREE")) || !chmod($mode, "$init/$FREE")) {
+    elsif (!mkdir("$init/$FREE", 0700) || !chmod(_shared_mode($mode, $init, "$init/$FREE"), "$init/$FREE")) {
         $fail = [$! + 0, "cannot create the token $init/$FREE"];
     }
     elsif (!_fsync_dir($init)) { $fail = [$! + 0, "cannot sync $init"] }
@@ -903,6 +903,18 @@ sub _create_dir {
     rmdir $init;
     die _system_error($step, $p->{dir}, "cannot rename $init to the lock directory", $errno) unless $lost;
     _sweep_leftovers($p);
+}
+
+# The mode for $path, a directory this process made inside $in (or for the
+# group $gid): it gets that directory's group, which is the chosen one, as
+# a new directory takes this process's group instead; where it cannot, it
+# is not group-writable, so that no group but the chosen one can write it.
+sub _shared_mode {
+    my ($mode, $in, $path, $gid) = @_;
+    return $mode unless $mode & 020;
+    $gid = (lstat $in)[5] if !defined $gid && defined $in;
+    return $mode if defined $gid && ((lstat $path)[5] == $gid || chown(-1, $gid, $path));
+    return $mode & ~020;
 }
 
 # Removes creation directories whose creator is gone or past its lease:
@@ -1832,9 +1844,7 @@ sub _workspace {
     if (!@st && $!{ENOENT}) {
         if (mkdir($w, 0700)) {
             $made = 1;
-            # Shared as the lock directory is, when a group is named.
-            chown(-1, $lock->{group}, $w) if defined $lock->{group};
-            chmod(_dir_mode('commit') | (defined $lock->{group} ? 0070 : 0), $w);
+            chmod(_shared_mode(_dir_mode('commit') | (defined $lock->{group} ? 0070 : 0), undef, $w, $lock->{chosen}), $w);
         }
         elsif (!$!{EEXIST}) {
             die _lost_before_commit($t, $lock->{token}) if _missing() && _token_gone($lock);
