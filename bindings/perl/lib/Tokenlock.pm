@@ -2577,8 +2577,29 @@ C<lstat> at each acquisition rather than once through a descriptor.
 
 C<TOKENLOCK_DIR_MODE> (an octal mode such as C<0775>), as the command
 reads it, is the mode of the lock directories and workspaces the module
-creates; with group write it chooses group sharing, under which a lock
-directory of one of this user's groups is trusted (docs/security.md).
+creates.
+
+Group sharing names one group (docs/security.md, Who is trusted). The
+option C<group> of C<acquire>, C<try_acquire>, C<with_lock>, C<holder>,
+C<write_file>, C<update_file> and C<increment> (a group name or a decimal
+gid), else the environment variable C<TOKENLOCK_GROUP>, names it; this user
+must be a member (otherwise C<bad_argument>), and a lock directory the
+module creates then gets that group and group write (C<dir_mode | 0070>),
+as do its token and workspace. With no group named and group write in
+C<TOKENLOCK_DIR_MODE> (C<0775>, C<0770>), the group of a lock directory
+this user owns is chosen; another user's lock directory is then refused.
+Lock directories, tokens and workspaces of another user are trusted only
+in the chosen group; a directory writable by any other group is refused,
+with the group to name in the message. Being a member of a group (such as
+C<users>) trusts nothing by itself.
+
+A token taken over from a dead owner is emptied of its leftovers only
+when it is trusted; without C<openat>, the module walks it with each
+directory pinned as the working directory and checked against the
+identity it judged (C<lstat('.')>), enters only this user's directories,
+removes links without following them, and gives the working directory back
+(C<fchdir>). A program with threads of its own (not Perl's) should know
+that the working directory changes for that moment.
 
 =head2 Finding the command
 
@@ -2630,8 +2651,10 @@ must exist) and returns the lock object. The lock is owned by this process
 (its pid and start time are in the token), so it is freed at once when this
 process dies, however it dies: the next acquisition on this host takes it
 over. A lock directory that another user could change (writable by others,
-by a group without group sharing, owned by another user, or a symbolic
-link) is refused with C<untrusted>, with nothing in it touched.
+by a group not chosen for sharing, owned by another user outside a named
+group, or a symbolic link) is refused with C<untrusted>, with nothing in it
+touched. C<< group => NAME >> names the group the lock is shared with (see
+L</DESCRIPTION>).
 
 =over
 
@@ -2815,7 +2838,9 @@ command.
 The counter's value, read without the lock and without running the
 command. The counter is replaced by rename, so the read sees one version or
 the next, never a mix. Dies with C<corrupt_data> under the same rules as
-C<increment>.
+C<increment>, and for a file over 64 bytes (not read). A FIFO, a device, a
+socket or a directory at the path is refused with C<system> before anything
+is read: it is opened without blocking and checked first.
 
 =head2 Scripts that lock with lockfile<seconds>
 
@@ -2847,7 +2872,16 @@ the command and the C++ library, with the same fences.
   my $h = Tokenlock::Redis::holder($url, 'report');  # undef, or { token, fence, owner, pid, host_tag, remaining_ms }
 
 URLs as the command takes them: C<redis://[[user]:password@]host[:port][/db]>
-or C<unix:///path/to/socket>. C<wait> is as for C<acquire> (default 10
+or C<unix:///path/to/socket>. A password (or user) holding any of
+C<@ : / ? # [ ] %> or a space must be percent-encoded (C<%40> for C<@>,
+C<%3A> for C<:>, C<%2F>, C<%3F>, C<%23>, C<%5B>, C<%5D>, C<%25>, C<%20>).
+The URL never reaches the command's argv, which every local user can read
+in the process list: the command gets C<--redis env:TOKENLOCK_URL> and the
+URL in its environment only (a command from before C<env:> refuses it:
+update the command). The object keeps the URL outside its hash, so a dump
+of it (C<Data::Dumper>) does not show it; C<< $lock->url >> and every message
+and C<< $err->command >> show the password as C<***>, whatever is malformed
+in the URL. C<wait> is as for C<acquire> (default 10
 seconds; C<'forever'>; 0 for one try), C<lease> defaults to the command's
 300 seconds. Redis cannot see that a holder died: a grant ends with its
 lease, so keep leases short and refresh. The object releases a forgotten
