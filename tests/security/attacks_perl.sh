@@ -17,15 +17,19 @@
 #   p2   an attacker who shares only a second group with the victim plants
 #        the lock directory and its workspace in a sticky directory and
 #        renames its file over the victim's temporary file;
-#   p3   a FIFO planted at the victim's counter: read_counter must not block.
+#   p3   a FIFO planted at the victim's counter: read_counter must not block;
+#   p4   the password of the victim's Redis URL, read by the attacker from the
+#        process list while Tokenlock::Redis runs the command, or shown in
+#        the victim's error message and ->command.
 # p1 counts the victim's 200 canary files left after each race.
 #
 # Needs root (accounts tl_victim, tl_attacker, groups tl_share and
 # tl_second, removed at the end when made here); skipped (77) otherwise.
 # Serialise with the other suites that make the accounts:
 #   flock /tmp/tl-security-accounts.lock attacks_perl.sh ...
-# Races run up to TL_SECURITY_TRIES times (default 20) within
-# TL_SECURITY_RACE_SECONDS (default 20) per race, and stop at the first
+# The stale tokens hold TL_SECURITY_FILLER (default 3000) files besides the
+# canaries' names. Races run up to TL_SECURITY_TRIES times (default 20) within
+# TL_SECURITY_RACE_SECONDS (default 40) per race, and stop at the first
 # success.
 set -uo pipefail
 if [ $# -ne 2 ]; then
@@ -42,7 +46,8 @@ for tool in setpriv useradd userdel groupadd groupdel usermod mkfifo timeout sta
 done
 [ -f "$1/Tokenlock.pm" ] || { echo "FAIL: no Tokenlock.pm in $1" >&2; exit 64; }
 tries=${TL_SECURITY_TRIES:-20}
-race_seconds=${TL_SECURITY_RACE_SECONDS:-20}
+filler=${TL_SECURITY_FILLER:-3000}
+race_seconds=${TL_SECURITY_RACE_SECONDS:-40}
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/security/setup.sh
 . "$here/setup.sh"
@@ -128,13 +133,14 @@ PERL
   chmod 0644 "$work/bin/racer.pl"
 }
 
-# A token of the attacker's at $1 (mode $2) holding c001..c200 and 20,000
-# other names, at the top ($3 = top) or in a subdirectory docs ($3 = docs).
+# A token of the attacker's at $1 (mode $2) holding c001..c200 and
+# $filler other names, at the top ($3 = top) or in a subdirectory docs
+# ($3 = docs): the victim's clearing takes that long to go through them.
 fill_token() {
   local tok=$1 mode=$2 where=$3
   "${as_attacker[@]}" sh -c 'umask 0; mkdir -p -m "$2" "$1" && cd "$1" &&
     if [ "$3" = docs ]; then mkdir -m "$2" docs && cd docs; fi &&
-    seq -f c%03.0f 1 200 | xargs touch && seq -f f%05.0f 1 20000 | xargs touch' sh "$tok" "$mode" "$where" ||
+    seq -f c%03.0f 1 200 | xargs touch && seq -f f%05.0f 1 "$4" | xargs touch' sh "$tok" "$mode" "$where" "$filler" ||
     { echo "FAIL: the attacker cannot fill $tok" >&2; exit 1; }
 }
 
@@ -264,6 +270,45 @@ attack_p3() {
   rm -f "$path"
 }
 
+# p4: a stand-in for the command waits (bounded) until the attacker has
+# looked at its argv and environment in /proc.
+attack_p4() {
+  local s=$work/scratch/p4 pw=S3cretPW-p4 problems="" rc fake=$work/bin/fake-tokenlock
+  cat >"$fake" <<'SH'
+#!/bin/sh
+echo $$ >"$FAKE_DIR/pid.tmp" && mv "$FAKE_DIR/pid.tmp" "$FAKE_DIR/pid"
+i=0
+while [ ! -e "$FAKE_DIR/go" ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i + 1)); done
+echo "tokenlock: acquire: cannot connect" >&2
+exit 69
+SH
+  chmod 0755 "$fake"
+  rm -f "$s".*
+  "${as_victim[@]}" env FAKE_DIR="$work/scratch" perl -I"$work/lib" -MTokenlock -e '
+    eval { Tokenlock::Redis->acquire($ARGV[0], "x", wait => 0, command => $ARGV[1]) };
+    print STDERR ref $@ ? $@->message . "\ncommand: " . join(" ", $@->command) . "\n" : $@;' \
+    "redis://:$pw@127.0.0.1:1/0" "$fake" 2>"$s.err" &
+  local victim=$!
+  started_pids+=("$victim")
+  wait_for_file "$work/scratch/pid" || problems="the command was not started"
+  if [ -z "$problems" ]; then
+    local pid
+    pid=$(cat "$work/scratch/pid")
+    "${as_attacker[@]}" sh -c 'tr "\0" " " <"/proc/$1/cmdline"; echo; tr "\0" "\n" <"/proc/$1/environ" 2>/dev/null' sh "$pid" \
+      >"$s.seen" 2>/dev/null
+  fi
+  touch "$work/scratch/go"
+  wait "$victim"
+  rc=$?
+  if grep -q "$pw" "$s.seen" 2>/dev/null; then
+    problems="the attacker read the password in the command's process entry: $(grep -m1 "$pw" "$s.seen" | head -c 200)"
+  elif grep -q "$pw" "$s.err"; then
+    problems="the victim's error shows the password: $(grep -m1 "$pw" "$s.err" | head -c 200)"
+  fi
+  report "attack p4" "$problems" "argv seen by the attacker: $(head -1 "$s.seen" 2>/dev/null | head -c 120); message: $(first_line "$s.err")"
+  rm -f "$work/scratch/pid" "$work/scratch/go"
+}
+
 # The set-up of docs/security.md keeps working across two real users in
 # the named group, and only in it.
 group_setup_perl() {
@@ -300,6 +345,7 @@ make_perl_world "$1" "$2"
 attack_p1
 attack_p2
 attack_p3
+attack_p4
 group_setup_perl
 echo "security suite (Perl): $succeeded of $reported checks SUCCEEDED against Tokenlock.pm"
 [ "$succeeded" = 0 ]
