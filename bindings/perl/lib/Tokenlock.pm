@@ -138,6 +138,31 @@ sub _arg_path {
     return $p =~ /^-/ ? "./$p" : $p;
 }
 
+# The child's side of _run: the standard handles set up, then exec; the
+# errno of a failed exec goes back through $exec_w. Never returns.
+sub _exec_child {
+    my ($argv, $env, $in_r, $out_w, $err_w, $exec_w) = @_;
+    # Perl marks its own descriptors close-on-exec, so only these three
+    # reach the command, and $exec_w closes by itself when exec works.
+    # Reopening a standard handle keeps its descriptor number; a tie
+    # (a web framework's STDOUT) would take the reopening away.
+    untie *STDIN;
+    untie *STDOUT;
+    untie *STDERR;
+    # The error's name on the last line of stderr, as JSON.
+    $ENV{TOKENLOCK_ERRORS} = 'json';
+    # What the command must not get on its argv (a URL with a password).
+    @ENV{ keys %$env } = values %$env if $env;
+    my $ok = (defined $in_r ? open(STDIN, '<&', $in_r) : open(STDIN, '<', '/dev/null'))
+      && open(STDOUT, '>&', $out_w) && open(STDERR, '>&', $err_w);
+    if ($ok) { no warnings 'exec'; exec { $argv->[0] } @$argv; }
+    my $errno = ($! + 0) || 1;
+    syswrite($exec_w, $errno);
+    # No END blocks, no destructors: they belong to the parent.
+    require POSIX;
+    POSIX::_exit(127);
+}
+
 # Runs argv without a shell, feeding $stdin (undef: /dev/null), and returns
 # { status, stdout, stderr } or { spawn_error, exec_errno }.
 sub _run {
@@ -156,27 +181,7 @@ sub _run {
     }
     my $pid = fork;
     return { spawn_error => "cannot fork: $!" } unless defined $pid;
-    if ($pid == 0) {
-        # Perl marks its own descriptors close-on-exec, so only these three
-        # reach the command, and $exec_w closes by itself when exec works.
-        # Reopening a standard handle keeps its descriptor number; a tie
-        # (a web framework's STDOUT) would take the reopening away.
-        untie *STDIN;
-        untie *STDOUT;
-        untie *STDERR;
-        # The error's name on the last line of stderr, as JSON.
-        $ENV{TOKENLOCK_ERRORS} = 'json';
-        # What the command must not get on its argv (a URL with a password).
-        @ENV{ keys %$env } = values %$env if $env;
-        my $ok = (defined $stdin ? open(STDIN, '<&', $in_r) : open(STDIN, '<', '/dev/null'))
-          && open(STDOUT, '>&', $out_w) && open(STDERR, '>&', $err_w);
-        if ($ok) { no warnings 'exec'; exec { $argv->[0] } @$argv; }
-        my $errno = ($! + 0) || 1;
-        syswrite($exec_w, $errno);
-        # No END blocks, no destructors: they belong to the parent.
-        require POSIX;
-        POSIX::_exit(127);
-    }
+    _exec_child($argv, $env, defined $stdin ? $in_r : undef, $out_w, $err_w, $exec_w) if $pid == 0;
     close $out_w;
     close $err_w;
     close $exec_w;
