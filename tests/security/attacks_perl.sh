@@ -14,6 +14,10 @@
 #   p1b  clearing a taken-over token of the group set-up (2770 data
 #        directory, TOKENLOCK_GROUP), whose token another group member
 #        owns: the attacker's racer swaps the victim's new token for a link;
+#   p1c  as p1b, the victim's own workspace `w` left in the attacker's
+#        token: once the victim took the token over, the attacker's racer
+#        swaps `w` for a link to the victim's directory for 100 us every
+#        300 us, while the victim looks at it, enters it and clears it;
 #   p2   an attacker who shares only a second group with the victim plants
 #        the lock directory and its workspace in a sticky directory and
 #        renames its file over the victim's temporary file;
@@ -130,7 +134,35 @@ while (Time::HiRes::time() < $end) {
 }
 exit 2;
 PERL
-  chmod 0644 "$work/bin/racer.pl"
+  # The racer of p1c: it waits until the victim took the token over (the
+  # stale name is gone), then swaps `w` for a link and back until stopped.
+  cat >"$work/bin/flipper.pl" <<'PERL'
+use strict;
+use warnings;
+use Time::HiRes ();
+my ($token, $target, $ready, $timeout_ms) = @ARGV;
+chdir $token or die "racer: cannot enter $token: $!\n";
+open(my $r, '>', $ready) or die "racer: cannot create $ready: $!\n";
+close $r;
+$| = 1;
+my $end = Time::HiRes::time() + $timeout_ms / 1000;
+1 while -e $token && Time::HiRes::time() < $end;
+my $flips = 0;
+$SIG{TERM} = sub { print "w, $flips swaps\n" if $flips; exit 0 };
+my $spin = sub { my $until = Time::HiRes::time() + $_[0] / 1e6; 1 while Time::HiRes::time() < $until };
+while (Time::HiRes::time() < $end) {
+  $spin->(200);
+  rename('w', 'w.aside') or last;
+  symlink($target, 'w') or last;
+  $spin->(100);
+  unlink('w');
+  rename('w.aside', 'w') or last;
+  $flips++;
+}
+print "w, $flips swaps\n" if $flips;
+exit 0;
+PERL
+  chmod 0644 "$work/bin/racer.pl" "$work/bin/flipper.pl"
 }
 
 # A token of the attacker's at $1 (mode $2) holding c001..c200 and
@@ -206,9 +238,25 @@ start_racer_b() {
   wait_for_file "$2.ready"
 }
 
+# p1c: as p1b, with the victim's own workspace in the token.
+prepare_c() {
+  local lock=$1
+  rm -rf "$lock"
+  "${as_attacker[@]}" sh -c 'umask 002; mkdir -m 0775 "$1" "$1/$2"' sh "$lock" "$stale_b"
+  mkdir -m 0775 "$lock/$stale_b/w" && chown tl_victim:tl_share "$lock/$stale_b/w"
+  fill_token "$lock/$stale_b/w" 0775 top
+}
+start_racer_c() {
+  "${as_attacker[@]}" perl "$work/bin/flipper.pl" "$1/$stale_b" "$home/keep" "$2.ready" 20000 >"$2.racer" &
+  racer_pid=$!
+  started_pids+=("$racer_pid")
+  wait_for_file "$2.ready"
+}
+
 attack_p1() {
   clearing_race_perl a "" "$home/locks/a.lock"
   clearing_race_perl b "TOKENLOCK_DIR_MODE=0775 TOKENLOCK_GROUP=tl_share" "$group_data/b.lock"
+  clearing_race_perl c "TOKENLOCK_DIR_MODE=0775 TOKENLOCK_GROUP=tl_share" "$group_data/c.lock"
 }
 
 # p2: the lock directory and its workspace planted in a sticky directory
