@@ -24,6 +24,10 @@
 #   TOKENLOCK_COUNTER_WAIT_MS  how long a hit waits for a busy counter before
 #                              503 (default 5000; 0 to 600000)
 #   TOKENLOCK_COUNTER_SYNC     none, file or file_and_dir (default)
+#   TOKENLOCK_COUNTER_GROUP    the one group the counters' locks are shared
+#                              with (the module's group option): lock
+#                              directories of its members are trusted, and
+#                              those made get it (docs/security.md)
 # Counter NAME is DIR/NAME.count, locked by DIR/NAME.count.lock.
 
 use strict;
@@ -61,6 +65,17 @@ sub log_line {
     print STDERR "$NAME: $text\n";
 }
 
+# A value from the query string or the environment as a response or the
+# log may show it, as counter.cgi shows it: printable ASCII but markup as
+# it is, every other byte as \xNN, at most 64 bytes, so that it can neither
+# drive a terminal, forge a log line, nor become markup.
+sub shown {
+    my ($v) = @_;
+    my $out = substr($v, 0, 64);
+    $out =~ s{([^A-Za-z0-9 _\-.,:/=+\@%])}{sprintf('\\x%02x', ord $1)}ge;
+    return length $v > 64 ? "$out..." : $out;
+}
+
 sub text {
     my ($status, $body, @headers) = @_;
     return { status => $status, type => 'text/plain; charset=utf-8', body => "$body\n", headers => \@headers };
@@ -72,7 +87,9 @@ sub respond {
     my $out = "Status: $r->{status} " . ($REASON{ $r->{status} } || 'Unknown') . "\r\n"
       . "Content-Type: $r->{type}\r\n"
       . 'Content-Length: ' . length($r->{body}) . "\r\n"
-      . "Cache-Control: no-store\r\n";
+      . "Cache-Control: no-store\r\n"
+      # A browser must not guess a type: a 400 body holds query text.
+      . "X-Content-Type-Options: nosniff\r\n";
     $out .= "$_->[0]: $_->[1]\r\n" for @{ $r->{headers} || [] };
     $out .= "\r\n";
     $out .= $r->{body} unless $head_only;
@@ -100,16 +117,17 @@ sub load_config {
     $c{dir} = $env->('TOKENLOCK_COUNTER_DIR') if defined $env->('TOKENLOCK_COUNTER_DIR');
     if (defined(my $w = $env->('TOKENLOCK_COUNTER_WAIT_MS'))) {
         # What strtol accepts: blanks, a sign, decimal digits.
-        return (undef, "TOKENLOCK_COUNTER_WAIT_MS must be 0 to 600000 milliseconds, not \"$w\"")
+        return (undef, 'TOKENLOCK_COUNTER_WAIT_MS must be 0 to 600000 milliseconds, not "' . shown($w) . '"')
           unless $w =~ /\A\s*([+-]?)(\d+)\z/ && ($1 ne '-' || $2 == 0) && $2 <= 600000;
         $c{wait_ms} = $2 + 0;
     }
+    $c{group} = $env->('TOKENLOCK_COUNTER_GROUP');
     if (defined $env->('TOKENLOCK_COUNTER_REDIS')) {
         return (undef, "TOKENLOCK_COUNTER_REDIS is set, but $NAME has no Redis backend "
               . '(use counter.cgi built with libhiredis-dev, or unset it)');
     }
     if (defined(my $s = $env->('TOKENLOCK_COUNTER_SYNC'))) {
-        return (undef, "TOKENLOCK_COUNTER_SYNC must be none, file or file_and_dir, not \"$s\"")
+        return (undef, 'TOKENLOCK_COUNTER_SYNC must be none, file or file_and_dir, not "' . shown($s) . '"')
           unless $s eq 'none' || $s eq 'file' || $s eq 'file_and_dir';
         $c{sync} = $s;
     }
@@ -179,7 +197,7 @@ sub handle {
     my ($q, $reason) = parse_query($query);
     return text(400, $reason) unless $q;
     for my $name (sort keys %$q) {
-        return text(400, "unknown parameter $name") unless $name eq 'id' || $name eq 'format' || $name eq 'peek';
+        return text(400, 'unknown parameter ' . shown($name)) unless $name eq 'id' || $name eq 'format' || $name eq 'peek';
     }
     my $id = exists $q->{id} ? $q->{id} : 'default';
     return text(400, "id must be 1 to 64 letters, digits, '_' or '-'") unless $id =~ /\A[A-Za-z0-9_-]{1,64}\z/;
@@ -193,7 +211,8 @@ sub handle {
         # A look needs no lock: the counter is replaced by rename, so a read
         # sees one version or the next.
         return Tokenlock::read_counter($file) || 0 if $peek eq '1' || $method eq 'HEAD';
-        Tokenlock::increment($file, sync => $cfg->{sync}, wait => $cfg->{wait_ms} / 1000);
+        Tokenlock::increment($file, sync => $cfg->{sync}, wait => $cfg->{wait_ms} / 1000,
+            (defined $cfg->{group} ? (group => $cfg->{group}) : ()));
     };
     return value_response($id, $format, $value) if defined $value;
 
@@ -208,7 +227,8 @@ sub handle {
     # An overflow is no corruption of the file: it is a system error
     # (EOVERFLOW), an internal error below.
     return text(500, 'the counter file is corrupt; it was left as it is') if $code eq 'corrupt_data';
-    return text(500, "the counter is misconfigured; see the server's error log") if $code eq 'no_command';
+    return text(500, "the counter is misconfigured; see the server's error log")
+      if $code eq 'no_command' || $code eq 'bad_argument';
     # The hit is counted; only its durability is in doubt.
     return value_response($id, $format, $err->value) if $code eq 'dir_sync_failed' && defined $err->value;
     return text(500, "internal error; see the server's error log");

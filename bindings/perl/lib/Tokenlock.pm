@@ -138,10 +138,35 @@ sub _arg_path {
     return $p =~ /^-/ ? "./$p" : $p;
 }
 
+# The child's side of _run: the standard handles set up, then exec; the
+# errno of a failed exec goes back through $exec_w. Never returns.
+sub _exec_child {
+    my ($argv, $env, $in_r, $out_w, $err_w, $exec_w) = @_;
+    # Perl marks its own descriptors close-on-exec, so only these three
+    # reach the command, and $exec_w closes by itself when exec works.
+    # Reopening a standard handle keeps its descriptor number; a tie
+    # (a web framework's STDOUT) would take the reopening away.
+    untie *STDIN;
+    untie *STDOUT;
+    untie *STDERR;
+    # The error's name on the last line of stderr, as JSON.
+    $ENV{TOKENLOCK_ERRORS} = 'json';
+    # What the command must not get on its argv (a URL with a password).
+    @ENV{ keys %$env } = values %$env if $env;
+    my $ok = (defined $in_r ? open(STDIN, '<&', $in_r) : open(STDIN, '<', '/dev/null'))
+      && open(STDOUT, '>&', $out_w) && open(STDERR, '>&', $err_w);
+    if ($ok) { no warnings 'exec'; exec { $argv->[0] } @$argv; }
+    my $errno = ($! + 0) || 1;
+    syswrite($exec_w, $errno);
+    # No END blocks, no destructors: they belong to the parent.
+    require POSIX;
+    POSIX::_exit(127);
+}
+
 # Runs argv without a shell, feeding $stdin (undef: /dev/null), and returns
 # { status, stdout, stderr } or { spawn_error, exec_errno }.
 sub _run {
-    my ($argv, $stdin) = @_;
+    my ($argv, $stdin, $env) = @_;
     # A command that stops reading must not kill us with SIGPIPE; its exit
     # status says why it stopped. A caller's CHLD handler (or 'IGNORE')
     # would take the exit status away from waitpid.
@@ -156,25 +181,7 @@ sub _run {
     }
     my $pid = fork;
     return { spawn_error => "cannot fork: $!" } unless defined $pid;
-    if ($pid == 0) {
-        # Perl marks its own descriptors close-on-exec, so only these three
-        # reach the command, and $exec_w closes by itself when exec works.
-        # Reopening a standard handle keeps its descriptor number; a tie
-        # (a web framework's STDOUT) would take the reopening away.
-        untie *STDIN;
-        untie *STDOUT;
-        untie *STDERR;
-        # The error's name on the last line of stderr, as JSON.
-        $ENV{TOKENLOCK_ERRORS} = 'json';
-        my $ok = (defined $stdin ? open(STDIN, '<&', $in_r) : open(STDIN, '<', '/dev/null'))
-          && open(STDOUT, '>&', $out_w) && open(STDERR, '>&', $err_w);
-        if ($ok) { no warnings 'exec'; exec { $argv->[0] } @$argv; }
-        my $errno = ($! + 0) || 1;
-        syswrite($exec_w, $errno);
-        # No END blocks, no destructors: they belong to the parent.
-        require POSIX;
-        POSIX::_exit(127);
-    }
+    _exec_child($argv, $env, defined $stdin ? $in_r : undef, $out_w, $err_w, $exec_w) if $pid == 0;
     close $out_w;
     close $err_w;
     close $exec_w;
@@ -238,7 +245,7 @@ sub _call {
     my ($ctx, @args) = @_;
     my $cmd  = _find_command($ctx->{opts} || {}, $ctx->{step}, $ctx->{path});
     my @argv = ($cmd, @args);
-    my $r    = _run(\@argv, $ctx->{stdin});
+    my $r    = _run(\@argv, $ctx->{stdin}, $ctx->{env});
     my $what = "$ctx->{step} $ctx->{path}";
     if (defined $r->{spawn_error}) {
         if (defined $r->{exec_errno}) {
@@ -319,6 +326,15 @@ sub _legacy_timeout {
     my ($step, $opts) = @_;
     return () unless defined $opts->{legacy_timeout};
     return ('--legacy-timeout', _seconds($step, 'legacy_timeout', $opts->{legacy_timeout}, 0));
+}
+
+# --group NAME when the option names one; TOKENLOCK_GROUP reaches the
+# command through the environment. Checked here as the module checks it.
+sub _group_args {
+    my ($step, $opts) = @_;
+    return () unless defined $opts->{group};
+    _named_group($step, $opts->{group});
+    return ('--group', $opts->{group});
 }
 
 sub _check_opts {
@@ -641,9 +657,9 @@ sub _lock_paths {
 }
 
 # The mode of lock directories and workspaces this process creates:
-# TOKENLOCK_DIR_MODE, as the command reads it, else 0755. With group write
-# (0775, 0770) a lock is shared by a group: a directory of one of our
-# groups is then trusted.
+# TOKENLOCK_DIR_MODE, as the command reads it, else 0755. Group write
+# (0775, 0770) without a named group chooses the group of a lock directory
+# this user owns for sharing (docs/security.md, Who is trusted).
 sub _dir_mode {
     my ($step) = @_;
     my $text = $ENV{TOKENLOCK_DIR_MODE};
@@ -660,56 +676,113 @@ sub _dir_mode {
     return $mode;
 }
 
+# Group names resolved by this process: the group database is read once.
+my %GID_OF;
+
+# The group named for sharing: the option `group`, else TOKENLOCK_GROUP; a
+# group name or a decimal gid, of which this user must be a member. Returns
+# its gid, or undef when none is named.
+sub _named_group {
+    my ($step, $opt) = @_;
+    my $g = defined $opt ? $opt : $ENV{TOKENLOCK_GROUP};
+    return undef unless defined $g && length $g;
+    my $from = defined $opt ? 'the group option' : 'TOKENLOCK_GROUP';
+    _usage($step, "$from must be a group name or a decimal gid, not a reference") if ref $g;
+    my $gid = $GID_OF{$g};
+    if (!defined $gid) {
+        if ($g =~ /\A([0-9]{1,10})\z/) { $gid = $1 + 0 }
+        else {
+            my @gr = getgrnam($g);
+            _usage($step, "$from names the group \"$g\", which this host does not know: name an existing group "
+                  . '(getent group lists them) or give its gid')
+              unless @gr;
+            $gid = $gr[2];
+        }
+        # Untainted: a gid is only ever compared and passed to chown.
+        ($gid) = "$gid" =~ /\A([0-9]+)\z/;
+        %GID_OF = () if keys %GID_OF >= 100;
+        $GID_OF{$g} = $gid;
+    }
+    _usage($step, "$from names group $g (gid $gid), and this process (uid $>) is not a member of it: a group is shared "
+          . 'only by its members; add the user to the group (usermod -a -G), or name a group it is in (id -G lists them)')
+      unless grep { $_ == $gid } split ' ', $);
+    return $gid;
+}
+
+# The group chosen for sharing in a lock directory of lstat $st: the named
+# one, else, when the directory mode has group write, the group of a lock
+# directory this user owns; undef when none is chosen.
+sub _chosen_group {
+    my ($step, $named, $st) = @_;
+    return $named if defined $named;
+    return undef unless $st && $st->[4] == $> && (_dir_mode($step) & 020);
+    return $st->[5];
+}
+
+sub _group_shown {
+    my ($gid) = @_;
+    my $name = getgrgid($gid);
+    return defined $name ? "$name (gid $gid)" : "gid $gid";
+}
+
 # The trust rules of docs/security.md (trust.cpp) for a directory's lstat:
-# the reason it cannot be trusted, or undef.
+# the reason it cannot be trusted, or undef. $chosen: the group chosen for
+# sharing (undef: none); $named: chosen by name; $lockdir: the lock
+# directory itself, another user's of which is trusted only under a named
+# group. Being a member of a group, without choosing it, trusts nothing.
 sub _distrust {
-    my ($path, $mode, $uid, $gid, $dir_mode) = @_;
+    my ($path, $mode, $uid, $gid, $chosen, $named, $lockdir) = @_;
     my $m = sprintf('%04o', $mode & 07777);
-    my $sharing = $dir_mode & 020;
-    my $share = "a lock shared by several users needs a group they all belong to: give $path that group, mode 0775, "
-      . 'and choose group sharing (TOKENLOCK_DIR_MODE=0775)';
+    my $share = 'share it through one group instead: mode 0775 and that group named with the group option or '
+      . 'TOKENLOCK_GROUP (docs/security.md)';
     return "it is writable by every user (mode $m); run chmod o-w $path if its contents are yours, or remove it; $share"
       if $mode & 002;
-    my $group_ok = $sharing && grep { $_ == $gid } split ' ', $);
-    if (($mode & 020) && !$group_ok) {
-        return "it is writable by group $gid (mode $m) and group sharing was not chosen; run chmod g-w $path "
-          . 'if the group is not meant to share it, or choose group sharing (TOKENLOCK_DIR_MODE=0775)'
-          unless $sharing;
-        return "it is writable by group $gid (mode $m), which is not one of this user's groups; $share";
+    my $in_chosen = defined $chosen && $gid == $chosen;
+    if (($mode & 020) && !$in_chosen) {
+        my $g = _group_shown($gid);
+        return "it is writable by group $g (mode $m), which is not the group chosen for sharing; run chmod g-w $path "
+          . 'if the group is not meant to share it; otherwise name the group: the group option or TOKENLOCK_GROUP='
+          . (getgrgid($gid) || $gid);
     }
-    return "it belongs to uid $uid (mode $m), who could change it; have that user (or root) remove it "
-      . "and it is created again on next use, or, if that user shares it on purpose, $share"
-      if $uid != $> && $uid != 0 && !$group_ok;
+    return "it belongs to uid $uid (mode $m), who could change it; have that user (or root) remove it and it is "
+      . 'created again on next use, or, if that user shares it on purpose, name the group you both share: the group '
+      . 'option or TOKENLOCK_GROUP=' . (getgrgid($gid) || $gid)
+      if $uid != $> && $uid != 0 && !($in_chosen && ($named || !$lockdir));
     return undef;
 }
 
 # Judges the lock directory before anything in it is touched: 1 when it
-# is there and trusted, 0 when it is missing; dies otherwise.
+# is there and trusted, 0 when it is missing; dies otherwise. $o->{group}
+# is the named group; $o->{chosen} is set to the group chosen in it.
 # The verdicts this process reached, by lock directory: its lstat (device,
-# inode, mode, owner, group) and what else the rules depend on. The same
-# directory, unchanged, is not judged again; a replaced or changed one is.
+# inode, mode, owner, group) and what else the rules depend on, and the
+# chosen group. The same directory, unchanged, is not judged again; a
+# replaced or changed one is.
 my %TRUSTED;
 
 # Built only of untainted parts: under perl -T a tainted value anywhere in
 # a statement taints every value that statement makes.
 sub _trust_key {
-    my ($st) = @_;
+    my ($st, $named) = @_;
     my $mode = $ENV{TOKENLOCK_DIR_MODE};
-    my $key = join(':', @$st[0, 1, 2, 4, 5], $>);
+    my $key = join(':', @$st[0, 1, 2, 4, 5], $>, defined $named ? $named : '');
     return $key unless defined $mode;
     return $mode =~ /\A([0-7]*)\z/ ? "$key:$1" : "$key:?";
 }
 
 sub _check_dir {
-    my ($step, $p) = @_;
+    my ($step, $p, $o) = @_;
     my @st = lstat $p->{dir};
     if (!@st) {
         return 0 if $!{ENOENT};
         die _system_error($step, $p->{dir}, 'cannot look at the lock directory', $! + 0);
     }
-    my $key = _trust_key(\@st);
+    my $key = _trust_key(\@st, $o->{group});
     my $known = $TRUSTED{$p->{dir}};
-    return 1 if defined $known && $known eq $key;
+    if (defined $known && $known->[0] eq $key) {
+        $o->{chosen} = $known->[1];
+        return 1;
+    }
     require Fcntl;
     if (Fcntl::S_ISLNK($st[2])) {
         die _lock_error('untrusted', $step, $p->{dir},
@@ -719,14 +792,16 @@ sub _check_dir {
     if (!Fcntl::S_ISDIR($st[2])) {
         die _system_error($step, $p->{dir}, 'cannot open the lock directory', POSIX::ENOTDIR());
     }
-    my $why = _distrust($p->{dir}, $st[2], $st[4], $st[5], _dir_mode($step));
+    my $chosen = _chosen_group($step, $o->{group}, \@st);
+    my $why = _distrust($p->{dir}, $st[2], $st[4], $st[5], $chosen, defined $o->{group}, 1);
     die _lock_error('untrusted', $step, $p->{dir},
         sprintf('refusing the lock directory (owner uid %d, mode %04o; this process runs as uid %d): '
               . 'another user could plant or swap entries in it, and nothing in it was touched; %s',
             $st[4], $st[2] & 07777, $>, $why))
       if defined $why;
     %TRUSTED = () if keys %TRUSTED >= 1000;
-    $TRUSTED{$p->{dir}} = $key;
+    $TRUSTED{$p->{dir}} = [$key, $chosen];
+    $o->{chosen} = $chosen;
     return 1;
 }
 
@@ -792,8 +867,9 @@ sub _fsync_dir {
 # name, which succeeds only while that name is missing or an empty
 # directory, so that concurrent creators cannot make two tokens.
 sub _create_dir {
-    my ($step, $p, $lease_us) = @_;
-    my $mode = _dir_mode($step);
+    my ($step, $p, $lease_us, $group) = @_;
+    # A named group: the directory gets it, and group write.
+    my $mode = _dir_mode($step) | (defined $group ? 0070 : 0);
     my $id = _identity();
     my $owned = _make_token(_now_us() + $lease_us, $id);
     my $name = "$p->{name}.init." . substr($owned, 9);
@@ -806,8 +882,11 @@ sub _create_dir {
     }
     # The umask must not narrow the mode: applied exactly.
     my $fail;
-    if (!chmod($mode, $init)) { $fail = [$! + 0, "cannot set the mode of $init"] }
-    elsif (!mkdir("$init/$FREE", 0700) || !chmod($mode, "$init/$FREE")) { $fail = [$! + 0, "cannot create the token $init/$FREE"] }
+    if (defined $group && !chown(-1, $group, $init)) { $fail = [$! + 0, "cannot give $init the group " . _group_shown($group)] }
+    elsif (!chmod($mode, $init)) { $fail = [$! + 0, "cannot set the mode of $init"] }
+    elsif (!mkdir("$init/$FREE", 0700) || !chmod(_shared_mode($mode, $init, "$init/$FREE"), "$init/$FREE")) {
+        $fail = [$! + 0, "cannot create the token $init/$FREE"];
+    }
     elsif (!_fsync_dir($init)) { $fail = [$! + 0, "cannot sync $init"] }
     if ($fail) {
         rmdir "$init/$FREE";
@@ -829,6 +908,18 @@ sub _create_dir {
     rmdir $init;
     die _system_error($step, $p->{dir}, "cannot rename $init to the lock directory", $errno) unless $lost;
     _sweep_leftovers($p);
+}
+
+# The mode for $path, a directory this process made inside $in (or for the
+# group $gid): it gets that directory's group, which is the chosen one, as
+# a new directory takes this process's group instead; where it cannot, it
+# is not group-writable, so that no group but the chosen one can write it.
+sub _shared_mode {
+    my ($mode, $in, $path, $gid) = @_;
+    return $mode unless $mode & 020;
+    $gid = (lstat $in)[5] if !defined $gid && defined $in;
+    return $mode if defined $gid && ((lstat $path)[5] == $gid || chown(-1, $gid, $path));
+    return $mode & ~020;
 }
 
 # Removes creation directories whose creator is gone or past its lease:
@@ -854,35 +945,68 @@ sub _sweep_leftovers {
     }
 }
 
-# Empties a workspace taken over from a previous owner: entries are looked
-# at with lstat, so a symbolic link is removed, never followed.
-sub _clear_dir {
-    my ($dir, $depth, $keep_marks, $seen) = @_;
-    opendir(my $dh, $dir) or return;
-    # Without openat the walk goes by path: a directory swapped for a link
-    # since its lstat is not the one we opened, and is left alone.
-    if ($seen) {
-        my @st = stat $dh;
-        if (!@st || $st[0] != $seen->[0] || $st[1] != $seen->[1]) {
-            closedir $dh;
-            return;
-        }
-    }
-    my @names = grep { $_ ne '.' && $_ ne '..' } _names($dh);
-    closedir $dh;
+# Empties a token taken over from a previous owner: its workspace and
+# leftovers. Core Perl has no openat or unlinkat, and a path walked twice
+# can name another place the second time: a member of the chosen group may
+# write the lock directory and rename our token away with a link to a
+# victim's directory in its place; a token left writable by others lets
+# them do that to its subdirectories. Moving the token aside first would
+# not help, since the lock directory is no more private than the token.
+# So the walk pins each directory it clears as the working directory and
+# checks lstat('.') against the identity judged before entering: from then
+# on every entry is named by one component relative to it, and no rename or
+# link anywhere on the path can lead the walk elsewhere. The token is
+# judged first (not touched at all if untrusted), only directories of this
+# user are entered, and a link is removed, never followed. The working
+# directory is restored through a handle (fchdir); when none can be had,
+# nothing is cleared: leftovers cost room, never safety.
+sub _clear_token {
+    my ($p, $token, $keep_marks, $chosen) = @_;
+    my $path = "$p->{dir}/$token";
+    my @st = lstat $path or return;
+    return if !Fcntl::S_ISDIR($st[2]) || defined _distrust($path, @st[2, 4, 5], $chosen, 0, 0);
+    my $back = _cwd_handle() or return;
+    _clear_here(\@st, 0, $keep_marks) if chdir $path;
+    chdir $back
+      or die _system_error('take over', $p->{dir}, 'cannot return to the working directory after clearing the token '
+          . "$token", $! + 0, 'the working directory was removed or made unsearchable meanwhile');
+}
+
+# A handle on the working directory that chdir can return to: read
+# permission is needed for opendir; O_PATH (Linux) does without.
+sub _cwd_handle {
+    my $dh;
+    return $dh if opendir($dh, '.');
+    my $o_path = $^O eq 'linux' ? 010000000 : 0;
+    return undef unless $o_path;
+    sysopen(my $fh, '.', $o_path | (eval { Fcntl::O_DIRECTORY() } || 0)) or return undef;
+    return $fh;
+}
+
+# Clears the working directory if it is the directory $want (an lstat)
+# names; the walk of _clear_token. Returns 0 when it could not return to
+# the directory it came from.
+sub _clear_here {
+    my ($want, $depth, $keep_marks) = @_;
+    my @here = lstat '.';
+    return 1 unless @here && $here[0] == $want->[0] && $here[1] == $want->[1];
+    opendir(my $dh, '.') or return 1;
+    my @names = _names($dh);
     for my $n (@names) {
         # Owner marks were judged one by one; ours stays.
         next if $keep_marks && $depth == 0 && _token_of_mark($n);
-        my $path = "$dir/$n";
-        my @st = lstat $path or next;
-        if (Fcntl::S_ISDIR($st[2])) {
-            _clear_dir($path, $depth + 1, 0, \@st) if $depth < 8;
-            rmdir $path;
+        my @st = lstat $n or next;
+        if (!Fcntl::S_ISDIR($st[2])) {
+            unlink $n;
+            next;
         }
-        else {
-            unlink $path;
+        if ($depth < 8 && $st[4] == $> && chdir $n) {
+            my $ok = _clear_here(\@st, $depth + 1, 0);
+            return 0 unless $ok && chdir $dh;
         }
+        rmdir $n;
     }
+    return 1;
 }
 
 # ---------------------------------------------------------------------------
@@ -1035,13 +1159,13 @@ sub _give_up {
 sub holder {
     my ($lockdir, %opts) = @_;
     my $step = 'holder';
-    _check_opts($step, \%opts, qw(legacy_timeout));
+    _check_opts($step, \%opts, qw(legacy_timeout group));
     _path_arg($step, 'the lock directory', $lockdir);
     require Time::HiRes;
     require Fcntl;
     require POSIX;
     my $p = _lock_paths($step, $lockdir);
-    return undef unless _check_dir($step, $p);
+    return undef unless _check_dir($step, $p, { group => _named_group($step, $opts{group}) });
     my $obs = _observe($step, $p);
     return undef unless $obs->{kind} eq 'held';
     my $t = $obs->{token};
@@ -1099,13 +1223,13 @@ sub _round {
         return _finish($step, $p, $o, $token, $expiry, undef) if lstat $mine;
     }
     return ('busy', undef) unless $look;
-    if (!_check_dir($step, $p)) {
-        _create_dir($step, $p, $o->{lease_us});
+    if (!_check_dir($step, $p, $o)) {
+        _create_dir($step, $p, $o->{lease_us}, $o->{group});
         return ('again');
     }
     my $obs = _observe($step, $p);
     if ($obs->{kind} eq 'missing' || $obs->{kind} eq 'empty') {
-        _create_dir($step, $p, $o->{lease_us});
+        _create_dir($step, $p, $o->{lease_us}, $o->{group});
         return ('again');
     }
     return ('again') if $obs->{kind} eq 'free';
@@ -1146,8 +1270,7 @@ sub _finish {
     }
     if (defined $taken_from) {
         # The previous owner's leftovers, and maybe a creator's that died too.
-        my $mine = "$p->{dir}/$token";
-        _clear_dir($mine, 0, $marks) if -d $mine && !-l $mine;
+        _clear_token($p, $token, $marks, $o->{chosen});
         _sweep_leftovers($p);
     }
     return ('acquired', $token, $expiry, $marks);
@@ -1176,7 +1299,7 @@ sub _native_acquire {
     # one is created by the first look. When it is there, the first rename
     # comes before the clocks and the loop below, which only a busy lock
     # needs.
-    if (_check_dir($step, $p)) {
+    if (_check_dir($step, $p, $o)) {
         my ($what, @r) = _round($step, $p, $o, 0, 1);
         return @r if $what eq 'acquired';
         $first = 0;
@@ -1213,10 +1336,10 @@ sub _native_acquire {
 
 sub _acquire {
     my ($class, $step, $lockdir, %opts) = @_;
-    _check_opts($step, \%opts, qw(wait lease legacy_timeout));
+    _check_opts($step, \%opts, qw(wait lease legacy_timeout group));
     _path_arg($step, 'the lock directory', $lockdir);
     my %o = (wait_us => 10_000_000, lease_us => $DEFAULT_LEASE * 1_000_000,
-        legacy_timeout_us => $DEFAULT_LEGACY_TIMEOUT * 1_000_000);
+        legacy_timeout_us => $DEFAULT_LEGACY_TIMEOUT * 1_000_000, group => _named_group($step, $opts{group}));
     if (%opts) {
         my $wait = defined $opts{wait} ? $opts{wait} : 10;
         $o{wait_us} = $wait eq 'forever' ? undef : int(_seconds($step, 'wait', $wait, 1) * 1_000_000);
@@ -1225,8 +1348,15 @@ sub _acquire {
           if defined $opts{legacy_timeout};
     }
     my ($token, $expiry, $marked) = _native_acquire($step, $lockdir, \%o);
+    # A lock directory this process just made was not judged: its group.
+    if (!exists $o{chosen}) {
+        my @st = lstat _lock_paths($step, $lockdir)->{dir};
+        $o{chosen} = _chosen_group($step, $o{group}, @st ? \@st : undef);
+    }
     return bless {
         lockdir => $lockdir,
+        group   => $o{group},
+        chosen  => $o{chosen},
         token   => $token,
         expiry  => $expiry,
         marked  => $marked,
@@ -1419,8 +1549,10 @@ sub _run_held {
 # Files, natively: the atomic write and the fenced update of
 # docs/atomic-writes.md.
 
-# The largest file an update reads (default_read_limit).
+# The largest file an update reads (default_read_limit), and the largest
+# counter file (counter_max_bytes).
 my $READ_LIMIT = 64 * 1024 * 1024;
+my $COUNTER_LIMIT = 64;
 
 # How long a stale read on a network filesystem is read again. Tests
 # shorten it.
@@ -1607,7 +1739,9 @@ sub _native_write {
 # what it points to is not the target's contents). Returns (contents or
 # undef when missing, the open handle, its mtime in microseconds).
 sub _read_target {
-    my ($t) = @_;
+    my ($t, $counter) = @_;
+    # A counter holds at most 64 bytes (docs/security.md): more is not read.
+    my $limit = $counter ? $COUNTER_LIMIT : $READ_LIMIT;
     my $fh;
     if (!sysopen($fh, $t->{path}, Fcntl::O_RDONLY() | Fcntl::O_NONBLOCK() | (eval { Fcntl::O_NOFOLLOW() } || 0))) {
         return (undef) if $!{ENOENT};
@@ -1628,21 +1762,23 @@ sub _read_target {
         'it is not a regular file (a FIFO, device or socket), and was not read; nothing was written: put a regular file there',
         POSIX::EINVAL(), '')
       unless Fcntl::S_ISREG($st[2]);
+    die _counter_too_large($t->{path}, $st[7]) if $counter && $st[7] > $limit;
     die _system_error('read', $t->{path}, "it is too large ($st[7] bytes, the limit is $READ_LIMIT); nothing was written",
         POSIX::EFBIG(), '')
-      if $st[7] > $READ_LIMIT;
+      if $st[7] > $limit;
     binmode $fh;
     my $text = '';
     while (1) {
-        my $r = sysread($fh, $text, 65536, length $text);
+        my $r = sysread($fh, $text, $counter ? $limit + 1 - length $text : 65536, length $text);
         if (!defined $r) {
             next if $!{EINTR};
             die _file_error('read', $t, 'cannot read the target', $! + 0);
         }
         last if $r == 0;
+        die _counter_too_large($t->{path}, length $text) if $counter && length $text > $limit;
         die _system_error('read', $t->{path}, "it grew past the limit of $READ_LIMIT bytes; nothing was written",
             POSIX::EFBIG(), '')
-          if length $text > $READ_LIMIT;
+          if length $text > $limit;
     }
     return ($text, $fh, int(($st[9] || 0) * 1_000_000));
 }
@@ -1713,7 +1849,7 @@ sub _workspace {
     if (!@st && $!{ENOENT}) {
         if (mkdir($w, 0700)) {
             $made = 1;
-            chmod(_dir_mode('commit'), $w);
+            chmod(_shared_mode(_dir_mode('commit') | (defined $lock->{group} ? 0070 : 0), undef, $w, $lock->{chosen}), $w);
         }
         elsif (!$!{EEXIST}) {
             die _lost_before_commit($t, $lock->{token}) if _missing() && _token_gone($lock);
@@ -1726,7 +1862,7 @@ sub _workspace {
         my ($path, $what, $s) = @$d;
         next unless @$s;
         my $why = !Fcntl::S_ISDIR($s->[2]) || Fcntl::S_ISLNK($s->[2]) ? 'it is not a directory; remove it'
-          : _distrust($path, $s->[2], $s->[4], $s->[5], _dir_mode('commit'));
+          : _distrust($path, $s->[2], $s->[4], $s->[5], $lock->{chosen}, defined $lock->{group}, 0);
         if (defined $why) {
             rmdir $w if $made;
             die _lock_error('untrusted', 'commit', $path,
@@ -1791,7 +1927,7 @@ sub _native_update {
     my $wait = defined $o{wait} ? $o{wait} : 10;
     my $lock = Tokenlock->_acquire('acquire', $lockdir, wait => $wait,
         (defined $o{legacy_timeout} ? (legacy_timeout => $o{legacy_timeout}) : ()),
-        (defined $o{lease} ? (lease => $o{lease}) : ()));
+        (defined $o{lease} ? (lease => $o{lease}) : ()), (defined $o{group} ? (group => $o{group}) : ()));
     my ($value, $fh);
     my $ok = eval {
         $t = _resolve_target('write', $path, $o{follow_symlinks});
@@ -1799,7 +1935,7 @@ sub _native_update {
         my $network = !_on_local_fs($lock->{lockdir});
         my $mark = $network ? { old => _read_version_mark("$lock->{lockdir}/$lock->{token}/w") } : undef;
         my ($current, $mtime);
-        ($current, $fh, $mtime) = _read_target($t);
+        ($current, $fh, $mtime) = _read_target($t, $o{counter});
         if ($mark && $mark->{old}) {
             # A stale read: older than what the last commit wrote.
             my $start = _steady_us();
@@ -1825,7 +1961,7 @@ sub _native_update {
                 _sleep_us($pause < $left ? $pause : $left);
                 $pause = $pause * 2 > 200_000 ? 200_000 : $pause * 2;
                 close $fh if $fh;
-                ($current, $fh, $mtime) = _read_target($t);
+                ($current, $fh, $mtime) = _read_target($t, $o{counter});
                 $reads++;
                 $one_version = 0 unless defined $current && defined $first && _fnv_hex($current) eq $first;
             }
@@ -1897,6 +2033,16 @@ sub _add_u64 {
     return $r;
 }
 
+sub _counter_too_large {
+    my ($path, $size) = @_;
+    return _error(
+        code    => 'corrupt_data',
+        status  => 65,
+        message => "tokenlock: read counter $path: the file holds $size bytes, more than the $COUNTER_LIMIT a counter "
+          . 'holds; it was not read, nothing was written and it was left as it is: repair or remove it by hand',
+    );
+}
+
 sub _corrupt_counter {
     my ($path, $text) = @_;
     my $shown = substr($text, 0, 24);
@@ -1916,7 +2062,7 @@ sub _corrupt_counter {
 sub write_file {
     my ($path, $data, %opts) = @_;
     my $step = 'write';
-    _check_opts($step, \%opts, qw(sync lock wait legacy_timeout mode follow_symlinks));
+    _check_opts($step, \%opts, qw(sync lock wait legacy_timeout mode follow_symlinks group));
     _path_arg($step, 'the file', $path);
     _usage("$step $path", 'the data is undef; pass "" to write an empty file') unless defined $data;
     my $bytes = "$data";
@@ -1934,7 +2080,7 @@ sub write_file {
         push @args, '--mode', $opts{mode};
     }
     push @args, '--follow-symlinks' if $opts{follow_symlinks};
-    push @args, _legacy_timeout($step, \%opts);
+    push @args, _legacy_timeout($step, \%opts), _group_args($step, \%opts);
     if (defined $opts{wait}) {
         _usage("$step $path", 'wait applies to the lock: give lock too') unless defined $opts{lock};
         _seconds($step, 'wait', $opts{wait}, 1);
@@ -1956,7 +2102,7 @@ sub write_file {
 sub update_file {
     my ($path, $code, %opts) = @_;
     my $step = 'update';
-    _check_opts($step, \%opts, qw(lock wait lease sync mode legacy_timeout follow_symlinks));
+    _check_opts($step, \%opts, qw(lock wait lease sync mode legacy_timeout follow_symlinks group));
     _path_arg($step, 'the file', $path);
     _usage("$step $path", 'the second argument must be a code reference') unless ref $code eq 'CODE';
     _usage("$step $path", "mode must be a string of octal digits such as '0640', not \"$opts{mode}\"")
@@ -1982,7 +2128,7 @@ sub update_file {
 sub increment {
     my ($path, %opts) = @_;
     my $step = 'incr';
-    _check_opts($step, \%opts, qw(by lock sync wait legacy_timeout));
+    _check_opts($step, \%opts, qw(by lock sync wait legacy_timeout group));
     _path_arg($step, 'the counter file', $path);
     my $by = defined $opts{by} ? $opts{by} : 1;
     _usage("$step $path", "by must be an unsigned decimal number, not \"$by\"") unless $by =~ /^\d+\z/;
@@ -2006,11 +2152,11 @@ sub increment {
                 POSIX::EOVERFLOW(), '')
               unless defined $new;
             return ("$new\n", $new);
-        }, %opts, sync => _sync($step, $opts{sync}));
+        }, %opts, sync => _sync($step, $opts{sync}), counter => 1);
     }
     my @args = ('incr', '--by', $by, '--sync', _sync($step, $opts{sync}));
     push @args, '--lock', _arg_path(_path_arg($step, 'lock', $opts{lock})) if defined $opts{lock};
-    push @args, _legacy_timeout($step, \%opts);
+    push @args, _legacy_timeout($step, \%opts), _group_args($step, \%opts);
     _seconds($step, 'wait', $opts{wait}, 1) if defined $opts{wait};
     my $out = eval { _call_waiting({ step => $step, path => $path, opts => \%opts, busy => 'timed_out' },
         $opts{wait}, @args, _arg_path($path)) };
@@ -2084,12 +2230,15 @@ sub _counter_value {
 
 # The counter's value without the lock and without the command: undef
 # when the file does not exist. A counter is replaced by rename, so a read
-# never sees half of an update.
+# never sees half of an update. Opened without blocking and checked with
+# stat on the handle before the first byte: a FIFO planted at the path
+# would block an open or a read, a device (/dev/zero) would never end.
 sub read_counter {
     my ($path) = @_;
     _path_arg('read counter', 'the counter file', $path);
+    require Fcntl;
     my $fh;
-    unless (open $fh, '<', $path) {
+    unless (sysopen($fh, $path, Fcntl::O_RDONLY() | Fcntl::O_NONBLOCK())) {
         return undef if $!{ENOENT};
         my ($cause, $errno) = ("$!", $! + 0);
         die _error(
@@ -2098,13 +2247,30 @@ sub read_counter {
             message => "Tokenlock: read counter $path: cannot open it: $cause",
         );
     }
+    my @st = stat $fh;
+    if (!@st || !Fcntl::S_ISREG($st[2])) {
+        my $errno = @st ? (eval { require POSIX; POSIX::EINVAL() } || 22) : $! + 0;
+        close $fh;
+        die _error(
+            code    => 'system',
+            errno   => $errno,
+            message => "Tokenlock: read counter $path: it is not a regular file (a FIFO, a device, a socket or a "
+              . 'directory) and was not read: remove it, and the counter starts again from 0',
+        );
+    }
+    if ($st[7] > $COUNTER_LIMIT) {
+        close $fh;
+        die _counter_too_large($path, $st[7]);
+    }
     binmode $fh;
     my $text = '';
     while (1) {
-        my $r = read($fh, $text, 64, length $text);
+        my $r = sysread($fh, $text, $COUNTER_LIMIT + 1 - length $text, length $text);
+        next if !defined $r && $!{EINTR};
         die _error(code => 'system', errno => $! + 0, message => "Tokenlock: read counter $path: cannot read it: $!")
           unless defined $r;
-        last if $r == 0 || length $text > 21;
+        last if $r == 0;
+        die _counter_too_large($path, length $text) if length $text > $COUNTER_LIMIT;
     }
     close $fh;
     # The rules of tokenlock incr: one canonical unsigned 64-bit decimal and
@@ -2159,19 +2325,82 @@ sub _url_arg {
     Tokenlock::_usage($step, 'the lock name must not start with "-"') if $name =~ /\A-/;
 }
 
+# The URL with its password masked, whatever is malformed: everything
+# before the last '@' of the part after the scheme is user information, a
+# ':' in an authority without '@' that no port follows may start a
+# password typed without its '@', and password parameters are masked too.
+sub _masked {
+    my ($url) = @_;
+    return $url unless defined $url && !ref $url;
+    my ($scheme, $rest) = $url =~ m{\A([A-Za-z][A-Za-z0-9+.-]*:(?://?)?)?(.*)\z}s;
+    $scheme = '' unless defined $scheme;
+    my $at = rindex($rest, '@');
+    if ($at >= 0) {
+        my $colon = index($rest, ':');
+        $rest = ($colon >= 0 && $colon < $at ? substr($rest, 0, $colon) . ':***' : '***') . substr($rest, $at);
+    }
+    else {
+        $rest =~ s{\A((?:\[[^\]]*\])?[^/?#:\[]*):(?![0-9]*(?:[/?#]|\z))[^/?#]*}{$1:***};
+    }
+    $rest =~ s{([?&;](?:pass|password|auth|requirepass)=)[^&;#]*}{$1***}gi;
+    return $scheme . $rest;
+}
+
+# The password alone (as the URL gives it, encoded or not), to take out of
+# what the command says; undef when there is none worth searching for.
+sub _password {
+    my ($url) = @_;
+    my ($rest) = $url =~ m{\A(?:[A-Za-z][A-Za-z0-9+.-]*:(?://?)?)?(.*)\z}s;
+    my $at = rindex($rest, '@');
+    return undef if $at < 0;
+    my $user = substr($rest, 0, $at);
+    my $pw = index($user, ':') >= 0 ? substr($user, index($user, ':') + 1) : $user;
+    return length $pw >= 3 ? $pw : undef;
+}
+
+# The command and its errors: the URL reaches the child in its environment
+# only (--redis env:TOKENLOCK_URL), never on its argv, which every local
+# user can read; whatever the command says is masked once more.
+sub _call_redis {
+    my ($url, $ctx, @args) = @_;
+    $ctx->{env} = { TOKENLOCK_URL => $url };
+    my $out = eval { Tokenlock::_call($ctx, @args) };
+    return $out if defined $out;
+    my $err = $@;
+    if (ref $err) {
+        my $pw = _password($url);
+        for my $k (qw(message output)) {
+            next unless defined $err->{$k};
+            $err->{$k} =~ s/\Q$url\E/_masked($url)/ge;
+            $err->{$k} =~ s/\Q$pw\E/***/g if defined $pw;
+        }
+    }
+    die $err;
+}
+
+# The URL of each lock, outside the object's hash, so that a dump of the
+# object (Data::Dumper, a logged structure) cannot show its password.
+my %URL;
+
+sub _id { require Scalar::Util; return Scalar::Util::refaddr($_[0]) }
+
 sub acquire {
     my ($class, $url, $name, %opts) = @_;
     Tokenlock::_check_opts('acquire', \%opts, qw(wait lease));
     _url_arg('acquire', $url, $name);
+    my $what = _masked($url) . " $name";
     my $wait = defined $opts{wait} ? $opts{wait} : 10;
-    my @args = ('acquire', '--redis', $url, _wait_args('acquire', \%opts), _lease_args('acquire', \%opts), $name);
-    my $out = Tokenlock::_call({ step => 'acquire', path => "$url $name", opts => \%opts,
+    my @args = ('acquire', '--redis', 'env:TOKENLOCK_URL', _wait_args('acquire', \%opts), _lease_args('acquire', \%opts),
+        $name);
+    my $out = _call_redis($url, { step => 'acquire', path => $what, opts => \%opts,
         busy => $wait eq 'forever' || $wait > 0 ? 'timed_out' : 'busy' }, @args);
     my ($token) = $out =~ /\A([0-9]+\.[A-Za-z0-9_.-]+)\n?\z/
       or die Tokenlock::_error(code => 'command_failed',
-        message => "Tokenlock: acquire $url $name: the tokenlock command printed no token: \"$out\"");
-    return bless { url => $url, name => $name, what => "$url $name", token => $token, pid => $$, held => 1,
+        message => "Tokenlock: acquire $what: the tokenlock command printed no token: \"$out\"");
+    my $self = bless { name => $name, what => $what, token => $token, pid => $$, held => 1,
         command => $opts{command} }, ref($class) || $class;
+    $URL{ _id($self) } = $url;
+    return $self;
 }
 
 sub try_acquire {
@@ -2186,7 +2415,8 @@ sub try_acquire {
 
 sub token { $_[0]{token} }
 sub name  { $_[0]{name} }
-sub url   { $_[0]{url} }
+# Masked: the URL given, with its password as ***.
+sub url   { _masked($URL{ _id($_[0]) }) }
 sub held  { $_[0]{held} && $_[0]{pid} == $$ ? 1 : 0 }
 
 # The fencing token: grows with every grant of this name.
@@ -2196,9 +2426,11 @@ sub _owned { Tokenlock::_owned(@_) }
 
 sub _command {
     my ($self, $step, @args) = @_;
-    my $ctx = { step => $step, path => "$self->{url} $self->{name}",
+    my $ctx = { step => $step, path => $self->{what},
         opts => defined $self->{command} ? { command => $self->{command} } : {} };
-    my $out = eval { Tokenlock::_call($ctx, $step, '--redis', $self->{url}, @args, $self->{name}, $self->{token}) };
+    my $out = eval {
+        _call_redis($URL{ _id($self) }, $ctx, $step, '--redis', 'env:TOKENLOCK_URL', @args, $self->{name}, $self->{token});
+    };
     return $out if defined $out;
     my $err = $@;
     $self->{held} = 0 if ref $err && $err->code eq 'lock_lost';
@@ -2223,11 +2455,13 @@ sub release {
 
 sub DESTROY {
     my ($self) = @_;
-    return unless $self->{held} && $self->{pid} == $$;
-    local ($@, $!, $?);
-    eval { $self->release; 1 }
-      or warn "Tokenlock: the Redis lock $self->{name} was still held when its object went away, "
-      . "and releasing it failed: $@";
+    if ($self->{held} && $self->{pid} == $$) {
+        local ($@, $!, $?);
+        eval { $self->release; 1 }
+          or warn "Tokenlock: the Redis lock $self->{name} was still held when its object went away, "
+          . "and releasing it failed: $@";
+    }
+    delete $URL{ _id($self) };
 }
 
 sub CLONE_SKIP { 1 }
@@ -2236,7 +2470,7 @@ sub with_lock {
     my ($url, $name, $code, %opts) = @_;
     Tokenlock::_usage('with_lock', 'the third argument must be a code reference') unless ref $code eq 'CODE';
     my $lock = Tokenlock::Redis->acquire($url, $name, %opts);
-    return Tokenlock::_run_held($lock, $code, wantarray, "$url $name");
+    return Tokenlock::_run_held($lock, $code, wantarray, _masked($url) . " $name");
 }
 
 # Who holds NAME: undef when free, else { token, fence, pid, host_tag,
@@ -2245,12 +2479,13 @@ sub holder {
     my ($url, $name, %opts) = @_;
     Tokenlock::_check_opts('status', \%opts, ());
     _url_arg('status', $url, $name);
-    my $out = Tokenlock::_call({ step => 'status', path => "$url $name", opts => \%opts },
-        'status', '--json', '--redis', $url, $name);
+    my $what = _masked($url) . " $name";
+    my $out = _call_redis($url, { step => 'status', path => $what, opts => \%opts },
+        'status', '--json', '--redis', 'env:TOKENLOCK_URL', $name);
     require JSON::PP;
     my $s = eval { JSON::PP::decode_json($out) }
       or die Tokenlock::_error(code => 'command_failed',
-        message => "Tokenlock: status $url $name: the tokenlock command printed what is not JSON: \"$out\"");
+        message => "Tokenlock: status $what: the tokenlock command printed what is not JSON: \"$out\"");
     return undef unless ($s->{state} || '') eq 'held';
     return { map { $_ => $s->{$_} } grep { exists $s->{$_} } qw(token fence owner pid host_tag remaining_ms) };
 }
@@ -2347,8 +2582,29 @@ C<lstat> at each acquisition rather than once through a descriptor.
 
 C<TOKENLOCK_DIR_MODE> (an octal mode such as C<0775>), as the command
 reads it, is the mode of the lock directories and workspaces the module
-creates; with group write it chooses group sharing, under which a lock
-directory of one of this user's groups is trusted (docs/security.md).
+creates.
+
+Group sharing names one group (docs/security.md, Who is trusted). The
+option C<group> of C<acquire>, C<try_acquire>, C<with_lock>, C<holder>,
+C<write_file>, C<update_file> and C<increment> (a group name or a decimal
+gid), else the environment variable C<TOKENLOCK_GROUP>, names it; this user
+must be a member (otherwise C<bad_argument>), and a lock directory the
+module creates then gets that group and group write (C<dir_mode | 0070>),
+as do its token and workspace. With no group named and group write in
+C<TOKENLOCK_DIR_MODE> (C<0775>, C<0770>), the group of a lock directory
+this user owns is chosen; another user's lock directory is then refused.
+Lock directories, tokens and workspaces of another user are trusted only
+in the chosen group; a directory writable by any other group is refused,
+with the group to name in the message. Being a member of a group (such as
+C<users>) trusts nothing by itself.
+
+A token taken over from a dead owner is emptied of its leftovers only
+when it is trusted; without C<openat>, the module walks it with each
+directory pinned as the working directory and checked against the
+identity it judged (C<lstat('.')>), enters only this user's directories,
+removes links without following them, and gives the working directory back
+(C<fchdir>). A program with threads of its own (not Perl's) should know
+that the working directory changes for that moment.
 
 =head2 Finding the command
 
@@ -2400,8 +2656,10 @@ must exist) and returns the lock object. The lock is owned by this process
 (its pid and start time are in the token), so it is freed at once when this
 process dies, however it dies: the next acquisition on this host takes it
 over. A lock directory that another user could change (writable by others,
-by a group without group sharing, owned by another user, or a symbolic
-link) is refused with C<untrusted>, with nothing in it touched.
+by a group not chosen for sharing, owned by another user outside a named
+group, or a symbolic link) is refused with C<untrusted>, with nothing in it
+touched. C<< group => NAME >> names the group the lock is shared with (see
+L</DESCRIPTION>).
 
 =over
 
@@ -2585,7 +2843,9 @@ command.
 The counter's value, read without the lock and without running the
 command. The counter is replaced by rename, so the read sees one version or
 the next, never a mix. Dies with C<corrupt_data> under the same rules as
-C<increment>.
+C<increment>, and for a file over 64 bytes (not read). A FIFO, a device, a
+socket or a directory at the path is refused with C<system> before anything
+is read: it is opened without blocking and checked first.
 
 =head2 Scripts that lock with lockfile<seconds>
 
@@ -2617,7 +2877,16 @@ the command and the C++ library, with the same fences.
   my $h = Tokenlock::Redis::holder($url, 'report');  # undef, or { token, fence, owner, pid, host_tag, remaining_ms }
 
 URLs as the command takes them: C<redis://[[user]:password@]host[:port][/db]>
-or C<unix:///path/to/socket>. C<wait> is as for C<acquire> (default 10
+or C<unix:///path/to/socket>. A password (or user) holding any of
+C<@ : / ? # [ ] %> or a space must be percent-encoded (C<%40> for C<@>,
+C<%3A> for C<:>, C<%2F>, C<%3F>, C<%23>, C<%5B>, C<%5D>, C<%25>, C<%20>).
+The URL never reaches the command's argv, which every local user can read
+in the process list: the command gets C<--redis env:TOKENLOCK_URL> and the
+URL in its environment only (a command from before C<env:> refuses it:
+update the command). The object keeps the URL outside its hash, so a dump
+of it (C<Data::Dumper>) does not show it; C<< $lock->url >> and every message
+and C<< $err->command >> show the password as C<***>, whatever is malformed
+in the URL. C<wait> is as for C<acquire> (default 10
 seconds; C<'forever'>; 0 for one try), C<lease> defaults to the command's
 300 seconds. Redis cannot see that a holder died: a grant ends with its
 lease, so keep leases short and refresh. The object releases a forgotten

@@ -342,7 +342,8 @@ sub plant {
         is($st, 0, 'as the command uses it');
     }
     is(code_of(sub { Tokenlock->acquire($L, wait => 0) }), 'untrusted', 'without group sharing it is refused');
-    like($@->message, qr/group sharing was not chosen/, 'saying why') if ref $@;
+    like($@->message, qr/which is not the group chosen for sharing.*TOKENLOCK_GROUP=/, 'saying why, and how to name the group')
+      if ref $@;
     for my $bad ('0777', '0600', 'rwx', '01775') {
         local $ENV{TOKENLOCK_DIR_MODE} = $bad;
         my $M = fresh();

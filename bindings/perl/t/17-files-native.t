@@ -11,7 +11,7 @@ use Test::More;
 use POSIX ();
 use TokenlockTest;
 
-use Tokenlock qw(write_file increment);
+use Tokenlock qw(write_file update_file increment);
 
 my $cmd = tokenlock_command();
 my $dir = scratch_dir();
@@ -129,8 +129,15 @@ sub err_of { my ($code) = @_; my $ok = eval { $code->(); 1 }; return $ok ? 'ok' 
     open(my $fh, '>', "$d/huge") or die;
     truncate($fh, 64 * 1024 * 1024 + 1) or die;
     close $fh;
-    is(err_of(sub { increment("$d/huge") }), 'system ' . POSIX::EFBIG(), 'a file over the read limit: EFBIG');
+    is(err_of(sub { update_file("$d/huge", sub { 'x' }) }), 'system ' . POSIX::EFBIG(), 'a file over the read limit: EFBIG');
     is(-s "$d/huge", 64 * 1024 * 1024 + 1, 'left as it was');
+    is(err_of(sub { increment("$d/huge") }), 'corrupt_data', 'a counter over 64 bytes: corrupt_data, not read');
+    is(-s "$d/huge", 64 * 1024 * 1024 + 1, 'left as it was');
+    spit("$d/c65", '1' x 64 . "\n");
+    is(err_of(sub { increment("$d/c65") }), 'corrupt_data', 'a counter of 65 bytes: corrupt_data');
+    like($@->message, qr/\Q$d\E\/c65: the file holds 65 bytes, more than the 64/, 'naming the path and the limit') if ref $@;
+    is(slurp("$d/c65"), '1' x 64 . "\n", 'left as it was');
+    ok(Tokenlock->try_acquire("$d/c65.lock"), 'and its lock was released');
     is_deeply([temps($d)], [], 'no temporary file anywhere');
     is(err_of(sub { increment("$d/x.count", by => '18446744073709551616') }), 'bad_argument', 'by past 2**64-1: bad_argument');
     ok(!-e "$d/x.count", 'nothing written');

@@ -162,4 +162,47 @@ sub cmd_acquire {
     is(Tokenlock::Redis::holder($url, 'x'), undef, 'nothing was granted by the failed calls');
 }
 
+# --- the password: never on the command's argv, in a message or in a dump ---
+{
+    my $pw = 's3cr3tPW';
+    # Redis 6 and later: the default user without a password takes any.
+    my $purl = "unix://default:$pw\@$sock";
+    my $lock = eval { Tokenlock::Redis->acquire($purl, 'pw', lease => 30) };
+  SKIP: {
+        skip 'this redis-server does not take AUTH default with any password: ' . (ref $@ ? $@->message : $@), 4
+          unless $lock;
+        require Data::Dumper;
+        unlike(Data::Dumper::Dumper($lock), qr/\Q$pw\E/, 'a dump of the lock does not show the password');
+        is($lock->url, "unix://default:***\@$sock", '->url is masked');
+        ok(!exists $ENV{TOKENLOCK_URL}, 'the URL is not left in our own environment');
+        ok($lock->release, 'released through the URL in the command\'s environment');
+    }
+    # A stand-in for the command: it records its argv and environment, and
+    # fails saying the URL, as a careless message would.
+    my $fake = "$dir/fake-tokenlock";
+    spit($fake, "#!/bin/sh\nprintf '%s\\n' \"\$@\" >\"\$0.argv\"\nprintf '%s' \"\$TOKENLOCK_URL\" >\"\$0.env\"\n"
+          . "echo \"tokenlock: acquire \$TOKENLOCK_URL: cannot connect (password $pw)\" >&2\nexit 69\n");
+    chmod 0755, $fake or die;
+    my $bad = "redis://:$pw\@127.0.0.1:1/0";
+    is(code_of(sub { Tokenlock::Redis->acquire($bad, 'x', wait => 0, command => $fake) }), 'command_failed',
+        'the stand-in fails');
+    my $err = $@;
+    is(slurp("$fake.env"), $bad, 'the command gets the URL in its environment');
+    unlike(slurp("$fake.argv"), qr/\Q$pw\E/, 'and not on its argv');
+    like(slurp("$fake.argv"), qr/^env:TOKENLOCK_URL$/m, 'but as --redis env:TOKENLOCK_URL');
+    unlike(join(' ', $err->command), qr/\Q$pw\E/, '->command does not show it');
+    unlike($err->message, qr/\Q$pw\E/, 'the message does not show it, even where the command said it');
+    like($err->message, qr{redis://:\*\*\*\@127\.0\.0\.1:1/0}, 'the URL is shown masked');
+    # Malformed URLs, through the real command: whatever is wrong, the
+    # password is masked.
+    for my $u ("redis://:se?cret$pw\@127.0.0.1:1", "redis://:$pw" . '127.0.0.1:1', "redis//:$pw\@127.0.0.1:1",
+        "http://u:$pw\@127.0.0.1:1", "redis://:$pw\@127.0.0.1:notaport")
+    {
+        my $code = code_of(sub { Tokenlock::Redis->acquire($u, 'x', wait => 0) });
+        isnt($code, 'ok', "\"$u\" fails");
+        unlike($@->message . join(' ', $@->command), qr/\Q$pw\E/, 'and its message and command do not show the password')
+          if ref $@;
+    }
+}
+
 done_testing();

@@ -209,6 +209,32 @@ sub intact {
     TokenlockTest::spit("$dir/r.count", "77\n");
     is(read_counter("$dir/r.count"), 77, 'read_counter: the value');
     is(read_counter("$dir/c2.count"), 1, 'read_counter agrees with increment');
+
+    # A FIFO would block an open and a read; a device never ends: refused
+    # before the first byte, within a bound (the alarm), the FIFO left.
+    require POSIX;
+    POSIX::mkfifo("$dir/fifo.count", 0644) or die "mkfifo: $!";
+    my $code = eval {
+        local $SIG{ALRM} = sub { die "blocked\n" };
+        alarm 10;
+        my $ok = eval { read_counter("$dir/fifo.count"); 1 };
+        alarm 0;
+        $ok ? 'read' : ref $@ ? $@->code : $@;
+    };
+    is($code, 'system', 'read_counter of a FIFO: refused without blocking');
+    like($@->message, qr/\Q$dir\E\/fifo\.count: it is not a regular file/, 'naming the path and the cause') if ref $@;
+    ok(-p "$dir/fifo.count", 'the FIFO stays');
+    symlink('/dev/zero', "$dir/zero.count") or die;
+    is((eval { read_counter("$dir/zero.count"); 1 } ? 'read' : ref $@ ? $@->code : $@), 'system',
+        'read_counter of a link to /dev/zero: refused');
+    TokenlockTest::spit("$dir/big.count", '1' x 64 . "\n");
+    is((eval { read_counter("$dir/big.count"); 1 } ? 'read' : ref $@ ? $@->code : $@), 'corrupt_data',
+        'read_counter of 65 bytes: corrupt_data (a counter holds at most 64)');
+    like($@->message, qr/holds 65 bytes, more than the 64/, 'saying so') if ref $@;
+    TokenlockTest::spit("$dir/max.count", '0' x 63 . "\n");
+    is((eval { read_counter("$dir/max.count"); 1 } ? 'read' : ref $@ ? $@->code : $@), 'corrupt_data',
+        '64 bytes are read, and judged by the counter grammar');
+    like($@->message, qr/does not hold one unsigned decimal/, 'as not canonical') if ref $@;
 }
 
 done_testing();
