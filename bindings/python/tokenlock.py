@@ -58,6 +58,7 @@ import ctypes
 import datetime
 import errno as _errno
 import os
+import stat
 import warnings
 
 # ctypes.util, shutil and subprocess are imported where they are needed, and
@@ -69,7 +70,7 @@ __all__ = [
     "version", "Error", "Busy", "LockLost", "CorruptData", "DirSyncFailed", "BadArgument",
     "OSFailure",
     "BackendUnavailable", "backend", "library_path", "command_path", "load_error",
-    "DEFAULT_WAIT", "DEFAULT_LEASE", "set_legacy_timeout",
+    "DEFAULT_WAIT", "DEFAULT_LEASE", "set_legacy_timeout", "COUNTER_READ_LIMIT", "READ_LIMIT",
 ]
 
 DEFAULT_WAIT = 10.0
@@ -349,15 +350,94 @@ def _parse_counter(path, text):
                       "or remove it by hand" % (_show(path), shown, len(text)), "corrupt_data")
 
 
-def _read_or_none(path, step):
-    """The file's contents, or None when it does not exist."""
+COUNTER_READ_LIMIT = 64
+"""The most bytes of a counter file read (one decimal of at most 20 digits
+and a newline); a larger one is CorruptData, not read and left as it is."""
+
+READ_LIMIT = 64 << 20
+"""The most bytes update_file() reads of its target (the library's
+update_options::read_limit); a larger one fails with EFBIG, the lock
+released and nothing written."""
+
+_TYPE_NAMES = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _not_regular(step, path, mode):
+    if stat.S_ISDIR(mode):
+        return _os_failure("tokenlock: %s %s: is a directory; name a file"
+                           % (step, _show(path)), _errno.EISDIR)
+    kind = next((name for test, name in _TYPE_NAMES if test(mode)), "not a regular file")
+    return _os_failure("tokenlock: %s %s: it is %s, not a regular file, and was not read (it "
+                       "could block or never end); nothing was written: replace it with a "
+                       "regular file" % (step, _show(path), kind), _errno.EINVAL)
+
+
+def _over_limit(step, path, size, counter):
+    if counter:
+        return CorruptData("tokenlock: %s %s: the file holds %s bytes, more than a counter's %d "
+                           "(one decimal of at most 20 digits and a newline); it was left as it "
+                           "is and not read: repair or remove it by hand"
+                           % (step, _show(path), size, COUNTER_READ_LIMIT), "corrupt_data")
+    return _os_failure("tokenlock: %s %s: the file is too large: %s bytes, more than "
+                       "tokenlock.READ_LIMIT of %d bytes; nothing was read or written"
+                       % (step, _show(path), size, READ_LIMIT), _errno.EFBIG)
+
+
+def _open_for_reading(path, step):
+    """A descriptor of `path` opened without following a link at it and
+    without blocking (a FIFO would wait for a writer), or None when nothing
+    is there."""
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
+                       | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     except OSError as e:
+        # O_NOFOLLOW answers ELOOP for a link (EMLINK on FreeBSD); ELOOP also
+        # means a loop in the directories above, which lstat tells apart.
+        if e.errno in (_errno.ELOOP, _errno.EMLINK) and os.path.islink(path):
+            raise _os_failure(
+                "tokenlock: %s %s: it is a symbolic link, and links are not followed here "
+                "(an update or increment replaces the link with a file), so what it points to, maybe another user's "
+                "file, was not read; nothing was written: name the file it points to, or "
+                "remove the link" % (step, _show(path)), _errno.ELOOP) from None
         raise _from_oserror(step, path, e) from None
+
+
+def _read_bounded(path, step, counter=False):
+    """The contents of the regular file `path`, or None when it does not
+    exist. A link at `path` is not followed, and anything but a regular
+    file (a FIFO, a device, a directory) is refused before the first byte
+    is read; at most COUNTER_READ_LIMIT (counter) or READ_LIMIT bytes are
+    read, more is refused (CorruptData, EFBIG)."""
+    fd = _open_for_reading(path, step)
+    if fd is None:
+        return None
+    limit = COUNTER_READ_LIMIT if counter else READ_LIMIT
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _not_regular(step, path, st.st_mode)
+        if st.st_size > limit:
+            raise _over_limit(step, path, st.st_size, counter)
+        # The size may change while we read, and /proc's says 0: one byte
+        # past the limit tells a file of exactly the limit from a longer one.
+        chunks, got = [], 0
+        while True:
+            chunk = os.read(fd, min(limit + 1 - got, 1 << 20))
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            got += len(chunk)
+            if got > limit:
+                raise _over_limit(step, path, "over %d" % limit, counter)
+    except OSError as e:
+        if isinstance(e, Error):
+            raise
+        raise _from_oserror(step, path, e) from None
+    finally:
+        os.close(fd)
 
 
 def read_counter(path):
@@ -366,10 +446,14 @@ def read_counter(path):
 
     Counter files are only ever replaced whole (by rename), so the value is
     one that some increment committed. Raises CorruptData when the file is
-    not a counter, and an OSFailure when it cannot be read.
+    not a counter (also when it holds more than COUNTER_READ_LIMIT bytes,
+    which are not read), and an OSFailure when it cannot be read: ELOOP for
+    a symbolic link at `path` (increment() would replace it, so what it
+    points to is not the counter), EINVAL for a FIFO, a device or a socket
+    (refused without blocking), EISDIR for a directory.
     """
     p = _path(path)
-    return _parse_counter(p, _read_or_none(p, "read counter"))
+    return _parse_counter(p, _read_bounded(p, "read counter", counter=True))
 
 
 # ---- the library backend ------------------------------------------------------
@@ -742,7 +826,7 @@ class _Command:
         lockdir = path + b".lock" if lockdir is None else lockdir
         state = self.acquire(lockdir, wait, lease, once=False)
         try:
-            current = _read_or_none(path, "update")
+            current = _read_bounded(path, "update")
             new = _data(fn(current), "the update function's result")
             try:
                 self._run([b"commit", b"--sync", sync.encode(), b"--allow-empty", _arg(lockdir),

@@ -11,9 +11,12 @@ skipped with the reason.
 import os
 import pickle
 import re
+import select
 import shutil
+import signal
 import sys
 import tempfile
+import time
 import traceback
 import unittest
 
@@ -164,6 +167,61 @@ class Child:
 def in_child(fn, *args):
     """fn(*args) in a forked child, waited for: its result."""
     return Child(fn, *args).result()
+
+
+def _vm_kb(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise AssertionError("no %s in /proc/self/status" % field)
+
+
+def _bounded_child(w, memory_mb, fn, args):
+    import resource
+
+    # A read without a bound fails here at once instead of eating the host.
+    room = (_vm_kb("VmSize") + memory_mb * 1024) * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (room, room))
+    before = _vm_kb("VmRSS")
+    started = time.monotonic()
+    try:
+        out = ("ok", fn(*args))
+    except Exception as e:  # noqa: BLE001 - the parent judges it
+        out = ("raised", e)
+    took = time.monotonic() - started
+    grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    with os.fdopen(w, "wb") as f:
+        f.write(pickle.dumps(out + (took, grew)))
+
+
+def bounded(fn, *args, seconds=10.0, memory_mb=512):
+    """fn(*args) in a forked child given `seconds` and `memory_mb` more of
+    address space: (kind, value, seconds taken, KB its resident set grew),
+    kind "ok" (value: the result) or "raised" (value: the exception), or
+    ("blocked", None, seconds, None) when it was still running at
+    `seconds`, and was then killed."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            _bounded_child(w, memory_mb, fn, args)
+        finally:
+            os._exit(0)
+    os.close(w)
+    try:
+        if not select.select([r], [], [], seconds)[0]:
+            os.kill(pid, signal.SIGKILL)
+            return ("blocked", None, seconds, None)
+        with os.fdopen(r, "rb", closefd=False) as f:
+            data = f.read()
+    finally:
+        os.close(r)
+        os.waitpid(pid, 0)
+    if not data:
+        raise AssertionError("the child ended without a result (out of memory?)")
+    return pickle.loads(data)
 
 
 class Signal:

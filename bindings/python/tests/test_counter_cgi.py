@@ -4,6 +4,7 @@ answers of counter.cgi; and both counting one counter together."""
 
 import os
 import shutil
+import stat
 import subprocess
 import unittest
 
@@ -76,7 +77,7 @@ class CounterCgiTests:
         return os.path.join(self.data, name + ".count")
 
     def cgi(self, query="", method="GET", program=COUNTER_PY, data=None, body=b"", nobody=False,
-            **env):
+            timeout=120, **env):
         """Runs the CGI program as a server would (as user nobody, when root
         and asked); checks what every answer must have, and returns it."""
         full = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GATEWAY_INTERFACE": "CGI/1.1",
@@ -89,7 +90,7 @@ class CounterCgiTests:
         user = {}
         if nobody and os.geteuid() == 0:
             user = {"user": 65534, "group": 65534, "extra_groups": []}
-        p = subprocess.run([program], input=body, env=full, capture_output=True, timeout=120,
+        p = subprocess.run([program], input=body, env=full, capture_output=True, timeout=timeout,
                            **user)
         self.assertEqual(p.returncode, 0, p.stderr)
         r = Reply(p.stdout, p.stderr)
@@ -224,6 +225,29 @@ class CounterCgiTests:
                 self.assertIn(counter, r.stderr)
         self.assertEqual(self.snapshot(counter), before)
         self.assertLockFree(counter + ".lock")
+        self.assertNoTempFiles()
+
+    def test_a_fifo_or_a_link_to_dev_zero_answers_500_at_once_and_is_left_as_it_is(self):
+        # A read that blocks on the FIFO, or reads /dev/zero without end,
+        # would hold the web server's worker (and fail with TimeoutExpired).
+        fifo, link = self.counter("fifo"), self.counter("zero")
+        os.mkfifo(fifo, 0o666)
+        os.symlink("/dev/zero", link)
+        for name, path, cause in (("fifo", fifo, "FIFO"),
+                                  ("zero", link, "symbolic link")):
+            for query, method in (("id=%s&peek=1" % name, "GET"), ("id=" + name, "HEAD"),
+                                  ("id=" + name, "GET")):
+                with self.subTest(query=query, method=method):
+                    r = self.cgi(query, method=method, timeout=10)
+                    self.assertStatus(r, 500)
+                    if method == "GET":
+                        self.assertEqual(r.body, b"internal error; see the server's error log\n")
+                    self.assertIn(path, r.stderr)
+                    self.assertIn(cause, r.stderr)
+        self.assertTrue(stat.S_ISFIFO(os.lstat(fifo).st_mode))
+        self.assertEqual(os.readlink(link), "/dev/zero")
+        for path in (fifo, link):
+            self.assertLockFree(path + ".lock")
         self.assertNoTempFiles()
 
     def test_a_bad_configuration_answers_500_and_logs_the_variable(self):
