@@ -236,6 +236,10 @@ class os {
 
   // This process. Cheap after the first call; recomputed after fork.
   virtual const process_identity& self() = 0;
+
+  // The gid of the group `name` (getgrnam_r), or of the decimal number
+  // `name` as it is. ENOENT when there is no such group.
+  virtual std::error_code group_id(const std::string& name, unsigned& gid) = 0;
   // Changes in a child after fork(2). A lock remembers the generation that
   // acquired it, so a child never releases its parent's token, without a
   // getpid(2) call on the fast path.
@@ -256,8 +260,14 @@ class os {
   // mapping is not one memory for this host: network and FUSE filesystems);
   // or the errno of the step that failed. Never leaves a file it could not
   // map safely, except one another process is still setting up.
+  // An existing file is judged by fstat before anything is written to it or
+  // its size changed, because the name is in a directory others may write
+  // (a hard link there may name a file of the caller's): it is used only
+  // when it is a regular file with one link, owned by this process's
+  // effective user or by `owner` (the lock directory's owner), of size 0 or
+  // the board's; otherwise EPERM and the file is left exactly as it was.
   virtual std::error_code open_wait_board(const std::string& path, unsigned mode, bool create,
-                                          std::unique_ptr<wait_board>& out) = 0;
+                                          unsigned owner, std::unique_ptr<wait_board>& out) = 0;
 };
 
 // The process-wide POSIX implementation.
