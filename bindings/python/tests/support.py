@@ -79,12 +79,13 @@ class BackendTestCase(unittest.TestCase):
                 found += [os.path.join(d, f) for f in files if ".tmp." in f]
         self.assertEqual(found, [], "temporary files were left behind")
 
-    def assertLockFree(self, lockdir):
+    def assertLockFree(self, lockdir, group=None):
         """The lock directory holds the free token, and another process can
-        take the lock at once."""
+        take the lock at once (naming `group`, for a lock shared with one)."""
         self.assertEqual([n for n in os.listdir(lockdir) if n.startswith("lockfile")],
                          ["lockfile"])
-        self.assertTrue(in_child(_try_take, lockdir), "another process could not take the lock")
+        self.assertTrue(in_child(_try_take, lockdir, group),
+                        "another process could not take the lock")
 
     def assertLockHeld(self, lockdir, token):
         """The lock directory holds exactly `token`, and another process
@@ -107,14 +108,16 @@ class CommandTestCase(BackendTestCase):
     backend = "command"
 
 
-def _try_take(lockdir):
+def _try_take(lockdir, group=None):
     # As root, another user's lock directory is refused (docs/security.md):
-    # the lock is taken as its owner, who trusts it.
+    # the lock is taken as its owner, who trusts it, a member of `group`.
     st = os.stat(lockdir)
+    if os.geteuid() == 0 and group is not None:
+        os.setgroups([0, st.st_gid])
     if os.geteuid() == 0 and st.st_uid != 0:
         os.setgid(st.st_gid)
         os.setuid(st.st_uid)
-    held = tokenlock.Lock.try_acquire(lockdir)
+    held = tokenlock.Lock.try_acquire(lockdir, group=group)
     if held is None:
         return False
     held.release()
