@@ -3,10 +3,13 @@
 # by a hostile local user (docs/security.md), with the two real accounts of
 # setup.sh, once per backend of the module:
 #   attacks_python.sh TOKENLOCK COUNTER_CGI RACER LIBTOKENLOCK_C
-# Each attack prints one line, "attack pyN (backend): refused (...)" or
-# "... SUCCEEDED (...)"; the group-shared set-up prints "setup: ..." lines
-# ("works" or "FAILS"). The suite exits 1 when any attack succeeded or the
-# set-up failed.
+# py5a-e: unbounded and blocking reads (the attacker's link to /dev/zero,
+# FIFO, oversized counter, and a racer swapping them), against the module
+# and counter.py; py9: a group the victim is merely in. Each prints one
+# line, "attack pyN (backend): refused (...)" or "... SUCCEEDED (...)"; the
+# documented group set-up through the module prints "setup (Python): ..."
+# lines ("works" or "FAILS"). The suite exits 1 when any attack succeeded
+# or the set-up failed.
 #
 # Needs root (the accounts tl_victim and tl_attacker, the group tl_share)
 # and /usr/bin/python3; skipped (77) otherwise. Everything lives in one
@@ -24,6 +27,8 @@ for tool in setpriv useradd userdel groupadd groupdel mkfifo timeout stat /usr/b
   command -v "$tool" >/dev/null ||
     { echo "SKIP: $tool is not installed (util-linux, passwd, coreutils, python3)"; exit 77; }
 done
+tries=${TL_SECURITY_TRIES:-100}
+race_seconds=${TL_SECURITY_RACE_SECONDS:-15}
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
 # shellcheck source=tests/security/setup.sh
@@ -44,9 +49,11 @@ make_python_world() {
   chmod 0755 "$py/counter.py"
 }
 
-# victim.py OP PATH [N]: one call of the module, as the victim; prints
-# "ok VALUE" or "error CODE ERRNO MESSAGE" (one line). OP "reads" calls
-# read_counter N times and prints how each ended, "ok 5: 40, EINVAL: 30".
+# victim.py OP PATH [ARG]: one call of the module; prints "ok VALUE" or
+# "error CODE ERRNO MESSAGE" (one line). OP "reads" calls read_counter ARG
+# times and prints how each ended, "ok 5: 40, EINVAL: 30"; "update-lock"
+# updates PATH under the lock directory ARG; "incrs" increments ARG times,
+# and stops at the first error.
 write_victim_driver() {
   cat <<'PY'
 import collections, errno, sys
@@ -61,6 +68,9 @@ calls = {
     "read": lambda: tokenlock.read_counter(path),
     "incr": lambda: tokenlock.increment(path, wait=2),
     "update": lambda: len(tokenlock.update_file(path, lambda old: b"victim data\n", wait=2)),
+    "update-lock": lambda: len(tokenlock.update_file(path, lambda old: b"victim data\n",
+                                                     lock=sys.argv[3], wait=2)),
+    "incrs": lambda: [tokenlock.increment(path, wait=10) for _ in range(int(sys.argv[3]))][-1],
 }
 if op == "reads":
     seen = collections.Counter()
@@ -74,15 +84,23 @@ else:
 PY
 }
 
-# Runs victim.py as the victim with backend $1, under 1 GB of address
-# space and a timeout of 20 s: "$s.out" its line, "$s.rusage" "SIGNAL
-# EXIT maxrss_kb" (racer rusage); returns its exit status.
+# Runs victim.py as the victim with backend $1 (and VAR=VALUE words before
+# its arguments in its environment), under 1 GB of address space and a
+# timeout of 20 s: "$s.out" its line, "$s.rusage" "SIGNAL EXIT maxrss_kb"
+# (racer rusage); returns its exit status.
 as_python_victim() {
-  local backend=$1
-  shift
-  timeout -k 2 20 "${as_victim[@]}" env -i PATH=/usr/bin:/bin PYTHONDONTWRITEBYTECODE=1 \
+  python_as victim "$@"
+}
+
+# The same as the account $1 (victim or attacker).
+python_as() {
+  local who=$1 backend=$2 env=()
+  shift 2
+  while [ $# -gt 0 ] && [[ $1 == *=* ]]; do env+=("$1"); shift; done
+  local -n account=as_$who
+  timeout -k 2 20 "${account[@]}" env -i PATH=/usr/bin:/bin PYTHONDONTWRITEBYTECODE=1 \
     PYTHONPATH="$py" TOKENLOCK_BACKEND="$backend" TOKENLOCK_LIBRARY="$work/bin/libtokenlock_c.so" \
-    TOKENLOCK_COMMAND="$tl" bash -c 'ulimit -v 1000000; exec "$@"' sh \
+    TOKENLOCK_COMMAND="$tl" ${env[@]+"${env[@]}"} bash -c 'ulimit -v 1000000; exec "$@"' sh \
     "$racer" rusage "$s.rusage" /usr/bin/python3 "$py/victim.py" "$@" >"$s.out" 2>"$s.err"
 }
 
@@ -218,13 +236,96 @@ for i in range(3000000):
   report "attack py5e ($backend)" "$problems" "300 reads in the race, $rss KB at most: $(first_line "$s.out")"
 }
 
+# py9: attack 9 against the module. The attacker shares only tl_share (as
+# every account shares `users`) with the victim, who chose group write for
+# her own lock directories (TOKENLOCK_DIR_MODE=0775) but named no group.
+# The attacker plants the lock directory and its workspace in tl_share and
+# renames her file onto the update's temporary file as soon as it appears:
+# the victim's update_file must be refused (untrusted), her file intact.
+attack_py9() {
+  local backend=$1 lock=$sticky/cfg-$1.lock target=$home/data/cfg-$1 s=$work/scratch/py9-$1
+  local try rc racer_pid problems="" detail="no try ran" start=$SECONDS
+  echo "victim config" >"$target" && chown tl_victim: "$target" && chmod 0644 "$target"
+  # shellcheck disable=SC2016 # expanded by the attacker's shell
+  "${as_attacker[@]}" sh -c 'umask 002; mkdir -p "$1/lockfile/w" && chgrp -R tl_share "$1" &&
+    echo "ATTACKER DATA" >"$2"' sh "$lock" "$sticky/attacker9-$backend.src"
+  for ((try = 1; try <= tries && SECONDS - start < race_seconds; try++)); do
+    rm -f "$s.ready"
+    "${as_attacker[@]}" "$racer" swap-temp "$lock/lockfile/w" ".cfg-$backend.tmp." \
+      "$sticky/attacker9-$backend.src" "$s.ready" 10000 >"$s.racer" 2>&1 &
+    racer_pid=$!
+    wait_for_file "$s.ready" || { problems="the racer did not start: $(head -1 "$s.racer")"; break; }
+    as_python_victim "$backend" TOKENLOCK_DIR_MODE=0775 update-lock "$target" "$lock"
+    rc=$?
+    kill "$racer_pid" 2>/dev/null
+    wait "$racer_pid" 2>/dev/null
+    if [ "$(cat "$target")" != "victim config" ] || [ "$(stat -c %U "$target")" != tl_victim ]; then
+      problems="try $try: cfg now holds '$(head -c 20 "$target")', owner $(stat -c %U "$target") (exit $rc: $(first_line "$s.out"))"
+      break
+    fi
+    if ! grep -q '^error untrusted ' "$s.out" || ! refusal_explained "$s.out" "$attacker_uid"; then
+      problems="try $try: update_file in the attacker's lock directory of group tl_share was not refused naming uid $attacker_uid: $(first_line "$s.out")$(tail -1 "$s.err")"
+      break
+    fi
+    detail="$try tries, cfg and its owner intact: $(cut -c1-200 "$s.out")"
+  done
+  report "attack py9 ($backend)" "$problems" "$detail"
+}
+
+# The documented group set-up through the module: the victim (library
+# backend, the group option) and the other user (command backend,
+# TOKENLOCK_GROUP) count one counter in a 2770 tl_share directory at once;
+# a group-writable lock directory of the other user's, its group not named,
+# is refused to the victim with either backend.
+python_group_setup() {
+  local data=$work/py-group-data s=$work/scratch/pygroup problems="" p1 p2 backend how
+  mkdir -m 2770 "$data" && chgrp tl_share "$data"
+  s=$work/scratch/pygroup-victim
+  python_as victim library TOKENLOCK_GROUP=tl_share incrs "$data/c.count" 50 &
+  p1=$!
+  s=$work/scratch/pygroup-other
+  python_as attacker command TOKENLOCK_GROUP=tl_share incrs "$data/c.count" 50 &
+  p2=$!
+  wait "$p1" || problems="the victim's increments failed: $(first_line "$work/scratch/pygroup-victim.out");"
+  wait "$p2" || problems="$problems the other user's failed: $(first_line "$work/scratch/pygroup-other.out");"
+  [ "$(cat "$data/c.count" 2>/dev/null)" = 100 ] ||
+    problems="$problems the counter holds '$(cat "$data/c.count" 2>/dev/null)', not 100 ($(first_line "$work/scratch/pygroup-victim.out") / $(first_line "$work/scratch/pygroup-other.out"));"
+  report_python_setup "setup (Python): two users naming their group count one counter in a 2770 group directory" \
+    "$problems" "100 increments, count exact"
+  problems="" s=$work/scratch/pygroup
+  # shellcheck disable=SC2016 # expanded by the attacker's shell
+  "${as_attacker[@]}" sh -c 'umask 002; mkdir -m 0775 "$1" "$1/lockfile"' sh "$data/d.count.lock"
+  for backend in library command; do
+    for how in TOKENLOCK_BACKEND=$backend TOKENLOCK_DIR_MODE=0775; do
+      as_python_victim "$backend" "$how" incr "$data/d.count"
+      grep -q '^error untrusted ' "$s.out" && refusal_explained "$s.out" "$attacker_uid" ||
+        problems="$problems $backend, $how: $(first_line "$s.out")$(tail -1 "$s.err");"
+    done
+  done
+  [ ! -e "$data/d.count" ] || problems="$problems d.count was written: $(cat "$data/d.count")"
+  report "setup (Python): a group-writable lock directory of another user, its group not named" \
+    "$problems" "refused: $(cut -c1-200 "$s.out")"
+}
+
+# The set-up must work: a failure of it counts like a succeeded attack.
+report_python_setup() {
+  reported=$((reported + 1))
+  if [ -z "$2" ]; then
+    echo "$1: works ($3)"
+  else
+    succeeded=$((succeeded + 1))
+    echo "$1: FAILS ($2)"
+  fi
+}
+
 make_world "$1" "$2" "$3"
 make_python_world "$4"
 for backend in library command; do
-  for attack in py5a py5b py5c py5d py5e; do
+  for attack in py5a py5b py5c py5d py5e py9; do
     "attack_$attack" "$backend"
     canaries_checked "attack $attack ($backend)"
   done
 done
+python_group_setup
 echo "security suite (Python): $succeeded of $reported checks SUCCEEDED against tokenlock.py"
 [ "$succeeded" = 0 ]
