@@ -259,6 +259,9 @@ def _error_for(name, message, err=0):
         return Error(message, name, _errno.ENOMEM)
     if name == "dir_sync_failed":
         return DirSyncFailed(message, err or None)
+    if name == "untrusted" and "TOKENLOCK_GROUP" in message:
+        # The fix names the library's and the command's spelling of it.
+        message += " (in Python: the group option of lock(), update_file() and increment())"
     return Error(message, name, err or None)
 
 

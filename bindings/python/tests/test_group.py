@@ -148,6 +148,8 @@ class GroupTests:
                 self.assertEqual(result[:2], ("error", "untrusted"), result)
                 self.assertIn("refusing", result[2])
                 self.assertIn("not the group chosen for sharing", result[2])
+                self.assertIn("TOKENLOCK_GROUP", result[2])
+                self.assertIn("the group option", result[2])
         self.assertEqual(tokenlock.read_counter(counter), 5)
         self.assertEqual(as_other(tokenlock.increment, counter, group=SHARED), ("ok", 6))
         self.assertEqual(as_other(tokenlock.increment, counter, env={"TOKENLOCK_GROUP": SHARED}),
