@@ -205,7 +205,7 @@ class fake_os final : public detail::os {
   // and runs `before` first, so a test may act as the head handing its
   // place on) and "board_wake PATH".
   std::error_code open_wait_board(const std::string& path, unsigned mode, bool create,
-                                  unsigned owner,
+                                  const detail::board_owners& owners,
                                   std::unique_ptr<detail::wait_board>& out) override;
 
   // Descriptors this process has opened and not closed (for leak checks).

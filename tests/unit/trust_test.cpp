@@ -493,9 +493,10 @@ class WaitBoardTrustTest : public ::testing::Test {
 
   // Waits on the held lock for a moment, which makes a waiter look for
   // the board; the real OS, as the attack meets it.
-  void wait_once() {
+  void wait_once(unsigned dir_mode = 0755) {
     lock_options o;
     o.wait = 30ms;
+    o.dir_mode = dir_mode;
     rename_lock lock(dir, o);
     lock_handle held = lock.acquire();
     std::error_code ec;
@@ -544,6 +545,14 @@ TEST_F(WaitBoardTrustTest, AnotherUsersBoardIsNotUsed) {
   ASSERT_EQ(::chown(board.c_str(), nobody, nobody), 0);
   wait_once();
   EXPECT_EQ(fs::file_size(board), 0u) << "not sized: not written";
+}
+
+TEST_F(WaitBoardTrustTest, ABoardOfAMemberOfTheChosenGroupIsUsed) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give the board to another user";
+  { std::ofstream(board.string()); }
+  ASSERT_EQ(::chown(board.c_str(), nobody, ::getegid()), 0);
+  wait_once(0775);  // our own lock directory, shared with its group
+  EXPECT_EQ(fs::file_size(board), 4096u) << "mapped and sized: used";
 }
 
 TEST_F(WaitBoardTrustTest, OurOwnBoardIsStillUsed) {

@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -95,6 +96,12 @@ class dir_watch {
   // degrades to a plain sleep.
   virtual bool wait_for(const std::string& name,
                         std::chrono::microseconds timeout) noexcept = 0;
+};
+
+// Who, besides this process's user, may own a wait board it uses.
+struct board_owners {
+  unsigned uid = 0;               // the lock directory's owner
+  std::optional<unsigned> group;  // the group chosen for sharing the lock
 };
 
 // Memory shared by the waiters of one lock on one host: a small file
@@ -264,10 +271,12 @@ class os {
   // its size changed, because the name is in a directory others may write
   // (a hard link there may name a file of the caller's): it is used only
   // when it is a regular file with one link, owned by this process's
-  // effective user or by `owner` (the lock directory's owner), of size 0 or
+  // effective user, by `owners.uid` (the lock directory's owner) or in
+  // `owners.group` (the group chosen for sharing the lock), of size 0 or
   // the board's; otherwise EPERM and the file is left exactly as it was.
   virtual std::error_code open_wait_board(const std::string& path, unsigned mode, bool create,
-                                          unsigned owner, std::unique_ptr<wait_board>& out) = 0;
+                                          const board_owners& owners,
+                                          std::unique_ptr<wait_board>& out) = 0;
 };
 
 // The process-wide POSIX implementation.

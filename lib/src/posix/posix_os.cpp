@@ -382,16 +382,17 @@ std::string mount_type(const std::string& path) {
 // Whether an open board file may be written and sized: see
 // os::open_wait_board. A hard link planted beside the lock to a file of the
 // caller's has two links; a file of another size is no board.
-std::error_code judge_board(const struct stat& st, unsigned owner) {
-  if (!S_ISREG(st.st_mode) || st.st_nlink != 1 ||
-      (st.st_uid != ::geteuid() && st.st_uid != owner) ||
+std::error_code judge_board(const struct stat& st, const board_owners& owners) {
+  const bool ours = st.st_uid == ::geteuid() || st.st_uid == owners.uid ||
+                    (owners.group && st.st_gid == *owners.group);
+  if (!S_ISREG(st.st_mode) || st.st_nlink != 1 || !ours ||
       (st.st_size != 0 && static_cast<std::size_t>(st.st_size) != mapped_board::file_size))
     return errno_code(EPERM);
   return {};
 }
 
-std::error_code map_board(const std::string& path, unsigned mode, bool create, unsigned owner,
-                          std::unique_ptr<wait_board>& out) {
+std::error_code map_board(const std::string& path, unsigned mode, bool create,
+                          const board_owners& owners, std::unique_ptr<wait_board>& out) {
   out.reset();
   // The board nearly always exists: open it first, because an open with
   // O_CREAT locks the directory, which the lock's holder renames in.
@@ -430,7 +431,7 @@ std::error_code map_board(const std::string& path, unsigned mode, bool create, u
   void* base = MAP_FAILED;
   if (::fstat(fd, &st) != 0 || ::fstatfs(fd, &sfs) != 0)
     ec = last_errno();
-  else if ((ec = judge_board(st, owner)))
+  else if ((ec = judge_board(st, owners)))
     ;
   else if (!local_filesystem_type(static_cast<long>(sfs.f_type)))
     ec = errno_code(ENOTSUP);  // a board left by an older version on such a filesystem, too
@@ -854,14 +855,15 @@ class posix_os final : public os {
   }
 
   std::error_code open_wait_board(const std::string& path, unsigned mode, bool create,
-                                  unsigned owner, std::unique_ptr<wait_board>& out) override {
+                                  const board_owners& owners,
+                                  std::unique_ptr<wait_board>& out) override {
 #if defined(__linux__)
-    return map_board(path, mode, create, owner, out);
+    return map_board(path, mode, create, owners, out);
 #else
     (void)path;
     (void)mode;
     (void)create;
-    (void)owner;
+    (void)owners;
     out.reset();
     return errno_code(ENOTSUP);
 #endif
