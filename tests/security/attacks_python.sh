@@ -2,7 +2,9 @@
 # The Python module (bindings/python/tokenlock.py) and counter.py attacked
 # by a hostile local user (docs/security.md), with the two real accounts of
 # setup.sh, once per backend of the module:
-#   attacks_python.sh TOKENLOCK COUNTER_CGI RACER LIBTOKENLOCK_C
+#   attacks_python.sh TOKENLOCK COUNTER_CGI RACER [LIBTOKENLOCK_C]
+# Without LIBTOKENLOCK_C (a build without the shared C library) only the
+# command backend is attacked, and the set-up runs both users on it.
 # py5a-e: unbounded and blocking reads (the attacker's link to /dev/zero,
 # FIFO, oversized counter, and a racer swapping them), against the module
 # and counter.py; py9: a group the victim is merely in. Each prints one
@@ -15,8 +17,8 @@
 # and /usr/bin/python3; skipped (77) otherwise. Everything lives in one
 # directory under /tmp, removed at the end (setup.sh).
 set -uo pipefail
-if [ $# -ne 4 ]; then
-  echo "usage: attacks_python.sh TOKENLOCK COUNTER_CGI RACER LIBTOKENLOCK_C" >&2
+if [ $# -ne 3 ] && [ $# -ne 4 ]; then
+  echo "usage: attacks_python.sh TOKENLOCK COUNTER_CGI RACER [LIBTOKENLOCK_C]" >&2
   exit 64
 fi
 if [ "$(id -u)" != 0 ]; then
@@ -40,12 +42,13 @@ make_python_world() {
   py=$work/py
   mkdir -m 0755 "$py"
   if ! cp -L "$src/bindings/python/tokenlock.py" "$src/cgi-examples/python/counter.py" "$py/" ||
-    ! cp "$1" "$work/bin/libtokenlock_c.so"; then
+    { [ -n "$1" ] && ! cp "$1" "$work/bin/libtokenlock_c.so"; }; then
     echo "FAIL: cannot copy the module, counter.py or $1 to $work" >&2
     exit 1
   fi
   write_victim_driver >"$py/victim.py"
-  chmod 0644 "$py"/*.py "$work/bin/libtokenlock_c.so"
+  chmod 0644 "$py"/*.py
+  [ -z "$1" ] || chmod 0644 "$work/bin/libtokenlock_c.so"
   chmod 0755 "$py/counter.py"
 }
 
@@ -281,7 +284,7 @@ python_group_setup() {
   local data=$work/py-group-data s=$work/scratch/pygroup problems="" p1 p2 backend how
   mkdir -m 2770 "$data" && chgrp tl_share "$data"
   s=$work/scratch/pygroup-victim
-  python_as victim library TOKENLOCK_GROUP=tl_share incrs "$data/c.count" 50 &
+  python_as victim "$library_backend" TOKENLOCK_GROUP=tl_share incrs "$data/c.count" 50 &
   p1=$!
   s=$work/scratch/pygroup-other
   python_as attacker command TOKENLOCK_GROUP=tl_share incrs "$data/c.count" 50 &
@@ -295,7 +298,7 @@ python_group_setup() {
   problems="" s=$work/scratch/pygroup
   # shellcheck disable=SC2016 # expanded by the attacker's shell
   "${as_attacker[@]}" sh -c 'umask 002; mkdir -m 0775 "$1" "$1/lockfile"' sh "$data/d.count.lock"
-  for backend in library command; do
+  for backend in "${backends[@]}"; do
     for how in TOKENLOCK_BACKEND=$backend TOKENLOCK_DIR_MODE=0775; do
       as_python_victim "$backend" "$how" incr "$data/d.count"
       grep -q '^error untrusted ' "$s.out" && refusal_explained "$s.out" "$attacker_uid" ||
@@ -319,8 +322,13 @@ report_python_setup() {
 }
 
 make_world "$1" "$2" "$3"
-make_python_world "$4"
-for backend in library command; do
+make_python_world "${4:-}"
+backends=(library command) library_backend=library
+if [ -z "${4:-}" ]; then
+  echo "skip the library backend: no libtokenlock_c.so was given (TOKENLOCK_C_SHARED is OFF)"
+  backends=(command) library_backend=command
+fi
+for backend in "${backends[@]}"; do
   for attack in py5a py5b py5c py5d py5e py9; do
     "attack_$attack" "$backend"
     canaries_checked "attack $attack ($backend)"
