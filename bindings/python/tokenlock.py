@@ -47,6 +47,18 @@ Errors
     subclass (FileNotFoundError, PermissionError, ...), and bad arguments of
     ValueError.
 
+Sharing with a group
+    A lock directory another user could change is refused (code
+    "untrusted"; docs/security.md). To share locks with other users, name
+    the one group you share with: the `group` option of lock(),
+    Lock.acquire(), update_file() and increment() (a group name, or a gid),
+    else TOKENLOCK_GROUP, read at each call. You must be a member of it
+    (else BadArgument); lock directories, tokens and workspaces of its
+    members are then trusted, and a lock directory created gets that group
+    and group write. Without a named group, TOKENLOCK_DIR_MODE with group
+    write (0775, 0770) shares only lock directories you own, with their own
+    group. Being merely in a group (`users`) trusts nothing.
+
 Fork and threads
     A Lock belongs to one thread at a time. A forked child never releases
     its parent's lock: its release() and refresh() raise Error("not_owner"),
@@ -58,6 +70,7 @@ import ctypes
 import datetime
 import errno as _errno
 import os
+import stat
 import warnings
 
 # ctypes.util, shutil and subprocess are imported where they are needed, and
@@ -69,7 +82,7 @@ __all__ = [
     "version", "Error", "Busy", "LockLost", "CorruptData", "DirSyncFailed", "BadArgument",
     "OSFailure",
     "BackendUnavailable", "backend", "library_path", "command_path", "load_error",
-    "DEFAULT_WAIT", "DEFAULT_LEASE", "set_legacy_timeout",
+    "DEFAULT_WAIT", "DEFAULT_LEASE", "set_legacy_timeout", "COUNTER_READ_LIMIT", "READ_LIMIT",
 ]
 
 DEFAULT_WAIT = 10.0
@@ -246,6 +259,9 @@ def _error_for(name, message, err=0):
         return Error(message, name, _errno.ENOMEM)
     if name == "dir_sync_failed":
         return DirSyncFailed(message, err or None)
+    if name == "untrusted" and "TOKENLOCK_GROUP" in message:
+        # The fix names the library's and the command's spelling of it.
+        message += " (in Python: the group option of lock(), update_file() and increment())"
     return Error(message, name, err or None)
 
 
@@ -311,6 +327,56 @@ def _legacy_args():
                                                _secs(_legacy_timeout).encode()]
 
 
+def _group(group):
+    """The one group named for sharing (docs/security.md, Who is trusted):
+    `group` (a name, or a gid as an int or decimal), else TOKENLOCK_GROUP,
+    read at each call as the command reads it; as bytes, or None."""
+    if group is None:
+        return os.environb.get(b"TOKENLOCK_GROUP") or None
+    if isinstance(group, int) and not isinstance(group, bool):
+        if not 0 <= group < 2 ** 32:
+            raise BadArgument("tokenlock: group must be a group name or a gid from 0 to "
+                              "4294967295, not %d" % group)
+        return b"%d" % group
+    if not isinstance(group, (str, bytes)):
+        raise BadArgument("tokenlock: group must be a group name (str) or a gid (int), not %s"
+                          % type(group).__name__)
+    g = os.fsencode(group)
+    if not g or b"\0" in g:
+        raise BadArgument("tokenlock: group must be a group name or a gid, not %r" % (group,))
+    return g
+
+
+def _dir_mode_problem(mode):
+    # The command's rules (tools/cli.cpp, dir_mode_problem), so that both
+    # backends take the same TOKENLOCK_DIR_MODE.
+    if mode & 0o700 != 0o700:
+        return "the owner needs read, write and search permission (0700) on a lock directory"
+    if mode & 0o002:
+        return ("a lock directory writable by others is refused by every process that uses "
+                "it (docs/security.md): share it with a group instead, with 0775 or 0770 and "
+                "the group option or TOKENLOCK_GROUP")
+    if mode & 0o1000:
+        return ("in a sticky lock directory only a token's owner may rename it, so users lock "
+                "each other out")
+    return None
+
+
+def _env_dir_mode():
+    """TOKENLOCK_DIR_MODE (an octal mode such as 0775), which the command
+    reads itself and the library backend passes as dir_mode; None unset."""
+    text = os.environ.get("TOKENLOCK_DIR_MODE")
+    if not text:
+        return None
+    if text.strip("01234567") or len(text.lstrip("0")) > 4 or int(text, 8) > 0o7777:
+        raise BadArgument('tokenlock: TOKENLOCK_DIR_MODE takes an octal mode such as 0775, '
+                          'not "%s"' % text)
+    problem = _dir_mode_problem(int(text, 8))
+    if problem:
+        raise BadArgument("tokenlock: TOKENLOCK_DIR_MODE %s: %s" % (text, problem))
+    return int(text, 8)
+
+
 def _sync(sync):
     if sync not in _SYNC_LEVELS:
         raise BadArgument("tokenlock: sync must be 'none', 'file' or 'file_and_dir', not %r"
@@ -349,15 +415,95 @@ def _parse_counter(path, text):
                       "or remove it by hand" % (_show(path), shown, len(text)), "corrupt_data")
 
 
-def _read_or_none(path, step):
-    """The file's contents, or None when it does not exist."""
+COUNTER_READ_LIMIT = 64
+"""The most bytes of a counter file read (one decimal of at most 20 digits
+and a newline); a larger one is CorruptData, not read and left as it is."""
+
+READ_LIMIT = 64 << 20
+"""The most bytes update_file() reads of its target (the library's
+update_options::read_limit); a larger one fails with EFBIG, the lock
+released and nothing written."""
+
+_TYPE_NAMES = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _not_regular(step, path, mode):
+    if stat.S_ISDIR(mode):
+        return _os_failure("tokenlock: %s %s: is a directory; name a file"
+                           % (step, _show(path)), _errno.EISDIR)
+    kind = next((name for test, name in _TYPE_NAMES if test(mode)), "not a regular file")
+    return _os_failure("tokenlock: %s %s: it is %s, not a regular file, and was not read (it "
+                       "could block or never end); nothing was written: replace it with a "
+                       "regular file" % (step, _show(path), kind), _errno.EINVAL)
+
+
+def _over_limit(step, path, size, counter):
+    if counter:
+        return CorruptData("tokenlock: %s %s: the file holds %s bytes, more than a counter's %d "
+                           "(one decimal of at most 20 digits and a newline); it was left as it "
+                           "is and not read: repair or remove it by hand"
+                           % (step, _show(path), size, COUNTER_READ_LIMIT), "corrupt_data")
+    return _os_failure("tokenlock: %s %s: the file is too large: %s bytes, more than "
+                       "tokenlock.READ_LIMIT of %d bytes; nothing was read or written"
+                       % (step, _show(path), size, READ_LIMIT), _errno.EFBIG)
+
+
+def _open_for_reading(path, step):
+    """A descriptor of `path` opened without following a link at it and
+    without blocking (a FIFO would wait for a writer), or None when nothing
+    is there."""
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
+                       | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     except OSError as e:
+        # O_NOFOLLOW answers ELOOP for a link (EMLINK on FreeBSD); ELOOP also
+        # means a loop in the directories above, which lstat tells apart.
+        if e.errno in (_errno.ELOOP, _errno.EMLINK) and os.path.islink(path):
+            raise _os_failure(
+                "tokenlock: %s %s: it is a symbolic link, and links are not followed here "
+                "(an update or increment replaces the link with a file), so what it points "
+                "to, maybe another user's file, was not read; nothing was written: name the "
+                "file it points to, or remove the link" % (step, _show(path)),
+                _errno.ELOOP) from None
         raise _from_oserror(step, path, e) from None
+
+
+def _read_bounded(path, step, counter=False):
+    """The contents of the regular file `path`, or None when it does not
+    exist. A link at `path` is not followed, and anything but a regular
+    file (a FIFO, a device, a directory) is refused before the first byte
+    is read; at most COUNTER_READ_LIMIT (counter) or READ_LIMIT bytes are
+    read, more is refused (CorruptData, EFBIG)."""
+    fd = _open_for_reading(path, step)
+    if fd is None:
+        return None
+    limit = COUNTER_READ_LIMIT if counter else READ_LIMIT
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _not_regular(step, path, st.st_mode)
+        if st.st_size > limit:
+            raise _over_limit(step, path, st.st_size, counter)
+        # The size may change while we read, and /proc's says 0: one byte
+        # past the limit tells a file of exactly the limit from a longer one.
+        chunks, got = [], 0
+        while True:
+            chunk = os.read(fd, min(limit + 1 - got, 1 << 20))
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            got += len(chunk)
+            if got > limit:
+                raise _over_limit(step, path, "over %d" % limit, counter)
+    except OSError as e:
+        if isinstance(e, Error):
+            raise
+        raise _from_oserror(step, path, e) from None
+    finally:
+        os.close(fd)
 
 
 def read_counter(path):
@@ -366,10 +512,14 @@ def read_counter(path):
 
     Counter files are only ever replaced whole (by rename), so the value is
     one that some increment committed. Raises CorruptData when the file is
-    not a counter, and an OSFailure when it cannot be read.
+    not a counter (also when it holds more than COUNTER_READ_LIMIT bytes,
+    which are not read), and an OSFailure when it cannot be read: ELOOP for
+    a symbolic link at `path` (increment() would replace it, so what it
+    points to is not the counter), EINVAL for a FIFO, a device or a socket
+    (refused without blocking), EISDIR for a directory.
     """
     p = _path(path)
-    return _parse_counter(p, _read_or_none(p, "read counter"))
+    return _parse_counter(p, _read_bounded(p, "read counter", counter=True))
 
 
 # ---- the library backend ------------------------------------------------------
@@ -378,7 +528,34 @@ def read_counter(path):
 class _Options(ctypes.Structure):
     _fields_ = [("wait_ms", ctypes.c_int64), ("lease_ms", ctypes.c_int64),
                 ("legacy_timeout_ms", ctypes.c_int64), ("dir_mode", ctypes.c_int),
-                ("sync", ctypes.c_int)]
+                ("sync", ctypes.c_int), ("group", ctypes.c_char_p)]
+
+
+# The MAJOR.MINOR versions of the library whose tokenlock_options is _Options
+# above (0.2.0 added `group` at its end). An older library ignores `group`,
+# and trusts every group the caller is in; a newer one may read fields past
+# the end of ours.
+_OPTIONS_VERSIONS = ((0, 2),)
+
+
+def _options_layout_problem(path, version):
+    """Why the library at `path`, of `version`, cannot be given _Options, or
+    None when it can."""
+    parts = version.split(".")
+    if len(parts) != 3 or not all(p and not p.strip("0123456789") for p in parts):
+        return "%s says its version is %r, not MAJOR.MINOR.PATCH" % (path, version)
+    known = tuple(int(p) for p in parts[:2])
+    if known in _OPTIONS_VERSIONS:
+        return None
+    wanted = " or ".join("%d.%d.x" % v for v in _OPTIONS_VERSIONS)
+    if known < min(_OPTIONS_VERSIONS):
+        return ("%s is version %s, older than this tokenlock.py (%s): its tokenlock_options "
+                "has no `group`, so it would share locks with every group this user is in; "
+                "install the libtokenlock_c.so built with this tokenlock.py"
+                % (path, version, wanted))
+    return ("%s is version %s, newer than this tokenlock.py (%s): its tokenlock_options "
+            "may have fields this module does not fill; use the tokenlock.py of the same "
+            "release" % (path, version, wanted))
 
 
 # `current` is a void pointer, not c_char_p, which would stop at a NUL byte.
@@ -420,6 +597,9 @@ class _Library:
                               % (path, fname)) from None
             f.restype = res
             f.argtypes = args
+        problem = _options_layout_problem(path, lib.tokenlock_version().decode("ascii", "replace"))
+        if problem:
+            raise OSError(problem)
         self.lib = lib
         self._options_made = {}
 
@@ -433,14 +613,19 @@ class _Library:
         name = self.lib.tokenlock_strerror(code).decode()
         return _error_for(name, message or "tokenlock: %s" % name, self.lib.tokenlock_last_errno())
 
-    def _options(self, wait=None, lease=None, sync=None):
+    def _options(self, wait=None, lease=None, sync=None, group=None):
         # Kept and reused (never changed once made): building one costs as
         # much as a third of an uncontended acquire.
-        key = (wait, lease, sync, _legacy_timeout)
+        dir_mode = _env_dir_mode()
+        key = (wait, lease, sync, _legacy_timeout, group, dir_mode)
         o = self._options_made.get(key)
         if o is None:
             o = _Options()
             self.lib.tokenlock_options_init(ctypes.byref(o))
+            # The structure keeps the bytes that `group` points to alive.
+            o.group = group
+            if dir_mode is not None:
+                o.dir_mode = dir_mode
             if wait is not None:
                 o.wait_ms = int(round(wait * 1000))
             if lease is not None:
@@ -453,9 +638,9 @@ class _Library:
                 self._options_made[key] = o
         return o
 
-    def acquire(self, lockdir, wait, lease, once):
+    def acquire(self, lockdir, wait, lease, once, group):
         out = ctypes.c_void_p()
-        o = self._options(wait=wait, lease=lease)
+        o = self._options(wait=wait, lease=lease, group=group)
         f = self.lib.tokenlock_try_acquire if once else self.lib.tokenlock_acquire
         rc = f(lockdir, ctypes.byref(o), ctypes.byref(out))
         if rc:
@@ -492,7 +677,7 @@ class _Library:
         if rc:
             raise self._error(rc)
 
-    def update_file(self, path, lockdir, fn, wait, lease, sync):
+    def update_file(self, path, lockdir, fn, wait, lease, sync, group):
         outcome = {}
         set_buffer = self.lib.tokenlock_buffer_set
 
@@ -513,7 +698,7 @@ class _Library:
                 return 1
 
         callback = _UPDATE_FN(call)
-        o = self._options(wait=wait, lease=lease, sync=sync)
+        o = self._options(wait=wait, lease=lease, sync=sync, group=group)
         rc = self.lib.tokenlock_update_file(path, lockdir, ctypes.byref(o), callback, None)
         if "exception" in outcome:
             e = outcome.pop("exception")
@@ -527,9 +712,9 @@ class _Library:
             raise self._error(rc)
         return outcome["data"]
 
-    def increment(self, path, lockdir, by, wait, lease, sync):
+    def increment(self, path, lockdir, by, wait, lease, sync, group):
         value = ctypes.c_uint64()
-        o = self._options(wait=wait, lease=lease, sync=sync)
+        o = self._options(wait=wait, lease=lease, sync=sync, group=group)
         rc = self.lib.tokenlock_increment(path, lockdir, by, ctypes.byref(o), ctypes.byref(value))
         if rc:
             e = self._error(rc)
@@ -572,6 +757,11 @@ def _arg(path):
 
 def _secs(seconds):
     return "%.6f" % seconds
+
+
+def _group_args(group):
+    # One word with "=": a gid or name starting with "-" stays the value.
+    return [b"--group=" + group] if group else []
 
 
 # `tokenlock incr` refuses a wait beyond a year and has none without limit:
@@ -635,8 +825,8 @@ class _Command:
         out = self._run([b"--version"], "version", self.path)
         return os.fsdecode(out).split()[-1]
 
-    def acquire(self, lockdir, wait, lease, once):
-        args = [b"acquire", b"--pid", b"%d" % os.getpid()]
+    def acquire(self, lockdir, wait, lease, once, group):
+        args = [b"acquire", b"--pid", b"%d" % os.getpid()] + _group_args(group)
         # The command's own default is to wait for ever; the library's is 10 s.
         args += [b"-n"] if once else [b"-w", _secs(DEFAULT_WAIT if wait is None else wait).encode()]
         args += [b"--lease", _secs(DEFAULT_LEASE if lease is None else lease).encode()]
@@ -646,7 +836,7 @@ class _Command:
         if _token_expiry(token) is None:
             raise Error("tokenlock: acquire %s: the tokenlock command printed %r, not a token"
                         % (_show(lockdir), token), "command_failed")
-        return {"token": token, "pid": os.getpid(), "lease": lease}
+        return {"token": token, "pid": os.getpid(), "lease": lease, "group": group}
 
     @staticmethod
     def expiry_us(state):
@@ -662,14 +852,16 @@ class _Command:
             raise self._not_owner("refresh", lockdir)
         lease = state["lease"] if lease is None else lease
         out = self._run([b"refresh", b"--lease", _secs(DEFAULT_LEASE if lease is None else lease)
-                         .encode(), _arg(lockdir), state["token"].encode()], "refresh", lockdir)
+                         .encode()] + _group_args(state["group"])
+                        + [_arg(lockdir), state["token"].encode()], "refresh", lockdir)
         state["token"] = os.fsdecode(out).strip()
 
     def release(self, state, lockdir):
         if state["pid"] != os.getpid():
             raise self._not_owner("release", lockdir)
         token, state["token_held"] = state["token"], False
-        self._run([b"release", _arg(lockdir), token.encode()], "release", lockdir)
+        self._run([b"release"] + _group_args(state["group"]) + [_arg(lockdir), token.encode()],
+                  "release", lockdir)
 
     def abandon(self, state, lockdir):
         if state.get("token_held", True) and state["pid"] == os.getpid():
@@ -677,7 +869,8 @@ class _Command:
             try:
                 import subprocess
 
-                subprocess.run([self.path, b"release", _arg(lockdir), state["token"].encode()],
+                subprocess.run([self.path, b"release"] + _group_args(state["group"])
+                               + [_arg(lockdir), state["token"].encode()],
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
             except Exception:  # noqa: BLE001 - at garbage collection there is no one to tell
@@ -687,13 +880,13 @@ class _Command:
         self._run([b"write", b"--sync", sync.encode(), b"--allow-empty", _arg(path)], "write",
                   path, input=data)
 
-    def increment(self, path, lockdir, by, wait, lease, sync):
+    def increment(self, path, lockdir, by, wait, lease, sync, group):
         # `incr` takes no lease: it holds its lock only while it counts,
         # under the command's own lease.
         wait = DEFAULT_WAIT if wait is None else wait
         # A wait that rounds to 0 ms is one attempt, as the library counts it.
         once = round(wait * 1000) == 0
-        args = [b"incr", b"--by", b"%d" % by, b"--sync", sync.encode()]
+        args = [b"incr", b"--by", b"%d" % by, b"--sync", sync.encode()] + _group_args(group)
         args += [b"-n"] if once else [b"-w", _secs(min(wait, _LONGEST_FILE_WAIT)).encode()]
         if lockdir is not None:
             args += [b"--lock", _arg(lockdir)]
@@ -734,19 +927,20 @@ class _Command:
                 "than this module); nothing was written: install the command built with this "
                 "tokenlock.py, or use the library backend" % (_show(path), _show(self.path)))
 
-    def update_file(self, path, lockdir, fn, wait, lease, sync):
+    def update_file(self, path, lockdir, fn, wait, lease, sync, group):
         """Lock, read, call fn, commit fenced through the token, unlock: the
         library's update_file (docs/atomic-writes.md) over a lock held by
         the command, committed by `tokenlock commit`."""
         self._require_commit(path)
         lockdir = path + b".lock" if lockdir is None else lockdir
-        state = self.acquire(lockdir, wait, lease, once=False)
+        state = self.acquire(lockdir, wait, lease, False, group)
         try:
-            current = _read_or_none(path, "update")
+            current = _read_bounded(path, "update")
             new = _data(fn(current), "the update function's result")
             try:
-                self._run([b"commit", b"--sync", sync.encode(), b"--allow-empty", _arg(lockdir),
-                           state["token"].encode(), _arg(path)], "update", path, input=new)
+                self._run([b"commit", b"--sync", sync.encode(), b"--allow-empty"]
+                          + _group_args(group) + [_arg(lockdir), state["token"].encode(),
+                                                  _arg(path)], "update", path, input=new)
             except Error as e:
                 if e.code != "not_fenced":
                     raise
@@ -920,7 +1114,7 @@ class Lock:
         _live[id(_state)] = (_backend_obj, _state, lockdir)
 
     @classmethod
-    def acquire(cls, lockdir, wait=DEFAULT_WAIT, lease=DEFAULT_LEASE):
+    def acquire(cls, lockdir, wait=DEFAULT_WAIT, lease=DEFAULT_LEASE, group=None):
         """Acquires the lock directory `lockdir` (created if missing; its parent
         must exist), waiting up to `wait` seconds (0: one attempt) for a
         holder to let go. The lease of `lease` seconds is how long the lock
@@ -929,24 +1123,28 @@ class Lock:
 
         Raises Busy ("timed_out", or "busy" with wait=0) when another holds
         it, otherwise an Error naming the directory and the cause.
+
+        group: the one group the lock is shared with, by name or gid
+        (default TOKENLOCK_GROUP); see the module's "Sharing with a group".
         """
-        return cls._take(lockdir, _seconds(wait, "wait", True), lease, once=False)
+        return cls._take(lockdir, _seconds(wait, "wait", True), lease, False, group)
 
     @classmethod
-    def try_acquire(cls, lockdir, lease=DEFAULT_LEASE):
+    def try_acquire(cls, lockdir, lease=DEFAULT_LEASE, group=None):
         """One attempt at `lockdir`: a held Lock, or None when another holds
-        it. Other failures raise as in acquire()."""
+        it. Other failures raise as in acquire(); group as there."""
         try:
-            return cls._take(lockdir, 0, lease, once=True)
+            return cls._take(lockdir, 0, lease, True, group)
         except Busy:
             return None
 
     @classmethod
-    def _take(cls, lockdir, wait, lease, once):
+    def _take(cls, lockdir, wait, lease, once, group):
         lease = _seconds(lease, "lease", False)
+        g = _group(group)
         b = _current()
         p = _path(lockdir, "lockdir")
-        return cls(b, b.acquire(p, wait, lease, once), p, lease)
+        return cls(b, b.acquire(p, wait, lease, once, g), p, lease)
 
     @property
     def lockdir(self):
@@ -1068,7 +1266,7 @@ def _release_at_exit():
         _abandon(backend_obj, state, lockdir)
 
 
-def lock(lockdir, wait=DEFAULT_WAIT, lease=DEFAULT_LEASE):
+def lock(lockdir, wait=DEFAULT_WAIT, lease=DEFAULT_LEASE, group=None):
     """Acquires `lockdir` (as Lock.acquire) for a with-statement:
 
         with tokenlock.lock("/srv/app/data/db.lock", wait=10.0, lease=60.0) as held:
@@ -1077,7 +1275,7 @@ def lock(lockdir, wait=DEFAULT_WAIT, lease=DEFAULT_LEASE):
     The lock is released when the block ends, also by an exception, which
     goes on. A LockLost from the release after a normal end is raised.
     """
-    return Lock.acquire(lockdir, wait=wait, lease=lease)
+    return Lock.acquire(lockdir, wait=wait, lease=lease, group=group)
 
 
 # ---- files --------------------------------------------------------------------
@@ -1097,7 +1295,7 @@ def write_file(path, data, sync="file_and_dir"):
     _current().write_file(p, d, s)
 
 
-def update_file(path, fn, lock=None, wait=None, lease=None, sync="file_and_dir"):
+def update_file(path, fn, lock=None, wait=None, lease=None, sync="file_and_dir", group=None):
     """Read-modify-write of `path` under a lock: acquires `lock` (a lock
     directory; default path + ".lock"), reads the file, calls
     fn(current) with its contents as bytes (None when it does not exist),
@@ -1109,7 +1307,9 @@ def update_file(path, fn, lock=None, wait=None, lease=None, sync="file_and_dir")
     LockLost is raised. If fn raises, nothing is written, the lock is
     released and the exception reaches the caller unchanged. fn runs with
     the lock held: keep it short, or give a `lease` (seconds) that covers
-    it. wait: seconds to wait for the lock (default 10).
+    it. wait: seconds to wait for the lock (default 10). group: the one
+    group the lock is shared with (default TOKENLOCK_GROUP), as in
+    Lock.acquire().
     """
     p = _path(path)
     ld = None if lock is None else _path(lock, "lock")
@@ -1117,10 +1317,10 @@ def update_file(path, fn, lock=None, wait=None, lease=None, sync="file_and_dir")
     lease = None if lease is None else _seconds(lease, "lease", False)
     if not callable(fn):
         raise TypeError("tokenlock: fn must be callable, not %s" % type(fn).__name__)
-    return _current().update_file(p, ld, fn, wait, lease, _sync(sync))
+    return _current().update_file(p, ld, fn, wait, lease, _sync(sync), _group(group))
 
 
-def increment(path, by=1, lock=None, wait=None, lease=None, sync="file_and_dir"):
+def increment(path, by=1, lock=None, wait=None, lease=None, sync="file_and_dir", group=None):
     """Adds `by` to the decimal counter in `path` (a missing file counts as 0)
     under the lock `lock` (default path + ".lock") and returns the new
     value. The file holds one unsigned decimal and a newline, as
@@ -1135,13 +1335,14 @@ def increment(path, by=1, lock=None, wait=None, lease=None, sync="file_and_dir")
     which holds its lock only while it counts, under its own lease, and
     waits at most a year (the command's limit) for a longer wait.
     DirSyncFailed: the new value is committed, only its durability is in
-    doubt; its `value` is the new value.
+    doubt; its `value` is the new value. group: the one group the lock is
+    shared with (default TOKENLOCK_GROUP), as in Lock.acquire().
     """
     p = _path(path)
     ld = None if lock is None else _path(lock, "lock")
     wait = None if wait is None else _seconds(wait, "wait", True)
     lease = None if lease is None else _seconds(lease, "lease", False)
-    return _current().increment(p, ld, _by(by), wait, lease, _sync(sync))
+    return _current().increment(p, ld, _by(by), wait, lease, _sync(sync), _group(group))
 
 
 try:

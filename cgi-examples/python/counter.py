@@ -17,6 +17,10 @@ Configuration (environment, e.g. Apache's SetEnv):
     TOKENLOCK_COUNTER_DIR      the data directory (/var/lib/tokenlock-counter)
     TOKENLOCK_COUNTER_WAIT_MS  how long a hit waits for a busy counter (5000)
     TOKENLOCK_COUNTER_SYNC     none, file or file_and_dir (file_and_dir)
+    TOKENLOCK_COUNTER_DIR_MODE the mode of the lock directories it creates (0755)
+    TOKENLOCK_COUNTER_GROUP    the one group the counters' locks are shared with
+As counter.cgi, it reads only these: the module's TOKENLOCK_DIR_MODE and
+TOKENLOCK_GROUP are set from them.
 """
 
 import os
@@ -48,6 +52,19 @@ _DIGITS = b"0123456789"
 # needs) takes about 6 ms, a sixth of what this whole program takes to answer.
 def valid_id(counter_id):
     return 1 <= len(counter_id) <= 64 and all(c in _ID_CHARS for c in counter_id)
+
+
+_SHOWN = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789 _-.,:/=+@%")
+
+
+def shown(value):
+    """`value` (bytes from the query string or the environment) as it may be
+    shown in a response or the log, as counter.cgi shows it: a few printable
+    characters as they are, every other byte as \\xNN, at most 64 bytes, so
+    that it can neither drive a terminal, forge a log line, nor become
+    markup."""
+    out = b"".join(bytes([c]) if c in _SHOWN else b"\\x%02x" % c for c in value[:64])
+    return out + (b"..." if len(value) > 64 else b"")
 
 
 def strtol_prefix(text):
@@ -148,20 +165,48 @@ class Config:
             ms = int(wait) if strtol_prefix(wait) == len(wait) else -1
             if not 0 <= ms <= 600000:
                 raise ValueError('TOKENLOCK_COUNTER_WAIT_MS must be 0 to 600000 milliseconds, '
-                                 'not "%s"' % os.fsdecode(wait))
+                                 'not "%s"' % shown(wait).decode())
             self.wait_ms = ms
         if environ.get(b"TOKENLOCK_COUNTER_REDIS"):
             # Counting under a lock other than the one counter.cgi takes would
             # let the two lose each other's hits.
             raise ValueError("TOKENLOCK_COUNTER_REDIS is set, but counter.py has no Redis "
                              "backend (use counter.cgi built with hiredis)")
+        self.dir_mode = dir_mode(environ.get(b"TOKENLOCK_COUNTER_DIR_MODE"))
+        self.group = environ.get(b"TOKENLOCK_COUNTER_GROUP") or None
         self.sync = "file_and_dir"
         sync = environ.get(b"TOKENLOCK_COUNTER_SYNC")
         if sync:
             if sync not in (b"none", b"file", b"file_and_dir"):
                 raise ValueError('TOKENLOCK_COUNTER_SYNC must be none, file or file_and_dir, '
-                                 'not "%s"' % os.fsdecode(sync))
+                                 'not "%s"' % shown(sync).decode())
             self.sync = sync.decode()
+
+    def apply(self):
+        """Sets the module's variables from the counter's, so that the
+        server's TOKENLOCK_DIR_MODE or TOKENLOCK_GROUP (meant for other
+        programs) changes nothing, as in counter.cgi."""
+        os.environ["TOKENLOCK_DIR_MODE"] = "%04o" % self.dir_mode
+        os.environ.pop("TOKENLOCK_GROUP", None)
+
+
+def dir_mode(text):
+    """TOKENLOCK_COUNTER_DIR_MODE by counter.cgi's rule (tokenlock's
+    --dir-mode): octal, the owner may read, write and search, not writable
+    by others (refused by every process: docs/security.md), not sticky."""
+    if not text:
+        return 0o755
+    prefix = "TOKENLOCK_COUNTER_DIR_MODE must be "
+    mode = 0
+    for c in text:
+        if not 0x30 <= c <= 0x37 or mode > 0o777:
+            raise ValueError(prefix + 'an octal mode such as 0775, not "%s"' % shown(text).decode())
+        mode = mode * 8 + c - 0x30
+    if mode & 0o700 != 0o700 or mode & 0o1002:
+        raise ValueError(prefix + "a mode that gives the owner read, write and search permission "
+                         "and is neither writable by others nor sticky (0755, or 0775 to share "
+                         "with a group), not " + shown(text).decode())
+    return mode
 
 
 def svg(value):
@@ -198,7 +243,7 @@ def handle(method, query, cfg, tokenlock):
     # counter.cgi keeps parameters in a sorted map: the same one is named.
     for name in sorted(params):
         if name not in (b"id", b"format", b"peek"):
-            return text(400, b"unknown parameter " + name)
+            return text(400, b"unknown parameter " + shown(name))
     counter_id = params.get(b"id", b"default")
     if not valid_id(counter_id):
         return text(400, b"id must be 1 to 64 letters, digits, '_' or '-'")
@@ -214,7 +259,8 @@ def handle(method, query, cfg, tokenlock):
         if peek == b"1" or method == "HEAD":
             value = tokenlock.read_counter(path) or 0
         else:
-            value = tokenlock.increment(path, wait=cfg.wait_ms / 1000.0, sync=cfg.sync)
+            value = tokenlock.increment(path, wait=cfg.wait_ms / 1000.0, sync=cfg.sync,
+                                        group=cfg.group)
     except tokenlock.Error as e:
         log(e)
         # stale_data: a network client's cache served an old version and did
@@ -254,7 +300,9 @@ def write_response(out, r, head_only):
     head = [b"Status: %d %s" % (r.status, REASONS.get(r.status, "Unknown").encode()),
             b"Content-Type: " + r.content_type,
             b"Content-Length: %d" % len(r.body),
-            b"Cache-Control: no-store"]
+            b"Cache-Control: no-store",
+            # A browser must not guess HTML in a text answer that echoes input.
+            b"X-Content-Type-Options: nosniff"]
     head += [name + b": " + value for name, value in r.headers]
     out.write(b"\r\n".join(head) + b"\r\n\r\n" + (b"" if head_only else r.body))
     out.flush()
@@ -277,6 +325,7 @@ def main():
                        head_only)
         return 0
     try:
+        cfg.apply()
         import tokenlock
         response = handle(method, environ.get(b"QUERY_STRING", b""), cfg, tokenlock)
     except Exception:  # noqa: BLE001 - the client gets a 500, the log the details

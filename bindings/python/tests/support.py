@@ -11,9 +11,12 @@ skipped with the reason.
 import os
 import pickle
 import re
+import select
 import shutil
+import signal
 import sys
 import tempfile
+import time
 import traceback
 import unittest
 
@@ -76,12 +79,13 @@ class BackendTestCase(unittest.TestCase):
                 found += [os.path.join(d, f) for f in files if ".tmp." in f]
         self.assertEqual(found, [], "temporary files were left behind")
 
-    def assertLockFree(self, lockdir):
+    def assertLockFree(self, lockdir, group=None):
         """The lock directory holds the free token, and another process can
-        take the lock at once."""
+        take the lock at once (naming `group`, for a lock shared with one)."""
         self.assertEqual([n for n in os.listdir(lockdir) if n.startswith("lockfile")],
                          ["lockfile"])
-        self.assertTrue(in_child(_try_take, lockdir), "another process could not take the lock")
+        self.assertTrue(in_child(_try_take, lockdir, group),
+                        "another process could not take the lock")
 
     def assertLockHeld(self, lockdir, token):
         """The lock directory holds exactly `token`, and another process
@@ -104,14 +108,16 @@ class CommandTestCase(BackendTestCase):
     backend = "command"
 
 
-def _try_take(lockdir):
+def _try_take(lockdir, group=None):
     # As root, another user's lock directory is refused (docs/security.md):
-    # the lock is taken as its owner, who trusts it.
+    # the lock is taken as its owner, who trusts it, a member of `group`.
     st = os.stat(lockdir)
+    if os.geteuid() == 0 and group is not None:
+        os.setgroups([0, st.st_gid])
     if os.geteuid() == 0 and st.st_uid != 0:
         os.setgid(st.st_gid)
         os.setuid(st.st_uid)
-    held = tokenlock.Lock.try_acquire(lockdir)
+    held = tokenlock.Lock.try_acquire(lockdir, group=group)
     if held is None:
         return False
     held.release()
@@ -164,6 +170,61 @@ class Child:
 def in_child(fn, *args):
     """fn(*args) in a forked child, waited for: its result."""
     return Child(fn, *args).result()
+
+
+def _vm_kb(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise AssertionError("no %s in /proc/self/status" % field)
+
+
+def _bounded_child(w, memory_mb, fn, args):
+    import resource
+
+    # A read without a bound fails here at once instead of eating the host.
+    room = (_vm_kb("VmSize") + memory_mb * 1024) * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (room, room))
+    before = _vm_kb("VmRSS")
+    started = time.monotonic()
+    try:
+        out = ("ok", fn(*args))
+    except Exception as e:  # noqa: BLE001 - the parent judges it
+        out = ("raised", e)
+    took = time.monotonic() - started
+    grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    with os.fdopen(w, "wb") as f:
+        f.write(pickle.dumps(out + (took, grew)))
+
+
+def bounded(fn, *args, seconds=10.0, memory_mb=512):
+    """fn(*args) in a forked child given `seconds` and `memory_mb` more of
+    address space: (kind, value, seconds taken, KB its resident set grew),
+    kind "ok" (value: the result) or "raised" (value: the exception), or
+    ("blocked", None, seconds, None) when it was still running at
+    `seconds`, and was then killed."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            _bounded_child(w, memory_mb, fn, args)
+        finally:
+            os._exit(0)
+    os.close(w)
+    try:
+        if not select.select([r], [], [], seconds)[0]:
+            os.kill(pid, signal.SIGKILL)
+            return ("blocked", None, seconds, None)
+        with os.fdopen(r, "rb", closefd=False) as f:
+            data = f.read()
+    finally:
+        os.close(r)
+        os.waitpid(pid, 0)
+    if not data:
+        raise AssertionError("the child ended without a result (out of memory?)")
+    return pickle.loads(data)
 
 
 class Signal:

@@ -1,6 +1,7 @@
 """Choosing the backend: where the library and the command are looked for,
 the errors when neither is there, and the two backends sharing one lock."""
 
+import ctypes
 import json
 import os
 import shutil
@@ -9,7 +10,7 @@ import sys
 import tempfile
 import unittest
 
-from support import BINDING, COMMAND, LIBRARY, select_backend, tokenlock
+from support import BINDING, COMMAND, LIBRARY, REPO, select_backend, tokenlock
 
 # Run in a fresh interpreter: what `import tokenlock` chose, and what the
 # first call does with it.
@@ -70,6 +71,73 @@ class BackendChoiceTest(unittest.TestCase):
         with self.assertRaises(tokenlock.BackendUnavailable) as cm:
             tokenlock.use("library", library=impostor)
         self.assertIn(impostor, str(cm.exception))
+
+    def fake_library(self, version):
+        """A shared object exporting every function the module binds, whose
+        tokenlock_version() says `version`; skipped without a C compiler."""
+        cc = shutil.which("cc")
+        if cc is None:
+            self.skipTest("no C compiler (cc) to build a library of another version")
+        names = ["options_init", "acquire", "try_acquire", "release", "refresh", "token",
+                 "expiry_us", "write_file", "buffer_set", "update_file", "increment",
+                 "last_error", "last_errno", "strerror"]
+        source = os.path.join(self.dir, "fake.c")
+        with open(source, "w") as f:
+            f.writelines("int tokenlock_%s(void) { return 0; }\n" % n for n in names)
+            f.write('const char *tokenlock_version(void) { return "%s"; }\n' % version)
+        out = os.path.join(self.dir, "libtokenlock_c-%s.so" % version)
+        subprocess.run([cc, "-shared", "-fPIC", "-o", out, source], check=True)
+        return out
+
+    def test_a_library_whose_options_differ_is_refused_naming_its_version(self):
+        # tokenlock_options gained `group` in 0.2.0: an older library would
+        # ignore it, and trust every group of the caller's; a newer one may
+        # read fields this module does not fill.
+        before = tokenlock.backend
+        for version, says in (("0.1.0", "older than this tokenlock.py"),
+                              ("0.3.0", "newer than this tokenlock.py"),
+                              ("1.2.0", "newer than this tokenlock.py"),
+                              ("0.2", "not MAJOR.MINOR.PATCH")):
+            with self.subTest(version=version):
+                fake = self.fake_library(version)
+                with self.assertRaises(tokenlock.BackendUnavailable) as cm:
+                    tokenlock.use("library", library=fake)
+                self.assertIn(fake, str(cm.exception))
+                self.assertIn(says, str(cm.exception))
+                self.assertEqual(tokenlock.backend, before)
+
+    def test_a_library_of_an_older_version_falls_back_to_the_command_saying_why(self):
+        self.need(COMMAND, "command")
+        fake = self.fake_library("0.1.9")
+        out = self.probe(TOKENLOCK_LIBRARY=fake, TOKENLOCK_COMMAND=COMMAND)
+        self.assertEqual(out["backend"], "command")
+        self.assertIn("version 0.1.9, older than this tokenlock.py", out["load_error"])
+        self.assertIn("no `group`", out["load_error"])
+        self.assertEqual(out["value"], 1)
+
+    def test_the_options_structure_matches_the_c_header(self):
+        # A field out of place would hand the library a wrong wait, lease or
+        # group pointer: the layout is the header's, field by field.
+        cc = shutil.which("cc")
+        header = os.path.join(REPO, "lib", "include")
+        if cc is None or not os.path.exists(os.path.join(header, "tokenlock", "tokenlock.h")):
+            self.skipTest("no C compiler (cc) or no lib/include/tokenlock/tokenlock.h")
+        fields = [name for name, _ in tokenlock._Options._fields_]
+        source = os.path.join(self.dir, "layout.c")
+        with open(source, "w") as f:
+            f.write("#include <stddef.h>\n#include <stdio.h>\n#include <tokenlock/tokenlock.h>\n"
+                    "int main(void) {\n  printf(\"%zu\", sizeof(tokenlock_options));\n")
+            f.writelines('  printf(" %%zu", offsetof(tokenlock_options, %s));\n' % n
+                         for n in fields)
+            f.write("  return 0;\n}\n")
+        program = os.path.join(self.dir, "layout")
+        subprocess.run([cc, "-I", header, "-o", program, source], check=True)
+        c = [int(x) for x in subprocess.run([program], capture_output=True, check=True,
+                                             text=True).stdout.split()]
+        python = [ctypes.sizeof(tokenlock._Options)] + [getattr(tokenlock._Options, n).offset
+                                                         for n in fields]
+        self.assertEqual(python, c, "sizeof and offsets of %s" % fields)
+        self.assertEqual(fields[-1], "group")
 
     def test_a_missing_command_asked_for_by_name_is_a_clear_error(self):
         missing = os.path.join(self.dir, "nowhere", "tokenlock")

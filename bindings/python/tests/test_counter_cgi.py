@@ -4,6 +4,7 @@ answers of counter.cgi; and both counting one counter together."""
 
 import os
 import shutil
+import stat
 import subprocess
 import unittest
 
@@ -23,6 +24,12 @@ BAD_QUERIES = [
     ("id=" + "a" * 65, ID_REASON),
     ("id=a&id=b", b"repeated parameter"),
     ("foo=1", b"unknown parameter foo"),
+    # Shown escaped, as counter.cgi shows it: never markup, a header or a
+    # terminal's escape.
+    ("%3Cscript%3Ealert(1)%3C/script%3E=1",
+     b"unknown parameter \\x3cscript\\x3ealert\\x281\\x29\\x3c/script\\x3e"),
+    ("a%0D%0ASet-Cookie:%20x=1", b"unknown parameter a\\x0d\\x0aSet-Cookie: x"),
+    ("%1B%5B2J" + "n" * 20 + "=1", b"unknown parameter \\x1b\\x5b2J" + b"n" * 20),
     ("id=x&zeta=1&alpha=2", b"unknown parameter alpha"),
     ("format=xml", b"format must be text, json or svg"),
     ("format=JSON", b"format must be text, json or svg"),
@@ -76,7 +83,7 @@ class CounterCgiTests:
         return os.path.join(self.data, name + ".count")
 
     def cgi(self, query="", method="GET", program=COUNTER_PY, data=None, body=b"", nobody=False,
-            **env):
+            timeout=120, **env):
         """Runs the CGI program as a server would (as user nobody, when root
         and asked); checks what every answer must have, and returns it."""
         full = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GATEWAY_INTERFACE": "CGI/1.1",
@@ -89,11 +96,12 @@ class CounterCgiTests:
         user = {}
         if nobody and os.geteuid() == 0:
             user = {"user": 65534, "group": 65534, "extra_groups": []}
-        p = subprocess.run([program], input=body, env=full, capture_output=True, timeout=120,
+        p = subprocess.run([program], input=body, env=full, capture_output=True, timeout=timeout,
                            **user)
         self.assertEqual(p.returncode, 0, p.stderr)
         r = Reply(p.stdout, p.stderr)
         self.assertEqual(r.headers["Cache-Control"], "no-store")
+        self.assertEqual(r.headers["X-Content-Type-Options"], "nosniff")
         if method == "HEAD":
             self.assertEqual(r.body, b"")
         else:
@@ -173,6 +181,29 @@ class CounterCgiTests:
         for n, wait in enumerate((" 250", "+100", "0", "600000"), 1):
             self.assertStatus(self.cgi("id=w", TOKENLOCK_COUNTER_WAIT_MS=wait), 200, b"%d" % n)
 
+    def test_the_lock_directories_follow_the_counters_mode_and_group_only(self):
+        # counter.cgi's TOKENLOCK_COUNTER_DIR_MODE and _GROUP, not the
+        # module's variables, which the server may have set for others.
+        gid = os.getegid()
+        for name, env, mode in (
+                ("plain", {"TOKENLOCK_GROUP": "no-such-group-tl", "TOKENLOCK_DIR_MODE": "0777"},
+                 0o755),
+                ("moded", {"TOKENLOCK_COUNTER_DIR_MODE": "0775"}, 0o775),
+                ("named", {"TOKENLOCK_COUNTER_GROUP": str(gid)}, 0o775)):
+            with self.subTest(env=env):
+                self.assertStatus(self.cgi("id=" + name, **env), 200, b"1")
+                st = os.stat(self.counter(name) + ".lock")
+                self.assertEqual((stat.S_IMODE(st.st_mode), st.st_gid), (mode, gid))
+                self.assertStatus(self.cgi("id=" + name, **env), 200, b"2")
+
+    def test_a_counter_group_the_server_is_not_in_answers_500_and_counts_nothing(self):
+        r = self.cgi("id=g", TOKENLOCK_COUNTER_GROUP="no-such-group-tl")
+        self.assertStatus(r, 500, b"internal error; see the server's error log")
+        self.assertIn('"no-such-group-tl"', r.stderr)
+        self.assertIn("no such group", r.stderr)
+        self.assertFalse(os.path.exists(self.counter("g")))
+        self.assertFalse(os.path.exists(self.counter("g") + ".lock"))
+
     def test_a_request_body_is_read_and_ignored(self):
         self.assertStatus(self.cgi("id=b", body=b"x" * 100000), 200, b"1")
 
@@ -226,12 +257,39 @@ class CounterCgiTests:
         self.assertLockFree(counter + ".lock")
         self.assertNoTempFiles()
 
+    def test_a_fifo_or_a_link_to_dev_zero_answers_500_at_once_and_is_left_as_it_is(self):
+        # A read that blocks on the FIFO, or reads /dev/zero without end,
+        # would hold the web server's worker (and fail with TimeoutExpired).
+        fifo, link = self.counter("fifo"), self.counter("zero")
+        os.mkfifo(fifo, 0o666)
+        os.symlink("/dev/zero", link)
+        for name, path, cause in (("fifo", fifo, "FIFO"),
+                                  ("zero", link, "symbolic link")):
+            for query, method in (("id=%s&peek=1" % name, "GET"), ("id=" + name, "HEAD"),
+                                  ("id=" + name, "GET")):
+                with self.subTest(query=query, method=method):
+                    r = self.cgi(query, method=method, timeout=10)
+                    self.assertStatus(r, 500)
+                    if method == "GET":
+                        self.assertEqual(r.body, b"internal error; see the server's error log\n")
+                    self.assertIn(path, r.stderr)
+                    self.assertIn(cause, r.stderr)
+        self.assertTrue(stat.S_ISFIFO(os.lstat(fifo).st_mode))
+        self.assertEqual(os.readlink(link), "/dev/zero")
+        for path in (fifo, link):
+            self.assertLockFree(path + ".lock")
+        self.assertNoTempFiles()
+
     def test_a_bad_configuration_answers_500_and_logs_the_variable(self):
         for name, value in (("TOKENLOCK_COUNTER_WAIT_MS", "soon"),
                             ("TOKENLOCK_COUNTER_WAIT_MS", "-1"),
                             ("TOKENLOCK_COUNTER_WAIT_MS", "600001"),
                             ("TOKENLOCK_COUNTER_WAIT_MS", "5 "),
                             ("TOKENLOCK_COUNTER_SYNC", "always"),
+                            ("TOKENLOCK_COUNTER_DIR_MODE", "0777"),
+                            ("TOKENLOCK_COUNTER_DIR_MODE", "1775"),
+                            ("TOKENLOCK_COUNTER_DIR_MODE", "0655"),
+                            ("TOKENLOCK_COUNTER_DIR_MODE", "u=rwx"),
                             ("TOKENLOCK_COUNTER_REDIS", "redis://127.0.0.1:6379")):
             with self.subTest(**{name: value}):
                 for method in ("GET", "HEAD"):
@@ -242,6 +300,15 @@ class CounterCgiTests:
                 self.assertStatus(self.cgi("id=c", **{name: value}), 500,
                                   b"the counter is misconfigured; see the server's error log")
         self.assertEqual(os.listdir(self.data), [])
+
+    def test_a_bad_configuration_is_logged_escaped(self):
+        # A value from the environment can neither forge a log line nor
+        # drive the terminal of whoever reads the log.
+        r = self.cgi("id=c", TOKENLOCK_COUNTER_WAIT_MS="5\r\nforged: \x1b[2J")
+        self.assertStatus(r, 500)
+        self.assertIn('not "5\\x0d\\x0aforged: \\x1b\\x5b2J"', r.stderr)
+        self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
+        self.assertNotIn("\x1b", r.stderr)
 
     def test_a_missing_data_directory_answers_500_without_showing_it(self):
         missing = self.path("nowhere")
@@ -285,7 +352,8 @@ class CounterCgiTests:
                     ("GET", "id=home&peek=1"), ("HEAD", "id=home&format=svg"),
                     ("POST", "id=home"), ("GET", "id=bad"), ("GET", "id=bad&peek=1"),
                     ("GET", "id=max"), ("GET", "id=max&peek=1"),
-                    ("GET", "id=busy")]
+                    ("GET", "id=busy"), ("GET", "id=fifo"), ("GET", "id=fifo&peek=1"),
+                    ("GET", "id=zero"), ("HEAD", "id=zero")]
         requests += [("GET", query) for query, _ in BAD_QUERIES]
         requests += [("GET", q) for q in ("a&&b", "&id=x&", "id=x&format=svg&peek=0",
                                           "zz=%ff%fe", "id=%41%62")]
@@ -295,12 +363,17 @@ class CounterCgiTests:
             os.mkdir(data)
             self.write(os.path.join(data, "bad.count"), b"garbage\n")
             self.write(os.path.join(data, "max.count"), b"18446744073709551615\n")
+            os.mkfifo(os.path.join(data, "fifo.count"))
+            os.symlink("/dev/zero", os.path.join(data, "zero.count"))
             out = []
             with tokenlock.lock(os.path.join(data, "busy.count.lock")):
                 for method, query in requests:
                     out.append(self.cgi(query, method=method, program=program, data=data,
                                         TOKENLOCK_COUNTER_WAIT_MS="0").raw)
-                for env in ({"TOKENLOCK_COUNTER_SYNC": "x"}, {"TOKENLOCK_COUNTER_WAIT_MS": "x"}):
+                for env in ({"TOKENLOCK_COUNTER_SYNC": "x"}, {"TOKENLOCK_COUNTER_WAIT_MS": "x"},
+                            {"TOKENLOCK_COUNTER_DIR_MODE": "0777"},
+                            {"TOKENLOCK_COUNTER_GROUP": "no-such-group-tl"},
+                            {"TOKENLOCK_GROUP": "no-such-group-tl", "TOKENLOCK_DIR_MODE": "0777"}):
                     out.append(self.cgi("id=home", program=program, data=data, **env).raw)
             answers[name] = out
         for (method, query), py, cgi in zip(requests + [("GET", "sync=x"), ("GET", "wait=x")],
