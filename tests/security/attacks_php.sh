@@ -203,7 +203,7 @@ fill_group_lock() {
 # One race: $1 label, $2 how the lock is made (legacy|group), $3 the
 # victim's environment (one assignment list or none).
 clearing_race_php() {
-  local label=$1 kind=$2 victim_env=$3 lock s=$work/scratch/php$1 start try rc racer_pid left=200 detail="no try ran" problems=""
+  local label=$1 kind=$2 victim_env=$3 lock s=$work/scratch/php$1 start try rc racer_pid left=200 detail="no try ran" problems="" swapped=0
   plant_php_canaries
   if [ "$kind" = legacy ]; then lock=$sticky/$label.lock; else lock=$group_locks/$label.lock; fi
   start=$SECONDS
@@ -225,12 +225,14 @@ clearing_race_php() {
     rc=$?
     kill "$racer_pid" 2>/dev/null
     wait "$racer_pid" 2>/dev/null
+    # racer.c prints the token it swapped; flip.php exchanges all along.
+    [ "$kind" = legacy ] || [ -s "$s.racer" ] && swapped=$((swapped + 1))
     left=$(canaries_left)
     if [ "$left" != 200 ]; then
       problems="try $try: canary files left $left of 200 (the victim's PHP exited $rc: $(first_line "$s.err"))"
       break
     fi
-    detail="$try tries, canary files left $left of 200, last exit $rc: $(first_line "$s.err")"
+    detail="$try tries, the racer swapped in $swapped, canary files left $left of 200, last exit $rc: $(first_line "$s.err")"
   done
   report "php 1$label" "$problems" "$detail"
 }
@@ -245,7 +247,7 @@ attack_php_1() {
 # Attack 2: the attacker shares tl_second with the victim, and plants
 # sticky/cfg.lock with group tl_second, mode 0775.
 attack_php_2() {
-  local lock=$sticky/cfg.lock s=$work/scratch/php2 rc problems=""
+  local lock=$sticky/cfg.count.lock s=$work/scratch/php2 rc problems=""
   "${as_attacker[@]}" sh -c 'umask 002; mkdir -m 0775 "$1" "$1/lockfile" && chgrp tl_second "$1" "$1/lockfile"' sh "$lock"
   "${as_victim[@]}" env TOKENLOCK_DIR_MODE=0775 php "$work/bin/increment.php" "$module" "$sticky/cfg.count" 1 2>"$s.err"
   rc=$?
@@ -262,7 +264,7 @@ attack_php_2() {
 # Attack 3: root's PHP that cannot learn its euid from posix or /proc
 # (the user most worth tricking), in a lock directory of the attacker's.
 attack_php_3() {
-  local lock=$sticky/blind.lock s=$work/scratch/php3 rc problems=""
+  local lock=$sticky/blind.count.lock s=$work/scratch/php3 rc problems=""
   "${as_attacker[@]}" sh -c 'mkdir -m 0755 "$1" "$1/lockfile"' sh "$lock"
   php -d disable_functions=posix_geteuid,posix_getuid,posix_getpwuid \
     -d open_basedir="$work:/tmp" "$work/bin/increment.php" "$module" "$sticky/blind.count" 1 2>"$s.err"
