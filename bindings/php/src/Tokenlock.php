@@ -717,7 +717,8 @@ final class Command
      * @param array{command?: string} $options
      * @return array{0: string, 1: string}
      */
-    public static function run(array $args, array $options, ?string $stdin = null, string $busyAs = 'timed_out', ?string $where = null): array
+    public static function run(array $args, array $options, ?string $stdin = null, string $busyAs = 'timed_out', ?string $where = null,
+        #[\SensitiveParameter] array $env = []): array
     {
         $where ??= $args[0];
         // The subcommands that take a lock directory take the legacy
@@ -733,8 +734,9 @@ final class Command
             2 => ['pipe', 'w'],
         ];
         // The error's name then ends stderr, as a JSON line.
-        $env = getenv();
-        $env['TOKENLOCK_ERRORS'] = 'json';
+        // $env: what the command reads from its environment rather than
+        // from argv, which every local user can read (a server's URL).
+        $env = ['TOKENLOCK_ERRORS' => 'json'] + $env + getenv();
         $proc = @proc_open($argv, $spec, $pipes, null, $env);
         if (!is_resource($proc)) {
             $cause = error_get_last()['message'] ?? 'unknown error';
