@@ -368,4 +368,28 @@ final class SymfonyStoreTest extends TempDirTestCase
         $this->expectException(\Symfony\Component\Lock\Exception\InvalidTtlException::class);
         new TokenlockStore($this->locks, 86401);
     }
+
+    public function testTheSymfonyStoreNamesItsGroup(): void
+    {
+        $gid = posix_getegid();
+        $store = new TokenlockStore("$this->locks", 300, ['group' => $gid]);
+        clearstatcache();
+        $this->assertSame($gid, filegroup("$this->locks"));
+        $this->assertSame('0775', sprintf('%04o', fileperms("$this->locks") & 07777));
+        $lock = (new LockFactory($store))->createLock('r');
+        $this->assertTrue($lock->acquire());
+        $lock->release();
+        try {
+            new TokenlockStore("$this->locks");
+            $this->fail('a group-writable store directory was trusted without its group named');
+        } catch (\Tokenlock\Exception $e) {
+            $this->assertSame('untrusted', $e->getError());
+        }
+        if (posix_geteuid() === 0) {
+            chown("$this->locks", 65534);
+            $this->assertInstanceOf(TokenlockStore::class, new TokenlockStore("$this->locks", 300, ['group' => $gid]), 'another member\'s');
+            $this->expectException(\Tokenlock\Exception::class);
+            new TokenlockStore("$this->locks", 300);
+        }
+    }
 }
