@@ -1437,6 +1437,8 @@ final class Native
         clearstatcache(true, $dir);
         $st = @lstat($dir);
         if ($st === false) {
+            // Before anything is made: who we are decides what we trust.
+            self::euid($step, $dir);
             return false;
         }
         $sharing = (self::dirMode($step) & 020) !== 0;
