@@ -1510,13 +1510,13 @@ final class Native
     private static function distrust(string $dir, array $st, int $euid, ?int $chosen, bool $named): string
     {
         $mode = $st['mode'] & 07777;
-        $name = self::groupName($st['gid']);
-        $share = "share it through one group instead: name the group (the group option or TOKENLOCK_GROUP=$name)";
         if ($mode & 002) {
-            return sprintf('it is writable by every user (mode %04o); run chmod o-w %s if its contents are yours, or remove it; %s', $mode, $dir, $share);
+            return sprintf('it is writable by every user (mode %04o); run chmod o-w %s if its contents are yours, or remove it; share it through one group instead: name the group (the group option or TOKENLOCK_GROUP=%s)',
+                $mode, $dir, self::groupName($st['gid']));
         }
         if ($st['uid'] === $euid || $st['uid'] === 0) {
             if (($mode & 020) && $st['gid'] !== $chosen) {
+                $name = self::groupName($st['gid']);
                 return sprintf('it is writable by group %s (mode %04o), which is not the group chosen for sharing; run chmod g-w %s if the group is not meant to share it, or name the group: the group option or TOKENLOCK_GROUP=%s', $name, $mode, $dir, $name);
             }
             return '';
@@ -1524,7 +1524,8 @@ final class Native
         if ($st['gid'] === $chosen && $named) {
             return '';
         }
-        return sprintf('it belongs to uid %d (mode %04o), who could change it; have that user (or root) remove it and it is created again on next use, or name the group both share (the group option or TOKENLOCK_GROUP=%s), if that user shares it on purpose', $st['uid'], $mode, $name);
+        return sprintf('it belongs to uid %d (mode %04o), who could change it; have that user (or root) remove it and it is created again on next use, or name the group both share (the group option or TOKENLOCK_GROUP=%s), if that user shares it on purpose',
+            $st['uid'], $mode, self::groupName($st['gid']));
     }
 
     /** A group's name for messages, else its gid. */
