@@ -2019,8 +2019,10 @@ final class Native
      */
     private static function clearWorkspace(string $dir, string $token, array $taken, bool $keepMarks): void
     {
+        // Only where the way back is open: open_basedir may refuse a
+        // chdir() to the directory a php-fpm worker started in.
         $cwd = PHP_ZTS ? false : getcwd();
-        if ($cwd === false) {
+        if ($cwd === false || !@chdir($cwd)) {
             return;
         }
         try {

@@ -18,15 +18,19 @@ use Tokenlock\Tests\Support\TempDirTestCase;
  */
 final class ClearingTest extends TempDirTestCase
 {
-    /** A held token of a dead owner in a fresh lock directory D: [D, token]. */
-    private function staleLock(string $name): array
+    /**
+     * A held token of a dead owner in a fresh lock directory D: [D, token];
+     * with $expired, its lease ended a minute ago too (for a process that
+     * cannot see owners die).
+     */
+    private function staleLock(string $name, bool $expired = false): array
     {
         $lockDir = "$this->dir/$name";
         $probe = Lock::acquire($lockDir);
         // Our own name with another start time: its owner is gone.
         [, , $tag, $pid, $start] = explode('.', $probe->token());
         $probe->release();
-        $token = 'lockfile.' . ((time() + 600) * 1000000) . ".$tag.$pid." . ((int) $start + 1) . '.0123456789abcdef';
+        $token = 'lockfile.' . ((time() + ($expired ? -60 : 600)) * 1000000) . ".$tag.$pid." . ((int) $start + 1) . '.0123456789abcdef';
         rename("$lockDir/lockfile", "$lockDir/$token");
         return [$lockDir, $token];
     }
@@ -72,6 +76,30 @@ final class ClearingTest extends TempDirTestCase
         $this->assertSame([], array_values(array_diff(scandir("$lockDir/" . $lock->token()), ['.', '..'])), 'the token was cleared');
         $this->assertSame(3, self::left("$this->dir/outside", 3), 'the links were removed, not followed');
         $lock->release();
+    }
+
+    /**
+     * A php-fpm worker started in a directory open_basedir keeps out of
+     * reach could not chdir() back: the token is then left as it is, and
+     * the working directory never moves.
+     */
+    public function testWithoutAWayBackTheTokenIsLeftAndTheWorkingDirectoryKept(): void
+    {
+        [$lockDir, $token] = $this->staleLock('b.lock', true);
+        file_put_contents("$lockDir/$token/left", 'x');
+        file_put_contents("$this->dir/take.php", '<?php require $argv[1]; $l = Tokenlock\Lock::acquire($argv[2], ["wait" => 0]); '
+            . 'echo json_encode([getcwd(), scandir($argv[2] . "/" . $l->token())]); $l->release();');
+        $proc = proc_open([PHP_BINARY, '-n', '-d', 'display_errors=stderr', '-d', 'open_basedir=' . dirname(__DIR__) . "/src:$this->dir", "$this->dir/take.php",
+            dirname(__DIR__) . '/src/Tokenlock.php', $lockDir], [0 => ['file', '/dev/null', 'r'], 1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes, '/');
+        $out = (string) stream_get_contents($pipes[1]);
+        $err = (string) stream_get_contents($pipes[2]);
+        fclose($pipes[1]);
+        fclose($pipes[2]);
+        $this->assertSame(0, proc_close($proc), $err . $out);
+        [$cwd, $names] = json_decode($out, true);
+        $this->assertSame('/', $cwd, 'the working directory never moved');
+        // Without /proc every lock gets owner marks: ours is there too.
+        $this->assertContains('left', $names, 'taken over, its token left as it was');
     }
 
     public function testATokenSwappedForALinkOrAnotherDirectoryIsNotCleared(): void
