@@ -228,7 +228,7 @@ function findCommand(array $options = []): string
  * another process's, and the caller has to know.
  *
  * @param callable(Lock): mixed $fn called with the held Lock (for refresh())
- * @param array{wait?: int|float|null, lease?: int|float, command?: string} $options
+ * @param array{wait?: int|float|null, lease?: int|float, command?: string, group?: string|int} $options
  *        as for Lock::acquire()
  * @return mixed $fn's value
  * @throws BusyException|TimeoutException when the lock is not acquired
@@ -257,14 +257,15 @@ function withLock(string $lockDir, callable $fn, array $options = []): mixed
  * new, never a mix, and a failure leaves FILE as it was (`tokenlock write`).
  * Empty $data is written as an empty file.
  *
- * @param array{sync?: string, lock?: string, wait?: int|float|null, mode?: int, follow_symlinks?: bool, command?: string} $options
+ * @param array{sync?: string, lock?: string, wait?: int|float|null, mode?: int, follow_symlinks?: bool, command?: string, group?: string|int} $options
  *        `sync`: `file_and_dir` (default: the file and its directory are
  *        flushed), `file` or `none`; `lock`: a lock directory to hold while
  *        replacing; `wait`: seconds to wait for a busy `lock` (default 10;
  *        0: fail at once with BusyException; null: as long as it takes, up
  *        to a year, the command's limit); `mode`: the mode of a new FILE,
  *        e.g. 0640; `follow_symlinks`: replace the file a link points to
- *        instead of the link
+ *        instead of the link; `group`: the group `lock` is shared with, as
+ *        for Lock::acquire()
  * @throws BusyException|TimeoutException when `lock` stayed busy; FILE is then unchanged
  * @throws DirSyncException the new contents are in place, but the directory
  *         could not be flushed: a crash may bring back the old ones
@@ -315,19 +316,20 @@ function writeFile(string $path, string $data, array $options = []): void
  * and returns the new value (`tokenlock incr`).
  *
  * FILE holds one unsigned decimal and a newline; a missing FILE counts as
- * 0. Anything else throws `corrupt_data` and FILE is left as it is: a
- * counter is never reset. The new value is committed through the lock's
+ * 0. Anything else, and anything over 64 bytes (not read further), throws
+ * `corrupt_data` and FILE is left as it is: a counter is never reset. The new value is committed through the lock's
  * token, so a process that lost the lock cannot overwrite a newer count.
  *
  * `wait` is the command's own `-w` (0: `-n`), so it bounds the whole wait.
  * The command has no wait without limit: null, and any wait beyond a
  * year, waits a year.
  *
- * @param array{by?: int, lock?: string, wait?: int|float|null, sync?: string, command?: string} $options
+ * @param array{by?: int, lock?: string, wait?: int|float|null, sync?: string, command?: string, group?: string|int} $options
  *        `lock`: the lock directory (default FILE.lock, as `tokenlock incr`
  *        and counter.cgi use); `wait`: seconds to wait for a busy lock
  *        (default 10; 0: fail at once with BusyException; null: as long as
- *        it takes, up to a year); `sync`: as for writeFile()
+ *        it takes, up to a year); `sync`: as for writeFile(); `group`: as
+ *        for Lock::acquire()
  * @return int|string the new value; a decimal string if it exceeds PHP_INT_MAX
  * @throws BusyException|TimeoutException when the lock stayed busy; nothing changed
  * @throws DirSyncException `dir_sync_failed`: counted (getValue() has the new
@@ -422,6 +424,9 @@ function readCounter(string $path): int|string|null
  * Who holds the lock LOCKDIR, looked at without changing anything; null
  * when it is free (or not created yet).
  *
+ * @param array{group?: string|int} $options `group`: the group the lock
+ *        is shared with, as for Lock::acquire(), which decides whether
+ *        another user's lock directory is trusted
  * @return array{token: string, pid: int, host_tag: string, same_host: bool, owner: string, expires_us: int, legacy: bool, stale: bool, reason: string}|null
  *         `owner`: 'alive' or 'dead' on this host, else 'unknown';
  *         `pid` and `host_tag` are 0 and '' for a legacy token, whose
@@ -485,11 +490,16 @@ final class Lock
      * Acquires the lock LOCKDIR (a directory, created on first use; its
      * parent must exist).
      *
-     * @param array{wait?: int|float|null, lease?: int|float, command?: string} $options
+     * @param array{wait?: int|float|null, lease?: int|float, command?: string, group?: string|int} $options
      *        `wait`: seconds to wait for a busy lock (default 10; 0: fail at
      *        once with BusyException; null: as long as it takes);
      *        `lease`: seconds the lock stays valid without refresh()
      *        (default 3600; from 0.001 to 86400, else `bad_argument`);
+     *        `group`: the one group (a name or a decimal gid) the lock is
+     *        shared with, else TOKENLOCK_GROUP (docs/security.md): this
+     *        user must be in it (else `bad_argument`); a lock directory
+     *        made gets that group and group write, and another user's is
+     *        trusted in that group only;
      *        `command`: still accepted, so that older calls keep working,
      *        but a lock runs no command
      * @throws BusyException when busy and `wait` is 0
@@ -511,7 +521,7 @@ final class Lock
      * Like acquire(), but returns null when the lock is busy or the wait
      * runs out. `wait` defaults to 0 here.
      *
-     * @param array{wait?: int|float|null, lease?: int|float, command?: string} $options
+     * @param array{wait?: int|float|null, lease?: int|float, command?: string, group?: string|int} $options
      * @throws Exception on failures other than a busy lock
      */
     public static function tryAcquire(string $dir, array $options = []): ?self
