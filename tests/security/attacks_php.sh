@@ -254,7 +254,8 @@ attack_php_1() {
 }
 
 # Attack 2: the attacker shares tl_second with the victim, and plants
-# sticky/cfg.lock with group tl_second, mode 0775.
+# sticky/cfg.count.lock (the lock of cfg.count) with group tl_second,
+# mode 0775.
 attack_php_2() {
   local lock=$sticky/cfg.count.lock s=$work/scratch/php2 rc problems=""
   "${as_attacker[@]}" sh -c 'umask 002; mkdir -m 0775 "$1" "$1/lockfile" && chgrp tl_second "$1" "$1/lockfile"' sh "$lock"
