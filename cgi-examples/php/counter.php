@@ -18,6 +18,9 @@
  *                              before 503 (0 to 600000, default 5000;
  *                              0 tries once)
  *   TOKENLOCK_COUNTER_SYNC     none, file or file_and_dir (default)
+ *   TOKENLOCK_COUNTER_GROUP    the group (name or gid) the counters are
+ *                              shared with, when the script user and
+ *                              another user both count (docs/security.md)
  * TOKENLOCK_COUNTER_REDIS is refused (500): this counter locks through the
  * data directory only, and would not exclude a counter.cgi locking in Redis.
  *
@@ -231,7 +234,8 @@ function counter_config(): array
     } elseif (!in_array($sync, ['none', 'file', 'file_and_dir'], true)) {
         return [null, "TOKENLOCK_COUNTER_SYNC must be none, file or file_and_dir, not \"$sync\""];
     }
-    return [[$dir, $waitMs, $sync], ''];
+    $group = (string) getenv('TOKENLOCK_COUNTER_GROUP');
+    return [[$dir, $waitMs, $sync, $group === '' ? null : $group], ''];
 }
 
 /** The image counter.cgi draws: at least six digits, fixed height. */
@@ -253,7 +257,7 @@ function counter_svg(string $value): string
 /**
  * The request, as counter.cgi's counter::handle answers it.
  *
- * @param array{0: string, 1: int, 2: string} $config
+ * @param array{0: string, 1: int, 2: string, 3: ?string} $config
  * @return array{0: int, 1: string, 2: string, 3: list<array{0: string, 1: string}>}
  *         status, body, content type, extra headers
  */
@@ -288,12 +292,12 @@ function counter_handle(string $method, string $query, array $config): array
         return [400, "peek must be 0 or 1\n", $text, []];
     }
 
-    [$dir, $waitMs, $sync] = $config;
+    [$dir, $waitMs, $sync, $group] = $config;
     $file = "$dir/$id.count";
     try {
         $value = ($peek === '1' || $method === 'HEAD')
             ? (Tokenlock\readCounter($file) ?? 0)
-            : Tokenlock\increment($file, ['wait' => $waitMs / 1000, 'sync' => $sync]);
+            : Tokenlock\increment($file, ['wait' => $waitMs / 1000, 'sync' => $sync, 'group' => $group]);
     } catch (Tokenlock\Exception $e) {
         counter_log($e->getMessage());
         // stale_data: a network filesystem's client served an old version;

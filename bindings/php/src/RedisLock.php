@@ -46,9 +46,18 @@ final class RedisLock
     private bool $held = true;
     private int $ownerPid;
 
+    /**
+     * Each lock's URL, kept out of its properties, which var_export(),
+     * (array), serialize() and debug_zval_dump() show whatever
+     * __debugInfo() says: the URL may hold a password.
+     *
+     * @var ?\WeakMap<self, string>
+     */
+    private static ?\WeakMap $urls = null;
+
     /** @param array<string, mixed> $options */
     private function __construct(
-        private string $url,
+        #[\SensitiveParameter] string $url,
         private string $name,
         private string $owner,
         private int|string $fence,
@@ -57,6 +66,8 @@ final class RedisLock
         private ?Connection $conn,
     ) {
         $this->ownerPid = Native::pid();
+        self::$urls ??= new \WeakMap();
+        self::$urls[$this] = $url;
     }
 
     /**
@@ -208,13 +219,28 @@ final class RedisLock
      */
     public function __debugInfo(): array
     {
-        return ['server' => Connection::serverOf($this->url), 'name' => $this->name, 'owner' => $this->owner,
+        return ['server' => Connection::serverOf(self::$urls[$this]), 'name' => $this->name, 'owner' => $this->owner,
             'fence' => $this->fence, 'lease' => $this->lease, 'held' => $this->isHeld()];
     }
 
     // A copy would release the same grant twice.
     private function __clone()
     {
+    }
+
+    /**
+     * Refused, as a copy is: an unserialized copy would be a second handle
+     * to the same grant (and the string would carry the URL's password).
+     */
+    public function __serialize(): array
+    {
+        throw new \LogicException('Tokenlock\\RedisLock cannot be serialized: a copy would be a second handle to the same grant');
+    }
+
+    /** @param array<mixed> $data */
+    public function __unserialize(array $data): void
+    {
+        throw new \LogicException('Tokenlock\\RedisLock cannot be unserialized: only the process that acquired a grant holds it');
     }
 
     /** @param array<string, mixed> $options */
@@ -274,7 +300,7 @@ final class RedisLock
         $args = $step === 'refresh' ? ['--lease', Command::formatSeconds($lease)] : [];
         array_push($args, '--token', $this->token(), '--', $this->name);
         try {
-            CommandClient::run($step, $this->url, $args, $this->options);
+            CommandClient::run($step, self::$urls[$this], $args, $this->options);
         } catch (LockLostException $e) {
             $this->held = false;
             throw $e;

@@ -228,7 +228,7 @@ function findCommand(array $options = []): string
  * another process's, and the caller has to know.
  *
  * @param callable(Lock): mixed $fn called with the held Lock (for refresh())
- * @param array{wait?: int|float|null, lease?: int|float, command?: string} $options
+ * @param array{wait?: int|float|null, lease?: int|float, command?: string, group?: string|int} $options
  *        as for Lock::acquire()
  * @return mixed $fn's value
  * @throws BusyException|TimeoutException when the lock is not acquired
@@ -257,14 +257,15 @@ function withLock(string $lockDir, callable $fn, array $options = []): mixed
  * new, never a mix, and a failure leaves FILE as it was (`tokenlock write`).
  * Empty $data is written as an empty file.
  *
- * @param array{sync?: string, lock?: string, wait?: int|float|null, mode?: int, follow_symlinks?: bool, command?: string} $options
+ * @param array{sync?: string, lock?: string, wait?: int|float|null, mode?: int, follow_symlinks?: bool, command?: string, group?: string|int} $options
  *        `sync`: `file_and_dir` (default: the file and its directory are
  *        flushed), `file` or `none`; `lock`: a lock directory to hold while
  *        replacing; `wait`: seconds to wait for a busy `lock` (default 10;
  *        0: fail at once with BusyException; null: as long as it takes, up
  *        to a year, the command's limit); `mode`: the mode of a new FILE,
  *        e.g. 0640; `follow_symlinks`: replace the file a link points to
- *        instead of the link
+ *        instead of the link; `group`: the group `lock` is shared with, as
+ *        for Lock::acquire()
  * @throws BusyException|TimeoutException when `lock` stayed busy; FILE is then unchanged
  * @throws DirSyncException the new contents are in place, but the directory
  *         could not be flushed: a crash may bring back the old ones
@@ -272,7 +273,7 @@ function withLock(string $lockDir, callable $fn, array $options = []): mixed
  */
 function writeFile(string $path, string $data, array $options = []): void
 {
-    Command::checkKeys($options, ['sync', 'lock', 'wait', 'mode', 'follow_symlinks', 'command'], 'writeFile');
+    Command::checkKeys($options, ['sync', 'lock', 'wait', 'mode', 'follow_symlinks', 'command', 'group'], 'writeFile');
     $args = ['write', '--allow-empty'];
     if (isset($options['sync'])) {
         $args[] = '--sync';
@@ -283,7 +284,7 @@ function writeFile(string $path, string $data, array $options = []): void
         $args[] = Command::path($options['lock'], 'lock');
     }
     $waitArgs = Command::fileWaitArgs($options);
-    array_push($args, ...$waitArgs);
+    array_push($args, ...$waitArgs, ...Command::groupArgs($options));
     if (isset($options['mode'])) {
         if (!is_int($options['mode']) || $options['mode'] < 0 || $options['mode'] > 07777) {
             throw new \InvalidArgumentException('Tokenlock\writeFile: mode must be an integer such as 0640');
@@ -303,7 +304,7 @@ function writeFile(string $path, string $data, array $options = []): void
             return;
         }
         Files::update($path, $options['lock'], fn (?string $current) => [$data, null], Command::fileWait($options) + [
-            'sync' => $sync, 'mode' => $options['mode'] ?? null, 'follow' => !empty($options['follow_symlinks']),
+            'sync' => $sync, 'mode' => $options['mode'] ?? null, 'follow' => !empty($options['follow_symlinks']), 'group' => $options['group'] ?? null,
         ]);
         return;
     }
@@ -315,19 +316,20 @@ function writeFile(string $path, string $data, array $options = []): void
  * and returns the new value (`tokenlock incr`).
  *
  * FILE holds one unsigned decimal and a newline; a missing FILE counts as
- * 0. Anything else throws `corrupt_data` and FILE is left as it is: a
- * counter is never reset. The new value is committed through the lock's
+ * 0. Anything else, and anything over 64 bytes (not read further), throws
+ * `corrupt_data` and FILE is left as it is: a counter is never reset. The new value is committed through the lock's
  * token, so a process that lost the lock cannot overwrite a newer count.
  *
  * `wait` is the command's own `-w` (0: `-n`), so it bounds the whole wait.
  * The command has no wait without limit: null, and any wait beyond a
  * year, waits a year.
  *
- * @param array{by?: int, lock?: string, wait?: int|float|null, sync?: string, command?: string} $options
+ * @param array{by?: int, lock?: string, wait?: int|float|null, sync?: string, command?: string, group?: string|int} $options
  *        `lock`: the lock directory (default FILE.lock, as `tokenlock incr`
  *        and counter.cgi use); `wait`: seconds to wait for a busy lock
  *        (default 10; 0: fail at once with BusyException; null: as long as
- *        it takes, up to a year); `sync`: as for writeFile()
+ *        it takes, up to a year); `sync`: as for writeFile(); `group`: as
+ *        for Lock::acquire()
  * @return int|string the new value; a decimal string if it exceeds PHP_INT_MAX
  * @throws BusyException|TimeoutException when the lock stayed busy; nothing changed
  * @throws DirSyncException `dir_sync_failed`: counted (getValue() has the new
@@ -337,14 +339,14 @@ function writeFile(string $path, string $data, array $options = []): void
  */
 function increment(string $path, array $options = []): int|string
 {
-    Command::checkKeys($options, ['by', 'lock', 'wait', 'sync', 'command'], 'increment');
+    Command::checkKeys($options, ['by', 'lock', 'wait', 'sync', 'command', 'group'], 'increment');
     $args = ['incr'];
     if (isset($options['lock'])) {
         $args[] = '--lock';
         $args[] = Command::path($options['lock'], 'lock');
     }
     $waitArgs = Command::fileWaitArgs($options);
-    array_push($args, ...$waitArgs);
+    array_push($args, ...$waitArgs, ...Command::groupArgs($options));
     if (isset($options['by'])) {
         if (!is_int($options['by']) || $options['by'] < 0) {
             throw new \InvalidArgumentException('Tokenlock\increment: by must be an integer of 0 or more');
@@ -362,7 +364,7 @@ function increment(string $path, array $options = []): int|string
     if (Files::native($options, $sync)) {
         $by = $options['by'] ?? 1;
         return Files::update($path, $options['lock'] ?? "$path.lock", fn (?string $current) => Files::count($path, $current, $by),
-            Command::fileWait($options) + ['sync' => $sync]);
+            Command::fileWait($options) + ['sync' => $sync, 'group' => $options['group'] ?? null, 'counter' => true]);
     }
 
     [$out] = Command::run($args, $options, null, $waitArgs === ['--nonblock'] ? 'busy' : 'timed_out');
@@ -401,8 +403,12 @@ function readCounter(string $path): int|string|null
         fclose($h);
         throw Native::systemError('read counter', $path, 'it is not a regular file (a FIFO, device, socket or directory), and was not read', 22, 'put a counter file there');
     }
-    $text = stream_get_contents($h, 32);
+    // One byte past the limit tells a file that grew since the fstat.
+    $text = $st['size'] > Files::COUNTER_LIMIT ? '' : stream_get_contents($h, Files::COUNTER_LIMIT + 1);
     fclose($h);
+    if ($text !== false && ($st['size'] > Files::COUNTER_LIMIT || strlen($text) > Files::COUNTER_LIMIT)) {
+        throw new Exception('corrupt_data', "tokenlock: read counter $path: it holds " . max($st['size'], strlen($text)) . ' bytes or more, more than the ' . Files::COUNTER_LIMIT . ' a counter may (one unsigned decimal and a newline); it was not read: repair or remove it by hand', 65);
+    }
     if ($text === false || !preg_match('/\A(0|[1-9][0-9]{0,19})\n\z/', $text, $m) || !Command::fitsUint64($m[1])) {
         $shown = $text === false ? '' : addcslashes(substr($text, 0, 24), "\0..\37\177..\377");
         throw new Exception(
@@ -418,6 +424,9 @@ function readCounter(string $path): int|string|null
  * Who holds the lock LOCKDIR, looked at without changing anything; null
  * when it is free (or not created yet).
  *
+ * @param array{group?: string|int} $options `group`: the group the lock
+ *        is shared with, as for Lock::acquire(), which decides whether
+ *        another user's lock directory is trusted
  * @return array{token: string, pid: int, host_tag: string, same_host: bool, owner: string, expires_us: int, legacy: bool, stale: bool, reason: string}|null
  *         `owner`: 'alive' or 'dead' on this host, else 'unknown';
  *         `pid` and `host_tag` are 0 and '' for a legacy token, whose
@@ -425,10 +434,11 @@ function readCounter(string $path): int|string|null
  *         acquire takes it over, `reason` says why or until when it is held
  * @throws Exception `untrusted`, `token_missing`, `lock_corrupt`, `system`
  */
-function holder(string $lockDir): ?array
+function holder(string $lockDir, array $options = []): ?array
 {
+    Command::checkKeys($options, ['group'], 'holder');
     $dir = Native::lockPath($lockDir);
-    Native::checkTrusted($dir, 'status');
+    Native::checkTrusted($dir, Native::group($options['group'] ?? null, 'status'), 'status');
     $seen = Native::look($dir, 'status');
     if ($seen[0] !== 'held') {
         return null;
@@ -480,11 +490,16 @@ final class Lock
      * Acquires the lock LOCKDIR (a directory, created on first use; its
      * parent must exist).
      *
-     * @param array{wait?: int|float|null, lease?: int|float, command?: string} $options
+     * @param array{wait?: int|float|null, lease?: int|float, command?: string, group?: string|int} $options
      *        `wait`: seconds to wait for a busy lock (default 10; 0: fail at
      *        once with BusyException; null: as long as it takes);
      *        `lease`: seconds the lock stays valid without refresh()
      *        (default 3600; from 0.001 to 86400, else `bad_argument`);
+     *        `group`: the one group (a name or a decimal gid) the lock is
+     *        shared with, else TOKENLOCK_GROUP (docs/security.md): this
+     *        user must be in it (else `bad_argument`); a lock directory
+     *        made gets that group and group write, and another user's is
+     *        trusted in that group only;
      *        `command`: still accepted, so that older calls keep working,
      *        but a lock runs no command
      * @throws BusyException when busy and `wait` is 0
@@ -494,11 +509,11 @@ final class Lock
      */
     public static function acquire(string $dir, array $options = []): self
     {
-        Command::checkKeys($options, ['wait', 'lease', 'command'], 'Lock::acquire');
+        Command::checkKeys($options, ['wait', 'lease', 'command', 'group'], 'Lock::acquire');
         $wait = array_key_exists('wait', $options) ? Command::seconds($options['wait'], 'wait') : Command::DEFAULT_WAIT;
         $lease = isset($options['lease']) ? Command::seconds($options['lease'], 'lease') : null;
         $path = Native::lockPath($dir);
-        $token = Native::acquire($path, $wait, Native::leaseUs($lease));
+        $token = Native::acquire($path, $wait, Native::leaseUs($lease), Native::group($options['group'] ?? null));
         return new self($dir, $token, $lease);
     }
 
@@ -506,7 +521,7 @@ final class Lock
      * Like acquire(), but returns null when the lock is busy or the wait
      * runs out. `wait` defaults to 0 here.
      *
-     * @param array{wait?: int|float|null, lease?: int|float, command?: string} $options
+     * @param array{wait?: int|float|null, lease?: int|float, command?: string, group?: string|int} $options
      * @throws Exception on failures other than a busy lock
      */
     public static function tryAcquire(string $dir, array $options = []): ?self
@@ -712,7 +727,8 @@ final class Command
      * @param array{command?: string} $options
      * @return array{0: string, 1: string}
      */
-    public static function run(array $args, array $options, ?string $stdin = null, string $busyAs = 'timed_out', ?string $where = null): array
+    public static function run(array $args, array $options, ?string $stdin = null, string $busyAs = 'timed_out', ?string $where = null,
+        #[\SensitiveParameter] array $env = []): array
     {
         $where ??= $args[0];
         // The subcommands that take a lock directory take the legacy
@@ -728,8 +744,9 @@ final class Command
             2 => ['pipe', 'w'],
         ];
         // The error's name then ends stderr, as a JSON line.
-        $env = getenv();
-        $env['TOKENLOCK_ERRORS'] = 'json';
+        // $env: what the command reads from its environment rather than
+        // from argv, which every local user can read (a server's URL).
+        $env = ['TOKENLOCK_ERRORS' => 'json'] + $env + getenv();
         $proc = @proc_open($argv, $spec, $pipes, null, $env);
         if (!is_resource($proc)) {
             $cause = error_get_last()['message'] ?? 'unknown error';
@@ -969,6 +986,22 @@ final class Command
             return ['--nonblock'];
         }
         return ['--wait', self::formatSeconds(min($wait ?? self::LONGEST_WAIT, self::LONGEST_WAIT))];
+    }
+
+    /**
+     * `--group G` for the `group` option; without it the command reads
+     * TOKENLOCK_GROUP from the environment it inherits, as this module does.
+     *
+     * @param array{group?: string|int|null} $options
+     * @return list<string>
+     */
+    public static function groupArgs(array $options): array
+    {
+        if (!isset($options['group'])) {
+            return [];
+        }
+        Native::group($options['group']);
+        return ['--group', (string) $options['group']];
     }
 
     /**
@@ -1395,18 +1428,34 @@ final class Native
     }
 
     /**
+     * Per lock directory: the identity and group choice it was last judged
+     * with, and the group chosen for it (null: none), which applies to its
+     * token and workspace. A lock directory is judged again only when an
+     * lstat() shows it changed, so that the fast path costs one lstat.
+     *
+     * @var array<string, array{0: string, 1: ?int}>
+     */
+    private static array $judged = [];
+
+    /**
      * Refuses a lock directory another user could change (trust.cpp). A
      * missing one is fine (it is created); returns whether it exists.
+     * $named is the group named for sharing (group()), or null.
      */
-    public static function checkTrusted(string $dir, string $step = 'acquire', string $what = 'the lock directory'): bool
+    public static function checkTrusted(string $dir, ?int $named = null, string $step = 'acquire', string $what = 'the lock directory'): bool
     {
         clearstatcache(true, $dir);
         $st = @lstat($dir);
         if ($st === false) {
+            // Before anything is made: who we are decides what we trust.
+            self::euid($step, $dir);
             return false;
         }
-        $euid = self::euid();
-        $mode = $st['mode'] & 07777;
+        $sharing = (self::dirMode($step) & 020) !== 0;
+        $key = "{$st['dev']}:{$st['ino']}:{$st['mode']}:{$st['uid']}:{$st['gid']}:$named:$sharing";
+        if ((self::$judged[$dir][0] ?? null) === $key) {
+            return true;
+        }
         $type = $st['mode'] & 0170000;
         // As the library, which opens it with O_DIRECTORY|O_NOFOLLOW: a link
         // is refused as untrusted, anything else that is not a directory
@@ -1414,40 +1463,90 @@ final class Native
         if ($type !== 0040000 && $type !== 0120000) {
             throw self::systemError($step, $dir, "cannot open $what", 20, "remove it, or name a directory");
         }
-        $why = $type !== 0040000 ? 'it is not a directory; remove it' : self::distrust($dir, $st, $euid, $step);
-        if ($why === '') {
-            return true;
+        $euid = self::euid($step, $dir);
+        // The group of a lock directory of our own that we made shared.
+        $chosen = $named ?? (($type === 0040000 && $st['uid'] === $euid && $sharing) ? $st['gid'] : null);
+        $why = $type !== 0040000 ? 'it is not a directory; remove it' : self::distrust($dir, $st, $euid, $chosen, $named !== null);
+        if ($why !== '') {
+            throw self::untrusted($step, $dir, $what, $st, $euid, $why);
         }
-        throw new Exception('untrusted', sprintf('tokenlock: %s %s: refusing %s (owner uid %d, mode %04o; this process runs as uid %s): another user could plant or swap entries in it, and nothing in it was touched; %s',
-            $step, $dir, $what, $st['uid'], $mode, $euid ?? 'unknown', $why), 77);
+        self::$judged[$dir] = [$key, $chosen];
+        return true;
+    }
+
+    /**
+     * Refuses an entry of lock directory DIR (its token, the workspace `w`)
+     * that another user could change: trusted by the group chosen when DIR
+     * was judged by checkTrusted().
+     */
+    public static function checkInside(string $dir, string $path, string $step, string $what): void
+    {
+        clearstatcache(true, $path);
+        $st = @lstat($path);
+        if ($st === false) {
+            throw self::systemError($step, $path, "cannot look at $what", self::lastErrno() ?: 2);
+        }
+        $euid = self::euid($step, $path);
+        $why = ($st['mode'] & 0170000) !== 0040000 ? 'it is not a directory; remove it'
+            : self::distrust($path, $st, $euid, self::$judged[$dir][1] ?? null, true);
+        if ($why !== '') {
+            throw self::untrusted($step, $path, $what, $st, $euid, $why);
+        }
+    }
+
+    /** The group chosen for sharing when DIR was last judged, or null. */
+    public static function chosenGroup(string $dir): ?int
+    {
+        return self::$judged[$dir][1] ?? null;
+    }
+
+    /** @param array{mode: int, uid: int} $st */
+    private static function untrusted(string $step, string $path, string $what, array $st, int $euid, string $why): Exception
+    {
+        return new Exception('untrusted', sprintf('tokenlock: %s %s: refusing %s (owner uid %d, mode %04o; this process runs as uid %d): another user could plant or swap entries in it, and nothing in it was touched; %s',
+            $step, $path, $what, $st['uid'], $st['mode'] & 07777, $euid, $why), 77);
     }
 
     /**
      * Why a directory another user could change is not trusted (trust.cpp),
-     * or ''. With group sharing chosen (TOKENLOCK_DIR_MODE with group
-     * write), a directory of one of this user's groups is trusted.
+     * or ''. Only the one group chosen for sharing is trusted, never every
+     * group this user happens to be in (many hosts put everyone in
+     * `users`): a directory of ours or root's may be writable by that group
+     * only, and one of another user's must be in that group, which for a
+     * lock directory itself must be a named one ($named).
      *
      * @param array{mode: int, uid: int, gid: int} $st
      */
-    private static function distrust(string $dir, array $st, ?int $euid, string $step): string
+    private static function distrust(string $dir, array $st, int $euid, ?int $chosen, bool $named): string
     {
         $mode = $st['mode'] & 07777;
-        $sharing = (bool) (self::dirMode($step) & 020);
-        $share = "a lock shared by several users needs a group they all belong to: give $dir that group, mode 0775, and choose group sharing (TOKENLOCK_DIR_MODE=0775)";
         if ($mode & 002) {
-            return sprintf('it is writable by every user (mode %04o); run chmod o-w %s if its contents are yours, or remove it; %s', $mode, $dir, $share);
+            return sprintf('it is writable by every user (mode %04o); run chmod o-w %s if its contents are yours, or remove it; share it through one group instead: name the group (the group option or TOKENLOCK_GROUP=%s)',
+                $mode, $dir, self::groupName($st['gid']));
         }
-        $groupOk = $sharing && self::inGroup($st['gid']);
-        if (($mode & 020) && !$groupOk) {
-            return $sharing
-                ? sprintf('it is writable by group %d (mode %04o), which is not one of this user\'s groups; %s', $st['gid'], $mode, $share)
-                : sprintf('it is writable by group %d (mode %04o) and group sharing was not chosen; run chmod g-w %s if the group is not meant to share it, or choose group sharing (TOKENLOCK_DIR_MODE=0775)', $st['gid'], $mode, $dir);
+        if ($st['uid'] === $euid || $st['uid'] === 0) {
+            if (($mode & 020) && $st['gid'] !== $chosen) {
+                $name = self::groupName($st['gid']);
+                return sprintf('it is writable by group %s (mode %04o), which is not the group chosen for sharing; run chmod g-w %s if the group is not meant to share it, or name the group: the group option or TOKENLOCK_GROUP=%s', $name, $mode, $dir, $name);
+            }
+            return '';
         }
-        if ($euid !== null && $st['uid'] !== $euid && $st['uid'] !== 0 && !$groupOk) {
-            return sprintf('it belongs to uid %d (mode %04o), who could change it; have that user (or root) remove it and it is created again on next use, or, if that user shares it on purpose, %s', $st['uid'], $mode, $share);
+        if ($st['gid'] === $chosen && $named) {
+            return '';
         }
-        return '';
+        return sprintf('it belongs to uid %d (mode %04o), who could change it; have that user (or root) remove it and it is created again on next use, or name the group both share (the group option or TOKENLOCK_GROUP=%s), if that user shares it on purpose',
+            $st['uid'], $mode, self::groupName($st['gid']));
     }
+
+    /** A group's name for messages, else its gid. */
+    private static function groupName(int $gid): string
+    {
+        $entry = function_exists('posix_getgrgid') ? @posix_getgrgid($gid) : false;
+        return is_array($entry) && isset($entry['name']) ? $entry['name'] : (string) $gid;
+    }
+
+    /** @var array<string, int> what TOKENLOCK_DIR_MODE said => its mode */
+    private static array $dirModes = [];
 
     /**
      * The mode of the lock directories and workspaces this process creates:
@@ -1460,6 +1559,11 @@ final class Native
         if ($text === false || $text === '') {
             return self::DIR_MODE;
         }
+        return self::$dirModes[$text] ??= self::parseDirMode($text, $step);
+    }
+
+    private static function parseDirMode(string $text, string $step): int
+    {
         if (!preg_match('/\A[0-7]{1,5}\z/', $text) || octdec($text) > 07777) {
             throw new Exception('bad_argument', "tokenlock: $step: TOKENLOCK_DIR_MODE takes an octal mode such as 0775, not \"$text\"", 64);
         }
@@ -1473,8 +1577,62 @@ final class Native
         return $mode;
     }
 
-    /** Whether GID is this process's effective group or one of its groups. */
-    private static function inGroup(int $gid): bool
+    /** @var array<string, int> what named a group => its gid, membership checked */
+    private static array $groups = [];
+
+    /**
+     * The group named for sharing: $option (a name or a decimal gid), else
+     * TOKENLOCK_GROUP, else null. This user must be a member of it.
+     *
+     * @throws Exception `bad_argument` for an unknown group or one this
+     *         user is not in
+     */
+    public static function group(mixed $option, string $step = 'acquire'): ?int
+    {
+        if ($option === null) {
+            $option = getenv('TOKENLOCK_GROUP');
+            if ($option === false || $option === '') {
+                return null;
+            }
+        }
+        if (!is_string($option) && !is_int($option)) {
+            throw new \InvalidArgumentException('Tokenlock: the group option takes a group name or a decimal gid');
+        }
+        $text = (string) $option;
+        return self::$groups[$text] ??= self::resolveGroup($text, $step);
+    }
+
+    private static function resolveGroup(string $text, string $step): int
+    {
+        $shown = addcslashes($text, "\0..\37\177..\377");
+        if (preg_match('/\A[0-9]{1,10}\z/', $text)) {
+            $gid = (int) $text;
+        } elseif (function_exists('posix_getgrnam')) {
+            $entry = @posix_getgrnam($text);
+            $gid = is_array($entry) ? $entry['gid'] : null;
+        } else {
+            $gid = null;
+            foreach (@file('/etc/group', FILE_IGNORE_NEW_LINES) ?: [] as $line) {
+                $f = explode(':', $line);
+                if (count($f) >= 3 && $f[0] === $text && preg_match('/\A[0-9]{1,10}\z/', $f[2])) {
+                    $gid = (int) $f[2];
+                }
+            }
+        }
+        if ($gid === null) {
+            throw new Exception('bad_argument', "tokenlock: $step: the group \"$shown\" named for sharing does not exist (or cannot be looked up here: name it by its decimal gid)", 64);
+        }
+        $member = self::inGroup($gid);
+        if ($member !== true) {
+            throw new Exception('bad_argument', "tokenlock: $step: the group \"$shown\" named for sharing (gid $gid) " . ($member === false
+                ? 'is not one of this user\'s groups; name a group this user is in, or add the user to it'
+                : 'cannot be checked: this process cannot learn its groups (posix_getgroups() is disabled and /proc/self/status cannot be read); enable the posix extension or allow /proc in open_basedir'), 64);
+        }
+        return $gid;
+    }
+
+    /** Whether GID is this process's effective group or one of its groups; null when it cannot tell. */
+    private static function inGroup(int $gid): ?bool
     {
         if (function_exists('posix_getegid') && function_exists('posix_getgroups')) {
             return $gid === posix_getegid() || in_array($gid, posix_getgroups() ?: [], true);
@@ -1482,20 +1640,44 @@ final class Native
         // Without posix: the Gid and Groups lines of /proc/self/status.
         $status = (string) @file_get_contents('/proc/self/status');
         if (!preg_match('/^Gid:\s+\d+\s+(\d+)/m', $status, $g)) {
-            return false;
+            return null;
         }
         $groups = preg_match('/^Groups:([ \t\d]*)$/m', $status, $m) ? preg_split('/\s+/', trim($m[1])) : [];
         return in_array((string) $gid, array_merge([$g[1]], $groups), true);
     }
 
-    public static function euid(): ?int
+    /** The effective uid found without posix, once per process. */
+    private static ?int $euidSeen = null;
+
+    /**
+     * The effective uid. Without posix_geteuid(), the Uid line of
+     * /proc/self/status, else the owner of a temporary file this process
+     * makes (a new file belongs to its creator's effective uid). Never a
+     * guess: who we are decides what is trusted.
+     *
+     * @throws Exception `system` when none of these can be had
+     */
+    public static function euid(string $step = 'acquire', string $path = ''): int
     {
         if (function_exists('posix_geteuid')) {
             return posix_geteuid();
         }
-        // /proc/self belongs to the process's effective uid.
-        $uid = @fileowner('/proc/self');
-        return $uid === false ? null : $uid;
+        if (self::$euidSeen !== null) {
+            return self::$euidSeen;
+        }
+        $status = (string) @file_get_contents('/proc/self/status');
+        if (preg_match('/^Uid:\s+\d+\s+(\d+)/m', $status, $m)) {
+            return self::$euidSeen = (int) $m[1];
+        }
+        $h = @tmpfile();
+        $st = $h === false ? false : fstat($h);
+        if ($h !== false) {
+            fclose($h);
+        }
+        if ($st !== false) {
+            return self::$euidSeen = $st['uid'];
+        }
+        throw new Exception('system', "tokenlock: $step" . ($path === '' ? '' : " $path") . ': cannot tell which user this process runs as, which decides whom it trusts: posix_geteuid() is disabled or missing, /proc/self/status cannot be read and no temporary file could be made; nothing was touched: enable the posix extension, or allow /proc or sys_temp_dir in open_basedir', 71, [], null, 13);
     }
 
     /**
@@ -1503,10 +1685,10 @@ final class Native
      *
      * @throws BusyException|TimeoutException|Exception
      */
-    public static function acquire(string $dir, ?float $wait, int $leaseUs): string
+    public static function acquire(string $dir, ?float $wait, int $leaseUs, ?int $named = null): string
     {
         $deadline = $wait === null ? null : hrtime(true) + (int) ($wait * 1e9);
-        $exists = self::checkTrusted($dir);
+        $exists = self::checkTrusted($dir, $named);
         $delay = self::BACKOFF_MIN_US;
         $reason = '';
         // Tokens a rename made ours that no owner mark confirmed: should one
@@ -1521,7 +1703,7 @@ final class Native
             if ($look) {
                 $lastLook = $now;
             }
-            $got = self::round($dir, $leaseUs, $exists, $givenUp, $reason, $look, $round === 0);
+            $got = self::round($dir, $leaseUs, $named, $exists, $givenUp, $reason, $look, $round === 0);
             if ($got === true) {
                 continue;
             }
@@ -1555,7 +1737,7 @@ final class Native
      *
      * @param array<string, bool> $givenUp
      */
-    private static function round(string $dir, int $leaseUs, bool &$exists, array &$givenUp, string &$reason, bool $look, bool $first): string|bool
+    private static function round(string $dir, int $leaseUs, ?int $named, bool &$exists, array &$givenUp, string &$reason, bool $look, bool $first): string|bool
     {
         clearstatcache(true, "$dir/" . self::FREE);
         $try = $exists && ($first || @lstat("$dir/" . self::FREE) !== false);
@@ -1579,14 +1761,14 @@ final class Native
         $state = $seen[0];
         if (!$exists && $state !== 'missing') {
             // Made by another process since the first look: judge it now.
-            $exists = self::checkTrusted($dir);
+            $exists = self::checkTrusted($dir, $named);
         }
         if ($state === 'free') {
             return true;
         }
         if ($state === 'missing') {
-            self::create($dir, $leaseUs);
-            $exists = self::checkTrusted($dir);
+            self::create($dir, $leaseUs, $named);
+            $exists = self::checkTrusted($dir, $named);
             return true;
         }
         // One held token: take it over if stale, else wait.
@@ -1598,10 +1780,13 @@ final class Native
         if (!$stale) {
             return false;
         }
+        // What the rename takes over, to know it again before clearing it.
+        clearstatcache(true, "$dir/{$found[0]}");
+        $taken = @lstat("$dir/{$found[0]}");
         $mine = self::token(self::nowUs() + $leaseUs);
         $errno = self::rename("$dir/{$found[0]}", "$dir/$mine");
         if ($errno === 0) {
-            return self::finish($dir, $mine, $found[0], $leaseUs, $givenUp, $reason) ? $mine : false;
+            return self::finish($dir, $mine, $found[0], $leaseUs, $givenUp, $reason, $taken ?: null) ? $mine : false;
         }
         if ($errno !== 2) {
             throw self::systemError('acquire', $dir, "cannot take over the stale token {$found[0]} ($reason)", $errno);
@@ -1616,7 +1801,7 @@ final class Native
         $d = @stat($dir);
         $t = @lstat("$dir/" . self::FREE);
         if ($d !== false && ($d['mode'] & 01000) && $t !== false) {
-            return sprintf('lock directory %s is sticky and the token belongs to uid %d (we are uid %s); use a non-sticky directory shared by the users that lock', $dir, $t['uid'], self::euid() ?? 'unknown');
+            return sprintf('lock directory %s is sticky and the token belongs to uid %d (we are uid %d); use a non-sticky directory shared by the users that lock', $dir, $t['uid'], self::euid());
         }
         return 'the filesystem or a file attribute forbids this rename; a sticky directory only lets the token\'s owner rename it';
     }
@@ -1628,7 +1813,7 @@ final class Native
      *
      * @param array<string, bool> $givenUp
      */
-    private static function finish(string $dir, string $token, ?string $takenFrom, int $leaseUs, array &$givenUp, string &$reason): bool
+    private static function finish(string $dir, string $token, ?string $takenFrom, int $leaseUs, array &$givenUp, string &$reason, ?array $taken = null): bool
     {
         $marks = self::needsMarks($dir);
         if ($marks) {
@@ -1640,7 +1825,9 @@ final class Native
             }
         }
         if ($takenFrom !== null) {
-            self::clearWorkspace("$dir/$token", 0, $marks);
+            if ($taken !== null) {
+                self::clearWorkspace($dir, $token, $taken, $marks);
+            }
             self::sweep($dir, $leaseUs);
         }
         return true;
@@ -1703,7 +1890,7 @@ final class Native
      * Creates DIR by renaming a populated temporary directory onto its
      * name, so that concurrent creators cannot make two tokens.
      */
-    private static function create(string $dir, int $leaseUs): void
+    private static function create(string $dir, int $leaseUs, ?int $named): void
     {
         $slash = strrpos($dir, '/');
         $parent = $slash === false ? '.' : ($slash === 0 ? '/' : substr($dir, 0, $slash));
@@ -1711,20 +1898,28 @@ final class Native
         $owned = substr(self::token(self::nowUs() + $leaseUs), strlen(self::PREFIX));
         $initName = strlen("$name.init.$owned") <= 255 ? "$name.init.$owned" : "$name.init." . bin2hex(random_bytes(8));
         $init = "$parent/$initName";
-        $mode = self::dirMode();
+        // A named group shares it: its group, and group write.
+        $mode = self::dirMode() | ($named === null ? 0 : 0070);
         error_clear_last();
         if (!@mkdir($init, 0700)) {
             $errno = self::lastErrno() ?: 5;
             throw self::systemError('create', $dir, "cannot create the temporary directory $init", $errno,
                 $errno === 2 ? 'the parent directory of the lock directory must exist' : '');
         }
-        // chmod after mkdir, so that the umask cannot narrow the mode.
+        // chmod after mkdir, so that the umask cannot narrow the mode; the
+        // group first, as chgrp may clear the setgid bit.
+        if ($named !== null) {
+            @chgrp($init, $named);
+        }
         @chmod($init, $mode);
         error_clear_last();
         if (!@mkdir("$init/" . self::FREE, 0700)) {
             $errno = self::lastErrno() ?: 5;
             @rmdir($init);
             throw self::systemError('create', $dir, "cannot create the token $init/" . self::FREE, $errno);
+        }
+        if ($named !== null) {
+            @chgrp("$init/" . self::FREE, $named);
         }
         @chmod("$init/" . self::FREE, $mode);
         $errno = self::syncDirectory($init);
@@ -1794,7 +1989,7 @@ final class Native
             $path = "$parent/$n";
             clearstatcache(true, $path);
             $st = @lstat($path);
-            if ($st === false || ($st['mode'] & 0170000) !== 0040000 || ($euid !== null && $st['uid'] !== $euid)) {
+            if ($st === false || ($st['mode'] & 0170000) !== 0040000 || $st['uid'] !== $euid) {
                 continue;
             }
             $rest = substr($n, strlen($prefix));
@@ -1814,39 +2009,93 @@ final class Native
     }
 
     /**
-     * Empties a workspace taken over from a previous owner, never following
-     * a symbolic link: a link is removed itself. Depth-limited: a
-     * workspace holds temporary files, not trees.
+     * Empties the token TOKEN of DIR, just taken over from a dead owner:
+     * what that owner left there (and, in a token others can write, anybody
+     * else) goes, and nothing outside it, even while another user renames
+     * names on the way. PHP has no openat()/unlinkat(), and any name on a
+     * path can be swapped for a link between a check and a use; a working
+     * directory cannot: chdir() resolves a name once, and stat('.') then
+     * shows whether the directory pinned is the one lstat() judged (a
+     * directory, not a link: $taken, what the takeover renamed). Every
+     * removal names one entry relative to that pinned directory, never a
+     * path through another name. Coming back up, '..' must be the parent
+     * judged again. Anything else stops the walk: what is left stays for
+     * the next takeover, nothing outside was touched. The working directory
+     * is restored after (php-fpm serves its next request in this process).
+     * Under ZTS PHP keeps a working directory of its own and expands
+     * relative names itself, so nothing pins: the token is left as it is.
+     *
+     * @param array{dev: int, ino: int, mode: int} $taken
      */
-    private static function clearWorkspace(string $path, int $depth, bool $keepMarks = false): void
+    private static function clearWorkspace(string $dir, string $token, array $taken, bool $keepMarks): void
     {
-        $names = @scandir($path);
-        if ($names === false) {
+        // Only where the way back is open: open_basedir may refuse a
+        // chdir() to the directory a php-fpm worker started in.
+        $cwd = PHP_ZTS ? false : getcwd();
+        if ($cwd === false || !@chdir($cwd)) {
             return;
         }
-        foreach ($names as $n) {
-            if ($n === '.' || $n === '..') {
-                continue;
+        try {
+            if (self::enter("$dir/$token", $taken)) {
+                self::clearHere($taken, 0, $keepMarks);
             }
+        } finally {
+            @chdir($cwd);
+        }
+    }
+
+    /**
+     * chdir() to NAME, and whether the working directory is then the
+     * directory $id (from an lstat that showed a directory).
+     *
+     * @param array{dev: int, ino: int, mode: int} $id
+     */
+    private static function enter(string $name, array $id): bool
+    {
+        if (($id['mode'] & 0170000) !== 0040000 || !@chdir($name)) {
+            return false;
+        }
+        clearstatcache();
+        $here = @stat('.');
+        return $here !== false && $here['dev'] === $id['dev'] && $here['ino'] === $id['ino'];
+    }
+
+    /**
+     * Empties the working directory, pinned as $id; false when the walk
+     * must stop (the working directory is then not known to be $id).
+     * Depth-limited: a workspace holds temporary files, not trees.
+     *
+     * @param array{dev: int, ino: int, mode: int} $id
+     */
+    private static function clearHere(array $id, int $depth, bool $keepMarks): bool
+    {
+        $names = @scandir('.', SCANDIR_SORT_NONE);
+        foreach ($names ?: [] as $n) {
             // Owner marks were judged one by one; ours stays.
-            if ($keepMarks && $depth === 0 && self::tokenOfMark($n) !== null) {
+            if ($n === '.' || $n === '..' || ($keepMarks && $depth === 0 && self::tokenOfMark($n) !== null)) {
                 continue;
             }
-            $p = "$path/$n";
-            clearstatcache(true, $p);
-            $st = @lstat($p);
+            // Relative names: PHP caches the last stat by its name.
+            clearstatcache();
+            $st = @lstat($n);
             if ($st === false) {
                 continue;
             }
-            if (($st['mode'] & 0170000) === 0040000) {
-                if ($depth < 8) {
-                    self::clearWorkspace($p, $depth + 1);
-                }
-                @rmdir($p);
-            } else {
-                @unlink($p);
+            if (($st['mode'] & 0170000) !== 0040000) {
+                @unlink($n);  // a symbolic link itself, never what it names
+                continue;
             }
+            if ($depth < 8 && @chdir($n)) {
+                clearstatcache();
+                $here = @stat('.');
+                if ($here === false || $here['dev'] !== $st['dev'] || $here['ino'] !== $st['ino']
+                    || !self::clearHere($st, $depth + 1, false) || !self::enter('..', $id)) {
+                    return false;
+                }
+            }
+            @rmdir($n);
         }
+        return true;
     }
 
     /** Renames TOKEN back to the free token. */
@@ -2119,6 +2368,13 @@ final class Files
 {
     /** The largest file an update reads (default_read_limit). */
     public const READ_LIMIT = 64 << 20;
+    /**
+     * The largest counter file read (docs/security.md): one unsigned
+     * decimal and a newline take 21 bytes. Bounded this tightly so that
+     * no counter, whatever it holds, makes increment() allocate past a
+     * host's memory_limit, a fatal error that would skip the release.
+     */
+    public const COUNTER_LIMIT = 64;
     private const LOCAL_FS = ['ext2', 'ext3', 'ext4', 'xfs', 'btrfs', 'tmpfs', 'ramfs', 'f2fs', 'overlay', 'zfs', 'reiserfs', 'jfs', 'bcachefs', 'nilfs2'];
 
     /** How long a stale read on a network filesystem is read again; tests shorten it. */
@@ -2252,7 +2508,7 @@ final class Files
             return;
         }
         throw new Exception('untrusted', sprintf('tokenlock: %s %s: refusing to follow the symbolic link %s: it is owned by uid %d, neither this user (uid %s) nor the owner of %s (uid %d), a directory that is sticky and writable by all (mode %04o), where anyone may plant a link; nothing was written or read: name the file it points to directly, or have that link removed and made by this user',
-            $step, $t['path'], $t['path'], $link['uid'], $euid ?? 'unknown', $t['dir'], $d['uid'], $d['mode'] & 07777), 77);
+            $step, $t['path'], $t['path'], $link['uid'], $euid, $t['dir'], $d['uid'], $d['mode'] & 07777), 77);
     }
 
     /**
@@ -2380,7 +2636,7 @@ final class Files
      * @param array{path: string, dir: string} $t
      * @return array{0: ?string, 1: int} the contents (null: missing) and their mtime in microseconds
      */
-    public static function readTarget(array $t): array
+    public static function readTarget(array $t, int $limit = self::READ_LIMIT): array
     {
         // A network client may answer the lstat from its cache and the open
         // from the server (GlusterFS): two files for one name until the
@@ -2389,7 +2645,7 @@ final class Files
         $start = hrtime(true);
         for ($pause = 5000; ; $pause = min(2 * $pause, 200000)) {
             try {
-                return self::readTargetOnce($t);
+                return self::readTargetOnce($t, $limit);
             } catch (Exception $e) {
                 if ($e->getError() !== 'system' || $e->getErrno() !== self::EREPLACED
                     || (hrtime(true) - $start) / 1000 > self::$staleReadBudgetUs) {
@@ -2407,7 +2663,7 @@ final class Files
      * @param array{path: string, dir: string} $t
      * @return array{0: ?string, 1: int}
      */
-    private static function readTargetOnce(array $t): array
+    private static function readTargetOnce(array $t, int $limit): array
     {
         $path = $t['path'];
         clearstatcache(true, $path);
@@ -2425,8 +2681,8 @@ final class Files
         if ($type !== 0100000) {
             throw Native::systemError('read', $path, 'it is not a regular file (a FIFO, device or socket), and was not read; nothing was written', 22, 'put a regular file there');
         }
-        if ($st['size'] > self::READ_LIMIT) {
-            throw Native::systemError('read', $path, "it is too large ({$st['size']} bytes, the limit is " . self::READ_LIMIT . '); nothing was written', 27, 'keep such files out of updates');
+        if ($st['size'] > $limit) {
+            throw self::tooLarge($path, $st['size'], $limit);
         }
         error_clear_last();
         // 'n': O_NONBLOCK, so that a FIFO swapped in since the lstat is
@@ -2448,19 +2704,28 @@ final class Files
             // In pieces: a length given to stream_get_contents() is allocated whole.
             for ($text = ''; !feof($h);) {
                 error_clear_last();
-                $chunk = @fread($h, 65536);
+                $chunk = @fread($h, min(65536, $limit + 1));
                 if ($chunk === false) {
                     throw self::fileError('read', $t, 'cannot read the target', Native::lastErrno() ?: 5);
                 }
                 $text .= $chunk;
-                if (strlen($text) > self::READ_LIMIT) {
-                    throw Native::systemError('read', $path, 'it grew past the limit of ' . self::READ_LIMIT . ' bytes; nothing was written', 27, 'keep such files out of updates');
+                if (strlen($text) > $limit) {
+                    throw self::tooLarge($path, strlen($text), $limit);
                 }
             }
             return [$text, $fst['mtime'] * 1000000];
         } finally {
             fclose($h);
         }
+    }
+
+    /** A target past the read limit: for a counter, corrupt data. */
+    private static function tooLarge(string $path, int $size, int $limit): Exception
+    {
+        if ($limit === self::COUNTER_LIMIT) {
+            return new Exception('corrupt_data', "tokenlock: read counter $path: it holds at least $size bytes, more than the " . self::COUNTER_LIMIT . ' a counter may (one unsigned decimal and a newline); it was not read and was left as it is: repair or remove it by hand', 65);
+        }
+        return Native::systemError('read', $path, "it is too large (at least $size bytes, the limit is $limit); nothing was written", 27, 'keep such files out of updates');
     }
 
     // ---- version marks, on network filesystems ----------------------------
@@ -2539,7 +2804,13 @@ final class Files
             error_clear_last();
             if (@mkdir($w, 0700)) {
                 $made = true;
-                @chmod($w, Native::dirMode('commit'));
+                // Shared with the lock directory's chosen group, whose
+                // members commit through it too.
+                $group = Native::chosenGroup($dir);
+                if ($group !== null) {
+                    @chgrp($w, $group);
+                }
+                @chmod($w, Native::dirMode('commit') | ($group === null ? 0 : 0070));
             } elseif (($errno = Native::lastErrno() ?: 5) !== 17) {
                 if (($errno === 2 || $errno === 116) && self::tokenGone($dir, $token)) {
                     throw self::lostBeforeCommit($t['path'], $token);
@@ -2550,7 +2821,7 @@ final class Files
         }
         foreach (["$dir/$token" => "lock's token", $w => "lock's workspace"] as $path => $what) {
             try {
-                Native::checkTrusted($path, 'commit', "the $what");
+                Native::checkInside($dir, $path, 'commit', "the $what");
             } catch (Exception $e) {
                 if ($made) {
                     @rmdir($w);
@@ -2638,7 +2909,7 @@ final class Files
     {
         $dir = Native::lockPath($lockDir);
         $leaseUs = $o['lease_us'] ?? Native::leaseUs(null);
-        $token = Native::acquire($dir, array_key_exists('wait', $o) ? $o['wait'] : Command::DEFAULT_WAIT, $leaseUs);
+        $token = Native::acquire($dir, array_key_exists('wait', $o) ? $o['wait'] : Command::DEFAULT_WAIT, $leaseUs, Native::group($o['group'] ?? null));
         $t = null;
         $value = null;
         try {
@@ -2648,9 +2919,10 @@ final class Files
             }
             $marks = !self::onLocalFs($dir);
             $oldMark = $marks ? self::readVersionMark("$dir/$token/w") : null;
-            [$current, $mtime] = self::readTarget($t);
+            $limit = empty($o['counter']) ? self::READ_LIMIT : self::COUNTER_LIMIT;
+            [$current, $mtime] = self::readTarget($t, $limit);
             if ($oldMark !== null) {
-                [$current, $mtime] = self::readPastStale($t, $oldMark, $leaseUs, $current, $mtime);
+                [$current, $mtime] = self::readPastStale($t, $oldMark, $leaseUs, $current, $mtime, $limit);
             }
             [$next, $value] = $compute($current);
             $mode = self::modeOf($t, $o['mode'] ?? null);
@@ -2699,7 +2971,7 @@ final class Files
      * @param array{hash: string, mtime: int} $mark
      * @return array{0: ?string, 1: int}
      */
-    private static function readPastStale(array $t, array $mark, int $leaseUs, ?string $current, int $mtime): array
+    private static function readPastStale(array $t, array $mark, int $leaseUs, ?string $current, int $mtime, int $limit): array
     {
         $start = hrtime(true);
         $budget = min(self::$staleReadBudgetUs, intdiv($leaseUs, 4)) * 1000;
@@ -2725,7 +2997,7 @@ final class Files
             }
             usleep(min($pause, intdiv($left, 1000) + 1));
             $pause = min(2 * $pause, 200000);
-            [$current, $mtime] = self::readTarget($t);
+            [$current, $mtime] = self::readTarget($t, $limit);
         }
     }
 

@@ -213,6 +213,40 @@ final class CounterCgiTest extends TempDirTestCase
         $this->assertLockFree("$this->data/home.count.lock");
     }
 
+    public function testAnOversizedCounterIs500AndIsLeftAsItIs(): void
+    {
+        $h = fopen("$this->data/home.count", 'w');
+        ftruncate($h, 64 << 20);
+        fclose($h);
+        foreach (['id=home', 'id=home&peek=1'] as $query) {
+            $r = $this->get($query);
+            $this->assertSame(500, $r->status, $query . $r->stderr);
+            $this->assertSame("the counter file is corrupt; it was left as it is\n", $r->body);
+            $this->assertStringContainsString('more than the 64 a counter may', $r->stderr);
+        }
+        clearstatcache();
+        $this->assertSame(64 << 20, filesize("$this->data/home.count"));
+        $this->assertLockFree("$this->data/home.count.lock");
+    }
+
+    public function testTheGroupNamedForSharingMakesTheLockInThatGroupAndAnotherIsRefused(): void
+    {
+        $gid = posix_getegid();
+        $r = $this->get('id=home', ['TOKENLOCK_COUNTER_GROUP' => (string) $gid]);
+        $this->assertSame(200, $r->status, $r->raw . $r->stderr);
+        $this->assertSame("1\n", $r->body);
+        clearstatcache();
+        $this->assertSame($gid, filegroup("$this->data/home.count.lock"));
+        $this->assertSame('0775', sprintf('%04o', fileperms("$this->data/home.count.lock") & 07777), 'group-writable');
+        $r = $this->get('id=home');
+        $this->assertSame(500, $r->status, 'without the group named, its group-writable lock directory is refused');
+        $this->assertStringContainsString('which is not the group chosen for sharing', $r->stderr);
+        $r = $this->get('id=home', ['TOKENLOCK_COUNTER_GROUP' => 'no-such-group-tl']);
+        $this->assertSame(500, $r->status);
+        $this->assertStringContainsString('does not exist', $r->stderr);
+        $this->assertSame("1\n", file_get_contents("$this->data/home.count"), 'counted once');
+    }
+
     public function testItCountsWithNoTokenlockCommandAnywhere(): void
     {
         $env = ['TOKENLOCK_COMMAND' => "$this->dir/no-command", 'PATH' => "$this->dir/empty", 'HOME' => "$this->dir/nohome"];

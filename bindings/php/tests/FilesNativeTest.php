@@ -167,9 +167,10 @@ final class FilesNativeTest extends TempDirTestCase
         $h = fopen("$d/huge", 'w');
         ftruncate($h, Files::READ_LIMIT + 1);
         fclose($h);
-        $this->assertSame('system 27', self::errorOf(fn () => increment("$d/huge")), 'a file over the read limit: EFBIG');
+        $this->assertSame('system 27', self::errorOf(fn () => writeFile("$d/huge", 'x', ['lock' => "$d/huge.lock"])), 'a file over the read limit: EFBIG');
         clearstatcache();
         $this->assertSame(Files::READ_LIMIT + 1, filesize("$d/huge"), 'left as it was');
+        $this->assertSame('free', Tool::status("$d/huge.lock")['state'], 'the lock released');
         $this->assertNoTemporaryFiles($d);
     }
 

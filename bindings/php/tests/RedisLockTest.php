@@ -269,7 +269,9 @@ final class RedisLockTest extends TempDirTestCase
             } catch (Exception $e) {
                 $this->assertSame(['bad_argument', 64], [$e->getError(), $e->getCode()], $url);
                 // What may be a user and password is not shown.
-                $shown = ['redis://us@h' => 'redis://***@h', 'redis://:%zz@h' => 'redis://***@h'][$url] ?? $url;
+                // So is what may be a password whose '@' was forgotten: a
+                // ':' not followed by a port.
+                $shown = ['redis://us@h' => 'redis://***@h', 'redis://:%zz@h' => 'redis://***@h', 'redis://[::1' => 'redis://***'][$url] ?? $url;
                 $this->assertStringContainsString("\"$shown\"", $e->getMessage());
             }
         }
@@ -395,11 +397,107 @@ final class RedisLockTest extends TempDirTestCase
         $lock = RedisLock::acquire("redis://:S3cr%3Aet%40pw@127.0.0.1:{$this->server->port}", 'dumped', ['wait' => 0]);
         ob_start();
         var_dump($lock);
-        $shown = ob_get_clean() . print_r($lock, true);
+        debug_zval_dump($lock);
+        var_export($lock);
+        $shown = ob_get_clean() . print_r($lock, true) . print_r((array) $lock, true) . var_export((array) $lock, true)
+            . json_encode((array) $lock) . print_r(get_object_vars($lock), true);
+        // Every property, private ones too, and those of what it holds.
+        $walk = function (mixed $v, int $depth) use (&$walk): string {
+            if (!is_object($v) || $depth > 3) {
+                return is_scalar($v) ? (string) $v : '';
+            }
+            $text = '';
+            foreach ((new \ReflectionObject($v))->getProperties() as $p) {
+                $p->setAccessible(true);
+                if (!$p->isStatic() && $p->isInitialized($v)) {
+                    $value = $p->getValue($v);
+                    $text .= $p->getName() . '=' . (is_array($value) ? json_encode($value) : $walk($value, $depth + 1)) . "\n";
+                }
+            }
+            return $text;
+        };
+        $shown .= $walk($lock, 0);
+        try {
+            throw new \RuntimeException('with the lock in its trace');
+        } catch (\RuntimeException $e) {
+            $shown .= $e->getTraceAsString();
+        }
         $this->assertStringNotContainsString('S3cr', $shown);
+        $this->assertStringNotContainsString('pw', $shown);
         $this->assertStringContainsString("redis://127.0.0.1:{$this->server->port}", $shown);
+        $this->assertTrue($lock->isHeld(), 'still held, after all that');
+        $lock->refresh();
         $lock->release();
         $this->assertFalse($lock->isHeld());
+    }
+
+    public function testALockCannotBeSerializedNorAnotherHandleUnserialized(): void
+    {
+        $lock = RedisLock::acquire($this->server->url(), 'ser', ['wait' => 0]);
+        try {
+            serialize($lock);
+            $this->fail('a lock was serialized');
+        } catch (\LogicException $e) {
+            $this->assertStringContainsString('cannot be serialized', $e->getMessage());
+        }
+        foreach ([RedisLock::class, \Tokenlock\Redis\Connection::class] as $class) {
+            // What a serialized lock would look like, properties and all.
+            $forged = sprintf('O:%d:"%s":2:{s:4:"name";s:3:"ser";s:5:"owner";s:%d:"%s";}', strlen($class), $class, strlen($lock->owner()), $lock->owner());
+            try {
+                unserialize($forged);
+                $this->fail("$class was unserialized");
+            } catch (\LogicException $e) {
+                $this->assertStringContainsString('cannot be unserialized', $e->getMessage());
+            }
+        }
+        $this->assertTrue($lock->isHeld());
+        $lock->release();
+        $this->assertSame(['tokenlock:ser:fence'], $this->client->keys('tokenlock:ser*'), 'released once, by its one handle');
+    }
+
+    public function testTheCommandGetsTheUrlFromItsEnvironmentNotFromItsArguments(): void
+    {
+        // A command that writes down what it was given, then acts as one
+        // that holds a grant.
+        $fake = "$this->dir/fake-tokenlock";
+        file_put_contents($fake, "#!/bin/sh\nprintf '%s\\n' \"\$@\" > \"\$0.argv\"\nprintf '%s' \"\$TOKENLOCK_URL\" > \"\$0.url\"\necho 7.host-0123abcd.1.2.0123456789abcdef\n");
+        chmod($fake, 0755);
+        $url = 'redis://app:S3cr%3Aet@127.0.0.1:1/2';
+        $lock = RedisLock::acquire($url, 'viaenv', ['backend' => 'command', 'command' => $fake, 'wait' => 0]);
+        $argv = (string) file_get_contents("$fake.argv");
+        $this->assertStringNotContainsString('S3cr', $argv, 'no password on argv');
+        $this->assertStringContainsString("--redis\nenv:TOKENLOCK_URL\n", $argv);
+        $this->assertSame($url, file_get_contents("$fake.url"), 'the URL is in its environment');
+        $this->assertSame(7, $lock->fence());
+        $lock->release();
+        $this->assertStringNotContainsString('S3cr', (string) file_get_contents("$fake.argv"), 'nor on the release\'s');
+    }
+
+    public function testAMalformedUrlsPasswordIsMaskedWhateverIsWrong(): void
+    {
+        $urls = [
+            'redis://:S3cret' => 'a forgotten @',
+            'redis://app:S3cret/0' => 'a forgotten @, a database',
+            'redis:/app:S3cret@h' => 'one slash',
+            'redis//app:S3cret@h' => 'no colon',
+            'etcd://app:S3cret@h' => 'another scheme',
+            'http://:S3cret@h:80/' => 'http',
+            'redis://app:S3c?ret@h:x' => 'a ? and a bad port',
+            'redis://app:S3c#ret/@h' => 'a # and a stray /',
+            'redis://app:S3c ret@h h' => 'spaces',
+            'S3cret@h' => 'no scheme',
+        ];
+        foreach ($urls as $url => $what) {
+            foreach (['phpredis', 'command'] as $backend) {
+                try {
+                    RedisLock::acquire($url, 'x', ['backend' => $backend, 'wait' => 0]);
+                    $this->fail("$what: accepted $url");
+                } catch (Exception $e) {
+                    $this->assertSame(['bad_argument', 64], [$e->getError(), $e->getCode()], "$what: " . $e->getMessage());
+                    $this->assertStringNotContainsString('S3c', self::everythingShown($e), "$backend, $what");
+                }
+            }
+        }
     }
 
     public function testANameEndingInTheSuffixOfAKeyIsRefused(): void

@@ -296,7 +296,7 @@ final class SymfonyStoreTest extends TempDirTestCase
         chmod($this->locks, 0777);
         $this->assertUntrusted($this->locks, 'writable by every user (mode 0777); run chmod o-w', $this->locks);
         chmod($this->locks, 0770);
-        $this->assertUntrusted($this->locks, 'group sharing was not chosen', $this->locks);
+        $this->assertUntrusted($this->locks, 'which is not the group chosen for sharing', $this->locks);
         if (posix_geteuid() === 0) {
             chmod($this->locks, 0755);
             chown($this->locks, 65534);
@@ -355,7 +355,7 @@ final class SymfonyStoreTest extends TempDirTestCase
     {
         $names = array_map(fn (\ReflectionProperty $p) => $p->getName(), (new \ReflectionClass(TokenlockStore::class))->getProperties());
         sort($names);
-        $this->assertSame(['directory', 'initialTtl'], $names);
+        $this->assertSame(['directory', 'group', 'initialTtl'], $names);
         // The option older calls give is still accepted.
         $lock = (new LockFactory(new TokenlockStore($this->locks, 300, ['command' => '/nonexistent/tokenlock'])))->createLock('old-call');
         $this->assertTrue($lock->acquire());
@@ -367,5 +367,29 @@ final class SymfonyStoreTest extends TempDirTestCase
     {
         $this->expectException(\Symfony\Component\Lock\Exception\InvalidTtlException::class);
         new TokenlockStore($this->locks, 86401);
+    }
+
+    public function testTheSymfonyStoreNamesItsGroup(): void
+    {
+        $gid = posix_getegid();
+        $store = new TokenlockStore("$this->locks", 300, ['group' => $gid]);
+        clearstatcache();
+        $this->assertSame($gid, filegroup("$this->locks"));
+        $this->assertSame('0775', sprintf('%04o', fileperms("$this->locks") & 07777));
+        $lock = (new LockFactory($store))->createLock('r');
+        $this->assertTrue($lock->acquire());
+        $lock->release();
+        try {
+            new TokenlockStore("$this->locks");
+            $this->fail('a group-writable store directory was trusted without its group named');
+        } catch (\Tokenlock\Exception $e) {
+            $this->assertSame('untrusted', $e->getError());
+        }
+        if (posix_geteuid() === 0) {
+            chown("$this->locks", 65534);
+            $this->assertInstanceOf(TokenlockStore::class, new TokenlockStore("$this->locks", 300, ['group' => $gid]), 'another member\'s');
+            $this->expectException(\Tokenlock\Exception::class);
+            new TokenlockStore("$this->locks", 300);
+        }
     }
 }

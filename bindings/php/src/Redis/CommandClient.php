@@ -18,8 +18,10 @@ use Tokenlock\Exception;
 final class CommandClient
 {
     /**
-     * Runs `tokenlock SUBCOMMAND --redis URL ARGS...` (ARGS end with the
-     * lock's name) and returns its standard output; a failure is thrown
+     * Runs `tokenlock SUBCOMMAND --redis env:TOKENLOCK_URL ARGS...` (ARGS end
+     * with the lock's name) with the URL in the command's environment, not
+     * on its argv, which every local user reads in `ps` while it runs; and
+     * returns its standard output; a failure is thrown
      * with the error the command names on its last line
      * (TOKENLOCK_ERRORS=json), and a command killed by a signal as
      * `command_failed`. Messages name the server without credentials.
@@ -33,7 +35,8 @@ final class CommandClient
         // that does not repeat the URL's password.
         $server = Connection::serverOf($url);
         try {
-            return Command::run(array_merge([$subcommand, '--redis', $url], $args), $options, null, $busyAs, "$subcommand $server " . end($args))[0];
+            return Command::run(array_merge([$subcommand, '--redis', 'env:TOKENLOCK_URL'], $args), $options, null, $busyAs, "$subcommand $server " . end($args),
+                ['TOKENLOCK_URL' => $url])[0];
         } catch (Exception $e) {
             throw self::withoutCredentials($e, $url, $server);
         }
@@ -46,13 +49,14 @@ final class CommandClient
      */
     private static function withoutCredentials(Exception $e, #[\SensitiveParameter] string $url, string $server): Exception
     {
-        $shown = Connection::withoutCredentials($url);
-        if ($shown === $url) {
+        $secrets = Connection::secretsOf($url);
+        if ($secrets === []) {
             return $e;
         }
         $class = get_class($e);
-        $argv = array_map(fn (string $a) => $a === $url ? $shown : $a, $e->getCommandLine());
-        // Not chained to $e, whose message and command line still hold them.
-        return new $class($e->getError(), str_replace($url, $server, $e->getMessage()), $e->getCode(), $argv, null, $e->getErrno());
+        $message = strtr($e->getMessage(), [$url => $server] + array_fill_keys($secrets, '***'));
+        $argv = array_map(fn (string $a) => strtr($a, [$url => Connection::withoutCredentials($url)] + array_fill_keys($secrets, '***')), $e->getCommandLine());
+        // Not chained to $e, whose message and command line may hold them.
+        return new $class($e->getError(), $message, $e->getCode(), $argv, null, $e->getErrno());
     }
 }

@@ -16,17 +16,48 @@ use Tokenlock\Exception;
 
 final class Connection
 {
-    /** @var array{host: string, port: int, path: string, db: int, user: string, password: ?string} */
+    /** @var array{host: string, port: int, path: string, db: int} */
     private array $endpoint;
     private ?\Redis $redis = null;
     private int $pid = 0;
+
+    /**
+     * The user and password of each connection, kept out of its
+     * properties: var_export(), (array), serialize() and
+     * debug_zval_dump() show properties, whatever __debugInfo() says.
+     *
+     * @var ?\WeakMap<self, array{0: string, 1: ?string}>
+     */
+    private static ?\WeakMap $credentials = null;
 
     public function __construct(
         #[\SensitiveParameter] string $url,
         private float $connectTimeout,
         private float $commandTimeout,
     ) {
-        $this->endpoint = self::parseUrl($url);
+        $e = self::parseUrl($url);
+        self::$credentials ??= new \WeakMap();
+        self::$credentials[$this] = [$e['user'], $e['password']];
+        unset($e['user'], $e['password']);
+        $this->endpoint = $e;
+    }
+
+    /** @return array<string, mixed> */
+    public function __debugInfo(): array
+    {
+        return ['server' => $this->server()];
+    }
+
+    /** A copy would carry the credentials out of the process that was given them. */
+    public function __serialize(): array
+    {
+        throw new \LogicException('Tokenlock\\Redis\\Connection cannot be serialized: it holds a password');
+    }
+
+    /** @param array<mixed> $data */
+    public function __unserialize(array $data): void
+    {
+        throw new \LogicException('Tokenlock\\Redis\\Connection cannot be unserialized');
     }
 
     /** The server as messages name it, without the user or password. */
@@ -139,9 +170,10 @@ final class Connection
     private function handshake(\Redis $redis, string $step): void
     {
         $e = $this->endpoint;
+        [$user, $password] = self::$credentials[$this];
         try {
-            if ($e['password'] !== null) {
-                $ok = $redis->auth($e['user'] !== '' ? [$e['user'], $e['password']] : $e['password']);
+            if ($password !== null) {
+                $ok = $redis->auth($user !== '' ? [$user, $password] : $password);
                 if (!$ok) {
                     throw new Exception('server_error', "tokenlock: $step {$this->server()}: the server refused the user or password in the URL: "
                         . ($redis->getLastError() ?? 'AUTH failed') . '; fix the URL', 69);
@@ -225,14 +257,40 @@ final class Connection
      */
     public static function withoutCredentials(#[\SensitiveParameter] string $url): string
     {
-        $scheme = strpos($url, '://');
-        $start = $scheme === false ? 0 : $scheme + 3;
+        // The scheme however it is misspelt (redis:/, http://, none).
+        $start = preg_match('~\A[A-Za-z][A-Za-z0-9+.-]{0,15}:/{0,3}~', $url, $m) ? strlen($m[0]) : 0;
         $rest = substr($url, $start);
         if (str_starts_with($url, 'unix://') && ($rest === '' || $rest[0] === '/')) {
             return $url;
         }
         $at = str_starts_with($url, 'unix://') && ($path = strpos($rest, '@/')) !== false ? $path : strrpos($rest, '@');
-        return $at === false ? $url : substr($url, 0, $start) . '***' . substr($rest, $at);
+        if ($at !== false) {
+            return substr($url, 0, $start) . '***' . substr($rest, $at);
+        }
+        // No '@': shown only if it reads as host[:port][/db]; anything else
+        // may be a password whose '@' was forgotten (redis://:secret).
+        return preg_match('~\A(\[[0-9A-Fa-f:.]*\]|[^:@/\[]*)(:[0-9]*)?(/[^:@]*)?\z~', $rest) ? $url : substr($url, 0, $start) . '***';
+    }
+
+    /**
+     * What of URL may be a secret, for scrubbing a message: the part before
+     * its last '@' (user and password as written) and the password
+     * percent-decoded; none without an '@'.
+     *
+     * @return list<string>
+     */
+    public static function secretsOf(#[\SensitiveParameter] string $url): array
+    {
+        $start = preg_match('~\A[A-Za-z][A-Za-z0-9+.-]{0,15}:/{0,3}~', $url, $m) ? strlen($m[0]) : 0;
+        $rest = substr($url, $start);
+        $at = strrpos($rest, '@');
+        if ($at === false) {
+            return self::withoutCredentials($url) === $url ? [] : [$rest];
+        }
+        $cred = substr($rest, 0, $at);
+        $colon = strpos($cred, ':');
+        $password = $colon === false ? $cred : substr($cred, $colon + 1);
+        return array_values(array_filter(array_unique([$cred, $password, rawurldecode($password)]), fn (string $s) => $s !== ''));
     }
 
     /** @param array<string, mixed> $out */

@@ -44,6 +44,8 @@ final class TokenlockStore implements BlockingStoreInterface
 
     private string $directory;
     private float $initialTtl;
+    /** The `group` option, given to every lock (null: TOKENLOCK_GROUP, if set). */
+    private string|int|null $group;
 
     /**
      * @param string $directory  where the lock directories are made; created
@@ -53,13 +55,21 @@ final class TokenlockStore implements BlockingStoreInterface
      * @param float  $initialTtl the lease, in seconds, that save() and
      *                           waitAndSave() give a lock before any
      *                           refresh() (Symfony's ttl)
-     * @param array{command?: string} $options still accepted, so that older
-     *                           calls keep working: a lock runs no command
+     * @param array{command?: string, group?: string|int} $options
+     *                           `group`: the group (a name or a decimal gid)
+     *                           the locks are shared with, else
+     *                           TOKENLOCK_GROUP; the directory is then made
+     *                           in that group, group-writable, and another
+     *                           member's directories are trusted
+     *                           (docs/security.md); `command` is still
+     *                           accepted, so that older calls keep working:
+     *                           a lock runs no command
      * @throws InvalidArgumentException when the directory cannot be made or written
      * @throws InvalidTtlException for a TTL of 0 or less, or beyond 86400 s
      * @throws Exception `untrusted` when the directory is a symbolic link or
      *         another user could change it, judged as the module judges a
-     *         lock directory; `bad_argument` for a bad TOKENLOCK_DIR_MODE
+     *         lock directory; `bad_argument` for a bad TOKENLOCK_DIR_MODE,
+     *         or a group that does not exist or this user is not in
      */
     public function __construct(string $directory, float $initialTtl = 300.0, array $options = [])
     {
@@ -69,7 +79,12 @@ final class TokenlockStore implements BlockingStoreInterface
         }
         // Without its trailing '/', a path to a link names the link.
         $directory = strlen($directory) > 1 ? rtrim($directory, '/') : $directory;
-        self::prepare($directory);
+        $unknown = array_diff(array_keys($options), ['command', 'group']);
+        if ($unknown) {
+            throw new InvalidArgumentException('TokenlockStore: unknown option ' . implode(', ', $unknown) . '; it takes command and group');
+        }
+        $this->group = $options['group'] ?? null;
+        self::prepare($directory, Native::group($this->group, 'open'));
         $this->directory = $directory;
         $this->initialTtl = $initialTtl;
     }
@@ -80,14 +95,17 @@ final class TokenlockStore implements BlockingStoreInterface
      * could rename a resource's lock directory away, or plant one of their
      * own in its place.
      */
-    private static function prepare(string $directory): void
+    private static function prepare(string $directory, ?int $named): void
     {
         clearstatcache(true, $directory);
         if (@lstat($directory) === false) {
-            $shared = Native::dirMode('create');
+            $shared = Native::dirMode('create') | ($named === null ? 0 : 0070);
             $mode = ($shared & 020) ? $shared : 0700;
             error_clear_last();
             if (@mkdir($directory, $mode, true)) {
+                if ($named !== null) {
+                    @chgrp($directory, $named);
+                }
                 // The umask may have taken the group's write.
                 @chmod($directory, $mode);
             } else {
@@ -100,7 +118,7 @@ final class TokenlockStore implements BlockingStoreInterface
             }
         }
         try {
-            Native::checkTrusted($directory, 'open', "the lock store's directory");
+            Native::checkTrusted($directory, $named, 'open', "the lock store's directory");
         } catch (Exception $e) {
             if ($e->getError() !== 'system') {
                 throw $e;
@@ -205,7 +223,7 @@ final class TokenlockStore implements BlockingStoreInterface
             return;
         }
         try {
-            $lock = Lock::acquire($this->lockDirectory((string) $key), ['wait' => $wait, 'lease' => $this->initialTtl]);
+            $lock = Lock::acquire($this->lockDirectory((string) $key), ['wait' => $wait, 'lease' => $this->initialTtl, 'group' => $this->group]);
         } catch (NotAcquiredException $e) {
             throw new LockConflictedException(sprintf('TokenlockStore: the lock "%s" is held by another process: %s', $key, $e->getMessage()), 0, $e);
         } catch (Exception $e) {
