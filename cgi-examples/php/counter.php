@@ -94,6 +94,19 @@ ini_set('display_errors', '0');
 ini_set('log_errors', '1');
 header_remove('X-Powered-By');
 
+/**
+ * VALUE (from the query string or the environment) as counter.cgi shows it:
+ * letters, digits and " _-.,:/=+@%" as they are, every other byte as \xNN,
+ * at most 64 bytes of it, so that it can neither drive a terminal, forge a
+ * log line, nor become markup.
+ */
+function counter_shown(string $value): string
+{
+    $out = preg_replace_callback('~[^A-Za-z0-9 _\-.,:/=+@%]~', static fn (array $m): string
+        => sprintf('\\x%02x', ord($m[0])), substr($value, 0, 64));
+    return $out . (strlen($value) > 64 ? '...' : '');
+}
+
 /** Writes one line to the server's error log. */
 function counter_log(string $message): void
 {
@@ -109,6 +122,8 @@ function counter_respond(int $status, string $body, string $type, array $headers
     header('Content-Type: ' . $type);
     header('Content-Length: ' . strlen($body));
     header('Cache-Control: no-store');
+    // A browser must not guess HTML in a text answer that echoes input.
+    header('X-Content-Type-Options: nosniff');
     foreach ($headers as [$name, $value]) {
         header("$name: $value");
     }
@@ -221,7 +236,7 @@ function counter_config(): array
             $waitMs = $ok ? (int) $m[2] : 0;
         }
         if (!$ok) {
-            return [null, "TOKENLOCK_COUNTER_WAIT_MS must be 0 to 600000 milliseconds, not \"$wait\""];
+            return [null, 'TOKENLOCK_COUNTER_WAIT_MS must be 0 to 600000 milliseconds, not "' . counter_shown($wait) . '"'];
         }
     }
     if ((string) getenv('TOKENLOCK_COUNTER_REDIS') !== '') {
@@ -232,7 +247,7 @@ function counter_config(): array
     if ($sync === '') {
         $sync = 'file_and_dir';
     } elseif (!in_array($sync, ['none', 'file', 'file_and_dir'], true)) {
-        return [null, "TOKENLOCK_COUNTER_SYNC must be none, file or file_and_dir, not \"$sync\""];
+        return [null, 'TOKENLOCK_COUNTER_SYNC must be none, file or file_and_dir, not "' . counter_shown($sync) . '"'];
     }
     $group = (string) getenv('TOKENLOCK_COUNTER_GROUP');
     return [[$dir, $waitMs, $sync, $group === '' ? null : $group], ''];
@@ -276,7 +291,7 @@ function counter_handle(string $method, string $query, array $config): array
     sort($names, SORT_STRING);
     foreach ($names as $name) {
         if ($name !== 'id' && $name !== 'format' && $name !== 'peek') {
-            return [400, "unknown parameter $name\n", $text, []];
+            return [400, 'unknown parameter ' . counter_shown($name) . "\n", $text, []];
         }
     }
     $id = $q['id'] ?? 'default';

@@ -41,6 +41,7 @@ final class CounterCgiTest extends TempDirTestCase
     private function assertCommonHeaders(CgiResponse $r): void
     {
         $this->assertSame('no-store', $r->header('Cache-Control'), $r->raw);
+        $this->assertSame('nosniff', $r->header('X-Content-Type-Options'), $r->raw);
         $this->assertSame((string) strlen($r->body), $r->header('Content-Length'));
         $this->assertNull($r->header('X-Powered-By'));
         $this->assertStringNotContainsString($this->dir, $r->body, 'a body never shows a server path');
@@ -121,7 +122,8 @@ final class CounterCgiTest extends TempDirTestCase
             'plus is a space' => ['id=a+b', "id must be 1 to 64 letters, digits, '_' or '-'"],
             'unknown parameter' => ['id=a&x=1', 'unknown parameter x'],
             'first unknown in byte order' => ['zz=1&b=2&id=a', 'unknown parameter b'],
-            'php array syntax' => ['id[]=a', 'unknown parameter id[]'],
+            'php array syntax' => ['id[]=a', 'unknown parameter id\\x5b\\x5d'],
+            'markup and a line break, escaped' => ['%3Cb%3E%0D%0AX:%201%1B=1', 'unknown parameter \\x3cb\\x3e\\x0d\\x0aX: 1\\x1b'],
             'repeated' => ['id=a&id=b', 'repeated parameter'],
             'repeated, same value' => ['format=json&format=json', 'repeated parameter'],
             'bad escape' => ['id=%zz', 'invalid percent-encoding'],
