@@ -52,6 +52,12 @@ failure get_key(etcd_client& c, const char* step, const std::string& key, etcd_k
 failure delete_if_revision(etcd_client& c, const char* step, const std::string& key,
                            long long revision, bool& deleted);
 
+// One Txn: put `key` = `value` attached to `lease`, if its create revision
+// is `revision`: the key keeps its create revision (its place in line)
+// under another lease. `moved` false when the key is gone.
+failure move_to_lease(etcd_client& c, const std::string& key, long long revision,
+                      const std::string& value, long long lease, bool& moved);
+
 // The end of the range of keys that start with `prefix`.
 std::string prefix_end(std::string prefix);
 

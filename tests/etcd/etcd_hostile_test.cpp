@@ -1,0 +1,180 @@
+// The etcd client against a hostile server: one that floods a watch or an
+// answer without end (the deadline must hold while bytes keep arriving),
+// and one that answers with the wrong JSON types (a clean protocol_error,
+// and the lease given back). Fake servers on loopback (fake_server.hpp),
+// and a proxy in front of a real member where the lease must be checked
+// in etcd itself.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "etcd/etcd_client.hpp"
+#include "etcd/etcd_url.hpp"
+#include "etcd_test_base.hpp"
+#include "fake_server.hpp"
+#include "http_proxy.hpp"
+#include "tokenlock/etcd_lock.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using fake::fake_server;
+using fake::read_request;
+using fake::send_text;
+using tokenlock::detail::etcd_client;
+using tokenlock::detail::failure;
+using tokenlock::detail::json;
+using tokenlock::testing::http_proxy;
+using tokenlock::testing::shared_cluster;
+using clock_type = std::chrono::steady_clock;
+
+// How long a flooding server goes on at most: the figure the unbounded
+// client reaches, and the test's own bound if the client never stops.
+constexpr auto flood_cap = 15s;
+
+std::unique_ptr<etcd_client> client_for(const std::string& url, std::chrono::milliseconds timeout) {
+  tokenlock::detail::etcd_url u;
+  EXPECT_FALSE(tokenlock::detail::parse_etcd_url(url, u));
+  return std::make_unique<etcd_client>(u, timeout, timeout);
+}
+
+// Sends `piece` again and again until the client closes or flood_cap
+// passes.
+void flood(int fd, const std::string& head, const std::string& one) {
+  send_text(fd, head);
+  // Many at a time: the client must never find the socket empty.
+  std::string piece;
+  while (piece.size() < 256 * 1024) piece += one;
+  const auto end = clock_type::now() + flood_cap;
+  while (clock_type::now() < end)
+    if (::send(fd, piece.data(), piece.size(), MSG_NOSIGNAL) <= 0) return;
+}
+
+std::string chunk(const std::string& s) {
+  char size[16];
+  std::snprintf(size, sizeof size, "%zx\r\n", s.size());
+  return size + s + "\r\n";
+}
+
+// A watch whose member sends progress notices without end: the waiter
+// must give up after its wait and the command timeout, not when the
+// member stops.
+TEST(EtcdHostile, AFloodingWatchHoldsTheWaiterNoLongerThanItsWaitAndTheCommandTimeout) {
+  fake_server s([](int fd, int) {
+    if (read_request(fd).empty()) return;
+    flood(fd, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+          chunk(R"({"result":{"header":{"revision":"9"}}})"));
+  });
+  auto c = client_for(s.url(), 500ms);
+  bool deleted = true;
+  const auto t0 = clock_type::now();
+  const failure f = c->wait_delete("k", 1, 1000ms, deleted);
+  const auto took = clock_type::now() - t0;
+  c.reset();
+  s.stop();
+  EXPECT_FALSE(deleted);
+  RecordProperty("took_ms", static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
+  // 1 s of wait and 0.5 s of command timeout, with room for a loaded machine.
+  EXPECT_LT(took, 3s) << "held for " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                      << " ms: " << f.message;
+}
+
+// An ordinary request whose answer never ends: interim "100 Continue"
+// answers sent without pause (each complete, none the real one).
+TEST(EtcdHostile, AnAnswerThatNeverEndsFailsWithinTheCommandTimeout) {
+  fake_server s([](int fd, int) {
+    if (read_request(fd).empty()) return;
+    flood(fd, "", "HTTP/1.1 100 Continue\r\n\r\n");
+  });
+  auto c = client_for(s.url(), 500ms);
+  json out;
+  const auto t0 = clock_type::now();
+  const failure f = c->call("acquire", "/v3/kv/range", json{{"key", "a"}}, out);
+  const auto took = clock_type::now() - t0;
+  c.reset();
+  s.stop();
+  EXPECT_TRUE(f);
+  EXPECT_EQ(f.code, std::make_error_code(std::errc::timed_out)) << f.message;
+  EXPECT_LT(took, 3s) << "held for " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                      << " ms: " << f.message;
+}
+
+// Answers of the right shape with the wrong JSON types, for the acquire's
+// put Txn: each a protocol_error, never an exception.
+const std::vector<std::string> wrong_txn_answers = {
+    R"({"header":{"revision":"5"},"succeeded":"yes"})",
+    R"({"header":"five","succeeded":true})",
+    R"({"header":{"revision":"5"},"succeeded":true,"responses":{"a":1}})",
+    R"({"header":{"revision":"5"},"succeeded":true,"responses":[{},{"response_range":[1]}]})",
+    R"({"header":{"revision":"5"},"succeeded":true,"responses":[{},{"response_range":{"kvs":[{"key":7,"create_revision":"5"}]}}]})",
+    R"({"header":{"revision":"5"},"succeeded":true,"responses":[{},{"response_range":{"kvs":{"key":"a"}}}]})",
+    R"({"header":{"revision":"5"},"succeeded":true,"responses":[{},7]})",
+};
+
+// Malformed URLs, each with a password: no message shows it.
+TEST(EtcdHostile, AMalformedUrlNeverShowsItsPassword) {
+  for (const char* url :
+       {"etcdx://root:S3cr3t@127.0.0.1:2379", "etcd:/root:S3cr3t@127.0.0.1:2379",
+        "etcd//root:S3cr3t@127.0.0.1", "http://root:S3cr3t@127.0.0.1:2379",
+        "etcd://root:S3cr3t127.0.0.1:2379", "etcd://root:S3c?r3t@127.0.0.1:2379",
+        "etcd://root:S3c/r3t@127.0.0.1:1", "etcd://root:S3cr3t@127.0.0.1:99999",
+        "etcd://root:S3c%zzr3t@127.0.0.1", "etcd://root:S3cr3t@@127.0.0.1:1",
+        "etcd://root:S3c#r3t@127.0.0.1:1", "etcd://root:S3c,r3t@127.0.0.1:1",
+        "etcd://rootS3cr3t@127.0.0.1", "etcd://root:S3cr3t@127.0.0.1,,127.0.0.2",
+        "etcd://root:S3cr3t@127.0.0.1?cacert", "ETCD://root:S3cr3t@127.0.0.1", "S3cr3t@127.0.0.1",
+        "etcd://root:S3c r3t@127.0.0.1:1", "etcd://root:S3c:r3t127.0.0.1:2379"}) {
+    tokenlock::detail::etcd_url u;
+    const failure f = tokenlock::detail::parse_etcd_url(url, u);
+    // Some are valid URLs whose server is not there (a password may hold
+    // '/', '@', '#', ',' or a space as they stand, the last '@' ending it):
+    // refused either way.
+    EXPECT_EQ(f.message.find("S3c"), std::string::npos) << url << ": " << f.message;
+    EXPECT_EQ(f.message.find("r3t"), std::string::npos) << url << ": " << f.message;
+    tokenlock::etcd_lock_options o;
+    o.command_timeout = 200ms;
+    tokenlock::etcd_lock lock(url, "name", o);
+    std::error_code ec;
+    lock.try_acquire(ec);
+    const std::string m = tokenlock::last_error_message();
+    EXPECT_TRUE(ec) << url;
+    EXPECT_EQ(m.find("S3c"), std::string::npos) << url << ": " << m;
+    EXPECT_EQ(m.find("r3t"), std::string::npos) << url << ": " << m;
+  }
+}
+
+class EtcdHostileCluster : public tokenlock::testing::etcd_test {};
+
+// The wrong types come from a proxy in front of a real member, which
+// grants the lease: the acquire fails with protocol_error and etcd has no
+// lease of it left.
+TEST_F(EtcdHostileCluster, WrongJsonTypesAreAProtocolErrorAndTheLeaseIsGivenBack) {
+  auto& c = shared_cluster();
+  for (const std::string& answer : wrong_txn_answers) {
+    std::string lease;
+    http_proxy proxy(std::stoi(c.client_url(0).substr(c.client_url(0).rfind(':') + 1)),
+                     [&](const http_proxy::request& r) {
+                       http_proxy::action a;
+                       if (r.path == "/v3/kv/txn" && r.body.find("request_put") != std::string::npos) {
+                         lease = json::parse(r.body)["success"][0]["request_put"].value("lease", "");
+                         a.what = http_proxy::action::answer;
+                         a.body = answer;
+                       }
+                       return a;
+                     });
+    tokenlock::etcd_lock lock("etcd://127.0.0.1:" + std::to_string(proxy.port()), name());
+    std::error_code ec;
+    lock.acquire(ec);
+    EXPECT_EQ(ec, std::make_error_code(std::errc::protocol_error))
+        << answer << ": " << tokenlock::last_error_message();
+    ASSERT_FALSE(lease.empty()) << answer;
+    EXPECT_FALSE(lease_exists(c, std::stoll(lease))) << answer;
+    EXPECT_EQ(keys(c, name()), 0);
+  }
+}
+
+}  // namespace
