@@ -11,7 +11,15 @@
 #include <string>
 #include <vector>
 
+#include <csignal>
+#include <cstdlib>
+#include <thread>
+
+#include <sys/wait.h>
+
 #include <nlohmann/json.hpp>
+
+#include "child.hpp"
 
 #include "etcd/etcd_client.hpp"
 #include "etcd/etcd_url.hpp"
@@ -31,6 +39,7 @@ using tokenlock::detail::failure;
 using tokenlock::detail::json;
 using tokenlock::testing::http_proxy;
 using tokenlock::testing::shared_cluster;
+using tokenlock::testing::child;
 using clock_type = std::chrono::steady_clock;
 
 // How long a flooding server goes on at most: the figure the unbounded
@@ -147,7 +156,14 @@ TEST(EtcdHostile, AMalformedUrlNeverShowsItsPassword) {
   }
 }
 
-class EtcdHostileCluster : public tokenlock::testing::etcd_test {};
+class EtcdHostileCluster : public tokenlock::testing::etcd_test {
+ public:
+  using etcd_test::base64;
+  using etcd_test::dir;
+  using etcd_test::keys;
+  using etcd_test::name;
+  using etcd_test::wait_for_line;
+};
 
 // The wrong types come from a proxy in front of a real member, which
 // grants the lease: the acquire fails with protocol_error and etcd has no
@@ -175,6 +191,101 @@ TEST_F(EtcdHostileCluster, WrongJsonTypesAreAProtocolErrorAndTheLeaseIsGivenBack
     EXPECT_FALSE(lease_exists(c, std::stoll(lease))) << answer;
     EXPECT_EQ(keys(c, name()), 0);
   }
+}
+
+// The command that waits in line: this build's, or the one named by
+// TOKENLOCK_TEST_CLI (to run the same attack against another build).
+std::string cli_path() {
+  const char* other = std::getenv("TOKENLOCK_TEST_CLI");
+  return other && *other ? other : TOKENLOCK_CLI_PATH;
+}
+
+// The keys of the lock's line in order, with the lease each is on.
+std::vector<std::pair<std::string, long long>> line_of(const tokenlock::testing::etcd_cluster& c,
+                                                       const std::string& dir) {
+  std::string answer;
+  const json body{{"key", EtcdHostileCluster::base64(dir)},
+                  {"range_end", EtcdHostileCluster::base64(dir.substr(0, dir.size() - 1) + "0")},
+                  {"sort_target", "CREATE"},
+                  {"sort_order", "ASCEND"}};
+  std::vector<std::pair<std::string, long long>> line;
+  if (!c.post(0, "/v3/kv/range", body.dump(), answer)) return line;
+  const json j = json::parse(answer, nullptr, false);
+  if (!j.is_object() || !j.contains("kvs")) return line;
+  for (const json& kv : j["kvs"]) {
+    std::string key;
+    tokenlock::detail::base64_decode(kv.value("key", ""), key);
+    line.emplace_back(key, std::stoll(kv.value("lease", "0")));
+  }
+  return line;
+}
+
+// A waiter (the command's acquire, with a 20 s lease) killed by `sig`
+// while it waits behind a holder: how long the next acquirer waits after
+// the holder releases.
+std::chrono::milliseconds line_held_after_waiter_killed(EtcdHostileCluster& t, int sig,
+                                                        bool run = false) {
+  auto& c = shared_cluster();
+  tokenlock::etcd_lock_options ho;
+  ho.lease = 60s;
+  tokenlock::etcd_lock holder(c.url(), t.name(), ho);
+  tokenlock::etcd_handle h = holder.acquire();
+  std::vector<std::string> argv = {cli_path(), run ? "run" : "acquire", "--etcd", c.url(), "-w", "60",
+                                   "--lease", "20", t.name()};
+  if (run) argv.insert(argv.end(), {"--", "true"});
+  child waiter(argv);
+  t.wait_for_line(c, t.name(), 2);
+  // Until the waiter's key is on a lease of its own (not the one its name
+  // was made from): then it is past the first try and watches for stop
+  // signals. A waiter that never moves (another build) is killed after 5 s.
+  const auto moved_by = clock_type::now() + 5s;
+  for (;;) {
+    const auto line = line_of(c, t.dir());
+    if (line.size() == 2 && std::to_string(line[1].second) !=
+                                std::to_string(std::stoll(line[1].first.substr(t.dir().size()), nullptr, 16)))
+      break;
+    if (clock_type::now() > moved_by) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  waiter.signal(sig);
+  const int status = waiter.wait();
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == sig) << "status " << status;
+  if (sig != SIGKILL) {
+    EXPECT_EQ(t.keys(c, t.name()), 1) << "the waiter's key is still in line";
+  }
+  const auto released = clock_type::now();
+  h.release();
+  tokenlock::etcd_lock_options o;
+  o.wait = 60s;
+  tokenlock::etcd_lock next(c.url(), t.name(), o);
+  tokenlock::etcd_handle n = next.acquire();
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - released);
+  std::printf("after a waiter killed by signal %d, the next waited %lld ms\n", sig,
+              static_cast<long long>(took.count()));
+  n.release();
+  EXPECT_EQ(t.keys(c, t.name()), 0);
+  return took;
+}
+
+// SIGTERM (as an administrator's kill, or Apache's timeout): the waiter
+// gives its place back before it dies, so the line moves at once.
+TEST_F(EtcdHostileCluster, AWaiterEndedBySigtermLeavesTheLineAtOnce) {
+  EXPECT_LT(line_held_after_waiter_killed(*this, SIGTERM), 2s);
+}
+
+TEST_F(EtcdHostileCluster, AWaiterEndedBySigintLeavesTheLineAtOnce) {
+  EXPECT_LT(line_held_after_waiter_killed(*this, SIGINT), 2s);
+}
+
+// run, ended by SIGHUP (its terminal closed) while it waits: the same.
+TEST_F(EtcdHostileCluster, ARunWaitingEndedBySighupLeavesTheLineAtOnce) {
+  EXPECT_LT(line_held_after_waiter_killed(*this, SIGHUP, true), 2s);
+}
+
+// kill -9: nothing runs in the waiter; its key goes with its short lease
+// (3 s, kept alive at a third of it): docs/etcd.md gives the bound.
+TEST_F(EtcdHostileCluster, AWaiterKilledBySigkillHoldsTheLineForItsShortLeaseOnly) {
+  EXPECT_LT(line_held_after_waiter_killed(*this, SIGKILL), 5s);
 }
 
 }  // namespace
