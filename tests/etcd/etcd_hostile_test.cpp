@@ -267,6 +267,47 @@ std::chrono::milliseconds line_held_after_waiter_killed(EtcdHostileCluster& t, i
   return took;
 }
 
+// The waiter's key goes onto its short lease while it waits and back onto
+// its own long lease when granted (in the Txn that finds it first: no
+// round trip more); the handle's lease is the long one, still running.
+TEST_F(EtcdHostileCluster, AWaiterWaitsOnAShortLeaseAndHoldsOnItsOwn) {
+  auto& c = shared_cluster();
+  tokenlock::etcd_lock holder(c.url(), name());
+  tokenlock::etcd_handle h = holder.acquire();
+  tokenlock::etcd_lock_options o;
+  o.wait = 30s;
+  o.lease = 60s;
+  tokenlock::etcd_handle granted;
+  std::thread waiter([&] { granted = tokenlock::etcd_lock(c.url(), name(), o).acquire(); });
+  wait_for_line(c, name(), 2);
+  const auto by = clock_type::now() + 10s;
+  long long short_lease = 0;
+  while (short_lease == 0 && clock_type::now() < by) {
+    const auto line = line_of(c, dir());
+    if (line.size() == 2 &&
+        line[1].second != std::stoll(line[1].first.substr(dir().size()), nullptr, 16))
+      short_lease = line[1].second;
+    else
+      std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_NE(short_lease, 0) << "the waiter's key never moved to a lease of its own";
+  std::string ttl;
+  ASSERT_TRUE(c.post(0, "/v3/lease/timetolive", json{{"ID", std::to_string(short_lease)}}.dump(), ttl));
+  EXPECT_LE(std::stoll(json::parse(ttl).value("grantedTTL", "0")), 3) << ttl;
+  h.release();
+  waiter.join();
+  ASSERT_TRUE(granted.owns());
+  const auto line = line_of(c, dir());
+  ASSERT_EQ(line.size(), 1u);
+  EXPECT_EQ(line[0].second, granted.lease_id());
+  EXPECT_EQ(std::to_string(granted.lease_id()),
+            std::to_string(std::stoll(line[0].first.substr(dir().size()), nullptr, 16)));
+  EXPECT_EQ(granted.lease(), 60s);
+  granted.refresh();
+  granted.release();
+  EXPECT_EQ(keys(c, name()), 0);
+}
+
 // SIGTERM (as an administrator's kill, or Apache's timeout): the waiter
 // gives its place back before it dies, so the line moves at once.
 TEST_F(EtcdHostileCluster, AWaiterEndedBySigtermLeavesTheLineAtOnce) {

@@ -170,7 +170,10 @@ failure wait_in_line(etcd_client& c, attempt& a, std::chrono::steady_clock::time
     etcd_kv pred, mine;
     bool found = false, ours = false;
     long long rev = 0;
-    if (failure f = predecessor(c, a.dir, a.revision, a.key, pred, found, mine, ours, rev)) return f;
+    const lease_move back{a.owner, a.lease};
+    if (failure f = predecessor(c, a.dir, a.revision, a.key, pred, found, mine, ours, rev,
+                                a.waiter_lease != 0 ? &back : nullptr))
+      return f;
     // Our place counts only while our key is there: one that ended while we
     // waited (our lease ran out in a stall, or another client deleted it)
     // lets the waiter behind us in too.
@@ -232,8 +235,8 @@ failure move_key(etcd_client& c, const attempt& a, long long lease) {
 // The first try found the lock busy: our key waits in line. It waits on a
 // short lease of its own (when the holder's is longer), kept alive while
 // it waits, so that a waiter killed without a word (kill -9) holds the
-// line up for that lease only; granted, it goes back to the holder's
-// lease. A stop signal (SIGTERM, SIGINT, SIGHUP) ends the wait: our place
+// line up for that lease only; granted, it is back on the holder's lease
+// (the Txn that finds it first moves it). A stop signal (SIGTERM, SIGINT, SIGHUP) ends the wait: our place
 // is given back before the signal takes its course. Gives the leases back
 // itself when nothing is granted.
 failure wait_as_waiter(etcd_client& c, attempt& a, std::chrono::steady_clock::time_point deadline,
@@ -246,8 +249,8 @@ failure wait_as_waiter(etcd_client& c, attempt& a, std::chrono::steady_clock::ti
     a.waiter_kept_alive = std::chrono::steady_clock::now();
     if (!f) f = move_key(c, a, a.waiter_lease);
   }
+  // Granted, the key is back on the holder's lease (predecessor()).
   if (!f) f = wait_in_line(c, a, deadline, granted);
-  if (!f && granted && a.waiter_lease != 0) f = move_key(c, a, a.lease);
   c.set_wake_fd(-1);
   const int sig = posix::stop_signal_watch::caught();
   if (f || !granted || sig != 0) {

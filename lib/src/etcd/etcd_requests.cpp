@@ -132,13 +132,41 @@ failure put_if_absent(etcd_client& c, const std::string& key, const std::string&
 
 failure predecessor(etcd_client& c, const std::string& dir, long long below,
                     const std::string& own_key, etcd_kv& pred, bool& found, etcd_kv& mine,
-                    bool& ours, long long& revision) {
-  const json txn{{"success", json::array({{{"request_range", range_request(dir, "DESCEND", below - 1)}},
-                                          {{"request_range", {{"key", base64_encode(own_key)}}}}})}};
+                    bool& ours, long long& revision, const lease_move* move) {
+  const json ranges = json::array({{{"request_range", range_request(dir, "DESCEND", below - 1)}},
+                                   {{"request_range", {{"key", base64_encode(own_key)}}}}});
+  json txn{{"success", ranges}};
+  if (move) {
+    // Every key of the line created at our revision or later (ours first),
+    // and ours still there: then ours goes onto the holder's lease in the
+    // same round trip; otherwise the ranges, as without it.
+    const std::string k = base64_encode(own_key);
+    txn = json{
+        {"compare",
+         json::array({{{"key", base64_encode(dir)},
+                       {"range_end", base64_encode(prefix_end(dir))},
+                       {"target", "CREATE"},
+                       {"result", "GREATER"},
+                       {"create_revision", std::to_string(below - 1)}},
+                      {{"key", k}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", std::to_string(below)}}})},
+        {"success", json::array({{{"request_put",
+                                   {{"key", k},
+                                    {"value", base64_encode(move->value)},
+                                    {"lease", std::to_string(move->lease)}}}}})},
+        {"failure", ranges}};
+  }
   json out;
   if (failure f = c.call("acquire", "/v3/kv/txn", txn, out)) return f;
   return reading(c, "acquire", "the keys waiting before ours, and ours", [&] {
     revision = json_int(out.value("header", json::object()), "revision");
+    if (move && out.value("succeeded", false)) {
+      found = false;
+      ours = true;
+      mine.key = own_key;
+      mine.create_revision = below;
+      mine.lease = move->lease;
+      return revision > 0;
+    }
     const json& responses = out.contains("responses") ? out["responses"] : json();
     return responses.is_array() && responses.size() == 2 && revision > 0 &&
            first_kv(responses[0].value("response_range", json::object()), pred, found) &&
