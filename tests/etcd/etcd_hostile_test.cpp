@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "child.hpp"
+#include "temp_dir.hpp"
 
 #include "etcd/etcd_client.hpp"
 #include "etcd/etcd_url.hpp"
@@ -220,29 +221,28 @@ std::vector<std::pair<std::string, long long>> line_of(const tokenlock::testing:
   return line;
 }
 
-// A waiter (the command's acquire, with a 20 s lease) killed by `sig`
-// while it waits behind a holder: how long the next acquirer waits after
-// the holder releases.
+// A waiter (`argv`: the command's acquire or run with a 20 s lease, or
+// counter.cgi with its 10 s one) killed by `sig` while it waits behind a
+// holder of lock `lock`: how long the next acquirer waits after the holder
+// releases.
 std::chrono::milliseconds line_held_after_waiter_killed(EtcdHostileCluster& t, int sig,
-                                                        bool run = false) {
+                                                        const std::vector<std::string>& argv,
+                                                        const std::string& lock) {
   auto& c = shared_cluster();
+  const std::string dir = "tokenlock/" + lock + "/";
   tokenlock::etcd_lock_options ho;
   ho.lease = 60s;
-  tokenlock::etcd_lock holder(c.url(), t.name(), ho);
+  tokenlock::etcd_lock holder(c.url(), lock, ho);
   tokenlock::etcd_handle h = holder.acquire();
-  std::vector<std::string> argv = {cli_path(), run ? "run" : "acquire", "--etcd", c.url(), "-w", "60",
-                                   "--lease", "20", t.name()};
-  if (run) argv.insert(argv.end(), {"--", "true"});
   child waiter(argv);
-  t.wait_for_line(c, t.name(), 2);
+  t.wait_for_line(c, lock, 2);
   // Until the waiter's key is on a lease of its own (not the one its name
   // was made from): then it is past the first try and watches for stop
   // signals. A waiter that never moves (another build) is killed after 5 s.
   const auto moved_by = clock_type::now() + 5s;
   for (;;) {
-    const auto line = line_of(c, t.dir());
-    if (line.size() == 2 && std::to_string(line[1].second) !=
-                                std::to_string(std::stoll(line[1].first.substr(t.dir().size()), nullptr, 16)))
+    const auto line = line_of(c, dir);
+    if (line.size() == 2 && line[1].second != std::stoll(line[1].first.substr(dir.size()), nullptr, 16))
       break;
     if (clock_type::now() > moved_by) break;
     std::this_thread::sleep_for(20ms);
@@ -251,20 +251,27 @@ std::chrono::milliseconds line_held_after_waiter_killed(EtcdHostileCluster& t, i
   const int status = waiter.wait();
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == sig) << "status " << status;
   if (sig != SIGKILL) {
-    EXPECT_EQ(t.keys(c, t.name()), 1) << "the waiter's key is still in line";
+    EXPECT_EQ(t.keys(c, lock), 1) << "the waiter's key is still in line";
   }
   const auto released = clock_type::now();
   h.release();
   tokenlock::etcd_lock_options o;
   o.wait = 60s;
-  tokenlock::etcd_lock next(c.url(), t.name(), o);
+  tokenlock::etcd_lock next(c.url(), lock, o);
   tokenlock::etcd_handle n = next.acquire();
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - released);
   std::printf("after a waiter killed by signal %d, the next waited %lld ms\n", sig,
               static_cast<long long>(took.count()));
   n.release();
-  EXPECT_EQ(t.keys(c, t.name()), 0);
+  EXPECT_EQ(t.keys(c, lock), 0);
   return took;
+}
+
+std::chrono::milliseconds command_waiter_killed(EtcdHostileCluster& t, int sig, const char* command = "acquire") {
+  std::vector<std::string> argv = {cli_path(), command, "--etcd", shared_cluster().url(), "-w", "60",
+                                   "--lease", "20", t.name()};
+  if (std::string(command) == "run") argv.insert(argv.end(), {"--", "true"});
+  return line_held_after_waiter_killed(t, sig, argv, t.name());
 }
 
 // The waiter's key goes onto its short lease while it waits and back onto
@@ -311,22 +318,43 @@ TEST_F(EtcdHostileCluster, AWaiterWaitsOnAShortLeaseAndHoldsOnItsOwn) {
 // SIGTERM (as an administrator's kill, or Apache's timeout): the waiter
 // gives its place back before it dies, so the line moves at once.
 TEST_F(EtcdHostileCluster, AWaiterEndedBySigtermLeavesTheLineAtOnce) {
-  EXPECT_LT(line_held_after_waiter_killed(*this, SIGTERM), 2s);
+  EXPECT_LT(command_waiter_killed(*this, SIGTERM), 2s);
 }
 
 TEST_F(EtcdHostileCluster, AWaiterEndedBySigintLeavesTheLineAtOnce) {
-  EXPECT_LT(line_held_after_waiter_killed(*this, SIGINT), 2s);
+  EXPECT_LT(command_waiter_killed(*this, SIGINT), 2s);
 }
 
 // run, ended by SIGHUP (its terminal closed) while it waits: the same.
 TEST_F(EtcdHostileCluster, ARunWaitingEndedBySighupLeavesTheLineAtOnce) {
-  EXPECT_LT(line_held_after_waiter_killed(*this, SIGHUP, true), 2s);
+  EXPECT_LT(command_waiter_killed(*this, SIGHUP, "run"), 2s);
 }
 
 // kill -9: nothing runs in the waiter; its key goes with its short lease
 // (3 s, kept alive at a third of it): docs/etcd.md gives the bound.
 TEST_F(EtcdHostileCluster, AWaiterKilledBySigkillHoldsTheLineForItsShortLeaseOnly) {
-  EXPECT_LT(line_held_after_waiter_killed(*this, SIGKILL), 5s);
+  EXPECT_LT(command_waiter_killed(*this, SIGKILL), 5s);
 }
+
+#ifdef COUNTER_CGI_PATH
+// This build's counter.cgi, or the one named by TOKENLOCK_TEST_COUNTER_CGI.
+std::string counter_cgi_path() {
+  const char* other = std::getenv("TOKENLOCK_TEST_COUNTER_CGI");
+  return other && *other ? other : COUNTER_CGI_PATH;
+}
+
+// counter.cgi waiting for its counter's lock when the web server gives up
+// on it (Apache's timeout: SIGTERM). Its own handler
+// (install_signal_cleanup) runs after the place is given back.
+TEST_F(EtcdHostileCluster, ACounterCgiEndedBySigtermLeavesTheLineAtOnce) {
+  tokenlock::testing::temp_dir files;
+  const std::string id = "hostile" + std::to_string(::getpid());
+  const std::vector<std::string> argv = {
+      "/usr/bin/env", "-i", "REQUEST_METHOD=GET", "QUERY_STRING=id=" + id,
+      "TOKENLOCK_COUNTER_DIR=" + files.path().string(), "TOKENLOCK_COUNTER_ETCD=" + shared_cluster().url(),
+      "TOKENLOCK_COUNTER_WAIT_MS=60000", counter_cgi_path()};
+  EXPECT_LT(line_held_after_waiter_killed(*this, SIGTERM, argv, "counter:" + id), 2s);
+}
+#endif
 
 }  // namespace
