@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <mutex>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -274,6 +275,44 @@ std::chrono::milliseconds command_waiter_killed(EtcdHostileCluster& t, int sig, 
   return line_held_after_waiter_killed(t, sig, argv, t.name());
 }
 
+// The same in the waiter's look at the line: protocol_error, and both of
+// its leases (its own long one and its short one) revoked.
+TEST_F(EtcdHostileCluster, WrongJsonTypesWhileWaitingAreAProtocolErrorAndBothLeasesAreGivenBack) {
+  auto& c = shared_cluster();
+  tokenlock::etcd_lock holder(c.url(), name());
+  tokenlock::etcd_handle h = holder.acquire();
+  std::mutex m;
+  std::vector<std::string> leases;
+  http_proxy proxy(std::stoi(c.client_url(0).substr(c.client_url(0).rfind(':') + 1)),
+                   [&](const http_proxy::request& r) {
+                     http_proxy::action a;
+                     if (r.path != "/v3/kv/txn") return a;
+                     const json txn = json::parse(r.body);
+                     const json& first = txn["success"][0];
+                     if (first.contains("request_put") && !txn.contains("failure")) {
+                       std::lock_guard<std::mutex> g(m);
+                       leases.push_back(first["request_put"].value("lease", ""));
+                     }
+                     if (txn.contains("failure")) {  // the look at the line
+                       a.what = http_proxy::action::answer;
+                       a.body = R"({"header":{"revision":"9"},"succeeded":"no"})";
+                     }
+                     return a;
+                   });
+  tokenlock::etcd_lock_options o;
+  o.wait = 10s;
+  tokenlock::etcd_lock waiter("etcd://127.0.0.1:" + std::to_string(proxy.port()), name(), o);
+  std::error_code ec;
+  waiter.acquire(ec);
+  EXPECT_EQ(ec, std::make_error_code(std::errc::protocol_error)) << tokenlock::last_error_message();
+  std::lock_guard<std::mutex> g(m);
+  ASSERT_EQ(leases.size(), 2u) << "the put, and the move onto the short lease";
+  for (const std::string& lease : leases) EXPECT_FALSE(lease_exists(c, std::stoll(lease))) << lease;
+  EXPECT_EQ(keys(c, name()), 1);
+  h.release();
+  EXPECT_EQ(keys(c, name()), 0);
+}
+
 // The waiter's key goes onto its short lease while it waits and back onto
 // its own long lease when granted (in the Txn that finds it first: no
 // round trip more); the handle's lease is the long one, still running.
@@ -328,6 +367,15 @@ TEST_F(EtcdHostileCluster, AWaiterEndedBySigintLeavesTheLineAtOnce) {
 // run, ended by SIGHUP (its terminal closed) while it waits: the same.
 TEST_F(EtcdHostileCluster, ARunWaitingEndedBySighupLeavesTheLineAtOnce) {
   EXPECT_LT(command_waiter_killed(*this, SIGHUP, "run"), 2s);
+}
+
+// incr --etcd, ended by SIGTERM while it waits for the counter's lock.
+TEST_F(EtcdHostileCluster, AnIncrWaitingEndedBySigtermLeavesTheLineAtOnce) {
+  tokenlock::testing::temp_dir files;
+  const std::vector<std::string> argv = {cli_path(), "incr", "--etcd", shared_cluster().url(), "--lock",
+                                         name(), "-w", "60", (files / "n.count").string()};
+  EXPECT_LT(line_held_after_waiter_killed(*this, SIGTERM, argv, name()), 2s);
+  EXPECT_FALSE(boost::filesystem::exists(files / "n.count")) << "the killed incr counted";
 }
 
 // kill -9: nothing runs in the waiter; its key goes with its short lease
