@@ -65,6 +65,9 @@ function(tokenlock_link_static target)
       $<TARGET_PROPERTY:nlohmann_json::nlohmann_json,INTERFACE_INCLUDE_DIRECTORIES>)
     add_dependencies(${target} tokenlock_etcd)
   endif()
+  # Group names without the name-service switch (files_group.cpp).
+  target_sources(${target} PRIVATE ${PROJECT_SOURCE_DIR}/lib/static/files_group.cpp)
+  target_link_options(${target} PRIVATE -Wl,--wrap=getgrnam_r)
   target_link_libraries(${target} PRIVATE $<TARGET_FILE:tokenlock> ${ARGN}
     ${TOKENLOCK_BOOST_FILESYSTEM_ARCHIVE} Threads::Threads)
   if(with_redis)

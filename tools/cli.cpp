@@ -269,8 +269,12 @@ std::chrono::milliseconds lease_option(double secs) {
 void add_dir_mode_option(po::options_description& d) {
   d.add_options()("dir-mode", po::value<std::string>()->value_name("MODE"),
                   "mode of a lock directory this command creates, in octal (default 0755, or "
-                  "TOKENLOCK_DIR_MODE); with group write (0775, 0770) the lock is shared with "
-                  "the directory's group");
+                  "TOKENLOCK_DIR_MODE); with group write (0775, 0770) a lock directory of "
+                  "this user's is shared with its own group")(
+      "group", po::value<std::string>()->value_name("GROUP"),
+      "share the lock with this one group, by name or gid (default TOKENLOCK_GROUP): lock "
+      "directories, tokens and workspaces of its members are trusted, and a lock directory "
+      "created gets it; you must be a member");
 }
 
 std::string dir_mode_problem(unsigned mode) {
@@ -304,6 +308,12 @@ void apply_dir_mode(const po::variables_map& v, lock_options& o) {
     o.dir_mode = dir_mode_from(v["dir-mode"].as<std::string>(), "--dir-mode");
   } else if (const char* env = std::getenv("TOKENLOCK_DIR_MODE"); env && *env) {
     o.dir_mode = dir_mode_from(env, "TOKENLOCK_DIR_MODE");
+  }
+  if (v.count("group")) {
+    o.group = v["group"].as<std::string>();
+    if (o.group.empty()) throw po::error("--group takes a group name or gid");
+  } else if (const char* env = std::getenv("TOKENLOCK_GROUP"); env && *env) {
+    o.group = env;
   }
 }
 
@@ -385,22 +395,58 @@ int apply_wait(const po::variables_map& v, lock_options& o) {
   return code;
 }
 
+namespace {
+
+// The length of the UTF-8 sequence at s[i] (RFC 3629: no overlong forms,
+// no surrogates, nothing above U+10FFFF), or 0 when the bytes there are
+// not one.
+std::size_t utf8_length(const std::string& s, std::size_t i) {
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = byte(i);
+  std::size_t n = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 0;
+  if (c > 0xf4 || n == 0 || i + n > s.size()) return 0;
+  for (std::size_t k = 1; k < n; ++k)
+    if ((byte(i + k) & 0xc0) != 0x80) return 0;
+  const unsigned char second = byte(i + 1);
+  if ((c == 0xe0 && second < 0xa0) || (c == 0xed && second > 0x9f) ||
+      (c == 0xf0 && second < 0x90) || (c == 0xf4 && second > 0x8f))
+    return 0;
+  return n;
+}
+
+void append_escaped(std::string& out, unsigned char c) {
+  switch (c) {
+    case '"': out += "\\\""; break;
+    case '\\': out += "\\\\"; break;
+    case '\n': out += "\\n"; break;
+    case '\t': out += "\\t"; break;
+    default: {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += c < 0x20 || c == 0x7f ? std::string(buf) : std::string(1, static_cast<char>(c));
+    }
+  }
+}
+
+}  // namespace
+
 std::string json_string(const std::string& s) {
   std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
+  for (std::size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      append_escaped(out, c);
+      ++i;
+    } else if (const std::size_t n = utf8_length(s, i)) {
+      out.append(s, i, n);
+      i += n;
+    } else {
+      // Not UTF-8 (a path may hold any bytes): shown as in messages, so the
+      // document stays valid JSON for every parser.
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\\\x%02x", c);
+      out += buf;
+      ++i;
     }
   }
   return out + "\"";

@@ -116,6 +116,8 @@ int cmd_write(const args& a) {
     if (v.count("follow-symlinks")) wo.symlinks = symlink_policy::follow;
     if (v.count("dir-mode") && !v.count("lock"))
       throw po::error("--dir-mode is the mode of the lock directory: it needs --lock");
+    if (v.count("group") && !v.count("lock"))
+      throw po::error("--group is the group a lock directory is shared with: it needs --lock");
     std::optional<int> unavailable;
     const std::optional<server_lock> server = file_server_lock(v, unavailable);
     if (unavailable) return *unavailable;

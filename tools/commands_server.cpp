@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "server_backends.hpp"
+#include "url_source.hpp"
 #include "tokenlock/clock_judgement.hpp"
 
 namespace tokenlock::cli {
@@ -14,10 +15,13 @@ namespace tokenlock::cli {
 void add_server_options(po::options_description& d) {
   d.add_options()("redis", po::value<std::string>()->value_name("URL"),
                   "the lock is the NAME given for LOCKDIR in this Redis server "
-                  "(redis://[[user]:password@]host[:port][/db] or unix:///path[?db=N])")(
+                  "(redis://[[user]:password@]host[:port][/db] or unix:///path[?db=N]; "
+                  "env:VAR or file:PATH read it from there, keeping a password off the "
+                  "command line)")(
       "etcd", po::value<std::string>()->value_name("URL"),
       "the lock is the NAME given for LOCKDIR in this etcd cluster "
-      "(etcd://[user:password@]host:port[,host:port...][?cacert=PATH], or etcds:// for HTTPS)");
+      "(etcd://[user:password@]host:port[,host:port...][?cacert=PATH], or etcds:// for HTTPS; "
+      "env:VAR or file:PATH as for --redis)");
 }
 
 std::optional<server_lock> server_lock_of(const po::variables_map& v, const std::string& name) {
@@ -26,11 +30,12 @@ std::optional<server_lock> server_lock_of(const po::variables_map& v, const std:
   if (redis && etcd) throw po::error("--redis and --etcd exclude each other: name one lock server");
   const char* opt = redis ? "--redis" : "--etcd";
   if (v.count("dir-mode")) throw po::error(std::string("--dir-mode has no meaning with ") + opt);
+  if (v.count("group")) throw po::error(std::string("--group has no meaning with ") + opt);
   if (v.count("legacy-timeout"))
     throw po::error(std::string("--legacy-timeout has no meaning with ") + opt);
   server_lock s;
   s.kind = redis ? lock_server::redis : lock_server::etcd;
-  s.url = v[redis ? "redis" : "etcd"].as<std::string>();
+  s.url = url_from_source(v[redis ? "redis" : "etcd"].as<std::string>(), opt);
   s.name = name;
   return s;
 }

@@ -97,7 +97,9 @@ void write_response(std::ostream& out, const response& r, bool head_only) {
   out << "Status: " << r.status << ' ' << reason_phrase(r.status) << "\r\n"
       << "Content-Type: " << r.content_type << "\r\n"
       << "Content-Length: " << r.body.size() << "\r\n"
-      << "Cache-Control: no-store\r\n";
+      << "Cache-Control: no-store\r\n"
+      // A browser must not guess HTML in a text answer that echoes input.
+      << "X-Content-Type-Options: nosniff\r\n";
   for (const auto& [name, value] : r.headers) out << name << ": " << value << "\r\n";
   out << "\r\n";
   if (!head_only) out << r.body;

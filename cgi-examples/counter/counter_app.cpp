@@ -7,7 +7,10 @@
 #include "tokenlock/etcd_lock.hpp"
 #endif
 
+#include <cctype>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 
 #include "tokenlock/tokenlock.hpp"
@@ -22,6 +25,26 @@ bool valid_id(const std::string& id) {
           c == '-'))
       return false;
   return true;
+}
+
+// `value` (from the query string or the environment) as it may be shown in
+// a response or the server's log: printable ASCII as it is, every other
+// byte as \xNN, at most 64 bytes of it, so that it can neither drive a
+// terminal, forge a log line, nor become markup.
+std::string shown(const std::string& value) {
+  std::string out;
+  for (std::size_t i = 0; i < value.size() && i < 64; ++i) {
+    const unsigned char c = static_cast<unsigned char>(value[i]);
+    if (std::isalnum(c) || std::strchr(" _-.,:/=+@%", c)) {
+      out += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  if (value.size() > 64) out += "...";
+  return out;
 }
 
 cgi::response text(int status, const std::string& body) {
@@ -72,7 +95,7 @@ bool parse_dir_mode(const char* text, unsigned& mode, std::string& error) {
   mode = 0;
   for (const char* p = text; *p; ++p) {
     if (*p < '0' || *p > '7' || mode > 0777) {
-      error = prefix + "an octal mode such as 0775, not \"" + text + "\"";
+      error = prefix + "an octal mode such as 0775, not \"" + shown(text) + "\"";
       return false;
     }
     mode = mode * 8 + static_cast<unsigned>(*p - '0');
@@ -80,7 +103,7 @@ bool parse_dir_mode(const char* text, unsigned& mode, std::string& error) {
   if ((mode & 0700) != 0700 || (mode & 01002) != 0) {
     error = prefix + "a mode that gives the owner read, write and search permission and is "
             "neither writable by others nor sticky (0755, or 0775 to share with a group), not " +
-            text;
+            shown(text);
     return false;
   }
   return true;
@@ -116,6 +139,7 @@ std::uint64_t count_hit(const std::string& file, const std::string& id, const co
   tokenlock::lock_options lo;
   lo.wait = cfg.wait;
   lo.dir_mode = cfg.dir_mode;
+  lo.group = cfg.group;
   // Waiters line up (lock_options::queue_waiters), so at most one of
   // them watches the lock. An update that flushes to disk holds the lock
   // for milliseconds: the watcher then takes it within tens of
@@ -141,7 +165,7 @@ bool load_config(const std::function<const char*(const char*)>& getenv, config& 
     char* end = nullptr;
     long ms = std::strtol(wait, &end, 10);
     if (*end != '\0' || ms < 0 || ms > 600000) {
-      error = std::string("TOKENLOCK_COUNTER_WAIT_MS must be 0 to 600000 milliseconds, not \"") + wait + "\"";
+      error = "TOKENLOCK_COUNTER_WAIT_MS must be 0 to 600000 milliseconds, not \"" + shown(wait) + "\"";
       return false;
     }
     out.wait = std::chrono::milliseconds(ms);
@@ -172,11 +196,12 @@ bool load_config(const std::function<const char*(const char*)>& getenv, config& 
   if (const char* mode = getenv("TOKENLOCK_COUNTER_DIR_MODE"); mode && *mode) {
     if (!parse_dir_mode(mode, out.dir_mode, error)) return false;
   }
+  if (const char* group = getenv("TOKENLOCK_COUNTER_GROUP"); group && *group) out.group = group;
   if (const char* sync = getenv("TOKENLOCK_COUNTER_SYNC"); sync && *sync) {
     const std::optional<tokenlock::durability> level = tokenlock::durability_from_name(sync);
     if (!level) {
-      error = std::string("TOKENLOCK_COUNTER_SYNC must be none, file or file_and_dir, not \"") +
-              sync + "\"";
+      error = "TOKENLOCK_COUNTER_SYNC must be none, file or file_and_dir, not \"" + shown(sync) +
+              "\"";
       return false;
     }
     out.sync = *level;
@@ -194,7 +219,7 @@ cgi::response handle(const request& req, const config& cfg, std::ostream& log) {
   std::string reason;
   if (!cgi::parse_query(req.query, q, reason)) return text(400, reason);
   for (const auto& [name, value] : q)
-    if (name != "id" && name != "format" && name != "peek") return text(400, "unknown parameter " + name);
+    if (name != "id" && name != "format" && name != "peek") return text(400, "unknown parameter " + shown(name));
   const std::string id = q.count("id") ? q["id"] : "default";
   if (!valid_id(id)) return text(400, "id must be 1 to 64 letters, digits, '_' or '-'");
   const std::string format = q.count("format") ? q["format"] : "text";

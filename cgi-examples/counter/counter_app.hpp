@@ -37,6 +37,11 @@ struct config {
   // counter's lock is shared with the group of the data directory: the
   // web server and a maintenance script of the same group can both use it.
   unsigned dir_mode = tokenlock::lock_options{}.dir_mode;
+  // TOKENLOCK_COUNTER_GROUP: the one group the counters' locks are shared
+  // with (lock_options::group): lock directories of its members are
+  // trusted, and those the counter creates get it. Being in a group
+  // without naming it trusts nothing (docs/security.md).
+  std::string group;
   tokenlock::durability sync = tokenlock::durability::file_and_dir;
 };
 

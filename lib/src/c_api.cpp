@@ -105,6 +105,7 @@ tokenlock::lock_options lock_options_of(const tokenlock_options* o) {
   if (o->lease_ms >= 0) l.lease = std::chrono::milliseconds(o->lease_ms);
   if (o->legacy_timeout_ms >= 0) l.legacy_timeout = std::chrono::milliseconds(o->legacy_timeout_ms);
   if (o->dir_mode >= 0) l.dir_mode = static_cast<unsigned>(o->dir_mode);
+  if (o->group) l.group = o->group;
   return l;
 }
 
@@ -157,6 +158,7 @@ void tokenlock_options_init(tokenlock_options* options) {
   options->legacy_timeout_ms = -1;
   options->dir_mode = -1;
   options->sync = -1;
+  options->group = nullptr;
 }
 
 int tokenlock_acquire(const char* lockdir, const tokenlock_options* options,

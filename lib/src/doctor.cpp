@@ -394,9 +394,9 @@ class checkup {
     if (fs_known_ && !fs_.local) return make(verdict::ok, p, polls);
     const std::string path = at("lock.wait");
     std::unique_ptr<detail::wait_board> one, two;
-    std::error_code ec = sys_.open_wait_board(path, 0600, true, one);
+    std::error_code ec = sys_.open_wait_board(path, 0600, true, {sys_.self().euid, {}}, one);
     if (ec == std::errc::not_supported) return make(verdict::ok, p, polls);
-    if (!ec) ec = sys_.open_wait_board(path, 0600, false, two);
+    if (!ec) ec = sys_.open_wait_board(path, 0600, false, {sys_.self().euid, {}}, two);
     if (ec)
       return make(verdict::warn, p,
                   "the board cannot be mapped: " + errno_cause(ec) + "; waiters poll instead");

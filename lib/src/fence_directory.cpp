@@ -44,7 +44,8 @@ failure newer_holder(const write_target& t, std::uint64_t theirs, std::uint64_t 
 
 // The fence entry we hold becomes the workspace once it is judged.
 failure claimed(os& sys, const write_target& t, fence_fds& fds, const std::string& name,
-                const std::string& entry, bool group, std::string& workspace) {
+                const std::string& entry, std::optional<unsigned> group,
+                std::string& workspace) {
   close_later judged{sys};
   std::error_code ec = sys.open_directory(fds.dir, name, judged.fd);
   if (ec == std::errc::no_such_file_or_directory)
@@ -110,7 +111,8 @@ failure claim_fence(os& sys, const write_target& t, std::uint64_t fence, unsigne
   const std::string mine = dir + "/" + mine_name;
   // Another user's fence directory (or one others may write) could hold
   // an entry of theirs for our temporary file: judged before it is used.
-  const bool group = chooses_group_sharing(dir_mode);
+  const sharing share{dir_mode, {}};
+  std::optional<unsigned> group;
   // Each round either ends or saw the directory change under it (another
   // holder's rename): a handful suffices unless something is wrong.
   for (int round = 0; round < 16; ++round) {
@@ -122,10 +124,13 @@ failure claim_fence(os& sys, const write_target& t, std::uint64_t fence, unsigne
       continue;
     }
     if (ec == std::errc::too_many_symbolic_link_levels || ec == std::errc::not_a_directory)
-      if (failure f = check_trusted_path(sys, dir, "fence", "fence directory", group)) return f;
+      if (failure f = check_trusted_path(sys, dir, "fence", "fence directory", {})) return f;
     if (ec) return write_failure("fence", t, "cannot open the fence directory " + dir, ec);
-    if (failure f = check_trusted_fd(sys, fds.dir, dir, "fence", "fence directory", group))
-      return f;
+    file_status st;
+    if ((ec = sys.status_at(fds.dir, "", st)))
+      return write_failure("fence", t, "cannot look at the fence directory " + dir, ec);
+    if (failure f = chosen_group(sys, share, st, "fence", group)) return f;
+    if (failure f = check_trusted(sys, st, dir, "fence", "fence directory", group)) return f;
     std::uint64_t current = 0;
     if (failure f = only_entry(sys, t, dir, fds.dir, current)) return f;
     if (current == fence) return claimed(sys, t, fds, mine_name, mine, group, workspace);

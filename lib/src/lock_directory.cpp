@@ -113,16 +113,18 @@ failure make_lock_paths(const boost::filesystem::path& dir, lock_paths& out) {
   return {};
 }
 
-open_dir::open_dir(std::shared_ptr<os> s, int f, const file_status& st) noexcept
-    : sys(std::move(s)), fd(f), device(st.device), inode(st.inode) {}
+open_dir::open_dir(std::shared_ptr<os> s, int f, const file_status& st,
+                   std::optional<unsigned> g) noexcept
+    : sys(std::move(s)), fd(f), device(st.device), inode(st.inode), uid(st.uid), group(g) {}
 
 open_dir::~open_dir() { sys->close(fd); }
 
 namespace {
 
 // Opens the directory at the lock's path and judges it; null when missing.
-failure open_and_judge(const std::shared_ptr<os>& sys, const lock_paths& paths, unsigned dir_mode,
-                       const char* step, std::shared_ptr<const open_dir>& out) {
+failure open_and_judge(const std::shared_ptr<os>& sys, const lock_paths& paths,
+                       const sharing& share, const char* step,
+                       std::shared_ptr<const open_dir>& out) {
   out.reset();
   int fd = -1;
   std::error_code ec = sys->open_directory(os::cwd, paths.dir, fd);
@@ -145,12 +147,14 @@ failure open_and_judge(const std::shared_ptr<os>& sys, const lock_paths& paths, 
     sys->close(fd);
     return os_failure(*sys, paths, step, "cannot look at the lock directory", "", ec);
   }
-  if (failure f = check_trusted(*sys, st, paths.dir, step, "lock directory",
-                                chooses_group_sharing(dir_mode))) {
+  std::optional<unsigned> group;
+  failure f = chosen_group(*sys, share, st, step, group);
+  if (!f) f = check_trusted(*sys, st, paths.dir, step, "lock directory", group);
+  if (f) {
     sys->close(fd);
     return f;
   }
-  out = std::make_shared<const open_dir>(sys, fd, st);
+  out = std::make_shared<const open_dir>(sys, fd, st, group);
   std::atomic_store(&paths.opened, out);
   return {};
 }
@@ -158,15 +162,15 @@ failure open_and_judge(const std::shared_ptr<os>& sys, const lock_paths& paths, 
 }  // namespace
 
 failure lock_directory_fd(const std::shared_ptr<os>& sys, const lock_paths& paths,
-                          unsigned dir_mode, const char* step,
+                          const sharing& share, const char* step,
                           std::shared_ptr<const open_dir>& out) {
   out = current_dir(paths);
   if (out) return {};
-  return open_and_judge(sys, paths, dir_mode, step, out);
+  return open_and_judge(sys, paths, share, step, out);
 }
 
 failure reopen_if_replaced(const std::shared_ptr<os>& sys, const lock_paths& paths,
-                           unsigned dir_mode, const char* step,
+                           const sharing& share, const char* step,
                            std::shared_ptr<const open_dir>& current) {
   file_status st;
   std::error_code ec = sys->status(paths.dir, st);
@@ -176,7 +180,7 @@ failure reopen_if_replaced(const std::shared_ptr<os>& sys, const lock_paths& pat
     return {};
   }
   if (!ec && current && st.device == current->device && st.inode == current->inode) return {};
-  return open_and_judge(sys, paths, dir_mode, step, current);
+  return open_and_judge(sys, paths, share, step, current);
 }
 
 failure observe(os& sys, const lock_paths& paths, const open_dir* dir, const char* step,
@@ -374,11 +378,27 @@ std::string init_name(os& sys, const lock_paths& paths, const lock_options& opti
   return init;
 }
 
+// With a group named for sharing, the creation directory and its token
+// get that group: the other members then trust what this user made.
+failure give_named_group(os& sys, const lock_paths& paths, int dir, const std::string& init) {
+  std::optional<unsigned> group;
+  if (failure f = named_group(sys, paths.share, "create", group)) return f;
+  if (!group) return {};
+  scoped_fd token{sys};
+  std::error_code ec = sys.set_owner(dir, static_cast<unsigned>(-1), *group);
+  if (!ec) ec = sys.open_directory(dir, std::string(free_token), token.fd);
+  if (!ec) ec = sys.set_owner(token.fd, static_cast<unsigned>(-1), *group);
+  if (ec)
+    return os_failure(sys, paths, "create",
+                      "cannot give " + init + " the group " + std::to_string(*group), "", ec);
+  return {};
+}
+
 // Fills the creation directory `name` (in the parent open as `parent`)
 // with the free token and flushes it. `made` is its identity, checked
 // before anything is removed from it.
-failure populate_init(os& sys, const lock_paths& paths, const lock_options& options, int parent,
-                      const std::string& name, file_status& made) {
+failure populate_init(os& sys, const lock_paths& paths, int parent, const std::string& name,
+                      file_status& made) {
   const std::string init = paths.parent + "/" + name;
   scoped_fd dir{sys};
   std::error_code ec = sys.open_directory(parent, name, dir.fd);
@@ -392,8 +412,9 @@ failure populate_init(os& sys, const lock_paths& paths, const lock_options& opti
                                  {}) +
                             "; another user can write " + paths.parent +
                             ": keep locks in a directory only trusted users can write");
-  if ((ec = sys.make_directory_at(dir.fd, std::string(free_token), options.dir_mode)))
+  if ((ec = sys.make_directory_at(dir.fd, std::string(free_token), paths.dir_mode)))
     return os_failure(sys, paths, "create", "cannot create the token " + init + "/lockfile", "", ec);
+  if (failure f = give_named_group(sys, paths, dir.fd, init)) return f;
   if ((ec = sys.sync_directory(init)))
     return os_failure(sys, paths, "create", "cannot sync " + init, "", ec);
   return {};
@@ -451,7 +472,7 @@ failure create_lock_directory(os& sys, const lock_paths& paths, const lock_optio
   }
   const std::string name = init_name(sys, paths, options);
   const std::string init = paths.parent + "/" + name;
-  if (std::error_code ec = sys.make_directory_at(parent.fd, name, options.dir_mode)) {
+  if (std::error_code ec = sys.make_directory_at(parent.fd, name, paths.dir_mode)) {
     std::string what = "cannot create the temporary directory " + init;
     if (ec == std::errc::no_such_file_or_directory)
       return make_failure(ec, describe("create", paths.dir, what, ec) +
@@ -459,7 +480,7 @@ failure create_lock_directory(os& sys, const lock_paths& paths, const lock_optio
     return os_failure(sys, paths, "create", what, "", ec);
   }
   file_status made;
-  if (failure f = populate_init(sys, paths, options, parent.fd, name, made)) {
+  if (failure f = populate_init(sys, paths, parent.fd, name, made)) {
     if (made.inode != 0)
       remove_init(sys, parent.fd, name, made);
     else

@@ -13,6 +13,7 @@
 #include "failure.hpp"
 #include "posix/os.hpp"
 #include "token_name.hpp"
+#include "trust.hpp"
 #include "tokenlock/lock_options.hpp"
 
 namespace tokenlock {
@@ -26,7 +27,8 @@ namespace tokenlock::detail {
 // to `fd` (docs/security.md): whatever happens to the path afterwards, the
 // lock works on the directory that was judged.
 struct open_dir {
-  open_dir(std::shared_ptr<os> sys, int fd, const file_status& st) noexcept;
+  open_dir(std::shared_ptr<os> sys, int fd, const file_status& st,
+           std::optional<unsigned> group) noexcept;
   ~open_dir();
   open_dir(const open_dir&) = delete;
   open_dir& operator=(const open_dir&) = delete;
@@ -34,6 +36,10 @@ struct open_dir {
   int fd;
   std::uint64_t device;
   std::uint64_t inode;
+  unsigned uid;  // its owner, who may also own the wait board beside it
+  // The group trusted inside it (chosen_group, decided when it was judged):
+  // tokens and workspaces of that group's members are trusted.
+  std::optional<unsigned> group;
 };
 
 // The strings the protocol renames between, built once per lock.
@@ -46,9 +52,11 @@ struct lock_paths {
   std::string parent;     // the directory that holds dir ("." or "/" at the top)
   std::string name;       // basename(dir): its entry in `parent`
   std::string init_prefix;  // name + ".init.": creation leftovers in parent
-  // The lock's lock_options::dir_mode, for what its handles create (the
-  // commit's workspace).
+  // The mode of what the lock and its handles create (the lock directory,
+  // the commit's workspace): created_mode() of `share`.
   unsigned dir_mode = 0755;
+  // How the lock is shared (lock_options::dir_mode and group).
+  sharing share;
   // The lock directory's descriptor, shared by the lock and its handles:
   // read and replaced only with std::atomic_load / std::atomic_store (a
   // waiter may reopen it while a handle releases through the old one).
@@ -59,15 +67,18 @@ struct lock_paths {
   mutable std::atomic<int> owner_marks{-1};
 };
 
+// How `o` shares a lock (trust.hpp).
+inline sharing sharing_of(const lock_options& o) { return sharing{o.dir_mode, o.group}; }
+
 // Fails with bad_argument for an empty path, "/" or an embedded NUL.
 failure make_lock_paths(const boost::filesystem::path& dir, lock_paths& out);
 
 // The lock directory's descriptor: the one open already, or else the
 // directory opened (without following a symbolic link) and judged now
-// (check_trusted, with group sharing as `dir_mode` chooses). `out` is null,
+// (check_trusted, with the group `share` chooses). `out` is null,
 // without a failure, when the directory does not exist.
 failure lock_directory_fd(const std::shared_ptr<os>& sys, const lock_paths& paths,
-                          unsigned dir_mode, const char* step,
+                          const sharing& share, const char* step,
                           std::shared_ptr<const open_dir>& out);
 
 // For the slow path: whether `current` is still the directory at the lock's
@@ -76,7 +87,7 @@ failure lock_directory_fd(const std::shared_ptr<os>& sys, const lock_paths& path
 // for the lock and its handles; `current` becomes null when the path is
 // missing.
 failure reopen_if_replaced(const std::shared_ptr<os>& sys, const lock_paths& paths,
-                           unsigned dir_mode, const char* step,
+                           const sharing& share, const char* step,
                            std::shared_ptr<const open_dir>& current);
 
 // The lock directory a handle's token is in (null: none open).

@@ -98,7 +98,7 @@ class acquirer final : public lock_attempt {
     std::string token = make_token(expiry, me.host_tag, owner, owner_start, nonce);
     std::string mine = paths_.dir_slash + token;
     std::shared_ptr<const open_dir> d;
-    if (failure f = lock_directory_fd(sys_ptr_, paths_, options_.dir_mode, "acquire", d)) return f;
+    if (failure f = lock_directory_fd(sys_ptr_, paths_, paths_.share, "acquire", d)) return f;
 
     // After the first round a waiter checks that the token is free with a
     // lookup, which takes no lock, before a rename, which locks the
@@ -136,7 +136,7 @@ class acquirer final : public lock_attempt {
   // round, or a stale holder taken over.
   failure look_and_act(outcome& result, std::shared_ptr<const open_dir>& d, int owner,
                        std::uint64_t owner_start, std::uint64_t nonce) {
-    if (failure f = reopen_if_replaced(sys_ptr_, paths_, options_.dir_mode, "acquire", d)) return f;
+    if (failure f = reopen_if_replaced(sys_ptr_, paths_, paths_.share, "acquire", d)) return f;
     observation obs;
     if (failure f = observe(sys_, paths_, d.get(), "acquire", obs)) return f;
     if (obs.kind == observation::held && given_up(obs.token.name)) {
@@ -282,7 +282,8 @@ std::shared_ptr<const lock_core> lock_access::make_core(const boost::filesystem:
   auto core = std::make_shared<lock_core>();
   core->sys = sys ? std::move(sys) : system_os();
   auto paths = std::make_shared<lock_paths>();
-  paths->dir_mode = options.dir_mode;
+  paths->share = sharing_of(options);
+  paths->dir_mode = created_mode(paths->share);
   if (!make_lock_paths(dir, *paths)) core->paths = std::move(paths);
   core->waits = make_wait_state();
   return core;
@@ -369,7 +370,7 @@ failure adopt_impl(const std::shared_ptr<const lock_core>& core, const boost::fi
   }
   if (failure f = held_name(paths->dir, token)) return f;
   std::shared_ptr<const open_dir> d;
-  if (failure f = lock_directory_fd(sys, *paths, options.dir_mode, "token", d)) return f;
+  if (failure f = lock_directory_fd(sys, *paths, paths->share, "token", d)) return f;
   if (!d) return not_held(*paths, token);
   file_status st;
   std::error_code ec = sys->status_at(d->fd, token, st);
@@ -398,7 +399,7 @@ failure take_over_impl(const std::shared_ptr<const lock_core>& core,
   const name_kind kind = classify_name(token, &t);
   judgement j = judge(*sys, options, observed(token, t, kind));
   std::shared_ptr<const open_dir> d;
-  if (failure f = lock_directory_fd(sys, *paths, options.dir_mode, "break", d)) return f;
+  if (failure f = lock_directory_fd(sys, *paths, paths->share, "break", d)) return f;
   if (!d) return not_held(*paths, token);
   file_status st;
   std::error_code ec = sys->status_at(d->fd, token, st);
@@ -444,7 +445,7 @@ failure holder_impl(const std::shared_ptr<os>& sys_ptr, const boost::filesystem:
   lock_paths paths;
   if (failure f = make_lock_paths(dir, paths)) return f;
   std::shared_ptr<const open_dir> d;
-  if (failure f = lock_directory_fd(sys_ptr, paths, options.dir_mode, "status", d)) return f;
+  if (failure f = lock_directory_fd(sys_ptr, paths, sharing_of(options), "status", d)) return f;
   observation obs;
   if (failure f = observe(sys, paths, d.get(), "status", obs)) return f;
   if (obs.kind != observation::held) return {};

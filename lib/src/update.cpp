@@ -176,7 +176,7 @@ failure open_workspace(os& sys, const lock_handle& h, const open_dir& d, const w
                        unsigned dir_mode, workspace_fds& ws) {
   const std::string token_dir = h.path().string();
   const std::string workspace = token_dir + "/w";
-  const bool group = chooses_group_sharing(dir_mode);
+  const std::optional<unsigned> group = d.group;
   std::error_code ec = sys.open_directory(d.fd, h.token(), ws.token);
   if (missing_code(ec) && token_gone(sys, h))
     return lost_before_commit(t, h.token());
@@ -193,6 +193,9 @@ failure open_workspace(os& sys, const lock_handle& h, const open_dir& d, const w
     ec = sys.open_directory(ws.token, "w", ws.w);
   }
   if (ec) return write_failure("commit", t, "cannot open the workspace " + workspace, ec);
+  // In the shared group, so that the group's other members trust it too
+  // (where the directories are not set-group-ID); ours either way.
+  if (ws.made && group) (void)sys.set_owner(ws.w, static_cast<unsigned>(-1), *group);
   return check_trusted_fd(sys, ws.w, workspace, "commit", "lock's workspace", group);
 }
 
@@ -476,7 +479,7 @@ class file_lock_steps {
 
   failure commit(const write_target& t, const std::string& next, const write_options& in_lock) {
     std::string why;
-    const commit_rules rules{lock_.options().dir_mode, network_ ? &mark_ : nullptr,
+    const commit_rules rules{created_mode(sharing_of(lock_.options())), network_ ? &mark_ : nullptr,
                              sweeps(sys_, options_)};
     if (failure f = commit_through_token(sys_, h_, t, next, in_lock, rules, why))
       return f;

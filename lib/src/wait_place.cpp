@@ -33,7 +33,14 @@ std::shared_ptr<wait_board> board_keeper::board_for(os& sys, const lock_paths& p
   drop_broken_board();
   if (!settled_) {
     std::unique_ptr<wait_board> b;
-    std::error_code ec = sys.open_wait_board(paths.board_path, dir_mode & 0666, create, b);
+    // The lock directory's owner, or a member of the group the lock is
+    // shared with, may have made the board; before the directory is open,
+    // only this process's own board is used.
+    std::shared_ptr<const open_dir> dir = current_dir(paths);
+    board_owners owners;
+    owners.uid = dir ? dir->uid : sys.self().euid;
+    if (dir) owners.group = dir->group;
+    std::error_code ec = sys.open_wait_board(paths.board_path, dir_mode & 0666, create, owners, b);
     if (!ec && b && board_is_usable(*b)) board_ = std::move(b);
     settled_ = create || ec != std::errc::no_such_file_or_directory;
   }
@@ -51,7 +58,7 @@ bool place_in_line::join(bool create) {
   if (!options_.queue_waiters || line_) return true;
   bool settled = false;
   std::shared_ptr<wait_board> b =
-      boards_.board_for(sys_, paths_, options_.dir_mode, create, settled);
+      boards_.board_for(sys_, paths_, paths_.dir_mode, create, settled);
   if (!b && !settled) return false;
   line_.emplace(sys_, std::move(b), stale_head_after(options_));
   return true;

@@ -418,4 +418,73 @@ TEST_F(CliSafetyTest, ControlBytesInNamesAreEscapedInEveryMessage) {
   EXPECT_EQ(tokenlock::cli::escaped("a\tb\x7f\xc3\xa9 ok"), "a\\x09b\\x7f\\xc3\\xa9 ok");
 }
 
+// ---- Secrets off the command line ------------------------------------------
+
+TEST_F(CliSafetyTest, AServerUrlFromTheEnvironmentIsUsedAndItsPasswordNeverShown) {
+  // Nothing listens on port 1: the command reaches the server named by the
+  // variable, and its message names the server without the password.
+  auto r = sh("TL_URL='redis://:pw-s3cret@127.0.0.1:1' $T run --redis env:TL_URL -n n true");
+  EXPECT_EQ(r.exit_code, code::unavailable) << r.err;
+  EXPECT_NE(r.err.find("127.0.0.1:1"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("pw-s3cret"), std::string::npos) << r.err;
+  r = tl({"run", "--redis", "env:TL_NOT_SET_ANYWHERE", "-n", "n", "true"});
+  EXPECT_EQ(r.exit_code, code::usage) << r.err;
+  EXPECT_NE(r.err.find("TL_NOT_SET_ANYWHERE is not set"), std::string::npos) << r.err;
+}
+
+TEST_F(CliSafetyTest, AServerUrlFileMustBeTheCallersAndPrivate) {
+  const fs::path url = tmp / "redis.url";
+  spit(url, "redis://:pw-s3cret@127.0.0.1:1\nsecond line ignored\n");
+  ASSERT_EQ(::chmod(url.c_str(), 0644), 0);
+  auto r = tl({"acquire", "-n", "--redis", "file:" + url.string(), "n"});
+  EXPECT_EQ(r.exit_code, code::usage) << r.err;
+  EXPECT_NE(r.err.find("chmod 600"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("pw-s3cret"), std::string::npos) << r.err;
+  ASSERT_EQ(::chmod(url.c_str(), 0600), 0);
+  r = tl({"acquire", "-n", "--redis", "file:" + url.string(), "n"});
+  EXPECT_EQ(r.exit_code, code::unavailable) << "the file's first line was used: " << r.err;
+  EXPECT_EQ(r.err.find("pw-s3cret"), std::string::npos) << r.err;
+  // A link is not followed, and a FIFO is refused without waiting for a
+  // writer.
+  fs::create_symlink(url, tmp / "link.url");
+  r = tl({"acquire", "-n", "--redis", "file:" + (tmp / "link.url").string(), "n"});
+  EXPECT_EQ(r.exit_code, code::usage) << r.err;
+  EXPECT_NE(r.err.find("symbolic link"), std::string::npos) << r.err;
+  ASSERT_EQ(::mkfifo((tmp / "fifo.url").c_str(), 0600), 0);
+  r = tl({"acquire", "-n", "--etcd", "file:" + (tmp / "fifo.url").string(), "n"});
+  EXPECT_EQ(r.exit_code, code::usage) << r.err;
+  EXPECT_NE(r.err.find("not a regular file"), std::string::npos) << r.err;
+}
+
+// ---- One group, named --------------------------------------------------------
+
+TEST_F(CliSafetyTest, AGroupIsTrustedOnlyWhenNamedAndOnlyByAMember) {
+  auto r = tl({"acquire", "-n", "--group", "no-such-group-of-tokenlock", lock});
+  EXPECT_EQ(r.exit_code, code::usage) << r.err;
+  EXPECT_FALSE(fs::exists(lock));
+  r = sh("TOKENLOCK_GROUP=" + std::to_string(::getegid()) + " $T acquire -n --pid $$ job.lock");
+  ASSERT_EQ(r.exit_code, code::ok) << r.err;
+  struct stat st {};
+  ASSERT_EQ(::stat(lock.c_str(), &st), 0);
+  EXPECT_EQ(st.st_gid, ::getegid());
+  EXPECT_EQ(mode_of(lock), 0775u);
+  // That group-writable directory, without the group named: refused.
+  r = tl({"status", lock});
+  EXPECT_EQ(r.exit_code, code::no_perm) << r.err;
+  EXPECT_NE(r.err.find("TOKENLOCK_GROUP=G"), std::string::npos) << r.err;
+  EXPECT_EQ(tl({"run", "--redis", "redis://127.0.0.1:1", "--group", "0", "n", "true"}).exit_code,
+            code::usage);
+}
+
+TEST_F(CliSafetyTest, StatusJsonIsValidJsonForAPathThatIsNotUtf8) {
+  const fs::path odd = tmp / "\xff\xfe";
+  fs::create_directory(odd);
+  auto r = tl({"status", "--json", (odd / "L").string()});
+  ASSERT_EQ(r.exit_code, code::ok) << r.err;
+  EXPECT_NE(r.out.find("\\\\xff\\\\xfe/L\""), std::string::npos) << r.out;
+  for (unsigned char c : r.out) EXPECT_LT(c, 0x80) << "only ASCII here: " << r.out;
+  r = tl({"status", "--json", (tmp / "caf\xc3\xa9" / "L").string()});
+  EXPECT_NE(r.out.find("caf\xc3\xa9/L\""), std::string::npos) << "UTF-8 as it is: " << r.out;
+}
+
 }  // namespace

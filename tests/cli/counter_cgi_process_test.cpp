@@ -3,7 +3,10 @@
 // mode of the lock directories it creates.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <boost/filesystem.hpp>
 
@@ -71,7 +74,7 @@ TEST_F(CounterCgiProcessTest, DirModeIsTheModeOfTheLockDirectoriesItCreates) {
   // Without the choice, that group-writable lock directory is refused...
   r = get("");
   EXPECT_EQ(r.out.rfind("Status: 500 ", 0), 0u) << r.out;
-  EXPECT_NE(r.err.find("group sharing was not chosen"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("which is not the group chosen for sharing"), std::string::npos) << r.err;
   EXPECT_EQ(slurp(tmp / "hits.count"), "1\n");
   // ...and an empty setting is no setting: the directory it creates is 0755.
   boost::filesystem::remove_all(tmp / "hits.count.lock");
@@ -92,6 +95,50 @@ TEST_F(CounterCgiProcessTest, ABadDirModeIsAMisconfigurationThatChangesNothing) 
     EXPECT_NE(r.err.find(mode), std::string::npos) << "the log quotes the value: " << r.err;
   }
   EXPECT_EQ(snapshot(tmp.path()), before);
+}
+
+TEST_F(CounterCgiProcessTest, AGroupNamedForSharingIsGivenToTheLockDirectoriesItCreates) {
+  auto r = get("TOKENLOCK_COUNTER_GROUP=" + std::to_string(::getegid()));
+  EXPECT_EQ(body_of(r.out), "1\n") << r.out << r.err;
+  struct stat st {};
+  ASSERT_EQ(::stat((tmp / "hits.count.lock").c_str(), &st), 0);
+  EXPECT_EQ(st.st_gid, ::getegid());
+  EXPECT_EQ(st.st_mode & 07777, 0775u) << "group rwx for the group's other users";
+  // The same group named again: that group-writable directory is trusted.
+  r = get("TOKENLOCK_COUNTER_GROUP=" + std::to_string(::getegid()));
+  EXPECT_EQ(body_of(r.out), "2\n") << r.out << r.err;
+}
+
+TEST_F(CounterCgiProcessTest, AGroupThisUserIsNotInAnswers500AndCreatesNothing) {
+  if (::geteuid() != 0) GTEST_SKIP() << "a user's groups vary; root is in none but its own here";
+  const auto before = snapshot(tmp.path());
+  auto r = get("TOKENLOCK_COUNTER_GROUP=65534");
+  EXPECT_EQ(r.out.rfind("Status: 500 ", 0), 0u) << r.out;
+  EXPECT_NE(r.err.find("not a member"), std::string::npos) << r.err;
+  EXPECT_EQ(snapshot(tmp.path()), before);
+}
+
+TEST_F(CounterCgiProcessTest, AnUnknownParameterIsEchoedEscapedAndNeverSniffed) {
+  auto r = run_command({"/bin/sh", "-c",
+                        "export TOKENLOCK_COUNTER_DIR='" + tmp.path().string() +
+                            "' REQUEST_METHOD=GET QUERY_STRING='%3Cscript%3E%0D%0AX-Evil:%201%1B[2J=1'; "
+                            "exec '" + cgi + "'"});
+  EXPECT_EQ(r.out.rfind("Status: 400 ", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("X-Content-Type-Options: nosniff\r\n"), std::string::npos) << r.out;
+  const std::string body = body_of(r.out);
+  EXPECT_EQ(body.find('<'), std::string::npos) << body;
+  EXPECT_EQ(body.find('\r'), std::string::npos) << body;
+  EXPECT_EQ(body.find('\x1b'), std::string::npos) << body;
+  EXPECT_NE(body.find("\\x3cscript\\x3e\\x0d\\x0aX-Evil:"), std::string::npos) << body;
+  EXPECT_TRUE(entries(tmp.path()).empty()) << "nothing counted";
+}
+
+TEST_F(CounterCgiProcessTest, EnvironmentValuesReachTheLogOnlyEscaped) {
+  auto r = get("TOKENLOCK_COUNTER_SYNC=\"$(printf 'x\\033[2J\\nforged: line')\"");
+  EXPECT_EQ(r.out.rfind("Status: 500 ", 0), 0u) << r.out;
+  EXPECT_NE(r.err.find("x\\x1b\\x5b2J\\x0aforged: line"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one log line: " << r.err;
 }
 
 }  // namespace

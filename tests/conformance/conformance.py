@@ -149,6 +149,9 @@ class Case:
         self.driver = None
         self.zombies = []
         self.stderr = tempfile.TemporaryFile(mode="w+")
+        # The settings a deployment gives every process (set env).
+        self.env = {k: v for k, v in os.environ.items()
+                    if k not in ("TOKENLOCK_DIR_MODE", "TOKENLOCK_GROUP")}
 
     def path(self, relative):
         if relative.startswith("/") or ".." in relative.split("/"):
@@ -223,6 +226,12 @@ class Case:
             os.chmod(self.path(args[0]), int(args[1], 8))
         elif what == "chown":
             os.lchown(self.path(args[0]), int(args[1]), -1)
+        elif what == "chgrp":
+            os.lchown(self.path(args[0]), -1, int(args[1]))
+        elif what == "env":
+            # TOKENLOCK_DIR_MODE and TOKENLOCK_GROUP, as every process of a
+            # deployment gets them; "mygroup" is the runner's effective gid.
+            self.env[args[0]] = str(os.getegid()) if args[1] == "mygroup" else args[1]
         elif what == "symlink":
             os.symlink(args[1], self.path(args[0]))
         else:
@@ -274,7 +283,7 @@ class Case:
     # -- the driver --
 
     def start(self):
-        self.driver = subprocess.Popen(self.driver_argv, stdin=subprocess.PIPE,
+        self.driver = subprocess.Popen(self.driver_argv, stdin=subprocess.PIPE, env=self.env,
                                        stdout=subprocess.PIPE, stderr=self.stderr,
                                        universal_newlines=True, bufsize=1)
 
@@ -389,13 +398,18 @@ class Case:
 
     def run(self):
         # Started first, so that the time a driver takes to start never
-        # passes between a lease set up and the request that judges it.
+        # passes between a lease set up and the request that judges it; its
+        # environment is the one set-up it needs before it starts.
+        for word, rest, _ in self.case["steps"]:
+            if word == "set" and rest.split()[0] == "env":
+                self.set_up(rest.split())
         self.start()
         if self.ask(["ping"]) != "ok":
             raise CaseError("the driver did not answer ping with ok%s" % self.driver_output())
         for word, rest, where in self.case["steps"]:
             if word == "set":
-                self.set_up(rest.split())
+                if rest.split()[0] != "env":  # applied before the start
+                    self.set_up(rest.split())
             elif word == "act":
                 self.act(rest.split())
             elif word == "after":

@@ -25,6 +25,11 @@ static void answer(int rc, const char *value) {
 static tokenlock_options options(const char *wait_ms, const char *lease_ms) {
   tokenlock_options o;
   tokenlock_options_init(&o);
+  /* As an application reads its configuration (the command reads the same
+   * variables). */
+  const char *mode = getenv("TOKENLOCK_DIR_MODE"), *group = getenv("TOKENLOCK_GROUP");
+  if (mode && *mode) o.dir_mode = (int)strtol(mode, NULL, 8);
+  if (group && *group) o.group = group;
   if (wait_ms) o.wait_ms = strtoll(wait_ms, NULL, 10);
   if (lease_ms) o.lease_ms = strtoll(lease_ms, NULL, 10);
   return o;

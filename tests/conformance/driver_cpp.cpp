@@ -1,6 +1,7 @@
 // The conformance driver of the C++ library: the line protocol of
 // tests/conformance/README.md on stdin and stdout.
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -28,8 +29,18 @@ std::string answer_of(std::error_code ec, const std::string& value = "") {
   return value.empty() ? "ok" : "ok " + value;
 }
 
-std::string acquire(const words& w) {
+// TOKENLOCK_DIR_MODE and TOKENLOCK_GROUP, as an application reads its
+// configuration (the command reads the same variables).
+tokenlock::lock_options configured() {
   tokenlock::lock_options o;
+  if (const char* mode = std::getenv("TOKENLOCK_DIR_MODE"); mode && *mode)
+    o.dir_mode = static_cast<unsigned>(std::stoul(mode, nullptr, 8));
+  if (const char* group = std::getenv("TOKENLOCK_GROUP"); group && *group) o.group = group;
+  return o;
+}
+
+std::string acquire(const words& w) {
+  tokenlock::lock_options o = configured();
   o.wait = milliseconds(std::stoll(w.at(2)));
   o.lease = milliseconds(std::stoll(w.at(3)));
   std::error_code ec;
@@ -55,7 +66,7 @@ std::string commit(const words& w) {
 }
 
 std::string update(const words& w) {
-  tokenlock::lock_options o;
+  tokenlock::lock_options o = configured();
   o.wait = milliseconds(0);
   const bool pause = w.size() > 3 && w[3] == "pause";
   auto fn = [&](const std::optional<std::string>&) {
@@ -74,7 +85,7 @@ std::string update(const words& w) {
 }
 
 std::string increment(const words& w) {
-  tokenlock::lock_options o;
+  tokenlock::lock_options o = configured();
   o.wait = milliseconds(std::stoll(w.at(2)));
   std::error_code ec;
   auto n = tokenlock::increment_counter(w.at(1), tokenlock::rename_lock(w.at(1) + ".lock", o), 1, {}, ec);

@@ -42,6 +42,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/attacks_lock.sh"
 # shellcheck source=tests/security/attacks_redis.sh
 . "$here/attacks_redis.sh"
+# shellcheck source=tests/security/attacks_sharing.sh
+. "$here/attacks_sharing.sh"
+# shellcheck source=tests/security/attacks_output.sh
+. "$here/attacks_output.sh"
 
 make_world "$1" "$2" "$3"
 # Attack 1 aims at the canaries and checks them itself; after each of the
@@ -49,7 +53,7 @@ make_world "$1" "$2" "$3"
 attack_1
 plant_canaries "$home" tl_victim
 plant_canaries "$rootdir" root
-for attack in 2 3 4 5 6 7 8 redis; do
+for attack in 2 3 4 5 6 7 8 9 10 11 12 redis; do
   "attack_$attack"
   canaries_checked "attack $attack"
 done

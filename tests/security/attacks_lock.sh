@@ -64,9 +64,9 @@ clearing_race() {
 attack_1() {
   clearing_race a tl_victim "$home" tl_victim 0777 "" "$sticky"
   clearing_race b root "$rootdir" root 0777 "" "$sticky"
-  # Group sharing chosen: the directory is trusted, so only walking by
+  # The group named for sharing: the directory is trusted, so only walking by
   # descriptor keeps the victim's files safe.
-  clearing_race c tl_victim "$home" tl_victim 2770 TOKENLOCK_DIR_MODE=0770 "$group_locks"
+  clearing_race c tl_victim "$home" tl_victim 2770 TOKENLOCK_GROUP=tl_share "$group_locks"
 }
 
 # A holder run by the victim (with the environment assignment $4, if
@@ -287,9 +287,9 @@ control_bytes() {
   local lock=$group_locks/ctl s=$work/scratch/ctl problems="" rc out
   "${as_attacker[@]}" sh -c 'umask 0; mkdir -m 2770 "$1" && chgrp tl_share "$1" &&
     mkdir -m 2770 "$1/$(printf "lockfile.\033]0;pwned\007\033[2J")"' sh "$lock"
-  "${as_victim[@]}" env TOKENLOCK_DIR_MODE=0770 "$tl" run -n "$lock" true >"$s.out" 2>"$s.err"
+  "${as_victim[@]}" env TOKENLOCK_GROUP=tl_share "$tl" run -n "$lock" true >"$s.out" 2>"$s.err"
   rc=$?
-  "${as_victim[@]}" env TOKENLOCK_DIR_MODE=0770 "$tl" status "$lock" >>"$s.out" 2>>"$s.err"
+  "${as_victim[@]}" env TOKENLOCK_GROUP=tl_share "$tl" status "$lock" >>"$s.out" 2>>"$s.err"
   for out in "$s.out" "$s.err"; do
     tr -d '\n' <"$out" | LC_ALL=C grep -q '[[:cntrl:]]' &&
       problems="$problems $(basename "$out") carries raw control bytes: $(od -c "$out" | head -2 | tr -s ' ' | tr '\n' ' ');"
@@ -305,7 +305,7 @@ control_bytes() {
 failed_release() {
   local lock=$group_locks/rel s=$work/scratch/rel problems=""
   "${as_attacker[@]}" sh -c 'mkdir -m 2770 "$1" "$1/lockfile"' sh "$lock"
-  if start_holder "$lock" 60 rel TOKENLOCK_DIR_MODE=0770; then
+  if start_holder "$lock" 60 rel TOKENLOCK_GROUP=tl_share; then
     "${as_attacker[@]}" chmod 2550 "$lock"
     stop_holder rel
     [ "$holder_rc" != 0 ] || problems="run exited 0 although its release failed (lock directory made read-only)"
@@ -328,18 +328,19 @@ attack_8() {
 }
 
 # The documented group set-up across two real users: a data directory
-# of mode 2770 in a group both are in; each increments one counter with
-# group sharing chosen (one by --dir-mode, one by TOKENLOCK_DIR_MODE), and
-# the count is exact. Without the choice, a group-writable lock directory
-# of the other user's is refused.
+# of mode 2770 in a group both are in; each increments one counter naming
+# that group (one by --group, one by TOKENLOCK_GROUP), and the count is
+# exact. A lock directory of the other user's is refused when the group is
+# not named: group write in one's own dir_mode (TOKENLOCK_DIR_MODE=0775)
+# shares only one's own lock directories.
 group_shared_setup() {
   local data=$work/group-data s=$work/scratch/group problems="" rc p1 p2
   mkdir -m 2770 "$data" && chgrp tl_share "$data"
   "${as_victim[@]}" sh -c 'umask 002; i=0; while [ $i -lt 50 ]; do
-      "$1" incr --dir-mode 0775 "$2" >/dev/null || exit 1; i=$((i + 1)); done' sh "$tl" "$data/c.count" \
+      "$1" incr --group tl_share "$2" >/dev/null || exit 1; i=$((i + 1)); done' sh "$tl" "$data/c.count" \
     2>"$s.victim" &
   p1=$!
-  "${as_attacker[@]}" env TOKENLOCK_DIR_MODE=0775 sh -c 'umask 002; i=0; while [ $i -lt 50 ]; do
+  "${as_attacker[@]}" env TOKENLOCK_GROUP=tl_share sh -c 'umask 002; i=0; while [ $i -lt 50 ]; do
       "$1" incr "$2" >/dev/null || exit 1; i=$((i + 1)); done' sh "$tl" "$data/c.count" \
     2>"$s.other" &
   p2=$!
@@ -347,19 +348,22 @@ group_shared_setup() {
   wait "$p2" || problems="$problems the other user's increments failed: $(first_line "$s.other");"
   [ "$(cat "$data/c.count" 2>/dev/null)" = 100 ] ||
     problems="$problems the counter holds '$(cat "$data/c.count" 2>/dev/null)', not 100;"
-  report_setup "setup: two users increment one counter in a 2770 group directory" "$problems" \
-    "100 increments, count exact"
+  report_setup "setup: two users naming their group increment one counter in a 2770 group directory" \
+    "$problems" "100 increments, count exact"
   problems=""
   "${as_attacker[@]}" sh -c 'umask 002; mkdir -m 0775 "$1" "$1/lockfile"' sh "$data/d.count.lock"
-  "${as_victim[@]}" "$tl" incr "$data/d.count" >/dev/null 2>"$s.err"
-  rc=$?
-  if [ "$rc" != 77 ]; then
-    problems="incr without --dir-mode in the other user's lock directory of mode $(stat -c %a "$data/d.count.lock") exited $rc, not 77"
-  elif ! refusal_explained "$s.err" "$attacker_uid"; then
-    problems="exit 77 without 'refusing' and uid $attacker_uid: $(first_line "$s.err")"
-  fi
-  [ ! -e "$data/d.count" ] || problems="$problems; d.count was written: $(cat "$data/d.count")"
-  report "setup: a group-writable lock directory of another user, no group sharing chosen" \
+  for how in "" TOKENLOCK_DIR_MODE=0775; do
+    # shellcheck disable=SC2086 # $how is one assignment or none
+    "${as_victim[@]}" env $how "$tl" incr "$data/d.count" >/dev/null 2>"$s.err"
+    rc=$?
+    if [ "$rc" != 77 ]; then
+      problems="$problems incr ${how:-with no group sharing} in the other user's lock directory of mode $(stat -c %a "$data/d.count.lock") exited $rc, not 77;"
+    elif ! refusal_explained "$s.err" "$attacker_uid"; then
+      problems="$problems exit 77 without 'refusing' and uid $attacker_uid: $(first_line "$s.err");"
+    fi
+  done
+  [ ! -e "$data/d.count" ] || problems="$problems d.count was written: $(cat "$data/d.count")"
+  report "setup: a group-writable lock directory of another user, its group not named" \
     "$problems" "exit 77: $(first_line "$s.err")"
 }
 

@@ -107,6 +107,7 @@ attack_redis() {
   redis_fence_key
   redis_garbage_grant
   redis_localhost
+  secret_off_argv
   if env -i REQUEST_METHOD=GET QUERY_STRING=id=probe TOKENLOCK_COUNTER_DIR="$work/scratch" \
     TOKENLOCK_COUNTER_REDIS="$redis_url" "$cgi" 2>&1 | grep -q 'built without the Redis'; then
     echo "attack 2r (Redis fence directory): skipped (this counter.cgi was built without Redis)"

@@ -425,9 +425,10 @@ std::error_code fake_os::filesystem_of(const std::string& path, bool with_name,
 }
 
 std::error_code fake_os::open_wait_board(const std::string& path, unsigned mode, bool create,
+                                         const detail::board_owners& owners,
                                          std::unique_ptr<detail::wait_board>& out) {
   out.reset();
-  if (!world_) return real_->open_wait_board(path, mode, create, out);
+  if (!world_) return real_->open_wait_board(path, mode, create, owners, out);
   if (auto ec = enter(create ? op::create_wait_board : op::open_wait_board, path)) return ec;
   if (!create && !world_->boards.count(path)) return {ENOENT, std::generic_category()};
   world_->boards[path];  // exists from now on, zeroed like a new file

@@ -182,6 +182,9 @@ class fake_os final : public detail::os {
   // sets this.
   std::function<std::uint64_t()> random;
   const detail::process_identity& self() override { return world_ ? identity_ : real_->self(); }
+  std::error_code group_id(const std::string& name, unsigned& gid) override {
+    return real_->group_id(name, gid);
+  }
   std::uint64_t fork_generation() noexcept override {
     return world_ ? fork_generation_ : real_->fork_generation();
   }
@@ -202,6 +205,7 @@ class fake_os final : public detail::os {
   // and runs `before` first, so a test may act as the head handing its
   // place on) and "board_wake PATH".
   std::error_code open_wait_board(const std::string& path, unsigned mode, bool create,
+                                  const detail::board_owners& owners,
                                   std::unique_ptr<detail::wait_board>& out) override;
 
   // Descriptors this process has opened and not closed (for leak checks).

@@ -51,7 +51,7 @@ class LockDirectoryTest : public RenameLockTest {
   // The lock directory as the lock opens it (null: missing).
   std::shared_ptr<const open_dir> opened(const std::shared_ptr<fake_os>& p) {
     std::shared_ptr<const open_dir> d;
-    EXPECT_FALSE(tokenlock::detail::lock_directory_fd(p, paths, 0755, "acquire", d));
+    EXPECT_FALSE(tokenlock::detail::lock_directory_fd(p, paths, paths.share, "acquire", d));
     return d;
   }
   // observe() on the directory as it is now; its failure, if any.

@@ -115,9 +115,11 @@ TEST_F(TrustTest, AStickyLockDirectoryWritableByEveryUserIsRefusedToo) {
 TEST_F(TrustTest, AGroupWritableLockDirectoryNeedsTheChoiceOfGroupSharing) {
   make_lock(0775);
   const auto before = snapshot(tmp.path());
-  expect_refusal(acquire_error(a), std::to_string(::geteuid()), "group sharing was not chosen");
+  expect_refusal(acquire_error(a), std::to_string(::geteuid()),
+                 "which is not the group chosen for sharing");
   EXPECT_EQ(snapshot(tmp.path()), before);
-  // Chosen, in a group of ours (the directory has our group): it is used.
+  // Our own directory, made group-shared by our choice of dir_mode: its
+  // group is the chosen one, and it is used.
   lock_handle h = lock_for(a, options(0775)).acquire();
   EXPECT_TRUE(h.owns());
 }
@@ -138,14 +140,89 @@ TEST_F(TrustTest, AnotherUsersLockDirectoryIsRefusedNamingTheOwner) {
   EXPECT_EQ(snapshot(tmp.path()), before);
 }
 
-TEST_F(TrustTest, AnotherUsersLockDirectoryInOurGroupIsUsedOnlyWithGroupSharing) {
+TEST_F(TrustTest, AnotherUsersLockDirectoryInOurGroupIsUsedOnlyWithThatGroupNamed) {
   if (!root()) GTEST_SKIP() << "needs root to give the directory to another user";
   make_lock(0775);
-  // nobody's directory, in our group (root's group 0 is one of ours).
+  // nobody's directory, in a group of ours (root's group 0): being in the
+  // group is no choice, and group write in our dir_mode shares only
+  // directories of our own.
   ASSERT_EQ(::chown(dir.c_str(), nobody, ::getegid()), 0);
-  expect_refusal(acquire_error(a), std::to_string(nobody), "group sharing was not chosen");
-  lock_handle h = lock_for(a, options(0775)).acquire();
+  const auto before = snapshot(tmp.path());
+  expect_refusal(acquire_error(a), std::to_string(nobody), "which is not the group chosen");
+  expect_refusal(acquire_error(a, options(0775)), std::to_string(nobody),
+                 "TOKENLOCK_GROUP=G");
+  EXPECT_EQ(snapshot(tmp.path()), before);
+  lock_options named = options();
+  named.group = std::to_string(::getegid());
+  lock_handle h = lock_for(a, named).acquire();
   EXPECT_TRUE(h.owns());
+}
+
+TEST_F(TrustTest, AnotherGroupThanTheNamedOneGivesNothing) {
+  // The attack of a user who shares only `users` with the victim: their
+  // directory, in `users`, while the victim named another group.
+  if (!root()) GTEST_SKIP() << "needs root to give the directory to another user";
+  make_lock(0775);
+  ASSERT_EQ(::chown(dir.c_str(), nobody, nobody), 0);
+  lock_options named = options(0775);
+  named.group = std::to_string(::getegid());
+  const auto before = snapshot(tmp.path());
+  expect_refusal(acquire_error(a, named), std::to_string(nobody),
+                 "which is not the group chosen for sharing (group " +
+                     std::to_string(::getegid()) + ")");
+  EXPECT_EQ(snapshot(tmp.path()), before);
+}
+
+TEST_F(TrustTest, NamingAGroupThisUserIsNotInIsABadArgumentAndCreatesNothing) {
+  if (!root()) GTEST_SKIP() << "the fake process needs root's groups to be refused here";
+  lock_options named = options();
+  named.group = "no-such-group-of-tokenlock";
+  auto e = acquire_error(a, named);
+  EXPECT_EQ(e.first, errc::bad_argument) << e.second;
+  EXPECT_NE(e.second.find("no such group"), std::string::npos) << e.second;
+  named.group = std::to_string(nobody);
+  e = acquire_error(a, named);
+  EXPECT_EQ(e.first, errc::bad_argument) << e.second;
+  EXPECT_NE(e.second.find("not a member"), std::string::npos) << e.second;
+  EXPECT_FALSE(fs::exists(dir)) << "no lock directory was made";
+}
+
+TEST_F(TrustTest, ALockDirectoryMadeWithANamedGroupGetsItAndGroupWrite) {
+  lock_options named = options();
+  named.group = std::to_string(::getegid());
+  lock_handle h = lock_for(a, named).acquire();
+  struct stat d {}, t {};
+  ASSERT_EQ(::stat(dir.c_str(), &d), 0);
+  ASSERT_EQ(::stat(h.path().c_str(), &t), 0);
+  EXPECT_EQ(d.st_gid, ::getegid());
+  EXPECT_EQ(d.st_mode & 0777, 0775u) << "dir_mode | 0070";
+  EXPECT_EQ(t.st_gid, ::getegid());
+  EXPECT_EQ(t.st_mode & 0777, 0775u);
+  h.release();
+}
+
+TEST_F(TrustTest, AWorkspaceOfAnotherUserIsTrustedOnlyInTheChosenGroup) {
+  if (!root()) GTEST_SKIP() << "needs root to give the workspace to another user";
+  std::uint64_t v = 0;
+  ASSERT_FALSE(increment(v, options(0775)));
+  const fs::path w = dir / "lockfile" / "w";
+  ASSERT_TRUE(fs::is_directory(w));
+  // Another member of our own lock directory's group (the one our
+  // dir_mode chose): trusted.
+  ASSERT_EQ(::chown(w.c_str(), nobody, ::getegid()), 0);
+  ASSERT_FALSE(increment(v, options(0775)));
+  EXPECT_EQ(v, 2u);
+  // The same user's workspace in another group: refused, nothing written.
+  ASSERT_EQ(::chown(w.c_str(), nobody, nobody), 0);
+  failure f = increment(v, options(0775));
+  EXPECT_EQ(f.code, errc::untrusted) << f.message;
+  EXPECT_NE(f.message.find("which is not the group chosen for sharing"), std::string::npos)
+      << f.message;
+  std::ifstream in(target.string());
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "2\n");
+  EXPECT_TRUE(lock_is_free());
+  EXPECT_TRUE(temp_files().empty());
 }
 
 TEST_F(TrustTest, ALockDirectoryThatIsASymbolicLinkIsRefused) {
@@ -399,6 +476,89 @@ TEST_F(TrustTest, ATokenTakenOverAfterItsWorkspaceWasJudgedGetsNoTemporaryFileOf
   std::ifstream in(target.string());
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(text, "1\n");
+}
+
+}  // namespace
+
+namespace {
+
+// The wait board's name is beside the lock directory, in a directory that
+// others may write (/tmp): what is found there is judged before a byte of
+// it is written or its size changed.
+class WaitBoardTrustTest : public ::testing::Test {
+ protected:
+  temp_dir tmp;
+  fs::path dir = tmp / "data.lock";
+  fs::path board = tmp / "data.lock.wait";
+
+  // Waits on the held lock for a moment, which makes a waiter look for
+  // the board; the real OS, as the attack meets it.
+  void wait_once(unsigned dir_mode = 0755) {
+    lock_options o;
+    o.wait = 30ms;
+    o.dir_mode = dir_mode;
+    rename_lock lock(dir, o);
+    lock_handle held = lock.acquire();
+    std::error_code ec;
+    lock_handle second = rename_lock(dir, o).acquire(ec);
+    EXPECT_EQ(ec, errc::timed_out);
+    EXPECT_FALSE(second.owns());
+    held.release();
+  }
+  static std::string contents(const fs::path& p) {
+    std::ifstream in(p.string(), std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+};
+
+TEST_F(WaitBoardTrustTest, AHardLinkToAFileOfOursIsNeitherWrittenNorExtended) {
+  const fs::path victim = tmp / "victim.txt";
+  { std::ofstream(victim.string()) << "precious"; }
+  fs::create_hard_link(victim, board);
+  wait_once();
+  EXPECT_EQ(contents(victim), "precious");
+  EXPECT_EQ(fs::file_size(victim), 8u);
+  // An empty file of ours with a second link is refused as well: the
+  // link count, not the size, tells a planted link.
+  { std::ofstream(victim.string(), std::ios::trunc); }
+  wait_once();
+  EXPECT_EQ(fs::file_size(victim), 0u);
+}
+
+TEST_F(WaitBoardTrustTest, AFileOfAnotherSizeIsNoBoardAndIsLeftAsItIs) {
+  { std::ofstream(board.string()) << "not a board"; }
+  wait_once();
+  EXPECT_EQ(contents(board), "not a board");
+}
+
+TEST_F(WaitBoardTrustTest, AFifoInItsPlaceNeitherBlocksNorIsUsed) {
+  ASSERT_EQ(::mkfifo(board.c_str(), 0600), 0);
+  wait_once();  // returns: the open did not wait for a writer
+  struct stat st {};
+  ASSERT_EQ(::lstat(board.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+}
+
+TEST_F(WaitBoardTrustTest, AnotherUsersBoardIsNotUsed) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give the board to another user";
+  { std::ofstream(board.string()); }
+  ASSERT_EQ(::chown(board.c_str(), nobody, nobody), 0);
+  wait_once();
+  EXPECT_EQ(fs::file_size(board), 0u) << "not sized: not written";
+}
+
+TEST_F(WaitBoardTrustTest, ABoardOfAMemberOfTheChosenGroupIsUsed) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give the board to another user";
+  { std::ofstream(board.string()); }
+  ASSERT_EQ(::chown(board.c_str(), nobody, ::getegid()), 0);
+  wait_once(0775);  // our own lock directory, shared with its group
+  EXPECT_EQ(fs::file_size(board), 4096u) << "mapped and sized: used";
+}
+
+TEST_F(WaitBoardTrustTest, OurOwnBoardIsStillUsed) {
+  wait_once();
+  ASSERT_TRUE(fs::exists(board));
+  EXPECT_EQ(fs::file_size(board), 4096u);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <chrono>
+#include <string>
 
 namespace tokenlock {
 
@@ -49,12 +50,19 @@ struct lock_options {
   // has passed, as those scripts judge it.
   std::chrono::milliseconds legacy_timeout = std::chrono::seconds(60);
   // Mode of a lock directory (and its token) that acquire creates; applied
-  // exactly, regardless of the umask. Group write (0775, 0770) is also the
-  // choice of group sharing: a lock directory, token or workspace writable
-  // by its group, or owned by another user in one of this process's groups,
-  // is then trusted; without it such a directory is errc::untrusted. A lock
+  // exactly, regardless of the umask. Group write (0775, 0770) also shares
+  // a lock directory this user owns with that directory's own group: its
+  // group may then write in it and own tokens and workspaces there. A lock
   // directory writable by every user is always refused (docs/security.md).
   unsigned dir_mode = 0755;
+  // The one group this lock is shared with, by name or decimal gid (empty:
+  // none). This user must be a member (else errc::bad_argument). A lock
+  // directory of another user, and tokens and workspaces of other users,
+  // are trusted only when they are in this group; being in a group without
+  // naming it trusts nothing (hosts put every user in `users`). A lock
+  // directory that acquire creates gets this group and group rwx
+  // (dir_mode | 0070). The command's --group and TOKENLOCK_GROUP.
+  std::string group;
   // Wake a waiter as soon as the token is released, on top of the backoff
   // polling that is always done, where the OS reports renames (inotify on
   // Linux; not on FUSE). docs/protocol.md, Waiting, says when waiters poll

@@ -94,16 +94,22 @@ enum {
   TOKENLOCK_SYNC_FILE_AND_DIR = 2 /* also fsync the directory after it (the default) */
 };
 
-/* Settings for a call; -1 in a field means the library's default. */
+/* Settings for a call; -1 in a field means the library's default (NULL for
+ * `group`). Since 0.2.0 the structure ends with `group`: a program built
+ * against an older header must be rebuilt (tokenlock_version() says which
+ * library is loaded). */
 typedef struct tokenlock_options {
   int64_t wait_ms;           /* wait for a busy lock (10000); 0: one attempt */
   int64_t lease_ms;          /* lease of a token (60000) */
   int64_t legacy_timeout_ms; /* age at which a legacy "lockfile<seconds>" token is stale (60000) */
   int dir_mode;              /* mode of a lock directory that acquire creates (0755) */
   int sync;                  /* TOKENLOCK_SYNC_* for writes (TOKENLOCK_SYNC_FILE_AND_DIR) */
+  const char *group;         /* the one group the lock is shared with, by name or decimal gid
+                              * (NULL: none; the caller must be a member, else
+                              * TOKENLOCK_EBAD_ARGUMENT): docs/security.md, Who is trusted */
 } tokenlock_options;
 
-/* Sets every field to -1 (the defaults). */
+/* Sets every field to -1 (the defaults), and `group` to NULL. */
 TOKENLOCK_C_API void tokenlock_options_init(tokenlock_options *options);
 
 /* ---- the lock -------------------------------------------------------------- */

@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -95,6 +96,12 @@ class dir_watch {
   // degrades to a plain sleep.
   virtual bool wait_for(const std::string& name,
                         std::chrono::microseconds timeout) noexcept = 0;
+};
+
+// Who, besides this process's user, may own a wait board it uses.
+struct board_owners {
+  unsigned uid = 0;               // the lock directory's owner
+  std::optional<unsigned> group;  // the group chosen for sharing the lock
 };
 
 // Memory shared by the waiters of one lock on one host: a small file
@@ -236,6 +243,10 @@ class os {
 
   // This process. Cheap after the first call; recomputed after fork.
   virtual const process_identity& self() = 0;
+
+  // The gid of the group `name` (getgrnam_r), or of the decimal number
+  // `name` as it is. ENOENT when there is no such group.
+  virtual std::error_code group_id(const std::string& name, unsigned& gid) = 0;
   // Changes in a child after fork(2). A lock remembers the generation that
   // acquired it, so a child never releases its parent's token, without a
   // getpid(2) call on the fast path.
@@ -256,7 +267,15 @@ class os {
   // mapping is not one memory for this host: network and FUSE filesystems);
   // or the errno of the step that failed. Never leaves a file it could not
   // map safely, except one another process is still setting up.
+  // An existing file is judged by fstat before anything is written to it or
+  // its size changed, because the name is in a directory others may write
+  // (a hard link there may name a file of the caller's): it is used only
+  // when it is a regular file with one link, owned by this process's
+  // effective user, by `owners.uid` (the lock directory's owner) or in
+  // `owners.group` (the group chosen for sharing the lock), of size 0 or
+  // the board's; otherwise EPERM and the file is left exactly as it was.
   virtual std::error_code open_wait_board(const std::string& path, unsigned mode, bool create,
+                                          const board_owners& owners,
                                           std::unique_ptr<wait_board>& out) = 0;
 };
 

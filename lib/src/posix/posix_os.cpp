@@ -14,6 +14,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -378,13 +379,29 @@ std::string mount_type(const std::string& path) {
   return {};
 }
 
+// Whether an open board file may be written and sized: see
+// os::open_wait_board. A hard link planted beside the lock to a file of the
+// caller's has two links; a file of another size is no board.
+std::error_code judge_board(const struct stat& st, const board_owners& owners) {
+  const bool ours = st.st_uid == ::geteuid() || st.st_uid == owners.uid ||
+                    (owners.group && st.st_gid == *owners.group);
+  if (!S_ISREG(st.st_mode) || st.st_nlink != 1 || !ours ||
+      (st.st_size != 0 && static_cast<std::size_t>(st.st_size) != mapped_board::file_size))
+    return errno_code(EPERM);
+  return {};
+}
+
 std::error_code map_board(const std::string& path, unsigned mode, bool create,
-                          std::unique_ptr<wait_board>& out) {
+                          const board_owners& owners, std::unique_ptr<wait_board>& out) {
   out.reset();
   // The board nearly always exists: open it first, because an open with
   // O_CREAT locks the directory, which the lock's holder renames in.
+  // O_NONBLOCK and O_NOCTTY: a FIFO or a terminal planted there neither
+  // blocks the open nor becomes ours; fstat refuses both below.
   auto open_existing = [&] {
-    return retry_eintr([&] { return ::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC); });
+    return retry_eintr([&] {
+      return ::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    });
   };
   int fd = open_existing();
   if (fd < 0 && errno == ENOENT) {
@@ -414,7 +431,9 @@ std::error_code map_board(const std::string& path, unsigned mode, bool create,
   void* base = MAP_FAILED;
   if (::fstat(fd, &st) != 0 || ::fstatfs(fd, &sfs) != 0)
     ec = last_errno();
-  else if (!S_ISREG(st.st_mode) || !local_filesystem_type(static_cast<long>(sfs.f_type)))
+  else if ((ec = judge_board(st, owners)))
+    ;
+  else if (!local_filesystem_type(static_cast<long>(sfs.f_type)))
     ec = errno_code(ENOTSUP);  // a board left by an older version on such a filesystem, too
   else if (static_cast<std::size_t>(st.st_size) < mapped_board::file_size &&
            ::ftruncate(fd, mapped_board::file_size) != 0)
@@ -752,6 +771,25 @@ class posix_os final : public os {
                       counter_.fetch_add(0x9e3779b97f4a7c15ULL, std::memory_order_relaxed));
   }
 
+  std::error_code group_id(const std::string& name, unsigned& gid) override {
+    if (!name.empty() && name.find_first_not_of("0123456789") == std::string::npos &&
+        name.size() < 10) {
+      gid = static_cast<unsigned>(std::stoul(name));
+      return {};
+    }
+    group g{};
+    group* found = nullptr;
+    std::vector<char> buf(4096);
+    int err = 0;
+    while ((err = ::getgrnam_r(name.c_str(), &g, buf.data(), buf.size(), &found)) == ERANGE &&
+           buf.size() < (1u << 20))
+      buf.resize(buf.size() * 2);
+    if (err) return errno_code(err);
+    if (!found) return errno_code(ENOENT);
+    gid = static_cast<unsigned>(g.gr_gid);
+    return {};
+  }
+
   const process_identity& self() override {
     std::uint64_t gen = g_fork_generation.load(std::memory_order_relaxed);
     if (identity_generation_.load(std::memory_order_acquire) == gen + 1) return identity_;
@@ -817,13 +855,15 @@ class posix_os final : public os {
   }
 
   std::error_code open_wait_board(const std::string& path, unsigned mode, bool create,
+                                  const board_owners& owners,
                                   std::unique_ptr<wait_board>& out) override {
 #if defined(__linux__)
-    return map_board(path, mode, create, out);
+    return map_board(path, mode, create, owners, out);
 #else
     (void)path;
     (void)mode;
     (void)create;
+    (void)owners;
     out.reset();
     return errno_code(ENOTSUP);
 #endif
