@@ -115,6 +115,91 @@ TEST(EtcdHostile, AnAnswerThatNeverEndsFailsWithinTheCommandTimeout) {
                       << " ms: " << f.message;
 }
 
+// The command that waits in line: this build's, or the one named by
+// TOKENLOCK_TEST_CLI (to run the same attack against another build).
+std::string cli_path() {
+  const char* other = std::getenv("TOKENLOCK_TEST_CLI");
+  return other && *other ? other : TOKENLOCK_CLI_PATH;
+}
+
+// A fake etcd member enough for an acquire that finds the lock held and
+// waits: it grants leases, answers the put with another holder first in
+// line and every look at the line with that holder still ahead, and
+// floods every watch. Each answer closes its connection, so that the one
+// thread serves the requests and the watch in turn.
+class flooding_member {
+ public:
+  flooding_member()
+      : server_([this](int fd, int) { serve(fd); }) {}
+  std::string url() const { return server_.url(); }
+  void stop() { server_.stop(); }
+
+ private:
+  static std::string b64(const std::string& s) { return tokenlock::detail::base64_encode(s); }
+  static json kv(const std::string& key, long long rev) {
+    return json{{"key", b64(key)}, {"value", b64("someone")}, {"create_revision", std::to_string(rev)},
+                {"lease", "7"}};
+  }
+  void answer(int fd, const json& body) {
+    const std::string text = body.dump();
+    send_text(fd, "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: " +
+                      std::to_string(text.size()) + "\r\n\r\n" + text);
+  }
+  json txn_answer(const json& txn) {
+    const bool put = txn.contains("success") && txn["success"][0].contains("request_put");
+    if (put && !txn.contains("failure") &&
+        txn["compare"][0].value("create_revision", "") == "0") {  // the first try
+      tokenlock::detail::base64_decode(txn["success"][0]["request_put"].value("key", ""), mine_);
+      const std::string dir = mine_.substr(0, mine_.rfind('/') + 1);
+      holder_ = dir + "0000000000000007";
+      return {{"header", {{"revision", "10"}}}, {"succeeded", true},
+              {"responses", json::array({json::object(), {{"response_range", {{"kvs", json::array({kv(holder_, 5)})}}}}})}};
+    }
+    if (txn.contains("failure") || !put)  // a look at the line: the holder is still ahead
+      return {{"header", {{"revision", "11"}}}, {"succeeded", false},
+              {"responses", json::array({{{"response_range", {{"kvs", json::array({kv(holder_, 5)})}}}},
+                                         {{"response_range", {{"kvs", json::array({kv(mine_, 10)})}}}}})}};
+    return {{"header", {{"revision", "12"}}}, {"succeeded", true}};
+  }
+  void serve(int fd) {
+    const std::string r = read_request(fd);
+    if (r.empty()) return;
+    const std::string path = r.substr(5, r.find(' ', 5) - 5);
+    const json body = json::parse(r.substr(r.find("\r\n\r\n") + 4), nullptr, false);
+    if (path == "/v3/watch")
+      flood(fd, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+            chunk(R"({"result":{"header":{"revision":"11"}}})"));
+    else if (path == "/v3/lease/grant")
+      answer(fd, {{"ID", std::to_string(++leases_ + 100)}, {"TTL", body.value("TTL", "60")}});
+    else if (path == "/v3/lease/keepalive")
+      answer(fd, {{"result", {{"TTL", "60"}}}});
+    else if (path == "/v3/kv/txn")
+      answer(fd, txn_answer(body));
+    else
+      answer(fd, json::object());
+  }
+
+  std::string mine_, holder_;
+  int leases_ = 0;
+  fake_server server_;
+};
+
+// The command's acquire -w 3 against a member that floods every watch:
+// it gives up within its wait and a command timeout or two (the look at
+// the line, the revokes), not when the member stops.
+TEST(EtcdHostile, AnAcquireWaitingOnAFloodingMemberEndsWithinItsWait) {
+  flooding_member m;
+  const auto t0 = clock_type::now();
+  const auto r = tokenlock::testing::run_command(
+      {cli_path(), "acquire", "--etcd", m.url(), "-w", "3", "flooded"});
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - t0);
+  m.stop();
+  std::printf("acquire -w 3 against a flooding member: exit %d after %lld ms: %s\n", r.exit_code,
+              static_cast<long long>(took.count()), r.err.c_str());
+  EXPECT_EQ(r.exit_code, 1) << r.err;  // busy: waited out
+  EXPECT_LT(took, 3s + 2 * 2s + 1s);
+}
+
 // Answers of the right shape with the wrong JSON types, for the acquire's
 // put Txn: each a protocol_error, never an exception.
 const std::vector<std::string> wrong_txn_answers = {
@@ -193,13 +278,6 @@ TEST_F(EtcdHostileCluster, WrongJsonTypesAreAProtocolErrorAndTheLeaseIsGivenBack
     EXPECT_FALSE(lease_exists(c, std::stoll(lease))) << answer;
     EXPECT_EQ(keys(c, name()), 0);
   }
-}
-
-// The command that waits in line: this build's, or the one named by
-// TOKENLOCK_TEST_CLI (to run the same attack against another build).
-std::string cli_path() {
-  const char* other = std::getenv("TOKENLOCK_TEST_CLI");
-  return other && *other ? other : TOKENLOCK_CLI_PATH;
 }
 
 // The keys of the lock's line in order, with the lease each is on.
