@@ -89,7 +89,8 @@ TEST(EtcdHostile, AFloodingWatchHoldsTheWaiterNoLongerThanItsWaitAndTheCommandTi
   c.reset();
   s.stop();
   EXPECT_FALSE(deleted);
-  RecordProperty("took_ms", static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
+  RecordProperty("took_ms",
+                 static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
   // 1 s of wait and 0.5 s of command timeout, with room for a loaded machine.
   EXPECT_LT(took, 3s) << "held for " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
                       << " ms: " << f.message;
@@ -142,8 +143,9 @@ class flooding_member {
   }
   void answer(int fd, const json& body) {
     const std::string text = body.dump();
-    send_text(fd, "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: " +
-                      std::to_string(text.size()) + "\r\n\r\n" + text);
+    send_text(fd,
+              "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: " +
+                  std::to_string(text.size()) + "\r\n\r\n" + text);
   }
   json txn_answer(const json& txn) {
     const bool put = txn.contains("success") && txn["success"][0].contains("request_put");
@@ -152,8 +154,10 @@ class flooding_member {
       tokenlock::detail::base64_decode(txn["success"][0]["request_put"].value("key", ""), mine_);
       const std::string dir = mine_.substr(0, mine_.rfind('/') + 1);
       holder_ = dir + "0000000000000007";
-      return {{"header", {{"revision", "10"}}}, {"succeeded", true},
-              {"responses", json::array({json::object(), {{"response_range", {{"kvs", json::array({kv(holder_, 5)})}}}}})}};
+      return {{"header", {{"revision", "10"}}},
+              {"succeeded", true},
+              {"responses", json::array({json::object(),
+                                         {{"response_range", {{"kvs", json::array({kv(holder_, 5)})}}}}})}};
     }
     if (txn.contains("failure") || !put)  // a look at the line: the holder is still ahead
       return {{"header", {{"revision", "11"}}}, {"succeeded", false},
@@ -346,7 +350,8 @@ std::chrono::milliseconds line_held_after_waiter_killed(EtcdHostileCluster& t, i
   return took;
 }
 
-std::chrono::milliseconds command_waiter_killed(EtcdHostileCluster& t, int sig, const char* command = "acquire") {
+std::chrono::milliseconds command_waiter_killed(EtcdHostileCluster& t, int sig,
+                                                const char* command = "acquire") {
   std::vector<std::string> argv = {cli_path(), command, "--etcd", shared_cluster().url(), "-w", "60",
                                    "--lease", "20", t.name()};
   if (std::string(command) == "run") argv.insert(argv.end(), {"--", "true"});

@@ -109,9 +109,10 @@ std::string new_owner_id() {
   return std::string(owner_part(make_token(1, me.host_tag, me.pid, me.start_time, sys->random_u64())));
 }
 
-// The lease of a key that waits in line (docs/etcd.md, Waiting): short,
-// so that a waiter killed without a word (kill -9) holds the line up for
-// this long, not for the holder's lease; kept alive at a third of it.
+// The lease of a key that waits in line (docs/etcd.md, Waiters that
+// die): short, so that a waiter killed without a word (kill -9) holds the
+// line up for this long, not for the holder's lease; kept alive at a
+// third of it.
 constexpr long long waiter_lease_s = 3;
 
 failure refused(const etcd_client& c, const std::string& name, const etcd_kv& first, bool waited,
@@ -232,17 +233,25 @@ failure move_key(etcd_client& c, const attempt& a, long long lease) {
   return {};
 }
 
+// The client's requests end at once on a stop signal while this lives.
+struct wake_on_stop {
+  wake_on_stop(etcd_client& c, const posix::stop_signal_watch& w) : client(c) { c.set_wake_fd(w.fd()); }
+  ~wake_on_stop() { end(); }
+  void end() { client.set_wake_fd(-1); }
+  etcd_client& client;
+};
+
 // The first try found the lock busy: our key waits in line. It waits on a
 // short lease of its own (when the holder's is longer), kept alive while
 // it waits, so that a waiter killed without a word (kill -9) holds the
 // line up for that lease only; granted, it is back on the holder's lease
-// (the Txn that finds it first moves it). A stop signal (SIGTERM, SIGINT, SIGHUP) ends the wait: our place
-// is given back before the signal takes its course. Gives the leases back
-// itself when nothing is granted.
+// (the Txn that finds it first moves it). A stop signal (SIGTERM, SIGINT,
+// SIGHUP) ends the wait: our place is given back before the signal takes
+// its course. Gives the leases back itself when nothing is granted.
 failure wait_as_waiter(etcd_client& c, attempt& a, std::chrono::steady_clock::time_point deadline,
                        bool& granted) {
   posix::stop_signal_watch watch;
-  c.set_wake_fd(watch.fd());
+  wake_on_stop wake(c, watch);
   failure f;
   if (a.ttl_s > waiter_lease_s) {
     f = lease_grant(c, waiter_lease_s, a.waiter_lease, a.waiter_ttl_s);
@@ -251,7 +260,7 @@ failure wait_as_waiter(etcd_client& c, attempt& a, std::chrono::steady_clock::ti
   }
   // Granted, the key is back on the holder's lease (predecessor()).
   if (!f) f = wait_in_line(c, a, deadline, granted);
-  c.set_wake_fd(-1);
+  wake.end();  // the revokes below must not be cut short
   const int sig = posix::stop_signal_watch::caught();
   if (f || !granted || sig != 0) {
     give_back(c, a);

@@ -141,19 +141,20 @@ failure predecessor(etcd_client& c, const std::string& dir, long long below,
     // and ours still there: then ours goes onto the holder's lease in the
     // same round trip; otherwise the ranges, as without it.
     const std::string k = base64_encode(own_key);
-    txn = json{
-        {"compare",
-         json::array({{{"key", base64_encode(dir)},
-                       {"range_end", base64_encode(prefix_end(dir))},
-                       {"target", "CREATE"},
-                       {"result", "GREATER"},
-                       {"create_revision", std::to_string(below - 1)}},
-                      {{"key", k}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", std::to_string(below)}}})},
-        {"success", json::array({{{"request_put",
-                                   {{"key", k},
-                                    {"value", base64_encode(move->value)},
-                                    {"lease", std::to_string(move->lease)}}}}})},
-        {"failure", ranges}};
+    txn = json{{"compare", json::array({{{"key", base64_encode(dir)},
+                                         {"range_end", base64_encode(prefix_end(dir))},
+                                         {"target", "CREATE"},
+                                         {"result", "GREATER"},
+                                         {"create_revision", std::to_string(below - 1)}},
+                                        {{"key", k},
+                                         {"target", "CREATE"},
+                                         {"result", "EQUAL"},
+                                         {"create_revision", std::to_string(below)}}})},
+               {"success", json::array({{{"request_put",
+                                          {{"key", k},
+                                           {"value", base64_encode(move->value)},
+                                           {"lease", std::to_string(move->lease)}}}}})},
+               {"failure", ranges}};
   }
   json out;
   if (failure f = c.call("acquire", "/v3/kv/txn", txn, out)) return f;

@@ -17,7 +17,8 @@ bool plain_members(const std::string& authority) {
   std::size_t start = 0;
   for (;;) {
     const auto comma = authority.find(',', start);
-    const std::string m = authority.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const std::string m =
+        authority.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     const auto close = m[0] == '[' ? m.find(']') : std::string::npos;
     const auto colon = m.find(':', close == std::string::npos ? 0 : close);
     if (colon != std::string::npos && !digits(m.substr(colon + 1))) return false;

@@ -296,9 +296,11 @@ io_result stream_connection::write_all(const char* data, std::size_t size, io_de
     std::size_t done = 0;
     if (ssl_) {
       ERR_clear_error();
-      const int n = SSL_write(static_cast<SSL*>(ssl_), data, static_cast<int>(std::min<std::size_t>(size, INT_MAX)));
+      const int n =
+          SSL_write(static_cast<SSL*>(ssl_), data, static_cast<int>(std::min<std::size_t>(size, INT_MAX)));
       if (n <= 0) {
-        if (io_result r = tls_wait(static_cast<SSL*>(ssl_), n, fd_, deadline, wake_fd_, "TLS write")) return r;
+        if (io_result r = tls_wait(static_cast<SSL*>(ssl_), n, fd_, deadline, wake_fd_, "TLS write"))
+          return r;
         continue;
       }
       done = static_cast<std::size_t>(n);

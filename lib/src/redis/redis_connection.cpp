@@ -235,8 +235,8 @@ failure redis_connection::connect(const char* step) {
   }
   if (!parse_error_.empty())
     return make_failure(errc::bad_argument,
-                        "tokenlock: " + std::string(step) + ": bad Redis URL \"" + redis_url_for_message(url_) +
-                            "\": " + parse_error_ +
+                        "tokenlock: " + std::string(step) + ": bad Redis URL \"" +
+                            redis_url_for_message(url_) + "\": " + parse_error_ +
                             " (percent-encode '%', '@', ':', '/', '?' and '#' in the user and "
                             "password)");
   if (ctx_ && fork_generation_ != fork_generation()) {
