@@ -140,7 +140,15 @@ etcd_client::~etcd_client() = default;
 http_connection& etcd_client::connection(connections& v, std::size_t m) {
   if (v.size() != url_.members.size()) v.resize(url_.members.size());
   if (!v[m]) v[m] = std::make_unique<http_connection>(url_.members[m], url_.cacert);
+  v[m]->set_wake_fd(wake_fd_);
   return *v[m];
+}
+
+void etcd_client::set_wake_fd(int fd) {
+  wake_fd_ = fd;
+  for (connections* v : {&requests_, &watches_})
+    for (auto& conn : *v)
+      if (conn) conn->set_wake_fd(fd);
 }
 
 namespace {
@@ -163,6 +171,13 @@ failure transport_failure(const std::string& member, const http_outcome& a, bool
                             transport_advice(io_status::failed, tls) + ")");
   return make_failure(transport_code(a.status),
                       member + ": " + a.detail + " (" + transport_advice(a.status, tls) + ")");
+}
+
+failure interrupted(const std::string& step, const std::string& member, const char* path) {
+  return make_failure(std::make_error_code(std::errc::interrupted),
+                      "tokenlock: " + step + " " + member + " (" + path +
+                          "): a stop signal (SIGTERM, SIGINT or SIGHUP) arrived; the request was "
+                          "abandoned");
 }
 
 // The moment `d` from now.
@@ -197,6 +212,10 @@ bool etcd_client::ask_member(std::size_t m, const char* step, const char* path,
   const std::string& member = url_.members[m];
   http_outcome a = connection(requests_, m).post(path, text, token_, after(connect_timeout_),
                                                  after(command_timeout_));
+  if (a.status == io_status::interrupted) {
+    result = interrupted(step, member, path);
+    return true;
+  }
   if (a.status == io_status::closed && a.answer_started) {
     // The member read the request and began to answer: it may have applied
     // it (a Txn is not idempotent), so it does not go to the next member.
@@ -333,6 +352,7 @@ failure etcd_client::wait_delete(const std::string& key, long long from_rev,
                                      });
     conn.close();  // the watch's answer never ends: its connection is not reused
     if (w.deleted) return deleted = true, failure{};
+    if (a.status == io_status::interrupted) return interrupted("wait", member, "/v3/watch");
     if (!w.server_message.empty())
       return make_failure(errc::server_error, "tokenlock: wait " + member + " (/v3/watch): " +
                                                   w.server_message + ": " + server_advice(w.server_message));

@@ -55,6 +55,11 @@ class etcd_client {
   const std::string& server() const noexcept { return display_; }
   std::chrono::milliseconds command_timeout() const noexcept { return command_timeout_; }
 
+  // A descriptor that ends every request at once when it becomes readable
+  // (posix::stop_signal_watch::fd()): the request then fails with
+  // std::errc::interrupted and goes to no other member. -1: none.
+  void set_wake_fd(int fd);
+
  private:
   using connections = std::vector<std::unique_ptr<http_connection>>;
   http_connection& connection(connections& v, std::size_t m);
@@ -67,6 +72,7 @@ class etcd_client {
   std::string display_;
   std::chrono::milliseconds connect_timeout_, command_timeout_;
   std::size_t current_ = 0;
+  int wake_fd_ = -1;
   std::string token_;
   connections requests_;  // per member, kept alive between requests
   connections watches_;   // per member, a watch's own (its answer streams)

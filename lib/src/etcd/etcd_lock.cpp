@@ -11,6 +11,8 @@
 #include "grant_handle.hpp"
 #include "owner_id.hpp"
 #include "posix/os.hpp"
+#include "posix/signals.hpp"
+#include "posix/stream_connection.hpp"
 #include "token_name.hpp"
 
 namespace tokenlock {
@@ -107,12 +109,11 @@ std::string new_owner_id() {
   return std::string(owner_part(make_token(1, me.host_tag, me.pid, me.start_time, sys->random_u64())));
 }
 
-// Gives the lease back after a failed or refused attempt; the lease would
-// end with its TTL anyway, so a failure here is not reported.
-void give_back(etcd_client& c, long long lease) {
-  bool gone = false;
-  (void)lease_revoke(c, "acquire", lease, gone);
-}
+// The lease of a key that waits in line (docs/etcd.md, Waiters that
+// die): short, so that a waiter killed without a word (kill -9) holds the
+// line up for this long, not for the holder's lease; kept alive at a
+// third of it.
+constexpr long long waiter_lease_s = 3;
 
 failure refused(const etcd_client& c, const std::string& name, const etcd_kv& first, bool waited,
                 milliseconds wait) {
@@ -128,7 +129,36 @@ struct attempt {
   std::string key, dir, owner;
   long long lease = 0, ttl_s = 0, revision = 0;
   std::chrono::steady_clock::time_point kept_alive;
+  // The waiter's own short lease (0: none), while the key waits on it.
+  long long waiter_lease = 0, waiter_ttl_s = 0;
+  std::chrono::steady_clock::time_point waiter_kept_alive;
 };
+
+// Gives the leases back after a failed or refused attempt (revoking a
+// lease deletes the key attached to it); a lease would end with its TTL
+// anyway, so a failure here is not reported.
+void give_back(etcd_client& c, const attempt& a) {
+  bool gone = false;
+  (void)lease_revoke(c, "acquire", a.lease, gone);
+  if (a.waiter_lease != 0) (void)lease_revoke(c, "acquire", a.waiter_lease, gone);
+}
+
+// Keeps lease `id` (of `ttl_s`) alive when a third of it has passed since
+// `kept_alive`: a lease must outlive the wait. (In milliseconds: a third of
+// 2 s in whole seconds would be 0.)
+failure keep_alive_if_due(etcd_client& c, const attempt& a, long long id, long long ttl_s,
+                          std::chrono::steady_clock::time_point& kept_alive,
+                          std::chrono::steady_clock::time_point now) {
+  if (id == 0 || now - kept_alive < milliseconds(std::chrono::seconds(ttl_s)) / 3) return {};
+  long long ttl = 0;
+  if (failure f = lease_keepalive(c, "acquire", id, ttl)) return f;
+  if (ttl <= 0)
+    return make_failure(errc::lock_lost, "tokenlock: acquire " + c.server() + " " + a.key +
+                                             ": our lease expired while waiting in line; "
+                                             "the lease must be longer than a member's stall");
+  kept_alive = now;
+  return {};
+}
 
 // Waits in line until every key before ours is gone (granted), or the
 // deadline passes. Each round watches only the key just before ours, so a
@@ -141,7 +171,10 @@ failure wait_in_line(etcd_client& c, attempt& a, std::chrono::steady_clock::time
     etcd_kv pred, mine;
     bool found = false, ours = false;
     long long rev = 0;
-    if (failure f = predecessor(c, a.dir, a.revision, a.key, pred, found, mine, ours, rev)) return f;
+    const lease_move back{a.owner, a.lease};
+    if (failure f = predecessor(c, a.dir, a.revision, a.key, pred, found, mine, ours, rev,
+                                a.waiter_lease != 0 ? &back : nullptr))
+      return f;
     // Our place counts only while our key is there: one that ended while we
     // waited (our lease ran out in a stall, or another client deleted it)
     // lets the waiter behind us in too.
@@ -156,18 +189,11 @@ failure wait_in_line(etcd_client& c, attempt& a, std::chrono::steady_clock::time
     }
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return {};
-    // Our own lease must outlive the wait: keep it alive at a third of it.
-    // (In milliseconds: a third of 2 s in whole seconds would be 0.)
-    const milliseconds third = milliseconds(std::chrono::seconds(a.ttl_s)) / 3;
-    if (now - a.kept_alive >= third) {
-      long long ttl = 0;
-      if (failure f = lease_keepalive(c, "acquire", a.lease, ttl)) return f;
-      if (ttl <= 0)
-        return make_failure(errc::lock_lost, "tokenlock: acquire " + c.server() + " " + a.key +
-                                                 ": our lease expired while waiting in line; "
-                                                 "the lease must be longer than a member's stall");
-      a.kept_alive = now;
-    }
+    if (failure f = keep_alive_if_due(c, a, a.lease, a.ttl_s, a.kept_alive, now)) return f;
+    if (failure f = keep_alive_if_due(c, a, a.waiter_lease, a.waiter_ttl_s, a.waiter_kept_alive, now))
+      return f;
+    const long long shortest = a.waiter_lease != 0 ? std::min(a.ttl_s, a.waiter_ttl_s) : a.ttl_s;
+    const milliseconds third = milliseconds(std::chrono::seconds(shortest)) / 3;
     const auto left = std::chrono::duration_cast<milliseconds>(deadline - now);
     bool deleted = false;
     ++stats.watches;
@@ -194,6 +220,61 @@ failure put_repeated(etcd_client& c, attempt& a, etcd_kv& first, bool& has_first
   return first_key(c, "acquire", a.dir, first, has_first);
 }
 
+// Our key on lease `lease`, its place in line kept; lock_lost when the key
+// is gone.
+failure move_key(etcd_client& c, const attempt& a, long long lease) {
+  bool moved = false;
+  if (failure f = move_to_lease(c, a.key, a.revision, a.owner, lease, moved)) return f;
+  if (!moved)
+    return make_failure(errc::lock_lost, "tokenlock: acquire " + c.server() + " " + a.key +
+                                             ": our place in line ended while we waited (our "
+                                             "lease ran out, or another client deleted the "
+                                             "key); nothing was granted");
+  return {};
+}
+
+// The client's requests end at once on a stop signal while this lives.
+struct wake_on_stop {
+  wake_on_stop(etcd_client& c, const posix::stop_signal_watch& w) : client(c) { c.set_wake_fd(w.fd()); }
+  ~wake_on_stop() { end(); }
+  void end() { client.set_wake_fd(-1); }
+  etcd_client& client;
+};
+
+// The first try found the lock busy: our key waits in line. It waits on a
+// short lease of its own (when the holder's is longer), kept alive while
+// it waits, so that a waiter killed without a word (kill -9) holds the
+// line up for that lease only; granted, it is back on the holder's lease
+// (the Txn that finds it first moves it). A stop signal (SIGTERM, SIGINT,
+// SIGHUP) ends the wait: our place is given back before the signal takes
+// its course. Gives the leases back itself when nothing is granted.
+failure wait_as_waiter(etcd_client& c, attempt& a, std::chrono::steady_clock::time_point deadline,
+                       bool& granted) {
+  posix::stop_signal_watch watch;
+  wake_on_stop wake(c, watch);
+  failure f;
+  if (a.ttl_s > waiter_lease_s) {
+    f = lease_grant(c, waiter_lease_s, a.waiter_lease, a.waiter_ttl_s);
+    a.waiter_kept_alive = std::chrono::steady_clock::now();
+    if (!f) f = move_key(c, a, a.waiter_lease);
+  }
+  // Granted, the key is back on the holder's lease (predecessor()).
+  if (!f) f = wait_in_line(c, a, deadline, granted);
+  wake.end();  // the revokes below must not be cut short
+  const int sig = posix::stop_signal_watch::caught();
+  if (f || !granted || sig != 0) {
+    give_back(c, a);
+    granted = false;
+  }
+  watch.finish();  // the signal caught, if any, takes its course here
+  if (sig != 0)
+    return make_failure(std::make_error_code(std::errc::interrupted),
+                        "tokenlock: acquire " + c.server() + " " + a.key + ": " +
+                            posix::signal_name(sig) +
+                            " arrived while waiting in line; our place was given back");
+  return f;
+}
+
 failure acquire_impl(const std::string& url, const std::string& name, const etcd_lock_options& o,
                      std::shared_ptr<etcd_client>& client, bool may_wait, etcd_handle& out,
                      bool& busy) {
@@ -214,13 +295,10 @@ failure acquire_impl(const std::string& url, const std::string& name, const etcd
   failure f = put_if_absent(c, a.key, a.owner, a.lease, a.dir, created, a.revision, first, has_first);
   if (!f && !created) f = put_repeated(c, a, first, has_first);
   bool granted = !f && has_first && first.key == a.key;
-  if (!f && !granted && may_wait && o.wait.count() > 0) f = wait_in_line(c, a, deadline, granted);
-  if (f) {
-    give_back(c, a.lease);
-    return f;
-  }
+  if (!f && !granted && may_wait && o.wait.count() > 0) f = wait_as_waiter(c, a, deadline, granted);
+  else if (f || !granted) give_back(c, a);
+  if (f) return f;
   if (!granted) {
-    give_back(c, a.lease);
     busy = true;
     return refused(c, name, first, may_wait && o.wait.count() > 0, o.wait);
   }

@@ -10,6 +10,19 @@ failure unexpected(const etcd_client& c, const char* step, const char* what) {
                           ": the answer does not hold " + what + ": is this etcd 3.4 or newer?");
 }
 
+// Reads an answer with `read` (false: a field is missing). Fields of the
+// wrong JSON type (a string where a number or a boolean is due, an object
+// where an array is) make nlohmann throw: the same protocol_error, never
+// an exception that would skip giving a lease back.
+template <class Read>
+failure reading(const etcd_client& c, const char* step, const char* what, Read&& read) {
+  try {
+    if (read()) return {};
+  } catch (const json::exception&) {
+  }
+  return unexpected(c, step, what);
+}
+
 bool read_kv(const json& j, etcd_kv& kv) {
   if (!j.is_object() || !base64_decode(j.value("key", std::string()), kv.key) ||
       !base64_decode(j.value("value", std::string()), kv.value))
@@ -22,7 +35,8 @@ bool read_kv(const json& j, etcd_kv& kv) {
 // The first kv of a range answer (found = false when none).
 bool first_kv(const json& range, etcd_kv& kv, bool& found) {
   found = false;
-  if (!range.is_object() || !range.contains("kvs")) return true;  // empty: omitted
+  if (!range.is_object()) return false;
+  if (!range.contains("kvs")) return true;  // empty: omitted
   const json& kvs = range["kvs"];
   if (!kvs.is_array()) return false;
   if (kvs.empty()) return true;
@@ -58,18 +72,21 @@ failure lease_grant(etcd_client& c, long long ttl_s, long long& id, long long& g
   json out;
   if (failure f = c.call("acquire", "/v3/lease/grant", json{{"TTL", std::to_string(ttl_s)}}, out))
     return f;
-  id = json_int(out, "ID");
-  granted_s = json_int(out, "TTL");
-  if (id == 0 || granted_s <= 0) return unexpected(c, "acquire", "a lease ID and TTL");
-  return {};
+  return reading(c, "acquire", "a lease ID and TTL", [&] {
+    id = json_int(out, "ID");
+    granted_s = json_int(out, "TTL");
+    return id != 0 && granted_s > 0;
+  });
 }
 
 failure lease_keepalive(etcd_client& c, const char* step, long long id, long long& ttl_s) {
   json out;
   if (failure f = c.call(step, "/v3/lease/keepalive", json{{"ID", std::to_string(id)}}, out))
     return f;
-  ttl_s = json_int(out.contains("result") ? out["result"] : out, "TTL");
-  return {};
+  return reading(c, step, "a TTL", [&] {
+    ttl_s = json_int(out.contains("result") ? out["result"] : out, "TTL");
+    return true;
+  });
 }
 
 failure lease_revoke(etcd_client& c, const char* step, long long id, bool& gone) {
@@ -83,9 +100,11 @@ failure lease_ttl(etcd_client& c, const char* step, long long id, long long& ttl
   json out;
   if (failure f = c.call(step, "/v3/lease/timetolive", json{{"ID", std::to_string(id)}}, out))
     return f;
-  ttl_s = out.contains("TTL") ? json_int(out, "TTL") : -1;
-  granted_s = json_int(out, "grantedTTL");
-  return {};
+  return reading(c, step, "a TTL", [&] {
+    ttl_s = out.contains("TTL") ? json_int(out, "TTL") : -1;
+    granted_s = json_int(out, "grantedTTL");
+    return true;
+  });
 }
 
 failure put_if_absent(etcd_client& c, const std::string& key, const std::string& value,
@@ -101,45 +120,72 @@ failure put_if_absent(etcd_client& c, const std::string& key, const std::string&
                     {{"request_range", range_request(dir, "ASCEND")}}})}};
   json out;
   if (failure f = c.call("acquire", "/v3/kv/txn", txn, out)) return f;
-  created = out.value("succeeded", false);
-  revision = json_int(out.value("header", json::object()), "revision");
-  if (!created) return {};
-  const json& responses = out["responses"];
-  if (!responses.is_array() || responses.size() != 2 || revision <= 0 ||
-      !first_kv(responses[1].value("response_range", json::object()), first, has_first))
-    return unexpected(c, "acquire", "the put and the range of the Txn");
-  return {};
+  return reading(c, "acquire", "the put and the range of the Txn", [&] {
+    created = out.value("succeeded", false);
+    revision = json_int(out.value("header", json::object()), "revision");
+    if (!created) return true;
+    const json& responses = out.contains("responses") ? out["responses"] : json();
+    return responses.is_array() && responses.size() == 2 && revision > 0 &&
+           first_kv(responses[1].value("response_range", json::object()), first, has_first);
+  });
 }
 
 failure predecessor(etcd_client& c, const std::string& dir, long long below,
                     const std::string& own_key, etcd_kv& pred, bool& found, etcd_kv& mine,
-                    bool& ours, long long& revision) {
-  const json txn{{"success", json::array({{{"request_range", range_request(dir, "DESCEND", below - 1)}},
-                                          {{"request_range", {{"key", base64_encode(own_key)}}}}})}};
+                    bool& ours, long long& revision, const lease_move* move) {
+  const json ranges = json::array({{{"request_range", range_request(dir, "DESCEND", below - 1)}},
+                                   {{"request_range", {{"key", base64_encode(own_key)}}}}});
+  json txn{{"success", ranges}};
+  if (move) {
+    // Every key of the line created at our revision or later (ours first),
+    // and ours still there: then ours goes onto the holder's lease in the
+    // same round trip; otherwise the ranges, as without it.
+    const std::string k = base64_encode(own_key);
+    txn = json{{"compare", json::array({{{"key", base64_encode(dir)},
+                                         {"range_end", base64_encode(prefix_end(dir))},
+                                         {"target", "CREATE"},
+                                         {"result", "GREATER"},
+                                         {"create_revision", std::to_string(below - 1)}},
+                                        {{"key", k},
+                                         {"target", "CREATE"},
+                                         {"result", "EQUAL"},
+                                         {"create_revision", std::to_string(below)}}})},
+               {"success", json::array({{{"request_put",
+                                          {{"key", k},
+                                           {"value", base64_encode(move->value)},
+                                           {"lease", std::to_string(move->lease)}}}}})},
+               {"failure", ranges}};
+  }
   json out;
   if (failure f = c.call("acquire", "/v3/kv/txn", txn, out)) return f;
-  revision = json_int(out.value("header", json::object()), "revision");
-  const json& responses = out.contains("responses") ? out["responses"] : json();
-  if (!responses.is_array() || responses.size() != 2 || revision <= 0 ||
-      !first_kv(responses[0].value("response_range", json::object()), pred, found) ||
-      !first_kv(responses[1].value("response_range", json::object()), mine, ours))
-    return unexpected(c, "acquire", "the keys waiting before ours, and ours");
-  return {};
+  return reading(c, "acquire", "the keys waiting before ours, and ours", [&] {
+    revision = json_int(out.value("header", json::object()), "revision");
+    if (move && out.value("succeeded", false)) {
+      found = false;
+      ours = true;
+      mine.key = own_key;
+      mine.create_revision = below;
+      mine.lease = move->lease;
+      return revision > 0;
+    }
+    const json& responses = out.contains("responses") ? out["responses"] : json();
+    return responses.is_array() && responses.size() == 2 && revision > 0 &&
+           first_kv(responses[0].value("response_range", json::object()), pred, found) &&
+           first_kv(responses[1].value("response_range", json::object()), mine, ours);
+  });
 }
 
 failure first_key(etcd_client& c, const char* step, const std::string& dir, etcd_kv& first,
                   bool& found) {
   json out;
   if (failure f = c.call(step, "/v3/kv/range", range_request(dir, "ASCEND"), out)) return f;
-  if (!first_kv(out, first, found)) return unexpected(c, step, "the lock's first key");
-  return {};
+  return reading(c, step, "the lock's first key", [&] { return first_kv(out, first, found); });
 }
 
 failure get_key(etcd_client& c, const char* step, const std::string& key, etcd_kv& kv, bool& found) {
   json out;
   if (failure f = c.call(step, "/v3/kv/range", json{{"key", base64_encode(key)}}, out)) return f;
-  if (!first_kv(out, kv, found)) return unexpected(c, step, "the key");
-  return {};
+  return reading(c, step, "the key", [&] { return first_kv(out, kv, found); });
 }
 
 failure delete_if_revision(etcd_client& c, const char* step, const std::string& key,
@@ -152,8 +198,29 @@ failure delete_if_revision(etcd_client& c, const char* step, const std::string& 
                  {"success", json::array({{{"request_delete_range", {{"key", k}}}}})}};
   json out;
   if (failure f = c.call(step, "/v3/kv/txn", txn, out)) return f;
-  deleted = out.value("succeeded", false);
-  return {};
+  return reading(c, step, "whether the delete succeeded", [&] {
+    deleted = out.value("succeeded", false);
+    return true;
+  });
+}
+
+failure move_to_lease(etcd_client& c, const std::string& key, long long revision,
+                      const std::string& value, long long lease, bool& moved) {
+  const std::string k = base64_encode(key);
+  const json txn{{"compare", json::array({{{"key", k},
+                                           {"target", "CREATE"},
+                                           {"result", "EQUAL"},
+                                           {"create_revision", std::to_string(revision)}}})},
+                 {"success", json::array({{{"request_put",
+                                            {{"key", k},
+                                             {"value", base64_encode(value)},
+                                             {"lease", std::to_string(lease)}}}}})}};
+  json out;
+  if (failure f = c.call("acquire", "/v3/kv/txn", txn, out)) return f;
+  return reading(c, "acquire", "whether the put succeeded", [&] {
+    moved = out.value("succeeded", false);
+    return true;
+  });
 }
 
 }  // namespace tokenlock::detail

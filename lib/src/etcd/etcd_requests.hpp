@@ -40,9 +40,17 @@ failure put_if_absent(etcd_client& c, const std::string& key, const std::string&
 // and `own_key` itself (absent: ours = false); `revision` is the store's
 // revision of the answer. One round trip where two ranges took two: a
 // woken waiter learns at once whether it holds the lock.
+//
+// With `move`: when no key is ahead of ours, the same Txn also puts our
+// key onto `move->lease` (found = false; a waiter on its own short lease
+// goes back to the holder's lease without a round trip more).
+struct lease_move {
+  std::string value;
+  long long lease = 0;
+};
 failure predecessor(etcd_client& c, const std::string& dir, long long below,
                     const std::string& own_key, etcd_kv& pred, bool& found, etcd_kv& mine,
-                    bool& ours, long long& revision);
+                    bool& ours, long long& revision, const lease_move* move = nullptr);
 // The first key of `dir` by create revision.
 failure first_key(etcd_client& c, const char* step, const std::string& dir, etcd_kv& first,
                   bool& found);
@@ -51,6 +59,12 @@ failure get_key(etcd_client& c, const char* step, const std::string& key, etcd_k
 // One Txn: delete `key` if its create revision is `revision`.
 failure delete_if_revision(etcd_client& c, const char* step, const std::string& key,
                            long long revision, bool& deleted);
+
+// One Txn: put `key` = `value` attached to `lease`, if its create revision
+// is `revision`: the key keeps its create revision (its place in line)
+// under another lease. `moved` false when the key is gone.
+failure move_to_lease(etcd_client& c, const std::string& key, long long revision,
+                      const std::string& value, long long lease, bool& moved);
 
 // The end of the range of keys that start with `prefix`.
 std::string prefix_end(std::string prefix);

@@ -6,11 +6,49 @@ namespace tokenlock::detail {
 
 namespace {
 
-failure bad(const std::string& what) {
+// Whether `port` is a port number's digits.
+bool digits(const std::string& port) {
+  return !port.empty() && port.find_first_not_of("0123456789") == std::string::npos;
+}
+
+// Whether every comma-separated "host[:port]" of `authority` reads as
+// one: otherwise a password may be in it (a forgotten '@').
+bool plain_members(const std::string& authority) {
+  std::size_t start = 0;
+  for (;;) {
+    const auto comma = authority.find(',', start);
+    const std::string m =
+        authority.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const auto close = m[0] == '[' ? m.find(']') : std::string::npos;
+    const auto colon = m.find(':', close == std::string::npos ? 0 : close);
+    if (colon != std::string::npos && !digits(m.substr(colon + 1))) return false;
+    if (comma == std::string::npos) return true;
+    start = comma + 1;
+  }
+}
+
+// `url` fit for a message, whatever is wrong with it: everything between
+// the scheme and the last '@' is masked (a password may hold any
+// character, '/', '?' and '@' included, when written unencoded), and when
+// there is no '@' but the hosts do not read as host:port (a forgotten
+// '@'), everything after the scheme is.
+std::string masked(const std::string& url) {
+  auto start = url.find("//");
+  if (start != std::string::npos) start += 2;
+  else start = url.find(':') == std::string::npos ? 0 : url.find(':') + 1;
+  const auto at = url.rfind('@');
+  if (at != std::string::npos && at >= start) return url.substr(0, start) + "***" + url.substr(at);
+  const std::string authority = url.substr(start, url.find_first_of("/?#", start) - start);
+  if (authority.empty() || plain_members(authority)) return url;
+  return url.substr(0, start) + "***";
+}
+
+failure bad(const std::string& url, const std::string& what) {
   return make_failure(errc::bad_argument,
-                      "tokenlock: etcd URL: " + what +
+                      "tokenlock: etcd URL \"" + masked(url) + "\": " + what +
                           "; the form is etcd://[user:password@]host[:port][,host[:port]...]"
-                          "[?cacert=PATH], or etcds://... for HTTPS");
+                          "[?cacert=PATH], or etcds://... for HTTPS (percent-encode '%', '@', "
+                          "':', '/', '?', '#' and ',' in the user and password)");
 }
 
 int hex(char c) {
@@ -69,15 +107,15 @@ bool valid_utf8(const std::string& s) {
 }
 
 // One "host[:port]" of the member list, as "scheme://host:port".
-failure parse_member(const std::string& m, const char* scheme, std::string& out) {
-  if (m.empty()) return bad("an empty member in the host list (two commas, or a trailing one)");
+failure parse_member(const std::string& url, const std::string& m, const char* scheme, std::string& out) {
+  if (m.empty()) return bad(url, "an empty member in the host list (two commas, or a trailing one)");
   std::string host, port = "2379";
   if (m[0] == '[') {
     const auto close = m.find(']');
-    if (close == std::string::npos) return bad("IPv6 host without its closing ']' in \"" + m + "\"");
+    if (close == std::string::npos) return bad(url, "an IPv6 host without its closing ']'");
     host = m.substr(0, close + 1);
     if (close + 1 < m.size()) {
-      if (m[close + 1] != ':') return bad("junk after the IPv6 host in \"" + m + "\"");
+      if (m[close + 1] != ':') return bad(url, "something other than :port after an IPv6 host");
       port = m.substr(close + 2);
     }
   } else {
@@ -85,31 +123,33 @@ failure parse_member(const std::string& m, const char* scheme, std::string& out)
     host = m.substr(0, colon);
     if (colon != std::string::npos) port = m.substr(colon + 1);
   }
-  if (host.empty() || host == "[]") return bad("no host in \"" + m + "\"");
+  if (host.empty() || host == "[]") return bad(url, "a member without a host");
   for (char c : host)
     if (c == '/' || c == '@' || c == '?' || std::isspace(static_cast<unsigned char>(c)))
-      return bad("the host \"" + host + "\" holds '" + std::string(1, c) + "'");
-  if (port.empty() || port.size() > 5) return bad("the port of \"" + m + "\" is not a number from 1 to 65535");
+      return bad(url, "a host holds '" + std::string(1, c) + "'");
+  const char* not_port = "a member's port is not a number from 1 to 65535";
+  if (port.empty() || port.size() > 5) return bad(url, not_port);
   for (char c : port)
-    if (!std::isdigit(static_cast<unsigned char>(c)))
-      return bad("the port of \"" + m + "\" is not a number from 1 to 65535");
+    if (!std::isdigit(static_cast<unsigned char>(c))) return bad(url, not_port);
   const long p = std::stol(port);
-  if (p < 1 || p > 65535) return bad("the port of \"" + m + "\" is not a number from 1 to 65535");
+  if (p < 1 || p > 65535) return bad(url, not_port);
   out = std::string(scheme) + "://" + host + ":" + port;
   return {};
 }
 
-failure parse_query(const std::string& q, etcd_url& out) {
+failure parse_query(const std::string& url, const std::string& q, etcd_url& out) {
   std::size_t start = 0;
   while (start < q.size()) {
     const auto amp = q.find('&', start);
     const std::string kv = q.substr(start, amp == std::string::npos ? std::string::npos : amp - start);
     const auto eq = kv.find('=');
     const std::string key = kv.substr(0, eq);
+    // The parameter is not quoted: it may be the end of a password that
+    // holds an unencoded '?'.
     if (key != "cacert" || eq == std::string::npos)
-      return bad("unknown query parameter \"" + key + "\" (only cacert=PATH)");
+      return bad(url, "an unknown query parameter (only cacert=PATH)");
     if (!percent_decode(kv.substr(eq + 1), out.cacert) || out.cacert.empty())
-      return bad("cacert must name a file (percent-encoded where needed)");
+      return bad(url, "cacert must name a file (percent-encoded where needed)");
     if (amp == std::string::npos) break;
     start = amp + 1;
   }
@@ -136,11 +176,11 @@ failure parse_etcd_url(const std::string& url, etcd_url& out) {
     rest = url.substr(8);
     out.tls = true;
   } else {
-    return bad("\"" + url.substr(0, 40) + "\" does not start with etcd:// or etcds://");
+    return bad(url, "it does not start with etcd:// or etcds://");
   }
   const auto q = rest.find('?');
   if (q != std::string::npos) {
-    if (failure f = parse_query(rest.substr(q + 1), out)) return f;
+    if (failure f = parse_query(url, rest.substr(q + 1), out)) return f;
     rest.resize(q);
   }
   if (!rest.empty() && rest.back() == '/') rest.pop_back();
@@ -148,22 +188,22 @@ failure parse_etcd_url(const std::string& url, etcd_url& out) {
   if (at != std::string::npos) {
     const std::string cred = rest.substr(0, at);
     const auto colon = cred.find(':');
-    if (colon == std::string::npos) return bad("credentials must be user:password");
+    if (colon == std::string::npos) return bad(url, "credentials must be user:password");
     if (!percent_decode(cred.substr(0, colon), out.user) ||
         !percent_decode(cred.substr(colon + 1), out.password))
-      return bad("a bad percent-escape in the credentials");
-    if (out.user.empty()) return bad("the user name is empty");
+      return bad(url, "a bad percent-escape in the credentials");
+    if (out.user.empty()) return bad(url, "the user name is empty");
     if (!valid_utf8(out.user) || !valid_utf8(out.password))
-      return bad("the user name or password is not valid UTF-8 once percent-decoded (etcd takes "
+      return bad(url, "the user name or password is not valid UTF-8 once percent-decoded (etcd takes "
                  "UTF-8 only)");
     rest = rest.substr(at + 1);
   }
-  if (rest.empty()) return bad("no host");
+  if (rest.empty()) return bad(url, "no host");
   std::size_t start = 0;
   for (;;) {
     const auto comma = rest.find(',', start);
     std::string m;
-    if (failure f = parse_member(rest.substr(start, comma == std::string::npos ? std::string::npos
+    if (failure f = parse_member(url, rest.substr(start, comma == std::string::npos ? std::string::npos
                                                                                  : comma - start),
                                  out.tls ? "https" : "http", m))
       return f;

@@ -141,6 +141,8 @@ class http_connection {
                     posix::io_deadline connect_deadline, posix::io_deadline deadline,
                     const http_sink& sink = nullptr);
   void close() noexcept { conn_.close(); }
+  // posix::stream_connection::set_wake_fd: a stop signal ends the request.
+  void set_wake_fd(int fd) noexcept { conn_.set_wake_fd(fd); }
 
  private:
   http_outcome exchange(const std::string& request, bool& written, posix::io_deadline deadline,

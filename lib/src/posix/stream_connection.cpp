@@ -1,11 +1,15 @@
 #include "posix/stream_connection.hpp"
 
+#include <atomic>
 #include <cerrno>
 #include <climits>
+#include <csignal>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -27,7 +31,19 @@ namespace {
 
 io_result fail(io_status s, std::string detail) { return io_result{s, std::move(detail)}; }
 
-io_result errno_result(int e, io_status s) { return fail(s, std::strerror(e)); }
+io_result errno_result(int e, io_status s) {
+  io_result r = fail(s, std::strerror(e));
+  r.error = e;
+  return r;
+}
+
+std::atomic<int> caught_signal{0};
+
+bool past(io_deadline deadline) { return std::chrono::steady_clock::now() >= deadline; }
+
+io_result too_late() { return fail(io_status::timed_out, "no answer in time"); }
+
+io_result stopped() { return fail(io_status::interrupted, "a stop signal arrived"); }
 
 // The status of an errno from a socket that was connected.
 io_status broken(int e) {
@@ -35,16 +51,17 @@ io_status broken(int e) {
                                                                               : io_status::failed;
 }
 
-// Waits until `fd` is ready for `events` or the deadline passes.
-io_result wait_for(int fd, short events, io_deadline deadline) noexcept {
+// Waits until `fd` is ready for `events` or the deadline passes, or
+// `wake_fd` (when not -1) becomes readable.
+io_result wait_for(int fd, short events, io_deadline deadline, int wake_fd) noexcept {
   for (;;) {
     const auto left = deadline - std::chrono::steady_clock::now();
-    if (left <= std::chrono::steady_clock::duration::zero()) return fail(io_status::timed_out, "no answer in time");
+    if (left <= std::chrono::steady_clock::duration::zero()) return too_late();
     // Rounded up: a poll that returns a little early would spin.
     const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
-    pollfd p{fd, events, 0};
-    const int rc = ::poll(&p, 1, static_cast<int>(std::min<long long>(ms, INT_MAX)));
-    if (rc > 0) return {};
+    pollfd p[2] = {{fd, events, 0}, {wake_fd, POLLIN, 0}};
+    const int rc = ::poll(p, wake_fd >= 0 ? 2 : 1, static_cast<int>(std::min<long long>(ms, INT_MAX)));
+    if (rc > 0) return wake_fd >= 0 && p[1].revents ? stopped() : io_result{};
     if (rc < 0 && errno != EINTR) return errno_result(errno, io_status::failed);
   }
 }
@@ -107,10 +124,10 @@ std::string openssl_error(const char* fallback) {
 
 // Waits as OpenSSL asks after `rc` from an SSL call: ok to call it again,
 // or the failure. `what` names the call for messages.
-io_result tls_wait(SSL* ssl, int rc, int fd, io_deadline deadline, const char* what) noexcept {
+io_result tls_wait(SSL* ssl, int rc, int fd, io_deadline deadline, int wake_fd, const char* what) noexcept {
   const int e = SSL_get_error(ssl, rc);
-  if (e == SSL_ERROR_WANT_READ) return wait_for(fd, POLLIN, deadline);
-  if (e == SSL_ERROR_WANT_WRITE) return wait_for(fd, POLLOUT, deadline);
+  if (e == SSL_ERROR_WANT_READ) return wait_for(fd, POLLIN, deadline, wake_fd);
+  if (e == SSL_ERROR_WANT_WRITE) return wait_for(fd, POLLOUT, deadline, wake_fd);
   if (e == SSL_ERROR_ZERO_RETURN) return fail(io_status::closed, "the peer closed the TLS connection");
   if (e == SSL_ERROR_SYSCALL && errno != 0) return errno_result(errno, broken(errno));
   if (e == SSL_ERROR_SYSCALL ||
@@ -161,16 +178,18 @@ io_result stream_connection::connect_tcp(const std::string& host, const std::str
       continue;
     }
     int err = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
+    io_result waited;
     if (err == EINPROGRESS || err == EINTR) {
-      last = wait_for(fd, POLLOUT, deadline);
+      waited = wait_for(fd, POLLOUT, deadline, wake_fd_);
       socklen_t len = sizeof err;
-      if (!last && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
-      if (last) err = ETIMEDOUT;
+      if (!waited && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+      if (waited) err = ETIMEDOUT;
     }
     if (err != 0) {
-      if (err != ETIMEDOUT) last = errno_result(err, io_status::refused);
+      last = waited ? waited : errno_result(err, io_status::refused);
       ::close(fd);
-      if (last.status == io_status::timed_out) break;  // no time left for the next address
+      // No time left for the next address, or told to stop.
+      if (last.status == io_status::timed_out || last.status == io_status::interrupted) break;
       continue;
     }
     const int one = 1;
@@ -239,7 +258,7 @@ io_result stream_connection::handshake(const std::string& host, const tls_settin
       return fail(io_status::cert_untrusted,
                   std::string("certificate verification: ") + X509_verify_cert_error_string(verify));
     }
-    if (io_result r = tls_wait(ssl, rc, fd_, deadline, "TLS handshake")) return r;
+    if (io_result r = tls_wait(ssl, rc, fd_, deadline, wake_fd_, "TLS handshake")) return r;
   }
 }
 
@@ -272,12 +291,16 @@ bool stream_connection::idle_broken() noexcept {
 io_result stream_connection::write_all(const char* data, std::size_t size, io_deadline deadline) noexcept {
   if (fd_ < 0) return fail(io_status::closed, "not connected");
   while (size > 0) {
+    if (past(deadline)) return too_late();
+    if (wake_fd_ >= 0 && caught_signal.load(std::memory_order_relaxed)) return stopped();
     std::size_t done = 0;
     if (ssl_) {
       ERR_clear_error();
-      const int n = SSL_write(static_cast<SSL*>(ssl_), data, static_cast<int>(std::min<std::size_t>(size, INT_MAX)));
+      const int n =
+          SSL_write(static_cast<SSL*>(ssl_), data, static_cast<int>(std::min<std::size_t>(size, INT_MAX)));
       if (n <= 0) {
-        if (io_result r = tls_wait(static_cast<SSL*>(ssl_), n, fd_, deadline, "TLS write")) return r;
+        if (io_result r = tls_wait(static_cast<SSL*>(ssl_), n, fd_, deadline, wake_fd_, "TLS write"))
+          return r;
         continue;
       }
       done = static_cast<std::size_t>(n);
@@ -286,7 +309,7 @@ io_result stream_connection::write_all(const char* data, std::size_t size, io_de
       if (n < 0) {
         if (errno == EINTR) continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK) return errno_result(errno, broken(errno));
-        if (io_result r = wait_for(fd_, POLLOUT, deadline)) return r;
+        if (io_result r = wait_for(fd_, POLLOUT, deadline, wake_fd_)) return r;
         continue;
       }
       done = static_cast<std::size_t>(n);
@@ -302,6 +325,10 @@ io_result stream_connection::read_some(char* buf, std::size_t cap, std::size_t& 
   n = 0;
   if (fd_ < 0) return fail(io_status::closed, "not connected");
   for (;;) {
+    // Checked before every read: bytes that keep coming never find the
+    // socket idle, where the wait would have checked.
+    if (past(deadline)) return too_late();
+    if (wake_fd_ >= 0 && caught_signal.load(std::memory_order_relaxed)) return stopped();
     if (ssl_) {
       ERR_clear_error();
       const int rc = SSL_read(static_cast<SSL*>(ssl_), buf, static_cast<int>(std::min<std::size_t>(cap, INT_MAX)));
@@ -309,7 +336,7 @@ io_result stream_connection::read_some(char* buf, std::size_t cap, std::size_t& 
         n = static_cast<std::size_t>(rc);
         return {};
       }
-      if (io_result r = tls_wait(static_cast<SSL*>(ssl_), rc, fd_, deadline, "TLS read")) return r;
+      if (io_result r = tls_wait(static_cast<SSL*>(ssl_), rc, fd_, deadline, wake_fd_, "TLS read")) return r;
       continue;
     }
     const ssize_t rc = ::recv(fd_, buf, cap, 0);
@@ -320,8 +347,97 @@ io_result stream_connection::read_some(char* buf, std::size_t cap, std::size_t& 
     if (rc == 0) return fail(io_status::closed, "the peer closed the connection");
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) return errno_result(errno, broken(errno));
-    if (io_result r = wait_for(fd_, POLLIN, deadline)) return r;
+    if (io_result r = wait_for(fd_, POLLIN, deadline, wake_fd_)) return r;
   }
+}
+
+// ---- stop_signal_watch ------------------------------------------------------
+
+namespace {
+
+constexpr int watched_signals[] = {SIGTERM, SIGINT, SIGHUP};
+constexpr int watched_count = sizeof watched_signals / sizeof watched_signals[0];
+
+// Process-wide, under watch_mutex (the handler reads only the pipe's write
+// end and caught_signal). The pipe is never closed: a handler still
+// running in another thread as the last watch ends must not write into a
+// descriptor that was reused.
+std::mutex watch_mutex;
+int watch_count = 0;
+int wake_pipe[2] = {-1, -1};
+struct sigaction saved_actions[watched_count];
+bool replaced[watched_count];
+
+extern "C" void on_watched_signal(int sig) {
+  const int saved_errno = errno;
+  int none = 0;
+  caught_signal.compare_exchange_strong(none, sig);
+  const char byte = 1;
+  if (::write(wake_pipe[1], &byte, 1) < 0) {
+    // Full: readable already.
+  }
+  errno = saved_errno;
+}
+
+void drain_wake_pipe() {
+  char buf[64];
+  while (::read(wake_pipe[0], buf, sizeof buf) > 0) {
+  }
+}
+
+// Our handler for each watched signal the process does not ignore; the
+// actions replaced are kept for restore_actions().
+void replace_actions() {
+  for (int i = 0; i < watched_count; ++i) {
+    replaced[i] = false;
+    struct sigaction current;
+    if (::sigaction(watched_signals[i], nullptr, &current) != 0) continue;
+    if (!(current.sa_flags & SA_SIGINFO) && current.sa_handler == SIG_IGN) continue;
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_watched_signal;
+    sigemptyset(&sa.sa_mask);
+    for (int other : watched_signals) sigaddset(&sa.sa_mask, other);
+    replaced[i] = ::sigaction(watched_signals[i], &sa, &saved_actions[i]) == 0;
+  }
+}
+
+void restore_actions() {
+  for (int i = 0; i < watched_count; ++i)
+    if (replaced[i]) ::sigaction(watched_signals[i], &saved_actions[i], nullptr);
+}
+
+}  // namespace
+
+stop_signal_watch::stop_signal_watch() noexcept {
+  std::lock_guard<std::mutex> guard(watch_mutex);
+  if (wake_pipe[0] < 0 && ::pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    wake_pipe[0] = wake_pipe[1] = -1;
+    return;
+  }
+  if (watch_count++ == 0) {
+    drain_wake_pipe();
+    caught_signal.store(0);
+    replace_actions();
+  }
+  active_ = true;
+  fd_ = wake_pipe[0];
+}
+
+int stop_signal_watch::caught() noexcept { return caught_signal.load(); }
+
+void stop_signal_watch::finish() noexcept {
+  if (!active_) return;
+  active_ = false;
+  fd_ = -1;
+  int sig = 0;
+  {
+    std::lock_guard<std::mutex> guard(watch_mutex);
+    if (--watch_count > 0) return;
+    restore_actions();
+    sig = caught_signal.exchange(0);
+  }
+  if (sig != 0) ::raise(sig);
 }
 
 }  // namespace tokenlock::detail::posix

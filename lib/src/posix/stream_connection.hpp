@@ -2,8 +2,10 @@
 // client (etcd/http_client.hpp), beside the OS seam (os.hpp) so that, as
 // there, nothing outside lib/src/posix/ calls the OS or OpenSSL.
 //
-// Every call takes a deadline and never blocks past it: the socket is
-// non-blocking and each wait is a poll(2) bounded by the time left. Writes
+// Every call takes a deadline and never runs past it: the socket is
+// non-blocking, each wait is a poll(2) bounded by the time left, and the
+// deadline is checked before every read and write too, so that a peer
+// that keeps sending (or keeps taking) bytes cannot hold a call past it. Writes
 // use MSG_NOSIGNAL (TLS writes too, through a BIO of our own), so a peer
 // that closed the connection makes them fail with EPIPE instead of raising
 // SIGPIPE in the program; EINTR resumes. No call throws.
@@ -29,11 +31,13 @@ enum class io_status {
   tls_failed,      // TLS: the handshake or a record failed otherwise
   closed,          // the peer closed or reset the connection
   failed,          // any other error of the OS
+  interrupted,     // the wake descriptor became readable (a stop signal)
 };
 
 struct io_result {
   io_status status = io_status::ok;
   std::string detail;  // the OS's or OpenSSL's words, for messages
+  int error = 0;       // the errno, where the OS gave one
   explicit operator bool() const noexcept { return status != io_status::ok; }
 };
 
@@ -59,6 +63,9 @@ class stream_connection {
                  io_deadline deadline) noexcept;
   bool is_open() const noexcept { return fd_ >= 0; }
   void close() noexcept;
+  // A descriptor whose becoming readable ends every wait at once with
+  // io_status::interrupted (stop_signal_watch::fd()); -1: none.
+  void set_wake_fd(int fd) noexcept { wake_fd_ = fd; }
 
   // Whether an open connection that should be idle (no request pending)
   // has been closed by the peer, or has bytes nobody asked for: either way
@@ -76,9 +83,41 @@ class stream_connection {
   io_result handshake(const std::string& host, const tls_settings& tls, io_deadline deadline) noexcept;
 
   int fd_ = -1;
+  int wake_fd_ = -1;
   void* ctx_ = nullptr;  // SSL_CTX*, kept across reconnections with the same CA file
   std::string ctx_cacert_;
   void* ssl_ = nullptr;  // SSL*
+};
+
+// While one lives, SIGTERM, SIGINT and SIGHUP (those the process does not
+// ignore) do not end the process at once: the handler notes the signal
+// and makes fd() readable, so that every wait given it as its wake
+// descriptor ends (io_status::interrupted). The program then does what
+// must be done before it dies (an etcd waiter gives its place in line
+// back), and finish() restores the actions the signals had and raises the
+// signal noted, once the last watch of the process finishes: the process
+// then ends as the signal would have ended it (or runs the program's own
+// handler, which may return). Watches may be held by several threads at
+// once; each must be finished (the destructor does it).
+class stop_signal_watch {
+ public:
+  stop_signal_watch() noexcept;
+  ~stop_signal_watch() { finish(); }
+  stop_signal_watch(const stop_signal_watch&) = delete;
+  stop_signal_watch& operator=(const stop_signal_watch&) = delete;
+
+  // -1 when the watch could not be set up (no pipe): signals then act as
+  // before.
+  int fd() const noexcept { return fd_; }
+  // The stop signal caught since the first watch began, or 0.
+  static int caught() noexcept;
+  // Restores the signals' actions when this is the last watch, and raises
+  // the signal caught, if any; returns when the process survives it.
+  void finish() noexcept;
+
+ private:
+  int fd_ = -1;
+  bool active_ = false;
 };
 
 }  // namespace tokenlock::detail::posix

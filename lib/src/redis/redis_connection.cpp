@@ -85,6 +85,65 @@ std::string hint_for(std::string_view reply) {
   return {};
 }
 
+// The bounds of a reply (docs/redis.md, Limits): every reply of the lock
+// is a few hundred bytes, so a server that sends more is not one to trust.
+// Bytes are counted as they arrive, so that a bulk or a line announced
+// larger never grows the client's memory past the bound.
+constexpr std::size_t max_reply_bytes = std::size_t(1) << 20;
+constexpr int max_reply_elements = 1024;
+
+thread_local bool array_refused = false;
+void* (*hiredis_array)(const redisReadTask*, int) = nullptr;
+
+// hiredis' own array object, unless the count announced is over the bound:
+// hiredis allocates the array for the count it reads, before its elements
+// arrive.
+void* bounded_array(const redisReadTask* task, int elements) {
+  if (elements > max_reply_elements) {
+    array_refused = true;
+    return nullptr;  // hiredis: an error, and the reader stops
+  }
+  return hiredis_array(task, elements);
+}
+
+// hiredis' reply functions with the array bound, made from the first
+// reader's (hiredis keeps its table to itself).
+redisReplyObjectFunctions* bounded_functions(const redisReplyObjectFunctions* hiredis_own) {
+  static redisReplyObjectFunctions table = [&] {
+    redisReplyObjectFunctions t = *hiredis_own;
+    hiredis_array = t.createArray;
+    t.createArray = bounded_array;
+    return t;
+  }();
+  return &table;
+}
+
+enum class read_outcome { reply, timed_out, closed, failed, not_resp, too_large };
+
+// Reads one reply into `raw` by `deadline`, whatever the server sends:
+// the deadline is checked at every read, while bytes keep arriving too,
+// and the reply is bounded (max_reply_bytes, max_reply_elements).
+// `saved` is the errno of a failed read.
+read_outcome read_reply(redisContext* c, std::chrono::steady_clock::time_point deadline, void*& raw,
+                        int& saved) {
+  char buf[16384];
+  std::size_t total = 0;
+  array_refused = false;
+  for (;;) {
+    if (redisReaderGetReply(c->reader, &raw) != REDIS_OK)
+      return array_refused ? read_outcome::too_large : read_outcome::not_resp;
+    if (raw) return read_outcome::reply;
+    if (total > max_reply_bytes) return read_outcome::too_large;
+    std::size_t n = 0;
+    saved = posix::recv_by(c->fd, buf, sizeof buf, n, deadline);
+    if (saved == ETIMEDOUT) return read_outcome::timed_out;
+    if (saved != 0) return read_outcome::failed;
+    if (n == 0) return read_outcome::closed;
+    if (redisReaderFeed(c->reader, buf, n) != REDIS_OK) return read_outcome::not_resp;
+    total += n;
+  }
+}
+
 bool name_not_resolved(const char* errstr) {
   for (int e : {EAI_NONAME, EAI_NODATA, EAI_AGAIN, EAI_FAIL})
     if (std::strcmp(errstr, gai_strerror(e)) == 0) return true;
@@ -156,6 +215,19 @@ failure redis_connection::io_failure(const char* step, const std::string& what, 
   return make_failure(ec, msg);
 }
 
+failure redis_connection::bad_reply(const char* step, std::string_view what) {
+  const std::string why =
+      array_refused ? "an array of more than " + std::to_string(max_reply_elements) + " elements"
+      : ctx_->reader->err != 0 && !(ctx_->reader->err == REDIS_ERR_OOM)
+          ? std::string("not the Redis protocol (") + ctx_->reader->errstr + ")"
+          : "a reply longer than 1 MiB (a bulk, a line or the whole reply)";
+  std::string msg = "tokenlock: " + std::string(step) + " " + server() + ": " + std::string(what) +
+                    ": the server sent " + why +
+                    ", which no reply of the lock is: is this a Redis server, and the port right?";
+  close();  // the rest of the reply is unread: the link is not reused
+  return make_failure(std::make_error_code(std::errc::protocol_error), msg);
+}
+
 failure redis_connection::connect(const char* step) {
   if (!parsed_) {
     parse_error_ = parse_redis_url(url_, endpoint_);
@@ -163,8 +235,10 @@ failure redis_connection::connect(const char* step) {
   }
   if (!parse_error_.empty())
     return make_failure(errc::bad_argument,
-                        "tokenlock: " + std::string(step) + ": bad Redis URL \"" + redis_url_for_message(url_) +
-                            "\": " + parse_error_);
+                        "tokenlock: " + std::string(step) + ": bad Redis URL \"" +
+                            redis_url_for_message(url_) + "\": " + parse_error_ +
+                            " (percent-encode '%', '@', ':', '/', '?' and '#' in the user and "
+                            "password)");
   if (ctx_ && fork_generation_ != fork_generation()) {
     // The parent's socket: closing our copy leaves its link alone.
     close();
@@ -172,6 +246,7 @@ failure redis_connection::connect(const char* step) {
   if (ctx_) return {};
   if (failure f = open_link(step)) return f;
   redisSetTimeout(ctx_, to_timeval(command_timeout_));
+  ctx_->reader->fn = bounded_functions(ctx_->reader->fn);
   return handshake();
 }
 
@@ -264,10 +339,15 @@ failure redis_connection::command(const char* step, const std::string_view* argv
   if (saved != 0) {
     err = REDIS_ERR_IO;
   } else {
-    errno = 0;
-    if (redisGetReply(ctx_, &raw) != REDIS_OK) raw = nullptr;
-    saved = errno;
-    err = ctx_->err;
+    const auto deadline = std::chrono::steady_clock::now() + (custom ? timeout : command_timeout_);
+    switch (read_reply(ctx_, deadline, raw, saved)) {
+      case read_outcome::reply: break;
+      case read_outcome::timed_out: err = REDIS_ERR_IO, saved = EAGAIN; break;
+      case read_outcome::closed: err = REDIS_ERR_EOF; break;
+      case read_outcome::failed: err = REDIS_ERR_IO; break;
+      case read_outcome::not_resp:
+      case read_outcome::too_large: return bad_reply(step, argc == 0 ? "command" : argv[0]);
+    }
   }
   if (!raw) {
     // A link that sat idle may have been closed by the server (a restart,

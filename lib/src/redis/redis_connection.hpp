@@ -46,7 +46,9 @@ class redis_connection {
   redis_connection& operator=(const redis_connection&) = delete;
 
   // Runs one command and waits up to `timeout` (0: the command timeout) for
-  // its reply. An error reply is a failure (server_error). `step` names
+  // its whole reply, whatever the server sends: a reply that is not RESP,
+  // longer than 1 MiB or an array of more than 1024 elements is a
+  // protocol_error (docs/redis.md, Limits). An error reply is a failure (server_error). `step` names
   // what the command is for, in messages. The arguments are views: nothing
   // is copied on the way to the socket.
   failure command(const char* step, std::initializer_list<std::string_view> argv, reply_ptr& out,
@@ -77,6 +79,8 @@ class redis_connection {
   // AUTH and SELECT as the URL asks; the link is closed when either fails.
   failure handshake();
   failure io_failure(const char* step, const std::string& what, int err, int saved_errno);
+  // A reply that is not RESP or is over the bounds; closes the link.
+  failure bad_reply(const char* step, std::string_view what);
 
   std::string url_;
   redis_endpoint endpoint_;

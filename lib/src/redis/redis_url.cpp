@@ -130,14 +130,25 @@ std::string take_tcp_server(std::string_view rest, redis_endpoint& out) {
 }  // namespace
 
 std::string redis_url_for_message(std::string_view url) {
-  const auto scheme = url.find("://");
-  if (scheme == std::string_view::npos) return std::string(url);
-  const auto start = scheme + 3;
-  // The credentials end at the last '@' before the query: a password may
-  // hold '/' or '@'. A path holding '@' is cut too, which hides nothing.
-  const auto at = url.substr(0, std::min(url.find('?', start), url.size())).rfind('@');
-  if (at == std::string_view::npos || at < start) return std::string(url);
-  return std::string(url.substr(0, start)) + "***" + std::string(url.substr(at));
+  // Everything between the scheme and the last '@' (a password may hold
+  // any character, '/', '?' and '@' included, when written unencoded);
+  // with no '@', everything after the scheme when what follows it does not
+  // read as host[:port] (a forgotten '@'). The scheme itself may be the
+  // thing that is wrong: "redis:/", "redis//", none at all.
+  auto start = url.find("//");
+  if (start != std::string_view::npos) start += 2;
+  else start = url.find(':') == std::string_view::npos ? 0 : url.find(':') + 1;
+  const auto at = url.rfind('@');
+  if (at != std::string_view::npos && at >= start)
+    return std::string(url.substr(0, start)) + "***" + std::string(url.substr(at));
+  std::string_view authority = url.substr(start, url.find_first_of("/?#", start) - start);
+  if (!authority.empty() && authority[0] == '[') {
+    const auto close = authority.find(']');
+    authority = close == std::string_view::npos ? std::string_view(":x") : authority.substr(close + 1);
+  }
+  const auto colon = authority.find(':');
+  if (colon == std::string_view::npos || all_digits(authority.substr(colon + 1))) return std::string(url);
+  return std::string(url.substr(0, start)) + "***";
 }
 
 std::string redis_endpoint::display() const {

@@ -28,7 +28,8 @@ struct redis_endpoint {
 // Empty on success; otherwise what is wrong, for a bad_argument message.
 std::string parse_redis_url(std::string_view url, redis_endpoint& out);
 
-// `url` as written, with any user and password replaced by "***": for the
+// `url` as written, with any user and password replaced by "***" whatever
+// is malformed (when in doubt, all of it after the scheme): for the
 // message about a URL that does not parse (it ends up in logs).
 std::string redis_url_for_message(std::string_view url);
 
