@@ -25,6 +25,18 @@
 //   the waiter before it, so a release wakes exactly one. A crashed
 //   holder's lock frees when its lease ends.
 //
+// Waiters that die
+//   A waiter's key waits on a lease of its own of 3 s, kept alive every
+//   second, and takes the holder's lease in the request that grants it: a
+//   waiter killed with kill -9 holds the line up for about 3.5 s, not for
+//   options.lease (docs/etcd.md, Waiters that die). While acquire() waits,
+//   SIGTERM, SIGINT and SIGHUP (those the process does not ignore) are
+//   caught: the waiter gives its place back (revokes its leases), restores
+//   the signal's previous action and raises the signal again, so the
+//   process ends as it would have. When the program's own handler returns
+//   instead, acquire() fails with std::errc::interrupted. The handlers are
+//   in place only while acquire() waits.
+//
 // The cluster
 //   URL: etcd://[user:password@]host:port[,host:port...][?cacert=PATH]
 //   (plain HTTP), or etcds://... for HTTPS (cacert: the CA bundle that
