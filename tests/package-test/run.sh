@@ -27,9 +27,10 @@ dpkg-deb -x "$deb" "$root"
 for f in usr/bin/tokenlock usr/share/man/man1/tokenlock.1 usr/include/tokenlock/tokenlock.hpp \
   usr/include/tokenlock/tokenlock.h usr/include/tokenlock/version.hpp \
   usr/lib/cmake/tokenlock/tokenlock-config.cmake usr/lib/pkgconfig/tokenlock.pc \
-  usr/lib/libtokenlock.a; do
+  usr/lib/libtokenlock.a usr/share/doc/tokenlock/copyright; do
   [ -e "$root/$f" ] || fail "the package lacks /$f"
 done
+grep -q '^License: Expat$' "$root/usr/share/doc/tokenlock/copyright" || fail "the copyright file names no licence"
 if readelf -S "$root/usr/bin/tokenlock" | grep -q '\.debug_info'; then fail "the command is not stripped"; fi
 "$root/usr/bin/tokenlock" --version | grep -q "^tokenlock " || fail "the packaged command does not run"
 "$root/usr/bin/tokenlock" run "$work/cmd.lock" -- true || fail "the packaged command cannot lock"
