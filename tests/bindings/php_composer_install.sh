@@ -3,7 +3,10 @@
 # composer.json passes Debian's `composer validate --strict`, and a fresh
 # project that requires it from a path repository (packagist disabled, a
 # scratch COMPOSER_HOME, no network) loads it through vendor/autoload.php
-# and counts through the lock.
+# and counts through the lock, also under an open_basedir that admits only
+# the project and /proc, as shared hosts set it: the path repository's
+# "symlink": false copies the package into vendor/ (a symlink would point
+# outside open_basedir, and its files could not be loaded).
 #   php_composer_install.sh SOURCE_DIR VERSION TOKENLOCK
 # Exits 77 (skipped) when php or composer is missing.
 set -euo pipefail
@@ -77,6 +80,22 @@ if ($got !== [1, 2, 3] || Tokenlock\readCounter(__DIR__ . '/data/hits.count') !=
 echo "counted to 3 through $where\n";
 PHP
 TOKENLOCK_COMMAND=$tool php count.php
+cat >basedir.php <<'PHP'
+<?php
+declare(strict_types=1);
+require __DIR__ . '/vendor/autoload.php';
+$n = Tokenlock\increment(__DIR__ . '/data/hits.count', ['lock' => __DIR__ . '/data/hits.lock']);
+if ($n !== 4) {
+    fwrite(STDERR, "FAIL: under open_basedir the counter went from 3 to $n\n");
+    exit(1);
+}
+echo 'counted to 4 under open_basedir=' . ini_get('open_basedir') . "\n";
+PHP
+[ ! -L vendor/tokenlock/tokenlock ] ||
+  { echo "FAIL: vendor/tokenlock/tokenlock is a symbolic link despite \"symlink\": false" >&2; exit 1; }
+# Notices are errors here: the module must not need anything outside.
+php -d open_basedir="$tmp/app:/proc" -d error_reporting=-1 -d display_errors=stderr basedir.php 2>basedir.err
+[ ! -s basedir.err ] || { echo "FAIL: under open_basedir PHP said:" >&2; cat basedir.err >&2; exit 1; }
 leftover=$(find data -name '*.tmp.*')
 [ -z "$leftover" ] || { echo "FAIL: temporary files left: $leftover" >&2; exit 1; }
 echo "php_composer_install: tokenlock/tokenlock installed offline from a path repository and works"

@@ -1,6 +1,6 @@
 <?php
 /**
- * A store for Symfony's Lock component (symfony/lock 5.4 and newer) that
+ * A store for Symfony's Lock component (symfony/lock 5.4, 6.4 and 7.x) that
  * keeps each resource's lock as a tokenlock lock directory, so that
  * Symfony code gets a lock that works on NFS and other network
  * filesystems, where FlockStore's flock() does not.
@@ -15,8 +15,14 @@
  * slashes, dots, `..`) can reach outside DIRECTORY or meet another's.
  * Symfony's TTL is the lock's lease: refresh() ends the old lease and
  * starts one of the new length (the token changes). The Tokenlock\Lock
- * holding the token is kept in the Key's state; the Key cannot be
- * serialised, since the lock belongs to the process that took it.
+ * holding the token is kept in the Key's state, with the pid of the process
+ * that took it; the Key cannot be serialised, since the lock belongs to
+ * that process. A forked child's copy of the Key does not hold the lock:
+ * exists() is false there, so Symfony's Lock destructor in the child
+ * leaves the parent's lock alone.
+ *
+ * The return types (`: void`, `: bool`) are those of symfony/lock 6 and 7;
+ * 5.4's interfaces declare none, and a class may add them.
  */
 
 declare(strict_types=1);
@@ -41,6 +47,8 @@ final class TokenlockStore implements BlockingStoreInterface
 {
     /** The longest lease every tokenlock process accepts (docs/protocol.md). */
     public const MAX_TTL = 86400.0;
+    /** The shortest lease (docs/protocol.md): a TTL below it has expired before it is stored. */
+    public const MIN_TTL = 0.001;
 
     private string $directory;
     private float $initialTtl;
@@ -65,7 +73,7 @@ final class TokenlockStore implements BlockingStoreInterface
      *                           accepted, so that older calls keep working:
      *                           a lock runs no command
      * @throws InvalidArgumentException when the directory cannot be made or written
-     * @throws InvalidTtlException for a TTL of 0 or less, or beyond 86400 s
+     * @throws InvalidTtlException for a TTL under 0.001 s, or beyond 86400 s
      * @throws Exception `untrusted` when the directory is a symbolic link or
      *         another user could change it, judged as the module judges a
      *         lock directory; `bad_argument` for a bad TOKENLOCK_DIR_MODE,
@@ -73,7 +81,8 @@ final class TokenlockStore implements BlockingStoreInterface
      */
     public function __construct(string $directory, float $initialTtl = 300.0, array $options = [])
     {
-        self::checkTtl($initialTtl, __METHOD__);
+        // Under the shortest lease, every lock would expire before it is stored.
+        self::checkTtl($initialTtl, __METHOD__, self::MIN_TTL);
         if ($directory === '' || str_contains($directory, "\0")) {
             throw new InvalidArgumentException('TokenlockStore: the directory must be a non-empty path without NUL bytes');
         }
@@ -141,22 +150,31 @@ final class TokenlockStore implements BlockingStoreInterface
         return $this->directory . '/sf.' . $readable . '.' . hash('sha256', $resource) . '.lock';
     }
 
-    public function save(Key $key)
+    public function save(Key $key): void
     {
         $this->take($key, 0.0);
     }
 
-    public function waitAndSave(Key $key)
+    public function waitAndSave(Key $key): void
     {
         $this->take($key, null);
     }
 
-    public function putOffExpiration(Key $key, float $ttl)
+    /**
+     * Starts a lease of $ttl from now. A TTL under 0.001 s, the shortest
+     * lease, has expired before it could be stored: the lock is released
+     * and LockExpiredException thrown, as Symfony's expiring stores do.
+     */
+    public function putOffExpiration(Key $key, float $ttl): void
     {
         self::checkTtl($ttl, __METHOD__);
         $lock = $this->held($key);
         if ($lock === null) {
-            throw new LockConflictedException(sprintf('TokenlockStore: the lock "%s" is not held by this key: nothing to put off', $key));
+            throw new LockConflictedException(sprintf('TokenlockStore: the lock "%s" is not held by this key in this process: nothing to put off', $key));
+        }
+        if ($ttl < self::MIN_TTL) {
+            $key->reduceLifetime(0);
+            $this->checkNotExpired($key, sprintf('its TTL, %s s, is under the shortest lease, 0.001 s', $ttl));
         }
         try {
             $lock->refresh($ttl);
@@ -173,11 +191,13 @@ final class TokenlockStore implements BlockingStoreInterface
     /**
      * Releases the lock. A lock taken over meanwhile (its lease ended and
      * another process took it) throws LockReleasingException: the work done
-     * under it may have overlapped that process's.
+     * under it may have overlapped that process's. In a forked child of
+     * the process that took it, LockReleasingException too: the lock stays
+     * that process's, untouched.
      */
-    public function delete(Key $key)
+    public function delete(Key $key): void
     {
-        $lock = $this->held($key);
+        $lock = $this->state($key);
         if ($lock === null) {
             $key->removeState(__CLASS__);
             return;
@@ -188,17 +208,19 @@ final class TokenlockStore implements BlockingStoreInterface
             $key->removeState(__CLASS__);
             throw new LockReleasingException(sprintf('TokenlockStore: the lock "%s" had been taken over before its release: %s', $key, $e->getMessage()), 0, $e);
         } catch (Exception $e) {
-            throw new LockReleasingException(sprintf('TokenlockStore: release of the lock "%s" failed (it stays held; release again): %s', $key, $e->getMessage()), 0, $e);
+            $again = $e->getError() === 'not_owner' ? '' : ' (it stays held; release again)';
+            throw new LockReleasingException(sprintf('TokenlockStore: release of the lock "%s" failed%s: %s', $key, $again, $e->getMessage()), 0, $e);
         }
         $key->removeState(__CLASS__);
     }
 
     /**
-     * Whether this key holds the lock now: its token is still in the lock
-     * directory and its lease has not ended (docs/protocol.md: the token
-     * name carries the lease's end, in microseconds).
+     * Whether this key holds the lock now, in this process: its token is
+     * still in the lock directory and its lease has not ended
+     * (docs/protocol.md: the token name carries the lease's end, in
+     * microseconds). False in a forked child of the process that took it.
      */
-    public function exists(Key $key)
+    public function exists(Key $key): bool
     {
         $lock = $this->held($key);
         if ($lock === null) {
@@ -229,23 +251,32 @@ final class TokenlockStore implements BlockingStoreInterface
         } catch (Exception $e) {
             throw new LockStorageException(sprintf('TokenlockStore: cannot acquire the lock "%s": %s', $key, $e->getMessage()), 0, $e);
         }
-        $key->setState(__CLASS__, $lock);
+        $key->setState(__CLASS__, [$lock, Native::pid()]);
         $key->markUnserializable();
         $key->reduceLifetime($this->initialTtl);
         $this->checkNotExpired($key);
     }
 
-    private function held(Key $key): ?Lock
+    /** The lock $key took, if still held, whichever process this is. */
+    private function state(Key $key): ?Lock
     {
         if (!$key->hasState(__CLASS__)) {
             return null;
         }
-        $lock = $key->getState(__CLASS__);
-        return $lock instanceof Lock && $lock->isHeld() ? $lock : null;
+        [$lock] = $key->getState(__CLASS__);
+        return $lock->isHeld() ? $lock : null;
+    }
+
+    /** The lock $key took, if still held and taken by this process. */
+    private function held(Key $key): ?Lock
+    {
+        $lock = $this->state($key);
+        // A forked child has a copy of the Key, but the token names its parent.
+        return $lock !== null && $key->getState(__CLASS__)[1] === Native::pid() ? $lock : null;
     }
 
     /** As Symfony's ExpiringStoreTrait: an expired key gives its lock back. */
-    private function checkNotExpired(Key $key): void
+    private function checkNotExpired(Key $key, string $why = 'its lifetime ended'): void
     {
         if (!$key->isExpired()) {
             return;
@@ -255,13 +286,15 @@ final class TokenlockStore implements BlockingStoreInterface
         } catch (\Exception $e) {
             // The expiry is what the caller has to hear of.
         }
-        throw new LockExpiredException(sprintf('TokenlockStore: the lock "%s" expired before it was stored', $key));
+        throw new LockExpiredException(sprintf('TokenlockStore: the lock "%s" expired before it was stored (%s); it was released', $key, $why));
     }
 
-    private static function checkTtl(float $ttl, string $method): void
+    /** $least 0: any TTL above 0 (one under 0.001 s then expires the lock). */
+    private static function checkTtl(float $ttl, string $method, float $least = 0.0): void
     {
-        if (!($ttl > 0) || $ttl > self::MAX_TTL) {
-            throw new InvalidTtlException(sprintf('"%s()" expects a TTL above 0 and at most 86400 s (the longest lease every tokenlock process accepts); got %s', $method, $ttl));
+        if (!($ttl > 0) || $ttl < $least || $ttl > self::MAX_TTL) {
+            $from = $least > 0 ? 'from 0.001 s (the shortest lease)' : 'above 0';
+            throw new InvalidTtlException(sprintf('"%s()" expects a TTL %s and at most 86400 s (the longest lease every tokenlock process accepts); got %s', $method, $from, $ttl));
         }
     }
 }

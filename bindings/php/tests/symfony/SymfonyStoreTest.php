@@ -2,7 +2,7 @@
 
 declare(strict_types=1);
 
-namespace Tokenlock\Tests;
+namespace Tokenlock\Tests\Symfony;
 
 use Symfony\Component\Lock\Exception\LockConflictedException;
 use Symfony\Component\Lock\Exception\LockReleasingException;
@@ -16,20 +16,14 @@ use Tokenlock\Tests\Support\TempDirTestCase;
 
 /**
  * Tokenlock\Symfony\TokenlockStore through Symfony's own LockFactory and
- * Lock, as Debian's php-symfony-lock installs them.
+ * Lock, of the symfony/lock this run loads (bootstrap.php).
  */
 final class SymfonyStoreTest extends TempDirTestCase
 {
-    private const AUTOLOAD = '/usr/share/php/Symfony/Component/Lock/autoload.php';
-
     private string $locks;
 
     protected function setUp(): void
     {
-        if (!is_file(self::AUTOLOAD)) {
-            $this->markTestSkipped('php-symfony-lock is not installed (' . self::AUTOLOAD . ' is missing; scripts/install-deps installs it)');
-        }
-        require_once self::AUTOLOAD;
         parent::setUp();
         $this->locks = "$this->dir/locks";
     }
@@ -112,6 +106,75 @@ final class SymfonyStoreTest extends TempDirTestCase
         $lock->release();
         $this->assertSame('acquired after the release', $child->channel->receive());
         $this->assertSame(0, $child->wait());
+    }
+
+    /**
+     * A forked child's copy of its parent's Symfony lock is not the child's:
+     * isAcquired() is false there, so Symfony's Lock destructor leaves it
+     * alone when the child exits, and the parent still holds its token.
+     */
+    public function testAForkedChildLeavesItsParentsLockAlone(): void
+    {
+        $lock = $this->factory()->createLock('parent-held');
+        $this->assertTrue($lock->acquire());
+        $token = $this->tokenOf('parent-held');
+        $child = Child::start(function (Channel $c) use ($lock): void {
+            $c->send($lock->isAcquired() ? 'acquired in the child' : 'not acquired in the child');
+            // The child's copy of $lock is destroyed at its exit().
+        });
+        $this->assertSame('not acquired in the child', $child->channel->receive());
+        $this->assertSame(0, $child->wait(), 'the child exited cleanly, its copy of the lock destroyed');
+        $this->assertSame($token, $this->tokenOf('parent-held'), "the parent's token is untouched");
+        $this->assertTrue($lock->isAcquired());
+        $lock->release();
+        $this->assertSame('lockfile', $this->tokenOf('parent-held'));
+    }
+
+    /** A release in the child is refused, and changes nothing. */
+    public function testAForkedChildCannotReleaseItsParentsLock(): void
+    {
+        $lock = $this->factory()->createLock('parent-held');
+        $this->assertTrue($lock->acquire());
+        $token = $this->tokenOf('parent-held');
+        $child = Child::start(function (Channel $c) use ($lock): void {
+            try {
+                $lock->release();
+                $c->send('released');
+            } catch (LockReleasingException $e) {
+                $c->send($e->getPrevious() instanceof \Tokenlock\Exception ? $e->getPrevious()->getError() : get_class($e->getPrevious()));
+            }
+        });
+        $this->assertSame('not_owner', $child->channel->receive());
+        $this->assertSame(0, $child->wait());
+        $this->assertSame($token, $this->tokenOf('parent-held'), "the parent's token is untouched");
+        $this->assertTrue($lock->isAcquired());
+        $lock->release();
+        $this->assertSame('lockfile', $this->tokenOf('parent-held'));
+    }
+
+    /**
+     * A TTL below the least lease (0.001 s) expires before it is stored:
+     * LockExpiredException, as Symfony's expiring stores give, and the
+     * lock is given back.
+     */
+    public function testATtlUnderAMillisecondExpiresTheLock(): void
+    {
+        $store = new TokenlockStore($this->locks);
+        $key = new Key('brief');
+        $store->save($key);
+        try {
+            $store->putOffExpiration($key, 0.0005);
+            $this->fail('a TTL of 0.0005 s was accepted');
+        } catch (\Symfony\Component\Lock\Exception\LockExpiredException $e) {
+            $this->assertStringContainsString('0.001', $e->getMessage());
+        }
+        $this->assertTrue($key->isExpired());
+        $this->assertFalse($store->exists($key));
+        $this->assertSame('lockfile', $this->tokenOf('brief'), 'the lock was given back');
+        $again = new Key('brief');
+        $store->save($again);
+        $this->assertTrue($store->exists($again));
+        $store->delete($again);
     }
 
     public function testRefreshStartsANewLease(): void
@@ -365,8 +428,15 @@ final class SymfonyStoreTest extends TempDirTestCase
 
     public function testTtlOutsideTheLeaseBoundsIsRefused(): void
     {
-        $this->expectException(\Symfony\Component\Lock\Exception\InvalidTtlException::class);
-        new TokenlockStore($this->locks, 86401);
+        foreach ([86401, 0.0005, 0, -1] as $ttl) {
+            try {
+                new TokenlockStore($this->locks, $ttl);
+                $this->fail("a store with a TTL of $ttl s was made");
+            } catch (\Symfony\Component\Lock\Exception\InvalidTtlException $e) {
+                $this->assertStringContainsString('0.001', $e->getMessage());
+            }
+        }
+        $this->assertFileDoesNotExist($this->locks);
     }
 
     public function testTheSymfonyStoreNamesItsGroup(): void

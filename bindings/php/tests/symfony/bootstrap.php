@@ -1,0 +1,31 @@
+<?php
+// The Symfony store's tests against one symfony/lock at a time:
+// TOKENLOCK_SYMFONY (5.4, 6.4 or 7.x) names the directory whose autoloader
+// alone provides Symfony\Component\Lock (tests/bindings/php_symfony.sh).
+
+declare(strict_types=1);
+
+(static function (): void {
+    $version = (string) getenv('TOKENLOCK_SYMFONY');
+    if (!in_array($version, ['5.4', '6.4', '7.x'], true)) {
+        fwrite(STDERR, "Set TOKENLOCK_SYMFONY to 5.4, 6.4 or 7.x, the symfony/lock to test with (got \"$version\")\n");
+        exit(2);
+    }
+    define('TOKENLOCK_SYMFONY_VERSION', $version);
+    define('TOKENLOCK_SYMFONY_DIR', __DIR__ . '/' . $version);
+    require TOKENLOCK_SYMFONY_DIR . '/autoload.php';
+})();
+
+require __DIR__ . '/../../src/Tokenlock.php';
+spl_autoload_register(static function (string $class): void {
+    if (str_starts_with($class, 'Tokenlock\\') && !str_starts_with($class, 'Tokenlock\\Tests\\')) {
+        $file = __DIR__ . '/../../src/' . str_replace('\\', '/', substr($class, 10)) . '.php';
+        if (is_file($file)) {
+            require $file;
+        }
+    }
+});
+require __DIR__ . '/../Support/Channel.php';
+require __DIR__ . '/../Support/Child.php';
+require __DIR__ . '/../Support/Tool.php';
+require __DIR__ . '/../Support/TempDirTestCase.php';
