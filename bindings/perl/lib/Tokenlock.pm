@@ -155,7 +155,9 @@ sub _exec_child {
     @ENV{ keys %$env } = values %$env if $env;
     my $ok = (defined $in_r ? open(STDIN, '<&', $in_r) : open(STDIN, '<', '/dev/null'))
       && open(STDOUT, '>&', $out_w) && open(STDERR, '>&', $err_w);
-    if ($ok) { no warnings 'exec'; exec { $argv->[0] } @$argv; }
+    # In an eval: whatever dies here (perl -T's "Insecure dependency") must
+    # not return into the caller's code in this child.
+    if ($ok) { no warnings 'exec'; eval { exec { $argv->[0] } @$argv; }; }
     my $errno = ($! + 0) || 1;
     syswrite($exec_w, $errno);
     # No END blocks, no destructors: they belong to the parent.
@@ -244,9 +246,15 @@ sub _run {
 sub _call {
     my ($ctx, @args) = @_;
     my $cmd  = _find_command($ctx->{opts} || {}, $ctx->{step}, $ctx->{path});
+    my $what = "$ctx->{step} $ctx->{path}";
+    # perl -T refuses to exec a tainted argv, in the child: said here, before.
+    _untainted($what, 'the tokenlock command', $cmd);
+    for my $i (0 .. $#args) {
+        my $name = $i && $args[ $i - 1 ] =~ /\A-/ ? "the value of the command's $args[$i - 1]" : "the command's argument " . ($i + 1);
+        _untainted($what, $name, $args[$i], 1);
+    }
     my @argv = ($cmd, @args);
     my $r    = _run(\@argv, $ctx->{stdin}, $ctx->{env});
-    my $what = "$ctx->{step} $ctx->{path}";
     if (defined $r->{spawn_error}) {
         if (defined $r->{exec_errno}) {
             local $! = $r->{exec_errno};
@@ -313,10 +321,27 @@ sub _sync {
     return $v;
 }
 
+# Under perl -T a tainted value that reaches rename, mkdir, chmod or exec
+# makes perl die with its bare "Insecure dependency" at a line of this
+# module, with the operation half done; refused before anything is touched.
+# $hide: the value is not shown (a URL may hold a password).
+sub _untainted {
+    my ($step, $name, $v, $hide) = @_;
+    return $v unless ${^TAINT} && defined $v && !ref $v;
+    require Scalar::Util;
+    return $v unless Scalar::Util::tainted($v);
+    _usage($step, "$name" . ($hide ? '' : " \"$v\"") . ' is tainted (perl -T: it comes from outside the program, such as %ENV, '
+          . '@ARGV or a file read), and the module does not launder it; untaint it with a regex that accepts '
+          . 'only what you expect, as in my ($path) = $input =~ m{\\A(/home/alice/data/[\\w.-]+)\\z} or die');
+}
+
+# $reads_only: the call only reads (holder, read_counter), which perl -T
+# allows with a tainted path.
 sub _path_arg {
-    my ($step, $name, $v) = @_;
+    my ($step, $name, $v, $reads_only) = @_;
     _usage($step, "$name must be a non-empty path") unless defined $v && length $v && !ref $v;
     _usage($step, "$name must not contain a NUL byte") if $v =~ /\0/;
+    _untainted($step, $name, $v) unless $reads_only;
     return $v;
 }
 
@@ -1160,7 +1185,7 @@ sub holder {
     my ($lockdir, %opts) = @_;
     my $step = 'holder';
     _check_opts($step, \%opts, qw(legacy_timeout group));
-    _path_arg($step, 'the lock directory', $lockdir);
+    _path_arg($step, 'the lock directory', $lockdir, 1);
     require Time::HiRes;
     require Fcntl;
     require POSIX;
@@ -1372,6 +1397,8 @@ sub _acquire {
 sub _lease_us {
     my ($step, $lease) = @_;
     return $DEFAULT_LEASE * 1_000_000 unless defined $lease;
+    # It goes into the token's name, which rename would refuse under perl -T.
+    _untainted($step, 'lease', $lease);
     my $us = int(_seconds($step, 'lease', $lease, 0) * 1_000_000);
     _usage($step, 'lease must be at least a microsecond') if $us <= 0;
     _usage($step, 'lease must not exceed 24 hours (the protocol\'s maximum lease): every process judges a '
@@ -2235,7 +2262,7 @@ sub _counter_value {
 # would block an open or a read, a device (/dev/zero) would never end.
 sub read_counter {
     my ($path) = @_;
-    _path_arg('read counter', 'the counter file', $path);
+    _path_arg('read counter', 'the counter file', $path, 1);
     require Fcntl;
     my $fh;
     unless (sysopen($fh, $path, Fcntl::O_RDONLY() | Fcntl::O_NONBLOCK())) {
@@ -2569,10 +2596,23 @@ runs that command (docs/tokenlock.1.md), without a shell, as earlier
 versions of this module did for every operation.
 
 Under taint mode (C<perl -T>) the module works with the paths the caller
-untainted: it does not launder them. What it reads from the system (the
-host name, F</proc>, F</dev/urandom>, directory listings) it checks before
-it puts it into a name. With the C<command> option, C<$ENV{PATH}> and the
-command's own path must be untainted too.
+untainted: it does not launder them. A tainted path, C<lock> or C<lease>
+given to a call that changes anything (a path from C<%ENV> or C<@ARGV>,
+as a CGI gets it) is refused before anything is touched, with a
+C<Tokenlock::Error> of code C<bad_argument> that names the argument, says
+it is tainted and how to untaint it: with a regex that accepts only what
+you expect, as in
+
+    my ($path) = $ENV{COUNTER_FILE} =~ m{\A(/home/alice/data/[\w.-]+)\z}
+      or die "unexpected counter file\n";
+
+C<holder> and C<read_counter> only read, which taint mode allows with a
+tainted path. What the module reads from the system (the host name,
+F</proc>, F</dev/urandom>, directory listings) it checks before it puts it
+into a name. With the C<command> option (and for C<Tokenlock::Redis>),
+C<$ENV{PATH}>, the command's own path (the option or
+C<$ENV{TOKENLOCK_COMMAND}>) and every value passed to it must be untainted
+too; a tainted one is refused the same way, its value not shown.
 
 What the module does not do, unlike the library: it never maps the wait
 board (a waiter polls with backoff, and C++ waiters beside it still get
