@@ -1378,7 +1378,7 @@ sub _acquire {
         my @st = lstat _lock_paths($step, $lockdir)->{dir};
         $o{chosen} = _chosen_group($step, $o{group}, @st ? \@st : undef);
     }
-    return bless {
+    my $lock = bless {
         lockdir => $lockdir,
         group   => $o{group},
         chosen  => $o{chosen},
@@ -1390,6 +1390,46 @@ sub _acquire {
         held    => 1,
         command => $opts{command},
     }, ref($class) || $class;
+    _held_until_signal($lock);
+    return $lock;
+}
+
+# ---------------------------------------------------------------------------
+# SIGTERM, SIGINT and SIGHUP end a process without its destructors or END
+# blocks, so its locks would stay held until taken over: at once by a
+# process on this host that sees the owner dead, only after the lease
+# elsewhere. While the handler of one of them is the default, the module's
+# releases the locks this process holds, then lets the signal end the
+# process as it would have. A handler of the program's own is left alone.
+
+my %HELD;              # refaddr => the lock object, weakly
+my $SIGNALS_PID = 0;   # the process that looked at the handlers
+my @STOP_SIGNALS = qw(TERM INT HUP);
+
+sub _held_until_signal {
+    my ($lock) = @_;
+    require Scalar::Util;
+    my $id = $lock->{id} = Scalar::Util::refaddr($lock);
+    Scalar::Util::weaken($HELD{$id} = $lock);
+    return if $SIGNALS_PID == $$;
+    $SIGNALS_PID = $$;
+    for my $sig (@STOP_SIGNALS) {
+        my $h = $SIG{$sig};
+        $SIG{$sig} = \&_on_stop_signal if !defined $h || $h eq '' || $h eq 'DEFAULT';
+    }
+}
+
+sub _on_stop_signal {
+    my ($sig) = @_;
+    for my $lock (grep { defined } values %HELD) {
+        next unless $lock->{held} && $lock->{pid} == $$;
+        local ($@, $!, $?);
+        eval { $lock->release; 1 };
+    }
+    # Blocked while its handler runs, the signal raised again is delivered
+    # on return, with the default action: the process ends by it.
+    $SIG{$sig} = 'DEFAULT';
+    kill $sig, $$;
 }
 
 # A lease in microseconds: more than 0, at most the protocol's 24 hours,
@@ -1506,6 +1546,7 @@ sub release {
     # name can move the token of whoever took ours over.
     if (rename($path, "$p->{dir}/$FREE")) {
         $self->{held} = 0;
+        delete $HELD{ $self->{id} } if defined $self->{id};
         return 1;
     }
     my $errno = $! + 0;
@@ -1525,6 +1566,7 @@ sub release {
 
 sub DESTROY {
     my ($self) = @_;
+    delete $HELD{ $self->{id} } if defined $self->{id} && $self->{pid} == $$;
     return unless $self->{held} && $self->{pid} == $$;
     # Running the command must not change what the code around us sees,
     # least of all the exit status of a program that is ending.
@@ -2711,9 +2753,15 @@ as long as it takes. When the wait runs out the error is C<timed_out>.
 
 =item C<< lease => SECS >>
 
-How long the lock stays valid without a C<refresh> (default 3600). It only
-matters for holders on other hosts and for a holder that is stopped; a
-holder that dies on this host loses the lock at once.
+How long the lock is this holder's without a C<refresh>, in seconds
+(default 3600, at most 24 hours). Once the lease has ended, and the skew
+allowance of 1 s after it, the lock is stale and the next process that
+asks takes it over (docs/protocol.md, Stale): whether its holder is still
+running, stopped or on another host. A holder that works longer than its
+lease must C<refresh> before the lease ends; otherwise its C<release> (and
+C<refresh>, and the commit of an update) dies with C<lock_lost>, and
+another process may have been in the critical section meanwhile. A holder
+that dies on this host loses the lock at once, whatever its lease.
 
 =item C<< legacy_timeout => SECS >>
 
