@@ -2822,6 +2822,25 @@ releases it; a failure is given as a warning. It never releases in a
 forked child (the object remembers C<$$> at acquire), nor in another
 interpreter thread: C<release> and C<refresh> die there with C<not_owner>.
 
+So a script that dies with a lock held (through the stack, or at the
+top), calls C<exit>, or ends with the lock in a global releases it as it
+ends: the next process gets the lock at once, on any host.
+
+=head2 Signals
+
+SIGTERM, SIGINT and SIGHUP end a Perl process without destructors or
+C<END> blocks. From the first acquire on, while the handler of one of
+them is the default, the module sets its own: it releases every lock
+this process holds (never a parent's, in a forked child), then raises the
+signal again with the default action, so the process still ends by that
+signal. A handler the program set before is left alone, and then it is
+the program's to release (C<exit> from the handler does). SIGKILL, and a
+signal that arrives between the rename of an acquire and the return of the
+object, leave the token to be taken over: at once by a process on this
+host, which sees the owner dead, and after the lease elsewhere.
+C<Tokenlock::Redis> locks are not released by these handlers: their lease
+frees them.
+
 =head2 write_file
 
     Tokenlock::write_file($path, $data, sync => 'file_and_dir', lock => $lockdir, wait => SECS);
