@@ -14,7 +14,8 @@ cd "$src"
 case $lang in
   perl)
     need prove
-    exec prove -l bindings/perl/t
+    # The module's own tests, then those of what the source tree runs on it.
+    exec prove -l bindings/perl/t tests/bindings/perl
     ;;
   php)
     need php

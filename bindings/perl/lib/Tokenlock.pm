@@ -155,7 +155,9 @@ sub _exec_child {
     @ENV{ keys %$env } = values %$env if $env;
     my $ok = (defined $in_r ? open(STDIN, '<&', $in_r) : open(STDIN, '<', '/dev/null'))
       && open(STDOUT, '>&', $out_w) && open(STDERR, '>&', $err_w);
-    if ($ok) { no warnings 'exec'; exec { $argv->[0] } @$argv; }
+    # In an eval: whatever dies here (perl -T's "Insecure dependency") must
+    # not return into the caller's code in this child.
+    if ($ok) { no warnings 'exec'; eval { exec { $argv->[0] } @$argv; }; }
     my $errno = ($! + 0) || 1;
     syswrite($exec_w, $errno);
     # No END blocks, no destructors: they belong to the parent.
@@ -244,9 +246,15 @@ sub _run {
 sub _call {
     my ($ctx, @args) = @_;
     my $cmd  = _find_command($ctx->{opts} || {}, $ctx->{step}, $ctx->{path});
+    my $what = "$ctx->{step} $ctx->{path}";
+    # perl -T refuses to exec a tainted argv, in the child: said here, before.
+    _untainted($what, 'the tokenlock command', $cmd);
+    for my $i (0 .. $#args) {
+        my $name = $i && $args[ $i - 1 ] =~ /\A-/ ? "the value of the command's $args[$i - 1]" : "the command's argument " . ($i + 1);
+        _untainted($what, $name, $args[$i], 1);
+    }
     my @argv = ($cmd, @args);
     my $r    = _run(\@argv, $ctx->{stdin}, $ctx->{env});
-    my $what = "$ctx->{step} $ctx->{path}";
     if (defined $r->{spawn_error}) {
         if (defined $r->{exec_errno}) {
             local $! = $r->{exec_errno};
@@ -313,10 +321,27 @@ sub _sync {
     return $v;
 }
 
+# Under perl -T a tainted value that reaches rename, mkdir, chmod or exec
+# makes perl die with its bare "Insecure dependency" at a line of this
+# module, with the operation half done; refused before anything is touched.
+# $hide: the value is not shown (a URL may hold a password).
+sub _untainted {
+    my ($step, $name, $v, $hide) = @_;
+    return $v unless ${^TAINT} && defined $v && !ref $v;
+    require Scalar::Util;
+    return $v unless Scalar::Util::tainted($v);
+    _usage($step, "$name" . ($hide ? '' : " \"$v\"") . ' is tainted (perl -T: it comes from outside the program, such as %ENV, '
+          . '@ARGV or a file read), and the module does not launder it; untaint it with a regex that accepts '
+          . 'only what you expect, as in my ($path) = $input =~ m{\\A(/home/alice/data/[\\w.-]+)\\z} or die');
+}
+
+# $reads_only: the call only reads (holder, read_counter), which perl -T
+# allows with a tainted path.
 sub _path_arg {
-    my ($step, $name, $v) = @_;
+    my ($step, $name, $v, $reads_only) = @_;
     _usage($step, "$name must be a non-empty path") unless defined $v && length $v && !ref $v;
     _usage($step, "$name must not contain a NUL byte") if $v =~ /\0/;
+    _untainted($step, $name, $v) unless $reads_only;
     return $v;
 }
 
@@ -1160,7 +1185,7 @@ sub holder {
     my ($lockdir, %opts) = @_;
     my $step = 'holder';
     _check_opts($step, \%opts, qw(legacy_timeout group));
-    _path_arg($step, 'the lock directory', $lockdir);
+    _path_arg($step, 'the lock directory', $lockdir, 1);
     require Time::HiRes;
     require Fcntl;
     require POSIX;
@@ -1353,7 +1378,7 @@ sub _acquire {
         my @st = lstat _lock_paths($step, $lockdir)->{dir};
         $o{chosen} = _chosen_group($step, $o{group}, @st ? \@st : undef);
     }
-    return bless {
+    my $lock = bless {
         lockdir => $lockdir,
         group   => $o{group},
         chosen  => $o{chosen},
@@ -1365,6 +1390,46 @@ sub _acquire {
         held    => 1,
         command => $opts{command},
     }, ref($class) || $class;
+    _held_until_signal($lock);
+    return $lock;
+}
+
+# ---------------------------------------------------------------------------
+# SIGTERM, SIGINT and SIGHUP end a process without its destructors or END
+# blocks, so its locks would stay held until taken over: at once by a
+# process on this host that sees the owner dead, only after the lease
+# elsewhere. While the handler of one of them is the default, the module's
+# releases the locks this process holds, then lets the signal end the
+# process as it would have. A handler of the program's own is left alone.
+
+my %HELD;              # refaddr => the lock object, weakly
+my $SIGNALS_PID = 0;   # the process that looked at the handlers
+my @STOP_SIGNALS = qw(TERM INT HUP);
+
+sub _held_until_signal {
+    my ($lock) = @_;
+    require Scalar::Util;
+    my $id = $lock->{id} = Scalar::Util::refaddr($lock);
+    Scalar::Util::weaken($HELD{$id} = $lock);
+    return if $SIGNALS_PID == $$;
+    $SIGNALS_PID = $$;
+    for my $sig (@STOP_SIGNALS) {
+        my $h = $SIG{$sig};
+        $SIG{$sig} = \&_on_stop_signal if !defined $h || $h eq '' || $h eq 'DEFAULT';
+    }
+}
+
+sub _on_stop_signal {
+    my ($sig) = @_;
+    for my $lock (grep { defined } values %HELD) {
+        next unless $lock->{held} && $lock->{pid} == $$;
+        local ($@, $!, $?);
+        eval { $lock->release; 1 };
+    }
+    # Blocked while its handler runs, the signal raised again is delivered
+    # on return, with the default action: the process ends by it.
+    $SIG{$sig} = 'DEFAULT';
+    kill $sig, $$;
 }
 
 # A lease in microseconds: more than 0, at most the protocol's 24 hours,
@@ -1372,6 +1437,8 @@ sub _acquire {
 sub _lease_us {
     my ($step, $lease) = @_;
     return $DEFAULT_LEASE * 1_000_000 unless defined $lease;
+    # It goes into the token's name, which rename would refuse under perl -T.
+    _untainted($step, 'lease', $lease);
     my $us = int(_seconds($step, 'lease', $lease, 0) * 1_000_000);
     _usage($step, 'lease must be at least a microsecond') if $us <= 0;
     _usage($step, 'lease must not exceed 24 hours (the protocol\'s maximum lease): every process judges a '
@@ -1479,6 +1546,7 @@ sub release {
     # name can move the token of whoever took ours over.
     if (rename($path, "$p->{dir}/$FREE")) {
         $self->{held} = 0;
+        delete $HELD{ $self->{id} } if defined $self->{id};
         return 1;
     }
     my $errno = $! + 0;
@@ -1498,6 +1566,7 @@ sub release {
 
 sub DESTROY {
     my ($self) = @_;
+    delete $HELD{ $self->{id} } if defined $self->{id} && $self->{pid} == $$;
     return unless $self->{held} && $self->{pid} == $$;
     # Running the command must not change what the code around us sees,
     # least of all the exit status of a program that is ending.
@@ -2235,7 +2304,7 @@ sub _counter_value {
 # would block an open or a read, a device (/dev/zero) would never end.
 sub read_counter {
     my ($path) = @_;
-    _path_arg('read counter', 'the counter file', $path);
+    _path_arg('read counter', 'the counter file', $path, 1);
     require Fcntl;
     my $fh;
     unless (sysopen($fh, $path, Fcntl::O_RDONLY() | Fcntl::O_NONBLOCK())) {
@@ -2569,10 +2638,23 @@ runs that command (docs/tokenlock.1.md), without a shell, as earlier
 versions of this module did for every operation.
 
 Under taint mode (C<perl -T>) the module works with the paths the caller
-untainted: it does not launder them. What it reads from the system (the
-host name, F</proc>, F</dev/urandom>, directory listings) it checks before
-it puts it into a name. With the C<command> option, C<$ENV{PATH}> and the
-command's own path must be untainted too.
+untainted: it does not launder them. A tainted path, C<lock> or C<lease>
+given to a call that changes anything (a path from C<%ENV> or C<@ARGV>,
+as a CGI gets it) is refused before anything is touched, with a
+C<Tokenlock::Error> of code C<bad_argument> that names the argument, says
+it is tainted and how to untaint it: with a regex that accepts only what
+you expect, as in
+
+    my ($path) = $ENV{COUNTER_FILE} =~ m{\A(/home/alice/data/[\w.-]+)\z}
+      or die "unexpected counter file\n";
+
+C<holder> and C<read_counter> only read, which taint mode allows with a
+tainted path. What the module reads from the system (the host name,
+F</proc>, F</dev/urandom>, directory listings) it checks before it puts it
+into a name. With the C<command> option (and for C<Tokenlock::Redis>),
+C<$ENV{PATH}>, the command's own path (the option or
+C<$ENV{TOKENLOCK_COMMAND}>) and every value passed to it must be untainted
+too; a tainted one is refused the same way, its value not shown.
 
 What the module does not do, unlike the library: it never maps the wait
 board (a waiter polls with backoff, and C++ waiters beside it still get
@@ -2671,9 +2753,15 @@ as long as it takes. When the wait runs out the error is C<timed_out>.
 
 =item C<< lease => SECS >>
 
-How long the lock stays valid without a C<refresh> (default 3600). It only
-matters for holders on other hosts and for a holder that is stopped; a
-holder that dies on this host loses the lock at once.
+How long the lock is this holder's without a C<refresh>, in seconds
+(default 3600, at most 24 hours). Once the lease has ended, and the skew
+allowance of 1 s after it, the lock is stale and the next process that
+asks takes it over (docs/protocol.md, Stale): whether its holder is still
+running, stopped or on another host. A holder that works longer than its
+lease must C<refresh> before the lease ends; otherwise its C<release> (and
+C<refresh>, and the commit of an update) dies with C<lock_lost>, and
+another process may have been in the critical section meanwhile. A holder
+that dies on this host loses the lock at once, whatever its lease.
 
 =item C<< legacy_timeout => SECS >>
 
@@ -2733,6 +2821,25 @@ A lock object that goes out of scope while it still holds the lock
 releases it; a failure is given as a warning. It never releases in a
 forked child (the object remembers C<$$> at acquire), nor in another
 interpreter thread: C<release> and C<refresh> die there with C<not_owner>.
+
+So a script that dies with a lock held (through the stack, or at the
+top), calls C<exit>, or ends with the lock in a global releases it as it
+ends: the next process gets the lock at once, on any host.
+
+=head2 Signals
+
+SIGTERM, SIGINT and SIGHUP end a Perl process without destructors or
+C<END> blocks. From the first acquire on, while the handler of one of
+them is the default, the module sets its own: it releases every lock
+this process holds (never a parent's, in a forked child), then raises the
+signal again with the default action, so the process still ends by that
+signal. A handler the program set before is left alone, and then it is
+the program's to release (C<exit> from the handler does). SIGKILL, and a
+signal that arrives between the rename of an acquire and the return of the
+object, leave the token to be taken over: at once by a process on this
+host, which sees the owner dead, and after the lease elsewhere.
+C<Tokenlock::Redis> locks are not released by these handlers: their lease
+frees them.
 
 =head2 write_file
 

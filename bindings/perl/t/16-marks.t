@@ -58,8 +58,7 @@ my $my_start = do { my $s = slurp("/proc/$$/stat"); (split ' ', substr($s, rinde
     is_deeply([entries("$L/$t")], [mark_of($t)], 'the holder\'s mark is in its token');
     my $t2 = $lock->refresh(lease => 100);
     is_deeply([entries("$L/$t2")], [mark_of($t2)], 'a refresh renames it to the new lease');
-    my ($st, $out, $err) = capture([$cmd, 'acquire', '-n', $L]);
-    is($st >> 8, 1, 'the command is excluded as before');
+    ok(!free_now($L), 'another process (the command if there is one) is excluded as before');
     $lock->release;
     is_deeply([entries($L)], ['lockfile'], 'released');
     is_deeply([entries("$L/lockfile")], [], 'without its mark');
@@ -121,8 +120,11 @@ my $my_start = do { my $s = slurp("/proc/$$/stat"); (split ' ', substr($s, rinde
     is($h->{same_host}, 1, 'on this host');
     is($h->{stale}, 0, 'not stale');
     my $st = lock_status($L);
-    is($h->{expires_us}, $st->{expires_us}, 'the expiry the command reads');
-    is($h->{reason}, $st->{reason}, 'and the same reason, word for word');
+    is($h->{expires_us}, $st->{expires_us}, 'the expiry the command (or the token\'s name) tells');
+    SKIP: {
+        skip(command_skip('comparing the reason with the command\'s'), 1) unless $cmd;
+        is($h->{reason}, $st->{reason}, 'and the same reason, word for word');
+    }
     $lock->release;
     is(Tokenlock::holder($L), undef, 'free: no holder');
     my $legacy = 'lockfile' . (int(now_us() / 1e6) - 1000);

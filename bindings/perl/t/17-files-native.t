@@ -41,13 +41,17 @@ sub err_of { my ($code) = @_; my $ok = eval { $code->(); 1 }; return $ok ? 'ok' 
     is(slurp($c), "42\n", 'the file holds the value');
     ok(-d "$c.lock/lockfile/w", 'the workspace w moved with the token back to lockfile');
     is_deeply([temps($d)], [], 'no temporary file anywhere');
-    my ($st, $out) = capture([$cmd, 'incr', $c]);
-    is($out, "43\n", 'the command counts on from there, through the same lock');
-    is(increment($c), 44, 'and the module after it');
+    SKIP: {
+        skip(command_skip('counting on with the command'), 2) unless $cmd;
+        my ($st, $out) = capture([$cmd, 'incr', $c]);
+        is($out, "43\n", 'the command counts on from there, through the same lock');
+        is(increment($c), 44, 'and the module after it');
+    }
 }
 
 # --- the module and the command increment one counter together -------------------------
-{
+SKIP: {
+    skip(command_skip('module and command on one counter'), 7) unless $cmd;
     my $c = "$dir/shared.count";
     my @kids;
     for (1 .. 3) {
@@ -66,17 +70,17 @@ sub err_of { my ($code) = @_; my $ok = eval { $code->(); 1 }; return $ok ? 'ok' 
     mkdir $d or die;
     my $f = "$d/page";
     spit($f, "old\n");
-    my $theirs;
+    my ($theirs, $other);
     my $ok = eval {
         Tokenlock::_native_update('write', $f, "$f.lock", sub {
             # Taken over while we compute: our lease is broken by force,
             # and another process takes the lock.
             opendir(my $dh, "$f.lock") or die;
             my ($ours) = grep { /\Alockfile\./ } readdir $dh;
-            my ($st, undef, $err) = capture([$cmd, 'break', '--force', "$f.lock", $ours]);
-            die "break: $err" if $st;
-            (undef, $theirs) = capture([$cmd, 'acquire', '-n', "$f.lock"]);
-            chomp $theirs;
+            my ($broken, $err) = break_token("$f.lock", $ours);
+            die "break: $err" unless $broken;
+            $other = Tokenlock->acquire("$f.lock", wait => 0);
+            $theirs = $other->token;
             return ("new\n");
         }, sync => 'file_and_dir');
         1;
@@ -86,7 +90,7 @@ sub err_of { my ($code) = @_; my $ok = eval { $code->(); 1 }; return $ok ? 'ok' 
     is(slurp($f), "old\n", 'the target is intact');
     is_deeply([entries("$f.lock")], [$theirs], 'the new holder\'s token is intact');
     is_deeply([temps($d)], [], 'no temporary file anywhere, not in the new holder\'s workspace either');
-    capture([$cmd, 'release', "$f.lock", $theirs]);
+    $other->release;
 }
 
 # --- modes ------------------------------------------------------------------------------

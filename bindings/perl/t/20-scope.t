@@ -61,8 +61,8 @@ sub state_of { lock_status($L)->{state} }
     # another process may have been in the critical section.
     $ok = eval {
         with_lock($L, sub {
-            my ($st) = capture([$cmd, 'break', '--force', $L, $_[0]->token]);
-            die "break failed: $st\n" if $st;
+            my ($broken, $err) = break_token($L, $_[0]->token);
+            die "break failed: $err\n" unless $broken;
             'finished';
         });
         1;
@@ -74,7 +74,7 @@ sub state_of { lock_status($L)->{state} }
     @warnings = ();
     $ok = eval {
         with_lock($L, sub {
-            capture([$cmd, 'break', '--force', $L, $_[0]->token]);
+            break_token($L, $_[0]->token);
             die "code failed\n";
         });
         1;

@@ -12,6 +12,7 @@ use TokenlockTest;
 use Tokenlock;
 
 my $cmd = tokenlock_command();
+skip_all_without_command('command waiters on the wait board');
 my $dir = scratch_dir();
 my $L = "$dir/b.lock";
 

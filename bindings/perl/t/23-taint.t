@@ -51,4 +51,61 @@ is($out, "1\n2\n3\ndone\n", 'every operation ran');
 is(slurp("$dir/f"), "y\n", 'the last write is in place');
 ok(!-e "$dir/t.lock.init.1000000.elsewhere-0badc0de.7.0.0123456789abcdef", 'the creation leftover was swept');
 
+# --- tainted input: a Tokenlock::Error before anything is touched ------------------
+# Perl itself would die with a bare "Insecure dependency in rename" at a
+# line of the module, with the operation half done.
+my $tdir = "$dir/tainted";
+mkdir $tdir or die;
+spit("$tdir/page", "kept\n");
+spit("$tdir/n.count", "5\n");
+my $tainted = <<'PERL';
+use strict;
+use warnings;
+use Tokenlock;
+$ENV{PATH} = '/usr/bin:/bin';
+my $in = $ARGV[0];                              # tainted: from @ARGV
+my ($dir) = $in =~ /\A(.*)\z/s;                 # untainted
+my $t = substr($ENV{TAINTED_EMPTY}, 0, 0);      # tainted, and empty
+my @cases = (
+    ['acquire, a path from @ARGV', "the lock directory \"$in/a.lock\"", sub { Tokenlock->acquire("$in/a.lock", wait => 0) }],
+    ['with_lock',                  "the lock directory \"$in/w.lock\"", sub { Tokenlock::with_lock("$in/w.lock", sub { 1 }) }],
+    ['increment',                  "the counter file \"$in/n.count\"",  sub { Tokenlock::increment("$in/n.count") }],
+    ['write_file',                 "the file \"$in/page\"",             sub { Tokenlock::write_file("$in/page", "new\n") }],
+    ['update_file',                "the file \"$in/page\"",             sub { Tokenlock::update_file("$in/page", sub { "new\n" }) }],
+    ['write_file, lock from %ENV', "lock \"$dir/l.lock$t\"",            sub { Tokenlock::write_file("$dir/page", "new\n", lock => "$dir/l.lock$t") }],
+    ['acquire, lease from %ENV',   'lease "60"',                         sub { Tokenlock->acquire("$dir/e.lock", lease => "60$t") }],
+    ['refresh, lease from %ENV',   'lease "60"',                         sub { my $l = Tokenlock->acquire("$dir/r.lock"); $l->refresh(lease => "60$t") }],
+    ['the command option',         'the tokenlock command "/bin/true"',  sub { Tokenlock::increment("$dir/n.count", command => "/bin/true$t") }],
+);
+for my $c (@cases) {
+    my ($what, $named, $code) = @$c;
+    my $ok = eval { $code->(); 1 };
+    my $e = $@;
+    my $got = $ok ? 'no error' : !ref $e ? "plain: $e" : ref($e) . ' ' . $e->code;
+    print "$what\t$got\t", ($ok || !ref $e ? '' : index($e->message, "$named is tainted") >= 0 ? 'named' : 'unnamed: ' . $e->message),
+      "\t", ($ok || !ref $e ? '' : $e->message =~ /perl -T.*untaint it with a regex/ ? 'fix' : 'no fix'), "\n";
+}
+# What only reads is allowed with a tainted path, as perl -T allows it.
+print "holder\t", (defined Tokenlock::holder("$in/h.lock") ? 'held' : 'free'), "\n";
+print "read_counter\t", Tokenlock::read_counter("$in/n.count"), "\n";
+PERL
+spit("$dir/tainted.pl", $tainted);
+($st, $out, $err) = capture([$^X, '-T', "-I$lib", "$dir/tainted.pl", $tdir], env => { TAINTED_EMPTY => 'x' });
+is($st, 0, 'perl -T with tainted input: the script runs to its end') or diag($err);
+my @lines = split /\n/, $out;
+is(scalar(@lines), 11, 'every case reported') or diag($out);
+for my $line (@lines[0 .. 8]) {
+    my ($what, $got, $named, $fix) = split /\t/, $line;
+    is($got, 'Tokenlock::Error bad_argument', "$what: a Tokenlock::Error, bad_argument");
+    is($named, 'named', "$what: the message says what is tainted, and names it");
+    is($fix, 'fix', "$what: and how to untaint it");
+}
+is($lines[9], "holder\tfree", 'holder reads with a tainted path');
+is($lines[10], "read_counter\t5", 'so does read_counter');
+is(slurp("$tdir/page"), "kept\n", 'the file is intact');
+is(slurp("$tdir/n.count"), "5\n", 'the counter is intact');
+# r.lock: the refresh case's own lock, acquired with untainted input.
+is(join(' ', entries($tdir)), 'n.count page r.lock', 'no other lock directory, no temporary file was made');
+is(join(' ', entries("$tdir/r.lock")), 'lockfile', 'the lock whose refresh was refused was released with its object');
+
 done_testing();

@@ -14,6 +14,7 @@ use TokenlockTest;
 use Tokenlock;
 
 my $cmd = tokenlock_command();
+skip_all_without_command('Tokenlock::Redis (it goes through the command)');
 my $server = (grep { -x "$_/redis-server" } split /:/, $ENV{PATH} || '')[0];
 plan skip_all => 'redis-server is not installed (scripts/install-deps installs it)' unless $server;
 my $dir = scratch_dir();

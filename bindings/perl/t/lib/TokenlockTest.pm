@@ -7,6 +7,7 @@ package TokenlockTest;
 use strict;
 use warnings;
 
+use Cwd ();
 use Exporter 'import';
 use File::Path ();
 use File::Spec ();
@@ -17,15 +18,19 @@ use POSIX ();
 use Test::More ();
 
 our @EXPORT = qw(
-  tokenlock_command scratch_dir capture fork_worker reap read_line
+  tokenlock_command command_skip skip_all_without_command dir_status break_token free_now scratch_dir capture fork_worker reap read_line
   lock_status token_re leftovers entries slurp spit
 );
 
-my $REPO = File::Spec->rel2abs("$FindBin::Bin/../../..");
+# The source tree's root, when the tests run there.
+my $REPO = Cwd::realpath("$FindBin::Bin/../../..") || File::Spec->rel2abs("$FindBin::Bin/../../..");
 
-# The command under test: TOKENLOCK_COMMAND, else the build tree's. Every
-# test file needs it: without a build the file is skipped, saying why, but a
+# The command under test: TOKENLOCK_COMMAND, else the build tree's, else
+# none. The module is native, so a test file runs without it; only the
+# parts that compare with the command or go through it (Tokenlock::Redis,
+# the command option) are skipped, saying why (command_skip). A
 # TOKENLOCK_COMMAND that names nothing usable is a mistake, and stops the run.
+my $COMMAND;
 sub tokenlock_command {
     my $cmd = $ENV{TOKENLOCK_COMMAND};
     if (defined $cmd && length $cmd) {
@@ -33,11 +38,29 @@ sub tokenlock_command {
     }
     else {
         $cmd = "$REPO/build/tools/tokenlock";
-        Test::More::plan(skip_all => "no tokenlock command at $cmd: build it, or set TOKENLOCK_COMMAND")
-          unless -f $cmd && -x _;
+        if (!-f $cmd || !-x _) {
+            delete $ENV{TOKENLOCK_COMMAND};
+            return $COMMAND = undef;
+        }
     }
     $ENV{TOKENLOCK_COMMAND} = File::Spec->rel2abs($cmd);
-    return $ENV{TOKENLOCK_COMMAND};
+    return $COMMAND = $ENV{TOKENLOCK_COMMAND};
+}
+
+# Why a part is skipped without the command: returned for skip(), and
+# printed, since a harness shows a whole file's skip but not a part's.
+sub command_skip {
+    my ($what) = @_;
+    my $why = "$what needs the tokenlock command: TOKENLOCK_COMMAND is unset and none is built at $REPO/build/tools/tokenlock";
+    Test::More::diag("skipped: $why");
+    return $why;
+}
+
+# The same for a whole file.
+sub skip_all_without_command {
+    my ($what) = @_;
+    return if defined $COMMAND;
+    Test::More::plan(skip_all => "$what needs the tokenlock command: TOKENLOCK_COMMAND is unset and none is built at $REPO/build/tools/tokenlock");
 }
 
 sub repo_dir { $REPO }
@@ -103,12 +126,57 @@ sub read_line {
     return $line;
 }
 
-# The lock's state as `tokenlock status --json` reports it.
+# The lock's state as `tokenlock status --json` reports it, or without the
+# command as its directory shows it (dir_status).
 sub lock_status {
     my ($lockdir) = @_;
-    my ($st, $out, $err) = capture([$ENV{TOKENLOCK_COMMAND}, 'status', '--json', $lockdir]);
+    return dir_status($lockdir) unless defined $COMMAND;
+    my ($st, $out, $err) = capture([$COMMAND, 'status', '--json', $lockdir]);
     die "tokenlock status $lockdir failed ($st): $err" if $st;
     return JSON::PP::decode_json($out);
+}
+
+# The fields of `tokenlock status --json` that the tests read, from the
+# token's name (docs/protocol.md) and /proc, not through the module.
+sub dir_status {
+    my ($lockdir) = @_;
+    my @names = entries($lockdir);
+    my @held = grep { /\Alockfile./s } @names;
+    return { state => 'free' } if !@held && (grep { $_ eq 'lockfile' } @names) || !@names;
+    die "dir_status $lockdir: not one token but (@names)" unless @held == 1;
+    my $t = $held[0];
+    my ($exp, $pid, $start) = $t =~ /\Alockfile\.([1-9][0-9]*)\.[A-Za-z0-9_-]+-[0-9a-f]{8}\.([1-9][0-9]*)\.([0-9]+)\.[0-9a-f]{16}\z/
+      or die "dir_status $lockdir: $t is not a token of docs/protocol.md";
+    my $stat = slurp("/proc/$pid/stat");
+    my $now_start = defined $stat && $stat =~ /\) (.*)\z/s ? (split ' ', $1)[19] : undef;
+    my $alive = defined $now_start && ($start == 0 || $now_start eq $start);
+    return { state => 'held', token => $t, pid => $pid + 0, expires_us => $exp + 0, owner => $alive ? 'alive' : 'dead' };
+}
+
+# Frees the lock held by $token as `tokenlock break --force` does, or with
+# the protocol's own rename when there is no command. Returns (ok, error).
+sub break_token {
+    my ($lockdir, $token) = @_;
+    return (rename("$lockdir/$token", "$lockdir/lockfile") ? 1 : 0, "rename $token: $!") unless defined $COMMAND;
+    my ($st, undef, $err) = capture([$COMMAND, 'break', '--force', $lockdir, $token]);
+    return ($st == 0 ? 1 : 0, $err);
+}
+
+# Whether a second process gets the lock at once (the command's `run -n`,
+# or a forked native try_acquire without the command).
+sub free_now {
+    my ($lockdir, %env) = @_;
+    if (defined $COMMAND) {
+        my ($st) = capture([$COMMAND, 'run', '-n', $lockdir, 'true'], env => \%env);
+        return $st == 0;
+    }
+    my $pid = fork_worker(sub {
+        require Tokenlock;
+        @ENV{ keys %env } = values %env;
+        my $l = Tokenlock->try_acquire($lockdir) or POSIX::_exit(1);
+        $l->release;
+    });
+    return reap($pid) == 0;
 }
 
 # The token grammar of docs/protocol.md.
