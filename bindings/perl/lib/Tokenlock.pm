@@ -3091,4 +3091,9 @@ then needs write permission on the data directory.
 tokenlock(1) (docs/tokenlock.1.md in the source tree), docs/protocol.md,
 docs/atomic-writes.md.
 
+=head1 LICENSE
+
+Copyright (c) 2026 The tokenlock authors. Released under the MIT licence:
+the file LICENSE at the top of the source tree.
+
 =cut
