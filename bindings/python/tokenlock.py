@@ -6,8 +6,12 @@ One file with nothing but the standard library: put it beside your script
     import tokenlock
 
     with tokenlock.lock("/srv/app/data/guestbook.lock", wait=10.0) as held:
-        ...                                  # only one process at a time here
-        held.refresh()                       # a new lease, for long work
+        ...                                  # only one process at a time here;
+                                             # the lease is kept alive meanwhile
+    lock = tokenlock.Lock("/srv/app/data/db.lock", wait=None)   # for ever
+    with lock:
+        with lock:                           # re-entrant in its thread
+            ...
 
     tokenlock.write_file("/srv/app/data/config.json", text)      # never torn
     hits = tokenlock.increment("/srv/app/data/hits.count")        # exact
@@ -61,9 +65,12 @@ Sharing with a group
     group. Being merely in a group (`users`) trusts nothing.
 
 Fork and threads
-    A Lock belongs to one thread at a time. A forked child never releases
-    its parent's lock: its release() and refresh() raise Error("not_owner"),
-    and its garbage collector leaves the lock alone.
+    A Lock is held by one thread at a time, re-entrantly: the holding
+    thread's acquire() is counted, another thread's waits for the last
+    release(). A with-block refreshes the lease from a daemon thread at a
+    third of the lease (keep_alive=False: not). A forked child never
+    releases its parent's lock: its release() and refresh() raise
+    Error("not_owner"), and its garbage collector leaves the lock alone.
 """
 
 import atexit
@@ -1123,6 +1130,15 @@ def _wait(value):
     return _seconds(value, "wait", True)
 
 
+def _file_wait(value):
+    """The wait of update_file() and increment(): None for the default
+    (10 s, the library's), -1 or inf for a year, the command's longest."""
+    if value is None:
+        return None
+    value = _wait(value)
+    return _LONGEST_FILE_WAIT if value is None else value
+
+
 class _OnClassOrLock:
     """A method that does one thing called on the class and another called
     on an instance: Lock.acquire(lockdir) takes a new lock,
@@ -1504,13 +1520,14 @@ def update_file(path, fn, lock=None, wait=None, lease=None, sync="file_and_dir",
     LockLost is raised. If fn raises, nothing is written, the lock is
     released and the exception reaches the caller unchanged. fn runs with
     the lock held: keep it short, or give a `lease` (seconds) that covers
-    it. wait: seconds to wait for the lock (default 10). group: the one
+    it. wait: seconds to wait for the lock (default 10; -1 or inf: a
+    year, which is for ever in practice). group: the one
     group the lock is shared with (default TOKENLOCK_GROUP), as in
     Lock.acquire().
     """
     p = _path(path)
     ld = None if lock is None else _path(lock, "lock")
-    wait = None if wait is None else _seconds(wait, "wait", True)
+    wait = _file_wait(wait)
     lease = None if lease is None else _seconds(lease, "lease", False)
     if not callable(fn):
         raise TypeError("tokenlock: fn must be callable, not %s" % type(fn).__name__)
@@ -1525,8 +1542,9 @@ def increment(path, by=1, lock=None, wait=None, lease=None, sync="file_and_dir",
     CorruptData and is left as it is. by=0 reads the counter under the
     lock.
 
-    wait: seconds to wait for a busy lock (default 10; 0: one attempt):
-    then Busy ("timed_out", or "busy" with wait 0), with nothing changed.
+    wait: seconds to wait for a busy lock (default 10; 0: one attempt; -1
+    or inf: a year): then TimedOut, or Busy with wait 0, with nothing
+    changed.
     lease: seconds of the lease while counting, with the library backend;
     the command backend runs one `tokenlock incr -w SECS` (-n for 0),
     which holds its lock only while it counts, under its own lease, and
@@ -1537,7 +1555,7 @@ def increment(path, by=1, lock=None, wait=None, lease=None, sync="file_and_dir",
     """
     p = _path(path)
     ld = None if lock is None else _path(lock, "lock")
-    wait = None if wait is None else _seconds(wait, "wait", True)
+    wait = _file_wait(wait)
     lease = None if lease is None else _seconds(lease, "lease", False)
     return _current().increment(p, ld, _by(by), wait, lease, _sync(sync), _group(group))
 

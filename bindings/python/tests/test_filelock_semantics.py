@@ -158,6 +158,23 @@ class FilelockSemantics:
             held.release()
             self.assertLockFree(lockdir)
 
+    def test_update_file_and_increment_wait_with_minus_one_and_inf(self):
+        lockdir, counter, notes = self.path("a.lock"), self.path("n.count"), self.path("notes")
+        child, release_sig = self.hold_in_another_process(lockdir)
+        counting = self.in_thread(tokenlock.increment, counter, 1, lockdir, -1)
+        updating = self.in_thread(tokenlock.update_file, notes, lambda old: b"x", lockdir,
+                                  float("inf"))
+        with self.assertRaises(queue.Empty):
+            counting.get(timeout=0.5)
+        self.assertFalse(os.path.exists(counter))
+        self.assertFalse(os.path.exists(notes))
+        release_sig.send()
+        self.assertTrue(child.result())
+        self.assertEqual(counting.get(timeout=BOUND), ("ok", 1))
+        self.assertEqual(updating.get(timeout=BOUND), ("ok", b"x"))
+        self.assertLockFree(lockdir)
+        self.assertNoTempFiles()
+
     def test_a_nested_acquire_with_wait_none_on_an_unheld_object_takes_the_lock(self):
         lockdir = self.path("a.lock")
         lock = tokenlock.Lock(lockdir, wait=None)
