@@ -1196,7 +1196,7 @@ class Lock:
         # A Lock given held by Lock.acquire() is not counted again by the
         # with-statement that follows (`with tokenlock.lock(d) as held`).
         self._adopt = False
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.Lock())
         # Serialises the keep-alive's refresh with release on one token.
         self._io = threading.Lock()
         self._refresher, self._lost = None, None
