@@ -67,8 +67,9 @@ Sharing with a group
 Fork and threads
     A Lock is held by one thread at a time, re-entrantly: the holding
     thread's acquire() is counted, another thread's waits for the last
-    release(). A with-block refreshes the lease from a daemon thread at a
-    third of the lease (keep_alive=False: not). A forked child never
+    release(). A with-block's lease is refreshed at a third of the lease
+    by one daemon thread shared by all such blocks, which ends a second
+    after the last (keep_alive=False: not). A forked child never
     releases its parent's lock: its release() and refresh() raise
     Error("not_owner"), and its garbage collector leaves the lock alone.
 """
@@ -77,6 +78,7 @@ import atexit
 import ctypes
 import datetime
 import errno as _errno
+import heapq
 import os
 import stat
 import threading
@@ -1168,9 +1170,9 @@ class Lock:
     until then, and then takes the lock itself; other Locks, threads and
     processes wait on the token as always.
 
-    In a with-statement the lease is kept alive: a thread of the module
-    refreshes it at a third of the lease until the block ends, as the C++
-    library's keep_alive does, so a holder that is alive is never taken
+    In a with-statement the lease is kept alive: one daemon thread of the
+    module, shared by every such block, refreshes it at a third of the
+    lease until the block ends, as the C++ library's keep_alive does, so a holder that is alive is never taken
     over however long it works; only one that stops (killed, suspended,
     its host gone) loses the lock when the lease ends. If the lock was
     taken over all the same (broken by hand, the clock stepped), the block
@@ -1199,7 +1201,8 @@ class Lock:
         self._cond = threading.Condition(threading.Lock())
         # Serialises the keep-alive's refresh with release on one token.
         self._io = threading.Lock()
-        self._refresher, self._lost = None, None
+        # _kept: in the keeper's care (under _io); _lost: what it found.
+        self._kept, self._lost = False, None
 
     def _acquire_new(cls, lockdir, wait=DEFAULT_WAIT, lease=DEFAULT_LEASE, group=None,
                      keep_alive=True):
@@ -1357,11 +1360,14 @@ class Lock:
         try:
             _live.pop(id(state), None)
             if state.get("pid") != os.getpid():
-                # A forked child: no keep-alive thread here, and the parent's
-                # token is refused without being touched.
+                # A forked child: nothing keeps the lease alive here, and
+                # the parent's token is refused without being touched.
                 return self._backend.release(state, self._lockdir)
-            self._stop_keep_alive()
             with self._io:
+                # No refresh after this; one under way has ended (it holds _io).
+                kept, self._kept = self._kept, False
+                if kept:
+                    _keeper.drop(self)
                 self._backend.release(state, self._lockdir)
             if self._lost is not None:
                 raise self._lost
@@ -1378,8 +1384,10 @@ class Lock:
             self._adopt = False
         if not adopt:
             self._acquire_again()
-        if self._keep_alive and self._refresher is None:
-            self._start_keep_alive()
+        if self._keep_alive and not self._kept:
+            with self._io:
+                self._kept = True
+            _keeper.keep(self)
         return self
 
     def __exit__(self, exc_type, exc, tb):
@@ -1395,43 +1403,27 @@ class Lock:
                 exc.add_note("while releasing the lock: %s" % e)
         return False
 
-    def _start_keep_alive(self):
-        stop = threading.Event()
-        t = threading.Thread(target=self._keep_alive_loop, args=(stop, self._state),
-                             name="tokenlock-keep-alive %s" % self.lockdir, daemon=True)
-        self._refresher = (t, stop)
-        _refreshing[id(self)] = self
-        t.start()
-
-    def _keep_alive_loop(self, stop, state):
-        # A third of the lease, as keep_alive in C++: two refreshes can fail
-        # (a slow disk, a busy host) before the lease ends.
-        while not stop.wait(self._lease / 3):
-            with self._io:
-                if stop.is_set():
-                    return
-                try:
-                    self._backend.refresh(state, self._lockdir, self._lease)
-                except LockLost as e:
-                    self._lost = e  # raised by the release that ends the block
-                    return
-                except Error:
-                    # A passing failure (EIO, a full table): the next try may
-                    # work, and the lease has two more thirds to run.
-                    continue
-
-    def _stop_keep_alive(self):
-        refresher, self._refresher = self._refresher, None
-        _refreshing.pop(id(self), None)
-        if refresher is not None:
-            refresher[1].set()
-            if refresher[0] is not threading.current_thread():
-                refresher[0].join()
+    def _refresh_kept(self):
+        """The keeper's refresh: False when the lease is no longer kept."""
+        with self._io:
+            if not self._kept:
+                return False
+            try:
+                self._backend.refresh(self._state, self._lockdir, self._lease)
+            except LockLost as e:
+                self._lost = e  # raised by the release that ends the block
+                self._kept = False
+                return False
+            except Error:
+                # A passing failure (EIO, a full table): the next try may
+                # work, and the lease has two more thirds to run.
+                pass
+            return True
 
     def __del__(self):
         # __del__ rather than weakref.finalize, which costs as much as a
         # tenth of an uncontended acquire and release. A Lock kept alive is
-        # referenced by its thread until released, so never found here.
+        # referenced by the keeper until released, so never found here.
         if getattr(self, "_count", 0):
             self._count = 0
             try:
@@ -1445,9 +1437,96 @@ class Lock:
                                              "held" if self._count else "released")
 
 
-# Locks whose lease a thread keeps alive, stopped at exit before their
-# tokens are given back (a refresh must not use a handle being freed).
-_refreshing = {}
+class _Keeper:
+    """One daemon thread that refreshes the lease of every Lock held in a
+    with-block, each at a third of its lease. One thread for all, started
+    at the first block and ended a second after the last, so that a short
+    block costs a dictionary entry rather than a thread's start and join."""
+
+    LINGER = 1.0
+
+    def __init__(self):
+        self._cond = threading.Condition(threading.Lock())
+        self._kept = {}      # id(lock) -> (lock, generation)
+        self._due = []       # heap of (when, generation, id(lock)); stale ones skipped
+        self._generation = 0
+        self._thread = None
+
+    def keep(self, lock):
+        with self._cond:
+            self._generation += 1
+            self._kept[id(lock)] = (lock, self._generation)
+            self._schedule(lock, self._generation)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="tokenlock-keep-alive")
+                self._thread.start()
+
+    def _schedule(self, lock, generation):
+        heapq.heappush(self._due, (time.monotonic() + lock._lease / 3, generation, id(lock)))
+        # Released locks leave stale entries: rebuilt when they outnumber the rest.
+        if len(self._due) > 64 + 2 * len(self._kept):
+            live = {(g, k) for k, (_, g) in self._kept.items()}
+            self._due = [e for e in self._due if (e[1], e[2]) in live]
+            heapq.heapify(self._due)
+        self._cond.notify()
+
+    def drop(self, lock):
+        with self._cond:
+            self._kept.pop(id(lock), None)
+
+    def held(self):
+        """The Locks whose leases are kept alive now."""
+        with self._cond:
+            return [lock for lock, _ in self._kept.values()]
+
+    def _next(self):
+        """The next (lock, generation) due, waited for; None to end."""
+        with self._cond:
+            while True:
+                while self._due and self._kept.get(self._due[0][2], (None, -1))[1] != self._due[0][1]:
+                    heapq.heappop(self._due)
+                if not self._due:
+                    if not self._cond.wait(self.LINGER) and not self._due:
+                        self._thread = None
+                        return None
+                    continue
+                when, generation, key = self._due[0]
+                if when <= time.monotonic():
+                    heapq.heappop(self._due)
+                    return self._kept[key][0], generation
+                self._cond.wait(when - time.monotonic())
+
+    def _run(self):
+        while True:
+            due = self._next()
+            if due is None:
+                return
+            lock, generation = due
+            kept = lock._refresh_kept()
+            with self._cond:
+                if self._kept.get(id(lock), (None, -1))[1] == generation:
+                    if kept:
+                        self._schedule(lock, generation)
+                    else:
+                        del self._kept[id(lock)]
+
+    def forget(self):
+        """In a forked child: no thread, and the parent's locks are its own."""
+        self.__init__()
+
+    def stop_all(self):
+        """At exit: no refresh may use a token being given back."""
+        for lock in self.held():
+            with lock._io:
+                lock._kept = False
+        with self._cond:
+            self._kept.clear()
+
+
+_keeper = _Keeper()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_keeper.forget)
 
 
 # The locks held, by id of their state, so that those still held at exit are
@@ -1470,8 +1549,7 @@ def _abandon(backend_obj, state, lockdir):
 
 @atexit.register
 def _release_at_exit():
-    for held in list(_refreshing.values()):
-        held._stop_keep_alive()
+    _keeper.stop_all()
     while _live:
         _, (backend_obj, state, lockdir) = _live.popitem()
         _abandon(backend_obj, state, lockdir)

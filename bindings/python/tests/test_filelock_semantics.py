@@ -60,8 +60,13 @@ def _rival_takes(lockdir):
     return p.stdout.strip() == "took"
 
 
-def _keep_alive_threads():
-    return [t for t in threading.enumerate() if t.name.startswith("tokenlock-keep-alive")]
+def _kept():
+    """The Locks whose leases the module keeps alive now."""
+    return tokenlock._keeper.held()
+
+
+def _keeper_threads():
+    return [t for t in threading.enumerate() if t.name == "tokenlock-keep-alive"]
 
 
 class FilelockSemantics:
@@ -258,7 +263,7 @@ class FilelockSemantics:
         lease = 1.5
         with tokenlock.lock(lockdir, lease=lease) as held:
             first = held.expiry_us
-            self.assertEqual(len(_keep_alive_threads()), 1)
+            self.assertEqual(_kept(), [held])
             # Busy past the first lease's end, and past the second's.
             deadline = time.monotonic() + BOUND
             while time.time() * 1e6 < first + 2 * lease * 1e6 and time.monotonic() < deadline:
@@ -266,14 +271,14 @@ class FilelockSemantics:
             self.assertGreater(time.time() * 1e6, first + 2 * lease * 1e6)
             self.assertGreater(held.expiry_us, first)
         self.assertFalse(held.held)
-        self.assertEqual(_keep_alive_threads(), [])
+        self.assertEqual(_kept(), [])
         self.assertLockFree(lockdir)
 
     def test_without_keep_alive_a_holder_past_its_lease_is_taken_over(self):
         lockdir = self.path("a.lock")
         with self.assertRaises(tokenlock.LockLost):
             with tokenlock.lock(lockdir, lease=0.3, keep_alive=False) as held:
-                self.assertEqual(_keep_alive_threads(), [])
+                self.assertEqual(_kept(), [])
                 end = held.expiry_us
                 deadline = time.monotonic() + BOUND
                 taken = False
@@ -294,9 +299,9 @@ class FilelockSemantics:
                 new_holder = tokenlock.Lock.acquire(lockdir, lease=30)
                 # The refresher finds the token gone and stops.
                 deadline = time.monotonic() + BOUND
-                while _keep_alive_threads() and time.monotonic() < deadline:
+                while held in _kept() and time.monotonic() < deadline:
                     threading.Event().wait(0.01)
-                self.assertEqual(_keep_alive_threads(), [])
+                self.assertEqual(_kept(), [])
         self.assertIn(lockdir, str(cm.exception))
         self.assertLockHeld(lockdir, new_holder.token)
         new_holder.release()
@@ -307,10 +312,33 @@ class FilelockSemantics:
         lock = tokenlock.Lock(lockdir, lease=30)
         with lock:
             with lock:
-                self.assertEqual(len(_keep_alive_threads()), 1)
-            self.assertEqual(len(_keep_alive_threads()), 1)
-        self.assertEqual(_keep_alive_threads(), [])
+                self.assertEqual(_kept(), [lock])
+            self.assertEqual(_kept(), [lock])
+        self.assertEqual(_kept(), [])
         self.assertLockFree(lockdir)
+
+    def test_one_thread_keeps_every_lease_and_ends_when_none_is_left(self):
+        locks = [tokenlock.Lock(self.path("%d.lock" % i), lease=0.6) for i in range(3)]
+        first = [lock.__enter__() for lock in locks]
+        self.assertEqual(first, locks)
+        self.assertEqual(sorted(map(id, _kept())), sorted(map(id, locks)))
+        self.assertEqual(len(_keeper_threads()), 1)
+        expiries = [lock.expiry_us for lock in locks]
+        # Each lease refreshed, by the one thread.
+        deadline = time.monotonic() + BOUND
+        while (any(lock.expiry_us == e for lock, e in zip(locks, expiries))
+               and time.monotonic() < deadline):
+            threading.Event().wait(0.02)
+        self.assertTrue(all(lock.expiry_us > e for lock, e in zip(locks, expiries)))
+        self.assertEqual(len(_keeper_threads()), 1)
+        for lock in locks:
+            lock.__exit__(None, None, None)
+            self.assertLockFree(lock.lockdir)
+        self.assertEqual(_kept(), [])
+        deadline = time.monotonic() + BOUND
+        while _keeper_threads() and time.monotonic() < deadline:
+            threading.Event().wait(0.05)
+        self.assertEqual(_keeper_threads(), [])
 
     def test_a_forked_child_leaves_a_kept_alive_lock_to_its_parent(self):
         lockdir = self.path("a.lock")
