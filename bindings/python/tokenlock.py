@@ -1304,21 +1304,27 @@ class Lock:
 
     @property
     def path(self):
-        """The held token's directory, the holder's private workspace."""
-        return os.path.join(self.lockdir, self.token)
+        """The held token's directory, the holder's private workspace (None
+        before the first acquire)."""
+        return os.path.join(self.lockdir, self.token) if self._state else None
 
     @property
     def expiry_us(self):
-        """When the lease ends, in microseconds since the Unix epoch."""
+        """When the lease ends, in microseconds since the Unix epoch (None
+        before the first acquire)."""
+        if self._state is None:
+            return None
         if self._backend.name == "library" and self._state.get("handle"):
             return self._backend.expiry_us(self._state)
         return _token_expiry(self._state["token"])
 
     @property
     def expires(self):
-        """When the lease ends, as an aware datetime in UTC."""
-        return (datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
-                + datetime.timedelta(microseconds=self.expiry_us))
+        """When the lease ends, as an aware datetime in UTC (None before the
+        first acquire)."""
+        us = self.expiry_us
+        return None if us is None else (datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+                                        + datetime.timedelta(microseconds=us))
 
     @property
     def held(self):

@@ -121,6 +121,9 @@ class FilelockSemantics:
         lockdir = self.path("a.lock")
         lock = tokenlock.Lock(lockdir, wait=5, lease=30)
         self.assertFalse(lock.held)
+        self.assertEqual((lock.token, lock.path, lock.expiry_us, lock.expires, lock.backend),
+                         (None, None, None, None, None))
+        self.assertFalse(os.path.exists(lockdir))
         with lock as outer:
             self.assertIs(outer, lock)
             token = lock.token
