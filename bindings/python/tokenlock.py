@@ -6,8 +6,12 @@ One file with nothing but the standard library: put it beside your script
     import tokenlock
 
     with tokenlock.lock("/srv/app/data/guestbook.lock", wait=10.0) as held:
-        ...                                  # only one process at a time here
-        held.refresh()                       # a new lease, for long work
+        ...                                  # only one process at a time here;
+                                             # the lease is kept alive meanwhile
+    lock = tokenlock.Lock("/srv/app/data/db.lock", wait=None)   # for ever
+    with lock:
+        with lock:                           # re-entrant in its thread
+            ...
 
     tokenlock.write_file("/srv/app/data/config.json", text)      # never torn
     hits = tokenlock.increment("/srv/app/data/hits.count")        # exact
@@ -42,8 +46,9 @@ Errors
     "corrupt_data", "bad_argument", "not_owner", "untrusted", "system", ...),
     which the library backend gets from tokenlock_strerror() and the
     command backend from the command's --errors=json line; never from a
-    message. `.errno` is set for system errors. Busy (busy, timed_out), LockLost and CorruptData are
-    subclasses; system errors are also instances of the matching OSError
+    message. `.errno` is set for system errors. Busy (busy; its subclass
+    TimedOut, timed_out), LockLost and CorruptData are subclasses; Busy and
+    TimedOut are also the builtin TimeoutError; system errors are also instances of the matching OSError
     subclass (FileNotFoundError, PermissionError, ...), and bad arguments of
     ValueError.
 
@@ -60,17 +65,25 @@ Sharing with a group
     group. Being merely in a group (`users`) trusts nothing.
 
 Fork and threads
-    A Lock belongs to one thread at a time. A forked child never releases
-    its parent's lock: its release() and refresh() raise Error("not_owner"),
-    and its garbage collector leaves the lock alone.
+    A Lock is held by one thread at a time, re-entrantly: the holding
+    thread's acquire() is counted, another thread's waits for the last
+    release(). A with-block's lease is refreshed at a third of the lease
+    by one daemon thread shared by all such blocks, which ends a second
+    after the last (keep_alive=False: not). A forked child never
+    releases its parent's lock: its release() and refresh() raise
+    Error("not_owner"), and its garbage collector leaves the lock alone.
 """
 
 import atexit
 import ctypes
 import datetime
 import errno as _errno
+import heapq
 import os
 import stat
+import threading
+import time
+import types
 import warnings
 
 # ctypes.util, shutil and subprocess are imported where they are needed, and
@@ -79,7 +92,7 @@ import warnings
 
 __all__ = [
     "Lock", "lock", "write_file", "update_file", "increment", "read_counter", "use",
-    "version", "Error", "Busy", "LockLost", "CorruptData", "DirSyncFailed", "BadArgument",
+    "version", "Error", "Busy", "TimedOut", "LockLost", "CorruptData", "DirSyncFailed", "BadArgument",
     "OSFailure",
     "BackendUnavailable", "backend", "library_path", "command_path", "load_error",
     "DEFAULT_WAIT", "DEFAULT_LEASE", "set_legacy_timeout", "COUNTER_READ_LIMIT", "READ_LIMIT",
@@ -149,13 +162,20 @@ class Error(Exception):
     def __reduce__(self):
         # Pickled (by multiprocessing, say) with its code and errno, which
         # the default, built from args alone, would lose.
-        kind = "os" if isinstance(self, OSError) else type(self).__name__
+        kind = "os" if isinstance(self, OSFailure) else type(self).__name__
         return (_restore_error, (kind, self.message, self.code, self.errno))
 
 
-class Busy(Error):
-    """The lock is held by another: code "busy" (one attempt) or "timed_out"
-    (the wait budget ran out)."""
+class Busy(Error, TimeoutError):
+    """The lock is held by another: code "busy" (one attempt), or
+    "timed_out" (the wait budget ran out: TimedOut). Also the builtin
+    TimeoutError, as py-filelock's Timeout is, so that code written
+    against `except TimeoutError` keeps working; `errno` stays None."""
+
+
+class TimedOut(Busy):
+    """The wait budget ran out while another held the lock (code
+    "timed_out"). A Busy, so also a TimeoutError."""
 
 
 class LockLost(Error):
@@ -245,8 +265,10 @@ def _os_failure(message, err):
 
 def _error_for(name, message, err=0):
     """The exception for an error's name (and errno, for "system")."""
-    if name in ("busy", "timed_out"):
+    if name == "busy":
         return Busy(message, name)
+    if name == "timed_out":
+        return TimedOut(message, name)
     if name == "lock_lost":
         return LockLost(message, name)
     if name == "corrupt_data":
@@ -814,7 +836,7 @@ class _Command:
         # No error line: a command from before --errors=json. Its exit
         # status alone says this much.
         if status == 1:
-            return Busy(message, "busy" if once else "timed_out")
+            return Busy(message, "busy") if once else TimedOut(message, "timed_out")
         if status == 3:
             return LockLost(message, "lock_lost")
         if status == 64:
@@ -1094,57 +1116,179 @@ def version():
 # ---- the lock -----------------------------------------------------------------
 
 
-class Lock:
-    """A held lock on a lock directory; get one with Lock.acquire(),
-    Lock.try_acquire() or lock().
+# A wait for ever is made of waits of a year (the command's longest), each
+# begun again when it runs out.
+_FOREVER_STEP = _LONGEST_FILE_WAIT
 
-    Use it in a with-statement, which always releases it, or call
-    release(). A Lock still held when it is garbage-collected (or at
-    interpreter exit) is released then, with a ResourceWarning; never by a
-    forked child.
+
+def _wait(value):
+    """A wait in seconds, or None for a wait without end (None, -1, inf)."""
+    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                         and value in (-1, float("inf"))):
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise BadArgument("tokenlock: wait must be 0 or more seconds, or None or -1 to wait "
+                          "for ever, not %r" % (value,))
+    return _seconds(value, "wait", True)
+
+
+def _file_wait(value):
+    """The wait of update_file() and increment(): None for the default
+    (10 s, the library's), -1 or inf for a year, the command's longest."""
+    if value is None:
+        return None
+    value = _wait(value)
+    return _LONGEST_FILE_WAIT if value is None else value
+
+
+class _OnClassOrLock:
+    """A method that does one thing called on the class and another called
+    on an instance: Lock.acquire(lockdir) takes a new lock,
+    held.acquire() takes the same one again."""
+
+    def __init__(self, on_class, on_lock):
+        self._on_class, self._on_lock = on_class, on_lock
+        self.__doc__ = on_class.__doc__
+
+    def __get__(self, obj, cls=None):
+        if obj is None:
+            return types.MethodType(self._on_class, cls)
+        return types.MethodType(self._on_lock, obj)
+
+
+_AS_GIVEN = object()
+
+
+class Lock:
+    """A lock on a lock directory, re-entrant in its thread.
+
+    Lock.acquire(), Lock.try_acquire() and lock() give a held Lock;
+    Lock(lockdir, ...) makes one not yet held, taken by acquire() or a
+    with-statement. The thread holding it may acquire() it again: each
+    acquire() is matched by a release(), and the token is given back at the
+    last. Another thread that acquires the same Lock waits (up to its wait)
+    until then, and then takes the lock itself; other Locks, threads and
+    processes wait on the token as always.
+
+    In a with-statement the lease is kept alive: one daemon thread of the
+    module, shared by every such block, refreshes it at a third of the
+    lease until the block ends, as the C++ library's keep_alive does, so a holder that is alive is never taken
+    over however long it works; only one that stops (killed, suspended,
+    its host gone) loses the lock when the lease ends. If the lock was
+    taken over all the same (broken by hand, the clock stepped), the block
+    ends with LockLost. keep_alive=False leaves the lease to refresh().
+    Outside a with-statement, refresh() is yours to call.
+
+    A Lock still held when it is garbage-collected (or at interpreter exit)
+    is released then, with a ResourceWarning; never by a forked child.
     """
 
-    def __init__(self, _backend_obj, _state, lockdir, lease):
-        """Not for direct use: see Lock.acquire()."""
-        self._backend = _backend_obj
-        self._state = _state
-        self._lockdir = lockdir
-        self._lease = lease
-        self._held = True
-        _live[id(_state)] = (_backend_obj, _state, lockdir)
+    def __init__(self, lockdir, wait=DEFAULT_WAIT, lease=DEFAULT_LEASE, group=None,
+                 keep_alive=True):
+        """A Lock on `lockdir`, not yet held; wait, lease and group are those
+        of its acquire() (see Lock.acquire), keep_alive that of its
+        with-statements."""
+        self._lockdir = _path(lockdir, "lockdir")
+        self._wait = _wait(wait)
+        self._lease = _seconds(lease, "lease", False)
+        self._group = group
+        self._keep_alive = bool(keep_alive)
+        self._backend, self._state = None, None
+        self._count, self._owner, self._taking = 0, None, False
+        # A Lock given held by Lock.acquire() is not counted again by the
+        # with-statement that follows (`with tokenlock.lock(d) as held`).
+        self._adopt = False
+        self._cond = threading.Condition(threading.Lock())
+        # Serialises the keep-alive's refresh with release on one token.
+        self._io = threading.Lock()
+        # _kept: in the keeper's care (under _io); _lost: what it found.
+        self._kept, self._lost = False, None
 
-    @classmethod
-    def acquire(cls, lockdir, wait=DEFAULT_WAIT, lease=DEFAULT_LEASE, group=None):
+    def _acquire_new(cls, lockdir, wait=DEFAULT_WAIT, lease=DEFAULT_LEASE, group=None,
+                     keep_alive=True):
         """Acquires the lock directory `lockdir` (created if missing; its parent
-        must exist), waiting up to `wait` seconds (0: one attempt) for a
-        holder to let go. The lease of `lease` seconds is how long the lock
-        stays ours without refresh() once we stall; a holder that dies is
-        detected on the same host at once.
+        must exist), waiting up to `wait` seconds (0: one attempt; None, -1
+        or inf: for ever) for a holder to let go. The lease of `lease`
+        seconds is how long the lock stays ours without refresh() once we
+        stall (in a with-statement it is kept alive: see Lock); a holder
+        that dies is detected on the same host at once.
 
-        Raises Busy ("timed_out", or "busy" with wait=0) when another holds
-        it, otherwise an Error naming the directory and the cause.
+        Raises Busy ("busy", with wait=0) or TimedOut ("timed_out") when
+        another holds it, both TimeoutError, otherwise an Error naming the
+        directory and the cause.
 
         group: the one group the lock is shared with, by name or gid
         (default TOKENLOCK_GROUP); see the module's "Sharing with a group".
+
+        Called on a Lock (held.acquire(wait=...)), acquires that Lock again:
+        counted in the thread holding it, else waiting as above.
         """
-        return cls._take(lockdir, _seconds(wait, "wait", True), lease, False, group)
+        held = cls(lockdir, wait, lease, group, keep_alive)
+        held._acquire_again()
+        held._adopt = True
+        return held
+
+    def _acquire_again(self, wait=_AS_GIVEN):
+        wait = self._wait if wait is _AS_GIVEN else _wait(wait)
+        deadline = None if wait is None else time.monotonic() + wait
+        if not self._count_or_wait_turn(wait, deadline):
+            return self
+        try:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            self._take_token(left, once=wait == 0)
+        except BaseException:
+            with self._cond:
+                self._taking = False
+                self._cond.notify_all()
+            raise
+        with self._cond:
+            self._taking, self._count, self._owner = False, 1, threading.get_ident()
+        return self
+
+    acquire = _OnClassOrLock(_acquire_new, _acquire_again)
+
+    def _count_or_wait_turn(self, wait, deadline):
+        """Counts a nested acquire (False), or waits for another thread's
+        hold of this Lock to end and marks the token as being taken (True)."""
+        me = threading.get_ident()
+        with self._cond:
+            self._adopt = False
+            if self._count and self._owner == me:
+                self._count += 1
+                return False
+            while self._count or self._taking:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    msg = ("tokenlock: acquire %s: held by another thread of this process "
+                           "through the same Lock%s" % (self.lockdir, "" if wait == 0 else
+                                                        " for %gs, the wait" % wait))
+                    raise Busy(msg, "busy") if wait == 0 else TimedOut(msg, "timed_out")
+                self._cond.wait(left)
+            self._taking = True
+            return True
+
+    def _take_token(self, wait, once):
+        b = _current()
+        g = _group(self._group)
+        while True:
+            try:
+                state = b.acquire(self._lockdir, _FOREVER_STEP if wait is None else wait,
+                                  self._lease, once, g)
+                break
+            except TimedOut:
+                if wait is not None:
+                    raise
+        self._backend, self._state, self._lost = b, state, None
+        _live[id(state)] = (b, state, self._lockdir)
 
     @classmethod
-    def try_acquire(cls, lockdir, lease=DEFAULT_LEASE, group=None):
+    def try_acquire(cls, lockdir, lease=DEFAULT_LEASE, group=None, keep_alive=True):
         """One attempt at `lockdir`: a held Lock, or None when another holds
         it. Other failures raise as in acquire(); group as there."""
         try:
-            return cls._take(lockdir, 0, lease, True, group)
+            return cls.acquire(lockdir, 0, lease, group, keep_alive)
         except Busy:
             return None
-
-    @classmethod
-    def _take(cls, lockdir, wait, lease, once, group):
-        lease = _seconds(lease, "lease", False)
-        g = _group(group)
-        b = _current()
-        p = _path(lockdir, "lockdir")
-        return cls(b, b.acquire(p, wait, lease, once, g), p, lease)
 
     @property
     def lockdir(self):
@@ -1155,61 +1299,101 @@ class Lock:
     def token(self):
         """The token's name in the lock directory:
         "lockfile.<expiry>.<host>-<hash8>.<pid>.<start>.<nonce>". It changes
-        with every refresh()."""
-        return self._state["token"]
+        with every refresh(). None before the first acquire."""
+        return self._state["token"] if self._state else None
 
     @property
     def path(self):
-        """The held token's directory, the holder's private workspace."""
-        return os.path.join(self.lockdir, self.token)
+        """The held token's directory, the holder's private workspace (None
+        before the first acquire)."""
+        return os.path.join(self.lockdir, self.token) if self._state else None
 
     @property
     def expiry_us(self):
-        """When the lease ends, in microseconds since the Unix epoch."""
+        """When the lease ends, in microseconds since the Unix epoch (None
+        before the first acquire)."""
+        if self._state is None:
+            return None
         if self._backend.name == "library" and self._state.get("handle"):
             return self._backend.expiry_us(self._state)
         return _token_expiry(self._state["token"])
 
     @property
     def expires(self):
-        """When the lease ends, as an aware datetime in UTC."""
-        return (datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
-                + datetime.timedelta(microseconds=self.expiry_us))
+        """When the lease ends, as an aware datetime in UTC (None before the
+        first acquire)."""
+        us = self.expiry_us
+        return None if us is None else (datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+                                        + datetime.timedelta(microseconds=us))
 
     @property
     def held(self):
-        """False once release() was called (whatever it returned)."""
-        return self._held
+        """True while acquired more often than released."""
+        return self._count > 0
 
     @property
     def backend(self):
         """The backend that acquired this lock: "library" or "command"."""
-        return self._backend.name
+        return self._backend.name if self._backend else None
 
     def refresh(self, lease=None):
         """Starts a new lease of `lease` seconds (default: the acquire's) from
         now. Raises LockLost when the token was taken over; the lock then
         still has to be released, which fails the same way."""
-        if not self._held:
-            raise Error("tokenlock: refresh %s: this lock was released already"
-                        % self.lockdir, "not_owner")
+        if not self._count:
+            raise Error("tokenlock: refresh %s: this lock is not held (released already, "
+                        "or never acquired)" % self.lockdir, "not_owner")
         lease = self._lease if lease is None else _seconds(lease, "lease", False)
-        self._backend.refresh(self._state, self._lockdir, lease)
+        with self._io:
+            self._backend.refresh(self._state, self._lockdir, lease)
 
     def release(self):
-        """Frees the lock. Raises LockLost when the token had been taken over
-        (what was done under it may have overlapped with the new holder),
-        and Error("not_owner") when it was released already or when called
-        in a forked child, which leaves its parent's lock alone. Either way
-        this Lock is done with."""
-        if not self._held:
-            raise Error("tokenlock: release %s: this lock was released already"
-                        % self.lockdir, "not_owner")
-        self._held = False
-        _live.pop(id(self._state), None)
-        self._backend.release(self._state, self._lockdir)
+        """Counts one release; the last one frees the lock. That one raises
+        LockLost when the token had been taken over (what was done under it
+        may have overlapped with the new holder), and Error("not_owner")
+        when called in a forked child, which leaves its parent's lock alone;
+        either way this Lock is then no longer held. Error("not_owner") too
+        when the Lock is not held."""
+        with self._cond:
+            if not self._count:
+                raise Error("tokenlock: release %s: this lock is not held (released already, "
+                            "or never acquired)" % self.lockdir, "not_owner")
+            self._adopt = False
+            if self._count > 1:
+                self._count -= 1
+                return
+        state = self._state
+        try:
+            _live.pop(id(state), None)
+            if state.get("pid") != os.getpid():
+                # A forked child: nothing keeps the lease alive here, and
+                # the parent's token is refused without being touched.
+                return self._backend.release(state, self._lockdir)
+            with self._io:
+                # No refresh after this; one under way has ended (it holds _io).
+                kept, self._kept = self._kept, False
+                if kept:
+                    _keeper.drop(self)
+                self._backend.release(state, self._lockdir)
+            if self._lost is not None:
+                raise self._lost
+        finally:
+            with self._cond:
+                self._count, self._owner = 0, None
+                self._cond.notify_all()
+
+    # ---- the with-statement and its keep-alive ---------------------------------
 
     def __enter__(self):
+        with self._cond:
+            adopt = self._adopt and self._count and self._owner == threading.get_ident()
+            self._adopt = False
+        if not adopt:
+            self._acquire_again()
+        if self._keep_alive and not self._kept:
+            with self._io:
+                self._kept = True
+            _keeper.keep(self)
         return self
 
     def __exit__(self, exc_type, exc, tb):
@@ -1225,11 +1409,29 @@ class Lock:
                 exc.add_note("while releasing the lock: %s" % e)
         return False
 
+    def _refresh_kept(self):
+        """The keeper's refresh: False when the lease is no longer kept."""
+        with self._io:
+            if not self._kept:
+                return False
+            try:
+                self._backend.refresh(self._state, self._lockdir, self._lease)
+            except LockLost as e:
+                self._lost = e  # raised by the release that ends the block
+                self._kept = False
+                return False
+            except Error:
+                # A passing failure (EIO, a full table): the next try may
+                # work, and the lease has two more thirds to run.
+                pass
+            return True
+
     def __del__(self):
         # __del__ rather than weakref.finalize, which costs as much as a
-        # tenth of an uncontended acquire and release.
-        if getattr(self, "_held", False):
-            self._held = False
+        # tenth of an uncontended acquire and release. A Lock kept alive is
+        # referenced by the keeper until released, so never found here.
+        if getattr(self, "_count", 0):
+            self._count = 0
             try:
                 if _live.pop(id(self._state), None) is not None:
                     _abandon(self._backend, self._state, self._lockdir)
@@ -1238,7 +1440,99 @@ class Lock:
 
     def __repr__(self):
         return "<tokenlock.Lock %r %s %s>" % (self.lockdir, self.token,
-                                             "held" if self._held else "released")
+                                             "held" if self._count else "released")
+
+
+class _Keeper:
+    """One daemon thread that refreshes the lease of every Lock held in a
+    with-block, each at a third of its lease. One thread for all, started
+    at the first block and ended a second after the last, so that a short
+    block costs a dictionary entry rather than a thread's start and join."""
+
+    LINGER = 1.0
+
+    def __init__(self):
+        self._cond = threading.Condition(threading.Lock())
+        self._kept = {}      # id(lock) -> (lock, generation)
+        self._due = []       # heap of (when, generation, id(lock)); stale ones skipped
+        self._generation = 0
+        self._thread = None
+
+    def keep(self, lock):
+        with self._cond:
+            self._generation += 1
+            self._kept[id(lock)] = (lock, self._generation)
+            self._schedule(lock, self._generation)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="tokenlock-keep-alive")
+                self._thread.start()
+
+    def _schedule(self, lock, generation):
+        heapq.heappush(self._due, (time.monotonic() + lock._lease / 3, generation, id(lock)))
+        # Released locks leave stale entries: rebuilt when they outnumber the rest.
+        if len(self._due) > 64 + 2 * len(self._kept):
+            live = {(g, k) for k, (_, g) in self._kept.items()}
+            self._due = [e for e in self._due if (e[1], e[2]) in live]
+            heapq.heapify(self._due)
+        self._cond.notify()
+
+    def drop(self, lock):
+        with self._cond:
+            self._kept.pop(id(lock), None)
+
+    def held(self):
+        """The Locks whose leases are kept alive now."""
+        with self._cond:
+            return [lock for lock, _ in self._kept.values()]
+
+    def _next(self):
+        """The next (lock, generation) due, waited for; None to end."""
+        with self._cond:
+            while True:
+                while self._due and self._kept.get(self._due[0][2], (None, -1))[1] != self._due[0][1]:
+                    heapq.heappop(self._due)
+                if not self._due:
+                    if not self._cond.wait(self.LINGER) and not self._due:
+                        self._thread = None
+                        return None
+                    continue
+                when, generation, key = self._due[0]
+                if when <= time.monotonic():
+                    heapq.heappop(self._due)
+                    return self._kept[key][0], generation
+                self._cond.wait(when - time.monotonic())
+
+    def _run(self):
+        while True:
+            due = self._next()
+            if due is None:
+                return
+            lock, generation = due
+            kept = lock._refresh_kept()
+            with self._cond:
+                if self._kept.get(id(lock), (None, -1))[1] == generation:
+                    if kept:
+                        self._schedule(lock, generation)
+                    else:
+                        del self._kept[id(lock)]
+
+    def forget(self):
+        """In a forked child: no thread, and the parent's locks are its own."""
+        self.__init__()
+
+    def stop_all(self):
+        """At exit: no refresh may use a token being given back."""
+        for lock in self.held():
+            with lock._io:
+                lock._kept = False
+        with self._cond:
+            self._kept.clear()
+
+
+_keeper = _Keeper()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_keeper.forget)
 
 
 # The locks held, by id of their state, so that those still held at exit are
@@ -1261,21 +1555,24 @@ def _abandon(backend_obj, state, lockdir):
 
 @atexit.register
 def _release_at_exit():
+    _keeper.stop_all()
     while _live:
         _, (backend_obj, state, lockdir) = _live.popitem()
         _abandon(backend_obj, state, lockdir)
 
 
-def lock(lockdir, wait=DEFAULT_WAIT, lease=DEFAULT_LEASE, group=None):
+def lock(lockdir, wait=DEFAULT_WAIT, lease=DEFAULT_LEASE, group=None, keep_alive=True):
     """Acquires `lockdir` (as Lock.acquire) for a with-statement:
 
         with tokenlock.lock("/srv/app/data/db.lock", wait=10.0, lease=60.0) as held:
-            ...   # held.token, held.expires, held.refresh()
+            ...   # held.token, held.expires
 
-    The lock is released when the block ends, also by an exception, which
-    goes on. A LockLost from the release after a normal end is raised.
+    The lease is kept alive while the block runs (keep_alive=False: by
+    held.refresh() alone), and the lock is released when the block ends,
+    also by an exception, which goes on. A LockLost from the release after
+    a normal end is raised.
     """
-    return Lock.acquire(lockdir, wait=wait, lease=lease, group=group)
+    return Lock.acquire(lockdir, wait=wait, lease=lease, group=group, keep_alive=keep_alive)
 
 
 # ---- files --------------------------------------------------------------------
@@ -1307,13 +1604,14 @@ def update_file(path, fn, lock=None, wait=None, lease=None, sync="file_and_dir",
     LockLost is raised. If fn raises, nothing is written, the lock is
     released and the exception reaches the caller unchanged. fn runs with
     the lock held: keep it short, or give a `lease` (seconds) that covers
-    it. wait: seconds to wait for the lock (default 10). group: the one
+    it. wait: seconds to wait for the lock (default 10; -1 or inf: a
+    year, which is for ever in practice). group: the one
     group the lock is shared with (default TOKENLOCK_GROUP), as in
     Lock.acquire().
     """
     p = _path(path)
     ld = None if lock is None else _path(lock, "lock")
-    wait = None if wait is None else _seconds(wait, "wait", True)
+    wait = _file_wait(wait)
     lease = None if lease is None else _seconds(lease, "lease", False)
     if not callable(fn):
         raise TypeError("tokenlock: fn must be callable, not %s" % type(fn).__name__)
@@ -1328,8 +1626,9 @@ def increment(path, by=1, lock=None, wait=None, lease=None, sync="file_and_dir",
     CorruptData and is left as it is. by=0 reads the counter under the
     lock.
 
-    wait: seconds to wait for a busy lock (default 10; 0: one attempt):
-    then Busy ("timed_out", or "busy" with wait 0), with nothing changed.
+    wait: seconds to wait for a busy lock (default 10; 0: one attempt; -1
+    or inf: a year): then TimedOut, or Busy with wait 0, with nothing
+    changed.
     lease: seconds of the lease while counting, with the library backend;
     the command backend runs one `tokenlock incr -w SECS` (-n for 0),
     which holds its lock only while it counts, under its own lease, and
@@ -1340,7 +1639,7 @@ def increment(path, by=1, lock=None, wait=None, lease=None, sync="file_and_dir",
     """
     p = _path(path)
     ld = None if lock is None else _path(lock, "lock")
-    wait = None if wait is None else _seconds(wait, "wait", True)
+    wait = _file_wait(wait)
     lease = None if lease is None else _seconds(lease, "lease", False)
     return _current().increment(p, ld, _by(by), wait, lease, _sync(sync), _group(group))
 

@@ -272,10 +272,13 @@ class FileTests:
         counter = self.path("c.count")
         self.assertEqual(tokenlock.increment(counter, wait=1e9), 1)
         self.assertEqual(tokenlock.increment(counter, wait=0.0001), 2)
-        for wait in (-1, float("inf"), float("nan"), "1", True):
+        # -1 and inf: a year, the command's longest.
+        self.assertEqual(tokenlock.increment(counter, wait=-1), 3)
+        self.assertEqual(tokenlock.increment(counter, wait=float("inf")), 4)
+        for wait in (-2, float("-inf"), float("nan"), "1", True):
             with self.assertRaises(tokenlock.BadArgument):
                 tokenlock.increment(counter, wait=wait)
-        self.assertEqual(tokenlock.read_counter(counter), 2)
+        self.assertEqual(tokenlock.read_counter(counter), 4)
 
     def test_increment_adds_by_and_reads_with_zero(self):
         counter = self.path("c.count")

@@ -239,7 +239,7 @@ class LockTests:
         self.assertLockFree(lockdir)
 
     def test_bad_arguments_are_refused_before_anything_is_touched(self):
-        for kwargs in ({"wait": -1}, {"lease": 0}, {"wait": "10"}, {"lease": float("nan")}):
+        for kwargs in ({"wait": -2}, {"lease": 0}, {"wait": "10"}, {"lease": float("nan")}):
             with self.subTest(**{k: repr(v) for k, v in kwargs.items()}):
                 with self.assertRaises(tokenlock.BadArgument) as cm:
                     tokenlock.Lock.acquire(self.path("a.lock"), **kwargs)
