@@ -391,39 +391,47 @@ std::error_code judge_board(const struct stat& st, const board_owners& owners) {
   return {};
 }
 
-std::error_code map_board(const std::string& path, unsigned mode, bool create,
-                          const board_owners& owners, std::unique_ptr<wait_board>& out) {
-  out.reset();
+// The board's descriptor (-1 with errno set): opened, or created with
+// exactly `mode` when missing and `create` is set.
+int open_board_file(const std::string& path, unsigned mode, bool create) {
   // The board nearly always exists: open it first, because an open with
   // O_CREAT locks the directory, which the lock's holder renames in.
   // O_NONBLOCK and O_NOCTTY: a FIFO or a terminal planted there neither
-  // blocks the open nor becomes ours; fstat refuses both below.
+  // blocks the open nor becomes ours; fstat refuses both afterwards.
   auto open_existing = [&] {
     return retry_eintr([&] {
       return ::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     });
   };
   int fd = open_existing();
-  if (fd < 0 && errno == ENOENT) {
-    if (!create) return errno_code(ENOENT);
-    // Decided before the file exists, so that no filesystem where it would
-    // not be used gets one.
-    const auto slash = path.rfind('/');
-    const std::string parent =
-        slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-    struct statfs sfs {};
-    if (retry_eintr([&] { return ::statfs(parent.c_str(), &sfs); }) != 0) return last_errno();
-    if (!local_filesystem_type(static_cast<long>(sfs.f_type))) return errno_code(ENOTSUP);
-    fd = retry_eintr([&] {
-      return ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                    static_cast<mode_t>(mode));
-    });
-    if (fd >= 0)
-      // Exactly `mode`, whatever the umask: the board is shared like the lock.
-      (void)::fchmod(fd, static_cast<mode_t>(mode));
-    else if (errno == EEXIST)
-      fd = open_existing();
+  if (fd >= 0 || errno != ENOENT || !create) return fd;
+  // Decided before the file exists, so that no filesystem where it would
+  // not be used gets one.
+  const auto slash = path.rfind('/');
+  const std::string parent =
+      slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  struct statfs sfs {};
+  if (retry_eintr([&] { return ::statfs(parent.c_str(), &sfs); }) != 0) return -1;
+  if (!local_filesystem_type(static_cast<long>(sfs.f_type))) {
+    errno = ENOTSUP;
+    return -1;
   }
+  fd = retry_eintr([&] {
+    return ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                  static_cast<mode_t>(mode));
+  });
+  if (fd >= 0)
+    // Exactly `mode`, whatever the umask: the board is shared like the lock.
+    (void)::fchmod(fd, static_cast<mode_t>(mode));
+  else if (errno == EEXIST)
+    fd = open_existing();
+  return fd;
+}
+
+std::error_code map_board(const std::string& path, unsigned mode, bool create,
+                          const board_owners& owners, std::unique_ptr<wait_board>& out) {
+  out.reset();
+  const int fd = open_board_file(path, mode, create);
   if (fd < 0) return last_errno();
   std::error_code ec;
   struct stat st {};
