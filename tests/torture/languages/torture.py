@@ -402,18 +402,26 @@ class Torture:
         command makes it, so that its commit comes late as the others did."""
         deadline = time.time() + 60
         while time.time() < deadline:
-            self.find_self_stopped()
-            self.continue_taken_over()
-            if not self.awaiting:
+            if not self.release_round():
                 return
-            lock = self.watched() + ".lock"
-            r = subprocess.run([self.a.tokenlock, "acquire", "-w", "30", lock], capture_output=True, text=True)
-            if r.returncode != 0:
-                self.fail("the final takeover of %s failed: %s" % (lock, r.stderr))
-                return
-            self.continue_taken_over()
-            subprocess.run([self.a.tokenlock, "release", lock, r.stdout.strip()], check=False)
         self.fail("processes still stopped in their critical section after 60 s: %s" % sorted(self.awaiting))
+
+    def release_round(self):
+        """One look for processes stopped in their critical section, and a
+        takeover that lets each one's commit come late. False when none is
+        left (or the takeover failed, which is reported)."""
+        self.find_self_stopped()
+        self.continue_taken_over()
+        if not self.awaiting:
+            return False
+        lock = self.watched() + ".lock"
+        r = subprocess.run([self.a.tokenlock, "acquire", "-w", "30", lock], capture_output=True, text=True)
+        if r.returncode != 0:
+            self.fail("the final takeover of %s failed: %s" % (lock, r.stderr))
+            return False
+        self.continue_taken_over()
+        subprocess.run([self.a.tokenlock, "release", lock, r.stdout.strip()], check=False)
+        return True
 
     def wind_down(self, threads):
         open(self.stop, "w").close()
@@ -432,6 +440,10 @@ class Torture:
 
     def free_dead_holders(self, ended):
         while not ended.wait(0.5):
+            # A python worker that logged "s" just before the stop file came
+            # may stop itself only after release_the_stopped looked (it was
+            # still running then): nobody else would ever continue it.
+            self.release_round()
             subprocess.run([self.a.tokenlock, "incr", "--by", "0", "-w", "5", self.watched()],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
