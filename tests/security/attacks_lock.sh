@@ -366,15 +366,3 @@ group_shared_setup() {
   report "setup: a group-writable lock directory of another user, its group not named" \
     "$problems" "exit 77: $(first_line "$s.err")"
 }
-
-# The set-up must work: a failure of it counts like a succeeded attack.
-report_setup() {
-  local name=$1 problems=$2 detail=$3
-  reported=$((reported + 1))
-  if [ -z "$problems" ]; then
-    echo "$name: works ($detail)"
-  else
-    succeeded=$((succeeded + 1))
-    echo "$name: FAILS ($problems)"
-  fi
-}

@@ -374,19 +374,8 @@ group_setup_perl() {
     problems="$problems the counter holds '$(cat "$data/c.count" 2>/dev/null)', not 100;"
   [ "$(stat -c %G "$data/c.count.lock" 2>/dev/null)" = tl_share ] ||
     problems="$problems the lock directory's group is $(stat -c %G "$data/c.count.lock" 2>/dev/null), not tl_share;"
-  report_setup_perl "setup: two users increment one counter in a 2770 directory with TOKENLOCK_GROUP=tl_share" \
+  report_setup "setup: two users increment one counter in a 2770 directory with TOKENLOCK_GROUP=tl_share" \
     "$problems" "100 increments, count exact"
-}
-
-report_setup_perl() {
-  local name=$1 problems=$2 detail=$3
-  reported=$((reported + 1))
-  if [ -z "$problems" ]; then
-    echo "$name: works ($detail)"
-  else
-    succeeded=$((succeeded + 1))
-    echo "$name: FAILS ($problems)"
-  fi
 }
 
 make_perl_world "$1" "$2"

@@ -301,13 +301,8 @@ group_setup_php() {
   wait "$p2" || problems="$problems the other user's increments failed: $(first_line "$s.other");"
   [ "$(cat "$data/c.count" 2>/dev/null)" = 100 ] ||
     problems="$problems the counter holds '$(cat "$data/c.count" 2>/dev/null)', not 100;"
-  reported=$((reported + 1))
-  if [ -z "$problems" ]; then
-    echo "setup: two users increment one counter in a 2770 group directory, TOKENLOCK_GROUP=tl_share: works (100 increments, count exact)"
-  else
-    succeeded=$((succeeded + 1))
-    echo "setup: two users increment one counter in a 2770 group directory, TOKENLOCK_GROUP=tl_share: FAILS ($problems)"
-  fi
+  report_setup "setup: two users increment one counter in a 2770 group directory, TOKENLOCK_GROUP=tl_share" \
+    "$problems" "100 increments, count exact"
 }
 
 make_php_world "$1"

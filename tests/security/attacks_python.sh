@@ -293,7 +293,7 @@ python_group_setup() {
   wait "$p2" || problems="$problems the other user's failed: $(first_line "$work/scratch/pygroup-other.out");"
   [ "$(cat "$data/c.count" 2>/dev/null)" = 100 ] ||
     problems="$problems the counter holds '$(cat "$data/c.count" 2>/dev/null)', not 100 ($(first_line "$work/scratch/pygroup-victim.out") / $(first_line "$work/scratch/pygroup-other.out"));"
-  report_python_setup "setup (Python): two users naming their group count one counter in a 2770 group directory" \
+  report_setup "setup (Python): two users naming their group count one counter in a 2770 group directory" \
     "$problems" "100 increments, count exact"
   problems="" s=$work/scratch/pygroup
   # shellcheck disable=SC2016 # expanded by the attacker's shell
@@ -308,17 +308,6 @@ python_group_setup() {
   [ ! -e "$data/d.count" ] || problems="$problems d.count was written: $(cat "$data/d.count")"
   report "setup (Python): a group-writable lock directory of another user, its group not named" \
     "$problems" "refused: $(cut -c1-200 "$s.out")"
-}
-
-# The set-up must work: a failure of it counts like a succeeded attack.
-report_python_setup() {
-  reported=$((reported + 1))
-  if [ -z "$2" ]; then
-    echo "$1: works ($3)"
-  else
-    succeeded=$((succeeded + 1))
-    echo "$1: FAILS ($2)"
-  fi
 }
 
 make_world "$1" "$2" "$3"

@@ -173,5 +173,17 @@ report() {
   fi
 }
 
+# The set-up must work: a failure of it counts like a succeeded attack.
+report_setup() {
+  local name=$1 problems=$2 detail=$3
+  reported=$((reported + 1))
+  if [ -z "$problems" ]; then
+    echo "$name: works ($detail)"
+  else
+    succeeded=$((succeeded + 1))
+    echo "$name: FAILS ($problems)"
+  fi
+}
+
 # The first line of a message, for a verdict line.
 first_line() { head -c 300 "$1" | head -1 | tr -d '\000-\010\013-\037\177'; }
