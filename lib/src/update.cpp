@@ -240,7 +240,14 @@ failure fenced_commit(os& sys, const lock_handle& h, const write_target& t,
   if (!f) f = write_temp(sys, t, workspace, contents, options, tmp);
   if (f) {
     undo_workspace();
-    if (missing_code(f.code) && token_gone(sys, h))
+    // ENOENT for a file created through the token's name in a workspace
+    // just opened by descriptor: a component of that path is gone, which
+    // is the token's name taken over, though an sshfs client may still
+    // find it in its lookup and listing caches (token_gone then says no).
+    // ESTALE alone is not that: it is reported as it is unless the token
+    // is gone.
+    const bool enoent_in_workspace = ws.w >= 0 && f.code == std::errc::no_such_file_or_directory;
+    if (enoent_in_workspace || (missing_code(f.code) && token_gone(sys, h)))
       return lost_before_commit(t, h.token());
     return f;
   }

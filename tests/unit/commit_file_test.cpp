@@ -157,6 +157,18 @@ TEST_F(CommitFileTest, ARenameThatNoLongerFindsItsTemporaryFileIsALostLock) {
   h.release();
 }
 
+// The same when the temporary file cannot even be created through the
+// token's name, in the workspace just opened by descriptor.
+TEST_F(CommitFileTest, ATemporaryFileThatCannotBeCreatedThroughTheTokensNameIsALostLock) {
+  spit(target, "old\n");
+  lock_handle h = lock_of(a).acquire();
+  a->fail(op::create_exclusive, "/w/.data.txt.tmp.", ENOENT);
+  EXPECT_EQ(commit(h, "new\n"), errc::lock_lost) << tokenlock::last_error_message();
+  EXPECT_EQ(slurp(target), "old\n");
+  EXPECT_TRUE(temp_files().empty());
+  h.release();
+}
+
 TEST_F(CommitFileTest, AcrossFilesystemsItRefusesRatherThanCommitUnfenced) {
   spit(target, "old\n");
   lock_handle h = lock_of(a).acquire();
