@@ -214,6 +214,21 @@ struct commit_rules {
 // this old is not.
 constexpr std::chrono::seconds workspace_leftover_age{60};
 
+// What a failure to open the workspace or to create the temporary file in
+// it means. ENOENT for a file created through the token's name in a
+// workspace just opened by descriptor: a component of that path is gone,
+// which is the token's name taken over, though an sshfs client may still
+// find it in its lookup and listing caches (token_gone then says no).
+// ESTALE alone is not that: it is reported as it is unless the token is
+// gone.
+failure workspace_failure(os& sys, const lock_handle& h, const write_target& t,
+                          const workspace_fds& ws, const failure& f) {
+  const bool enoent_in_workspace = ws.w >= 0 && f.code == std::errc::no_such_file_or_directory;
+  if (enoent_in_workspace || (missing_code(f.code) && token_gone(sys, h)))
+    return lost_before_commit(t, h.token());
+  return f;
+}
+
 failure fenced_commit(os& sys, const lock_handle& h, const write_target& t,
                       std::string_view contents, const write_options& options,
                       const commit_rules& rules, bool& cross_device) {
@@ -240,16 +255,7 @@ failure fenced_commit(os& sys, const lock_handle& h, const write_target& t,
   if (!f) f = write_temp(sys, t, workspace, contents, options, tmp);
   if (f) {
     undo_workspace();
-    // ENOENT for a file created through the token's name in a workspace
-    // just opened by descriptor: a component of that path is gone, which
-    // is the token's name taken over, though an sshfs client may still
-    // find it in its lookup and listing caches (token_gone then says no).
-    // ESTALE alone is not that: it is reported as it is unless the token
-    // is gone.
-    const bool enoent_in_workspace = ws.w >= 0 && f.code == std::errc::no_such_file_or_directory;
-    if (enoent_in_workspace || (missing_code(f.code) && token_gone(sys, h)))
-      return lost_before_commit(t, h.token());
-    return f;
+    return workspace_failure(sys, h, t, ws, f);
   }
   // The time the file server gave the new version, for the mark.
   file_status written;
