@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "tokenlock/tokenlock.hpp"
 
@@ -209,7 +210,17 @@ bool load_config(const std::function<const char*(const char*)>& getenv, config& 
   return true;
 }
 
-cgi::response handle(const request& req, const config& cfg, std::ostream& log) {
+namespace {
+
+struct counter_query {
+  std::string id = "default";
+  std::string format = "text";
+  std::string peek = "0";
+};
+
+// The request's method and query, read into `out`; the answer to give
+// instead (405, 400 with a short reason) when they are not usable.
+std::optional<cgi::response> read_query(const request& req, counter_query& out) {
   if (req.method != "GET" && req.method != "HEAD") {
     cgi::response r = text(405, "only GET and HEAD are allowed");
     r.headers.emplace_back("Allow", "GET, HEAD");
@@ -220,13 +231,24 @@ cgi::response handle(const request& req, const config& cfg, std::ostream& log) {
   if (!cgi::parse_query(req.query, q, reason)) return text(400, reason);
   for (const auto& [name, value] : q)
     if (name != "id" && name != "format" && name != "peek") return text(400, "unknown parameter " + shown(name));
-  const std::string id = q.count("id") ? q["id"] : "default";
-  if (!valid_id(id)) return text(400, "id must be 1 to 64 letters, digits, '_' or '-'");
-  const std::string format = q.count("format") ? q["format"] : "text";
-  if (format != "text" && format != "json" && format != "svg")
+  if (q.count("id")) out.id = q["id"];
+  if (!valid_id(out.id)) return text(400, "id must be 1 to 64 letters, digits, '_' or '-'");
+  if (q.count("format")) out.format = q["format"];
+  if (out.format != "text" && out.format != "json" && out.format != "svg")
     return text(400, "format must be text, json or svg");
-  const std::string peek = q.count("peek") ? q["peek"] : "0";
-  if (peek != "0" && peek != "1") return text(400, "peek must be 0 or 1");
+  if (q.count("peek")) out.peek = q["peek"];
+  if (out.peek != "0" && out.peek != "1") return text(400, "peek must be 0 or 1");
+  return std::nullopt;
+}
+
+}  // namespace
+
+cgi::response handle(const request& req, const config& cfg, std::ostream& log) {
+  counter_query query;
+  if (std::optional<cgi::response> refused = read_query(req, query)) return *refused;
+  const std::string& id = query.id;
+  const std::string& format = query.format;
+  const std::string& peek = query.peek;
 
   const std::string file = cfg.dir + "/" + id + ".count";
   std::error_code ec;
