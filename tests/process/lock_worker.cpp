@@ -5,7 +5,9 @@
 //     CYCLES times: acquire; create CANARY with O_EXCL (finding it present
 //     with a live creator means two holders at once: exit 3); increment the
 //     20-digit counter in COUNTER; append the new value to LOG; remove CANARY;
-//     release. Prints "waited N": how many acquisitions found the lock held
+//     release. Prints "board" when it first opens or creates the wait
+//     board (a waiter joining the line tries it, usable or not), and at the
+//     end "waited N": how many acquisitions found the lock held
 //     (a first try failed), then "stepped back N" when owner marks made it
 //     step back N times (GlusterFS: a token moved by another client's stale
 //     rename).
@@ -60,6 +62,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -94,6 +97,20 @@ namespace {
 }
 
 
+// Prints "board" at the first call that opens or creates the wait board:
+// the tests of unusable boards hold the lock until then, so that they know
+// the board was tried rather than hoping some worker waited.
+void report_first_board_call(tokenlock::testing::fake_os& sys) {
+  static std::function<void(op, const std::string&, const std::string&)> watch;
+  watch = [&sys](op o, const std::string&, const std::string&) {
+    if (o == op::open_wait_board || o == op::create_wait_board)
+      std::cout << "board" << std::endl;
+    else
+      sys.before = watch;  // `before` is cleared each time it runs
+  };
+  sys.before = watch;
+}
+
 int count(int argc, char** argv) {
   if (argc != 7) die("usage: count LOCKDIR COUNTER CANARY CYCLES LOG");
   tokenlock::lock_options o;
@@ -107,6 +124,7 @@ int count(int argc, char** argv) {
   int counter = ::open(argv[3], O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   int log = ::open(argv[6], O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (counter < 0 || log < 0) die("cannot open counter or log");
+  report_first_board_call(*sys);
   if (::fcntl(3, F_GETFD) != -1) wait_for_barrier();
   long waited = 0;  // acquisitions that found the lock held and had to wait
   for (int i = 0; i < cycles; ++i) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include <sys/stat.h>
@@ -68,8 +69,15 @@ class WaitLineProcessTest : public ::testing::Test {
     return v;
   }
   // Returns how many acquisitions, over all workers, found the lock held
-  // and waited: a test of the waiting must see some.
-  long run_counting_workers(int n, int cycles) {
+  // and waited. Behind a holder, the workers start while the lock is held
+  // and it is released only once the first worker has tried the board, so
+  // that a test of the line or of a board it cannot use knows it was tried.
+  long run_counting_workers(int n, int cycles, bool behind_holder = true) {
+    std::optional<child> holder;
+    if (behind_holder) {
+      holder.emplace(std::vector<std::string>{worker, "hold", dir.string(), "60000", "1000"});
+      EXPECT_EQ(holder->read_line().substr(0, 2), "H ");
+    }
     start_barrier barrier;
     std::vector<child> workers;
     for (int i = 0; i < n; ++i)
@@ -79,6 +87,11 @@ class WaitLineProcessTest : public ::testing::Test {
                                                     (tmp / ("log." + std::to_string(i))).string()},
                            &barrier);
     barrier.open_gate();
+    if (holder) {
+      EXPECT_EQ(workers.front().read_line(), "board") << "the waiter never tried the board";
+      holder->write_line("release");
+      EXPECT_EQ(holder->read_line(), "released");
+    }
     long waited = 0;
     for (auto& w : workers) {
       int status = w.wait();
@@ -183,7 +196,7 @@ TEST_F(WaitLineProcessTest, ABoardLeftByTheLastBootDoesNotHoldAWaiterFromAFreedL
 // A board tokenlock cannot use costs latency, never exclusion or counts.
 TEST_F(WaitLineProcessTest, ADirectoryWhereTheBoardGoesIsLeftAloneAndLockingWorks) {
   fs::create_directory(board);
-  EXPECT_GT(run_counting_workers(4, 100), 0) << "no worker ever waited: the board was never tried";
+  EXPECT_GT(run_counting_workers(4, 100), 0);
   EXPECT_TRUE(fs::is_directory(board));
   EXPECT_TRUE(fs::is_empty(board));
 }
@@ -192,7 +205,7 @@ TEST_F(WaitLineProcessTest, ASymlinkWhereTheBoardGoesIsNotFollowed) {
   const fs::path elsewhere = tmp / "elsewhere";
   { std::ofstream(elsewhere.string()) << "keep"; }
   fs::create_symlink(elsewhere, board);
-  EXPECT_GT(run_counting_workers(4, 100), 0) << "no worker ever waited: the board was never tried";
+  EXPECT_GT(run_counting_workers(4, 100), 0);
   EXPECT_TRUE(fs::is_symlink(board));
   std::ifstream in(elsewhere.string());
   std::string content;
@@ -204,7 +217,7 @@ TEST_F(WaitLineProcessTest, ASymlinkWhereTheBoardGoesIsNotFollowed) {
 TEST_F(WaitLineProcessTest, ABoardHoldingSomethingElseIsNotUsedOrChanged) {
   const std::string junk(8192, 'x');
   { std::ofstream(board.string(), std::ios::binary) << junk; }
-  EXPECT_GT(run_counting_workers(4, 100), 0) << "no worker ever waited: the board was never tried";
+  EXPECT_GT(run_counting_workers(4, 100), 0);
   std::ifstream in(board.string(), std::ios::binary);
   std::string after((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(after, junk);
@@ -257,7 +270,7 @@ TEST_F(WaitLineProcessTest, AnotherSigbusReachesTheProgramsHandlerOrEndsItAsBefo
 }
 
 TEST_F(WaitLineProcessTest, ContendingWorkersWithTheLineLoseNothing) {
-  EXPECT_GT(run_counting_workers(8, 150), 0) << "no worker ever waited: the line was never used";
+  EXPECT_GT(run_counting_workers(8, 150), 0);
   EXPECT_EQ(board_word(wait_line::magic_word), wait_line::board_magic);
   EXPECT_EQ(board_word(wait_line::head_word), 0u);
 }

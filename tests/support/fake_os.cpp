@@ -428,8 +428,8 @@ std::error_code fake_os::open_wait_board(const std::string& path, unsigned mode,
                                          const detail::board_owners& owners,
                                          std::unique_ptr<detail::wait_board>& out) {
   out.reset();
-  if (!world_) return real_->open_wait_board(path, mode, create, owners, out);
   if (auto ec = enter(create ? op::create_wait_board : op::open_wait_board, path)) return ec;
+  if (!world_) return real_->open_wait_board(path, mode, create, owners, out);
   if (!create && !world_->boards.count(path)) return {ENOENT, std::generic_category()};
   world_->boards[path];  // exists from now on, zeroed like a new file
   out = std::make_unique<fake_board>(*this, path);

@@ -284,7 +284,7 @@ class Torture:
             value = self.peek()
             moved = value is not None and rec["at"] is not None and value >= rec["at"] + 3
             if moved or self.ending or now > rec["gone"] + 3:
-                os.kill(pid, signal.SIGCONT)
+                self.signal(pid, signal.SIGCONT)
                 del self.awaiting[pid]
                 self.chaos_counts["late"] += 1
 
@@ -330,16 +330,29 @@ class Torture:
             self.kill(pid, inst)
         elif inst.kind == "python" and pid == inst.pid and pid in self.token_pids():
             # Stopped past its lease (1 s + 1 s skew): taken over meanwhile.
-            os.kill(pid, signal.SIGSTOP)
+            if not self.signal(pid, signal.SIGSTOP):
+                return
             self.await_takeover(pid)
             self.chaos_counts["stop"] += 1
         else:
             # Shorter than any lease of these workers (60 s, 3600 s):
             # others wait for it; nobody may take over a live holder.
-            os.kill(pid, signal.SIGSTOP)
+            if not self.signal(pid, signal.SIGSTOP):
+                return
             time.sleep(self.rng.uniform(0.02, 0.3))
-            os.kill(pid, signal.SIGCONT)
+            self.signal(pid, signal.SIGCONT)
             self.chaos_counts["stop"] += 1
+
+    @staticmethod
+    def signal(pid, sig):
+        """False when the pid has gone: a holder's child (the command's
+        process under `run`) may end, or be a zombie its parent reaps,
+        between the pick and the signal, even while stopped."""
+        try:
+            os.kill(pid, sig)
+            return True
+        except ProcessLookupError:
+            return False
 
     def kill(self, pid, inst):
         now = time.time()
@@ -453,7 +466,7 @@ class Torture:
             if t.is_alive():
                 self.fail("a worker slot did not end within 60 s of the stop (a lock never freed?)")
                 for inst in self.alive_instances():
-                    os.kill(inst.pid, signal.SIGKILL)
+                    self.signal(inst.pid, signal.SIGKILL)
         for rec in self.stalls:
             # A stall that printed T but stopped itself only after the
             # stopped ones were continued would stay stopped: continue it
@@ -471,6 +484,18 @@ class Torture:
             if rec["proc"].poll() is None:
                 self.fail("a stalled update never ended")
                 rec["proc"].kill()
+
+    def abandon(self):
+        """After a fault of this script: no worker it started outlives it
+        (they would go on writing to the share the rig takes down)."""
+        open(self.stop, "w").close()
+        with self.lock:
+            procs = [i.proc for i in self.instances if i.rc is None]
+        procs += [rec["proc"] for rec in getattr(self, "stalls", [])]
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
     def run(self):
         kinds = ["perl", "perl-lock", "php", "php", "python", "python", "command", "command", "cxx", "legacy"]
@@ -627,7 +652,11 @@ def main():
     print("seed %d (replay: --seed %d), %s" % (a.seed, a.seed, ", ".join(a.dir) or "a local temporary directory"),
           flush=True)
     t = Torture(a)
-    n = t.run()
+    try:
+        n = t.run()
+    except BaseException:
+        t.abandon()
+        raise
     if n is not None:
         t.check(n)
         t.check_intact(n)
