@@ -252,12 +252,21 @@ TEST_F(CliSafetyTest, ARunKilledWhileWaitingNeverStartsItsCommand) {
   const std::string kid = kids.substr(0, kids.find(' '));
   waiter.signal(SIGKILL);
   waiter.wait();
+  // The command's process learns of run's death from the kernel, a moment
+  // after run is reaped: wait (bounded) for it to end, then look at what
+  // it did.
+  const std::int64_t end_by = tokenlock::testing::monotonic_ns() + 10'000'000'000LL;
+  std::string stat;
+  while (!(stat = slurp("/proc/" + kid + "/stat")).empty() && stat.find(") Z") == std::string::npos &&
+         tokenlock::testing::monotonic_ns() < end_by) {
+    ::usleep(1000);  // polling a condition
+  }
+  EXPECT_TRUE(stat.empty() || stat.find(") Z") != std::string::npos)
+      << "the command's process outlived its run by 10 s: " << stat;
   spit(go, "go\n");
   EXPECT_EQ(WEXITSTATUS(holder.wait()), 0);
   expect_free(lock);  // the waiting process died without the lock
   EXPECT_FALSE(fs::exists(ran)) << "the command ran although its run never got the lock";
-  const std::string stat = slurp("/proc/" + kid + "/stat");
-  EXPECT_TRUE(stat.empty() || stat.find(") Z") != std::string::npos) << stat;
 }
 
 // The token names the command's process, so a waiter may take the lock
