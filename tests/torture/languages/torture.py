@@ -652,6 +652,9 @@ def main():
     print("seed %d (replay: --seed %d), %s" % (a.seed, a.seed, ", ".join(a.dir) or "a local temporary directory"),
           flush=True)
     t = Torture(a)
+    # The rig's `timeout` ends a run that hangs with SIGTERM: as an
+    # exception, so that abandon() stops the workers before the share goes.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         n = t.run()
     except BaseException:
