@@ -19,7 +19,7 @@ use Exporter ();
 # its directory Tokenlock/ says what to copy, rather than which @INC
 # entries lack a file.
 BEGIN {
-    for my $part (qw(Error Lock Update Counter Command Redis)) {
+    for my $part (qw(Error Lock Update Counter)) {
         next if eval { require "Tokenlock/$part.pm"; 1 };
         my $why = $@;
         die $why unless $why =~ /\ACan't locate Tokenlock\/\Q$part\E\.pm in \@INC/;
@@ -41,11 +41,26 @@ my %PUBLIC = (
           with_lock holder)],
     'Tokenlock::Update'  => [qw(write_file update_file)],
     'Tokenlock::Counter' => [qw(increment read_counter)],
-    'Tokenlock::Command' => [qw(command_path)],
 );
 for my $part (keys %PUBLIC) {
     no strict 'refs';
     *{"Tokenlock::$_"} = \&{"${part}::$_"} for @{ $PUBLIC{$part} };
+}
+
+# Running the command is needed only by the command option and
+# Tokenlock::Redis, which most programs never use: each is compiled by its
+# first call, not at every CGI hit. Tokenlock::Command is required where
+# it is called; Tokenlock::Redis replaces these stubs of the subs that
+# make or ask about a Redis lock (an object exists only after one).
+sub command_path {
+    require Tokenlock::Command;
+    goto &Tokenlock::Command::command_path;
+}
+
+for my $name (qw(acquire try_acquire with_lock holder)) {
+    no strict 'refs';
+    next if defined &{"Tokenlock::Redis::$name"};
+    *{"Tokenlock::Redis::$name"} = sub { require Tokenlock::Redis; goto &{"Tokenlock::Redis::$name"} };
 }
 
 1;
@@ -440,7 +455,7 @@ scripts that use another age than 60 seconds.
 =head2 Tokenlock::Redis
 
 For hosts that share no filesystem, a lock can be a name in a Redis server:
-C<Tokenlock::Redis> (loaded by C<use Tokenlock>) has its own manual,
+C<Tokenlock::Redis> (there after C<use Tokenlock>) has its own manual,
 L<Tokenlock::Redis>.
 
 =head1 ERRORS
@@ -529,9 +544,11 @@ then needs write permission on the data directory.
 =head1 LAYOUT
 
 The module is F<Tokenlock.pm> and the parts under F<Tokenlock/>, which
-C<use Tokenlock> loads. F<Tokenlock.pm> holds no code of its own beyond
-loading them and binding the public names to the subs that implement
-them. The public packages are C<Tokenlock>, L<Tokenlock::Redis> and
+C<use Tokenlock> loads; F<Command.pm> and F<Redis.pm>, which only the
+C<command> option and C<Tokenlock::Redis> need, are compiled by their
+first call instead, so that a CGI hit does not pay for them.
+F<Tokenlock.pm> holds no code of its own beyond loading the parts and
+binding the public names to the subs that implement them. The public packages are C<Tokenlock>, L<Tokenlock::Redis> and
 L<Tokenlock::Error>; the others are internal, and their subs and
 variables may change between versions:
 

@@ -9,11 +9,14 @@ use strict;
 use warnings;
 
 use Tokenlock::Error qw(_usage);
-use Tokenlock::Token qw($DEFAULT_LEASE $MAX_LEASE_US);
+use Tokenlock::Token ();
 
 require Exporter;
 our @ISA       = ('Exporter');
-our @EXPORT_OK = qw(_check_opts _dir_mode _lease_us _named_group _path_arg _seconds _sync _untainted);
+our @EXPORT_OK = qw(_arg_path _check_opts _dir_mode _group_args _lease_us _legacy_timeout _named_group _path_arg _seconds _sync _untainted);
+
+# The protocol's constants, copied from Tokenlock::Token: never changed.
+my ($DEFAULT_LEASE, $MAX_LEASE_US) = ($Tokenlock::Token::DEFAULT_LEASE, $Tokenlock::Token::MAX_LEASE_US);
 
 my $DIR_MODE     = 0755;
 
@@ -132,6 +135,32 @@ sub _named_group {
           . 'only by its members; add the user to the group (usermod -a -G), or name a group it is in (id -G lists them)')
       unless grep { $_ == $gid } split ' ', $);
     return $gid;
+}
+
+# ---------------------------------------------------------------------------
+# Options as the command takes them
+
+# A relative path starting with '-' would be read as an option.
+sub _arg_path {
+    my ($p) = @_;
+    return $p =~ /^-/ ? "./$p" : $p;
+}
+
+# --legacy-timeout SECS when asked for: a command from before legacy tokens
+# refuses it, which is right, since it would not honour it.
+sub _legacy_timeout {
+    my ($step, $opts) = @_;
+    return () unless defined $opts->{legacy_timeout};
+    return ('--legacy-timeout', _seconds($step, 'legacy_timeout', $opts->{legacy_timeout}, 0));
+}
+
+# --group NAME when the option names one; TOKENLOCK_GROUP reaches the
+# command through the environment. Checked here as the module checks it.
+sub _group_args {
+    my ($step, $opts) = @_;
+    return () unless defined $opts->{group};
+    _named_group($step, $opts->{group});
+    return ('--group', $opts->{group});
 }
 
 1;

@@ -12,37 +12,16 @@ use warnings;
 
 use Fcntl qw(F_GETFL F_SETFL O_NONBLOCK);
 use Tokenlock::Error qw(_error);
-use Tokenlock::Args qw(_named_group _seconds _untainted);
+use Tokenlock::Args qw(_seconds _untainted);
+use Tokenlock::System qw(_script_dir);
 
 require Exporter;
 our @ISA       = ('Exporter');
-our @EXPORT_OK = qw(_arg_path _call _call_waiting _group_args _legacy_timeout);
+our @EXPORT_OK = qw(_call _call_waiting);
 
 # `tokenlock write` and `incr` wait this long for their lock unless told
 # otherwise with -w, which older commands do not take.
 my $COMMAND_LOCK_WAIT = 10;
-
-# The running script's directory, as FindBin's $Bin, worked out now, before
-# the script can change directories. FindBin itself is used when the script
-# loaded it; otherwise this saves loading Cwd and File::Spec on every run.
-# No script (perl -e, standard input): no directory.
-my $SCRIPT_DIR = _script_dir();
-
-sub _script_dir {
-    return $FindBin::Bin if $INC{'FindBin.pm'} && defined $FindBin::Bin && length $FindBin::Bin;
-    return undef if !defined $0 || $0 eq '-e' || $0 eq '-' || !-f $0;
-    my ($dir) = $0 =~ m{\A(.*)/[^/]*\z}s;
-    $dir = '.' unless defined $dir;
-    $dir = '/' if $dir eq '';
-    return $dir if $dir =~ m{\A/};
-    # suEXEC runs a CGI program by its bare name in its own directory.
-    my $cwd = readlink('/proc/self/cwd');
-    if (!defined $cwd || $cwd !~ m{\A/}) {
-        require Cwd;
-        $cwd = Cwd::getcwd();
-    }
-    return defined $cwd ? ($dir eq '.' ? $cwd : "$cwd/$dir") : undef;
-}
 
 # Per command path and subcommand (write, incr): whether it takes -w. Found
 # out by trying, once per process: an older command refuses the option as a
@@ -86,8 +65,9 @@ sub _find_command {
         );
     }
     my @looked;
-    if (defined $SCRIPT_DIR) {
-        my $p = "$SCRIPT_DIR/tokenlock";
+    my $script_dir = _script_dir();
+    if (defined $script_dir) {
+        my $p = "$script_dir/tokenlock";
         return $p if _executable($p);
         push @looked, $p;
     }
@@ -113,12 +93,6 @@ sub _find_command {
 
 # ---------------------------------------------------------------------------
 # Running the command
-
-# A relative path starting with '-' would be read as an option.
-sub _arg_path {
-    my ($p) = @_;
-    return $p =~ /^-/ ? "./$p" : $p;
-}
 
 # The child's side of _run: the standard handles set up, then exec; the
 # errno of a failed exec goes back through $exec_w. Never returns.
@@ -298,23 +272,6 @@ sub _error_line {
     my ($name, $errno) = ($2, $3 + 0);
     $$message =~ s/\s+\z//;
     return ($name, $errno);
-}
-
-# --legacy-timeout SECS when asked for: a command from before legacy tokens
-# refuses it, which is right, since it would not honour it.
-sub _legacy_timeout {
-    my ($step, $opts) = @_;
-    return () unless defined $opts->{legacy_timeout};
-    return ('--legacy-timeout', _seconds($step, 'legacy_timeout', $opts->{legacy_timeout}, 0));
-}
-
-# --group NAME when the option names one; TOKENLOCK_GROUP reaches the
-# command through the environment. Checked here as the module checks it.
-sub _group_args {
-    my ($step, $opts) = @_;
-    return () unless defined $opts->{group};
-    _named_group($step, $opts->{group});
-    return ('--group', $opts->{group});
 }
 
 # Runs write or incr (@args: the subcommand, its options, the file last)

@@ -9,10 +9,12 @@ use warnings;
 use Fcntl ();
 use Tokenlock::Error qw(_error _system_error _usage);
 use Tokenlock::System qw(_native_setup);
-use Tokenlock::Args qw(_check_opts _path_arg _seconds _sync);
-use Tokenlock::Files qw(_counter_too_large $COUNTER_LIMIT);
+use Tokenlock::Args qw(_arg_path _check_opts _group_args _legacy_timeout _path_arg _seconds _sync);
+use Tokenlock::Files qw(_counter_too_large);
 use Tokenlock::Update qw(_native_update);
-use Tokenlock::Command qw(_arg_path _call_waiting _group_args _legacy_timeout);
+
+# The limit of a counter file, copied from Tokenlock::Files: never changed.
+my $COUNTER_LIMIT = $Tokenlock::Files::COUNTER_LIMIT;
 
 # Adds two unsigned decimals given as strings; undef past 2**64-1.
 sub _add_u64 {
@@ -75,7 +77,8 @@ sub increment {
     push @args, '--lock', _arg_path(_path_arg($step, 'lock', $opts{lock})) if defined $opts{lock};
     push @args, _legacy_timeout($step, \%opts), _group_args($step, \%opts);
     _seconds($step, 'wait', $opts{wait}, 1) if defined $opts{wait};
-    my $out = eval { _call_waiting({ step => $step, path => $path, opts => \%opts, busy => 'timed_out' },
+    require Tokenlock::Command;
+    my $out = eval { Tokenlock::Command::_call_waiting({ step => $step, path => $path, opts => \%opts, busy => 'timed_out' },
         $opts{wait}, @args, _arg_path($path)) };
     if (!defined $out) {
         my $err = $@;

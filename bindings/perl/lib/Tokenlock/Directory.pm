@@ -10,13 +10,17 @@ use warnings;
 use Fcntl ();
 use Tokenlock::Error qw(_lock_error _system_error _usage);
 use Tokenlock::System qw(_fsync_dir _identity _names _nonce _now_us _sleep_us);
-use Tokenlock::Token qw(_classify _judge _make_token _token_of_mark $FREE $MAX_LEASE_US $SKEW_US);
+use Tokenlock::Token qw(_classify _judge _make_token _token_of_mark);
 use Tokenlock::Args qw(_dir_mode);
 use Tokenlock::Trust qw(_distrust _group_shown _shared_mode);
 
 require Exporter;
 our @ISA       = ('Exporter');
 our @EXPORT_OK = qw(_clear_token _create_dir _lock_paths _observe _sweep_leftovers);
+
+# The protocol's constants, copied from Tokenlock::Token: never changed.
+my ($FREE, $MAX_LEASE_US, $SKEW_US) =
+  ($Tokenlock::Token::FREE, $Tokenlock::Token::MAX_LEASE_US, $Tokenlock::Token::SKEW_US);
 
 # The lock directory's path split as lock_directory.cpp splits it.
 # Parsed once per path: a long-running process locks the same few.

@@ -115,8 +115,7 @@ Tokenlock::Error - the errors of Tokenlock
 =head1 DESCRIPTION
 
 Every failure of L<Tokenlock> and L<Tokenlock::Redis> dies with a
-C<Tokenlock::Error> object. C<use Tokenlock> loads this class; it is not
-loaded by itself.
+C<Tokenlock::Error> object. C<use Tokenlock> loads this class.
 
 =head1 METHODS
 

@@ -13,7 +13,7 @@ use Tokenlock::System qw(_fsync_dir _names _nonce _now_us);
 
 require Exporter;
 our @ISA       = ('Exporter');
-our @EXPORT_OK = qw(_counter_too_large _file_error _mode_of _native_write _read_target _resolve_target _sweep_temps _sync_target_dir _write_temp $COUNTER_LIMIT);
+our @EXPORT_OK = qw(_counter_too_large _file_error _mode_of _native_write _read_target _resolve_target _sweep_temps _sync_target_dir _write_temp);
 
 # The largest file an update reads (default_read_limit), and the largest
 # counter file (counter_max_bytes).

@@ -10,7 +10,7 @@ use warnings;
 
 use Tokenlock::Error qw(_error _lock_error _system_error _usage);
 use Tokenlock::System qw(_identity _now_us);
-use Tokenlock::Token qw(_judge _mark_of _utc $DEFAULT_LEASE $DEFAULT_LEGACY_TIMEOUT $FREE);
+use Tokenlock::Token qw(_judge _mark_of _utc);
 use Tokenlock::Args qw(_check_opts _lease_us _named_group _path_arg _seconds);
 use Tokenlock::Trust qw(_check_dir _chosen_group);
 use Tokenlock::Directory qw(_lock_paths _observe);
@@ -19,6 +19,10 @@ use Tokenlock::Protocol qw(_native_acquire);
 require Exporter;
 our @ISA       = ('Exporter');
 our @EXPORT_OK = qw(_acquire _owned _refresh _run_held);
+
+# The protocol's constants, copied from Tokenlock::Token: never changed.
+my ($DEFAULT_LEASE, $DEFAULT_LEGACY_TIMEOUT, $FREE) =
+  ($Tokenlock::Token::DEFAULT_LEASE, $Tokenlock::Token::DEFAULT_LEGACY_TIMEOUT, $Tokenlock::Token::FREE);
 
 # ---------------------------------------------------------------------------
 # SIGTERM, SIGINT and SIGHUP end a process without its destructors or END

@@ -9,11 +9,14 @@ use warnings;
 
 use Tokenlock::Error qw(_system_error);
 use Tokenlock::System qw(_fs_type _names);
-use Tokenlock::Token qw(_judge _mark_of _owner_part _token_of_mark $FREE);
+use Tokenlock::Token qw(_judge _mark_of _owner_part _token_of_mark);
 
 require Exporter;
 our @ISA       = ('Exporter');
 our @EXPORT_OK = qw(_mark_and_check _needs_marks);
+
+# The protocol's constants, copied from Tokenlock::Token: never changed.
+my $FREE = $Tokenlock::Token::FREE;
 
 # Filesystems whose renames keep the protocol's property by themselves:
 # local ones (the wait board's allowlist), and network ones whose server

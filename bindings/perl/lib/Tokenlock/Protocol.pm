@@ -11,7 +11,7 @@ use warnings;
 
 use Tokenlock::Error qw(_lock_error _system_error);
 use Tokenlock::System qw(_identity _native_setup _now_us _sleep_us _steady_us);
-use Tokenlock::Token qw(_judge _make_token $FREE);
+use Tokenlock::Token qw(_judge _make_token);
 use Tokenlock::Trust qw(_check_dir);
 use Tokenlock::Directory qw(_clear_token _create_dir _lock_paths _observe _sweep_leftovers);
 use Tokenlock::Marks qw(_mark_and_check _needs_marks);
@@ -19,6 +19,9 @@ use Tokenlock::Marks qw(_mark_and_check _needs_marks);
 require Exporter;
 our @ISA       = ('Exporter');
 our @EXPORT_OK = qw(_native_acquire);
+
+# The protocol's constants, copied from Tokenlock::Token: never changed.
+my $FREE = $Tokenlock::Token::FREE;
 
 # Waiting: exponential backoff with +-25 % jitter, a look at the holder at
 # most this often (and always on the last round).

@@ -1,17 +1,19 @@
 package Tokenlock::Redis;
 
-use strict;
-use warnings;
-
-use Tokenlock::Error qw(_error _usage);
-use Tokenlock::Args qw(_check_opts _lease_us _seconds);
-use Tokenlock::Command qw(_call);
-use Tokenlock::Lock qw(_owned _run_held);
-
 # A lock that is a name in a Redis server (docs/redis.md), for hosts that
 # share no filesystem. Core Perl has no Redis client, so each call runs
 # the tokenlock command with --redis: the same keys, scripts and fences as
 # the C++ library, and the same errors.
+
+use strict;
+use warnings;
+# Tokenlock.pm's stubs of acquire, try_acquire, with_lock and holder, which
+# load this file at their first call, are replaced.
+no warnings 'redefine';
+
+use Tokenlock::Error qw(_error _usage);
+use Tokenlock::Args qw(_check_opts _lease_us _seconds);
+use Tokenlock::Lock qw(_owned _run_held);
 
 sub _wait_args {
     my ($step, $opts) = @_;
@@ -75,7 +77,8 @@ sub _password {
 sub _call_redis {
     my ($url, $ctx, @args) = @_;
     $ctx->{env} = { TOKENLOCK_URL => $url };
-    my $out = eval { _call($ctx, @args) };
+    require Tokenlock::Command;
+    my $out = eval { Tokenlock::Command::_call($ctx, @args) };
     return $out if defined $out;
     my $err = $@;
     if (ref $err) {
@@ -212,7 +215,7 @@ Tokenlock::Redis - a lock that is a name in a Redis server
 
 =head1 SYNOPSIS
 
-    use Tokenlock;   # loads Tokenlock::Redis too
+    use Tokenlock;   # Tokenlock::Redis is compiled by its first call
 
     my $lock = Tokenlock::Redis->acquire('redis://127.0.0.1:6379', 'report', wait => 10, lease => 60);
     my $fence = $lock->fence;      # grows with every grant of this name

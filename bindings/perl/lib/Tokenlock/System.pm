@@ -13,7 +13,7 @@ use Fcntl ();
 
 require Exporter;
 our @ISA       = ('Exporter');
-our @EXPORT_OK = qw(_fnv1a _fs_type _fsync_dir _identity _names _native_setup _nonce _now_us _proc_stat _sleep_us _steady_us);
+our @EXPORT_OK = qw(_fnv1a _fs_type _fsync_dir _identity _names _native_setup _nonce _now_us _proc_stat _script_dir _sleep_us _steady_us);
 
 sub _now_us {
     my ($s, $us) = Time::HiRes::gettimeofday();
@@ -208,6 +208,30 @@ sub _native_setup {
     require POSIX;
     require IO::Handle;
     $SET_UP = 1;
+}
+
+# The running script's directory, as FindBin's $Bin, worked out now, before
+# the script can change directories. FindBin itself is used when the script
+# loaded it; otherwise this saves loading Cwd and File::Spec on every run.
+# No script (perl -e, standard input): no directory.
+my $SCRIPT_DIR = _find_script_dir();
+
+sub _script_dir { $SCRIPT_DIR }
+
+sub _find_script_dir {
+    return $FindBin::Bin if $INC{'FindBin.pm'} && defined $FindBin::Bin && length $FindBin::Bin;
+    return undef if !defined $0 || $0 eq '-e' || $0 eq '-' || !-f $0;
+    my ($dir) = $0 =~ m{\A(.*)/[^/]*\z}s;
+    $dir = '.' unless defined $dir;
+    $dir = '/' if $dir eq '';
+    return $dir if $dir =~ m{\A/};
+    # suEXEC runs a CGI program by its bare name in its own directory.
+    my $cwd = readlink('/proc/self/cwd');
+    if (!defined $cwd || $cwd !~ m{\A/}) {
+        require Cwd;
+        $cwd = Cwd::getcwd();
+    }
+    return defined $cwd ? ($dir eq '.' ? $cwd : "$cwd/$dir") : undef;
 }
 
 1;

@@ -11,7 +11,7 @@ use Tokenlock::System qw(_identity _nonce _now_us _proc_stat);
 
 require Exporter;
 our @ISA       = ('Exporter');
-our @EXPORT_OK = qw(_classify _judge _make_token _mark_of _owner_part _token_of_mark _utc $DEFAULT_LEASE $DEFAULT_LEGACY_TIMEOUT $FREE $MAX_LEASE_US $SKEW_US);
+our @EXPORT_OK = qw(_classify _judge _make_token _mark_of _owner_part _token_of_mark _utc);
 
 our $FREE = 'lockfile';
 

@@ -12,16 +12,18 @@ use warnings;
 use Fcntl ();
 use Tokenlock::Error qw(_error _lock_error _usage);
 use Tokenlock::System qw(_fnv1a _fs_type _names _native_setup _sleep_us _steady_us);
-use Tokenlock::Token qw($SKEW_US);
-use Tokenlock::Args qw(_check_opts _dir_mode _path_arg _seconds _sync);
+use Tokenlock::Token ();
+use Tokenlock::Args qw(_arg_path _check_opts _dir_mode _group_args _legacy_timeout _path_arg _seconds _sync);
 use Tokenlock::Trust qw(_distrust _shared_mode);
 use Tokenlock::Lock qw(_acquire _refresh);
 use Tokenlock::Files qw(_file_error _mode_of _native_write _read_target _resolve_target _sweep_temps _sync_target_dir _write_temp);
-use Tokenlock::Command qw(_arg_path _call_waiting _group_args _legacy_timeout);
 
 require Exporter;
 our @ISA       = ('Exporter');
 our @EXPORT_OK = qw(_native_update);
+
+# The protocol's constants, copied from Tokenlock::Token: never changed.
+my $SKEW_US = $Tokenlock::Token::SKEW_US;
 
 # How long a stale read on a network filesystem is read again. Tests
 # shorten it.
@@ -305,7 +307,8 @@ sub write_file {
         _native_update($step, $path, $opts{lock}, sub { ($bytes) }, %opts, sync => $sync);
         return 1;
     }
-    _call_waiting({ step => $step, path => $path, opts => \%opts, stdin => $bytes, busy => 'timed_out' },
+    require Tokenlock::Command;
+    Tokenlock::Command::_call_waiting({ step => $step, path => $path, opts => \%opts, stdin => $bytes, busy => 'timed_out' },
         $opts{wait}, @args, _arg_path($path));
     return 1;
 }
