@@ -41,8 +41,8 @@ sub _held_until_signal {
     require Scalar::Util;
     my $id = $lock->{id} = Scalar::Util::refaddr($lock);
     Scalar::Util::weaken($HELD{$id} = $lock);
-    return if $SIGNALS_PID == $$;
-    $SIGNALS_PID = $$;
+    return if $SIGNALS_PID == $lock->{pid};
+    $SIGNALS_PID = $lock->{pid};
     for my $sig (@STOP_SIGNALS) {
         my $h = $SIG{$sig};
         $SIG{$sig} = \&_on_stop_signal if !defined $h || $h eq '' || $h eq 'DEFAULT';
@@ -69,7 +69,8 @@ sub _acquire {
     my ($class, $step, $lockdir, %opts) = @_;
     _check_opts($step, \%opts, qw(wait lease legacy_timeout group));
     _path_arg($step, 'the lock directory', $lockdir);
-    my %o = (wait_us => 10_000_000, lease_us => $DEFAULT_LEASE * 1_000_000,
+    # $$ is a getpid(2) at each read: read once here.
+    my %o = (pid => $$, wait_us => 10_000_000, lease_us => $DEFAULT_LEASE * 1_000_000,
         legacy_timeout_us => $DEFAULT_LEGACY_TIMEOUT * 1_000_000, group => _named_group($step, $opts{group}));
     if (%opts) {
         my $wait = defined $opts{wait} ? $opts{wait} : 10;
@@ -92,7 +93,7 @@ sub _acquire {
         expiry  => $expiry,
         marked  => $marked,
         lease_us => $o{lease_us},
-        pid     => $$,
+        pid     => $o{pid},
         held    => 1,
         command => $opts{command},
     }, ref($class) || $class;
@@ -219,7 +220,8 @@ sub release {
 
 sub DESTROY {
     my ($self) = @_;
-    delete $HELD{ $self->{id} } if defined $self->{id} && $self->{pid} == $$;
+    # In a forked child, this removes the child's copy of the entry only.
+    delete $HELD{ $self->{id} } if defined $self->{id};
     return unless $self->{held} && $self->{pid} == $$;
     # Running the command must not change what the code around us sees,
     # least of all the exit status of a program that is ending.

@@ -37,7 +37,7 @@ my $LOOK_EVERY_US  = 10_000;
 # is ours to confirm, not a live holder's to wait for.
 sub _round {
     my ($step, $p, $o, $look, $first) = @_;
-    my $id = _identity();
+    my $id = _identity($o->{pid});
     my $expiry = _now_us() + $o->{lease_us};
     my $token = _make_token($expiry, $id);
     my $mine = "$p->{dir}/$token";

@@ -84,11 +84,15 @@ sub _proc_stat {
 }
 
 # This process's identity, as lib/src/posix/posix_os.cpp makes it: read
-# once per process, and again in a forked child.
+# once per process, and again in a forked child. $pid: $$ as the caller
+# read it (each read of $$ is a getpid(2)), so that an acquisition reads it
+# once.
 my %ID;
 
 sub _identity {
-    return \%ID if defined $ID{pid} && $ID{pid} == $$;
+    my ($pid) = @_;
+    $pid = $$ unless defined $pid;
+    return \%ID if defined $ID{pid} && $ID{pid} == $pid;
     my $host = '';
     if (open my $fh, '<', '/proc/sys/kernel/hostname') {
         $host = <$fh>;
@@ -109,9 +113,9 @@ sub _identity {
     my $ns = readlink('/proc/self/ns/pid');
     ($hi, $lo) = _fnv1a(defined $ns ? $ns : '', $hi, $lo);
     ($hi, $lo) = _fnv1a($host, $hi, $lo);
-    my (undef, $start) = _proc_stat($$);
+    my (undef, $start) = _proc_stat($pid);
     %ID = (
-        pid      => $$,
+        pid      => $pid,
         start    => defined $start ? $start : 0,
         # Checked, and so untainted for perl -T: it goes into every token.
         host_tag => (sprintf('%s-%08x', $host, ($hi ^ $lo)) =~ /\A([A-Za-z0-9_-]{1,32}-[0-9a-f]{8})\z/)[0],
@@ -124,9 +128,10 @@ sub _identity {
 }
 
 # 64 random bits as 16 hex digits: unique per acquisition. The source is
-# opened once per process; a forked child opens its own.
+# opened once per process; a forked child opens its own. $id: this
+# process's identity, when the caller has it.
 sub _nonce {
-    my $id = _identity();
+    my $id = $_[0] || _identity();
     # Read 8 bytes at a time, /dev/urandom costs a system call per
     # acquisition; a block serves 512 of them.
     if (length $id->{pool} < 16) {

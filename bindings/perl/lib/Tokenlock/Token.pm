@@ -24,7 +24,7 @@ our $DEFAULT_LEGACY_TIMEOUT = 60;
 
 sub _make_token {
     my ($expiry_us, $id) = @_;
-    return "$FREE." . int($expiry_us) . ".$id->{owner}." . _nonce();
+    return "$FREE." . int($expiry_us) . ".$id->{owner}." . _nonce($id);
 }
 
 # What a name in the lock directory is (token_name.cpp): 'free', 'held',

@@ -192,15 +192,15 @@ sub _native_update {
     my $lock = _acquire('Tokenlock', 'acquire', $lockdir, wait => $wait,
         (defined $o{legacy_timeout} ? (legacy_timeout => $o{legacy_timeout}) : ()),
         (defined $o{lease} ? (lease => $o{lease}) : ()), (defined $o{group} ? (group => $o{group}) : ()));
-    my ($value, $fh);
+    my $value;
     my $ok = eval {
         $t = _resolve_target('write', $path, $o{follow_symlinks});
         _sweep_temps($t, $lock->{lease_us}) if int(rand(32)) == 0;
         my $network = !_on_local_fs($lock->{lockdir});
         my $mark = $network ? { old => _read_version_mark("$lock->{lockdir}/$lock->{token}/w") } : undef;
         my ($current, $mtime);
-        ($current, $fh, $mtime) = _read_target($t, $o{counter});
-        $current = _read_past_mark($lock, $t, $mark->{old}, $o{counter}, \$fh, $current, $mtime) if $mark && $mark->{old};
+        ($current, $mtime) = _read_target($t, $o{counter});
+        $current = _read_past_mark($lock, $t, $mark->{old}, $o{counter}, $current, $mtime) if $mark && $mark->{old};
         my $next;
         ($next, $value) = $compute->($current);
         _commit($lock, $t, $next, $o{sync}, _mode_of($t, $o{mode}), $mark);
@@ -210,8 +210,6 @@ sub _native_update {
     # Released whatever happened; after a commit a failure to release is
     # not reported, which would invite a retry that counts twice.
     eval { $lock->release if $lock->held; 1 };
-    # The replaced version is closed last: its close frees its blocks.
-    close $fh if $fh;
     die $err unless $ok;
     _sync_target_dir($t, $o{sync}, 'the update is committed', '; do not repeat the update', $value);
     return $value;
@@ -219,10 +217,9 @@ sub _native_update {
 
 # A read older than what the last commit wrote (the version mark $old) is
 # a stale read from the client's cache: read again, with backoff, until it
-# is not, within a budget; then stale_data. Returns the contents read;
-# $$fh is the handle of the last read.
+# is not, within a budget; then stale_data. Returns the contents read.
 sub _read_past_mark {
-    my ($lock, $t, $old, $counter, $fh, $current, $mtime) = @_;
+    my ($lock, $t, $old, $counter, $current, $mtime) = @_;
     my $start = _steady_us();
     my $budget = $STALE_READ_BUDGET_US;
     $budget = $lock->{lease_us} / 4 if $lock->{lease_us} / 4 < $budget;
@@ -245,8 +242,7 @@ sub _read_past_mark {
           if $left <= 0;
         _sleep_us($pause < $left ? $pause : $left);
         $pause = $pause * 2 > 200_000 ? 200_000 : $pause * 2;
-        close $$fh if $$fh;
-        ($current, $$fh, $mtime) = _read_target($t, $counter);
+        ($current, $mtime) = _read_target($t, $counter);
         $reads++;
         $one_version = 0 unless defined $current && defined $first && _fnv_hex($current) eq $first;
     }
