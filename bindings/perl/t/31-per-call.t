@@ -6,12 +6,15 @@
 # target's directory is looked at once per process: one removed since
 # fails the next update with an error that names the path, nothing
 # written, no temporary file left and the lock free.
-# As root, a replaced file's owner and group are still kept.
+# As root, a replaced file's owner and group are still kept, without an
+# fchown where the new file has them already; and a lock and release read
+# $$ (a getpid) at most three times.
 use strict;
 use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib", "$FindBin::Bin/../lib";
 use Test::More;
+use Cwd ();
 use POSIX ();
 use TokenlockTest;
 
@@ -82,6 +85,29 @@ SKIP: {
     my @st = stat $f;
     is("$st[4] $st[5]", "$uid $gid", 'which keeps its owner and group');
     is(increment($f), '7', 'and again');
+}
+
+# The system calls themselves, counted with strace: $$ read once per
+# acquisition (a getpid(2) each time, seven per lock and release before),
+# and no fchown of a new counter file that is root's already.
+SKIP: {
+    my ($strace) = grep { -x $_ } map { "$_/strace" } split /:/, $ENV{PATH} || '';
+    skip('strace is not installed (scripts/install-deps installs it)', 3) unless $strace;
+    my $lib = Cwd::abs_path("$FindBin::Bin/../lib");
+    my $script = 'my ($l, $c) = @ARGV; Tokenlock::with_lock($l, sub { }) for 1 .. 3; Tokenlock::increment($c) for 1 .. 3; '
+      . 'stat "/MARK-locks"; Tokenlock::with_lock($l, sub { }) for 1 .. 10; stat "/MARK-increments"; '
+      . 'Tokenlock::increment($c) for 1 .. 10; stat "/MARK-end"';
+    my ($st, $out, $err) = capture([$strace, '-f', '-o', "$dir/strace.out", $^X, "-I$lib", '-MTokenlock', '-e', $script,
+        "$dir/s.lock", "$dir/s.count"]);
+    is($st, 0, 'the script runs under strace') or diag($err);
+    my ($part, %n) = ('');
+    for my $line (split /\n/, TokenlockTest::slurp("$dir/strace.out") // '') {
+        if ($line =~ m{"/MARK-(\w+)"}) { $part = $1; next }
+        $n{$part}{$1}++ if $line =~ /^(?:\d+\s+)?(\w+)\(/;
+    }
+    cmp_ok($n{locks}{getpid} || 0, '<=', 30, 'at most three getpid per lock and release');
+    if ($> == 0) { is($n{increments}{fchown} || 0, 0, 'no fchown of a counter that is root\'s already') }
+    else { pass('no fchown at all when not root') }
 }
 
 done_testing();
