@@ -49,18 +49,19 @@ for my $part (keys %PUBLIC) {
 
 # Running the command is needed only by the command option and
 # Tokenlock::Redis, which most programs never use: each is compiled by its
-# first call, not at every CGI hit. Tokenlock::Command is required where
-# it is called; Tokenlock::Redis replaces these stubs of the subs that
-# make or ask about a Redis lock (an object exists only after one).
+# first call (from where Tokenlock.pm is: Tokenlock::System::_load_part),
+# not at every CGI hit. Tokenlock::Command is loaded where it is called;
+# Tokenlock::Redis replaces these stubs of the subs that make or ask about
+# a Redis lock (an object exists only after one).
 sub command_path {
-    require Tokenlock::Command;
+    Tokenlock::System::_load_part('Command');
     goto &Tokenlock::Command::command_path;
 }
 
 for my $name (qw(acquire try_acquire with_lock holder)) {
     no strict 'refs';
     next if defined &{"Tokenlock::Redis::$name"};
-    *{"Tokenlock::Redis::$name"} = sub { require Tokenlock::Redis; goto &{"Tokenlock::Redis::$name"} };
+    *{"Tokenlock::Redis::$name"} = sub { Tokenlock::System::_load_part('Redis'); goto &{"Tokenlock::Redis::$name"} };
 }
 
 1;

@@ -8,7 +8,7 @@ use warnings;
 
 use Fcntl ();
 use Tokenlock::Error qw(_error _system_error _usage);
-use Tokenlock::System qw(_native_setup);
+use Tokenlock::System qw(_load_part _native_setup);
 use Tokenlock::Args qw(_arg_path _check_opts _group_args _legacy_timeout _path_arg _seconds _sync);
 use Tokenlock::Files qw(_counter_too_large);
 use Tokenlock::Update qw(_native_update);
@@ -77,7 +77,7 @@ sub increment {
     push @args, '--lock', _arg_path(_path_arg($step, 'lock', $opts{lock})) if defined $opts{lock};
     push @args, _legacy_timeout($step, \%opts), _group_args($step, \%opts);
     _seconds($step, 'wait', $opts{wait}, 1) if defined $opts{wait};
-    require Tokenlock::Command;
+    _load_part('Command');
     my $out = eval { Tokenlock::Command::_call_waiting({ step => $step, path => $path, opts => \%opts, busy => 'timed_out' },
         $opts{wait}, @args, _arg_path($path)) };
     if (!defined $out) {

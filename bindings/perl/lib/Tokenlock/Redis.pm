@@ -12,6 +12,7 @@ use warnings;
 no warnings 'redefine';
 
 use Tokenlock::Error qw(_error _usage);
+use Tokenlock::System qw(_load_part);
 use Tokenlock::Args qw(_check_opts _lease_us _seconds);
 use Tokenlock::Lock qw(_owned _run_held);
 
@@ -77,7 +78,7 @@ sub _password {
 sub _call_redis {
     my ($url, $ctx, @args) = @_;
     $ctx->{env} = { TOKENLOCK_URL => $url };
-    require Tokenlock::Command;
+    _load_part('Command');
     my $out = eval { Tokenlock::Command::_call($ctx, @args) };
     return $out if defined $out;
     my $err = $@;

@@ -13,7 +13,7 @@ use Fcntl ();
 
 require Exporter;
 our @ISA       = ('Exporter');
-our @EXPORT_OK = qw(_fnv1a _fs_type _fsync_dir _identity _names _native_setup _nonce _now_us _proc_stat _script_dir _sleep_us _steady_us);
+our @EXPORT_OK = qw(_fnv1a _fs_type _fsync_dir _identity _load_part _names _native_setup _nonce _now_us _proc_stat _script_dir _sleep_us _steady_us);
 
 sub _now_us {
     my ($s, $us) = Time::HiRes::gettimeofday();
@@ -237,6 +237,40 @@ sub _find_script_dir {
         $cwd = Cwd::getcwd();
     }
     return defined $cwd ? ($dir eq '.' ? $cwd : "$cwd/$dir") : undef;
+}
+
+# The directory holding Tokenlock.pm, as an absolute path taken at load.
+# The parts compiled by their first call (Tokenlock::Command and
+# Tokenlock::Redis) are looked for there first: found after the program
+# changed directories (an @INC entry such as 'lib' names a directory
+# relative to the working one), and of the same version as the parts
+# loaded with them. The working directory read to make a relative path
+# absolute is this program's own, and is untainted for perl -T as
+# FindBin's $Bin is by the programs that use it.
+my $LIB = _find_lib();
+
+sub _find_lib {
+    (my $dir = __FILE__) =~ s{/?Tokenlock/System\.pm\z}{} or return undef;
+    $dir = '.' unless length $dir;
+    if ($dir !~ m{\A/}) {
+        my $cwd = readlink('/proc/self/cwd');
+        if (!defined $cwd || $cwd !~ m{\A/}) {
+            require Cwd;
+            $cwd = Cwd::getcwd();
+        }
+        return undef unless defined $cwd && $cwd =~ m{\A/};
+        $dir = "$cwd/$dir";
+    }
+    return -f "$dir/Tokenlock.pm" ? ($dir =~ /\A(.*)\z/s)[0] : undef;
+}
+
+# Compiles part $part (Command, Redis) where Tokenlock.pm is, unless it is
+# loaded already.
+sub _load_part {
+    my ($part) = @_;
+    return if $INC{"Tokenlock/$part.pm"};
+    local @INC = (defined $LIB ? $LIB : (), @INC);
+    require "Tokenlock/$part.pm";
 }
 
 1;

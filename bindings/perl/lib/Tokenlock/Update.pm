@@ -11,7 +11,7 @@ use warnings;
 
 use Fcntl ();
 use Tokenlock::Error qw(_error _lock_error _usage);
-use Tokenlock::System qw(_fnv1a _fs_type _names _native_setup _sleep_us _steady_us);
+use Tokenlock::System qw(_fnv1a _fs_type _load_part _names _native_setup _sleep_us _steady_us);
 use Tokenlock::Token ();
 use Tokenlock::Args qw(_arg_path _check_opts _dir_mode _group_args _legacy_timeout _path_arg _seconds _sync);
 use Tokenlock::Trust qw(_distrust _shared_mode);
@@ -303,7 +303,7 @@ sub write_file {
         _native_update($step, $path, $opts{lock}, sub { ($bytes) }, %opts, sync => $sync);
         return 1;
     }
-    require Tokenlock::Command;
+    _load_part('Command');
     Tokenlock::Command::_call_waiting({ step => $step, path => $path, opts => \%opts, stdin => $bytes, busy => 'timed_out' },
         $opts{wait}, @args, _arg_path($path));
     return 1;
