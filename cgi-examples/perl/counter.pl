@@ -9,7 +9,9 @@
 # Installing it (docs/cgi-guide.md has the server side):
 #   cgi-bin/counter.pl        this file, mode 0755 (named counter.cgi where the
 #                             server runs only .cgi files as programs)
-#   cgi-bin/Tokenlock.pm      bindings/perl/lib/Tokenlock.pm, beside it or in cgi-bin/lib/
+#   cgi-bin/Tokenlock.pm      bindings/perl/lib/Tokenlock.pm and the directory
+#   cgi-bin/Tokenlock/        Tokenlock/ beside it, both beside this file or
+#                             both in cgi-bin/lib/
 # Nothing else: the module counts natively and starts no process, so the
 # tokenlock command is not needed.
 # It looks for the module in its own directory, then in lib/ there, then
@@ -242,7 +244,8 @@ sub main {
     # response and a line in the log instead of a bare server error.
     my ($cfg, $error) = eval { require Tokenlock; 1 }
       ? load_config()
-      : (undef, 'cannot load Tokenlock.pm (put it beside the script or in lib/ beside it): '
+      : (undef, 'cannot load Tokenlock.pm (put it and its directory Tokenlock/ beside the script, or both in lib/ '
+          . 'beside it): '
           . (split /\n/, $@)[0]);
     if (!$cfg) {
         log_line("misconfigured: $error");

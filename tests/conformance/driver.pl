@@ -1,5 +1,5 @@
 #!/usr/bin/perl
-# The conformance driver of the Perl module (bindings/perl/lib/Tokenlock.pm):
+# The conformance driver of the Perl module (bindings/perl/lib, Tokenlock.pm):
 # the line protocol of tests/conformance/README.md on stdin and stdout.
 use strict;
 use warnings;

@@ -46,7 +46,7 @@ cgi=$work/cgi
 mkdir -p "$cgi"
 cp "$cgi_binary" "$cgi/counter.cgi"
 cp "$tool" "$cgi/tokenlock"
-cp "$src/cgi-examples/perl/counter.pl" "$src/bindings/perl/lib/Tokenlock.pm" "$cgi/"
+cp -R "$src/cgi-examples/perl/counter.pl" "$src/bindings/perl/lib/Tokenlock.pm" "$src/bindings/perl/lib/Tokenlock" "$cgi/"
 cp "$src/cgi-examples/php/counter.php" "$src/bindings/php/src/Tokenlock.php" "$cgi/"
 cp "$src/cgi-examples/python/counter.py" "$src/bindings/python/tokenlock.py" "$cgi/"
 [ -n "$libc_api" ] && cp "$libc_api" "$cgi/libtokenlock_c.so"

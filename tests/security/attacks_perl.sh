@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The Perl module (bindings/perl/lib/Tokenlock.pm) attacked by a hostile
+# The Perl module (bindings/perl/lib: Tokenlock.pm and Tokenlock/) attacked by a hostile
 # local user (docs/security.md), with two real accounts:
 #   attacks_perl.sh PERL_LIB RACER
-# PERL_LIB is the directory holding Tokenlock.pm, RACER tests/security/racer.c
+# PERL_LIB is the directory holding Tokenlock.pm and Tokenlock/, RACER tests/security/racer.c
 # built. Each attack prints one line, "attack pN: refused (...)" or
 # "attack pN: SUCCEEDED (...)"; the group set-up that must keep working
 # prints "setup: ..." lines the same way. Exits 1 when any succeeded.
@@ -48,7 +48,8 @@ for tool in setpriv useradd userdel groupadd groupdel usermod mkfifo timeout sta
   command -v "$tool" >/dev/null ||
     { echo "SKIP: $tool is not installed (util-linux, passwd, coreutils, perl)"; exit 77; }
 done
-[ -f "$1/Tokenlock.pm" ] || { echo "FAIL: no Tokenlock.pm in $1" >&2; exit 64; }
+[ -f "$1/Tokenlock.pm" ] && [ -d "$1/Tokenlock" ] ||
+  { echo "FAIL: no Tokenlock.pm with its directory Tokenlock/ in $1" >&2; exit 64; }
 tries=${TL_SECURITY_TRIES:-20}
 filler=${TL_SECURITY_FILLER:-3000}
 race_seconds=${TL_SECURITY_RACE_SECONDS:-40}
@@ -77,9 +78,10 @@ make_perl_world() {
   work=$(mktemp -d /tmp/tokenlock-security-perl.XXXXXX)
   chmod 0755 "$work"
   mkdir -m 0755 "$work/lib" "$work/bin"
-  cp "$1/Tokenlock.pm" "$work/lib/" && cp "$2" "$work/bin/racer" ||
+  cp -R "$1/Tokenlock.pm" "$1/Tokenlock" "$work/lib/" && cp "$2" "$work/bin/racer" ||
     { echo "FAIL: cannot copy the module and the racer to $work" >&2; exit 1; }
-  chmod 0644 "$work/lib/Tokenlock.pm" && chmod 0755 "$work/bin/racer"
+  chmod 0755 "$work/lib/Tokenlock" && chmod 0644 "$work/lib/Tokenlock.pm" "$work/lib/Tokenlock/"*.pm &&
+    chmod 0755 "$work/bin/racer"
   racer=$work/bin/racer
   sticky=$work/sticky home=$work/victim
   mkdir "$sticky" "$home" "$work/scratch"
@@ -384,5 +386,5 @@ attack_p2
 attack_p3
 attack_p4
 group_setup_perl
-echo "security suite (Perl): $succeeded of $reported checks SUCCEEDED against Tokenlock.pm"
+echo "security suite (Perl): $succeeded of $reported checks SUCCEEDED against the Perl module"
 [ "$succeeded" = 0 ]

@@ -15,12 +15,12 @@ use Tokenlock;
 my $cmd = tokenlock_command();
 my $dir = scratch_dir();
 my $n   = 0;
-sub fresh { my $L = "$dir/l" . ++$n . '.lock'; $Tokenlock::OWNER_MARKS{$L} = 1; return $L }
+sub fresh { my $L = "$dir/l" . ++$n . '.lock'; $Tokenlock::Marks::OWNER_MARKS{$L} = 1; return $L }
 
 sub now_us { require Time::HiRes; my ($s, $us) = Time::HiRes::gettimeofday(); return $s * 1_000_000 + $us }
 sub mark_of { 'h.' . substr($_[0], 9) }
 
-is(Tokenlock::_needs_marks({ dir => "$dir/local.lock", parent => $dir }), 0,
+is(Tokenlock::Marks::_needs_marks({ dir => "$dir/local.lock", parent => $dir }), 0,
     'a lock on this local filesystem gets no marks by itself');
 
 # The filesystem type by device number, else by the longest mount point
@@ -32,13 +32,13 @@ is(Tokenlock::_needs_marks({ dir => "$dir/local.lock", parent => $dir }), 0,
         "1 0 999:1 / / rw - ext4 /dev/x rw\n"
           . "2 1 999:2 / $dir/mnt rw shared:1 - fuse.glusterfs srv:/vol rw\n"
           . "3 1 999:3 / $dir/mn rw - nfs4 srv:/x rw\n");
-    is(Tokenlock::_fs_type("$dir/mnt/in dir", "$dir/mountinfo"), 'fuse.glusterfs', 'the longest mount point holding the path');
-    is(Tokenlock::_fs_type($dir, "$dir/mountinfo"), 'ext4', 'a path under no other mount point: the root\'s');
-    is(Tokenlock::_fs_type("$dir/nothing-here", "$dir/mountinfo"), undef, 'a missing path: unknown');
+    is(Tokenlock::System::_fs_type("$dir/mnt/in dir", "$dir/mountinfo"), 'fuse.glusterfs', 'the longest mount point holding the path');
+    is(Tokenlock::System::_fs_type($dir, "$dir/mountinfo"), 'ext4', 'a path under no other mount point: the root\'s');
+    is(Tokenlock::System::_fs_type("$dir/nothing-here", "$dir/mountinfo"), undef, 'a missing path: unknown');
     my @st = stat $dir;
     my ($maj, $min) = ((($st[0] >> 8) & 0xfff) | (($st[0] >> 32) & ~0xfff), ($st[0] & 0xff) | (($st[0] >> 12) & ~0xff));
     TokenlockTest::spit("$dir/mountinfo2", "1 0 999:1 / / rw - ext4 /dev/x rw\n2 1 $maj:$min / /elsewhere rw - xfs /dev/y rw\n");
-    is(Tokenlock::_fs_type("$dir/mnt", "$dir/mountinfo2"), 'xfs', 'the device number first');
+    is(Tokenlock::System::_fs_type("$dir/mnt", "$dir/mountinfo2"), 'xfs', 'the device number first');
 }
 
 my $host_tag;

@@ -72,7 +72,7 @@ SKIP: {
     spit($f, "old\n");
     my ($theirs, $other);
     my $ok = eval {
-        Tokenlock::_native_update('write', $f, "$f.lock", sub {
+        Tokenlock::Update::_native_update('write', $f, "$f.lock", sub {
             # Taken over while we compute: our lease is broken by force,
             # and another process takes the lock.
             opendir(my $dh, "$f.lock") or die;
@@ -198,14 +198,14 @@ SKIP: {
     my $d = "$dir/net";
     mkdir $d or die;
     my $c = "$d/c.count";
-    local $Tokenlock::LOCAL_FOR{"$c.lock"} = 0;
-    local $Tokenlock::STALE_READ_BUDGET_US = 50_000;
+    local $Tokenlock::Update::LOCAL_FOR{"$c.lock"} = 0;
+    local $Tokenlock::Update::STALE_READ_BUDGET_US = 50_000;
     is(increment($c), 1, 'a counter on a "network" filesystem');
     my @marks = grep { /\Av\./ } entries("$c.lock/lockfile/w");
     is(scalar @marks, 1, 'the commit left one version mark');
     my ($hash) = $marks[0] =~ /\Av\.([0-9a-f]{16})\./;
-    is($hash, Tokenlock::_fnv_hex("1\n"), 'naming the FNV-1a hash of what it wrote');
-    is(join(' ', map { Tokenlock::_fnv_hex($_) } '', 'a', 'foobar'), 'cbf29ce484222325 af63dc4c8601ec8c 85944171f73967e8',
+    is($hash, Tokenlock::Update::_fnv_hex("1\n"), 'naming the FNV-1a hash of what it wrote');
+    is(join(' ', map { Tokenlock::Update::_fnv_hex($_) } '', 'a', 'foobar'), 'cbf29ce484222325 af63dc4c8601ec8c 85944171f73967e8',
         'FNV-1a, 64 bits, as its published test vectors give it');
     is(increment($c), 2, 'the next update reads what the mark says');
     @marks = grep { /\Av\./ } entries("$c.lock/lockfile/w");
@@ -289,7 +289,7 @@ SKIP: {
     spit("$d/.c.count.tmp.00000000000000aa", 'young');
     symlink("$d/target-of-link", "$d/.c.count.tmp.00000000000000bb") or die;
     spit("$d/target-of-link", 'keep');
-    is(Tokenlock::_sweep_temps({ dir => $d, name => 'c.count' }, 3600 * 1_000_000), 2,
+    is(Tokenlock::Files::_sweep_temps({ dir => $d, name => 'c.count' }, 3600 * 1_000_000), 2,
         'the sweep removes this target\'s temporary files older than the lease');
     is_deeply([entries($d)], [sort '.c.count.tmp.00000000000000aa', '.c.count.tmp.00000000000000bb', '.c.count.tmp.short',
         '.other.tmp.0123456789abcdef', 'target-of-link'], 'and nothing else: young ones, odd names, links, other targets');

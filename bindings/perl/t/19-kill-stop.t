@@ -89,7 +89,7 @@ my $dir = scratch_dir();
         close $go_w;
         close $res_r;
         my $ok = eval {
-            Tokenlock::_native_update('write', $f, "$f.lock", sub {
+            Tokenlock::Update::_native_update('write', $f, "$f.lock", sub {
                 syswrite $in_w, "in\n";
                 # Stopped here by the parent; then told to go on.
                 read_line($go_r);

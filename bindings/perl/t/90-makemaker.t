@@ -19,7 +19,7 @@ my $top  = scratch_dir();
 my $copy = "$top/Tokenlock";
 my $inst = "$top/installed";
 # The files of the distribution, copied as a clean tree would have them.
-for my $f ('Makefile.PL', 'lib/Tokenlock.pm', 't/lib/TokenlockTest.pm', 't/18-no-process.t') {
+for my $f ('Makefile.PL', (map { "lib/$_" } module_files()), 't/lib/TokenlockTest.pm', 't/18-no-process.t') {
     (my $d = "$copy/$f") =~ s{/[^/]*\z}{};
     File::Path::mkpath($d);
     File::Copy::copy("$src/$f", "$copy/$f") or die "copy $f: $!";
@@ -53,7 +53,9 @@ run_in('make test', 'make', 'test');
 run_in('make install', 'make', 'install');
 my $pm = "$inst/lib/perl5/Tokenlock.pm";
 ok(-f $pm, 'the module is installed');
-ok(-f "$inst/man/man3/Tokenlock.3pm", 'with its manual page');
+my @missing = grep { !-f "$inst/lib/perl5/$_" } module_files();
+is("@missing", '', 'every part of it too (' . scalar(module_files()) . ' files)');
+ok(-f "$inst/man/man3/$_.3pm", "with the manual page of $_") for qw(Tokenlock Tokenlock::Redis Tokenlock::Error);
 my ($st, $out, $err) = capture([$^X, "-I$inst/lib/perl5", '-MTokenlock', '-e',
     'print $INC{"Tokenlock.pm"}, " ", Tokenlock::increment($ARGV[0]), "\n"', "$top/c.count"],
     env => { PERL5LIB => undef, PERL5OPT => undef });

@@ -1,6 +1,7 @@
 #!/usr/bin/perl
 # cgi-examples/perl/counter.pl run as a CGI program, installed as on a host:
-# the script with Tokenlock.pm beside it. Every status and format.
+# the script with Tokenlock.pm and its directory Tokenlock/ beside it. Every
+# status and format.
 use strict;
 use warnings;
 use FindBin;
@@ -17,14 +18,13 @@ my $cmd  = tokenlock_command();
 my $repo = TokenlockTest::repo_dir();
 my $src  = "$repo/cgi-examples/perl/counter.pl";
 ok(-x $src, 'counter.pl is executable');
-my $module = "$repo/bindings/perl/lib/Tokenlock.pm";
 
 my $top  = scratch_dir();
 my $bin  = "$top/cgi-bin";
 my $data = "$top/data";
 mkdir $_ or die "mkdir $_: $!" for $bin, $data;
 File::Copy::copy($src, "$bin/counter.pl") or die "copy: $!";
-File::Copy::copy($module, "$bin/Tokenlock.pm") or die "copy: $!";
+copy_module($bin);
 chmod 0755, "$bin/counter.pl";
 
 # Runs the CGI; returns { status, reason, headers (lower-case names), body,
@@ -288,9 +288,17 @@ is(count_of('home'), "7\n", 'no other method counted');
     is($r->{body}, "the counter is misconfigured; see the server's error log\n", 'misconfigured');
     like($r->{log}, qr/\Acounter\.pl: misconfigured: cannot load Tokenlock\.pm/, 'the log says what is missing');
 
+    # Tokenlock.pm without its parts: the log says what to copy.
     mkdir "$alone/lib" or die $!;
-    File::Copy::copy($module, "$alone/lib/Tokenlock.pm") or die $!;
-    is(get('id=home', script => "$alone/counter.pl")->{body}, "10\n", 'Tokenlock.pm in lib/ beside the script');
+    File::Copy::copy("$repo/bindings/perl/lib/Tokenlock.pm", "$alone/lib/Tokenlock.pm") or die $!;
+    $r = get('id=home', script => "$alone/counter.pl");
+    check_response($r, 500, 'Tokenlock.pm without its directory Tokenlock/');
+    like($r->{log}, qr{\Acounter\.pl: misconfigured: cannot load Tokenlock\.pm .*cannot find its part Tokenlock/Error\.pm: .*\Q$alone/lib/Tokenlock/\E here\); copy both}s,
+        'the log names the part missing and the directory to copy');
+    is(Tokenlock::read_counter("$data/home.count"), '9', 'and nothing was counted');
+
+    copy_module("$alone/lib");
+    is(get('id=home', script => "$alone/counter.pl")->{body}, "10\n", 'Tokenlock.pm and Tokenlock/ in lib/ beside the script');
 
     is(get('id=home', script => $src)->{body}, "11\n", 'in the source tree it finds bindings/perl/lib');
 }

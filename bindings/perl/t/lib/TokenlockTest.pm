@@ -9,6 +9,7 @@ use warnings;
 
 use Cwd ();
 use Exporter 'import';
+use File::Copy ();
 use File::Path ();
 use File::Spec ();
 use File::Temp ();
@@ -19,7 +20,7 @@ use Test::More ();
 
 our @EXPORT = qw(
   tokenlock_command command_skip skip_all_without_command dir_status break_token free_now scratch_dir capture fork_worker reap read_line
-  lock_status token_re leftovers entries slurp spit
+  lock_status token_re leftovers entries slurp spit module_files copy_module
 );
 
 # The source tree's root, when the tests run there.
@@ -64,6 +65,30 @@ sub skip_all_without_command {
 }
 
 sub repo_dir { $REPO }
+
+# The module under test: the directory holding Tokenlock.pm and its parts.
+my $MODULE_LIB = Cwd::realpath("$FindBin::Bin/../lib") || File::Spec->rel2abs("$FindBin::Bin/../lib");
+$MODULE_LIB = "$REPO/bindings/perl/lib" unless -f "$MODULE_LIB/Tokenlock.pm";
+
+# The module's files, relative to that directory: Tokenlock.pm and the
+# parts under Tokenlock/, all of which a host copies.
+sub module_files {
+    opendir(my $dh, "$MODULE_LIB/Tokenlock") or die "module_files: cannot list $MODULE_LIB/Tokenlock: $!";
+    my @parts = sort grep { /\.pm\z/ } readdir $dh;
+    closedir $dh;
+    return ('Tokenlock.pm', map { "Tokenlock/$_" } @parts);
+}
+
+# Copies the module into directory $to, as a host installs it beside a
+# script: Tokenlock.pm and its directory Tokenlock/.
+sub copy_module {
+    my ($to) = @_;
+    for my $f (module_files()) {
+        (my $d = "$to/$f") =~ s{/[^/]*\z}{};
+        File::Path::mkpath($d);
+        File::Copy::copy("$MODULE_LIB/$f", "$to/$f") or die "copy_module: cannot copy $MODULE_LIB/$f to $to: $!";
+    }
+}
 
 # A private directory: not sticky (unlike /tmp itself), which lock
 # directories need.

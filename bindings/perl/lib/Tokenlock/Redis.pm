@@ -1,0 +1,265 @@
+package Tokenlock::Redis;
+
+# A lock that is a name in a Redis server (docs/redis.md), for hosts that
+# share no filesystem. Core Perl has no Redis client, so each call runs
+# the tokenlock command with --redis: the same keys, scripts and fences as
+# the C++ library, and the same errors.
+
+use strict;
+use warnings;
+# Tokenlock.pm's stubs of acquire, try_acquire, with_lock and holder, which
+# load this file at their first call, are replaced.
+no warnings 'redefine';
+
+use Tokenlock::Error qw(_error _usage);
+use Tokenlock::System qw(_load_part);
+use Tokenlock::Args qw(_check_opts _lease_us _seconds);
+use Tokenlock::Lock qw(_owned _run_held);
+
+sub _wait_args {
+    my ($step, $opts) = @_;
+    my $wait = defined $opts->{wait} ? $opts->{wait} : 10;
+    return () if $wait eq 'forever';
+    _seconds($step, 'wait', $wait, 1);
+    return $wait == 0 ? ('-n') : ('-w', $wait);
+}
+
+sub _lease_args {
+    my ($step, $opts) = @_;
+    return () unless defined $opts->{lease};
+    _lease_us($step, $opts->{lease});
+    return ('--lease', $opts->{lease});
+}
+
+sub _url_arg {
+    my ($step, $url, $name) = @_;
+    _usage($step, 'the Redis URL must be a non-empty string such as redis://127.0.0.1:6379')
+      unless defined $url && length $url && !ref $url;
+    _usage($step, 'the lock name must be a non-empty string') unless defined $name && length $name && !ref $name;
+    _usage($step, 'the lock name must not start with "-"') if $name =~ /\A-/;
+}
+
+# The URL with its password masked, whatever is malformed: everything
+# before the last '@' of the part after the scheme is user information, a
+# ':' in an authority without '@' that no port follows may start a
+# password typed without its '@', and password parameters are masked too.
+sub _masked {
+    my ($url) = @_;
+    return $url unless defined $url && !ref $url;
+    my ($scheme, $rest) = $url =~ m{\A([A-Za-z][A-Za-z0-9+.-]*:(?://?)?)?(.*)\z}s;
+    $scheme = '' unless defined $scheme;
+    my $at = rindex($rest, '@');
+    if ($at >= 0) {
+        my $colon = index($rest, ':');
+        $rest = ($colon >= 0 && $colon < $at ? substr($rest, 0, $colon) . ':***' : '***') . substr($rest, $at);
+    }
+    else {
+        $rest =~ s{\A((?:\[[^\]]*\])?[^/?#:\[]*):(?![0-9]*(?:[/?#]|\z))[^/?#]*}{$1:***};
+    }
+    $rest =~ s{([?&;](?:pass|password|auth|requirepass)=)[^&;#]*}{$1***}gi;
+    return $scheme . $rest;
+}
+
+# The password alone (as the URL gives it, encoded or not), to take out of
+# what the command says; undef when there is none worth searching for.
+sub _password {
+    my ($url) = @_;
+    my ($rest) = $url =~ m{\A(?:[A-Za-z][A-Za-z0-9+.-]*:(?://?)?)?(.*)\z}s;
+    my $at = rindex($rest, '@');
+    return undef if $at < 0;
+    my $user = substr($rest, 0, $at);
+    my $pw = index($user, ':') >= 0 ? substr($user, index($user, ':') + 1) : $user;
+    return length $pw >= 3 ? $pw : undef;
+}
+
+# The command and its errors: the URL reaches the child in its environment
+# only (--redis env:TOKENLOCK_URL), never on its argv, which every local
+# user can read; whatever the command says is masked once more.
+sub _call_redis {
+    my ($url, $ctx, @args) = @_;
+    $ctx->{env} = { TOKENLOCK_URL => $url };
+    _load_part('Command');
+    my $out = eval { Tokenlock::Command::_call($ctx, @args) };
+    return $out if defined $out;
+    my $err = $@;
+    if (ref $err) {
+        my $pw = _password($url);
+        for my $k (qw(message output)) {
+            next unless defined $err->{$k};
+            $err->{$k} =~ s/\Q$url\E/_masked($url)/ge;
+            $err->{$k} =~ s/\Q$pw\E/***/g if defined $pw;
+        }
+    }
+    die $err;
+}
+
+# The URL of each lock, outside the object's hash, so that a dump of the
+# object (Data::Dumper, a logged structure) cannot show its password.
+my %URL;
+
+sub _id { require Scalar::Util; return Scalar::Util::refaddr($_[0]) }
+
+sub acquire {
+    my ($class, $url, $name, %opts) = @_;
+    _check_opts('acquire', \%opts, qw(wait lease));
+    _url_arg('acquire', $url, $name);
+    my $what = _masked($url) . " $name";
+    my $wait = defined $opts{wait} ? $opts{wait} : 10;
+    my @args = ('acquire', '--redis', 'env:TOKENLOCK_URL', _wait_args('acquire', \%opts), _lease_args('acquire', \%opts),
+        $name);
+    my $out = _call_redis($url, { step => 'acquire', path => $what, opts => \%opts,
+        busy => $wait eq 'forever' || $wait > 0 ? 'timed_out' : 'busy' }, @args);
+    my ($token) = $out =~ /\A([0-9]+\.[A-Za-z0-9_.-]+)\n?\z/
+      or die _error(code => 'command_failed',
+        message => "Tokenlock: acquire $what: the tokenlock command printed no token: \"$out\"");
+    my $self = bless { name => $name, what => $what, token => $token, pid => $$, held => 1,
+        command => $opts{command} }, ref($class) || $class;
+    $URL{ _id($self) } = $url;
+    return $self;
+}
+
+sub try_acquire {
+    my ($class, $url, $name, %opts) = @_;
+    $opts{wait} = 0 unless defined $opts{wait};
+    my $lock = eval { $class->acquire($url, $name, %opts) };
+    return $lock if $lock;
+    my $err = $@;
+    return undef if ref $err && ($err->code eq 'busy' || $err->code eq 'timed_out');
+    die $err;
+}
+
+sub token { $_[0]{token} }
+
+sub name  { $_[0]{name} }
+
+# Masked: the URL given, with its password as ***.
+sub url   { _masked($URL{ _id($_[0]) }) }
+
+sub held  { $_[0]{held} && $_[0]{pid} == $$ ? 1 : 0 }
+
+# The fencing token: grows with every grant of this name.
+sub fence { my ($f) = $_[0]{token} =~ /\A([0-9]+)/; return $f }
+
+sub _command {
+    my ($self, $step, @args) = @_;
+    my $ctx = { step => $step, path => $self->{what},
+        opts => defined $self->{command} ? { command => $self->{command} } : {} };
+    my $out = eval {
+        _call_redis($URL{ _id($self) }, $ctx, $step, '--redis', 'env:TOKENLOCK_URL', @args, $self->{name}, $self->{token});
+    };
+    return $out if defined $out;
+    my $err = $@;
+    $self->{held} = 0 if ref $err && $err->code eq 'lock_lost';
+    die $err;
+}
+
+sub refresh {
+    my ($self, %opts) = @_;
+    _check_opts('refresh', \%opts, qw(lease));
+    _owned($self, 'refresh');
+    $self->_command('refresh', _lease_args('refresh', \%opts));
+    return $self->{token};
+}
+
+sub release {
+    my ($self) = @_;
+    _owned($self, 'release');
+    $self->_command('release');
+    $self->{held} = 0;
+    return 1;
+}
+
+sub DESTROY {
+    my ($self) = @_;
+    if ($self->{held} && $self->{pid} == $$) {
+        local ($@, $!, $?);
+        eval { $self->release; 1 }
+          or warn "Tokenlock: the Redis lock $self->{name} was still held when its object went away, "
+          . "and releasing it failed: $@";
+    }
+    delete $URL{ _id($self) };
+}
+
+sub CLONE_SKIP { 1 }
+
+sub with_lock {
+    my ($url, $name, $code, %opts) = @_;
+    _usage('with_lock', 'the third argument must be a code reference') unless ref $code eq 'CODE';
+    my $lock = Tokenlock::Redis->acquire($url, $name, %opts);
+    return _run_held($lock, $code, wantarray, _masked($url) . " $name");
+}
+
+# Who holds NAME: undef when free, else { token, fence, pid, host_tag,
+# remaining_ms }, from the command's status --json.
+sub holder {
+    my ($url, $name, %opts) = @_;
+    _check_opts('status', \%opts, ());
+    _url_arg('status', $url, $name);
+    my $what = _masked($url) . " $name";
+    my $out = _call_redis($url, { step => 'status', path => $what, opts => \%opts },
+        'status', '--json', '--redis', 'env:TOKENLOCK_URL', $name);
+    require JSON::PP;
+    my $s = eval { JSON::PP::decode_json($out) }
+      or die _error(code => 'command_failed',
+        message => "Tokenlock: status $what: the tokenlock command printed what is not JSON: \"$out\"");
+    return undef unless ($s->{state} || '') eq 'held';
+    return { map { $_ => $s->{$_} } grep { exists $s->{$_} } qw(token fence owner pid host_tag remaining_ms) };
+}
+
+1;
+
+__END__
+
+=head1 NAME
+
+Tokenlock::Redis - a lock that is a name in a Redis server
+
+=head1 SYNOPSIS
+
+    use Tokenlock;   # Tokenlock::Redis is compiled by its first call
+
+    my $lock = Tokenlock::Redis->acquire('redis://127.0.0.1:6379', 'report', wait => 10, lease => 60);
+    my $fence = $lock->fence;      # grows with every grant of this name
+    $lock->refresh(lease => 60);   # lock_lost if another took it meanwhile
+    $lock->release;
+
+    Tokenlock::Redis::with_lock($url, 'report', sub { ... }, wait => 10);
+    my $lock = Tokenlock::Redis->try_acquire($url, 'report');   # undef when held
+    my $h = Tokenlock::Redis::holder($url, 'report');  # undef, or { token, fence, owner, pid, host_tag, remaining_ms }
+
+=head1 DESCRIPTION
+
+For hosts that share no filesystem, a lock can be a name in a Redis server
+(docs/redis.md). Core Perl has no Redis client, so these calls run the
+command with C<--redis> (one process start each); they share the lock with
+the command and the C++ library, with the same fences.
+
+URLs as the command takes them: C<redis://[[user]:password@]host[:port][/db]>
+or C<unix:///path/to/socket>. A password (or user) holding any of
+C<@ : / ? # [ ] %> or a space must be percent-encoded (C<%40> for C<@>,
+C<%3A> for C<:>, C<%2F>, C<%3F>, C<%23>, C<%5B>, C<%5D>, C<%25>, C<%20>).
+The URL never reaches the command's argv, which every local user can read
+in the process list: the command gets C<--redis env:TOKENLOCK_URL> and the
+URL in its environment only (a command from before C<env:> refuses it:
+update the command). The object keeps the URL outside its hash, so a dump
+of it (C<Data::Dumper>) does not show it; C<< $lock->url >> and every message
+and C<< $err->command >> show the password as C<***>, whatever is malformed
+in the URL. C<wait> is as for C<< Tokenlock->acquire >> (default 10
+seconds; C<'forever'>; 0 for one try), C<lease> defaults to the command's
+300 seconds. Redis cannot see that a holder died: a grant ends with its
+lease, so keep leases short and refresh. The object releases a forgotten
+lock when it goes away, never in a forked child, whose C<release> dies with
+C<not_owner>. Errors are C<Tokenlock::Error> objects with the codes of
+L<Tokenlock/ERRORS>: C<busy>, C<timed_out>, C<lock_lost>, C<bad_argument> (a bad URL,
+name or option), C<system> with the errno of a connection that failed.
+
+=head1 SEE ALSO
+
+L<Tokenlock>, L<Tokenlock::Error>, docs/redis.md, tokenlock(1).
+
+=head1 LICENSE
+
+Copyright (c) 2026 The tokenlock authors. Released under the MIT licence:
+the file LICENSE at the top of the source tree.
+
+=cut
