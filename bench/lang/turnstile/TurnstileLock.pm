@@ -11,7 +11,7 @@ use Fcntl qw(:flock O_RDWR O_CREAT O_EXCL O_NOFOLLOW O_NONBLOCK O_NOCTTY S_ISREG
 use Time::HiRes qw(usleep clock_gettime CLOCK_MONOTONIC);
 
 use constant { FREE => 'lockfile', TURNSTILE => 'turnstile', DEPUTY => 'turnstile.next',
-    BACKOFF_MIN_US => 100, BACKOFF_MAX_US => 50_000, LOOK_EVERY_NS => 10_000_000 };
+    BACKOFF_MIN_US => 100, BACKOFF_MAX_US => 50_000, LOOK_EVERY_NS => 10_000_000, AGED_US => 2000 };
 
 my %BASE = (
     poll      => { line => 'none' },
@@ -20,6 +20,8 @@ my %BASE = (
     fair      => { line => 'nb', hungry_us => 1000 },
     fairblock => { line => 'block', hungry_us => 1000 },
     deputy    => { line => 'nb', hungry_us => 1000, deputy_us => 200 },
+    aged      => { line => 'nb', nb_us => 16_000, hungry_us => 1000, age_ms => 25 },
+    ageddeputy => { line => 'nb', nb_us => 16_000, hungry_us => 1000, deputy_us => 500, age_ms => 25 },
 );
 
 # The scheme NAME, with an optional tail "@H/N/G/D" as in the PHP twin:
@@ -29,7 +31,7 @@ sub scheme {
     my ($base, $tune) = split /@/, $name, 2;
     my $b = $BASE{$base} or die "unknown scheme $name\n";
     my %s = (head_us => 1000, nb_us => 2000, own_ms => 100, hungry_us => 0,
-        hungry_poll_us => 100, deputy_us => 0, %$b);
+        hungry_poll_us => 100, deputy_us => 0, age_ms => 0, %$b);
     if (defined $tune) {
         my @t = split m{/}, $tune;
         @s{qw(head_us nb_us hungry_us deputy_us)[0 .. $#t]} = @t;
@@ -48,7 +50,8 @@ sub new {
 # Acquires within WAIT seconds (undef: no limit); false when the budget ran out.
 sub acquire {
     my ($self, $wait) = @_;
-    my $deadline = defined $wait ? now_ns() + int($wait * 1e9) : 9**18;
+    $self->{since} = now_ns();
+    my $deadline = defined $wait ? $self->{since} + int($wait * 1e9) : 9**18;
     my $s = $self->{s};
     # A hungry head is owed the next release: a newcomer lines up behind
     # it rather than renaming the freed token first.
@@ -169,8 +172,22 @@ sub enter_turnstile {
         return $self->deputy($until) if $self->{next} && flock($self->{next}, LOCK_EX | LOCK_NB);
         my $left = int(($until - now_ns()) / 1000);
         return 0 if $left <= 0;
-        usleep($s->{nb_us} < $left ? $s->{nb_us} : $left);
+        my $pause = $self->sleeper_pause;
+        usleep($pause < $left ? $pause : $left);
     }
+}
+
+# How long a sleeper sleeps between tries: with aging, half as long for
+# every age_ms waited, down to AGED_US, so that the sleeper that waited
+# longest most likely takes a place that frees (see the PHP twin).
+sub sleeper_pause {
+    my ($self) = @_;
+    my $s = $self->{s};
+    return $s->{nb_us} unless $s->{age_ms};
+    my $halvings = int((now_ns() - $self->{since}) / 1e6 / $s->{age_ms});
+    $halvings = 30 if $halvings > 30;
+    my $pause = $s->{nb_us} >> $halvings;
+    return $pause > AGED_US ? $pause : AGED_US;
 }
 
 # Second in line: tries the head's place every deputy_us, so that a new

@@ -10,9 +10,10 @@
  *   php contend.php probe SCHEME LOCKDIR WAIT
  *
  * SCHEMES: comma-separated, of flock and Scheme::named's (default
- * flock,poll,block,nb,fair). WAIT: each acquire's budget in seconds
+ * flock,poll,block,nb,fair,deputy,aged). WAIT: each acquire's budget in seconds
  * (default: none). Per run: operations per second, Jain's fairness index
- * of the per-process counts, p50/p99/max acquire latency; then per scheme
+ * of the per-process counts, p50/p99/max acquire latency, the CPU time
+ * (user and system) all processes spent per operation; then per scheme
  * the median over rounds of its ratio to flock's operations in the same
  * round, with the smallest and largest. A lost increment (the counter
  * short of the operations counted) fails the run: that would be two
@@ -105,12 +106,13 @@ function fresh(string $work, string $name): array
     return [$dir, "$work/$name.count"];
 }
 
-/** One run of SCHEME with N processes: [ops/s, jain, p50 us, p99 us, max us]. */
+/** One run of SCHEME with N processes: [ops/s, jain, p50 us, p99 us, max us, CPU us per operation]. */
 function run(string $scheme, int $n, float $seconds, array $opt, string $work, string $tag): array
 {
     [$dir, $counter] = fresh($work, $tag);
     $start = hrtime(true) + 200000000;
     $stop = $start + (int) ($seconds * 1e9);
+    $cpu = cpuOfChildren();
     $pids = [];
     for ($i = 0; $i < $n; ++$i) {
         $pid = pcntl_fork();
@@ -127,7 +129,16 @@ function run(string $scheme, int $n, float $seconds, array $opt, string $work, s
             throw new \RuntimeException("contend: a $scheme worker failed (status $status)");
         }
     }
-    return summarise($scheme, $n, $seconds, $work, $tag, $counter);
+    $row = summarise($scheme, $n, $seconds, $work, $tag, $counter);
+    $row[] = (cpuOfChildren() - $cpu) / max(1, $row[0] * $seconds);
+    return $row;
+}
+
+/** CPU time (user and system, microseconds) of the children waited for so far. */
+function cpuOfChildren(): float
+{
+    $u = getrusage(1);
+    return $u['ru_utime.tv_sec'] * 1e6 + $u['ru_utime.tv_usec'] + $u['ru_stime.tv_sec'] * 1e6 + $u['ru_stime.tv_usec'];
 }
 
 /** Reads the workers' figures and checks that no increment was lost. */
@@ -158,14 +169,14 @@ function median(array $x): float
 /** The table: per scheme, medians over rounds, and the ratio to flock measured in each round. */
 function report(array $results, array $schemes): void
 {
-    printf("%-14s %10s %8s %10s %10s %10s %8s %s\n", 'scheme', 'ops/s', 'jain', 'p50 us', 'p99 us', 'max us', 'x flock', '(min-max)');
+    printf("%-14s %8s %6s %8s %8s %8s %7s %8s %s\n", 'scheme', 'ops/s', 'jain', 'p50 us', 'p99 us', 'max us', 'cpu/op', 'x flock', '(min-max)');
     foreach ($schemes as $s) {
         $col = fn (int $k) => median(array_column($results[$s], $k));
         $ratios = [];
         foreach ($results[$s] as $r => $row) {
             $ratios[] = $row[0] / $results['flock'][$r][0];
         }
-        printf("%-14s %10.0f %8.2f %10.0f %10.0f %10.0f %7.2fx (%.2f-%.2f)\n", $s, $col(0), $col(1), $col(2), $col(3), $col(4),
+        printf("%-14s %8.0f %6.2f %8.0f %8.0f %8.0f %7.0f %7.2fx (%.2f-%.2f)\n", $s, $col(0), $col(1), $col(2), $col(3), $col(4), $col(5),
             median($ratios), min($ratios), max($ratios));
     }
 }
@@ -208,7 +219,7 @@ function main(array $argv): int
     $n = (int) ($o['n'] ?? 8);
     $seconds = (float) ($o['t'] ?? 2);
     $rounds = (int) ($o['r'] ?? 3);
-    $schemes = explode(',', $o['s'] ?? 'flock,poll,block,nb,fair');
+    $schemes = explode(',', $o['s'] ?? 'flock,poll,block,nb,fair,deputy,aged');
     if (!in_array('flock', $schemes, true)) {
         array_unshift($schemes, 'flock');  // every ratio is to flock's run in the same round
     }

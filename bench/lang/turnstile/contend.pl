@@ -82,10 +82,11 @@ sub fresh {
     return ($dir, "$work/$name.count");
 }
 
-# One run of SCHEME with N processes: [ops/s, jain, p50 us, p99 us, max us].
+# One run of SCHEME with N processes: [ops/s, jain, p50 us, p99 us, max us, CPU us per operation].
 sub run {
     my ($scheme, $n, $seconds, $opt, $work, $tag) = @_;
     my ($dir, $counter) = fresh($work, $tag);
+    my $cpu = cpu_of_children();
     my $start = TurnstileLock::now_ns() + 200_000_000;
     my @pids;
     for my $i (0 .. $n - 1) {
@@ -100,8 +101,13 @@ sub run {
         push @pids, $pid;
     }
     for (@pids) { waitpid($_, 0); die "contend: a $scheme worker failed ($?)\n" if $? }
-    return summarise($scheme, $n, $seconds, $work, $tag, $counter);
+    my $row = summarise($scheme, $n, $seconds, $work, $tag, $counter);
+    push @$row, (cpu_of_children() - $cpu) / ($row->[0] * $seconds || 1);
+    return $row;
 }
+
+# CPU time (user and system, microseconds) of the children waited for so far.
+sub cpu_of_children { my (undef, undef, $cu, $cs) = times; return ($cu + $cs) * 1e6 }
 
 # Reads the workers' figures and checks that no increment was lost.
 sub summarise {
@@ -123,13 +129,13 @@ sub summarise {
 
 sub report {
     my ($results, @schemes) = @_;
-    printf "%-14s %10s %8s %10s %10s %10s %8s %s\n", 'scheme', 'ops/s', 'jain', 'p50 us', 'p99 us', 'max us', 'x flock', '(min-max)';
+    printf "%-14s %8s %6s %8s %8s %8s %7s %8s %s\n", 'scheme', 'ops/s', 'jain', 'p50 us', 'p99 us', 'max us', 'cpu/op', 'x flock', '(min-max)';
     for my $s (@schemes) {
         my @rows = @{ $results->{$s} };
         my @ratios = map { $rows[$_][0] / $results->{flock}[$_][0] } 0 .. $#rows;
         my @r = sort { $a <=> $b } @ratios;
-        printf "%-14s %10.0f %8.2f %10.0f %10.0f %10.0f %7.2fx (%.2f-%.2f)\n", $s,
-            (map { my $k = $_; median(map { $_->[$k] } @rows) } 0 .. 4), median(@ratios), $r[0], $r[-1];
+        printf "%-14s %8.0f %6.2f %8.0f %8.0f %8.0f %7.0f %7.2fx (%.2f-%.2f)\n", $s,
+            (map { my $k = $_; median(map { $_->[$k] } @rows) } 0 .. 5), median(@ratios), $r[0], $r[-1];
     }
 }
 
@@ -158,7 +164,7 @@ sub main {
     my %o;
     getopts('n:t:r:s:w:d:c:', \%o) or die "usage: see the head of $0\n";
     my ($n, $seconds, $rounds) = ($o{n} // 8, $o{t} // 2, $o{r} // 3);
-    my @schemes = split /,/, $o{s} // 'flock,poll,block,nb,fair,deputy';
+    my @schemes = split /,/, $o{s} // 'flock,poll,block,nb,fair,deputy,aged';
     unshift @schemes, 'flock' unless grep { $_ eq 'flock' } @schemes;  # every ratio is to flock's run in the same round
     my $opt = { wait => $o{w}, in_place => ($o{c} // 'replace') eq 'inplace' };
     my $work = tempdir('contend.XXXXXX', DIR => $o{d} // '/tmp', CLEANUP => 1);
