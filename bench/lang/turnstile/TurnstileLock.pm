@@ -21,6 +21,7 @@ my %BASE = (
     fairblock => { line => 'block', hungry_us => 1000 },
     deputy    => { line => 'nb', hungry_us => 1000, deputy_us => 200 },
     aged      => { line => 'nb', nb_us => 16_000, hungry_us => 1000, age_ms => 25 },
+    agedbarge => { line => 'nb', nb_us => 16_000, hungry_us => 1000, age_ms => 25, newcomers_yield => 0 },
     ageddeputy => { line => 'nb', nb_us => 16_000, hungry_us => 1000, deputy_us => 500, age_ms => 25 },
 );
 
@@ -31,7 +32,7 @@ sub scheme {
     my ($base, $tune) = split /@/, $name, 2;
     my $b = $BASE{$base} or die "unknown scheme $name\n";
     my %s = (head_us => 1000, nb_us => 2000, own_ms => 100, hungry_us => 0,
-        hungry_poll_us => 100, deputy_us => 0, age_ms => 0, %$b);
+        hungry_poll_us => 100, deputy_us => 0, age_ms => 0, newcomers_yield => 1, %$b);
     if (defined $tune) {
         my @t = split m{/}, $tune;
         @s{qw(head_us nb_us hungry_us deputy_us)[0 .. $#t]} = @t;
@@ -55,7 +56,7 @@ sub acquire {
     my $s = $self->{s};
     # A hungry head is owed the next release: a newcomer lines up behind
     # it rather than renaming the freed token first.
-    my $owed = $s->{hungry_us} && $self->line_is_hungry;
+    my $owed = $s->{hungry_us} && $s->{newcomers_yield} && $self->line_is_hungry;
     return 1 if !$owed && $self->try_rename(1);
     return $self->poll($deadline) if $s->{line} eq 'none' || !$self->open_turnstile;
     return $self->line($deadline);

@@ -26,7 +26,10 @@
  *   aged, ageddeputy
  *           fair and deputy (trying every 500 us) with sleepers that retry
  *           every 16 ms at first and twice as often for every 25 ms they
- *           have waited, down to every 2 ms.
+ *           have waited, down to every 2 ms;
+ *   agedbarge
+ *           aged, but a newcomer does not read the hungry mark (no lstat on
+ *           the fast path): only waiters line up behind a hungry head.
  */
 
 declare(strict_types=1);
@@ -44,6 +47,7 @@ final class Scheme
         public int $hungryPollUs = 100,
         public int $deputyUs = 0,       // 0: no deputy
         public int $ageMs = 0,          // 0: sleepers retry every nbUs however long they waited
+        public bool $newcomersYield = true,  // false: only waiters heed the hungry mark
     ) {
     }
 
@@ -63,6 +67,7 @@ final class Scheme
             'fairblock' => new self('block', hungryUs: 1000),
             'deputy' => new self('nb', hungryUs: 1000, deputyUs: 200),
             'aged' => new self('nb', nbUs: 16000, hungryUs: 1000, ageMs: 25),
+            'agedbarge' => new self('nb', nbUs: 16000, hungryUs: 1000, ageMs: 25, newcomersYield: false),
             'ageddeputy' => new self('nb', nbUs: 16000, hungryUs: 1000, deputyUs: 500, ageMs: 25),
             default => throw new \InvalidArgumentException("unknown scheme $name"),
         };
@@ -110,7 +115,7 @@ final class RenameLock
         $s = $this->scheme;
         // A hungry head is owed the next release: a newcomer lines up
         // behind it rather than renaming the freed token first.
-        $owed = $s->hungryUs > 0 && $this->lineIsHungry();
+        $owed = $s->hungryUs > 0 && $s->newcomersYield && $this->lineIsHungry();
         if (!$owed && $this->tryRename(true)) {
             return true;
         }
