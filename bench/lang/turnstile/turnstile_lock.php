@@ -29,7 +29,11 @@
  *           have waited, down to every 2 ms;
  *   agedbarge
  *           aged, but a newcomer does not read the hungry mark (no lstat on
- *           the fast path): only waiters line up behind a hungry head.
+ *           the fast path): only waiters line up behind a hungry head;
+ *   bell    aged, and the hungry head sleeps on an abstract Unix datagram
+ *           socket whose address is its mark; a releaser that finds the
+ *           mark sends it a byte, so the head wakes at the release (it
+ *           still polls every HEAD_US for holders that do not ring).
  */
 
 declare(strict_types=1);
@@ -48,6 +52,7 @@ final class Scheme
         public int $deputyUs = 0,       // 0: no deputy
         public int $ageMs = 0,          // 0: sleepers retry every nbUs however long they waited
         public bool $newcomersYield = true,  // false: only waiters heed the hungry mark
+        public bool $bell = false,      // a hungry head sleeps on a socket that releasers ring
     ) {
     }
 
@@ -68,6 +73,7 @@ final class Scheme
             'deputy' => new self('nb', hungryUs: 1000, deputyUs: 200),
             'aged' => new self('nb', nbUs: 16000, hungryUs: 1000, ageMs: 25),
             'agedbarge' => new self('nb', nbUs: 16000, hungryUs: 1000, ageMs: 25, newcomersYield: false),
+            'bell' => new self('nb', nbUs: 16000, hungryUs: 1000, ageMs: 25, bell: true),
             'ageddeputy' => new self('nb', nbUs: 16000, hungryUs: 1000, deputyUs: 500, ageMs: 25),
             default => throw new \InvalidArgumentException("unknown scheme $name"),
         };
@@ -130,6 +136,68 @@ final class RenameLock
         if (!@rename("$this->dir/$this->token", "$this->dir/" . self::FREE)) {
             throw new \RuntimeException("release $this->dir: cannot rename $this->token back: lock lost");
         }
+        if ($this->scheme->bell) {
+            $this->ring();
+        }
+    }
+
+    /**
+     * Wakes a hungry head at once instead of at its next poll: its mark is
+     * the address of its socket (an abstract Unix socket, so nothing is
+     * made in D). One lstat when there is no mark; a wrong or stale
+     * address costs a datagram that nobody reads.
+     */
+    private function ring(): void
+    {
+        $path = "$this->dir/" . self::TURNSTILE;
+        clearstatcache(true, $path);
+        $st = @lstat($path);
+        if ($st === false || $st['size'] < 2 || ($st['mode'] & 0170000) !== 0100000) {
+            return;
+        }
+        $name = @file_get_contents($path, false, null, 0, 64);
+        if (is_string($name) && preg_match('/\A\0tl-[0-9a-f]{16}\z/', $name) === 1
+            && ($c = @stream_socket_client("udg://$name")) !== false) {
+            @fwrite($c, 'x');
+            fclose($c);
+        }
+    }
+
+    /** This process's bell: an abstract datagram socket, made once. */
+    private function bellSocket()
+    {
+        static $bell = null, $name = '';
+        if ($bell === null) {
+            $name = "\0tl-" . bin2hex(random_bytes(8));
+            $bell = @stream_socket_server("udg://$name", $errno, $errstr, STREAM_SERVER_BIND) ?: false;
+        }
+        return $bell === false ? [false, ''] : [$bell, $name];
+    }
+
+    /** The hungry head's wait: on its bell when it has one, else a sleep. */
+    private function hungryWait(int $us): void
+    {
+        [$bell] = $this->scheme->bell ? $this->bellSocket() : [false];
+        if ($bell === false) {
+            usleep($us);
+            return;
+        }
+        $r = [$bell];
+        $w = $e = null;
+        if (@stream_select($r, $w, $e, 0, $us) > 0) {
+            stream_socket_recvfrom($bell, 16);
+        }
+    }
+
+    /** Sets the hungry mark: 1 byte, or with a bell its address. */
+    private function markHungry(): bool
+    {
+        [$bell, $name] = $this->scheme->bell ? $this->bellSocket() : [false, ''];
+        if ($bell === false) {
+            return ftruncate($this->turn, 1);
+        }
+        fseek($this->turn, 0);
+        return fwrite($this->turn, $name) === strlen($name);
     }
 
     /**
@@ -358,9 +426,12 @@ final class RenameLock
             }
             $this->lookNow();
             if ($s->hungryUs > 0 && !$hungry && $now - $since >= $s->hungryUs * 1000) {
-                $hungry = ftruncate($this->turn, 1);
+                $hungry = $this->markHungry();
             }
-            usleep(min($hungry ? $s->hungryPollUs : $s->headUs, max(1, intdiv($deadline - $now, 1000))));
+            $left = max(1, intdiv($deadline - $now, 1000));
+            // With a bell, rung by native releasers, the hungry head polls
+            // only for holders that do not ring (the C++ library's).
+            $hungry ? $this->hungryWait(min($s->bell ? $s->headUs : $s->hungryPollUs, $left)) : usleep(min($s->headUs, $left));
         }
         if ($hungry) {
             ftruncate($this->turn, 0);
