@@ -2,10 +2,9 @@ package TurnstileLock;
 # The bare rename protocol of docs/protocol.md with the ways of waiting
 # that docs/waiting-turnstile.md compares, in core Perl: the twin of
 # turnstile_lock.php (see there for the schemes; all but bell, which was
-# tried in PHP only). A prototype for
-# measuring: it does not judge or take over a holder, nor create the lock
-# directory; its tokens name another host, so that the library judges them
-# by their one-hour lease only.
+# tried in PHP only). A prototype for measuring: it does not judge or take
+# over a holder, nor create the lock directory; its tokens name another
+# host, so that the library judges them by their one-hour lease only.
 use strict;
 use warnings;
 use Fcntl qw(:flock O_RDWR O_CREAT O_EXCL O_NOFOLLOW O_NONBLOCK O_NOCTTY S_ISREG);
