@@ -7,15 +7,16 @@
 #
 #   bench/lang/turnstile/mixed.sh [-b BUILD] [-s SCHEME] [-c CXX] [-p PHP] [-l PERL] [-t SECONDS] [-k CYCLES]
 #
-# CXX lock_worker processes do CYCLES increments each (default 3 x 8000, about as long as the others run);
-# PHP and PERL prototype processes (default 3 and 2) run SCHEME (default
-# aged) for SECONDS (default 4). Prints one line per process: its
+# BUILD (default: build/ in the source tree) has tests/lock_worker. CXX
+# lock_worker processes do CYCLES increments each (default 3 x 8000, about
+# as long as the others run); PHP and PERL prototype processes (default 3
+# and 2) run SCHEME (default aged) for SECONDS (default 4). Prints one line per process: its
 # increments, and for the prototypes p50/p99/max acquire latency; for the
 # C++ ones the time they took. Exits 1 on a lost increment, a canary
 # violation or a process that made no progress.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-build=/work/main/build scheme=aged cxx=3 php=3 perl=2 seconds=4 cycles=8000
+build=$(cd "$here/../../.." && pwd)/build scheme=aged cxx=3 php=3 perl=2 seconds=4 cycles=8000
 while getopts "b:s:c:p:l:t:k:" o; do
   case $o in
     b) build=$OPTARG ;; s) scheme=$OPTARG ;; c) cxx=$OPTARG ;; p) php=$OPTARG ;;
