@@ -33,12 +33,7 @@ workers=${workers:-$clients}
 [ "$requests" -ge "$clients" ] || { echo "fpm_bench: REQUESTS ($requests) must be at least CLIENTS ($clients)" >&2; exit 64; }
 . "$src/tests/e2e/webserver.sh"
 . "$src/tests/e2e/phpfpm.sh"
-for need in apache2 ab curl; do
-  command -v "$need" >/dev/null || { echo "SKIP: $need is not installed (scripts/install-deps installs it)"; exit 77; }
-done
-find_php_fpm >/dev/null || { echo "SKIP: php-fpm is not installed (scripts/install-deps installs it)"; exit 77; }
-[ -e /usr/lib/apache2/modules/mod_proxy_fcgi.so ] ||
-  { echo "SKIP: Apache's mod_proxy_fcgi is not installed (scripts/install-deps installs apache2)"; exit 77; }
+require_fpm_rig
 tool=${TOKENLOCK_COMMAND:-$src/build/tools/tokenlock}
 [ -x "$tool" ] || tool=""
 

@@ -22,12 +22,7 @@ src=$1 cgi_binary=$2 tool=$3 libc_api=${4:-}
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/webserver.sh"
 . "$here/phpfpm.sh"
-for need in perl php-cgi python3 ab curl apache2; do
-  command -v "$need" >/dev/null || { echo "SKIP: $need is not installed (scripts/install-deps installs it)"; exit 77; }
-done
-find_php_fpm >/dev/null || { echo "SKIP: php-fpm is not installed (scripts/install-deps installs it)"; exit 77; }
-[ -e /usr/lib/apache2/modules/mod_proxy_fcgi.so ] ||
-  { echo "SKIP: Apache's mod_proxy_fcgi is not installed (scripts/install-deps installs apache2)"; exit 77; }
+require_fpm_rig perl php-cgi python3
 
 work=$(mktemp -d)
 chmod 0755 "$work"

@@ -6,6 +6,9 @@
 # and the system's php.ini applies, as on a host.
 #
 #   find_php_fpm                      prints the php-fpm binary, or fails
+#   require_fpm_rig [COMMAND...]      exits 77 with the reason unless Apache,
+#                                     ab, curl, php-fpm, mod_proxy_fcgi and
+#                                     the COMMANDs are there
 #   start_php_fpm WORK CHILDREN       sets FPM_PID and FPM_SOCKET
 #   fpm_apache_config WORK URL DIR    writes WORK/fpm-apache.conf, which
 #                                     serves DIR's *.php files at URL/
@@ -40,6 +43,16 @@ find_php_fpm() {
     [ -x "$f" ] && { echo "$f"; return 0; }
   done
   return 1
+}
+
+require_fpm_rig() {
+  local need
+  for need in apache2 ab curl "$@"; do
+    command -v "$need" >/dev/null || { echo "SKIP: $need is not installed (scripts/install-deps installs it)"; exit 77; }
+  done
+  find_php_fpm >/dev/null || { echo "SKIP: php-fpm is not installed (scripts/install-deps installs it)"; exit 77; }
+  [ -e /usr/lib/apache2/modules/mod_proxy_fcgi.so ] ||
+    { echo "SKIP: Apache's mod_proxy_fcgi is not installed (scripts/install-deps installs apache2)"; exit 77; }
 }
 
 start_php_fpm() {

@@ -23,12 +23,7 @@ while getopts "n:r:c:s:" o; do
 done
 . "$src/tests/e2e/webserver.sh"
 . "$src/tests/e2e/phpfpm.sh"
-for need in apache2 ab curl; do
-  command -v "$need" >/dev/null || { echo "SKIP: $need is not installed (scripts/install-deps installs it)"; exit 77; }
-done
-find_php_fpm >/dev/null || { echo "SKIP: php-fpm is not installed (scripts/install-deps installs it)"; exit 77; }
-[ -e /usr/lib/apache2/modules/mod_proxy_fcgi.so ] ||
-  { echo "SKIP: Apache's mod_proxy_fcgi is not installed (scripts/install-deps installs apache2)"; exit 77; }
+require_fpm_rig
 
 work=$(mktemp -d)
 chmod 0755 "$work"
