@@ -16,19 +16,6 @@ use Tokenlock qw(write_file update_file increment);
 my $cmd = tokenlock_command();
 my $dir = scratch_dir();
 
-# Temporary files anywhere under $d (the target's directory and every
-# lock workspace in it).
-sub temps {
-    my ($d) = @_;
-    my @found;
-    for my $e (entries($d)) {
-        my $p = "$d/$e";
-        push @found, $p if $e =~ /\.tmp\./;
-        push @found, temps($p) if -d $p && !-l $p;
-    }
-    return @found;
-}
-
 sub err_of { my ($code) = @_; my $ok = eval { $code->(); 1 }; return $ok ? 'ok' : ref $@ ? $@->code . ($@->errno ? ' ' . $@->errno : '') : "died: $@" }
 
 # --- the fenced commit goes through the token's workspace ----------------------------

@@ -31,18 +31,6 @@ sub open_on {
     return scalar @fds;
 }
 
-# Temporary files under $d, lock workspaces included.
-sub temps {
-    my ($d) = @_;
-    my @found;
-    for my $e (entries($d)) {
-        my $p = "$d/$e";
-        push @found, $p if $e =~ /\.tmp\./;
-        push @found, temps($p) if -d $p && !-l $p;
-    }
-    return @found;
-}
-
 SKIP: {
     skip('no /proc/self/fd to look at open descriptors', 2) unless -d '/proc/self/fd';
     my $f = "$dir/held.txt";

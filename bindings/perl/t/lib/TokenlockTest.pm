@@ -20,7 +20,7 @@ use Test::More ();
 
 our @EXPORT = qw(
   tokenlock_command command_skip skip_all_without_command dir_status break_token free_now scratch_dir capture fork_worker reap read_line
-  lock_status token_re leftovers entries slurp spit module_files copy_module
+  lock_status token_re leftovers temps entries slurp spit module_files copy_module
 );
 
 # The source tree's root, when the tests run there.
@@ -216,6 +216,19 @@ sub leftovers {
     my @left = grep { /\A\Q.$name.tmp.\E/ } readdir $dh;
     closedir $dh;
     return @left;
+}
+
+# Temporary files anywhere under $d (the target's directory and every
+# lock workspace in it).
+sub temps {
+    my ($d) = @_;
+    my @found;
+    for my $e (entries($d)) {
+        my $p = "$d/$e";
+        push @found, $p if $e =~ /\.tmp\./;
+        push @found, temps($p) if -d $p && !-l $p;
+    }
+    return @found;
 }
 
 # The names in directory $d, sorted; none when it cannot be listed.
