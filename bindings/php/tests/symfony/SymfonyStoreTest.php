@@ -416,9 +416,23 @@ final class SymfonyStoreTest extends TempDirTestCase
 
     public function testTheStoreKeepsNoStateItDoesNotUse(): void
     {
-        $names = array_map(fn (\ReflectionProperty $p) => $p->getName(), (new \ReflectionClass(TokenlockStore::class))->getProperties());
+        $class = new \ReflectionClass(TokenlockStore::class);
+        $names = array_map(fn (\ReflectionProperty $p) => $p->getName(), $class->getProperties());
+        $names = array_values(array_filter($names, fn (string $n) => !$class->getProperty($n)->isStatic()));
         sort($names);
         $this->assertSame(['directory', 'group', 'initialTtl'], $names);
+        // The one static: the names of resources' lock directories, kept
+        // for the process and bounded.
+        $statics = array_keys($class->getStaticProperties());
+        $this->assertSame(['names'], $statics);
+        $store = new TokenlockStore($this->locks);
+        $first = $store->lockDirectory('r0');
+        for ($i = 0; $i < 3000; ++$i) {
+            $this->assertSame($this->locks . '/sf.r' . $i . '.' . hash('sha256', 'r' . $i) . '.lock', $store->lockDirectory('r' . $i));
+        }
+        $this->assertLessThanOrEqual(1024, count($class->getStaticPropertyValue('names')));
+        $this->assertSame($first, $store->lockDirectory('r0'));
+        $this->assertSame($this->locks . '/sf.a-b.' . hash('sha256', 'a/b') . '.lock', (new TokenlockStore($this->locks))->lockDirectory('a/b'));
         // The option older calls give is still accepted.
         $lock = (new LockFactory(new TokenlockStore($this->locks, 300, ['command' => '/nonexistent/tokenlock'])))->createLock('old-call');
         $this->assertTrue($lock->acquire());
