@@ -633,8 +633,7 @@ final class RedisLockTest extends TempDirTestCase
         file_put_contents($script, <<<'PHP'
             <?php
             declare(strict_types=1);
-            require $argv[1] . '/src/Tokenlock.php';
-            spl_autoload_register(fn ($c) => is_file($f = $argv[1] . '/src/' . str_replace('\\', '/', substr($c, 10)) . '.php') ? require $f : null);
+            require $argv[1];
             if (extension_loaded('redis')) { echo "redis loaded\n"; exit(1); }
             try {
                 Tokenlock\RedisLock::acquire($argv[2], 'fallback', ['wait' => 0]);
@@ -655,7 +654,7 @@ final class RedisLockTest extends TempDirTestCase
             }
             PHP);
         $held = RedisLock::acquire($this->server->url(), 'fallback');
-        $proc = proc_open(['php', '-n', $script, dirname(__DIR__), $this->server->url()],
+        $proc = proc_open(['php', '-n', $script, TOKENLOCK_TEST_MODULE, $this->server->url()],
             [0 => ['pipe', 'r'], 1 => ['pipe', 'w'], 2 => ['file', "$this->dir/fallback.err", 'w']], $pipes);
         $this->assertSame("refused busy\n", fgets($pipes[1]), (string) @file_get_contents("$this->dir/fallback.err"));
         $held->release();
