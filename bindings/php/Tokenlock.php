@@ -39,8 +39,12 @@
  *
  * Locks belong to the PHP process (its pid and start time): one killed
  * with SIGKILL loses its locks at once, as dead-owner detection on the
- * same host sees it gone. A lock still held when its Lock object is destroyed is released,
- * except in a forked child, which never owned it.
+ * same host sees it gone. A lock still held when its Lock object is
+ * destroyed is released, and so is every lock still held when the request
+ * ends, however it ends (exit(), an uncaught exception, a fatal error such
+ * as memory_limit or max_execution_time, in php-fpm as in the CLI), so
+ * that the next request gets it at once; a forked child never releases
+ * its parent's locks.
  *
  * Errors are thrown as Tokenlock\Exception (a \RuntimeException): getError()
  * names the error in the library's one vocabulary (`busy`, `timed_out`,
@@ -2068,6 +2072,81 @@ trait Directory
     }
 }
 
+// src/Native/Held.php
+/**
+ * The tokens this process holds, released when the request ends however
+ * it ends. A fatal error (memory_limit, max_execution_time) skips every
+ * destructor, and a php-fpm worker lives on after it: without this, the
+ * lock of a request that died would stay held by a live process until its
+ * lease ends, and even the same worker's next request would be refused.
+ * PHP runs shutdown functions after fatal errors, exit() and timeouts
+ * (within its hard_timeout, 2 s by default), before destructors; one
+ * registered from a shutdown function runs after all the others, so the
+ * script's own shutdown functions still find their locks held.
+ *
+ * A forked child has a copy of this list: it releases only the tokens it
+ * made itself, never its parent's.
+ *
+ * @internal
+ */
+trait Held
+{
+    /** @var array<string, array{0: string, 1: string, 2: int}> "DIR/TOKEN" => [DIR, TOKEN, pid] */
+    private static array $held = [];
+
+    private static bool $shutdownSet = false;
+
+    /** Notes TOKEN of DIR as held by this process until it is released. */
+    private static function hold(string $dir, string $token): void
+    {
+        self::$held["$dir/$token"] = [$dir, $token, self::tokenPid()];
+        if (!self::$shutdownSet) {
+            self::$shutdownSet = true;
+            register_shutdown_function([self::class, 'atShutdown']);
+        }
+    }
+
+    private static function unhold(string $dir, string $token): void
+    {
+        unset(self::$held["$dir/$token"]);
+    }
+
+    /**
+     * Whether this process still holds TOKEN of DIR: false once it was
+     * released, lost, or released when the request ended.
+     */
+    public static function holds(string $dir, string $token): bool
+    {
+        return isset(self::$held["$dir/$token"]);
+    }
+
+    /** The first shutdown function: puts the release after the others. */
+    public static function atShutdown(): void
+    {
+        register_shutdown_function([self::class, 'releaseHeld']);
+    }
+
+    /**
+     * Releases every token this process still holds, as the request ends.
+     * A failure is an E_USER_WARNING: there is no caller left to throw to.
+     */
+    public static function releaseHeld(): void
+    {
+        $pid = self::pid();
+        foreach (self::$held as $key => [$dir, $token, $owner]) {
+            unset(self::$held[$key]);
+            if ($owner !== $pid) {
+                continue;  // a forked child's copy of its parent's token
+            }
+            try {
+                self::release($dir, $token);
+            } catch (\Throwable $e) {
+                trigger_error("Tokenlock: releasing the lock $dir as the request ends: " . $e->getMessage(), E_USER_WARNING);
+            }
+        }
+    }
+}
+
 }
 
 namespace Tokenlock\Redis {
@@ -2944,6 +3023,7 @@ use Tokenlock\Files\Target;
 use Tokenlock\Native\Clearing;
 use Tokenlock\Native\Directory;
 use Tokenlock\Native\Errors;
+use Tokenlock\Native\Held;
 use Tokenlock\Native\Identity;
 use Tokenlock\Native\Marks;
 use Tokenlock\Native\Tokens;
@@ -3416,7 +3496,17 @@ final class Files
  *
  * Obtain one with Lock::acquire() or Lock::tryAcquire(); give it back with
  * release(). The lock stays held across calls until then, until its lease
- * ends (default 3600 s; refresh() extends it), or until this process dies.
+ * ends (default 3600 s; refresh() extends it), or until the request ends:
+ * when PHP ends the request, however it ends (normally, exit(), an
+ * uncaught exception, a fatal error such as memory_limit or
+ * max_execution_time), every lock this process still holds is released,
+ * after the script's own shutdown functions and before destructors, so
+ * the next request gets it at once; in the CLI the request is the whole
+ * script. A process killed (SIGKILL, php-fpm's request_terminate_timeout)
+ * releases nothing: on the same host its death is seen, and the next
+ * acquire takes the lock over at once. A forked child never releases its
+ * parent's lock, neither as it ends nor when its copy of the object is
+ * destroyed.
  */
 final class Lock
 {
@@ -3499,10 +3589,14 @@ final class Lock
 
     /**
      * Whether this object still believes it holds the lock: false after
-     * release() or after an operation found the lock lost.
+     * release(), after an operation found the lock lost, and once the lock
+     * was released as the request ended.
      */
     public function isHeld(): bool
     {
+        if ($this->held && !Native::holds(Native::lockPath($this->dir), $this->token)) {
+            $this->held = false;  // released as the request ended
+        }
         return $this->held;
     }
 
@@ -3517,7 +3611,7 @@ final class Lock
      */
     public function refresh(int|float|null $lease = null): string
     {
-        if (!$this->held) {
+        if (!$this->isHeld()) {
             throw new \LogicException("Tokenlock\\Lock::refresh: the lock {$this->dir} is no longer held by this object");
         }
         $this->checkOwner('refresh');
@@ -3533,7 +3627,8 @@ final class Lock
     }
 
     /**
-     * Releases the lock. Does nothing if it is no longer held.
+     * Releases the lock. Does nothing if it is no longer held (released,
+     * lost, or released as the request ended).
      *
      * @throws LockLostException when the lock was taken over meanwhile
      *         (nothing was changed, and it is no longer held)
@@ -3544,7 +3639,7 @@ final class Lock
      */
     public function release(): void
     {
-        if (!$this->held) {
+        if (!$this->isHeld()) {
             return;
         }
         $this->checkOwner('release');
@@ -3565,7 +3660,7 @@ final class Lock
      */
     public function __destruct()
     {
-        if (!$this->held || Native::pid() !== $this->ownerPid) {
+        if (!$this->isHeld() || Native::pid() !== $this->ownerPid) {
             return;
         }
         try {
@@ -3630,6 +3725,7 @@ final class Native
     use Clearing;
     use Marks;
     use Directory;
+    use Held;
 
     public const FREE = 'lockfile';
     public const PREFIX = 'lockfile.';
@@ -3777,10 +3873,18 @@ final class Native
      */
     private static function finish(string $dir, string $token, ?string $takenFrom, int $leaseUs, array &$givenUp, string &$reason, ?array $taken = null): bool
     {
+        // Noted at once: a request that dies from here on still releases it.
+        self::hold($dir, $token);
         $marks = self::needsMarks($dir);
         if ($marks) {
-            [$outcome, $holder] = self::markAndCheck($dir, $token, $takenFrom);
+            try {
+                [$outcome, $holder] = self::markAndCheck($dir, $token, $takenFrom);
+            } catch (\Throwable $e) {
+                self::unhold($dir, $token);
+                throw $e;
+            }
             if ($outcome !== 'held') {
+                self::unhold($dir, $token);
                 $givenUp[$token] = true;
                 $reason = $holder ?? 'taken by another client at the same moment';
                 return false;
@@ -3808,6 +3912,9 @@ final class Native
         // Never retried after ENOENT: on GlusterFS a rename through a stale
         // name can move the token of whoever took ours over.
         $errno = self::rename("$dir/$token", "$dir/" . self::FREE);
+        if ($errno === 0 || $errno === 2) {
+            self::unhold($dir, $token);
+        }
         if ($errno === 2) {
             throw new LockLostException('lock_lost', "tokenlock: release $dir: the lock does not hold $token any more: it was taken over (its lease ended, its owner was judged dead, or it was broken), so another process may have held it meanwhile; nothing was changed", 3);
         }
@@ -3835,11 +3942,14 @@ final class Native
         clearstatcache(true, "$dir/$new");
         // An NFS client may retransmit a rename whose reply was lost.
         if ($errno === 2 && @lstat("$dir/$new") === false) {
+            self::unhold($dir, $token);
             throw new LockLostException('lock_lost', "tokenlock: refresh $dir: the lock does not hold $token any more: it was taken over (its lease ended, its owner was judged dead, or it was broken); nothing was changed", 3);
         }
         if ($errno !== 0 && $errno !== 2) {
             throw self::systemError('refresh', $dir, "cannot rename $token to $new", $errno);
         }
+        self::unhold($dir, $token);
+        self::hold($dir, $new);
         // The mark names the current lease: one naming the old lease would
         // look expired to a process judging it after that lease's end.
         if (self::needsMarks($dir)) {

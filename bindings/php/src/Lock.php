@@ -9,7 +9,17 @@ namespace Tokenlock;
  *
  * Obtain one with Lock::acquire() or Lock::tryAcquire(); give it back with
  * release(). The lock stays held across calls until then, until its lease
- * ends (default 3600 s; refresh() extends it), or until this process dies.
+ * ends (default 3600 s; refresh() extends it), or until the request ends:
+ * when PHP ends the request, however it ends (normally, exit(), an
+ * uncaught exception, a fatal error such as memory_limit or
+ * max_execution_time), every lock this process still holds is released,
+ * after the script's own shutdown functions and before destructors, so
+ * the next request gets it at once; in the CLI the request is the whole
+ * script. A process killed (SIGKILL, php-fpm's request_terminate_timeout)
+ * releases nothing: on the same host its death is seen, and the next
+ * acquire takes the lock over at once. A forked child never releases its
+ * parent's lock, neither as it ends nor when its copy of the object is
+ * destroyed.
  */
 final class Lock
 {
@@ -92,10 +102,14 @@ final class Lock
 
     /**
      * Whether this object still believes it holds the lock: false after
-     * release() or after an operation found the lock lost.
+     * release(), after an operation found the lock lost, and once the lock
+     * was released as the request ended.
      */
     public function isHeld(): bool
     {
+        if ($this->held && !Native::holds(Native::lockPath($this->dir), $this->token)) {
+            $this->held = false;  // released as the request ended
+        }
         return $this->held;
     }
 
@@ -110,7 +124,7 @@ final class Lock
      */
     public function refresh(int|float|null $lease = null): string
     {
-        if (!$this->held) {
+        if (!$this->isHeld()) {
             throw new \LogicException("Tokenlock\\Lock::refresh: the lock {$this->dir} is no longer held by this object");
         }
         $this->checkOwner('refresh');
@@ -126,7 +140,8 @@ final class Lock
     }
 
     /**
-     * Releases the lock. Does nothing if it is no longer held.
+     * Releases the lock. Does nothing if it is no longer held (released,
+     * lost, or released as the request ended).
      *
      * @throws LockLostException when the lock was taken over meanwhile
      *         (nothing was changed, and it is no longer held)
@@ -137,7 +152,7 @@ final class Lock
      */
     public function release(): void
     {
-        if (!$this->held) {
+        if (!$this->isHeld()) {
             return;
         }
         $this->checkOwner('release');
@@ -158,7 +173,7 @@ final class Lock
      */
     public function __destruct()
     {
-        if (!$this->held || Native::pid() !== $this->ownerPid) {
+        if (!$this->isHeld() || Native::pid() !== $this->ownerPid) {
             return;
         }
         try {

@@ -11,6 +11,7 @@ use Tokenlock\Native\Trust;
 use Tokenlock\Native\Clearing;
 use Tokenlock\Native\Marks;
 use Tokenlock\Native\Directory;
+use Tokenlock\Native\Held;
 
 /**
  * The rename-token lock of docs/protocol.md, in PHP: no process is started
@@ -38,6 +39,7 @@ final class Native
     use Clearing;
     use Marks;
     use Directory;
+    use Held;
 
     public const FREE = 'lockfile';
     public const PREFIX = 'lockfile.';
@@ -185,10 +187,18 @@ final class Native
      */
     private static function finish(string $dir, string $token, ?string $takenFrom, int $leaseUs, array &$givenUp, string &$reason, ?array $taken = null): bool
     {
+        // Noted at once: a request that dies from here on still releases it.
+        self::hold($dir, $token);
         $marks = self::needsMarks($dir);
         if ($marks) {
-            [$outcome, $holder] = self::markAndCheck($dir, $token, $takenFrom);
+            try {
+                [$outcome, $holder] = self::markAndCheck($dir, $token, $takenFrom);
+            } catch (\Throwable $e) {
+                self::unhold($dir, $token);
+                throw $e;
+            }
             if ($outcome !== 'held') {
+                self::unhold($dir, $token);
                 $givenUp[$token] = true;
                 $reason = $holder ?? 'taken by another client at the same moment';
                 return false;
@@ -216,6 +226,9 @@ final class Native
         // Never retried after ENOENT: on GlusterFS a rename through a stale
         // name can move the token of whoever took ours over.
         $errno = self::rename("$dir/$token", "$dir/" . self::FREE);
+        if ($errno === 0 || $errno === 2) {
+            self::unhold($dir, $token);
+        }
         if ($errno === 2) {
             throw new LockLostException('lock_lost', "tokenlock: release $dir: the lock does not hold $token any more: it was taken over (its lease ended, its owner was judged dead, or it was broken), so another process may have held it meanwhile; nothing was changed", 3);
         }
@@ -243,11 +256,14 @@ final class Native
         clearstatcache(true, "$dir/$new");
         // An NFS client may retransmit a rename whose reply was lost.
         if ($errno === 2 && @lstat("$dir/$new") === false) {
+            self::unhold($dir, $token);
             throw new LockLostException('lock_lost', "tokenlock: refresh $dir: the lock does not hold $token any more: it was taken over (its lease ended, its owner was judged dead, or it was broken); nothing was changed", 3);
         }
         if ($errno !== 0 && $errno !== 2) {
             throw self::systemError('refresh', $dir, "cannot rename $token to $new", $errno);
         }
+        self::unhold($dir, $token);
+        self::hold($dir, $new);
         // The mark names the current lease: one naming the old lease would
         // look expired to a process judging it after that lease's end.
         if (self::needsMarks($dir)) {

@@ -39,8 +39,12 @@
  *
  * Locks belong to the PHP process (its pid and start time): one killed
  * with SIGKILL loses its locks at once, as dead-owner detection on the
- * same host sees it gone. A lock still held when its Lock object is destroyed is released,
- * except in a forked child, which never owned it.
+ * same host sees it gone. A lock still held when its Lock object is
+ * destroyed is released, and so is every lock still held when the request
+ * ends, however it ends (exit(), an uncaught exception, a fatal error such
+ * as memory_limit or max_execution_time, in php-fpm as in the CLI), so
+ * that the next request gets it at once; a forked child never releases
+ * its parent's locks.
  *
  * Errors are thrown as Tokenlock\Exception (a \RuntimeException): getError()
  * names the error in the library's one vocabulary (`busy`, `timed_out`,
