@@ -3993,7 +3993,10 @@ final class Native
  * With the phpredis extension loaded it talks to Redis itself; without
  * it, it runs `tokenlock acquire|refresh|release|status --redis URL NAME`
  * (the command is found as for the rest of the module). Redis cannot see
- * a holder die: a lock not released stays until its lease ends.
+ * a holder die: a lock not released stays until its lease ends. A request
+ * that ends holding one, however it ends (exit(), an uncaught exception,
+ * memory_limit, max_execution_time), releases it as it ends; a process
+ * killed outright cannot.
  */
 final class RedisLock
 {
@@ -4023,6 +4026,8 @@ final class RedisLock
      */
     private static ?\WeakMap $urls = null;
 
+    private static bool $shutdownSet = false;
+
     /** @param array<string, mixed> $options */
     private function __construct(
         #[\SensitiveParameter] string $url,
@@ -4036,6 +4041,32 @@ final class RedisLock
         $this->ownerPid = Native::pid();
         self::$urls ??= new \WeakMap();
         self::$urls[$this] = $url;
+        if (!self::$shutdownSet) {
+            self::$shutdownSet = true;
+            // Queued from a shutdown function, so it runs after the script's own.
+            register_shutdown_function(static fn () => register_shutdown_function([self::class, 'releaseAtEnd']));
+        }
+    }
+
+    /**
+     * Releases every grant this process still holds as the request ends,
+     * however it ends: a fatal error (memory_limit, max_execution_time)
+     * skips destructors, and the grant would stay until its lease ends.
+     * A failure is an E_USER_WARNING: there is no caller left to throw to.
+     *
+     * @internal
+     */
+    public static function releaseAtEnd(): void
+    {
+        foreach (self::$urls ?? [] as $lock => $url) {
+            if ($lock->isHeld()) {
+                try {
+                    $lock->release();
+                } catch (\Throwable $e) {
+                    trigger_error('Tokenlock\RedisLock: releasing as the request ends: ' . $e->getMessage(), E_USER_WARNING);
+                }
+            }
+        }
     }
 
     /**

@@ -677,4 +677,32 @@ final class RedisLockTest extends TempDirTestCase
         $this->assertTrue($taker->isHeld());
         $taker->release();
     }
+
+    /** A request that dies of a fatal error, which skips destructors, still gives its grant back. */
+    public function testAGrantHeldWhenTheRequestDiesIsReleased(): void
+    {
+        foreach (['' => 'the extension', '-n' => 'the command'] as $flag => $backend) {
+            if ($flag === '' && !extension_loaded('redis')) {
+                continue;
+            }
+            $script = "$this->dir/die.php";
+            file_put_contents($script, "<?php\nrequire \$argv[1];\n"
+                . '$lock = Tokenlock\RedisLock::acquire($argv[2], "dies", ["lease" => 300]);' . "\n"
+                . 'echo $lock->fence(), "\n";' . "\n"
+                . 'ini_set("memory_limit", "16M"); $s = str_repeat("x", 64 << 20);' . "\n");
+            $proc = proc_open(['php', ...($flag === '' ? [] : [$flag]), '-d', 'display_errors=stderr', $script, TOKENLOCK_TEST_MODULE, $this->server->url()],
+                [0 => ['file', '/dev/null', 'r'], 1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes);
+            $fence = trim((string) stream_get_contents($pipes[1]));
+            $err = (string) stream_get_contents($pipes[2]);
+            fclose($pipes[1]);
+            fclose($pipes[2]);
+            $this->assertSame(255, proc_close($proc), "$backend: $err");
+            $this->assertMatchesRegularExpression('/\A[0-9]+\z/', $fence, "$backend: $err");
+            $this->assertStringContainsString('Allowed memory size', $err);
+            $this->assertStringNotContainsString('Tokenlock', $err, $backend);
+            $this->assertNull(RedisLock::holder($this->server->url(), 'dies'), "$backend: the grant was released as the request ended");
+            $next = RedisLock::acquire($this->server->url(), 'dies', ['wait' => 0]);
+            $next->release();
+        }
+    }
 }
