@@ -2091,7 +2091,12 @@ trait Directory
  */
 trait Held
 {
-    /** @var array<string, array{0: string, 1: string, 2: int}> "DIR/TOKEN" => [DIR, TOKEN, pid] */
+    /**
+     * TOKEN => [DIR, pid]: a token names its owner and a random nonce, so
+     * no two locks share one.
+     *
+     * @var array<string, array{0: string, 1: int}>
+     */
     private static array $held = [];
 
     private static bool $shutdownSet = false;
@@ -2099,25 +2104,25 @@ trait Held
     /** Notes TOKEN of DIR as held by this process until it is released. */
     private static function hold(string $dir, string $token): void
     {
-        self::$held["$dir/$token"] = [$dir, $token, self::tokenPid()];
+        self::$held[$token] = [$dir, self::tokenPid()];
         if (!self::$shutdownSet) {
             self::$shutdownSet = true;
             register_shutdown_function([self::class, 'atShutdown']);
         }
     }
 
-    private static function unhold(string $dir, string $token): void
+    private static function unhold(string $token): void
     {
-        unset(self::$held["$dir/$token"]);
+        unset(self::$held[$token]);
     }
 
     /**
-     * Whether this process still holds TOKEN of DIR: false once it was
-     * released, lost, or released when the request ended.
+     * Whether this process still holds TOKEN: false once it was released,
+     * lost, or released when the request ended.
      */
-    public static function holds(string $dir, string $token): bool
+    public static function holds(string $token): bool
     {
-        return isset(self::$held["$dir/$token"]);
+        return isset(self::$held[$token]);
     }
 
     /** The first shutdown function: puts the release after the others. */
@@ -2133,8 +2138,8 @@ trait Held
     public static function releaseHeld(): void
     {
         $pid = self::pid();
-        foreach (self::$held as $key => [$dir, $token, $owner]) {
-            unset(self::$held[$key]);
+        foreach (self::$held as $token => [$dir, $owner]) {
+            unset(self::$held[$token]);
             if ($owner !== $pid) {
                 continue;  // a forked child's copy of its parent's token
             }
@@ -3594,7 +3599,7 @@ final class Lock
      */
     public function isHeld(): bool
     {
-        if ($this->held && !Native::holds(Native::lockPath($this->dir), $this->token)) {
+        if ($this->held && !Native::holds($this->token)) {
             $this->held = false;  // released as the request ended
         }
         return $this->held;
@@ -3660,7 +3665,7 @@ final class Lock
      */
     public function __destruct()
     {
-        if (!$this->isHeld() || Native::pid() !== $this->ownerPid) {
+        if (!$this->held || Native::pid() !== $this->ownerPid) {
             return;
         }
         try {
@@ -3880,11 +3885,11 @@ final class Native
             try {
                 [$outcome, $holder] = self::markAndCheck($dir, $token, $takenFrom);
             } catch (\Throwable $e) {
-                self::unhold($dir, $token);
+                self::unhold($token);
                 throw $e;
             }
             if ($outcome !== 'held') {
-                self::unhold($dir, $token);
+                self::unhold($token);
                 $givenUp[$token] = true;
                 $reason = $holder ?? 'taken by another client at the same moment';
                 return false;
@@ -3913,7 +3918,7 @@ final class Native
         // name can move the token of whoever took ours over.
         $errno = self::rename("$dir/$token", "$dir/" . self::FREE);
         if ($errno === 0 || $errno === 2) {
-            self::unhold($dir, $token);
+            self::unhold($token);
         }
         if ($errno === 2) {
             throw new LockLostException('lock_lost', "tokenlock: release $dir: the lock does not hold $token any more: it was taken over (its lease ended, its owner was judged dead, or it was broken), so another process may have held it meanwhile; nothing was changed", 3);
@@ -3942,13 +3947,13 @@ final class Native
         clearstatcache(true, "$dir/$new");
         // An NFS client may retransmit a rename whose reply was lost.
         if ($errno === 2 && @lstat("$dir/$new") === false) {
-            self::unhold($dir, $token);
+            self::unhold($token);
             throw new LockLostException('lock_lost', "tokenlock: refresh $dir: the lock does not hold $token any more: it was taken over (its lease ended, its owner was judged dead, or it was broken); nothing was changed", 3);
         }
         if ($errno !== 0 && $errno !== 2) {
             throw self::systemError('refresh', $dir, "cannot rename $token to $new", $errno);
         }
-        self::unhold($dir, $token);
+        self::unhold($token);
         self::hold($dir, $new);
         // The mark names the current lease: one naming the old lease would
         // look expired to a process judging it after that lease's end.

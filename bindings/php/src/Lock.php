@@ -107,7 +107,7 @@ final class Lock
      */
     public function isHeld(): bool
     {
-        if ($this->held && !Native::holds(Native::lockPath($this->dir), $this->token)) {
+        if ($this->held && !Native::holds($this->token)) {
             $this->held = false;  // released as the request ended
         }
         return $this->held;
@@ -173,7 +173,7 @@ final class Lock
      */
     public function __destruct()
     {
-        if (!$this->isHeld() || Native::pid() !== $this->ownerPid) {
+        if (!$this->held || Native::pid() !== $this->ownerPid) {
             return;
         }
         try {

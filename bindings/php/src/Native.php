@@ -194,11 +194,11 @@ final class Native
             try {
                 [$outcome, $holder] = self::markAndCheck($dir, $token, $takenFrom);
             } catch (\Throwable $e) {
-                self::unhold($dir, $token);
+                self::unhold($token);
                 throw $e;
             }
             if ($outcome !== 'held') {
-                self::unhold($dir, $token);
+                self::unhold($token);
                 $givenUp[$token] = true;
                 $reason = $holder ?? 'taken by another client at the same moment';
                 return false;
@@ -227,7 +227,7 @@ final class Native
         // name can move the token of whoever took ours over.
         $errno = self::rename("$dir/$token", "$dir/" . self::FREE);
         if ($errno === 0 || $errno === 2) {
-            self::unhold($dir, $token);
+            self::unhold($token);
         }
         if ($errno === 2) {
             throw new LockLostException('lock_lost', "tokenlock: release $dir: the lock does not hold $token any more: it was taken over (its lease ended, its owner was judged dead, or it was broken), so another process may have held it meanwhile; nothing was changed", 3);
@@ -256,13 +256,13 @@ final class Native
         clearstatcache(true, "$dir/$new");
         // An NFS client may retransmit a rename whose reply was lost.
         if ($errno === 2 && @lstat("$dir/$new") === false) {
-            self::unhold($dir, $token);
+            self::unhold($token);
             throw new LockLostException('lock_lost', "tokenlock: refresh $dir: the lock does not hold $token any more: it was taken over (its lease ended, its owner was judged dead, or it was broken); nothing was changed", 3);
         }
         if ($errno !== 0 && $errno !== 2) {
             throw self::systemError('refresh', $dir, "cannot rename $token to $new", $errno);
         }
-        self::unhold($dir, $token);
+        self::unhold($token);
         self::hold($dir, $new);
         // The mark names the current lease: one naming the old lease would
         // look expired to a process judging it after that lease's end.

@@ -22,7 +22,12 @@ namespace Tokenlock\Native;
  */
 trait Held
 {
-    /** @var array<string, array{0: string, 1: string, 2: int}> "DIR/TOKEN" => [DIR, TOKEN, pid] */
+    /**
+     * TOKEN => [DIR, pid]: a token names its owner and a random nonce, so
+     * no two locks share one.
+     *
+     * @var array<string, array{0: string, 1: int}>
+     */
     private static array $held = [];
 
     private static bool $shutdownSet = false;
@@ -30,25 +35,25 @@ trait Held
     /** Notes TOKEN of DIR as held by this process until it is released. */
     private static function hold(string $dir, string $token): void
     {
-        self::$held["$dir/$token"] = [$dir, $token, self::tokenPid()];
+        self::$held[$token] = [$dir, self::tokenPid()];
         if (!self::$shutdownSet) {
             self::$shutdownSet = true;
             register_shutdown_function([self::class, 'atShutdown']);
         }
     }
 
-    private static function unhold(string $dir, string $token): void
+    private static function unhold(string $token): void
     {
-        unset(self::$held["$dir/$token"]);
+        unset(self::$held[$token]);
     }
 
     /**
-     * Whether this process still holds TOKEN of DIR: false once it was
-     * released, lost, or released when the request ended.
+     * Whether this process still holds TOKEN: false once it was released,
+     * lost, or released when the request ended.
      */
-    public static function holds(string $dir, string $token): bool
+    public static function holds(string $token): bool
     {
-        return isset(self::$held["$dir/$token"]);
+        return isset(self::$held[$token]);
     }
 
     /** The first shutdown function: puts the release after the others. */
@@ -64,8 +69,8 @@ trait Held
     public static function releaseHeld(): void
     {
         $pid = self::pid();
-        foreach (self::$held as $key => [$dir, $token, $owner]) {
-            unset(self::$held[$key]);
+        foreach (self::$held as $token => [$dir, $owner]) {
+            unset(self::$held[$token]);
             if ($owner !== $pid) {
                 continue;  // a forked child's copy of its parent's token
             }
