@@ -16,6 +16,11 @@
  *         directory for file_and_dir, as bench/cgi/flock_counter.c does).
  *
  *   php bench/lang/php_bench.php [-q] [-n CALLS] [-r ROUNDS] [--sync none|file|file_and_dir] [-d DIR]
+ *                                [-m MODULE]
+ *
+ * MODULE is the file that loads the module: bindings/php/Tokenlock.php,
+ * the module in one file (the default), or bindings/php/autoload.php, its
+ * sources one class per file.
  *
  * Each round times CALLS calls of each variant, in an order that rotates
  * between rounds; the ratios are medians over rounds of tokenlock / other.
@@ -37,12 +42,11 @@
 declare(strict_types=1);
 
 $repo = dirname(__DIR__, 2);
-require $repo . '/bindings/php/src/Tokenlock.php';
 
 function usage(string $why): never
 {
     fwrite(STDERR, "php_bench.php: $why\n"
-        . "usage: php_bench.php [-q] [-n CALLS] [-r ROUNDS] [--sync none|file|file_and_dir] [-d DIR]\n");
+        . "usage: php_bench.php [-q] [-n CALLS] [-r ROUNDS] [--sync none|file|file_and_dir] [-d DIR] [-m MODULE]\n");
     exit(64);
 }
 
@@ -63,6 +67,7 @@ $rounds = 5;
 $sync = 'none';
 $base = sys_get_temp_dir();
 $quick = false;
+$module = "$repo/bindings/php/Tokenlock.php";
 for ($i = 1; $i < $argc; ++$i) {
     $arg = $argv[$i];
     $value = static function () use (&$i, $argc, $argv, $arg): string {
@@ -91,6 +96,10 @@ for ($i = 1; $i < $argc; ++$i) {
         case '--dir':
             $base = $value();
             break;
+        case '-m':
+        case '--module':
+            $module = $value();
+            break;
         case '-h':
         case '--help':
             usage('the cost per call of the PHP binding against flock()');
@@ -101,6 +110,10 @@ for ($i = 1; $i < $argc; ++$i) {
 if ($quick) {
     [$calls, $rounds] = [20, 2];
 }
+if (!is_file($module)) {
+    usage("$module: no such file (-m names the module's Tokenlock.php or autoload.php)");
+}
+require $module;
 if ($calls < 2 || $rounds < 1) {
     usage('CALLS must be at least 2 and ROUNDS at least 1');
 }

@@ -22,7 +22,7 @@ check() {  # LANG OUTPUT KEY...
     grep -qE "^${key}=[0-9]+(\.[0-9]+)?$" "$out" && awk -F= -v k="$key" '$1 == k && $2 > 0 {ok=1} END {exit !ok}' "$out" ||
       { echo "FAIL: $lang: no positive $key= line; its output:" >&2; cat "$out" >&2; status=1; }
   done
-  grep -E "_ratio[a-z_]*=" "$out" | sed "s/^/$lang: /"
+  grep -E "_ratio[a-z0-9_]*=" "$out" | sed "s/^/$lang: /"
 }
 if [ $fpm = 1 ]; then
   code=0
@@ -40,6 +40,9 @@ fi
 if command -v php >/dev/null; then
   php "$src/bench/lang/php_bench.php" -q -d "$work" >"$work/php.out" 2>&1 || { cat "$work/php.out" >&2; status=1; }
   check php "$work/php.out" php_lock_rename_ratio php_lock_ratio php_incr_ratio
+  php "$src/bench/lang/php_forms.php" -r 1 "$src/bindings/php/Tokenlock.php" "$src/bindings/php/autoload.php" \
+    >"$work/php_forms.out" 2>&1 || { cat "$work/php_forms.out" >&2; status=1; }
+  check php "$work/php_forms.out" php_forms_ratio_1
   ran=1
 fi
 if [ -x /usr/bin/python3 ]; then

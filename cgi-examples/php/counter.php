@@ -24,11 +24,12 @@
  * TOKENLOCK_COUNTER_REDIS is refused (500): this counter locks through the
  * data directory only, and would not exclude a counter.cgi locking in Redis.
  *
- * Deploying: copy counter.php and Tokenlock.php (bindings/php/src/) into
- * the CGI directory; counter.php mode 0755, Tokenlock.php 0644, the
- * directory 0755 (suEXEC refuses anything writable by others). The
- * `tokenlock` command is not needed (`tokenlock status` and `doctor` help
- * to look at counters). Shared hosting, .htaccess there:
+ * Deploying: copy counter.php and Tokenlock.php (bindings/php/, the whole
+ * module in one file) into the CGI directory; counter.php mode 0755,
+ * Tokenlock.php 0644, the directory 0755 (suEXEC refuses anything
+ * writable by others). The `tokenlock` command is not needed (`tokenlock
+ * status` and `doctor` help to look at counters). Shared hosting,
+ * .htaccess there:
  *
  *   Options +ExecCGI
  *   <Files "counter.php">
@@ -270,6 +271,26 @@ function counter_svg(string $value): string
 }
 
 /**
+ * Loads the tokenlock module: Tokenlock.php beside this file, else, run
+ * from the source tree, the module's sources. False when there is none.
+ */
+function counter_load_module(): bool
+{
+    // A host may have loaded the module already (auto_prepend_file, its
+    // composer autoloader): a second copy would redeclare its functions.
+    if (function_exists('Tokenlock\\increment')) {
+        return true;
+    }
+    foreach ([__DIR__ . '/Tokenlock.php', __DIR__ . '/../../bindings/php/autoload.php'] as $module) {
+        if (is_file($module)) {
+            require_once $module;
+            return true;
+        }
+    }
+    return false;
+}
+
+/**
  * The request, as counter.cgi's counter::handle answers it.
  *
  * @param array{0: string, 1: int, 2: string, 3: ?string} $config
@@ -355,17 +376,11 @@ function counter_handle(string $method, string $query, array $config): array
     $misconfigured = "the counter is misconfigured; see the server's error log\n";
     $text = 'text/plain; charset=utf-8';
 
-    $module = __DIR__ . '/Tokenlock.php';
-    if (!is_file($module)) {
-        // Run from the source tree, the binding is found where it is kept.
-        $module = __DIR__ . '/../../bindings/php/src/Tokenlock.php';
-    }
-    if (!is_file($module)) {
-        counter_log('misconfigured: Tokenlock.php is not beside ' . __FILE__ . '; copy bindings/php/src/Tokenlock.php there');
+    if (!counter_load_module()) {
+        counter_log('misconfigured: Tokenlock.php is not beside ' . __FILE__ . '; copy bindings/php/Tokenlock.php there');
         counter_respond(500, $misconfigured, $text, [], $headOnly);
         return;
     }
-    require_once $module;
 
     [$config, $error] = counter_config();
     if ($config === null) {

@@ -41,8 +41,8 @@ composer install --no-progress 2>&1
 installed=$(composer show --format=json tokenlock/tokenlock | php -r 'echo json_decode(stream_get_contents(STDIN), true)["versions"][0];')
 [ "$installed" = "$version" ] ||
   { echo "FAIL: composer installed tokenlock/tokenlock $installed, the project is $version" >&2; exit 1; }
-[ -f vendor/tokenlock/tokenlock/src/Tokenlock.php ] ||
-  { echo "FAIL: composer did not install src/Tokenlock.php into vendor/tokenlock/tokenlock" >&2; exit 1; }
+{ [ -f vendor/tokenlock/tokenlock/src/functions.php ] && [ -f vendor/tokenlock/tokenlock/src/Lock.php ]; } ||
+  { echo "FAIL: composer did not install src/functions.php and src/Lock.php into vendor/tokenlock/tokenlock" >&2; exit 1; }
 mkdir data
 cat >count.php <<'PHP'
 <?php
@@ -55,7 +55,7 @@ if (!str_starts_with($where, __DIR__ . '/vendor/')) {
 }
 // PSR-4: the classes of their own files load on first use. The Symfony
 // store needs Symfony's interfaces, from Debian's php-symfony-lock here.
-$classes = ['Tokenlock\RedisLock'];
+$classes = ['Tokenlock\Lock', 'Tokenlock\Native', 'Tokenlock\Files', 'Tokenlock\BusyException', 'Tokenlock\RedisLock'];
 $symfony = '/usr/share/php/Symfony/Component/Lock/autoload.php';
 if (is_file($symfony)) {
     require $symfony;
@@ -98,4 +98,11 @@ php -d open_basedir="$tmp/app:/proc" -d error_reporting=-1 -d display_errors=std
 [ ! -s basedir.err ] || { echo "FAIL: under open_basedir PHP said:" >&2; cat basedir.err >&2; exit 1; }
 leftover=$(find data -name '*.tmp.*')
 [ -z "$leftover" ] || { echo "FAIL: temporary files left: $leftover" >&2; exit 1; }
+# An optimised autoloader (a class map of src/) finds each class once:
+# composer warns of an ambiguous class when two files declare it.
+composer dump-autoload --optimize 2>&1 | tee dump.out
+! grep -i 'ambiguous' dump.out || { echo "FAIL: composer's class map found a class declared twice" >&2; exit 1; }
+php -r 'require "vendor/autoload.php"; exit(Tokenlock\Lock::tryAcquire("data/map.lock")?->release() === null && trait_exists("Tokenlock\Native\Trust") ? 0 : 1);' ||
+  { echo "FAIL: the optimised autoloader does not load the module" >&2; exit 1; }
+[ -d data/map.lock/lockfile ] || { echo "FAIL: data/map.lock is not free after the release" >&2; exit 1; }
 echo "php_composer_install: tokenlock/tokenlock installed offline from a path repository and works"

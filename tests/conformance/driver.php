@@ -1,11 +1,12 @@
 <?php
-// The conformance driver of the PHP module (bindings/php/src/Tokenlock.php),
+// The conformance driver of the PHP module (bindings/php/src, loaded from
+// its sources by bindings/php/autoload.php),
 // through its public API only: the line protocol of
 // tests/conformance/README.md on stdin and stdout.
 
 declare(strict_types=1);
 
-require __DIR__ . '/../../bindings/php/src/Tokenlock.php';
+require __DIR__ . '/../../bindings/php/autoload.php';
 
 $handle = null;
 

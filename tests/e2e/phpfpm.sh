@@ -142,7 +142,7 @@ deploy_fpm_counter() {
   local src=$1 dir=$2 tool=${3:-}
   mkdir -p "$dir"
   copy_for_fpm "$src/cgi-examples/php/counter.php" "$dir"
-  cp "$src/bindings/php/src/Tokenlock.php" "$dir/"
+  cp "$src/bindings/php/Tokenlock.php" "$dir/"
   chmod 0755 "$dir"
   chmod 0644 "$dir/counter.php" "$dir/Tokenlock.php"
   if [ -n "$tool" ]; then

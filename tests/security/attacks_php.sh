@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The PHP module (bindings/php/src) attacked by a hostile local user
+# The PHP module, as its one file Tokenlock.php (made from bindings/php/src
+# by scripts/bundle-php), attacked by a hostile local user
 # (docs/security.md), with two real accounts:
 #   attacks_php.sh RACER [PHP_MODULE_DIR]
-# RACER is tests/security/racer.c built; PHP_MODULE_DIR defaults to this
-# tree's bindings/php/src. Each check prints one line, "NAME: refused
+# RACER is tests/security/racer.c built; PHP_MODULE_DIR, the directory
+# holding Tokenlock.php, defaults to this tree's bindings/php. Each check prints one line, "NAME: refused
 # (...)" or "NAME: SUCCEEDED (...)", and the suite exits 1 when any
 # succeeded; the group set-up of the docs, which must keep working across
 # the two users, prints "setup: ..." lines the same way.
@@ -34,7 +35,7 @@ if [ $# -lt 1 ] || [ $# -gt 2 ]; then
   exit 64
 fi
 here=$(cd "$(dirname "$0")" && pwd)
-module_src=${2:-$here/../../bindings/php/src}
+module_src=${2:-$here/../../bindings/php}
 if [ "$(id -u)" != 0 ]; then
   echo "SKIP: the security suite needs root, to create the accounts tl_victim and tl_attacker (run ctest -L security as root)"
   exit 77
@@ -76,7 +77,7 @@ make_php_world() {
   work=$(mktemp -d /tmp/tokenlock-security-php.XXXXXX)
   chmod 0755 "$work"
   mkdir -m 0755 "$work/bin" "$work/php"
-  cp "$1" "$work/bin/racer" && cp -r "$module_src/." "$work/php/" ||
+  cp "$1" "$work/bin/racer" && cp "$module_src/Tokenlock.php" "$work/php/" ||
     { echo "FAIL: cannot copy the racer and the module to $work" >&2; exit 1; }
   chmod -R a+rX "$work/php" && chmod 0755 "$work/bin/racer"
   racer=$work/bin/racer module=$work/php/Tokenlock.php

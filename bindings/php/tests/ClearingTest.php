@@ -89,8 +89,8 @@ final class ClearingTest extends TempDirTestCase
         file_put_contents("$lockDir/$token/left", 'x');
         file_put_contents("$this->dir/take.php", '<?php require $argv[1]; $l = Tokenlock\Lock::acquire($argv[2], ["wait" => 0]); '
             . 'echo json_encode([getcwd(), scandir($argv[2] . "/" . $l->token())]); $l->release();');
-        $proc = proc_open([PHP_BINARY, '-n', '-d', 'display_errors=stderr', '-d', 'open_basedir=' . dirname(__DIR__) . "/src:$this->dir", "$this->dir/take.php",
-            dirname(__DIR__) . '/src/Tokenlock.php', $lockDir], [0 => ['file', '/dev/null', 'r'], 1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes, '/');
+        $proc = proc_open([PHP_BINARY, '-n', '-d', 'display_errors=stderr', '-d', 'open_basedir=' . dirname(TOKENLOCK_TEST_MODULE) . ":$this->dir", "$this->dir/take.php",
+            TOKENLOCK_TEST_MODULE, $lockDir], [0 => ['file', '/dev/null', 'r'], 1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes, '/');
         $out = (string) stream_get_contents($pipes[1]);
         $err = (string) stream_get_contents($pipes[2]);
         fclose($pipes[1]);

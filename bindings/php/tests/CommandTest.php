@@ -73,7 +73,7 @@ final class CommandTest extends TempDirTestCase
         mkdir("$this->dir/pathbin");
         mkdir("$this->dir/empty");
         $script = "$this->dir/site/find.php";
-        file_put_contents($script, '<?php require ' . var_export(dirname(__DIR__) . '/src/Tokenlock.php', true) . ";\n"
+        file_put_contents($script, '<?php require ' . var_export(TOKENLOCK_TEST_MODULE, true) . ";\n"
             . "try { echo Tokenlock\\findCommand(), ' ', Tokenlock\\increment(__DIR__ . '/n.count'); }\n"
             . "catch (Tokenlock\\Exception \$e) { echo \$e->getError(), ' ', \$e->getCode(), ' ', \$e->getMessage(); }\n");
         $env = ['HOME' => "$this->dir/empty", 'PATH' => '/usr/bin:/bin'];

@@ -328,7 +328,7 @@ final class CounterCgiTest extends TempDirTestCase
         mkdir("$file.lock/lockfile/w");
         $mark = "$file.lock/lockfile/w/v." . \Tokenlock\Files::fnvHex("2\n") . '.' . (time() * 1000000);
         touch($mark);
-        $module = realpath(dirname(__DIR__) . '/src/Tokenlock.php');
+        $module = TOKENLOCK_TEST_MODULE;
         mkdir("$this->dir/ini");
         file_put_contents("$this->dir/prepend.php", "<?php\nrequire_once " . var_export($module, true) . ";\n"
             . 'Tokenlock\Files::$localFor[' . var_export("$file.lock", true) . "] = false;\n"

@@ -77,7 +77,7 @@ final class CounterLimitTest extends TempDirTestCase
         $script = "$this->dir/incr.php";
         file_put_contents($script, '<?php require $argv[1]; try { Tokenlock\increment($argv[2], ["wait" => 0]); echo "counted\n"; } '
             . 'catch (Tokenlock\Exception $e) { echo $e->getError(), "\n"; }');
-        $proc = proc_open([PHP_BINARY, '-n', '-d', 'memory_limit=4M', $script, dirname(__DIR__) . '/src/Tokenlock.php', $path],
+        $proc = proc_open([PHP_BINARY, '-n', '-d', 'memory_limit=4M', $script, TOKENLOCK_TEST_MODULE, $path],
             [0 => ['file', '/dev/null', 'r'], 1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes);
         $out = (string) stream_get_contents($pipes[1]);
         $err = (string) stream_get_contents($pipes[2]);

@@ -40,8 +40,8 @@ PHP;
     private function blind(array $settings, array $lockDirs): array
     {
         file_put_contents("$this->dir/script.php", self::SCRIPT);
-        $module = dirname(__DIR__) . '/src/Tokenlock.php';
-        $argv = [PHP_BINARY, '-n', '-d', 'open_basedir=' . dirname(__DIR__) . "/src:$this->dir", '-d', 'error_reporting=-1', '-d', 'display_errors=stderr'];
+        $module = TOKENLOCK_TEST_MODULE;
+        $argv = [PHP_BINARY, '-n', '-d', 'open_basedir=' . dirname(TOKENLOCK_TEST_MODULE) . ":$this->dir", '-d', 'error_reporting=-1', '-d', 'display_errors=stderr'];
         foreach ($settings as $s) {
             array_push($argv, '-d', $s);
         }

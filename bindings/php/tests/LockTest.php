@@ -175,7 +175,7 @@ final class LockTest extends TempDirTestCase
     {
         $lockDir = "$this->dir/a.lock";
         $script = "$this->dir/hold.php";
-        file_put_contents($script, '<?php require ' . var_export(dirname(__DIR__) . '/src/Tokenlock.php', true) . ";\n"
+        file_put_contents($script, '<?php require ' . var_export(TOKENLOCK_TEST_MODULE, true) . ";\n"
             . '$GLOBALS["lock"] = Tokenlock\Lock::acquire(' . var_export($lockDir, true) . ");\n"
             . 'echo $GLOBALS["lock"]->token();' . "\n");
         $proc = proc_open([PHP_BINARY, $script], [1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes);

@@ -237,7 +237,7 @@ final class NativeTest extends TempDirTestCase
             var_dump(Tokenlock\Lock::tryAcquire($lockDir));
             var_dump(Tokenlock\Lock::tryAcquire($lockDir));
             PHP);
-        $src = dirname(__DIR__) . '/src';
+        $src = dirname(TOKENLOCK_TEST_MODULE);
         [$code, $out] = $this->runPhp(['-d', "open_basedir=$this->dir:$src", '-d', 'display_errors=stderr', '-d', 'error_reporting=-1', $script]);
         $this->assertSame(0, $code, $out[1]);
         $this->assertSame("NULL\nNULL\n", $out[0]);
@@ -403,7 +403,7 @@ final class NativeTest extends TempDirTestCase
     private function script(string $lockDir, string $body): string
     {
         $path = "$this->dir/script.php";
-        $module = dirname(__DIR__) . '/src/Tokenlock.php';
+        $module = TOKENLOCK_TEST_MODULE;
         file_put_contents($path, "<?php\nrequire " . var_export($module, true) . ";\n\$lockDir = " . var_export($lockDir, true) . ";\n$body\n");
         return $path;
     }

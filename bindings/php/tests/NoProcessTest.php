@@ -74,7 +74,7 @@ PHP;
     {
         file_put_contents("$this->dir/script.php", self::SCRIPT);
         mkdir("$this->dir/d");
-        $module = dirname(__DIR__) . '/src/Tokenlock.php';
+        $module = TOKENLOCK_TEST_MODULE;
         $env = ['TOKENLOCK_COMMAND' => "$this->dir/nowhere/tokenlock", 'PATH' => "$this->dir/empty", 'HOME' => "$this->dir/nohome"];
         $proc = proc_open([PHP_BINARY, ...$phpOptions, ...['-d', 'disable_functions=' . self::DISABLED, '-d', 'error_reporting=-1', '-d', 'display_errors=stderr',
             "$this->dir/script.php", $module, "$this->dir/d"]], [0 => ['file', '/dev/null', 'r'], 1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes, null, $env);

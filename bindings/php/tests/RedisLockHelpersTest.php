@@ -13,7 +13,7 @@ use Tokenlock\Redis\Waiter;
 use Tokenlock\RedisLock;
 
 /**
- * The Redis lock's classes use Tokenlock.php's helpers (option checks,
+ * The Redis lock's classes use Command's and Native's helpers (option checks,
  * durations, decimals, the process's identity) rather than copies of
  * them, which would drift apart.
  */
@@ -37,7 +37,7 @@ final class RedisLockHelpersTest extends TestCase
         $this->assertContains('formatSeconds', $shared, 'the helpers are reachable');
         foreach ([RedisLock::class, Connection::class, CommandClient::class, Waiter::class] as $class) {
             $copies = array_values(array_intersect(self::statics($class, \ReflectionMethod::IS_PRIVATE), $shared));
-            $this->assertSame([], $copies, "$class keeps its own copy of these helpers of Tokenlock.php");
+            $this->assertSame([], $copies, "$class keeps its own copy of these helpers of Command and Native");
         }
     }
 

@@ -633,8 +633,7 @@ final class RedisLockTest extends TempDirTestCase
         file_put_contents($script, <<<'PHP'
             <?php
             declare(strict_types=1);
-            require $argv[1] . '/src/Tokenlock.php';
-            spl_autoload_register(fn ($c) => is_file($f = $argv[1] . '/src/' . str_replace('\\', '/', substr($c, 10)) . '.php') ? require $f : null);
+            require $argv[1];
             if (extension_loaded('redis')) { echo "redis loaded\n"; exit(1); }
             try {
                 Tokenlock\RedisLock::acquire($argv[2], 'fallback', ['wait' => 0]);
@@ -655,7 +654,7 @@ final class RedisLockTest extends TempDirTestCase
             }
             PHP);
         $held = RedisLock::acquire($this->server->url(), 'fallback');
-        $proc = proc_open(['php', '-n', $script, dirname(__DIR__), $this->server->url()],
+        $proc = proc_open(['php', '-n', $script, TOKENLOCK_TEST_MODULE, $this->server->url()],
             [0 => ['pipe', 'r'], 1 => ['pipe', 'w'], 2 => ['file', "$this->dir/fallback.err", 'w']], $pipes);
         $this->assertSame("refused busy\n", fgets($pipes[1]), (string) @file_get_contents("$this->dir/fallback.err"));
         $held->release();
@@ -677,5 +676,33 @@ final class RedisLockTest extends TempDirTestCase
         $this->assertSame(0, proc_close($proc));
         $this->assertTrue($taker->isHeld());
         $taker->release();
+    }
+
+    /** A request that dies of a fatal error, which skips destructors, still gives its grant back. */
+    public function testAGrantHeldWhenTheRequestDiesIsReleased(): void
+    {
+        foreach (['' => 'the extension', '-n' => 'the command'] as $flag => $backend) {
+            if ($flag === '' && !extension_loaded('redis')) {
+                continue;
+            }
+            $script = "$this->dir/die.php";
+            file_put_contents($script, "<?php\nrequire \$argv[1];\n"
+                . '$lock = Tokenlock\RedisLock::acquire($argv[2], "dies", ["lease" => 300]);' . "\n"
+                . 'echo $lock->fence(), "\n";' . "\n"
+                . 'ini_set("memory_limit", "16M"); $s = str_repeat("x", 64 << 20);' . "\n");
+            $proc = proc_open(['php', ...($flag === '' ? [] : [$flag]), '-d', 'display_errors=stderr', $script, TOKENLOCK_TEST_MODULE, $this->server->url()],
+                [0 => ['file', '/dev/null', 'r'], 1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes);
+            $fence = trim((string) stream_get_contents($pipes[1]));
+            $err = (string) stream_get_contents($pipes[2]);
+            fclose($pipes[1]);
+            fclose($pipes[2]);
+            $this->assertSame(255, proc_close($proc), "$backend: $err");
+            $this->assertMatchesRegularExpression('/\A[0-9]+\z/', $fence, "$backend: $err");
+            $this->assertStringContainsString('Allowed memory size', $err);
+            $this->assertStringNotContainsString('Tokenlock', $err, $backend);
+            $this->assertNull(RedisLock::holder($this->server->url(), 'dies'), "$backend: the grant was released as the request ended");
+            $next = RedisLock::acquire($this->server->url(), 'dies', ['wait' => 0]);
+            $next->release();
+        }
     }
 }

@@ -4,16 +4,19 @@
 
 declare(strict_types=1);
 
-require __DIR__ . '/../src/Tokenlock.php';
-// The module's other classes, one per file under src/ (composer.json's PSR-4).
-spl_autoload_register(static function (string $class): void {
-    if (str_starts_with($class, 'Tokenlock\\') && !str_starts_with($class, 'Tokenlock\\Tests\\')) {
-        $file = __DIR__ . '/../src/' . str_replace('\\', '/', substr($class, 10)) . '.php';
-        if (is_file($file)) {
-            require $file;
-        }
+// The module as its sources (autoload.php), or as the file named by
+// TOKENLOCK_PHP_MODULE (the one-file bundle, tests/bindings/php_bundle.sh).
+// Tests that start PHP processes of their own load TOKENLOCK_TEST_MODULE.
+(static function (): void {
+    $module = getenv('TOKENLOCK_PHP_MODULE');
+    $module = $module === false || $module === '' ? dirname(__DIR__) . '/autoload.php' : $module;
+    if (!is_file($module)) {
+        fwrite(STDERR, "TOKENLOCK_PHP_MODULE=$module is not a file\n");
+        exit(2);
     }
-});
+    define('TOKENLOCK_TEST_MODULE', realpath($module));
+    require TOKENLOCK_TEST_MODULE;
+})();
 require __DIR__ . '/Support/Channel.php';
 require __DIR__ . '/Support/Child.php';
 require __DIR__ . '/Support/Tool.php';

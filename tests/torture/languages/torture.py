@@ -94,7 +94,9 @@ def parse_args():
     p.add_argument("--seconds", type=float, default=20)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--dir", action="append", default=[])
-    p.add_argument("--php-module", default=None)
+    p.add_argument("--php-module", default=None,
+                   help="the PHP module file the workers require (default: the source tree's "
+                        "bindings/php/Tokenlock.php, the module in one file, as hosts deploy it)")
     p.add_argument("--marked-writers-only", action="store_true",
                    help="leave out the workers that write the counter without the version mark that the "
                         "library keeps on network filesystems: legacy and perl-lock (see torture_languages_netfs.sh)")
@@ -159,7 +161,7 @@ class Torture:
             return ["perl", os.path.join(HERE, "worker.pl"), os.path.join(src, "bindings/perl/lib"), c, self.stop, log,
                     "lock", self.markdir, os.path.join(os.path.dirname(c), "perl-tmp")]
         if kind == "php":
-            mod = a.php_module or os.path.join(src, "bindings/php/src/Tokenlock.php")
+            mod = a.php_module or os.path.join(src, "bindings/php/Tokenlock.php")
             return ["php", os.path.join(HERE, "worker.php"), mod, c, self.stop, log]
         if kind == "python":
             return [sys.executable, os.path.join(HERE, "worker.py"), os.path.join(src, "bindings/python"),

@@ -47,7 +47,9 @@ def parse_args():
     p.add_argument("--lock-worker", required=True)
     p.add_argument("--tokenlock", required=True, help="the command, for a module that runs it")
     p.add_argument("--source", required=True)
-    p.add_argument("--php-module", default=None)
+    p.add_argument("--php-module", default=None,
+                   help="the PHP module file the workers require (default: the source tree's "
+                        "bindings/php/Tokenlock.php, the module in one file, as hosts deploy it)")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--seed", type=int, default=None)
     return p.parse_args()
@@ -164,7 +166,7 @@ def main():
     os.environ["TOKENLOCK_COMMAND"] = a.tokenlock
     work = tempfile.mkdtemp(prefix="tl-waiters-")
     lockdir = os.path.join(work, "data.lock")
-    php_module = a.php_module or os.path.join(a.source, "bindings/php/src/Tokenlock.php")
+    php_module = a.php_module or os.path.join(a.source, "bindings/php/Tokenlock.php")
     perl_lib = os.path.join(a.source, "bindings/perl/lib")
     natives = [Native("perl holder", ["perl", os.path.join(HERE, "holder.pl"), perl_lib, lockdir]),
                Native("php holder", ["php", os.path.join(HERE, "holder.php"), php_module, lockdir]),

@@ -130,6 +130,34 @@ final class SymfonyStoreTest extends TempDirTestCase
         $this->assertSame('lockfile', $this->tokenOf('parent-held'));
     }
 
+    /**
+     * A request that dies of a fatal error, which skips the destructors of
+     * Symfony's Lock and of the module, still gives its lock back as it
+     * ends: the next request is not refused for the TTL.
+     */
+    public function testALockHeldWhenTheRequestDiesOfAFatalErrorIsReleased(): void
+    {
+        $script = "$this->dir/die.php";
+        file_put_contents($script, "<?php\nrequire " . var_export(TOKENLOCK_SYMFONY_DIR . '/autoload.php', true) . ";\n"
+            . 'require ' . var_export(TOKENLOCK_TEST_MODULE, true) . ";\n"
+            . '$lock = (new Symfony\Component\Lock\LockFactory(new Tokenlock\Symfony\TokenlockStore(' . var_export($this->locks, true) . ")))->createLock('dies', 300);\n"
+            . "echo \$lock->acquire() ? 'acquired' : 'refused';\n"
+            . 'ini_set("memory_limit", "16M"); $s = str_repeat("x", 64 << 20);' . "\n");
+        $proc = proc_open([PHP_BINARY, '-d', 'display_errors=stderr', $script], [0 => ['file', '/dev/null', 'r'], 1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes);
+        $out = (string) stream_get_contents($pipes[1]);
+        $err = (string) stream_get_contents($pipes[2]);
+        fclose($pipes[1]);
+        fclose($pipes[2]);
+        $this->assertSame(255, proc_close($proc), $err);
+        $this->assertSame('acquired', $out, $err);
+        $this->assertStringContainsString('Allowed memory size', $err);
+        $this->assertStringNotContainsString('Tokenlock', $err);
+        $this->assertSame('lockfile', $this->tokenOf('dies'), 'released as the request ended, not held for the TTL');
+        $next = $this->factory()->createLock('dies');
+        $this->assertTrue($next->acquire(false));
+        $next->release();
+    }
+
     /** A release in the child is refused, and changes nothing. */
     public function testAForkedChildCannotReleaseItsParentsLock(): void
     {

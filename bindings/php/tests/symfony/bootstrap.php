@@ -16,15 +16,16 @@ declare(strict_types=1);
     require TOKENLOCK_SYMFONY_DIR . '/autoload.php';
 })();
 
-require __DIR__ . '/../../src/Tokenlock.php';
-spl_autoload_register(static function (string $class): void {
-    if (str_starts_with($class, 'Tokenlock\\') && !str_starts_with($class, 'Tokenlock\\Tests\\')) {
-        $file = __DIR__ . '/../../src/' . str_replace('\\', '/', substr($class, 10)) . '.php';
-        if (is_file($file)) {
-            require $file;
-        }
+(static function (): void {
+    $module = getenv('TOKENLOCK_PHP_MODULE');
+    $module = $module === false || $module === '' ? dirname(__DIR__, 2) . '/autoload.php' : $module;
+    if (!is_file($module)) {
+        fwrite(STDERR, "TOKENLOCK_PHP_MODULE=$module is not a file\n");
+        exit(2);
     }
-});
+    define('TOKENLOCK_TEST_MODULE', realpath($module));
+    require TOKENLOCK_TEST_MODULE;
+})();
 require __DIR__ . '/../Support/Channel.php';
 require __DIR__ . '/../Support/Child.php';
 require __DIR__ . '/../Support/Tool.php';

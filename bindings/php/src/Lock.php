@@ -1,0 +1,202 @@
+<?php
+
+declare(strict_types=1);
+
+namespace Tokenlock;
+
+/**
+ * A lock held by this PHP process through a token (`tokenlock acquire`).
+ *
+ * Obtain one with Lock::acquire() or Lock::tryAcquire(); give it back with
+ * release(). The lock stays held across calls until then, until its lease
+ * ends (default 3600 s; refresh() extends it), or until the request ends:
+ * when PHP ends the request, however it ends (normally, exit(), an
+ * uncaught exception, a fatal error such as memory_limit or
+ * max_execution_time), every lock this process still holds is released,
+ * after the script's own shutdown functions and before destructors, so
+ * the next request gets it at once; in the CLI the request is the whole
+ * script. A process killed (SIGKILL, php-fpm's request_terminate_timeout)
+ * releases nothing: on the same host its death is seen, and the next
+ * acquire takes the lock over at once. A forked child never releases its
+ * parent's lock, neither as it ends nor when its copy of the object is
+ * destroyed.
+ */
+final class Lock
+{
+    private string $dir;
+    private string $token;
+    private ?float $lease;
+    private int $ownerPid;
+    private bool $held = true;
+
+    /** Made right after Native::acquire() made TOKEN: its pid is this process's. */
+    private function __construct(string $dir, string $token, ?float $lease)
+    {
+        $this->dir = $dir;
+        $this->token = $token;
+        $this->lease = $lease;
+        $this->ownerPid = Native::tokenPid();
+    }
+
+    /**
+     * Acquires the lock LOCKDIR (a directory, created on first use; its
+     * parent must exist).
+     *
+     * @param array{wait?: int|float|null, lease?: int|float, command?: string, group?: string|int} $options
+     *        `wait`: seconds to wait for a busy lock (default 10; 0: fail at
+     *        once with BusyException; null: as long as it takes);
+     *        `lease`: seconds the lock stays valid without refresh()
+     *        (default 3600; from 0.001 to 86400, else `bad_argument`);
+     *        `group`: the one group (a name or a decimal gid) the lock is
+     *        shared with, else TOKENLOCK_GROUP (docs/security.md): this
+     *        user must be in it (else `bad_argument`); a lock directory
+     *        made gets that group and group write, and another user's is
+     *        trusted in that group only;
+     *        `command`: still accepted, so that older calls keep working,
+     *        but a lock runs no command
+     * @throws BusyException when busy and `wait` is 0
+     * @throws TimeoutException when still busy after `wait`
+     * @throws Exception on any other failure (`system` with errno ENOENT
+     *         for a missing parent, `untrusted`, `lock_corrupt`, ...)
+     */
+    public static function acquire(string $dir, array $options = []): self
+    {
+        Command::checkKeys($options, ['wait', 'lease', 'command', 'group'], 'Lock::acquire');
+        $wait = array_key_exists('wait', $options) ? Command::seconds($options['wait'], 'wait') : Command::DEFAULT_WAIT;
+        $lease = isset($options['lease']) ? Command::seconds($options['lease'], 'lease') : null;
+        $path = Native::lockPath($dir);
+        $token = Native::acquire($path, $wait, Native::leaseUs($lease), Native::group($options['group'] ?? null));
+        return new self($dir, $token, $lease);
+    }
+
+    /**
+     * Like acquire(), but returns null when the lock is busy or the wait
+     * runs out. `wait` defaults to 0 here.
+     *
+     * @param array{wait?: int|float|null, lease?: int|float, command?: string, group?: string|int} $options
+     * @throws Exception on failures other than a busy lock
+     */
+    public static function tryAcquire(string $dir, array $options = []): ?self
+    {
+        try {
+            return self::acquire($dir, $options + ['wait' => 0]);
+        } catch (NotAcquiredException $e) {
+            return null;
+        }
+    }
+
+    /**
+     * The current token, as `tokenlock release` and `tokenlock status` name
+     * it. It changes with every refresh().
+     */
+    public function token(): string
+    {
+        return $this->token;
+    }
+
+    /** The lock directory, as given to acquire(). */
+    public function dir(): string
+    {
+        return $this->dir;
+    }
+
+    /**
+     * Whether this object still believes it holds the lock: false after
+     * release(), after an operation found the lock lost, and once the lock
+     * was released as the request ended.
+     */
+    public function isHeld(): bool
+    {
+        if ($this->held && !Native::holds($this->token)) {
+            $this->held = false;  // released as the request ended
+        }
+        return $this->held;
+    }
+
+    /**
+     * Extends the lease to $lease seconds from now (default: the lease given
+     * to acquire(), else 3600) and returns the new token.
+     *
+     * @throws LockLostException when the lock was taken over; it is then
+     *         no longer held
+     * @throws \LogicException after release()
+     * @throws Exception on any other failure
+     */
+    public function refresh(int|float|null $lease = null): string
+    {
+        if (!$this->isHeld()) {
+            throw new \LogicException("Tokenlock\\Lock::refresh: the lock {$this->dir} is no longer held by this object");
+        }
+        $this->checkOwner('refresh');
+        $lease = $lease === null ? $this->lease : Command::seconds($lease, 'lease');
+        try {
+            $this->token = Native::refresh(Native::lockPath($this->dir), $this->token, Native::leaseUs($lease));
+        } catch (LockLostException $e) {
+            $this->held = false;
+            throw $e;
+        }
+        $this->lease = $lease;
+        return $this->token;
+    }
+
+    /**
+     * Releases the lock. Does nothing if it is no longer held (released,
+     * lost, or released as the request ended).
+     *
+     * @throws LockLostException when the lock was taken over meanwhile
+     *         (nothing was changed, and it is no longer held)
+     * @throws Exception `not_owner` in a forked child of the process that
+     *         acquired it; the lock stays held by that process
+     * @throws Exception on any other failure; the lock then stays held and
+     *         release() may be called again
+     */
+    public function release(): void
+    {
+        if (!$this->isHeld()) {
+            return;
+        }
+        $this->checkOwner('release');
+        try {
+            Native::release(Native::lockPath($this->dir), $this->token);
+        } catch (LockLostException $e) {
+            $this->held = false;
+            throw $e;
+        }
+        $this->held = false;
+    }
+
+    /**
+     * Releases a lock still held, but only in the process that acquired
+     * it: a forked child shares the object, not the lock. A failure is
+     * reported as an E_USER_WARNING, since a destructor cannot throw to
+     * anyone who would handle it.
+     */
+    public function __destruct()
+    {
+        if (!$this->held || Native::pid() !== $this->ownerPid) {
+            return;
+        }
+        try {
+            $this->release();
+        } catch (Exception $e) {
+            trigger_error('Tokenlock\Lock: releasing on destruction: ' . $e->getMessage(), E_USER_WARNING);
+        }
+    }
+
+    /**
+     * A forked child shares this object, not the lock: the token names its
+     * parent, which may still be in its critical section.
+     */
+    private function checkOwner(string $step): void
+    {
+        $pid = Native::pid();
+        if ($pid !== $this->ownerPid) {
+            throw new Exception('not_owner', "tokenlock: $step {$this->dir}: the lock belongs to process {$this->ownerPid}, and this is its forked child $pid; nothing was changed: only the process that acquired a lock may release or refresh it", 70);
+        }
+    }
+
+    // A copy would release the same token twice.
+    private function __clone()
+    {
+    }
+}

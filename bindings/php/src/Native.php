@@ -1,0 +1,289 @@
+<?php
+
+declare(strict_types=1);
+
+namespace Tokenlock;
+
+use Tokenlock\Native\Identity;
+use Tokenlock\Native\Tokens;
+use Tokenlock\Native\Errors;
+use Tokenlock\Native\Trust;
+use Tokenlock\Native\Clearing;
+use Tokenlock\Native\Marks;
+use Tokenlock\Native\Directory;
+use Tokenlock\Native\Held;
+
+/**
+ * The rename-token lock of docs/protocol.md, in PHP: no process is started
+ * and no extension is needed (posix is used when loaded).
+ *
+ * Owner marks are made where docs/protocol.md asks for them (GlusterFS,
+ * unknown FUSE filesystems, a filesystem that cannot be told): PHP has no
+ * statfs, so the type comes from /proc/self/mountinfo, and a lock whose
+ * mount table is out of reach (open_basedir) gets marks, as the library
+ * gives them to a filesystem it cannot ask.
+ *
+ * What it leaves out, and why: the wait board (a waiter polls with
+ * backoff), and opening the lock directory by descriptor (PHP has no
+ * renameat: every step goes through the path, which is judged with lstat
+ * first).
+ *
+ * @internal
+ */
+final class Native
+{
+    use Identity;
+    use Tokens;
+    use Errors;
+    use Trust;
+    use Clearing;
+    use Marks;
+    use Directory;
+    use Held;
+
+    public const FREE = 'lockfile';
+    public const PREFIX = 'lockfile.';
+    /** Microseconds; the protocol's bound on any lease (protocol_max_lease). */
+    public const MAX_LEASE_US = 86400000000;
+    public const SKEW_US = 1000000;
+    public const DEFAULT_LEASE = 3600.0;
+    public const DIR_MODE = 0755;
+    private const BACKOFF_MIN_US = 100;
+    private const BACKOFF_MAX_US = 50000;
+    /** A waiter lists the lock directory at most this often (and on its last round). */
+    private const LOOK_EVERY_NS = 10000000;
+
+    /** Linux's errno for the texts PHP's warnings carry (strerror). */
+    private const ERRNO = [
+        'Operation not permitted' => 1, 'No such file or directory' => 2, 'Input/output error' => 5,
+        'Permission denied' => 13, 'Device or resource busy' => 16, 'File exists' => 17,
+        'Invalid cross-device link' => 18, 'Not a directory' => 20, 'Is a directory' => 21,
+        'Invalid argument' => 22, 'No space left on device' => 28, 'Read-only file system' => 30,
+        'File name too long' => 36, 'Directory not empty' => 39, 'Too many levels of symbolic links' => 40,
+        'Disk quota exceeded' => 122, 'Stale file handle' => 116, 'File too large' => 27,
+        'Value too large for defined data type' => 75,
+    ];
+
+    /**
+     * Acquires DIR: returns the token. $wait null waits without limit.
+     *
+     * @throws BusyException|TimeoutException|Exception
+     */
+    public static function acquire(string $dir, ?float $wait, int $leaseUs, ?int $named = null): string
+    {
+        $deadline = $wait === null ? null : hrtime(true) + (int) ($wait * 1e9);
+        $exists = self::checkTrusted($dir, $named);
+        $delay = self::BACKOFF_MIN_US;
+        $reason = '';
+        // Tokens a rename made ours that no owner mark confirmed: should one
+        // show up under our name again, it is ours to confirm, not a live
+        // holder's to wait for.
+        $givenUp = [];
+        $lastLook = 0;
+        for ($round = 0; ; ++$round) {
+            $now = hrtime(true);
+            $final = $deadline !== null && $now >= $deadline;
+            $look = $round === 0 || $final || $now - $lastLook >= self::LOOK_EVERY_NS;
+            if ($look) {
+                $lastLook = $now;
+            }
+            $got = self::round($dir, $leaseUs, $named, $exists, $givenUp, $reason, $look, $round === 0);
+            if ($got === true) {
+                continue;
+            }
+            if (is_string($got)) {
+                return $got;
+            }
+            if ($final) {
+                if ($wait <= 0) {
+                    throw new BusyException('busy', "tokenlock: acquire $dir: the lock is busy: $reason", 1);
+                }
+                throw new TimeoutException('timed_out', "tokenlock: acquire $dir: timed out after " . Command::formatSeconds($wait) . " s: $reason", 1);
+            }
+            // Leftovers of killed creators: only occasionally, as a waiter has time to spare.
+            if ($look && random_int(0, 31) === 0) {
+                self::sweep($dir, $leaseUs);
+            }
+            $sleep = (int) ($delay * (0.75 + 0.5 * mt_rand() / mt_getrandmax()));
+            if ($deadline !== null) {
+                $sleep = max(0, min($sleep, intdiv($deadline - hrtime(true), 1000) + 1));
+            }
+            usleep($sleep);
+            $delay = min(2 * $delay, self::BACKOFF_MAX_US);
+        }
+    }
+
+    /**
+     * One round of the protocol: the token (acquired), true (look again at
+     * once) or false (busy: $reason says why). After the first round a
+     * lookup, which takes no lock, tells whether a rename, which locks the
+     * directory, can succeed; the directory is listed only when $look.
+     *
+     * @param array<string, bool> $givenUp
+     */
+    private static function round(string $dir, int $leaseUs, ?int $named, bool &$exists, array &$givenUp, string &$reason, bool $look, bool $first): string|bool
+    {
+        clearstatcache(true, "$dir/" . self::FREE);
+        $try = $exists && ($first || @lstat("$dir/" . self::FREE) !== false);
+        // Only a rename needs a token: a waiter's round mostly has none to try.
+        $mine = $try ? self::token(self::nowUs() + $leaseUs) : '';
+        $errno = $try ? self::rename("$dir/" . self::FREE, "$dir/$mine") : 2;
+        if ($errno !== 0 && $errno !== 2) {
+            throw self::systemError('acquire', $dir, 'cannot rename the free token ' . self::FREE . " to $mine", $errno, $errno === 1 ? self::stickyFix($dir) : '');
+        }
+        // ENOENT: an NFS client may retransmit a rename whose reply was lost.
+        if ($try) {
+            clearstatcache(true, "$dir/$mine");
+        }
+        if ($errno === 0 || ($try && @lstat("$dir/$mine") !== false)) {
+            return self::finish($dir, $mine, null, $leaseUs, $givenUp, $reason) ? $mine : false;
+        }
+        if (!$look) {
+            return false;
+        }
+        $seen = self::look($dir);
+        $state = $seen[0];
+        if (!$exists && $state !== 'missing') {
+            // Made by another process since the first look: judge it now.
+            $exists = self::checkTrusted($dir, $named);
+        }
+        if ($state === 'free') {
+            return true;
+        }
+        if ($state === 'missing') {
+            self::create($dir, $leaseUs, $named);
+            $exists = self::checkTrusted($dir, $named);
+            return true;
+        }
+        // One held token: take it over if stale, else wait.
+        $found = $seen[1];
+        if (isset($givenUp[$found[0]])) {
+            return self::finish($dir, $found[0], null, $leaseUs, $givenUp, $reason) ? $found[0] : false;
+        }
+        [$stale, $reason] = self::judge($found[0], $found[1]);
+        if (!$stale) {
+            return false;
+        }
+        // What the rename takes over, to know it again before clearing it.
+        clearstatcache(true, "$dir/{$found[0]}");
+        $taken = @lstat("$dir/{$found[0]}");
+        $mine = self::token(self::nowUs() + $leaseUs);
+        $errno = self::rename("$dir/{$found[0]}", "$dir/$mine");
+        if ($errno === 0) {
+            return self::finish($dir, $mine, $found[0], $leaseUs, $givenUp, $reason, $taken ?: null) ? $mine : false;
+        }
+        if ($errno !== 2) {
+            throw self::systemError('acquire', $dir, "cannot take over the stale token {$found[0]} ($reason)", $errno);
+        }
+        return true;  // another taker won, or the owner refreshed or released: look again
+    }
+
+    /**
+     * A rename made TOKEN ours (taking over $takenFrom, if given). Where a
+     * rename can move a token through a name it no longer has, the owner
+     * mark confirms it first; false when it does not ($reason says why).
+     *
+     * @param array<string, bool> $givenUp
+     */
+    private static function finish(string $dir, string $token, ?string $takenFrom, int $leaseUs, array &$givenUp, string &$reason, ?array $taken = null): bool
+    {
+        // Noted at once: a request that dies from here on still releases it.
+        self::hold($dir, $token);
+        $marks = self::needsMarks($dir);
+        if ($marks) {
+            try {
+                [$outcome, $holder] = self::markAndCheck($dir, $token, $takenFrom);
+            } catch (\Throwable $e) {
+                self::unhold($token);
+                throw $e;
+            }
+            if ($outcome !== 'held') {
+                self::unhold($token);
+                $givenUp[$token] = true;
+                $reason = $holder ?? 'taken by another client at the same moment';
+                return false;
+            }
+        }
+        if ($takenFrom !== null) {
+            if ($taken !== null) {
+                self::clearWorkspace($dir, $token, $taken, $marks);
+            }
+            self::sweep($dir, $leaseUs);
+        }
+        return true;
+    }
+
+    /** Renames TOKEN back to the free token. */
+    public static function release(string $dir, string $token): void
+    {
+        $marked = self::needsMarks($dir);
+        $mark = "$dir/$token/" . self::markOf($token);
+        // The next holder of the free token would find our mark and step back.
+        error_clear_last();
+        if ($marked && !@rmdir($mark) && ($errno = self::lastErrno() ?: 5) !== 2) {
+            throw self::systemError('release', $dir, "cannot remove our owner mark from $token (the lock is still ours)", $errno);
+        }
+        // Never retried after ENOENT: on GlusterFS a rename through a stale
+        // name can move the token of whoever took ours over.
+        $errno = self::rename("$dir/$token", "$dir/" . self::FREE);
+        if ($errno === 0 || $errno === 2) {
+            self::unhold($token);
+        }
+        if ($errno === 2) {
+            throw new LockLostException('lock_lost', "tokenlock: release $dir: the lock does not hold $token any more: it was taken over (its lease ended, its owner was judged dead, or it was broken), so another process may have held it meanwhile; nothing was changed", 3);
+        }
+        if ($errno !== 0) {
+            // Still ours; held without its mark, another client's rename
+            // through a stale name could take it.
+            $fix = '';
+            error_clear_last();
+            if ($marked && !@mkdir($mark, 0700) && self::lastErrno() !== 17) {
+                $fix = 'and our owner mark could not be put back: until the release succeeds, another GlusterFS client may take the lock too';
+            }
+            throw self::systemError('release', $dir, "cannot rename $token to " . self::FREE, $errno, $fix);
+        }
+    }
+
+    /** Renames TOKEN to the same owner with a new expiry; returns the new name. */
+    public static function refresh(string $dir, string $token, int $leaseUs): string
+    {
+        $owner = substr($token, strpos($token, '.', strlen(self::PREFIX)) + 1);
+        $new = self::PREFIX . (self::nowUs() + $leaseUs) . '.' . $owner;
+        if ($new === $token) {
+            return $token;
+        }
+        $errno = self::rename("$dir/$token", "$dir/$new");
+        clearstatcache(true, "$dir/$new");
+        // An NFS client may retransmit a rename whose reply was lost.
+        if ($errno === 2 && @lstat("$dir/$new") === false) {
+            self::unhold($token);
+            throw new LockLostException('lock_lost', "tokenlock: refresh $dir: the lock does not hold $token any more: it was taken over (its lease ended, its owner was judged dead, or it was broken); nothing was changed", 3);
+        }
+        if ($errno !== 0 && $errno !== 2) {
+            throw self::systemError('refresh', $dir, "cannot rename $token to $new", $errno);
+        }
+        self::unhold($token);
+        self::hold($dir, $new);
+        // The mark names the current lease: one naming the old lease would
+        // look expired to a process judging it after that lease's end.
+        if (self::needsMarks($dir)) {
+            $errno = self::rename("$dir/$new/" . self::markOf($token), "$dir/$new/" . self::markOf($new));
+            error_clear_last();
+            if ($errno !== 0 && !($errno === 2 && (@mkdir("$dir/$new/" . self::markOf($new), 0700) || self::lastErrno() === 17))) {
+                throw self::systemError('refresh', $dir, "the lease was renewed (the token is now $new), but our owner mark in it could not be renamed to match", $errno ?: 5,
+                    'until a refresh succeeds, another GlusterFS client may judge it expired at the old lease\'s end');
+            }
+        }
+        return $new;
+    }
+
+    // ---- Owner marks (docs/protocol.md, Owner marks) ---------------------
+
+    /**
+     * Filesystems whose renames keep the protocol's property by themselves:
+     * local ones (the wait board's allowlist), and network ones whose
+     * server renames by name.
+     */
+    private const NO_MARKS = ['ext2', 'ext3', 'ext4', 'xfs', 'btrfs', 'tmpfs', 'ramfs', 'f2fs', 'overlay', 'zfs', 'reiserfs', 'jfs',
+        'bcachefs', 'nilfs2', 'fuse.sshfs', 'fuse.mfs', 'fuse.moosefs', 'nfs', 'nfs4', 'cifs', 'smb3', 'ceph', 'fuse.ceph', 'fuse.ceph-fuse'];
+}
