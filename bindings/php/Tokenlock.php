@@ -4669,6 +4669,11 @@ spl_autoload_register(static function (string $class): void {
             /** The shortest lease (docs/protocol.md): a TTL below it has expired before it is stored. */
             public const MIN_TTL = 0.001;
 
+            /** How many resources' directory names a process keeps (lockDirectory). */
+            private const NAMES_KEPT = 1024;
+            /** @var array<string, string> a resource's lock directory name */
+            private static array $names = [];
+
             private string $directory;
             private float $initialTtl;
             /** The `group` option, given to every lock (null: TOKENLOCK_GROUP, if set). */
@@ -4765,8 +4770,17 @@ spl_autoload_register(static function (string $class): void {
              */
             public function lockDirectory(string $resource): string
             {
-                $readable = substr((string) preg_replace('/[^A-Za-z0-9_-]+/', '-', $resource), 0, 40);
-                return $this->directory . '/sf.' . $readable . '.' . hash('sha256', $resource) . '.lock';
+                // Named once per resource and process (a php-fpm worker serves many
+                // requests): the hash and the regex were a third of an acquisition.
+                $name = self::$names[$resource] ?? null;
+                if ($name === null) {
+                    if (count(self::$names) >= self::NAMES_KEPT) {
+                        self::$names = [];
+                    }
+                    $readable = substr((string) preg_replace('/[^A-Za-z0-9_-]+/', '-', $resource), 0, 40);
+                    $name = self::$names[$resource] = 'sf.' . $readable . '.' . hash('sha256', $resource) . '.lock';
+                }
+                return $this->directory . '/' . $name;
             }
 
             public function save(Key $key): void
