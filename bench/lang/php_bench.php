@@ -9,6 +9,12 @@
  *         name and back: the protocol's floor, what the widely copied
  *         rename lock costs)
  *         and vs fopen() + flock(LOCK_EX) + flock(LOCK_UN) of a lock file;
+ *   store: Tokenlock\Symfony\TokenlockStore's save() and delete() of a
+ *         new Key (what Symfony's Lock calls of a store; its own Lock
+ *         object adds the same to every store) vs the bare module's Lock::acquire() and
+ *         release() on a lock directory, when symfony/lock can be loaded
+ *         (the copy the tests keep, bindings/php/tests/symfony/7.x, with
+ *         Debian's php-psr-log);
  *   incr: Tokenlock\increment() (in PHP: lock, read, a temporary file in
  *         the token, rename through it, release)
  *         vs a flock'ed counter: flock, read, write a temporary file, rename,
@@ -32,6 +38,7 @@
  *   php_lock_rename_ratio=X  withLock() / two renames
  *   php_lock_ratio=Y         withLock() / flock
  *   php_incr_ratio=Z         increment() / flock'ed counter
+ *   php_store_ratio=S        TokenlockStore save+delete / bare Lock
  * -q: a quick run to check that it works (few calls, two rounds); take
  * figures from a full run on a quiet machine.
  *
@@ -197,6 +204,20 @@ $variants = [
         ++$added['fl'];
     },
 ];
+$symfony = "$repo/bindings/php/tests/symfony/7.x/autoload.php";
+if (is_file($symfony) && is_file('/usr/share/php/Psr/Log/autoload.php')) {
+    require_once $symfony;
+    $store = new Tokenlock\Symfony\TokenlockStore("$d/sf");
+    $bareDir = "$d/bare.lock";
+    $variants['sf_store'] = static function () use ($store): void {
+        $key = new Symfony\Component\Lock\Key('bench-resource');
+        $store->save($key);
+        $store->delete($key);
+    };
+    $variants['bare_lock'] = static function () use ($bareDir): void {
+        Tokenlock\Lock::acquire($bareDir, ['wait' => 0, 'lease' => 300])->release();
+    };
+}
 if ($command !== null && function_exists('proc_open')) {
     $variants['start'] = static function () use ($command): void {
         $p = proc_open([$command, '--version'], [1 => ['file', '/dev/null', 'w']], $pipes);
@@ -206,6 +227,10 @@ if ($command !== null && function_exists('proc_open')) {
 // The first of each group is the module's; each ratio is it / another.
 $groups = ['lock' => ['tl_lock', 'rn_lock', 'fl_lock'], 'incr' => ['tl_incr', 'fl_incr']];
 $ratioOf = ['lock_rename' => ['tl_lock', 'rn_lock'], 'lock' => ['tl_lock', 'fl_lock'], 'incr' => ['tl_incr', 'fl_incr']];
+if (isset($variants['sf_store'])) {
+    $groups['store'] = ['sf_store', 'bare_lock'];
+    $ratioOf['store'] = ['sf_store', 'bare_lock'];
+}
 
 $perCallUs = static function (callable $fn, int $n): float {
     $t = hrtime(true);
@@ -264,6 +289,7 @@ try {
         'lock_rename' => 'withLock(fn () => null) / two rename()',
         'lock' => 'withLock(fn () => null) / flock',
         'incr' => "increment() / flock'ed counter",
+        'store' => 'TokenlockStore save+delete / bare Lock',
     ];
     foreach ($ratioOf as $name => [$tl, $other]) {
         printf("%-44s %12.1f %12.1f %9.2f\n", $labels[$name], $median($times[$tl]), $median($times[$other]), $median($ratios[$name]));
@@ -274,6 +300,9 @@ try {
     printf("php_lock_rename_ratio=%.2f\n", $median($ratios['lock_rename']));
     printf("php_lock_ratio=%.2f\n", $median($ratios['lock']));
     printf("php_incr_ratio=%.2f\n", $median($ratios['incr']));
+    if (isset($ratios['store'])) {
+        printf("php_store_ratio=%.2f\n", $median($ratios['store']));
+    }
 } catch (Throwable $e) {
     fwrite(STDERR, 'php_bench.php: ' . $e->getMessage() . "\n");
     $failed = true;
