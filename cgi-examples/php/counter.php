@@ -291,6 +291,41 @@ function counter_load_module(): bool
 }
 
 /**
+ * The parameters of a request, checked as counter.cgi checks them.
+ *
+ * @return array{0: ?array{0: string, 1: string, 2: string}, 1: string}
+ *         [id, format, peek], or null and why the query is refused
+ */
+function counter_read_query(string $query): array
+{
+    [$q, $reason] = counter_parse_query($query);
+    if ($q === null) {
+        return [null, $reason];
+    }
+    // counter.cgi names the first unknown parameter in byte order.
+    $names = array_map('strval', array_keys($q));
+    sort($names, SORT_STRING);
+    foreach ($names as $name) {
+        if ($name !== 'id' && $name !== 'format' && $name !== 'peek') {
+            return [null, 'unknown parameter ' . counter_shown($name)];
+        }
+    }
+    $id = $q['id'] ?? 'default';
+    if (preg_match('/\A[A-Za-z0-9_-]{1,64}\z/', $id) !== 1) {
+        return [null, "id must be 1 to 64 letters, digits, '_' or '-'"];
+    }
+    $format = $q['format'] ?? 'text';
+    if (!in_array($format, ['text', 'json', 'svg'], true)) {
+        return [null, 'format must be text, json or svg'];
+    }
+    $peek = $q['peek'] ?? '0';
+    if ($peek !== '0' && $peek !== '1') {
+        return [null, 'peek must be 0 or 1'];
+    }
+    return [[$id, $format, $peek], ''];
+}
+
+/**
  * The request, as counter.cgi's counter::handle answers it.
  *
  * @param array{0: string, 1: int, 2: string, 3: ?string} $config
@@ -303,30 +338,11 @@ function counter_handle(string $method, string $query, array $config): array
     if ($method !== 'GET' && $method !== 'HEAD') {
         return [405, "only GET and HEAD are allowed\n", $text, [['Allow', 'GET, HEAD']]];
     }
-    [$q, $reason] = counter_parse_query($query);
-    if ($q === null) {
+    [$request, $reason] = counter_read_query($query);
+    if ($request === null) {
         return [400, "$reason\n", $text, []];
     }
-    // counter.cgi names the first unknown parameter in byte order.
-    $names = array_map('strval', array_keys($q));
-    sort($names, SORT_STRING);
-    foreach ($names as $name) {
-        if ($name !== 'id' && $name !== 'format' && $name !== 'peek') {
-            return [400, 'unknown parameter ' . counter_shown($name) . "\n", $text, []];
-        }
-    }
-    $id = $q['id'] ?? 'default';
-    if (preg_match('/\A[A-Za-z0-9_-]{1,64}\z/', $id) !== 1) {
-        return [400, "id must be 1 to 64 letters, digits, '_' or '-'\n", $text, []];
-    }
-    $format = $q['format'] ?? 'text';
-    if (!in_array($format, ['text', 'json', 'svg'], true)) {
-        return [400, "format must be text, json or svg\n", $text, []];
-    }
-    $peek = $q['peek'] ?? '0';
-    if ($peek !== '0' && $peek !== '1') {
-        return [400, "peek must be 0 or 1\n", $text, []];
-    }
+    [$id, $format, $peek] = $request;
 
     [$dir, $waitMs, $sync, $group] = $config;
     $file = "$dir/$id.count";
