@@ -2,13 +2,11 @@
 
 #include <cerrno>
 #include <charconv>
-#include <cstdio>
 #include <cstring>
 
 #include <netdb.h>
 #include <sys/time.h>
 
-#include <boost/uuid/detail/sha1.hpp>
 #include <hiredis/hiredis.h>
 
 #include "posix/os.hpp"
@@ -30,16 +28,6 @@ timeval to_timeval(std::chrono::milliseconds ms) {
   tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
   tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
   return tv;
-}
-
-std::string sha1_hex(const std::string& s) {
-  boost::uuids::detail::sha1 h;
-  h.process_bytes(s.data(), s.size());
-  unsigned int digest[5];
-  h.get_digest(digest);
-  char out[41];
-  for (int i = 0; i < 5; ++i) std::snprintf(out + 8 * i, 9, "%08x", digest[i]);
-  return std::string(out, 40);
 }
 
 std::uint64_t fork_generation() { return system_os()->fork_generation(); }
@@ -151,8 +139,6 @@ bool name_not_resolved(const char* errstr) {
 }
 
 }  // namespace
-
-redis_script::redis_script(std::string b) : body(std::move(b)), sha1(sha1_hex(body)) {}
 
 redis_connection::redis_connection(std::string url, std::chrono::milliseconds connect_timeout,
                                    std::chrono::milliseconds command_timeout)

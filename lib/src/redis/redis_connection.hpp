@@ -24,11 +24,11 @@ struct reply_deleter {
 };
 using reply_ptr = std::unique_ptr<redisReply, reply_deleter>;
 
-// A Lua script and its SHA1 (hex), computed once.
+// A Lua script and its SHA-1 (hex), the name the server caches it under:
+// both written at build time (redis/redis_scripts.hpp).
 struct redis_script {
-  explicit redis_script(std::string body);
-  std::string body;
-  std::string sha1;
+  std::string_view body;
+  std::string_view sha1;
 };
 
 // A word for a POSIX shell (a fix a message proposes): single-quoted

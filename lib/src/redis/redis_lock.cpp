@@ -14,6 +14,7 @@
 #include "tokenlock/keep_alive.hpp"
 #include "posix/os.hpp"
 #include "redis/redis_connection.hpp"
+#include "redis/redis_scripts.hpp"
 #include "redis/redis_wait_stats.hpp"
 #include "token_name.hpp"
 
@@ -35,8 +36,8 @@ namespace detail {
 //                         attempt); expires with a lease
 //   <prefix><name>:handoff  set by a release that woke a waiter: until the
 //                         woken waiter's attempt deletes it, or it expires
-//                         (TOKENLOCK_HANDOFF_GRACE_MS), only a woken waiter
-//                         may take the free lock
+//                         (500 ms: lib/src/redis/scripts/wake.lua), only a
+//                         woken waiter may take the free lock
 // The grant is one string, not a hash of owner and fence: one SET with PX
 // writes it where a hash took HSET and PEXPIRE, and an uncontended cycle
 // costs the server about a third less (docs/redis.md, Figures).
@@ -70,219 +71,12 @@ class redis_keys {
   std::string buf_;
 };
 
-// How long a release keeps the free lock for the waiter it woke: that
-// waiter's next attempt comes a round trip after the release, but a loaded
-// machine may not run it for tens of milliseconds, and a newcomer that
-// takes the lock meanwhile sends it back to the end of the line (docs/redis.md,
-// "Hand-off"). It is also how long the lock stays free when the woken
-// waiter dies before its attempt.
-#define TOKENLOCK_HANDOFF_GRACE_MS "500"
-
-// What every script shares, in Lua. A key the lock cannot use (another
-// type, or a value the lock never writes) is answered with
-//   {-1, key, the value's first 100 bytes, its length, what is wrong}
-// and the client reports lock_corrupt: reading such a value as a number
-// would make fences stop increasing or wrap, and a grant without an owner
-// or an expiry would hold the lock forever.
-//   fenceok(v): v is a fence as the lock writes it: 1 to 19 decimal digits
-//     without a leading zero, at most 2^63 - 1 (what the client's reply
-//     parsing and Redis's integers hold).
-//   get(k): the string at k, false when none, or nil and the answer above
-//     when k holds another type (GET would fail with WRONGTYPE).
-//   parse(k, v): owner, fence (a string) of the grant v; nil and the
-//     answer when v is not "<fence> <owner>" with the owner as
-//     new_owner_id() makes it ("<host>-<hash8>.<pid>.<start>.<nonce16>").
-//   grant(k): get and parse; false when free.
-// Only acquire's busy path, status and a lost grant's release parse a
-// grant: a release or refresh of our own compares the whole value.
-// bindings/php/src/Redis/Scripts.php holds the acquire, settle and holder
-// scripts byte for byte (PHP and C++ processes share one lock); its tests
-// compare them with these by SHA-1: run scripts/php-redis-scripts after a change.
-#define TOKENLOCK_LUA_COMMON                                                          \
-  "local function corrupt(k, v, why)\n"                                               \
-  "  return {-1, k, string.sub(v, 1, 100), #v, why}\n"                                \
-  "end\n"                                                                             \
-  "local function fenceok(v)\n"                                                       \
-  "  return (v == '0' or string.find(v, '^[1-9]%d*$') ~= nil) and\n"                 \
-  "         (#v < 19 or (#v == 19 and v <= '9223372036854775807'))\n"                 \
-  "end\n"                                                                             \
-  "local function get(k)\n"                                                           \
-  "  local v = redis.pcall('GET', k)\n"                                               \
-  "  if type(v) == 'table' then\n"                                                    \
-  "    return nil, corrupt(k, '', 'type ' .. redis.call('TYPE', k)['ok'])\n"          \
-  "  end\n"                                                                           \
-  "  return v\n"                                                                      \
-  "end\n"                                                                             \
-  "local function parse(k, v)\n"                                                      \
-  "  local f, o = string.match(v, '^(%d+) ([%w_%-]+%-[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]%.%d+%.%d+%.[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f])$')\n" \
-  "  if not f or not fenceok(f) then return nil, corrupt(k, v, 'grant') end\n"        \
-  "  return o, f\n"                                                                   \
-  "end\n"                                                                             \
-  "local function grant(k)\n"                                                         \
-  "  local v, bad = get(k)\n"                                                         \
-  "  if not v then return v, bad end\n"                                               \
-  "  local o, f = parse(k, v)\n"                                                      \
-  "  return o, f, v\n"                                                                \
-  "end\n"
-
-// Fences are the server's TIME in microseconds, or the last fence + 1 when
-// that is not larger: they keep increasing when the server loses every key
-// (its clock still runs forward), and are exact in Lua's doubles (< 2^53
-// until the year 2255). A last fence from 2^53 on is incremented as a
-// decimal string (a double would stop at 2^53), and one that cannot be
-// incremented below 2^63 is refused.
-//   nextfence(last): the fence (a number, or a string from 2^53 on) and how
-//     far the server's clock is behind the last fence (us); nil and the
-//     answer when the last fence cannot be incremented.
-#define TOKENLOCK_LUA_NEXT_FENCE                                                               \
-  "local function nextfence(last)\n"                                                           \
-  "  local t = redis.call('TIME')\n"                                                           \
-  "  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"                                  \
-  "  if not last then return now, 0 end\n"                                                     \
-  "  local l = tonumber(last)\n"                                                               \
-  "  if l < now then return now, 0 end\n"                                                      \
-  "  -- A reply's integer must stay below 2^63: 1e18 us is 30,000 years.\n"                    \
-  "  local behind = math.min(l - now + 1, 1e18)\n"                                             \
-  "  if l < 9007199254740991 then return l + 1, behind end\n"                                  \
-  "  local i = #last\n"                                                                        \
-  "  while i > 0 and string.byte(last, i) == 57 do i = i - 1 end\n"                           \
-  "  local f\n"                                                                                \
-  "  if i == 0 then\n"                                                                         \
-  "    f = '1' .. string.rep('0', #last)\n"                                                    \
-  "  else\n"                                                                                   \
-  "    f = string.sub(last, 1, i - 1) .. string.char(string.byte(last, i) + 1) ..\n"           \
-  "        string.rep('0', #last - i)\n"                                                       \
-  "  end\n"                                                                                    \
-  "  if not fenceok(f) then return nil, corrupt(KEYS[2], last, 'largest') end\n"               \
-  "  return f, behind\n"                                                                       \
-  "end\n"
-
-// ARGV: owner, lease (ms), the fence key's expiry (ms), what came before
-// this attempt ('0' nothing, '1' a block that ran out, '2' a release's
-// wake-up), and how long to keep the count of waiters when the caller is
-// refused: '0' when it will not wait (try_acquire, a spent budget) and is
-// not counted, else until its next attempt at the latest (ms).
-// A free lock that a release is handing to the waiter it woke is refused
-// to every other caller, with the hand-off's remaining time as the "lease"
-// to block for: a newcomer cannot take the lock from under the woken
-// waiter, whose attempt ends the hand-off.
-const redis_script& acquire_script() {
-  static const redis_script s(TOKENLOCK_LUA_COMMON TOKENLOCK_LUA_NEXT_FENCE R"lua(
-if ARGV[4] ~= '0' and tonumber(redis.call('DECR', KEYS[4])) < 0 then redis.call('DEL', KEYS[4]) end
-local function refuse(owner, fence, pttl)
-  if ARGV[5] ~= '0' then
-    redis.call('INCR', KEYS[4])
-    if redis.call('PTTL', KEYS[4]) < tonumber(ARGV[5]) then redis.call('PEXPIRE', KEYS[4], ARGV[5]) end
-  end
-  return {0, owner, fence, pttl, 0}
-end
-local owner, held, v = grant(KEYS[1])
-if owner == nil then return held end
-if owner == ARGV[1] then
-  -- Ours already: this is a retry whose first reply was lost.
-  return {1, owner, held, redis.call('PTTL', KEYS[1]), 0}
-end
-if owner then
-  local pttl = redis.call('PTTL', KEYS[1])
-  if pttl < 0 then return corrupt(KEYS[1], v, 'persistent') end
-  return refuse(owner, held, pttl)
-end
-if ARGV[4] ~= '2' then
-  local handoff = redis.call('PTTL', KEYS[5])
-  if handoff > 0 then return refuse('', 0, handoff) end
-end
-local last, bad = get(KEYS[2])
-if last == nil then return bad end
-if last and not fenceok(last) then return corrupt(KEYS[2], last, 'fence') end
-local fence, behind = nextfence(last)
-if fence == nil then return behind end
-if ARGV[4] == '2' then redis.call('DEL', KEYS[5]) end
-local f = type(fence) == 'string' and fence or string.format('%.0f', fence)
-redis.call('SET', KEYS[1], f .. ' ' .. ARGV[1], 'PX', ARGV[2])
-redis.call('SET', KEYS[2], f, 'PX', ARGV[3])
--- The common answer is the fence alone: an array costs the server more.
-if behind == 0 then return fence end
-return {1, ARGV[1], f, tonumber(ARGV[2]), behind}
-)lua");
-  return s;
-}
-
-// Wakes one waiter when anyone waits: one element on the wake list for its
-// BLPOP, and the hand-off that keeps the free lock for it (ttl: the wake
-// list's expiry, ms).
-#define TOKENLOCK_LUA_WAKE                                                     \
-  "local function wake(ttl)\n"                                                 \
-  "  if tonumber(redis.call('GET', KEYS[4]) or '0') <= 0 then return end\n"    \
-  "  redis.call('RPUSH', KEYS[3], '1')\n"                                      \
-  "  redis.call('LTRIM', KEYS[3], -64, -1)\n"                                  \
-  "  redis.call('PEXPIRE', KEYS[3], ttl)\n"                                    \
-  "  redis.call('SET', KEYS[5], '1', 'PX', " TOKENLOCK_HANDOFF_GRACE_MS ")\n"  \
-  "end\n"
-
-// Release (ARGV[4] == "release") or refresh (ARGV[4] == "refresh") of the
-// grant of owner ARGV[1] with fence ARGV[2]; ARGV[3]: the wake list's
-// expiry, or the new lease. Not ours: why, from the last fence (compared
-// as decimal strings: exact above 2^53).
-const redis_script& settle_script() {
-  static const redis_script s(TOKENLOCK_LUA_COMMON TOKENLOCK_LUA_WAKE R"lua(
-local v, bad = get(KEYS[1])
-if v == nil then return bad end
-if v == ARGV[2] .. ' ' .. ARGV[1] then
-  if ARGV[4] == 'release' then
-    redis.call('DEL', KEYS[1])
-    -- Only when someone waits: an uncontended cycle writes nothing more.
-    wake(ARGV[3])
-  else
-    redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  end
-  return 1
-end
-if v then
-  local owner, held = parse(KEYS[1], v)
-  if owner == nil then return held end
-  return {0, 'taken', held}
-end
-local last
-last, bad = get(KEYS[2])
-if last == nil then return bad end
-if not last then return {0, 'lost', 0} end
-if not fenceok(last) then return corrupt(KEYS[2], last, 'fence') end
-local mine = ARGV[2]
-if #last > #mine or (#last == #mine and last > mine) then return {0, 'newer', last} end
-if last ~= mine then return {0, 'lost', last} end
-return {0, 'expired', last}
-)lua");
-  return s;
-}
-
-const redis_script& holder_script() {
-  static const redis_script s(TOKENLOCK_LUA_COMMON R"lua(
-local owner, fence, v = grant(KEYS[1])
-if owner == nil then return fence end
-if not owner then return {0} end
-local pttl = redis.call('PTTL', KEYS[1])
-if pttl < 0 then return corrupt(KEYS[1], v, 'persistent') end
-return {1, owner, fence, pttl}
-)lua");
-  return s;
-}
-
-const redis_script& break_script() {
-  static const redis_script s(TOKENLOCK_LUA_COMMON TOKENLOCK_LUA_WAKE R"lua(
-local owner, fence = grant(KEYS[1])
-if owner == nil then return fence end
-if owner ~= ARGV[1] then return {0, owner or ''} end
-redis.call('DEL', KEYS[1])
-wake(ARGV[2])
-return {1, owner}
-)lua");
-  return s;
-}
-
-#undef TOKENLOCK_LUA_COMMON
-#undef TOKENLOCK_LUA_NEXT_FENCE
-#undef TOKENLOCK_LUA_WAKE
-#undef TOKENLOCK_HANDOFF_GRACE_MS
+// The scripts (acquire_script, settle_script, holder_script, break_script)
+// are lib/src/redis/scripts/*.lua, embedded with their SHA-1 at build time
+// (cmake/tokenlock_redis_scripts.cmake); each file says what it does and
+// its KEYS and ARGV. bindings/php/src/Redis/Scripts.php holds the acquire,
+// settle and holder scripts byte for byte (PHP and C++ processes share one
+// lock), written from the same files by scripts/php-redis-scripts.
 
 constexpr std::int64_t fence_ttl_ms = 24LL * 3600 * 1000;
 // The protocol's maximum lease (lock_options::max_lease's default), the
@@ -368,7 +162,7 @@ failure corrupt_key(const redis_connection& conn, const char* step, const std::s
                           ": the key " + escaped(key, 1024) + " holds " + holds + "; fix: " + fix);
 }
 
-// A script's answer about a key it cannot use (TOKENLOCK_LUA_COMMON's
+// A script's answer about a key it cannot use (common.lua's
 // corrupt()) as lock_corrupt; no failure for any other answer.
 failure corrupt_answer(const redisReply* r, const redis_connection& conn, const char* step,
                        const std::string& name, std::string_view grant_key) {
@@ -473,7 +267,7 @@ failure keep_on_replicas(redis_connection& conn, const redis_keys& k, const std:
   if (!f && w && w->type == REDIS_REPLY_INTEGER) acked = w->integer;
   if (!f && acked >= o.replicas) return {};
   reply_ptr ignored;
-  conn.eval("release", settle_script(), {k.lock, k.fence, k.wake, k.waiters, k.handoff},
+  conn.eval("release", settle_script, {k.lock, k.fence, k.wake, k.waiters, k.handoff},
             {owner, std::to_string(fence), std::to_string(o.lease.count()), "release"}, ignored);
   if (f) return f;
   return make_failure(errc::not_replicated,
@@ -518,7 +312,7 @@ failure attempt(redis_connection& conn, const redis_keys& k, const std::string& 
                 const redis_lock_options& o, const std::string& name, char before,
                 long long count_ms, attempt_answer& a) {
   reply_ptr r;
-  if (failure f = conn.eval("acquire", acquire_script(), {k.lock, k.fence, k.wake, k.waiters, k.handoff},
+  if (failure f = conn.eval("acquire", acquire_script, {k.lock, k.fence, k.wake, k.waiters, k.handoff},
                             {owner, std::to_string(o.lease.count()), std::to_string(fence_ttl_ms),
                              std::string_view(&before, 1), std::to_string(count_ms)},
                             r))
@@ -651,7 +445,7 @@ failure holder_impl(const std::string& url, const std::string& name, const redis
   if (!conn) conn = std::make_shared<redis_connection>(url, o.connect_timeout, o.command_timeout);
   const redis_keys k(lock_key(o, name));
   reply_ptr r;
-  if (failure f = conn->eval("status", holder_script(), {k.lock}, {}, r)) return f;
+  if (failure f = conn->eval("status", holder_script, {k.lock}, {}, r)) return f;
   if (failure f = corrupt_answer(r.get(), *conn, "status", name, k.lock)) return f;
   long long held = 0;
   if (!int_at(r.get(), 0, held)) return unexpected_reply("status", conn->server());
@@ -716,7 +510,7 @@ void redis_lock::break_owner(const std::string& owner, std::error_code& ec) noex
                                                  options_.command_timeout);
     const redis_keys k(lock_key(options_, name_));
     reply_ptr r;
-    if (failure f = conn_->eval("break", break_script(), {k.lock, k.fence, k.wake, k.waiters, k.handoff},
+    if (failure f = conn_->eval("break", break_script, {k.lock, k.fence, k.wake, k.waiters, k.handoff},
                                 {owner, std::to_string(options_.lease.count())}, r))
       return f;
     if (failure f = corrupt_answer(r.get(), *conn_, "break", name_, k.lock)) return f;
@@ -776,7 +570,7 @@ failure settle(redis_connection& conn, const std::string& lock_key, const std::s
   char mine[24];
   const auto n = std::to_chars(mine, mine + sizeof mine, fence);
   reply_ptr r;
-  if (failure f = conn.eval(step, settle_script(), {k.lock, k.fence, k.wake, k.waiters, k.handoff},
+  if (failure f = conn.eval(step, settle_script, {k.lock, k.fence, k.wake, k.waiters, k.handoff},
                             {owner, std::string_view(mine, static_cast<std::size_t>(n.ptr - mine)),
                              what_arg, step},
                             r))
