@@ -2718,12 +2718,14 @@ final class Connection
 // src/Redis/Scripts.php
 /**
  * The Lua scripts of the Redis lock, byte for byte those of the C++ client
- * (lib/src/redis/redis_lock.cpp, docs/redis.md): a PHP and a C++ process
+ * (lib/src/redis/scripts/*.lua, docs/redis.md): a PHP and a C++ process
  * then run the same script (the server caches it under the same SHA-1)
  * and meet on one lock. Keys: the grant, :fence, :wake, :waiters,
- * :handoff (only the grant for HOLDER). Written by scripts/php-redis-scripts
- * from the C++ source: do not edit by hand. The C++ client's fourth script,
- * break, is not here: the PHP module does not break locks.
+ * :handoff (only the grant for HOLDER); each .lua file says what it does
+ * and its KEYS and ARGV. Written by scripts/php-redis-scripts from those
+ * files: do not edit by hand (the ctest test redis_scripts_php_current
+ * fails when this differs). The C++ client's fourth script, break, is not
+ * here: the PHP module does not break locks.
  *
  * @internal
  */
