@@ -169,7 +169,7 @@ protocol, so it can make a waiter later, never give the lock to two
 processes. It is used only on local filesystems (as the mount table
 names them: ext4, xfs, btrfs, tmpfs and the like); on a network or FUSE
 filesystem, or one the mount table does not name, waiters poll with
-backoff (100 µs doubling to 50 ms). A F<turnstile> that is not a regular
+backoff (100 microseconds doubling to 50 ms). A F<turnstile> that is not a regular
 file of one link, owned by this user or the lock directory's owner and
 writable by nobody else (something a trusted user planted), is left as
 it is, and its waiters poll. A C<try_acquire> (C<< wait => 0 >>) tries
