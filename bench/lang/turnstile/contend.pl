@@ -18,9 +18,15 @@ use POSIX qw(floor);
 use TurnstileLock;
 
 # The scheme `module`: the Perl module itself (bindings/perl/lib), whose
-# waiters line up in its turnstile, in TurnstileLock's calls.
+# waiters line up in its turnstile, in TurnstileLock's calls; `modulepoll`:
+# the module told the filesystem is NFS, where its waiters poll.
 package ModuleLock {
-    sub new { my ($class, $dir) = @_; require Tokenlock; return bless { dir => $dir }, $class }
+    sub new {
+        my ($class, $dir, $poll) = @_;
+        require Tokenlock;
+        $Tokenlock::Turnstile::FS_TYPE{$dir} = 'nfs' if $poll;
+        return bless { dir => $dir }, $class;
+    }
     sub acquire {
         my ($self, $wait) = @_;
         $self->{lock} = eval { Tokenlock->acquire($self->{dir}, wait => defined $wait ? $wait : 'forever') };
@@ -54,7 +60,7 @@ sub loop {
     my ($start, $stop) = @$when;
     my ($fl, $lock, $fh, @lat);
     if ($scheme eq 'flock') { open($fl, '>>', "$dir.flock") or die "contend: $dir.flock: $!\n" }
-    elsif ($scheme eq 'module') { $lock = ModuleLock->new($dir) }
+    elsif ($scheme =~ /\Amodule(poll)?\z/) { $lock = ModuleLock->new($dir, $1) }
     else { $lock = TurnstileLock->new($dir, $scheme) }
     Time::HiRes::usleep(1000) while TurnstileLock::now_ns() < $start;
     while ((my $t0 = TurnstileLock::now_ns()) < $stop) {
