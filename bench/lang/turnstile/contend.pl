@@ -10,12 +10,30 @@
 use strict;
 use warnings;
 use FindBin;
-use lib $FindBin::Bin;
+use lib $FindBin::Bin, "$FindBin::Bin/../../../bindings/perl/lib";
 use Fcntl qw(:flock O_RDWR O_CREAT O_EXCL O_WRONLY SEEK_SET);
 use File::Temp qw(tempdir);
 use Getopt::Std qw(getopts);
 use POSIX qw(floor);
 use TurnstileLock;
+
+# The scheme `module`: the Perl module itself (bindings/perl/lib), whose
+# waiters line up in its turnstile, in TurnstileLock's calls; `modulepoll`:
+# the module told the filesystem is NFS, where its waiters poll.
+package ModuleLock {
+    sub new {
+        my ($class, $dir, $poll) = @_;
+        require Tokenlock;
+        $Tokenlock::Turnstile::FS_TYPE{$dir} = 'nfs' if $poll;
+        return bless { dir => $dir }, $class;
+    }
+    sub acquire {
+        my ($self, $wait) = @_;
+        $self->{lock} = eval { Tokenlock->acquire($self->{dir}, wait => defined $wait ? $wait : 'forever') };
+        return $self->{lock} ? 1 : 0;
+    }
+    sub release { my ($self) = @_; (delete $self->{lock})->release }
+}
 
 # The counter of tests/process/lock_worker (20 digits and a newline), in
 # place or replaced by a temporary file renamed over it, as in contend.php.
@@ -42,6 +60,7 @@ sub loop {
     my ($start, $stop) = @$when;
     my ($fl, $lock, $fh, @lat);
     if ($scheme eq 'flock') { open($fl, '>>', "$dir.flock") or die "contend: $dir.flock: $!\n" }
+    elsif ($scheme =~ /\Amodule(poll)?\z/) { $lock = ModuleLock->new($dir, $1) }
     else { $lock = TurnstileLock->new($dir, $scheme) }
     Time::HiRes::usleep(1000) while TurnstileLock::now_ns() < $start;
     while ((my $t0 = TurnstileLock::now_ns()) < $stop) {

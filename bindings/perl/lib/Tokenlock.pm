@@ -143,10 +143,38 @@ C<$ENV{TOKENLOCK_COMMAND}>) and every value passed to it must be untainted
 too; a tainted one is refused the same way, its value not shown.
 
 What the module does not do, unlike the library: it never maps the wait
-board (a waiter polls with backoff, and C++ waiters beside it still get
-the lock within the documented bound), and core Perl has no C<renameat>,
-so every step names its path, and the lock directory is judged by
-C<lstat> at each acquisition rather than once through a descriptor.
+board, and core Perl has no C<renameat>, so every step names its path,
+and the lock directory is judged by C<lstat> at each acquisition rather
+than once through a descriptor.
+
+=head2 Waiting
+
+A process that finds the lock held lines up in the B<turnstile>
+(docs/waiting-turnstile.md), the file F<turnstile> inside the lock
+directory, which the first such waiter creates (mode C<0600>, or C<0660>
+with the chosen group when the lock is shared with a group; never a bit
+for others) and every process keeps open for its next wait. Waiters take
+turns at its C<flock> without blocking: whoever holds it, the head, alone
+polls the lock, every 1 ms, and after 1 ms marks the file hungry (its
+size, 1) and polls every 100 microseconds; a process about to take the lock reads
+the mark first (one C<lstat>) and, when it is set, lines up instead of
+taking the next release from the head. The others sleep, 16 ms at first
+and half as long for every 25 ms they have waited, down to 2 ms, before
+they try the C<flock> again, and look at the lock themselves every
+100 ms and when the wait runs out; no sleep runs past the wait. The head
+leaves the turnstile as soon as it holds the lock or gives up.
+
+The turnstile is a hint: every acquisition is still a rename of the
+protocol, so it can make a waiter later, never give the lock to two
+processes. It is used only on local filesystems (as the mount table
+names them: ext4, xfs, btrfs, tmpfs and the like); on a network or FUSE
+filesystem, or one the mount table does not name, waiters poll with
+backoff (100 microseconds doubling to 50 ms). A F<turnstile> that is not a regular
+file of one link, owned by this user or the lock directory's owner and
+writable by nobody else (something a trusted user planted), is left as
+it is, and its waiters poll. A C<try_acquire> (C<< wait => 0 >>) tries
+once, whatever the mark says. C++ waiters (the command, the C API)
+line up on the wait board instead; both lines are served.
 
 C<TOKENLOCK_DIR_MODE> (an octal mode such as C<0775>), as the command
 reads it, is the mode of the lock directories and workspaces the module
@@ -562,6 +590,7 @@ variables may change between versions:
     Tokenlock/Trust.pm      the trust rules of docs/security.md
     Tokenlock/Directory.pm  the lock directory: looked at, created, cleaned
     Tokenlock/Marks.pm      owner marks (GlusterFS)
+    Tokenlock/Turnstile.pm  the turnstile waiters line up in: the file
     Tokenlock/Protocol.pm   acquiring: the rounds of the protocol, waiting
     Tokenlock/Lock.pm       the lock object, with_lock, holder, signals
     Tokenlock/Files.pm      the atomic write, reading a target

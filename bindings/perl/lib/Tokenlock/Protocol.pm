@@ -15,6 +15,7 @@ use Tokenlock::Token qw(_judge _make_token);
 use Tokenlock::Trust qw(_check_dir);
 use Tokenlock::Directory qw(_clear_token _create_dir _lock_paths _observe _sweep_leftovers);
 use Tokenlock::Marks qw(_mark_and_check _needs_marks);
+use Tokenlock::Turnstile qw(_line_hungry _open_turnstile _set_mark _turnstile_usable);
 
 require Exporter;
 our @ISA       = ('Exporter');
@@ -28,6 +29,18 @@ my $FREE = $Tokenlock::Token::FREE;
 my $BACKOFF_MIN_US = 100;
 my $BACKOFF_MAX_US = 50_000;
 my $LOOK_EVERY_US  = 10_000;
+
+# The turnstile (docs/waiting-turnstile.md): the head polls every 1 ms and,
+# hungry after 1 ms, every 100 us; sleepers retry its flock after 16 ms,
+# halving for every 25 ms waited down to 2 ms, and look at the lock
+# themselves every 100 ms.
+my $HEAD_US         = 1000;
+my $HUNGRY_AFTER_US = 1000;
+my $HUNGRY_POLL_US  = 100;
+my $SLEEPER_US      = 16_000;
+my $AGE_US          = 25_000;
+my $SLEEPER_MIN_US  = 2000;
+my $OWN_LOOK_US     = 100_000;
 
 # One round of the protocol: the fast-path rename, then, when $look is
 # set, a look at the directory and a creation or takeover if it needs one.
@@ -122,18 +135,48 @@ sub _native_acquire {
     my ($step, $lockdir, $o) = @_;
     _native_setup();
     my $p = _lock_paths($step, $lockdir);
-    my $first = 1;
+    my ($first, $line) = (1, 0);
     # The directory is judged before anything in it is touched. A missing
     # one is created by the first look. When it is there, the first rename
-    # comes before the clocks and the loop below, which only a busy lock
-    # needs.
+    # comes before the clocks and the loops below, which only a busy lock
+    # needs. A hungry mark means a head is owed the next release: this
+    # process lines up behind it instead (a single try never waits, so it
+    # tries).
     if (_check_dir($step, $p, $o)) {
-        my ($what, @r) = _round($step, $p, $o, 0, 1);
-        return @r if $what eq 'acquired';
-        $first = 0;
+        my $try = (defined $o->{wait_us} && $o->{wait_us} == 0) || !_line_hungry($p);
+        if ($try) {
+            my ($what, @r) = _round($step, $p, $o, 0, 1);
+            return @r if $what eq 'acquired';
+            $first = 0;
+        }
+        $line = !defined $o->{wait_us} || $o->{wait_us} > 0;
     }
     my $start = _steady_us();
     my $deadline = defined $o->{wait_us} ? $start + $o->{wait_us} : undef;
+    if ($line && _turnstile_usable($p)) {
+        my $gid = exists $o->{chosen} ? $o->{chosen} : $o->{group};
+        my $fh = _open_turnstile($p, $gid, !$first);
+        if ($fh) {
+            my @r = _in_line($step, $p, $o, $fh, $start, $deadline);
+            return @r if @r;
+            $first = 0;
+        }
+    }
+    return _poll($step, $p, $o, $first, $deadline);
+}
+
+# The verdict of a wait that ends without the lock.
+sub _give_up {
+    my ($p, $o, $reason) = @_;
+    my $why = 'the lock is ' . (defined $reason ? $reason : 'changing hands too fast to see who holds it');
+    die _lock_error('busy', 'acquire', $p->{dir}, $why) if defined $o->{wait_us} && $o->{wait_us} == 0;
+    die _lock_error('timed_out', 'acquire', $p->{dir}, 'timed out after ' . int($o->{wait_us} / 1000) . " ms; $why");
+}
+
+# Waiting where there is no turnstile to use: every waiter polls, with
+# backoff.
+sub _poll {
+    my ($step, $p, $o, $first, $deadline) = @_;
     my ($delay, $last_look, $reason) = ($BACKOFF_MIN_US, undef, undef);
     while (1) {
         my $now = _steady_us();
@@ -145,18 +188,92 @@ sub _native_acquire {
         return @r if $what eq 'acquired';
         next if $what eq 'again';
         $reason = $r[0] if defined $r[0];
-        my $why = 'the lock is ' . (defined $reason ? $reason : 'changing hands too fast to see who holds it');
-        die _lock_error('busy', 'acquire', $p->{dir}, $why) if defined $o->{wait_us} && $o->{wait_us} == 0;
-        if ($final) {
-            die _lock_error('timed_out', 'acquire', $p->{dir},
-                'timed out after ' . int($o->{wait_us} / 1000) . " ms; $why");
-        }
-        my $pause = $delay * (0.75 + rand(0.5));
-        $pause = $deadline - _steady_us() if defined $deadline && _steady_us() + $pause > $deadline;
-        _sleep_us(int $pause);
+        _give_up($p, $o, $reason) if $final || (defined $o->{wait_us} && $o->{wait_us} == 0);
+        _sleep_to(int($delay * (0.75 + rand(0.5))), $deadline);
         $delay *= 2;
         $delay = $BACKOFF_MAX_US if $delay > $BACKOFF_MAX_US;
     }
+}
+
+# Sleeps $us microseconds, or until $until (steady) if that comes first.
+sub _sleep_to {
+    my ($us, $until) = @_;
+    if (defined $until) {
+        my $left = $until - _steady_us();
+        $us = $left if $left < $us;
+    }
+    _sleep_us(int $us);
+}
+
+# Waiting in the turnstile (docs/waiting-turnstile.md, The line): a
+# sleeper tries the turnstile's flock without blocking, less long between
+# tries the longer it has waited, and looks at the lock itself every
+# $OWN_LOOK_US and at its deadline; whoever holds the flock is the head.
+# Returns the acquisition, or () when the turnstile failed and the caller
+# is to poll.
+sub _in_line {
+    my ($step, $p, $o, $fh, $start, $deadline) = @_;
+    my $reason;
+    my $own_look = $start + $OWN_LOOK_US;
+    while (1) {
+        if (flock($fh, Fcntl::LOCK_EX() | Fcntl::LOCK_NB())) {
+            my ($what, @r) = _head($step, $p, $o, $fh, $deadline);
+            return @r if $what eq 'acquired';
+            _give_up($p, $o, $r[0]);
+        }
+        # A flock that fails otherwise than by being held (ENOLCK): polling.
+        return () unless $!{EWOULDBLOCK} || $!{EAGAIN};
+        my $now = _steady_us();
+        my $final = defined $deadline && $now >= $deadline;
+        if ($final || $now >= $own_look) {
+            $own_look = $now + $OWN_LOOK_US;
+            my ($what, @r) = ('again');
+            ($what, @r) = _round($step, $p, $o, 1, 0) while $what eq 'again';
+            return @r if $what eq 'acquired';
+            $reason = $r[0] if defined $r[0];
+            _give_up($p, $o, $reason) if $final;
+        }
+        my $halvings = int(($now - $start) / $AGE_US);
+        my $pause = $halvings > 30 ? 0 : $SLEEPER_US >> $halvings;
+        $pause = $SLEEPER_MIN_US if $pause < $SLEEPER_MIN_US;
+        $pause = $own_look - $now if $own_look - $now < $pause;
+        _sleep_to($pause, $deadline);
+    }
+}
+
+# The head: alone polls the lock, every $HEAD_US, and every $HUNGRY_POLL_US
+# once it has set the hungry mark, $HUNGRY_AFTER_US after becoming head (a
+# mark found set was left by a head that died: it is this head's). It
+# leaves the turnstile as soon as it holds the lock, gives up or fails, so
+# that the next head is in place while the lock is held. Returns
+# ('acquired', ...) or ('timed_out', reason).
+sub _head {
+    my ($step, $p, $o, $fh, $deadline) = @_;
+    my $since = _steady_us();
+    my @st = stat $fh;
+    my $hungry = @st && $st[7] > 0;
+    my ($last_look, $reason, @got);
+    my $ok = eval {
+        while (1) {
+            my $now = _steady_us();
+            my $final = defined $deadline && $now >= $deadline;
+            my $look = $final || !defined $last_look || $now - $last_look >= $LOOK_EVERY_US;
+            $last_look = $now if $look;
+            my ($what, @r) = _round($step, $p, $o, $look, 0);
+            if ($what eq 'acquired') { @got = ('acquired', @r); last }
+            next if $what eq 'again';
+            $reason = $r[0] if defined $r[0];
+            if ($final) { @got = ('timed_out', $reason); last }
+            $hungry = _set_mark($fh, 1) if !$hungry && $now - $since >= $HUNGRY_AFTER_US;
+            _sleep_to($hungry ? $HUNGRY_POLL_US : $HEAD_US, $deadline);
+        }
+        1;
+    };
+    my $err = $@;
+    _set_mark($fh, 0) if $hungry;
+    flock($fh, Fcntl::LOCK_UN());
+    die $err unless $ok;
+    return @got;
 }
 
 1;
