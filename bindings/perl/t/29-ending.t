@@ -92,7 +92,10 @@ for my $c (@cases) {
 
 # --- signals: the process still ends by the signal -----------------------------------
 for my $sig (qw(TERM INT HUP)) {
+    # A job started in the background by a shell without job control
+    # inherits SIGINT ignored; the case is the default disposition.
     my ($st, $err, $L) = run_holder(<<'PERL', sub { kill $sig, $_[0] });
+$SIG{$_} = 'DEFAULT' for qw(TERM INT HUP);
 my $lock = Tokenlock->acquire($L);
 print "held\n";
 sleep 60 while 1;
