@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "failure.hpp"
+#include "core/failure.hpp"
 #include "tokenlock/atomic_write.hpp"
 #include "tokenlock/errors.hpp"
 #include "tokenlock/rename_lock.hpp"

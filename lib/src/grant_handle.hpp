@@ -10,7 +10,7 @@
 #include <system_error>
 #include <utility>
 
-#include "failure.hpp"
+#include "core/failure.hpp"
 
 namespace tokenlock::detail {
 

@@ -3,7 +3,7 @@
 #include "tokenlock/errors.hpp"
 #include "tokenlock/rename_lock.hpp"
 
-#include "failure.hpp"
+#include "core/failure.hpp"
 
 namespace tokenlock {
 

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "cleanup_registry.hpp"
-#include "failure.hpp"
+#include "core/failure.hpp"
 #include "posix/signals.hpp"
 
 namespace tokenlock {

@@ -7,8 +7,8 @@
 
 #include <boost/filesystem/path.hpp>
 
-#include "atomic_write_impl.hpp"
-#include "lock_core.hpp"
+#include "files/atomic_write_impl.hpp"
+#include "lockdir/lock_core.hpp"
 #include "posix/os.hpp"
 #include "tokenlock/atomic_write.hpp"
 #include "tokenlock/rename_lock.hpp"

@@ -17,7 +17,7 @@
 #include "cli.hpp"
 #include "inspect.hpp"
 #include "temp_dir.hpp"
-#include "token_name.hpp"
+#include "lockdir/token_name.hpp"
 
 namespace fs = boost::filesystem;
 using tokenlock::testing::child;

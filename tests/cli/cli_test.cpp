@@ -18,7 +18,7 @@
 #include "tokenlock/clock_judgement.hpp"
 #include "inspect.hpp"
 #include "temp_dir.hpp"
-#include "token_name.hpp"
+#include "lockdir/token_name.hpp"
 #include "tokenlock/tokenlock.hpp"
 
 namespace fs = boost::filesystem;

@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "update_impl.hpp"
+#include "files/update_impl.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "token_name.hpp"
+#include "lockdir/token_name.hpp"
 
 using namespace tokenlock::detail;
 

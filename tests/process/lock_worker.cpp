@@ -79,7 +79,7 @@
 #include "canary.hpp"
 #include "fake_os.hpp"
 #include "tokenlock/tokenlock.hpp"
-#include "update_impl.hpp"
+#include "files/update_impl.hpp"
 #include "versioned_content.hpp"
 
 using namespace std::chrono_literals;

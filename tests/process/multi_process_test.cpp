@@ -17,7 +17,7 @@
 #include "child.hpp"
 #include "inspect.hpp"
 #include "temp_dir.hpp"
-#include "token_name.hpp"
+#include "lockdir/token_name.hpp"
 #include "tokenlock/tokenlock.hpp"
 
 namespace fs = boost::filesystem;

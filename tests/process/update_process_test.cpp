@@ -19,7 +19,7 @@
 #include <boost/filesystem/fstream.hpp>
 
 #include "child.hpp"
-#include "file_writer.hpp"
+#include "files/file_writer.hpp"
 #include "inspect.hpp"
 #include "temp_dir.hpp"
 #include "tokenlock/tokenlock.hpp"

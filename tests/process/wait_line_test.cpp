@@ -21,7 +21,7 @@
 #include "inspect.hpp"
 #include "temp_dir.hpp"
 #include "tokenlock/tokenlock.hpp"
-#include "wait_line.hpp"
+#include "wait/wait_line.hpp"
 
 namespace fs = boost::filesystem;
 using namespace std::chrono_literals;

@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "posix/socket_io.hpp"
+#include "net/socket_io.hpp"
 #include "redis/redis_url.hpp"
 #include "redis/redis_wait_stats.hpp"
 #include "inspect.hpp"

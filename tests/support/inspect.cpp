@@ -6,8 +6,8 @@
 #include <boost/filesystem.hpp>
 #include <boost/filesystem/fstream.hpp>
 
-#include "file_writer.hpp"
-#include "token_name.hpp"
+#include "files/file_writer.hpp"
+#include "lockdir/token_name.hpp"
 
 namespace fs = boost::filesystem;
 

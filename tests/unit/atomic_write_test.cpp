@@ -15,11 +15,11 @@
 #include "with_os.hpp"
 #include "fake_os.hpp"
 #include "inspect.hpp"
-#include "file_writer.hpp"
-#include "atomic_write_impl.hpp"
+#include "files/file_writer.hpp"
+#include "files/atomic_write_impl.hpp"
 #include "temp_dir.hpp"
 #include "tokenlock/tokenlock.hpp"
-#include "update_impl.hpp"
+#include "files/update_impl.hpp"
 
 namespace fs = boost::filesystem;
 using namespace std::chrono_literals;

@@ -11,11 +11,11 @@
 
 #include <boost/filesystem.hpp>
 
-#include "clock_offset.hpp"
+#include "doctor/clock_offset.hpp"
 #include "fake_os.hpp"
 #include "inspect.hpp"
 #include "temp_dir.hpp"
-#include "token_name.hpp"
+#include "lockdir/token_name.hpp"
 #include "tokenlock/tokenlock.hpp"
 
 namespace fs = boost::filesystem;

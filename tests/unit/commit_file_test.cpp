@@ -13,7 +13,7 @@
 #include "inspect.hpp"
 #include "temp_dir.hpp"
 #include "tokenlock/tokenlock.hpp"
-#include "update_impl.hpp"
+#include "files/update_impl.hpp"
 #include "with_os.hpp"
 
 namespace fs = boost::filesystem;

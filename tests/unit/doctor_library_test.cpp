@@ -8,9 +8,9 @@
 
 #include <boost/filesystem.hpp>
 
-#include "errno_advice.hpp"
+#include "core/errno_advice.hpp"
 #include "inspect.hpp"
-#include "netfs_advice.hpp"
+#include "core/netfs_advice.hpp"
 #include "doctor_properties.hpp"
 #include "temp_dir.hpp"
 #include "tokenlock/clock_judgement.hpp"

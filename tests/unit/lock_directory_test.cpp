@@ -17,9 +17,9 @@
 
 #include <boost/filesystem.hpp>
 
-#include "lock_directory.hpp"
+#include "lockdir/lock_directory.hpp"
 #include "lock_fixture.hpp"
-#include "token_name.hpp"
+#include "lockdir/token_name.hpp"
 
 namespace fs = boost::filesystem;
 using namespace std::chrono_literals;

@@ -16,7 +16,7 @@
 
 #include "fake_os.hpp"
 #include "temp_dir.hpp"
-#include "token_name.hpp"
+#include "lockdir/token_name.hpp"
 #include "tokenlock/tokenlock.hpp"
 #include "with_os.hpp"
 

@@ -1,4 +1,4 @@
-// Owner marks (lib/src/token_mark.hpp): on a filesystem whose rename can
+// Owner marks (lib/src/lockdir/token_mark.hpp): on a filesystem whose rename can
 // move a directory through a name it no longer has (GlusterFS), a second
 // rename of "lockfile" can move a held token to another acquirer's name.
 // These tests play that rename with real renames in a temporary directory,
@@ -15,7 +15,7 @@
 #include "with_os.hpp"
 #include "fake_os.hpp"
 #include "temp_dir.hpp"
-#include "token_name.hpp"
+#include "lockdir/token_name.hpp"
 #include "tokenlock/tokenlock.hpp"
 
 namespace fs = boost::filesystem;

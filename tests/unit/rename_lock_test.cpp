@@ -11,7 +11,7 @@
 
 #include <boost/filesystem.hpp>
 
-#include "lock_directory.hpp"
+#include "lockdir/lock_directory.hpp"
 #include "lock_fixture.hpp"
 #include "tokenlock/tokenlock.hpp"
 

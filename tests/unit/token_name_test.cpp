@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "token_name.hpp"
+#include "lockdir/token_name.hpp"
 
 using namespace tokenlock::detail;
 

@@ -18,8 +18,8 @@
 #include "fake_os.hpp"
 #include "temp_dir.hpp"
 #include "tokenlock/tokenlock.hpp"
-#include "trust.hpp"
-#include "update_impl.hpp"
+#include "core/trust.hpp"
+#include "files/update_impl.hpp"
 #include "with_os.hpp"
 
 namespace fs = boost::filesystem;

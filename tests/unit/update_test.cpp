@@ -14,11 +14,11 @@
 #include "with_os.hpp"
 #include "fake_os.hpp"
 #include "inspect.hpp"
-#include "file_writer.hpp"
+#include "files/file_writer.hpp"
 #include "temp_dir.hpp"
 #include "tokenlock/tokenlock.hpp"
-#include "token_name.hpp"
-#include "update_impl.hpp"
+#include "lockdir/token_name.hpp"
+#include "files/update_impl.hpp"
 
 namespace fs = boost::filesystem;
 using namespace std::chrono_literals;

@@ -19,11 +19,11 @@
 #include <boost/filesystem.hpp>
 
 #include "lock_fixture.hpp"
-#include "wait_backoff.hpp"
-#include "wait_line.hpp"
-#include "wait_look.hpp"
-#include "wait_place.hpp"
-#include "wait_watch.hpp"
+#include "wait/wait_backoff.hpp"
+#include "wait/wait_line.hpp"
+#include "wait/wait_look.hpp"
+#include "wait/wait_place.hpp"
+#include "wait/wait_watch.hpp"
 
 namespace fs = boost::filesystem;
 using namespace std::chrono_literals;

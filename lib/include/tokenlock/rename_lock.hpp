@@ -91,7 +91,7 @@
 namespace tokenlock {
 
 namespace detail {
-struct lock_core;    // what a lock and its handles share (lib/src/lock_core.hpp)
+struct lock_core;    // what a lock and its handles share (lib/src/lockdir/lock_core.hpp)
 struct lock_access;  // the library's own way in
 }
 

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "etcd/etcd_url.hpp"
-#include "failure.hpp"
+#include "core/failure.hpp"
 
 namespace tokenlock::detail {
 

@@ -6,14 +6,14 @@
 #include "etcd/etcd_client.hpp"
 #include "etcd/etcd_requests.hpp"
 #include "etcd/etcd_wait_stats.hpp"
-#include "escaped.hpp"
-#include "failure.hpp"
+#include "core/escaped.hpp"
+#include "core/failure.hpp"
 #include "grant_handle.hpp"
-#include "owner_id.hpp"
+#include "lockdir/owner_id.hpp"
 #include "posix/os.hpp"
 #include "posix/signals.hpp"
-#include "posix/stream_connection.hpp"
-#include "token_name.hpp"
+#include "net/stream_connection.hpp"
+#include "lockdir/token_name.hpp"
 
 namespace tokenlock {
 

@@ -1,7 +1,7 @@
 // update_file and increment_counter under an etcd lock, their commit fenced
 // by the grant's fencing token through a fence directory beside the target
 // (fence_directory.hpp; docs/etcd.md, Fenced file updates).
-#include "fence_directory.hpp"
+#include "files/fence_directory.hpp"
 #include "tokenlock/etcd_lock.hpp"
 
 namespace tokenlock {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "failure.hpp"
+#include "core/failure.hpp"
 
 namespace tokenlock::detail {
 

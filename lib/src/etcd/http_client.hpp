@@ -1,6 +1,6 @@
 // The etcd lock's HTTP/1.1 client for etcd's JSON gateway: one POST at a
 // time on one kept-alive connection to one member (plain or TLS, through
-// posix/stream_connection.hpp), answers framed by Content-Length, chunked
+// net/stream_connection.hpp), answers framed by Content-Length, chunked
 // transfer coding or the end of the connection, and bounded in size.
 //
 // Calling sequence: make an http_connection per member (and one more for
@@ -25,7 +25,7 @@
 #include <functional>
 #include <string>
 
-#include "posix/stream_connection.hpp"
+#include "net/stream_connection.hpp"
 
 namespace tokenlock::detail {
 

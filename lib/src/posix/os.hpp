@@ -4,8 +4,9 @@
 // directory listings, stat, kill, reading /proc, the clocks, sleeping,
 // random numbers, directory watches and the wait board. The POSIX implementation
 // (posix_os.cpp, with signals.hpp for what a signal handler and the Redis
-// client's SIGPIPE guard need) is the only code that includes system headers
-// and calls the OS (hiredis makes its own socket calls); tests
+// client's SIGPIPE guard need) is, with the lock servers' network code
+// (lib/src/net/), the only code that includes system headers and calls the
+// OS (hiredis makes its own socket calls); tests
 // substitute their own implementation to inject failures, to drive the clocks
 // and to play several processes (pids, hosts) inside one test.
 //

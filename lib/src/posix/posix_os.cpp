@@ -2,7 +2,7 @@
 // calls the operating system.
 #include "posix/os.hpp"
 
-#include "fnv1a.hpp"
+#include "core/fnv1a.hpp"
 
 #include <atomic>
 #include <cerrno>

@@ -10,7 +10,7 @@
 #include <hiredis/hiredis.h>
 
 #include "posix/os.hpp"
-#include "posix/socket_io.hpp"
+#include "net/socket_io.hpp"
 
 // Defined only in the statically linked programs (lib/static/
 // numeric_resolver.cpp, which replaces their name resolution): why a host

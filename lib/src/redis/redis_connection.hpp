@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "failure.hpp"
+#include "core/failure.hpp"
 #include "redis/redis_url.hpp"
 
 struct redisContext;

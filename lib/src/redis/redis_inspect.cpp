@@ -1,7 +1,7 @@
 #include "tokenlock/redis_inspect.hpp"
 
-#include "failure.hpp"
-#include "owner_id.hpp"
+#include "core/failure.hpp"
+#include "lockdir/owner_id.hpp"
 #include "redis/redis_url.hpp"
 
 namespace tokenlock {

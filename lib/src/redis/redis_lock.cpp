@@ -7,16 +7,16 @@
 
 #include <hiredis/hiredis.h>
 
-#include "escaped.hpp"
-#include "failure.hpp"
+#include "core/escaped.hpp"
+#include "core/failure.hpp"
 #include "grant_handle.hpp"
-#include "owner_id.hpp"
+#include "lockdir/owner_id.hpp"
 #include "tokenlock/keep_alive.hpp"
 #include "posix/os.hpp"
 #include "redis/redis_connection.hpp"
 #include "redis/redis_scripts.hpp"
 #include "redis/redis_wait_stats.hpp"
-#include "token_name.hpp"
+#include "lockdir/token_name.hpp"
 
 namespace tokenlock {
 

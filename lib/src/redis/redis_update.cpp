@@ -1,7 +1,7 @@
 // update_file and increment_counter under a Redis lock, their commit fenced
 // by the grant's fencing token through a fence directory beside the target
 // (fence_directory.hpp; docs/redis.md, The file fence).
-#include "fence_directory.hpp"
+#include "files/fence_directory.hpp"
 #include "tokenlock/redis_lock.hpp"
 
 namespace tokenlock {

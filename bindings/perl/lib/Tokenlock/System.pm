@@ -41,7 +41,7 @@ sub _names {
     return map { $_ eq '.' || $_ eq '..' ? () : /\A([^\/\0]+)\z/s ? $1 : () } readdir $dh;
 }
 
-# FNV-1a, 64 bits, as lib/src/fnv1a.hpp, in two 32-bit halves so that no
+# FNV-1a, 64 bits, as lib/src/core/fnv1a.hpp, in two 32-bit halves so that no
 # product leaves the range a Perl number holds exactly.
 sub _fnv1a {
     my ($s, $hi, $lo) = @_;

@@ -1,0 +1,65 @@
+// How a process waits for a busy rename-token lock: when it looks at the
+// lock again, how it is woken, and how the waiters of one host line up.
+//
+// The protocol (rename_lock.cpp) decides who holds the lock, one rename at
+// a time; this unit decides only when the next round of it runs. Nothing
+// here renames anything, so a waiting scheme that misjudges costs latency,
+// never exclusion. The wait loop asks four parts, each deciding one thing:
+//   - wait_look.hpp: which rounds list the directory and judge the holder
+//     (at most every 10 ms, and always the last round before the deadline,
+//     so a verdict is never stale); every round retries the fast path;
+//   - wait_place.hpp: the line of waiters of one host, on a wait board
+//     (wait_line.hpp): only the head watches the lock, the others sleep on
+//     a futex, and a sleeper looks at the lock itself at least every
+//     sleeper_look_interval(), whatever the board holds (docs/protocol.md,
+//     The line of waiters);
+//   - wait_watch.hpp: whether a pause is cut short by a directory watch
+//     (inotify) when the lock is released, or polls when releases come fast;
+//   - wait_backoff.hpp: how long each pause is (exponential backoff with
+//     jitter), and the wait budget.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/failure.hpp"
+#include "lockdir/lock_directory.hpp"
+#include "posix/os.hpp"
+
+namespace tokenlock::detail {
+
+enum class outcome {
+  acquired,
+  busy,   // held by a live owner, or not looked at this round
+  again,  // the lock changed while we looked (or we created it): retry now
+};
+
+// One round of the protocol, as the wait loop drives it.
+class lock_attempt {
+ public:
+  // Tries the fast-path rename; with `look`, also lists the directory and
+  // judges the holder (taking over a stale token, creating a missing
+  // directory). A round that looked and ends busy has seen a live holder.
+  virtual failure attempt(outcome& result, bool look) = 0;
+  // Why the lock is busy, for the timed_out and busy messages.
+  virtual std::string busy_reason() const = 0;
+
+ protected:
+  ~lock_attempt() = default;
+};
+
+// What the waits of one lock object keep between them (an idle directory
+// watch, the mapped wait board, the memory that the lock cycles fast).
+// Shared by the copies of a rename_lock; thread-safe.
+struct wait_state;
+std::shared_ptr<wait_state> make_wait_state();
+
+// Runs rounds of `attempt` until it acquires, fails, or the wait budget
+// (options.wait; none when !may_wait) ends: then timed_out, or busy for a
+// single round, with `busy` set.
+failure wait_for_lock(os& sys, const lock_paths& paths, const lock_options& options,
+                      wait_state& state, bool may_wait, lock_attempt& attempt, bool& busy);
+
+}  // namespace tokenlock::detail
