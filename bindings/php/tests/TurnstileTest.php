@@ -104,6 +104,29 @@ final class TurnstileTest extends TempDirTestCase
         $this->assertLockFree($lockDir);
     }
 
+    public function testTheTurnstileOfAGroupSharedLockIsForItsOwnerAndThatGroupAlone(): void
+    {
+        $gid = posix_getegid();
+        $groups = array_values(array_diff(posix_getgroups() ?: [], [$gid]));
+        $named = $groups[0] ?? $gid;
+        $lockDir = "$this->dir/a.lock";
+        $lock = Lock::acquire($lockDir, ['group' => $named]);
+        $child = Child::start(function (Channel $ch) use ($lockDir, $named): void {
+            Lock::acquire($lockDir, ['wait' => 30, 'group' => $named])->release();
+            $ch->send('done');
+        });
+        $this->waitFor(fn (): bool => file_exists("$lockDir/turnstile"), 'the waiter to make the turnstile');
+        $lock->release();
+        $this->assertSame('done', $child->channel->receive());
+        $this->assertSame(0, $child->wait());
+        clearstatcache();
+        $st = lstat("$lockDir/turnstile");
+        $this->assertSame(0100660, $st['mode'], 'group-shared: 0660 exactly, whatever the umask');
+        $this->assertSame($named, $st['gid'], 'in the group chosen for sharing');
+        $this->assertSame(0, $st['size']);
+        $this->assertNull(\Tokenlock\holder($lockDir, ['group' => $named]), 'the lock is free');
+    }
+
     /** @return iterable<string, array{0: string}> */
     public static function hostileCases(): iterable
     {
@@ -211,7 +234,7 @@ final class TurnstileTest extends TempDirTestCase
         return $holder;
     }
 
-    /** A process holding LOCKDIR until told 'release'; it releases 200 ms later and answers the hrtime of its release. */
+    /** A process holding LOCKDIR until told 'release'; it releases 250 ms later and answers the hrtime of its release. */
     private function holdInChild(string $lockDir): Child
     {
         $child = Child::start(function (Channel $ch) use ($lockDir): void {
@@ -220,7 +243,7 @@ final class TurnstileTest extends TempDirTestCase
             $ch->receive();
             // Released while the other process is well into its wait, not
             // before its first look (the release time is what is measured).
-            usleep(200000);
+            usleep(250000);
             $lock->release();
             $ch->send((string) hrtime(true));
         });
