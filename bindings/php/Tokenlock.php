@@ -2225,7 +2225,9 @@ trait Turnstile
      * DIR => [handle, pid]: kept open between waits, so that a process
      * that waits again pays no open. Never flocked outside a wait: the
      * head unlocks before its wait returns or throws, and leaveLine() when
-     * the request ends in the middle of one.
+     * the request ends in the middle of one. Opened close-on-exec ('e'): a
+     * program started later must not keep the open file description, and
+     * with it a flock, alive after this process dies as head.
      *
      * @var array<string, array{0: resource, 1: int}>
      */
@@ -2420,7 +2422,7 @@ trait Turnstile
         if ($seen !== false && self::judgeTurnstile($seen, $dirOwner, $group) !== '') {
             return null;
         }
-        $fp = $seen === false ? self::createTurnstile($path, $group) : @fopen($path, 'r+');
+        $fp = $seen === false ? self::createTurnstile($path, $group) : @fopen($path, 'r+e');
         if ($fp === false && $seen === false && $again && self::lastErrno() === 17) {
             return self::openTurnstile($dir, false);  // another waiter made it first
         }
@@ -2450,7 +2452,7 @@ trait Turnstile
     {
         $old = PHP_ZTS ? null : umask(077);
         error_clear_last();
-        $fp = @fopen($path, 'x+');
+        $fp = @fopen($path, 'x+e');
         if ($old !== null) {
             umask($old);
         }
