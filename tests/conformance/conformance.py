@@ -349,11 +349,15 @@ class Case:
         elif verb == "holds":
             if not os.path.isdir(p) or os.path.islink(p):
                 raise CaseError("%s: %s is not a directory" % (where, target))
-            # A waiter's turnstile (docs/waiting-turnstile.md) is a hint
-            # beside the tokens, made by native waiters that saw the lock
-            # held: not counted, when it is the regular file it should be.
-            got = sorted(self.classify(target, n) for n in os.listdir(p)
-                         if n != "turnstile" or not stat.S_ISREG(os.lstat(os.path.join(p, n)).st_mode))
+            got = sorted(self.classify(target, n) for n in os.listdir(p))
+            if "turnstile" in got and "turnstile" not in rest:
+                # Where PHP and Perl waiters lined up (docs/protocol.md, The
+                # turnstile): allowed, but only at rest, for its owner alone.
+                st = os.lstat(os.path.join(p, "turnstile"))
+                if not stat.S_ISREG(st.st_mode) or st.st_size != 0 or stat.S_IMODE(st.st_mode) & 0o007:
+                    raise CaseError("%s: %s/turnstile is not an empty file closed to others (mode %o, size %d)"
+                                    % (where, target, st.st_mode, st.st_size))
+                got.remove("turnstile")
             if got != sorted(rest):
                 raise CaseError("%s: %s holds %s, expected %s (entries: %s)"
                                 % (where, target, got, sorted(rest), sorted(os.listdir(p))))

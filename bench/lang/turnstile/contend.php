@@ -9,7 +9,8 @@
  *   php contend.php worker SCHEME LOCKDIR COUNTER SECONDS [CANARY]
  *   php contend.php probe SCHEME LOCKDIR WAIT
  *
- * SCHEMES: comma-separated, of flock and Scheme::named's (default
+ * SCHEMES: comma-separated, of flock, module and modulepoll (ModuleLock:
+ * the PHP module with its turnstile, and with it off) and Scheme::named's (default
  * flock,poll,block,nb,fair,deputy,aged). WAIT: each acquire's budget in seconds
  * (default: none). Per run: operations per second, Jain's fairness index
  * of the per-process counts, p50/p99/max acquire latency, the CPU time
@@ -57,7 +58,7 @@ function loop(string $scheme, string $dir, string $counter, array $when, ?float 
 {
     [$start, $stop] = $when;
     $fl = $scheme === 'flock' ? fopen("$dir.flock", 'c') : null;
-    $lock = $scheme === 'flock' ? null : new RenameLock($dir, Scheme::named($scheme));
+    $lock = $scheme === 'flock' ? null : (str_starts_with($scheme, 'module') ? new ModuleLock($dir, $scheme === 'modulepoll') : new RenameLock($dir, Scheme::named($scheme)));
     $lat = [];
     while (hrtime(true) < $start) {
         usleep(1000);
@@ -82,6 +83,40 @@ function loop(string $scheme, string $dir, string $counter, array $when, ?float 
         $fl !== null ? flock($fl, LOCK_UN) : $lock->release();
     }
     return [count($lat), $lat];
+}
+
+/**
+ * The PHP module itself (schemes `module`, its turnstile, and `modulepoll`,
+ * the same with the turnstile off: backoff polling), loaded from
+ * TOKENLOCK_PHP_MODULE or bindings/php/Tokenlock.php of this tree.
+ */
+final class ModuleLock
+{
+    private ?\Tokenlock\Lock $held = null;
+
+    public function __construct(private string $dir, bool $poll)
+    {
+        require_once getenv('TOKENLOCK_PHP_MODULE') ?: __DIR__ . '/../../../bindings/php/Tokenlock.php';
+        if ($poll) {
+            \Tokenlock\Native::$lineHere[\Tokenlock\Native::lockPath($dir)] = false;
+        }
+    }
+
+    public function acquire(?float $wait): bool
+    {
+        try {
+            $this->held = \Tokenlock\Lock::acquire($this->dir, ['wait' => $wait]);
+            return true;
+        } catch (\Tokenlock\TimeoutException $e) {
+            return false;
+        }
+    }
+
+    public function release(): void
+    {
+        $this->held->release();
+        $this->held = null;
+    }
 }
 
 /** Percentile P (0..100) of sorted values. */

@@ -12,6 +12,7 @@ use Tokenlock\Native\Clearing;
 use Tokenlock\Native\Marks;
 use Tokenlock\Native\Directory;
 use Tokenlock\Native\Held;
+use Tokenlock\Native\Turnstile;
 
 /**
  * The rename-token lock of docs/protocol.md, in PHP: no process is started
@@ -23,8 +24,8 @@ use Tokenlock\Native\Held;
  * mount table is out of reach (open_basedir) gets marks, as the library
  * gives them to a filesystem it cannot ask.
  *
- * What it leaves out, and why: the wait board (a waiter polls with
- * backoff), and opening the lock directory by descriptor (PHP has no
+ * What it leaves out, and why: the wait board (PHP cannot map it: waiters
+ * line up in the turnstile of docs/waiting-turnstile.md instead), and opening the lock directory by descriptor (PHP has no
  * renameat: every step goes through the path, which is judged with lstat
  * first).
  *
@@ -40,6 +41,7 @@ final class Native
     use Marks;
     use Directory;
     use Held;
+    use Turnstile;
 
     public const FREE = 'lockfile';
     public const PREFIX = 'lockfile.';
@@ -66,51 +68,111 @@ final class Native
 
     /**
      * Acquires DIR: returns the token. $wait null waits without limit.
+     * Waiters line up in the turnstile where there is one (Turnstile),
+     * else poll with backoff.
      *
      * @throws BusyException|TimeoutException|Exception
      */
     public static function acquire(string $dir, ?float $wait, int $leaseUs, ?int $named = null): string
     {
-        $deadline = $wait === null ? null : hrtime(true) + (int) ($wait * 1e9);
-        $exists = self::checkTrusted($dir, $named);
-        $delay = self::BACKOFF_MIN_US;
-        $reason = '';
-        // Tokens a rename made ours that no owner mark confirmed: should one
-        // show up under our name again, it is ours to confirm, not a live
-        // holder's to wait for.
-        $givenUp = [];
-        $lastLook = 0;
-        for ($round = 0; ; ++$round) {
-            $now = hrtime(true);
-            $final = $deadline !== null && $now >= $deadline;
-            $look = $round === 0 || $final || $now - $lastLook >= self::LOOK_EVERY_NS;
-            if ($look) {
-                $lastLook = $now;
-            }
-            $got = self::round($dir, $leaseUs, $named, $exists, $givenUp, $reason, $look, $round === 0);
-            if ($got === true) {
-                continue;
-            }
+        $since = hrtime(true);
+        $w = [
+            'dir' => $dir, 'wait' => $wait, 'lease' => $leaseUs, 'named' => $named, 'since' => $since,
+            'deadline' => $wait === null ? null : $since + (int) ($wait * 1e9),
+            'exists' => self::checkTrusted($dir, $named), 'first' => true, 'final' => false, 'looked' => false,
+            'lastLook' => 0, 'reason' => '',
+            // Tokens a rename made ours that no owner mark confirmed: should one
+            // show up under our name again, it is ours to confirm, not a live
+            // holder's to wait for.
+            'givenUp' => [],
+        ];
+        // A hungry head is owed the next release: a newcomer lines up behind
+        // it rather than renaming the freed token first. A caller that cannot
+        // wait has no place in a line, and makes its one try.
+        if (($wait !== null && $wait <= 0) || !($w['exists'] && self::lineIsHungry($dir))) {
+            $got = self::attempt($w);
             if (is_string($got)) {
                 return $got;
             }
-            if ($final) {
-                if ($wait <= 0) {
-                    throw new BusyException('busy', "tokenlock: acquire $dir: the lock is busy: $reason", 1);
-                }
-                throw new TimeoutException('timed_out', "tokenlock: acquire $dir: timed out after " . Command::formatSeconds($wait) . " s: $reason", 1);
+            if ($w['final']) {
+                throw self::verdict($w);
             }
-            // Leftovers of killed creators: only occasionally, as a waiter has time to spare.
-            if ($look && random_int(0, 31) === 0) {
-                self::sweep($dir, $leaseUs);
+        }
+        return self::line($w) ?? self::poll($w);
+    }
+
+    /**
+     * Rounds of the protocol until one finds the lock busy (false) or takes
+     * it (the token). The first lists the directory, and so do one every
+     * 10 ms and the one at the deadline ($w['final'] then tells so).
+     *
+     * @param array<string, mixed> $w
+     */
+    private static function attempt(array &$w): string|false
+    {
+        do {
+            $now = hrtime(true);
+            $w['final'] = $w['deadline'] !== null && $now >= $w['deadline'];
+            $w['looked'] = $w['first'] || $w['final'] || $now - $w['lastLook'] >= self::LOOK_EVERY_NS;
+            if ($w['looked']) {
+                $w['lastLook'] = $now;
             }
-            $sleep = (int) ($delay * (0.75 + 0.5 * mt_rand() / mt_getrandmax()));
-            if ($deadline !== null) {
-                $sleep = max(0, min($sleep, intdiv($deadline - hrtime(true), 1000) + 1));
+            $got = self::round($w['dir'], $w['lease'], $w['named'], $w['exists'], $w['givenUp'], $w['reason'], $w['looked'], $w['first']);
+            $w['first'] = false;
+        } while ($got === true);
+        return $got;
+    }
+
+    /**
+     * Waiting without a line: backoff from 100 µs to 50 ms.
+     *
+     * @param array<string, mixed> $w
+     */
+    private static function poll(array &$w): string
+    {
+        $delay = self::BACKOFF_MIN_US;
+        while (true) {
+            $got = self::attempt($w);
+            if (is_string($got)) {
+                return $got;
             }
-            usleep($sleep);
+            if ($w['final']) {
+                throw self::verdict($w);
+            }
+            self::pause($w, (int) ($delay * (0.75 + 0.5 * mt_rand() / mt_getrandmax())));
             $delay = min(2 * $delay, self::BACKOFF_MAX_US);
         }
+    }
+
+    /**
+     * Sleeps US microseconds, cut to the deadline, after a round that found
+     * the lock busy.
+     *
+     * @param array<string, mixed> $w
+     */
+    private static function pause(array $w, int $us): void
+    {
+        // Leftovers of killed creators: only occasionally, as a waiter has time to spare.
+        if ($w['looked'] && random_int(0, 31) === 0) {
+            self::sweep($w['dir'], $w['lease']);
+        }
+        if ($w['deadline'] !== null) {
+            $us = max(0, min($us, intdiv($w['deadline'] - hrtime(true), 1000) + 1));
+        }
+        usleep($us);
+    }
+
+    /**
+     * The verdict at the deadline: busy (no wait) or timed out.
+     *
+     * @param array<string, mixed> $w
+     */
+    private static function verdict(array $w): Exception
+    {
+        if ($w['wait'] <= 0) {
+            return new BusyException('busy', "tokenlock: acquire {$w['dir']}: the lock is busy: {$w['reason']}", 1);
+        }
+        return new TimeoutException('timed_out', "tokenlock: acquire {$w['dir']}: timed out after " . Command::formatSeconds($w['wait']) . " s: {$w['reason']}", 1);
     }
 
     /**

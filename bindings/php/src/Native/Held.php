@@ -36,6 +36,12 @@ trait Held
     private static function hold(string $dir, string $token): void
     {
         self::$held[$token] = [$dir, self::tokenPid()];
+        self::atRequestEnd();
+    }
+
+    /** Makes sure the request's end releases what this process holds. */
+    private static function atRequestEnd(): void
+    {
         if (!self::$shutdownSet) {
             self::$shutdownSet = true;
             register_shutdown_function([self::class, 'atShutdown']);
@@ -56,9 +62,15 @@ trait Held
         return isset(self::$held[$token]);
     }
 
-    /** The first shutdown function: puts the release after the others. */
+    /**
+     * The first shutdown function: leaves the turnstile at once, should a
+     * fatal error have cut a wait short while this process was its head
+     * (waiters behind it would wait for the kernel to close the handle),
+     * and puts the release of held tokens after the others.
+     */
     public static function atShutdown(): void
     {
+        self::leaveLine();
         register_shutdown_function([self::class, 'releaseHeld']);
     }
 

@@ -22,6 +22,9 @@ trait Marks
      */
     public static array $ownerMarks = [];
 
+    /** @var array<string, ?string> lock directory => its filesystem type */
+    private static array $fsTypes = [];
+
     /**
      * The type of the filesystem holding PATH, from the mount table by
      * device number, else by the mount point that is the longest prefix of
@@ -71,10 +74,26 @@ trait Marks
         if (isset(self::$ownerMarks[$dir])) {
             return self::$ownerMarks[$dir];
         }
+        $type = self::dirFsType($dir);
+        return self::$ownerMarks[$dir] = $type === null || !in_array($type, self::NO_MARKS, true);
+    }
+
+    /**
+     * The filesystem type of lock directory DIR (null: cannot be told),
+     * read once per directory: owner marks and the turnstile both ask.
+     */
+    private static function dirFsType(string $dir): ?string
+    {
+        if (array_key_exists($dir, self::$fsTypes)) {
+            return self::$fsTypes[$dir];
+        }
         // The lock directory may not exist yet; its parent is then asked.
         $slash = strrpos($dir, '/');
         $type = self::fsType($dir) ?? self::fsType($slash === false ? '.' : ($slash === 0 ? '/' : substr($dir, 0, $slash)));
-        return self::$ownerMarks[$dir] = $type === null || !in_array($type, self::NO_MARKS, true);
+        if (count(self::$fsTypes) >= 1024) {
+            self::$fsTypes = [];
+        }
+        return self::$fsTypes[$dir] = $type;
     }
 
     private static function markOf(string $token): string

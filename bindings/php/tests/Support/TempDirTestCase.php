@@ -31,8 +31,8 @@ abstract class TempDirTestCase extends TestCase
 
     protected static function removeTree(string $path): void
     {
-        if (is_link($path) || is_file($path)) {
-            unlink($path);
+        if (is_link($path) || (file_exists($path) && !is_dir($path))) {
+            unlink($path);  // a file, a link, a FIFO
             return;
         }
         if (!is_dir($path)) {
