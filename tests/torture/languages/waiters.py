@@ -19,16 +19,16 @@ and just before it releases ("R"; for a C++ waiter its "A", which comes
 before its release, so its hold counts as zero and a gap is only ever
 measured longer than it was).
 
-Three native Perl lockers ask too, and so wait in their own line, the
-turnstile D/turnstile (docs/waiting-turnstile.md): the round goes on only
-once it exists and a Perl waiter, its head, holds its flock (read from
-/proc/locks). PHP's lockers wait as the PHP module does.
+The native lockers (three Perl, one PHP, and the holder of the round
+before) wait in their own line, the turnstile D/turnstile
+(docs/waiting-turnstile.md): the round goes on only once it exists and a
+native waiter, its head, holds its flock (read from /proc/locks).
 
 Checked: every C++ waiter gets the lock (none times out after its 30 s);
 and for each, the time from the release just before its acquisition to the
 acquisition is at most 440 ms + SLACK (one round of the protocol, and the
-scheduling of two shared cores). Every Perl locker gets the lock too, each
-time within PERL_BOUND + SLACK of the release before it (a sleeper's own
+scheduling of two shared cores). Every native locker gets the lock too, each
+time within NATIVE_BOUND + SLACK of the release before it (a sleeper's own
 look at the lock every 100 ms bounds what the head's line can miss). Each such gap is also a moment when the
 lock was free while C++ waiters waited, so a line whose head or sleepers
 missed a release by a native locker shows here as a gap past the bound.
@@ -46,7 +46,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 BOUND_NS = 440 * 10**6
 SLACK_NS = 250 * 10**6
-PERL_BOUND_NS = 100 * 10**6
+NATIVE_BOUND_NS = 100 * 10**6
 CXX_WAITERS = 3
 
 
@@ -115,14 +115,14 @@ def turnstile_head(lockdir, pids):
     return False
 
 
-def await_line(lockdir, waiters, perl_pids):
+def await_line(lockdir, waiters, native_pids):
     """Until the board exists and all but the head sleep on its futex, and
-    a Perl waiter heads the turnstile."""
+    a native waiter heads the turnstile."""
     deadline = time.monotonic() + 20
     pids = [w.pid for w in waiters]
     while time.monotonic() < deadline:
         if (os.path.exists(lockdir + ".wait") and futex_sleepers(pids) >= len(pids) - 1
-                and turnstile_head(lockdir, perl_pids)):
+                and turnstile_head(lockdir, native_pids)):
             return True
         if any(w.poll() is not None for w in waiters):
             return False
@@ -144,13 +144,13 @@ def play_round(r, natives, lockdir, lock_worker, rng):
     for w in waiters:
         if w.stdout.readline().strip() != "W":
             return events, ["round %d: a lock_worker wait did not start" % r]
-    perl_pids = [n.proc.pid for n in others if n.name.startswith("perl")]
-    if not await_line(lockdir, waiters, perl_pids):
+    native_pids = [n.proc.pid for n in others]
+    if not await_line(lockdir, waiters, native_pids):
         holder.send("go")
-        return events, ["round %d: the C++ and Perl waiters did not line up behind the %s holder within 20 s "
+        return events, ["round %d: the C++ and native waiters did not line up behind the %s holder within 20 s "
                         "(board %s, futex sleepers %d, turnstile headed %s)"
                         % (r, holder.name, os.path.exists(lockdir + ".wait"),
-                           futex_sleepers([w.pid for w in waiters]), turnstile_head(lockdir, perl_pids))]
+                           futex_sleepers([w.pid for w in waiters]), turnstile_head(lockdir, native_pids))]
     # The line is formed: a random moment to release, so that the natives'
     # polls fall anywhere against it.
     time.sleep(rng.uniform(0, 0.05))
@@ -170,12 +170,12 @@ def play_round(r, natives, lockdir, lock_worker, rng):
 
 
 def gaps(events):
-    """For each C++ acquisition and each of a Perl locker, the time since
+    """For each C++ acquisition and each of a native locker, the time since
     the release before it."""
     events = sorted(events)
     out = []
     for prev, cur in zip(events, events[1:]):
-        if cur[2].startswith("c++") or cur[2].startswith("perl locker"):
+        if cur[2].startswith("c++") or " locker" in cur[2]:
             out.append((cur[0] - prev[1], prev[2], cur[2]))
     return out
 
@@ -219,14 +219,14 @@ def main():
             n.proc.stdin.close()
             n.proc.wait(30)
     for g, before, who in all_gaps:
-        bound = BOUND_NS if who.startswith("c++") else PERL_BOUND_NS
+        bound = BOUND_NS if who.startswith("c++") else NATIVE_BOUND_NS
         if g > bound + SLACK_NS:
             failures.append("%s took the lock %.1f ms after the %s released it (bound %d ms + %d ms)"
                             % (who, g / 1e6, before, bound // 10**6, SLACK_NS // 10**6))
-    for kind in ("c++", "perl locker"):
+    for kind, shown in (("c++", "C++"), ("perl locker", "native Perl"), ("php locker", "native PHP")):
         mine = [g for g, _, who in all_gaps if who.startswith(kind)]
         print("%d %s acquisitions; the longest from a release: %.1f ms"
-              % (len(mine), "C++" if kind == "c++" else "native Perl", max(mine, default=0) / 1e6))
+              % (len(mine), shown, max(mine, default=0) / 1e6))
     for f in failures:
         print("FAIL: " + f)
     if failures:
