@@ -498,6 +498,21 @@ TEST_F(RenameLockTest, WaitsWithJitteredBackoffAndTimesOutAtTheBudget) {
   EXPECT_NE(msg.find(dir.string()), std::string::npos) << msg;
 }
 
+// A waiter leaves its first look to a later round (a head may look for
+// it), so a budget spent during that first round, on a loaded machine,
+// must not end the wait with a verdict on a lock nobody looked at: a lock
+// directory that does not exist yet was reported busy (counter.cgi's 503
+// for a new id with TOKENLOCK_COUNTER_WAIT_MS=5, seen under load).
+TEST_F(RenameLockTest, ABudgetSpentBeforeAnyLookStillLooksOnceAndCreatesAMissingLock) {
+  auto a = process(100);
+  a->when(op::open_directory, "data.lock", [&] { world->advance(10'000); });
+  lock_handle h = lock_for(a, options(60s, 5ms)).acquire();
+  EXPECT_TRUE(h.owns());
+  EXPECT_EQ(entries().size(), 1u);
+  h.release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+}
+
 TEST_F(RenameLockTest, FollowsTheConfiguredBackoffBounds) {
   auto a = process(100), b = process(200);
   lock_handle h = lock_for(a, options(60s)).acquire();

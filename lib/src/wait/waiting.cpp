@@ -93,6 +93,10 @@ failure waiter::run(bool& busy) {
     if (immediate_.retry_at_once(r == outcome::again)) continue;
     const std::int64_t now = sys_.steady_now_us();
     if (budget_.spent(now)) {  // out of time: this round's verdict stands
+      // Unless no round has looked yet (the first defers its look): then
+      // one more round looks, so that the verdict is about the lock as it
+      // is (a directory not made yet is created, not reported busy).
+      if (!looks_.has_looked()) continue;
       busy = true;
       return wait_failure(paths_, options_, budget_.waits(), attempt_);
     }
