@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "child.hpp"
+#include "ports.hpp"
 
 namespace tokenlock::testing {
 
@@ -36,19 +37,6 @@ std::string find_program(const std::string& program) {
   return {};
 }
 
-int unused_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-    throw std::runtime_error("cannot find a free port");
-  const int port = ntohs(a.sin_port);
-  ::close(fd);
-  return port;
-}
 
 size_t append(char* p, size_t size, size_t n, void* out) {
   static_cast<std::string*>(out)->append(p, size * n);
@@ -106,7 +94,7 @@ etcd_cluster::etcd_cluster(int members, bool tls, std::vector<std::string> flags
   token_ = "tokenlock-test-" + std::to_string(::getpid()) + "-" +
            std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
   for (int i = 0; i < members; ++i)
-    members_.push_back(member{"m" + std::to_string(i), unused_port(), unused_port(), -1});
+    members_.push_back(member{"m" + std::to_string(i), reserve_port(), reserve_port(), -1});
   start_all();
 }
 

@@ -97,8 +97,11 @@ rig_until() {
 
 rig_port_is_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# [19000, 20000): below the kernel's range for outgoing connections, and
+# apart from the web servers' ports (tests/e2e/webserver.sh) and the C++
+# tests' servers (tests/support/ports.hpp), which may run beside this.
 rig_pick_port() {
-  local p=$((20000 + RANDOM % 30000))
+  local p=$((19000 + RANDOM % 900))
   while ! rig_port_is_free "$p"; do p=$((p + 1)); done
   echo "$p"
 }

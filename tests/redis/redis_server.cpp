@@ -1,5 +1,7 @@
 #include "redis_server.hpp"
 
+#include "ports.hpp"
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -55,20 +57,7 @@ std::string redis_server::unavailable() {
   return {};
 }
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof a;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-    throw std::runtime_error("cannot find a free port");
-  const int port = ntohs(a.sin_port);
-  ::close(fd);
-  return port;
-}
+int free_port() { return reserve_port(); }
 
 redis_server::redis_server(std::vector<std::string> extra) : extra_(std::move(extra)) {
   socket_ = (dir_ / "redis.sock").string();

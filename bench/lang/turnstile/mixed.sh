@@ -7,7 +7,7 @@
 #
 #   bench/lang/turnstile/mixed.sh [-b BUILD] [-s SCHEME] [-c CXX] [-p PHP] [-l PERL] [-t SECONDS] [-k CYCLES]
 #
-# BUILD (default: build/ in the source tree) has tests/lock_worker. CXX
+# BUILD (default: build/ in the source tree) has tests/process/lock_worker. CXX
 # lock_worker processes do CYCLES increments each (default 3 x 8000, about
 # as long as the others run); PHP and PERL prototype processes (default 3
 # and 2) run SCHEME (default aged) for SECONDS (default 4). Prints one line per process: its
@@ -23,7 +23,7 @@ while getopts "b:s:c:p:l:t:k:" o; do
     l) perl=$OPTARG ;; t) seconds=$OPTARG ;; k) cycles=$OPTARG ;; *) exit 64 ;;
   esac
 done
-worker=$build/tests/lock_worker
+worker=$build/tests/process/lock_worker
 [ -x "$worker" ] || { echo "SKIP: $worker is not built"; exit 77; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
