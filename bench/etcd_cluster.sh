@@ -21,8 +21,11 @@ etcd_cluster_require() {
   done
 }
 
+# Below the range for outgoing connections, from the counter the tests
+# share: a port-0 pick could be taken by a client, or by another test run
+# beside this one, before etcd binds it.
 etcd_cluster_free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+  python3 "$(dirname "${BASH_SOURCE[0]}")/../tests/support/reserve_port.py"
 }
 
 etcd_cluster_start() {

@@ -8,7 +8,8 @@
 // range, in [20000, low end - 1000), where the kernel never puts the local
 // end of a connection; and every test process of this user takes them in
 // turn from one counter file (/tmp/tokenlock-test-ports.UID, under
-// flock), so two processes never get the same port. tests/e2e/webserver.sh's
+// flock; tests/support/reserve_port.py is the same for scripts), so two
+// processes never get the same port. tests/e2e/webserver.sh's
 // pick_port keeps to [10000, 19000) and the netfs rig to [19000, 20000)
 // for the same reason.
 #pragma once
