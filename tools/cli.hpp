@@ -175,7 +175,4 @@ std::optional<std::uint64_t> parse_unsigned(const std::string& s);
 // fractional. Throws po::error otherwise.
 std::chrono::milliseconds seconds_option(const std::string& name, double secs, bool allow_zero);
 
-// `s` as a JSON string literal, quotes included.
-std::string json_string(const std::string& s);
-
 }  // namespace tokenlock::cli
