@@ -1,6 +1,7 @@
 #include "cli.hpp"
 
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -11,7 +12,6 @@
 
 #include "commands_server.hpp"
 #include "json_output.hpp"
-#include "tokenlock/decimal.hpp"
 #include "tokenlock/errors.hpp"
 
 namespace tokenlock::cli {
@@ -240,12 +240,22 @@ std::optional<unsigned> parse_mode(const std::string& s) {
 }
 
 std::optional<std::uint64_t> parse_unsigned(const std::string& s) {
-  // A person may write --by 007; the strict parser reads what follows.
-  std::string_view digits = s;
-  while (digits.size() > 1 && digits[0] == '0') digits.remove_prefix(1);
+  // Digits only: from_chars alone would take "+1" as no and "1x" as 1.
+  // Leading zeros are fine (a person may write --by 007).
+  if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
   std::uint64_t v = 0;
-  if (!parse_decimal(digits, 20, true, UINT64_MAX, v)) return std::nullopt;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;  // past 2^64-1
   return v;
+}
+
+const char* clock_verdict_name(clock_verdict v) noexcept {
+  switch (v) {
+    case clock_verdict::within: return "within";
+    case clock_verdict::beyond: return "beyond";
+    case clock_verdict::unclear: return "unclear";
+  }
+  return "unclear";
 }
 
 std::chrono::milliseconds seconds_option(const std::string& name, double secs, bool allow_zero) {

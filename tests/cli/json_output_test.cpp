@@ -73,5 +73,21 @@ TEST(JsonOutputTest, ASpacedLineOfNothingIsAnEmptyObject) {
   EXPECT_EQ(spaced_line(json::object()), "{}");
 }
 
+TEST(JsonOutputTest, TheClockVerdictsHaveTheirDocumentedNames) {
+  EXPECT_STREQ(clock_verdict_name(clock_verdict::within), "within");
+  EXPECT_STREQ(clock_verdict_name(clock_verdict::beyond), "beyond");
+  EXPECT_STREQ(clock_verdict_name(clock_verdict::unclear), "unclear");
+}
+
+TEST(ParseUnsignedTest, TakesDigitsUpTo2To64Minus1AndNothingElse) {
+  EXPECT_EQ(parse_unsigned("0"), 0u);
+  EXPECT_EQ(parse_unsigned("007"), 7u) << "a person may pad";
+  EXPECT_EQ(parse_unsigned("18446744073709551615"), UINT64_MAX);
+  EXPECT_EQ(parse_unsigned("000018446744073709551615"), UINT64_MAX);
+  EXPECT_EQ(parse_unsigned("18446744073709551616"), std::nullopt);
+  for (const char* bad : {"", "+1", "-1", " 1", "1 ", "1x", "0x10", "1e3"})
+    EXPECT_EQ(parse_unsigned(bad), std::nullopt) << bad;
+}
+
 }  // namespace
 }  // namespace tokenlock::cli
