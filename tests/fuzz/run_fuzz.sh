@@ -30,7 +30,8 @@ case $target in
   counter) sources=("${lib[@]}"); includes=("${lib_includes[@]}"); libs=(-lboost_filesystem) ;;
   # commands_server.cpp as a build without lock servers has it (cli.cpp
   # adds its options): the library's own sources are all this links.
-  cli) sources=("${lib[@]}" "$src/tools/cli.cpp" "$src/tools/commands_server.cpp" "$src/tools/url_source.cpp")
+  cli) sources=("${lib[@]}" "$src/tools/cli.cpp" "$src/tools/commands_server.cpp" "$src/tools/json_output.cpp"
+                "$src/tools/url_source.cpp")
        includes=("${lib_includes[@]}" -I "$src/tools" -DTOKENLOCK_HAVE_REDIS=0 -DTOKENLOCK_HAVE_ETCD=0)
        libs=(-lboost_filesystem -lboost_program_options) ;;
   *) echo "run_fuzz: unknown target $target" >&2; exit 64 ;;
