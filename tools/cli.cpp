@@ -1,6 +1,7 @@
 #include "cli.hpp"
 
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -10,7 +11,7 @@
 #include <sys/resource.h>
 
 #include "commands_server.hpp"
-#include "tokenlock/decimal.hpp"
+#include "json_output.hpp"
 #include "tokenlock/errors.hpp"
 
 namespace tokenlock::cli {
@@ -115,8 +116,11 @@ void print_noted_failure() {
 }
 
 std::string error_json(const char* name, int errno_value, const std::string& message) {
-  return "{\"error\": " + json_string(name) + ", \"errno\": " + std::to_string(errno_value) +
-         ", \"message\": " + json_string(message) + "}";
+  json line;
+  put_text(line, "error", name);
+  line["errno"] = errno_value;
+  put_text(line, "message", message);
+  return spaced_line(line);
 }
 
 int report(std::error_code ec, const std::string& message, int busy_code) {
@@ -236,12 +240,22 @@ std::optional<unsigned> parse_mode(const std::string& s) {
 }
 
 std::optional<std::uint64_t> parse_unsigned(const std::string& s) {
-  // A person may write --by 007; the strict parser reads what follows.
-  std::string_view digits = s;
-  while (digits.size() > 1 && digits[0] == '0') digits.remove_prefix(1);
+  // Digits only: from_chars alone would take "+1" as no and "1x" as 1.
+  // Leading zeros are fine (a person may write --by 007).
+  if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
   std::uint64_t v = 0;
-  if (!parse_decimal(digits, 20, true, UINT64_MAX, v)) return std::nullopt;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;  // past 2^64-1
   return v;
+}
+
+const char* clock_verdict_name(clock_verdict v) noexcept {
+  switch (v) {
+    case clock_verdict::within: return "within";
+    case clock_verdict::beyond: return "beyond";
+    case clock_verdict::unclear: return "unclear";
+  }
+  return "unclear";
 }
 
 std::chrono::milliseconds seconds_option(const std::string& name, double secs, bool allow_zero) {
@@ -393,63 +407,6 @@ int apply_wait(const po::variables_map& v, lock_options& o) {
   const int code = v["conflict-exit-code"].as<int>();
   if (code < 0 || code > 255) throw po::error("-E takes an exit status from 0 to 255");
   return code;
-}
-
-namespace {
-
-// The length of the UTF-8 sequence at s[i] (RFC 3629: no overlong forms,
-// no surrogates, nothing above U+10FFFF), or 0 when the bytes there are
-// not one.
-std::size_t utf8_length(const std::string& s, std::size_t i) {
-  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = byte(i);
-  std::size_t n = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 0;
-  if (c > 0xf4 || n == 0 || i + n > s.size()) return 0;
-  for (std::size_t k = 1; k < n; ++k)
-    if ((byte(i + k) & 0xc0) != 0x80) return 0;
-  const unsigned char second = byte(i + 1);
-  if ((c == 0xe0 && second < 0xa0) || (c == 0xed && second > 0x9f) ||
-      (c == 0xf0 && second < 0x90) || (c == 0xf4 && second > 0x8f))
-    return 0;
-  return n;
-}
-
-void append_escaped(std::string& out, unsigned char c) {
-  switch (c) {
-    case '"': out += "\\\""; break;
-    case '\\': out += "\\\\"; break;
-    case '\n': out += "\\n"; break;
-    case '\t': out += "\\t"; break;
-    default: {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += c < 0x20 || c == 0x7f ? std::string(buf) : std::string(1, static_cast<char>(c));
-    }
-  }
-}
-
-}  // namespace
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (std::size_t i = 0; i < s.size();) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      append_escaped(out, c);
-      ++i;
-    } else if (const std::size_t n = utf8_length(s, i)) {
-      out.append(s, i, n);
-      i += n;
-    } else {
-      // Not UTF-8 (a path may hold any bytes): shown as in messages, so the
-      // document stays valid JSON for every parser.
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\\\x%02x", c);
-      out += buf;
-      ++i;
-    }
-  }
-  return out + "\"";
 }
 
 }  // namespace tokenlock::cli

@@ -14,6 +14,7 @@
 #include <boost/program_options.hpp>
 
 #include "tokenlock/clock.hpp"
+#include "tokenlock/clock_judgement.hpp"
 #include "tokenlock/rename_lock.hpp"
 
 namespace tokenlock::cli {
@@ -171,11 +172,12 @@ std::optional<unsigned> parse_mode(const std::string& s);
 // An unsigned decimal that fits 64 bits, digits only. std::nullopt otherwise.
 std::optional<std::uint64_t> parse_unsigned(const std::string& s);
 
+// "within", "beyond", "unclear": the clock's verdict as status --json
+// names it.
+const char* clock_verdict_name(clock_verdict v) noexcept;
+
 // SECS as given to -w, --lease: a non-negative number of seconds, possibly
 // fractional. Throws po::error otherwise.
 std::chrono::milliseconds seconds_option(const std::string& name, double secs, bool allow_zero);
-
-// `s` as a JSON string literal, quotes included.
-std::string json_string(const std::string& s);
 
 }  // namespace tokenlock::cli

@@ -12,6 +12,7 @@
 
 #include "cli.hpp"
 #include "commands.hpp"
+#include "json_output.hpp"
 #include "tokenlock/doctor.hpp"
 #include "tokenlock/errors.hpp"
 
@@ -50,20 +51,28 @@ std::string strip_slashes(std::string path) {
   return path;
 }
 
+// One object per finding: property, verdict, detail, and fix when there is one.
+json finding_json(const doctor_finding& f) {
+  json j;
+  put_text(j, "property", f.property);
+  j["verdict"] = doctor_verdict_name(f.verdict);
+  put_text(j, "detail", f.text);
+  if (!f.fix.empty()) put_text(j, "fix", f.fix);
+  return j;
+}
+
 void print_json(const doctor_report& r, const std::string& dir, const std::string& peer) {
-  std::ostringstream j;
-  j << "{\"dir\":" << json_string(dir) << ",\"peer\":" << (peer.empty() ? "null" : json_string(peer))
-    << ",\"filesystem\":" << json_string(r.filesystem) << ",\"checks\":[";
-  bool first = true;
-  for (const auto& f : r.findings) {
-    j << (first ? "" : ",") << "{\"property\":" << json_string(f.property) << ",\"verdict\":\""
-      << doctor_verdict_name(f.verdict) << "\",\"detail\":" << json_string(f.text);
-    if (!f.fix.empty()) j << ",\"fix\":" << json_string(f.fix);
-    j << "}";
-    first = false;
-  }
-  j << "],\"failed\":" << r.failed() << "}";
-  std::cout << j.str() << std::endl;
+  json j;
+  put_text(j, "dir", dir);
+  if (peer.empty())
+    j["peer"] = nullptr;
+  else
+    put_text(j, "peer", peer);
+  put_text(j, "filesystem", r.filesystem);
+  j["checks"] = json::array();
+  for (const auto& f : r.findings) j["checks"].push_back(finding_json(f));
+  j["failed"] = r.failed();
+  std::cout << compact(j) << std::endl;
 }
 
 // DIR or --peer missing or not a directory: the caller's to fix

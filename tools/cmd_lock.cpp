@@ -11,6 +11,7 @@
 #include "cli.hpp"
 #include "commands.hpp"
 #include "commands_server.hpp"
+#include "json_output.hpp"
 #include "tokenlock/clock_judgement.hpp"
 #include "tokenlock/tokenlock.hpp"
 
@@ -84,28 +85,43 @@ const char* state_of(const status_seen& s) {
   return !s.holder ? "free" : s.holder->stale ? "stale" : "held";
 }
 
+// The holder's fields of status --json.
+void put_holder(json& j, const holder_info& h) {
+  put_text(j, "token", h.token);
+  j["pid"] = h.pid;
+  put_text(j, "host_tag", h.host_tag);
+  j["same_host"] = h.same_host;
+  j["owner"] = liveness_name(h.owner);
+  j["expires"] = utc(h.expires);
+  j["expires_us"] = micros(h.expires);
+  j["stale"] = h.stale;
+  put_text(j, "reason", h.reason);
+  j["legacy"] = h.legacy;
+}
+
+// The clock object of status --json.
+json clock_json(const status_seen& s) {
+  json c;
+  put_text(c, "measured_in", s.clock_dir);
+  if (!s.clock_error.empty()) {
+    put_text(c, "error", s.clock_error);
+    return c;
+  }
+  c["offset_us"] = s.clock.offset.count();
+  c["uncertainty_us"] = s.clock.uncertainty.count();
+  c["skew_allowance_us"] = s.allowance.count();
+  c["verdict"] = clock_verdict_name(s.judged.verdict);
+  return c;
+}
+
 // status --json: one object, and its newline.
 std::string status_json(const std::string& dir, const status_seen& s) {
-  std::ostringstream j;
-  j << "{\"lock_dir\":" << json_string(dir) << ",\"state\":\"" << state_of(s) << "\"";
-  if (const auto& h = s.holder)
-    j << ",\"token\":" << json_string(h->token) << ",\"pid\":" << h->pid
-      << ",\"host_tag\":" << json_string(h->host_tag)
-      << ",\"same_host\":" << (h->same_host ? "true" : "false") << ",\"owner\":\""
-      << liveness_name(h->owner) << "\",\"expires\":" << json_string(utc(h->expires))
-      << ",\"expires_us\":" << micros(h->expires) << ",\"stale\":" << (h->stale ? "true" : "false")
-      << ",\"reason\":" << json_string(h->reason)
-      << ",\"legacy\":" << (h->legacy ? "true" : "false");
-  j << ",\"clock\":{\"measured_in\":" << json_string(s.clock_dir);
-  if (!s.clock_error.empty())
-    j << ",\"error\":" << json_string(s.clock_error);
-  else
-    j << ",\"offset_us\":" << s.clock.offset.count()
-      << ",\"uncertainty_us\":" << s.clock.uncertainty.count()
-      << ",\"skew_allowance_us\":" << s.allowance.count() << ",\"verdict\":\""
-      << clock_verdict_name(s.judged.verdict) << "\"";
-  j << "}}\n";
-  return j.str();
+  json j;
+  put_text(j, "lock_dir", dir);
+  j["state"] = state_of(s);
+  if (s.holder) put_holder(j, *s.holder);
+  j["clock"] = clock_json(s);
+  return compact(j) + "\n";
 }
 
 // status: who holds the lock, then the clock's line.

@@ -92,6 +92,23 @@ int refresh_on(const server_lock& s, const std::string& token, std::chrono::mill
   return exit_code::ok;
 }
 
+// status --json of a server's lock.
+template <class B>
+json status_json(const server_lock& s, const std::optional<typename B::holder_type>& h) {
+  json j;
+  put_text(j, B::json_key, B::server(s.url));
+  put_text(j, "name", s.name);
+  j["state"] = h ? "held" : "free";
+  if (h) {
+    put_text(j, "token", std::to_string(h->fence) + "." + h->owner);
+    j["fence"] = h->fence;
+    put_text(j, "owner", h->owner);
+    B::json_fields(j, *h);
+    j["remaining_ms"] = h->remaining.count();
+  }
+  return j;
+}
+
 template <class B>
 int status_on(const server_lock& s, bool json) {
   typename B::lock_type lock(s.url, s.name);
@@ -99,17 +116,7 @@ int status_on(const server_lock& s, bool json) {
   const std::optional<typename B::holder_type> h = lock.holder(ec);
   if (ec) return report(ec, last_error_message());
   if (json) {
-    std::ostringstream j;
-    j << "{\"" << B::json_key << "\":" << json_string(B::server(s.url))
-      << ",\"name\":" << json_string(s.name) << ",\"state\":\"" << (h ? "held" : "free") << "\"";
-    if (h) {
-      j << ",\"token\":" << json_string(std::to_string(h->fence) + "." + h->owner)
-        << ",\"fence\":" << h->fence << ",\"owner\":" << json_string(h->owner);
-      B::json_fields(j, *h);
-      j << ",\"remaining_ms\":" << h->remaining.count();
-    }
-    j << "}";
-    std::cout << j.str() << std::endl;
+    std::cout << compact(status_json<B>(s, h)) << std::endl;
     return exit_code::ok;
   }
   if (!h) {

@@ -12,6 +12,7 @@
 
 #include "cli.hpp"
 #include "commands_server.hpp"
+#include "json_output.hpp"
 #include "tokenlock/clock_judgement.hpp"
 #include "tokenlock/lock_options.hpp"
 
@@ -57,8 +58,9 @@ struct redis_backend {
   static std::string who(const redis_holder_info& h) {
     return "pid " + std::to_string(h.pid) + " on host " + h.host_tag;
   }
-  static void json_fields(std::ostream& j, const redis_holder_info& h) {
-    j << ",\"pid\":" << h.pid << ",\"host_tag\":" << json_string(h.host_tag);
+  static void json_fields(json& j, const redis_holder_info& h) {
+    j["pid"] = h.pid;
+    put_text(j, "host_tag", h.host_tag);
   }
 };
 #endif
@@ -95,9 +97,10 @@ struct etcd_backend {
   }
   static owner_liveness liveness(const etcd_holder_info& h) { return etcd_holder_liveness(h); }
   static std::string who(const etcd_holder_info& h) { return "owner " + h.owner; }
-  static void json_fields(std::ostream& j, const etcd_holder_info& h) {
-    j << ",\"lease_id\":" << h.lease_id << ",\"lease_ms\":" << h.lease.count()
-      << ",\"key\":" << json_string(h.key);
+  static void json_fields(json& j, const etcd_holder_info& h) {
+    j["lease_id"] = h.lease_id;
+    j["lease_ms"] = h.lease.count();
+    put_text(j, "key", h.key);
   }
 };
 #endif

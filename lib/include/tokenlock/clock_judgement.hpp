@@ -44,9 +44,6 @@ struct clock_judgement {
 
 clock_judgement judge_clock_offset(const clock_offset& c, std::chrono::microseconds allowance);
 
-// "within", "beyond", "unclear".
-const char* clock_verdict_name(clock_verdict v) noexcept;
-
 // A duration as the judgement words it, rounded to the millisecond, with
 // no trailing zeros: "1 s", "0.25 s", "-0.004 s". For lines a program
 // prints beside a judgement's text (the command's Redis messages do).

@@ -9,7 +9,6 @@
 #include "tokenlock/atomic_write.hpp"
 #include "tokenlock/clock.hpp"
 #include "tokenlock/clock_judgement.hpp"
-#include "tokenlock/decimal.hpp"
 #include "tokenlock/doctor.hpp"
 #include "tokenlock/errors.hpp"
 #include "tokenlock/keep_alive.hpp"

@@ -17,15 +17,6 @@ std::string seconds_text(std::chrono::microseconds d) {
   return (d.count() < 0 && ms != 0 ? "-" : "") + s + " s";
 }
 
-const char* clock_verdict_name(clock_verdict v) noexcept {
-  switch (v) {
-    case clock_verdict::within: return "within";
-    case clock_verdict::beyond: return "beyond";
-    case clock_verdict::unclear: return "unclear";
-  }
-  return "unclear";
-}
-
 clock_judgement judge_clock_offset(const clock_offset& c, std::chrono::microseconds allowance) {
   clock_judgement j;
   const auto magnitude = c.offset < c.offset.zero() ? -c.offset : c.offset;
