@@ -112,13 +112,14 @@ final class Files
         $value = null;
         try {
             $t = self::resolveTarget('write', $path, $o['follow'] ?? false);
-            if (random_int(0, 31) === 0) {
+            // Housekeeping by chance: mt_rand() asks the kernel for nothing.
+            if (mt_rand(0, 31) === 0) {
                 self::sweepTemps($t, $leaseUs);
             }
             $marks = !self::onLocalFs($dir);
             $oldMark = $marks ? self::readVersionMark("$dir/$token/w") : null;
             $limit = empty($o['counter']) ? self::READ_LIMIT : self::COUNTER_LIMIT;
-            [$current, $mtime] = self::readTarget($t, $limit);
+            [$current, $mtime] = self::readTarget($t, $limit, $t['lstat']);
             if ($oldMark !== null) {
                 [$current, $mtime] = self::readPastStale($t, $oldMark, $leaseUs, $current, $mtime, $limit);
             }
