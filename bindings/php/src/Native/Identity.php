@@ -153,10 +153,13 @@ trait Identity
         return [$fields[0][0], $fields[19]];
     }
 
+    /**
+     * The wall clock in microseconds: microtime(true) is a double, within a
+     * microsecond of it, more than a lease needs (judged with a second's skew).
+     */
     public static function nowUs(): int
     {
-        [$frac, $secs] = explode(' ', microtime());
-        return (int) $secs * 1000000 + (int) substr($frac, 2, 6);
+        return (int) round(microtime(true) * 1000000);
     }
 
     private static function hidepid(): bool
