@@ -78,9 +78,20 @@ trait Target
             $t['keepOwner'] = [$st['uid'], $st['gid']];
             break;
         }
-        if ($t['lstat'] !== false) {
-            return $t;
+        if ($t['lstat'] === false) {
+            $t['dev'] = self::targetDirDev($step, $t);
         }
+        return $t;
+    }
+
+    /**
+     * The device of the directory of a target that is not there yet,
+     * which must be a directory this process can search.
+     *
+     * @param array{path: string, dir: string} $t
+     */
+    private static function targetDirDev(string $step, array $t): int
+    {
         clearstatcache(true, $t['dir']);
         $dst = @stat($t['dir']);
         if ($dst === false) {
@@ -89,8 +100,7 @@ trait Target
         if (($dst['mode'] & 0170000) !== 0040000) {
             throw self::fileError($step, $t, "{$t['dir']} is not a directory", 20);
         }
-        $t['dev'] = $dst['dev'];
-        return $t;
+        return $dst['dev'];
     }
 
     /**
