@@ -69,7 +69,7 @@ final class Files
     private static function onLocalFs(string $lockDir): bool
     {
         return self::$localFor[$lockDir] ?? self::$localSeen[$lockDir] ??= (function () use ($lockDir): bool {
-            $type = Native::fsType($lockDir);
+            $type = Native::dirFsType($lockDir);
             return $type === null || in_array($type, self::LOCAL_FS, true);
         })();
     }
