@@ -8,24 +8,28 @@
 # for machines:
 #   php_before_after_<ratio>_<old|new>=MEDIAN
 #
-#   php_before_after.sh [-r RUNS] [-n CALLS] [-k ROUNDS] OLD_MODULE NEW_MODULE
+#   php_before_after.sh [-r RUNS] [-n CALLS] [-k ROUNDS] [-c] OLD_MODULE NEW_MODULE
+#
+# -c times in CPU time (php_bench.php --cpu), which load from others
+# disturbs much less than the wall clock.
 #
 # A MODULE is what php_bench.php -m takes: a bindings/php/autoload.php or
 # Tokenlock.php, e.g. of a checkout of an older commit:
 #   git worktree add /tmp/old main && bench/lang/php_before_after.sh \
 #     /tmp/old/bindings/php/autoload.php bindings/php/autoload.php
 set -euo pipefail
-runs=5 calls=2000 rounds=7
-while getopts 'r:n:k:' o; do
+runs=5 calls=2000 rounds=7 clock=
+while getopts 'r:n:k:c' o; do
   case $o in
     r) runs=$OPTARG ;;
     n) calls=$OPTARG ;;
     k) rounds=$OPTARG ;;
-    *) echo "usage: $0 [-r RUNS] [-n CALLS] [-k ROUNDS] OLD_MODULE NEW_MODULE" >&2; exit 64 ;;
+    c) clock=--cpu ;;
+    *) echo "usage: $0 [-r RUNS] [-n CALLS] [-k ROUNDS] [-c] OLD_MODULE NEW_MODULE" >&2; exit 64 ;;
   esac
 done
 shift $((OPTIND - 1))
-[ $# = 2 ] || { echo "usage: $0 [-r RUNS] [-n CALLS] [-k ROUNDS] OLD_MODULE NEW_MODULE" >&2; exit 64; }
+[ $# = 2 ] || { echo "usage: $0 [-r RUNS] [-n CALLS] [-k ROUNDS] [-c] OLD_MODULE NEW_MODULE" >&2; exit 64; }
 here=$(cd "$(dirname "$0")" && pwd)
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
@@ -33,11 +37,11 @@ for ((i = 1; i <= runs; ++i)); do
   for side in old new; do
     module=$1
     [ $side = new ] && module=$2
-    php "$here/php_bench.php" -n "$calls" -r "$rounds" -m "$module" |
+    php "$here/php_bench.php" -n "$calls" -r "$rounds" -m "$module" $clock |
       sed -n "s/^php_\([a-z_]*\)_ratio=\(.*\)/$side \1 \2/p" >>"$out"
   done
 done
-echo "$runs runs of php_bench.php -n $calls -r $rounds each, alternating"
+echo "$runs runs of php_bench.php -n $calls -r $rounds $clock each, alternating"
 echo "old: $1"
 echo "new: $2"
 printf '%-12s %-4s %8s %s\n' ratio side median range
