@@ -6,7 +6,7 @@
 # one run against that run's own baseline (two bare renames, a flock
 # counter), so the two modules compare through them. The last lines are
 # for machines:
-#   php_before_after_<ratio>_<old|new>=MEDIAN
+#   php_before_after_<ratio>_ratio_<old|new>=MEDIAN
 #
 #   php_before_after.sh [-r RUNS] [-n CALLS] [-k ROUNDS] [-c] OLD_MODULE NEW_MODULE
 #
@@ -50,7 +50,7 @@ sort -k2,2 -k1,1r -k3,3n "$out" | awk '
     if (n) {
       m = n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
       printf "%-12s %-4s %8.2f %.2f-%.2f\n", key, side, m, v[1], v[n]
-      line[++lines] = sprintf("php_before_after_%s_%s=%.2f", key, side, m)
+      line[++lines] = sprintf("php_before_after_%s_ratio_%s=%.2f", key, side, m)
     }
     n = 0
   }
