@@ -22,7 +22,7 @@
  *         directory for file_and_dir, as bench/cgi/flock_counter.c does).
  *
  *   php bench/lang/php_bench.php [-q] [-n CALLS] [-r ROUNDS] [--sync none|file|file_and_dir] [-d DIR]
- *                                [-m MODULE]
+ *                                [-m MODULE] [--cpu]
  *
  * MODULE is the file that loads the module: bindings/php/Tokenlock.php,
  * the module in one file (the default), or bindings/php/autoload.php, its
@@ -39,6 +39,11 @@
  *   php_lock_ratio=Y         withLock() / flock
  *   php_incr_ratio=Z         increment() / flock'ed counter
  *   php_store_ratio=S        TokenlockStore save+delete / bare Lock
+ * --cpu: time each variant in CPU time (user + system, getrusage) rather
+ * than by the wall clock: on a machine others are loading, their work
+ * stretches the wall clock of every call, most of all a disk's, and the
+ * CPU time this process spends much less (what the kernel's own threads
+ * do for it, such as the journal's commits, is then left out).
  * -q: a quick run to check that it works (few calls, two rounds); take
  * figures from a full run on a quiet machine.
  *
@@ -53,7 +58,7 @@ $repo = dirname(__DIR__, 2);
 function usage(string $why): never
 {
     fwrite(STDERR, "php_bench.php: $why\n"
-        . "usage: php_bench.php [-q] [-n CALLS] [-r ROUNDS] [--sync none|file|file_and_dir] [-d DIR] [-m MODULE]\n");
+        . "usage: php_bench.php [-q] [-n CALLS] [-r ROUNDS] [--sync none|file|file_and_dir] [-d DIR] [-m MODULE] [--cpu]\n");
     exit(64);
 }
 
@@ -74,6 +79,7 @@ $rounds = 5;
 $sync = 'none';
 $base = sys_get_temp_dir();
 $quick = false;
+$cpu = false;
 $module = "$repo/bindings/php/Tokenlock.php";
 for ($i = 1; $i < $argc; ++$i) {
     $arg = $argv[$i];
@@ -87,6 +93,9 @@ for ($i = 1; $i < $argc; ++$i) {
         case '-q':
         case '--quick':
             $quick = true;
+            break;
+        case '--cpu':
+            $cpu = true;
             break;
         case '-n':
         case '--calls':
@@ -232,12 +241,16 @@ if (isset($variants['sf_store'])) {
     $ratioOf['store'] = ['sf_store', 'bare_lock'];
 }
 
-$perCallUs = static function (callable $fn, int $n): float {
-    $t = hrtime(true);
+$clockNs = $cpu ? static function (): int {
+    $u = getrusage();
+    return ($u['ru_utime.tv_sec'] + $u['ru_stime.tv_sec']) * 1000000000 + ($u['ru_utime.tv_usec'] + $u['ru_stime.tv_usec']) * 1000;
+} : static fn (): int => hrtime(true);
+$perCallUs = static function (callable $fn, int $n) use ($clockNs): float {
+    $t = $clockNs();
     for ($i = 0; $i < $n; ++$i) {
         $fn();
     }
-    return (hrtime(true) - $t) / $n / 1000;
+    return ($clockNs() - $t) / $n / 1000;
 };
 $median = static function (array $xs): float {
     sort($xs);
@@ -282,8 +295,8 @@ try {
         }
     }
 
-    printf("php %s, command %s; %d calls x %d rounds%s, sync=%s\n", PHP_VERSION, $command ?? '(none found)',
-        $calls, $rounds, $quick ? ' (quick: not for figures)' : '', $sync);
+    printf("php %s, command %s; %d calls x %d rounds%s, sync=%s, %s\n", PHP_VERSION, $command ?? '(none found)',
+        $calls, $rounds, $quick ? ' (quick: not for figures)' : '', $sync, $cpu ? 'CPU time' : 'wall clock');
     printf("%-44s %12s %12s %9s\n", '', 'tokenlock us', 'other us', 'ratio');
     $labels = [
         'lock_rename' => 'withLock(fn () => null) / two rename()',

@@ -21,6 +21,8 @@ tokenlock / other. The last lines are for machines:
   python_lock_rename_ratio=W  library backend / two renames
   python_lock_ratio=X         library backend / flock
   python_cmd_lock_ratio=Y     command backend / flock
+  python_keep_alive_ratio=K   the with-block / the same with keep_alive=False
+  python_bare_lock_rename_ratio=B  keep_alive=False / two renames
   python_incr_ratio=Z         library backend / flock'ed counter
 -q: a quick run to check that it works (few calls, two rounds); take
 figures from a full run on a quiet machine.
@@ -99,6 +101,10 @@ def run(a, library, command, d):
         with tokenlock.lock(tl_lock_dir):
             pass
 
+    def tl_lock_bare():
+        with tokenlock.lock(tl_lock_dir, keep_alive=False):
+            pass
+
     def rn_lock():
         os.rename(rn_file, rn_token)
         os.rename(rn_token, rn_file)
@@ -146,6 +152,11 @@ def run(a, library, command, d):
     pairs = [
         ("lock_rename", (("tl_lock", tl_lock, "library", a.calls), ("rn_lock", rn_lock, "library", a.calls))),
         ("lock", (("tl_lock", tl_lock, "library", a.calls), ("fl_lock", fl_lock, "library", a.calls))),
+        # What the with-block's lease keeping adds (one shared thread).
+        ("keep_alive", (("tl_lock", tl_lock, "library", a.calls),
+                        ("tl_lock_bare", tl_lock_bare, "library", a.calls))),
+        ("bare_rename", (("tl_lock_bare", tl_lock_bare, "library", a.calls),
+                         ("rn_lock", rn_lock, "library", a.calls))),
         ("cmd_lock", (("tl_cmd_lock", tl_lock, "command", cmd_calls),
                       ("fl_lock", fl_lock, "library", cmd_calls))),
         ("incr", (("tl_incr", tl_incr, "library", a.calls // 4),
@@ -184,6 +195,8 @@ def run(a, library, command, d):
     labels = {"lock_rename": "with tokenlock.lock() (library) / two renames",
               "lock": "with tokenlock.lock() (library) / with flock",
               "cmd_lock": "with tokenlock.lock() (command) / with flock",
+              "keep_alive": "with tokenlock.lock() / the same, keep_alive=False",
+              "bare_rename": "with lock(keep_alive=False) (library) / two renames",
               "incr": "increment() (library) / flock'ed counter"}
     for name, variants in pairs:
         tl = statistics.median(times[(name, variants[0][0])])
@@ -193,6 +206,8 @@ def run(a, library, command, d):
     print("python_lock_rename_ratio=%.2f" % statistics.median(ratios["lock_rename"]))
     print("python_lock_ratio=%.2f" % statistics.median(ratios["lock"]))
     print("python_cmd_lock_ratio=%.2f" % statistics.median(ratios["cmd_lock"]))
+    print("python_keep_alive_ratio=%.2f" % statistics.median(ratios["keep_alive"]))
+    print("python_bare_lock_rename_ratio=%.2f" % statistics.median(ratios["bare_rename"]))
     print("python_incr_ratio=%.2f" % statistics.median(ratios["incr"]))
 
 

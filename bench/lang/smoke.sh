@@ -45,6 +45,9 @@ if command -v php >/dev/null; then
   php "$src/bench/lang/php_forms.php" -r 1 "$src/bindings/php/Tokenlock.php" "$src/bindings/php/autoload.php" \
     >"$work/php_forms.out" 2>&1 || { cat "$work/php_forms.out" >&2; status=1; }
   check php "$work/php_forms.out" php_forms_ratio_1
+  "$src/bench/lang/php_before_after.sh" -r 1 -n 20 -k 2 -c "$src/bindings/php/Tokenlock.php" "$src/bindings/php/autoload.php" \
+    >"$work/php_before_after.out" 2>&1 || { cat "$work/php_before_after.out" >&2; status=1; }
+  check php "$work/php_before_after.out" php_before_after_lock_rename_ratio_old php_before_after_incr_ratio_new
   ran=1
 fi
 if [ -x /usr/bin/python3 ]; then

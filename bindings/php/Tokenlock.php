@@ -217,6 +217,9 @@ trait Options
      */
     public static function checkKeys(array $options, array $known, string $function): void
     {
+        if ($options === []) {
+            return;
+        }
         $unknown = array_diff(array_keys($options), $known);
         if ($unknown) {
             throw new \InvalidArgumentException("Tokenlock\\$function: unknown option '" . implode("', '", $unknown)
@@ -347,7 +350,13 @@ trait Target
      * keeps. A symbolic link is replaced unless $follow: then the chain is
      * resolved (at most 40 links), each checked as protected_symlinks does.
      *
-     * @return array{path: string, dir: string, name: string, exists: bool, keepMode: ?int, keepOwner: ?array{0: int, 1: int}}
+     * `lstat` is what the target's lstat() found (false: nothing), which
+     * the read under the same lock uses rather than asking again, and
+     * `dev` the device of its directory: an entry found there tells that
+     * the directory exists and is one, so it is asked only when there is
+     * none (a target's directory is looked at once per update, not twice).
+     *
+     * @return array{path: string, dir: string, name: string, exists: bool, keepMode: ?int, keepOwner: ?array{0: int, 1: int}, lstat: array<string, int>|false, dev: int}
      */
     public static function resolveTarget(string $step, string $path, bool $follow): array
     {
@@ -362,12 +371,13 @@ trait Target
             if ($name === '.' || $name === '..') {
                 throw $bad('the target must name a file');
             }
-            $t = ['path' => $path, 'dir' => $dir, 'name' => $name, 'exists' => false, 'keepMode' => null, 'keepOwner' => null];
+            $t = ['path' => $path, 'dir' => $dir, 'name' => $name, 'exists' => false, 'keepMode' => null, 'keepOwner' => null, 'lstat' => false, 'dev' => 0];
             clearstatcache(true, $path);
             $st = @lstat($path);
             if ($st === false) {
                 break;
             }
+            [$t['lstat'], $t['dev']] = [$st, $st['dev']];
             $type = $st['mode'] & 0170000;
             if ($type === 0120000) {
                 if (!$follow) {
@@ -396,6 +406,20 @@ trait Target
             $t['keepOwner'] = [$st['uid'], $st['gid']];
             break;
         }
+        if ($t['lstat'] === false) {
+            $t['dev'] = self::targetDirDev($step, $t);
+        }
+        return $t;
+    }
+
+    /**
+     * The device of the directory of a target that is not there yet,
+     * which must be a directory this process can search.
+     *
+     * @param array{path: string, dir: string} $t
+     */
+    private static function targetDirDev(string $step, array $t): int
+    {
         clearstatcache(true, $t['dir']);
         $dst = @stat($t['dir']);
         if ($dst === false) {
@@ -404,7 +428,7 @@ trait Target
         if (($dst['mode'] & 0170000) !== 0040000) {
             throw self::fileError($step, $t, "{$t['dir']} is not a directory", 20);
         }
-        return $t;
+        return $dst['dev'];
     }
 
     /**
@@ -431,35 +455,28 @@ trait Target
     /**
      * Writes DATA to a new temporary file .NAME.tmp.<16 hex> in $inDir,
      * flushed as $sync asks, and returns its path; on failure nothing is left.
+     * PID is this process's (its random bytes are its own).
      *
      * @param array{path: string, dir: string, name: string, keepOwner: ?array{0: int, 1: int}} $t
      */
-    public static function writeTemp(array $t, string $inDir, string $data, string $sync, int $mode): string
+    public static function writeTemp(array $t, string $inDir, string $data, string $sync, int $mode, int $pid): string
     {
-        $tmp = "$inDir/.{$t['name']}.tmp." . bin2hex(random_bytes(8));
-        error_clear_last();
-        // PHP has no fchmod(): a mode without execute bits is given at
-        // creation, through the umask, so that no later call by path can be
-        // turned onto another file by someone who swaps the name meanwhile.
-        $exact = ($mode & ~0666) === 0;
-        $umask = $exact ? umask(0777 & ~$mode) : null;
-        // 'x' is O_CREAT|O_EXCL, which never follows a link planted there.
-        $h = @fopen($tmp, 'xb');
-        if ($umask !== null) {
-            umask($umask);
-        }
-        if ($h === false) {
-            throw self::fileError('create', $t, "cannot create the temporary file $tmp", Native::lastErrno() ?: 5);
-        }
+        $tmp = "$inDir/.{$t['name']}.tmp." . Native::nonce($pid);
+        [$h, $st] = self::createTemp($t, $tmp, $mode);
         $fail = null;
         // As root, the replaced file's owner and group are kept, so that the
-        // program owning the data can still write it.
-        if ($t['keepOwner'] !== null && Native::euid() === 0) {
-            @lchown($tmp, $t['keepOwner'][0]);
-            @lchgrp($tmp, $t['keepOwner'][1]);
+        // program owning the data can still write it; a file made ours
+        // already is left alone (a chown dirties the inode for nothing).
+        if ($t['keepOwner'] !== null && $st['uid'] === 0) {
+            if ($st['uid'] !== $t['keepOwner'][0]) {
+                @lchown($tmp, $t['keepOwner'][0]);
+            }
+            if ($st['gid'] !== $t['keepOwner'][1]) {
+                @lchgrp($tmp, $t['keepOwner'][1]);
+            }
         }
         error_clear_last();
-        if (!$exact && !@chmod($tmp, $mode)) {
+        if (($mode & ~0666) !== 0 && !@chmod($tmp, $mode)) {
             $fail = ['create', "cannot set the mode of the temporary file $tmp"];
         }
         for ($off = 0, $n = strlen($data); $fail === null && $off < $n; $off += $w) {
@@ -486,6 +503,49 @@ trait Target
             throw self::fileError($fail[0], $t, $fail[1], $errno);
         }
         return $tmp;
+    }
+
+    /** The umask umask() last returned in this process, or null. */
+    private static ?int $umaskSeen = null;
+
+    /**
+     * Creates TMP ('x': O_CREAT|O_EXCL, which never follows a link planted
+     * there) and returns its handle and fstat. PHP has no fchmod(): a mode
+     * without execute bits is given at creation, through the umask, so
+     * that no later call by path can be turned onto another file by
+     * someone who swaps the name meanwhile. The umask is set only when the
+     * one last seen would not give that mode by itself; a file made with
+     * another mode (the program changed its umask since) is removed
+     * unwritten, which leaves anyone who opened it meanwhile a file that
+     * is no longer anywhere, and made again through the umask.
+     *
+     * @param array{path: string, dir: string} $t
+     * @return array{0: resource, 1: array<string, int>}
+     */
+    private static function createTemp(array $t, string $tmp, int $mode): array
+    {
+        $exact = ($mode & ~0666) === 0;
+        for ($asIs = $exact && self::$umaskSeen !== null && (0666 & ~self::$umaskSeen) === $mode; ; $asIs = false) {
+            error_clear_last();
+            $umask = $exact && !$asIs ? umask(0777 & ~$mode) : null;
+            $h = @fopen($tmp, 'xb');
+            if ($umask !== null) {
+                umask($umask);
+                self::$umaskSeen = $umask;
+            }
+            if ($h === false) {
+                throw self::fileError('create', $t, "cannot create the temporary file $tmp", Native::lastErrno() ?: 5);
+            }
+            $st = fstat($h);
+            if ($st !== false && (!$asIs || ($st['mode'] & 07777) === $mode)) {
+                return [$h, $st];
+            }
+            fclose($h);
+            @unlink($tmp);
+            if ($st === false) {
+                throw self::fileError('create', $t, "cannot look at the temporary file $tmp just made", 5);
+            }
+        }
     }
 
     /**
@@ -529,14 +589,14 @@ trait Target
         if ($t['keepMode'] !== null) {
             return $t['keepMode'];
         }
-        return 0644 & ~umask();
+        return 0644 & ~(self::$umaskSeen = umask());
     }
 
     /** writeFile() without a lock: the temporary file beside the target, renamed over it. */
     public static function write(string $path, string $data, string $sync, ?int $mode, bool $follow): void
     {
         $t = self::resolveTarget('write', $path, $follow);
-        $tmp = self::writeTemp($t, $t['dir'], $data, $sync, self::modeOf($t, $mode));
+        $tmp = self::writeTemp($t, $t['dir'], $data, $sync, self::modeOf($t, $mode), Native::pid());
         $errno = Native::rename($tmp, $t['path']);
         if ($errno !== 0) {
             @unlink($tmp);
@@ -561,10 +621,15 @@ trait Reading
      * read limit, never through a symbolic link (the commit replaces a
      * link, so what it points to is not the target's contents).
      *
+     * $known is the target's lstat() made under this lock a moment ago
+     * (false: nothing there), which the first read takes instead of
+     * asking again; null asks.
+     *
      * @param array{path: string, dir: string} $t
+     * @param array<string, int>|false|null $known
      * @return array{0: ?string, 1: int} the contents (null: missing) and their mtime in microseconds
      */
-    public static function readTarget(array $t, int $limit = self::READ_LIMIT): array
+    public static function readTarget(array $t, int $limit = self::READ_LIMIT, array|false|null $known = null): array
     {
         // A network client may answer the lstat from its cache and the open
         // from the server (GlusterFS): two files for one name until the
@@ -573,8 +638,9 @@ trait Reading
         $start = hrtime(true);
         for ($pause = 5000; ; $pause = min(2 * $pause, 200000)) {
             try {
-                return self::readTargetOnce($t, $limit);
+                return self::readTargetOnce($t, $limit, $known);
             } catch (Exception $e) {
+                $known = null;
                 if ($e->getError() !== 'system' || $e->getErrno() !== self::EREPLACED
                     || (hrtime(true) - $start) / 1000 > self::$staleReadBudgetUs) {
                     throw $e;
@@ -586,13 +652,14 @@ trait Reading
 
     /**
      * @param array{path: string, dir: string} $t
+     * @param array<string, int>|false|null $st
      * @return array{0: ?string, 1: int}
      */
-    private static function readTargetOnce(array $t, int $limit): array
+    private static function readTargetOnce(array $t, int $limit, array|false|null $st): array
     {
         $path = $t['path'];
         clearstatcache(true, $path);
-        $st = @lstat($path);
+        $st ??= @lstat($path);
         if ($st === false) {
             return [null, 0];
         }
@@ -774,7 +841,8 @@ trait Commit
         $w = "$dir/$token/w";
         $made = false;
         clearstatcache(true, $w);
-        if (@lstat($w) === false) {
+        $st = @lstat($w);
+        if ($st === false) {
             error_clear_last();
             if (@mkdir($w, 0700)) {
                 $made = true;
@@ -792,16 +860,15 @@ trait Commit
                 throw self::fileError('create', $t, "cannot create the workspace $w", $errno);
             }
             clearstatcache(true, $w);
+            $st = null;
         }
-        foreach (["$dir/$token" => "lock's token", $w => "lock's workspace"] as $path => $what) {
-            try {
-                Native::checkInside($dir, $path, 'commit', "the $what");
-            } catch (Exception $e) {
-                if ($made) {
-                    @rmdir($w);
-                }
-                throw $e;
+        try {
+            Native::checkInside($dir, $w, 'commit', "the lock's workspace", $st);
+        } catch (Exception $e) {
+            if ($made) {
+                @rmdir($w);
             }
+            throw $e;
         }
         return [$w, $made];
     }
@@ -811,30 +878,32 @@ trait Commit
      * in D/<token>/w, renamed over the target by a path through the
      * token's name, which fails once the lock was taken over. False
      * (nothing written) when the token cannot fence it: a file token, or
-     * the target on another filesystem.
+     * the target on another filesystem. The token is judged, by the one
+     * lstat() that finds it, before anything is made in it.
      *
-     * @param array{path: string, dir: string, name: string, keepOwner: ?array{0: int, 1: int}} $t
+     * @param array{path: string, dir: string, name: string, keepOwner: ?array{0: int, 1: int}, dev: int} $t
      * @param array{name: string}|null $oldMark
      */
     private static function fencedCommit(string $dir, string $token, array $t, string $data, string $sync, int $mode, bool $marks, ?array $oldMark): bool
     {
         clearstatcache();
-        $tok = @stat("$dir/$token");
+        $tok = @lstat("$dir/$token");
         if ($tok === false) {
             if (self::tokenGone($dir, $token)) {
                 throw self::lostBeforeCommit($t['path'], $token);
             }
             throw self::fileError('commit', $t, "cannot look at the lock's token $dir/$token", Native::lastErrno() ?: 5);
         }
-        $dst = @stat($t['dir']);
         // A token that is a file (a legacy setup's) has no room for the
-        // temporary file; a rename cannot cross filesystems.
-        if ($dst === false || ($tok['mode'] & 0170000) !== 0040000 || $tok['dev'] !== $dst['dev']) {
+        // temporary file; a rename cannot cross filesystems. Anything else
+        // that is not a directory (a link) is refused by the judgement.
+        if (($tok['mode'] & 0170000) === 0100000 || $tok['dev'] !== $t['dev']) {
             return false;
         }
+        Native::checkInside($dir, "$dir/$token", 'commit', "the lock's token", $tok);
         [$w, $made] = self::workspace($dir, $token, $t);
         try {
-            $tmp = self::writeTemp($t, $w, $data, $sync, $mode);
+            $tmp = self::writeTemp($t, $w, $data, $sync, $mode, Native::tokenPid());
         } catch (Exception $e) {
             if ($made) {
                 @rmdir($w);
@@ -877,7 +946,7 @@ trait Commit
      */
     private static function unfencedCommit(string $dir, string $token, array $t, string $data, string $sync, int $mode, int $leaseUs): string
     {
-        $tmp = self::writeTemp($t, $t['dir'], $data, $sync, $mode);
+        $tmp = self::writeTemp($t, $t['dir'], $data, $sync, $mode, Native::tokenPid());
         try {
             $token = Native::refresh($dir, $token, $leaseUs);
         } catch (Exception $e) {
@@ -982,8 +1051,22 @@ use Tokenlock\Exception;
  */
 trait Identity
 {
-    /** @var array{pid: int, start: string, tag: string, proc: bool}|null */
+    /**
+     * Read once per process (a forked child reads it again), which under
+     * php-fpm, where statics last one request, is once per request.
+     *
+     * @var array{pid: int, start: string, tag: string, proc: bool, owner: string}|null
+     */
     private static ?array $identity = null;
+
+    /**
+     * Random bytes read a block at a time for the tokens' nonces (one
+     * getrandom(2) per 32 tokens instead of one per token), with the pid
+     * that read them: a forked child must not reuse its parent's.
+     */
+    private static string $nonces = '';
+    private static int $nonceAt = 0;
+    private static int $noncePid = 0;
 
     private static bool $noticeGiven = false;
 
@@ -1007,7 +1090,9 @@ trait Identity
      * pid, start time and host tag, as posix_os.cpp makes them; read again
      * in a forked child, whose pid differs.
      *
-     * @return array{pid: int, start: string, tag: string, proc: bool}
+     * `owner` is the token's fixed part: "TAG.PID.START.".
+     *
+     * @return array{pid: int, start: string, tag: string, proc: bool, owner: string}
      */
     public static function identity(): array
     {
@@ -1036,7 +1121,20 @@ trait Identity
             $tag = sprintf('%s-%s', $host, bin2hex(random_bytes(4)));
             self::notice();
         }
-        return self::$identity = ['pid' => $pid, 'start' => $proc ? $stat[1] : '0', 'tag' => $tag, 'proc' => $proc];
+        $start = $proc ? $stat[1] : '0';
+        return self::$identity = ['pid' => $pid, 'start' => $start, 'tag' => $tag, 'proc' => $proc, 'owner' => "$tag.$pid.$start."];
+    }
+
+    /** 16 hex digits of fresh randomness for a token of process PID. */
+    public static function nonce(int $pid): string
+    {
+        if (self::$noncePid !== $pid || self::$nonceAt >= strlen(self::$nonces)) {
+            self::$nonces = bin2hex(random_bytes(256));
+            self::$nonceAt = 0;
+            self::$noncePid = $pid;
+        }
+        self::$nonceAt += 16;
+        return substr(self::$nonces, self::$nonceAt - 16, 16);
     }
 
     private static function notice(): void
@@ -1093,10 +1191,13 @@ trait Identity
         return [$fields[0][0], $fields[19]];
     }
 
+    /**
+     * The wall clock in microseconds: microtime(true) is a double, within a
+     * microsecond of it, more than a lease needs (judged with a second's skew).
+     */
     public static function nowUs(): int
     {
-        [$frac, $secs] = explode(' ', microtime());
-        return (int) $secs * 1000000 + (int) substr($frac, 2, 6);
+        return (int) round(microtime(true) * 1000000);
     }
 
     private static function hidepid(): bool
@@ -1122,7 +1223,7 @@ trait Tokens
     public static function token(int $expiry): string
     {
         $me = self::identity();
-        return self::PREFIX . $expiry . '.' . $me['tag'] . '.' . $me['pid'] . '.' . $me['start'] . '.' . bin2hex(random_bytes(8));
+        return self::PREFIX . $expiry . '.' . $me['owner'] . self::nonce($me['pid']);
     }
 
     /**
@@ -1268,10 +1369,12 @@ trait Errors
         return $text === false ? (error_get_last()['message'] ?? 'unknown error') : $text;
     }
 
-    /** rename(2): 0 or the errno. */
+    /**
+     * rename(2): 0 or the errno. PHP warns of every failed rename, so the
+     * last error is this one's without clearing it first.
+     */
     public static function rename(string $from, string $to): int
     {
-        error_clear_last();
         if (@rename($from, $to)) {
             return 0;
         }
@@ -1370,23 +1473,46 @@ trait Trust
     }
 
     /**
+     * Verdicts on entries inside trusted lock directories (tokens,
+     * workspaces): the judgement depends only on what lstat() shows (type
+     * and mode, owner, group) and on the chosen group, so an entry that
+     * shows the same as one judged trusted before is trusted without
+     * judging it again; a changed mode, owner or group is judged anew.
+     * Under php-fpm statics last one request, and so do these.
+     *
+     * @var array<string, true>
+     */
+    private static array $trustedInside = [];
+
+    /**
      * Refuses an entry of lock directory DIR (its token, the workspace `w`)
      * that another user could change: trusted by the group chosen when DIR
-     * was judged by checkTrusted().
+     * was judged by checkTrusted(). $st is its lstat() made a moment ago,
+     * else it is asked.
+     *
+     * @param array<string, int>|null $st
      */
-    public static function checkInside(string $dir, string $path, string $step, string $what): void
+    public static function checkInside(string $dir, string $path, string $step, string $what, ?array $st = null): void
     {
-        clearstatcache(true, $path);
-        $st = @lstat($path);
-        if ($st === false) {
-            throw self::systemError($step, $path, "cannot look at $what", self::lastErrno() ?: 2);
+        if ($st === null) {
+            clearstatcache(true, $path);
+            $st = @lstat($path);
+            if ($st === false) {
+                throw self::systemError($step, $path, "cannot look at $what", self::lastErrno() ?: 2);
+            }
+        }
+        $chosen = self::$judged[$dir][1] ?? null;
+        $key = "{$st['mode']}:{$st['uid']}:{$st['gid']}:$chosen";
+        if (isset(self::$trustedInside[$key])) {
+            return;
         }
         $euid = self::euid($step, $path);
         $why = ($st['mode'] & 0170000) !== 0040000 ? 'it is not a directory; remove it'
-            : self::distrust($path, $st, $euid, self::$judged[$dir][1] ?? null, true);
+            : self::distrust($path, $st, $euid, $chosen, true);
         if ($why !== '') {
             throw self::untrusted($step, $path, $what, $st, $euid, $why);
         }
+        self::$trustedInside[$key] = true;
     }
 
     /** The group chosen for sharing when DIR was last judged, or null. */
@@ -1795,9 +1921,11 @@ trait Marks
 
     /**
      * The filesystem type of lock directory DIR (null: cannot be told),
-     * read once per directory: owner marks and the turnstile both ask.
+     * read once per directory: owner marks, the turnstile and the updater
+     * all ask (each read of the mount table is a dozen system calls, and
+     * under php-fpm it is made again in every request).
      */
-    private static function dirFsType(string $dir): ?string
+    public static function dirFsType(string $dir): ?string
     {
         if (array_key_exists($dir, self::$fsTypes)) {
             return self::$fsTypes[$dir];
@@ -2124,7 +2252,9 @@ trait Held
     private static function hold(string $dir, string $token): void
     {
         self::$held[$token] = [$dir, self::tokenPid()];
-        self::atRequestEnd();
+        if (!self::$shutdownSet) {
+            self::atRequestEnd();
+        }
     }
 
     /** Makes sure the request's end releases what this process holds. */
@@ -2637,7 +2767,7 @@ trait Checks
     public static function ownerId(): string
     {
         $me = Native::identity();
-        return "{$me['tag']}.{$me['pid']}.{$me['start']}." . bin2hex(random_bytes(8));
+        return $me['owner'] . Native::nonce($me['pid']);
     }
 
     /**
@@ -3767,7 +3897,7 @@ final class Files
     private static function onLocalFs(string $lockDir): bool
     {
         return self::$localFor[$lockDir] ?? self::$localSeen[$lockDir] ??= (function () use ($lockDir): bool {
-            $type = Native::fsType($lockDir);
+            $type = Native::dirFsType($lockDir);
             return $type === null || in_array($type, self::LOCAL_FS, true);
         })();
     }
@@ -3810,13 +3940,14 @@ final class Files
         $value = null;
         try {
             $t = self::resolveTarget('write', $path, $o['follow'] ?? false);
-            if (random_int(0, 31) === 0) {
+            // Housekeeping by chance: mt_rand() asks the kernel for nothing.
+            if (mt_rand(0, 31) === 0) {
                 self::sweepTemps($t, $leaseUs);
             }
             $marks = !self::onLocalFs($dir);
             $oldMark = $marks ? self::readVersionMark("$dir/$token/w") : null;
             $limit = empty($o['counter']) ? self::READ_LIMIT : self::COUNTER_LIMIT;
-            [$current, $mtime] = self::readTarget($t, $limit);
+            [$current, $mtime] = self::readTarget($t, $limit, $t['lstat']);
             if ($oldMark !== null) {
                 [$current, $mtime] = self::readPastStale($t, $oldMark, $leaseUs, $current, $mtime, $limit);
             }
@@ -3860,15 +3991,18 @@ final class Files
 final class Lock
 {
     private string $dir;
+    /** $dir as Native::lockPath() checked it, for release and refresh. */
+    private string $path;
     private string $token;
     private ?float $lease;
     private int $ownerPid;
     private bool $held = true;
 
     /** Made right after Native::acquire() made TOKEN: its pid is this process's. */
-    private function __construct(string $dir, string $token, ?float $lease)
+    private function __construct(string $dir, string $path, string $token, ?float $lease)
     {
         $this->dir = $dir;
+        $this->path = $path;
         $this->token = $token;
         $this->lease = $lease;
         $this->ownerPid = Native::tokenPid();
@@ -3902,7 +4036,7 @@ final class Lock
         $lease = isset($options['lease']) ? Command::seconds($options['lease'], 'lease') : null;
         $path = Native::lockPath($dir);
         $token = Native::acquire($path, $wait, Native::leaseUs($lease), Native::group($options['group'] ?? null));
-        return new self($dir, $token, $lease);
+        return new self($dir, $path, $token, $lease);
     }
 
     /**
@@ -3966,7 +4100,7 @@ final class Lock
         $this->checkOwner('refresh');
         $lease = $lease === null ? $this->lease : Command::seconds($lease, 'lease');
         try {
-            $this->token = Native::refresh(Native::lockPath($this->dir), $this->token, Native::leaseUs($lease));
+            $this->token = Native::refresh($this->path, $this->token, Native::leaseUs($lease));
         } catch (LockLostException $e) {
             $this->held = false;
             throw $e;
@@ -3993,7 +4127,7 @@ final class Lock
         }
         $this->checkOwner('release');
         try {
-            Native::release(Native::lockPath($this->dir), $this->token);
+            Native::release($this->path, $this->token);
         } catch (LockLostException $e) {
             $this->held = false;
             throw $e;
@@ -4109,21 +4243,31 @@ final class Native
      */
     public static function acquire(string $dir, ?float $wait, int $leaseUs, ?int $named = null): string
     {
+        $exists = self::checkTrusted($dir, $named);
+        // A hungry head is owed the next release: a newcomer lines up behind
+        // it rather than renaming the freed token first. A caller that cannot
+        // wait has no place in a line, and makes its one try.
+        $once = $wait !== null && $wait <= 0;
+        $hungry = !$once && $exists && self::lineIsHungry($dir);
+        // The common case in as few steps as PHP allows: one rename takes
+        // the free token. A busy lock goes on as below, its first look due.
+        $tried = $exists && !$hungry && !self::needsMarks($dir);
+        if ($tried && ($mine = self::takeFree($dir, $leaseUs)) !== null) {
+            self::hold($dir, $mine);
+            return $mine;
+        }
         $since = hrtime(true);
         $w = [
             'dir' => $dir, 'wait' => $wait, 'lease' => $leaseUs, 'named' => $named, 'since' => $since,
             'deadline' => $wait === null ? null : $since + (int) ($wait * 1e9),
-            'exists' => self::checkTrusted($dir, $named), 'first' => true, 'final' => false, 'looked' => false,
-            'lastLook' => 0, 'reason' => '',
+            'exists' => $exists, 'first' => !$tried, 'final' => false, 'looked' => false,
+            'lastLook' => $since - self::LOOK_EVERY_NS, 'reason' => '',
             // Tokens a rename made ours that no owner mark confirmed: should one
             // show up under our name again, it is ours to confirm, not a live
             // holder's to wait for.
             'givenUp' => [],
         ];
-        // A hungry head is owed the next release: a newcomer lines up behind
-        // it rather than renaming the freed token first. A caller that cannot
-        // wait has no place in a line, and makes its one try.
-        if (($wait !== null && $wait <= 0) || !($w['exists'] && self::lineIsHungry($dir))) {
+        if ($once || !$hungry) {
             $got = self::attempt($w);
             if (is_string($got)) {
                 return $got;
@@ -4133,6 +4277,25 @@ final class Native
             }
         }
         return self::line($w) ?? self::poll($w);
+    }
+
+    /**
+     * Renames the free token of DIR to a new token of ours: the token, or
+     * null when there is no free token (the lock is busy).
+     */
+    private static function takeFree(string $dir, int $leaseUs): ?string
+    {
+        $mine = self::token(self::nowUs() + $leaseUs);
+        $errno = self::rename("$dir/" . self::FREE, "$dir/$mine");
+        if ($errno === 0) {
+            return $mine;
+        }
+        if ($errno !== 2) {
+            throw self::systemError('acquire', $dir, 'cannot rename the free token ' . self::FREE . " to $mine", $errno, $errno === 1 ? self::stickyFix($dir) : '');
+        }
+        // ENOENT: an NFS client may retransmit a rename whose reply was lost.
+        clearstatcache(true, "$dir/$mine");
+        return @lstat("$dir/$mine") !== false ? $mine : null;
     }
 
     /**
@@ -4220,18 +4383,10 @@ final class Native
     private static function round(string $dir, int $leaseUs, ?int $named, bool &$exists, array &$givenUp, string &$reason, bool $look, bool $first): string|bool
     {
         clearstatcache(true, "$dir/" . self::FREE);
-        $try = $exists && ($first || @lstat("$dir/" . self::FREE) !== false);
         // Only a rename needs a token: a waiter's round mostly has none to try.
-        $mine = $try ? self::token(self::nowUs() + $leaseUs) : '';
-        $errno = $try ? self::rename("$dir/" . self::FREE, "$dir/$mine") : 2;
-        if ($errno !== 0 && $errno !== 2) {
-            throw self::systemError('acquire', $dir, 'cannot rename the free token ' . self::FREE . " to $mine", $errno, $errno === 1 ? self::stickyFix($dir) : '');
-        }
-        // ENOENT: an NFS client may retransmit a rename whose reply was lost.
-        if ($try) {
-            clearstatcache(true, "$dir/$mine");
-        }
-        if ($errno === 0 || ($try && @lstat("$dir/$mine") !== false)) {
+        $try = $exists && ($first || @lstat("$dir/" . self::FREE) !== false);
+        $mine = $try ? self::takeFree($dir, $leaseUs) : null;
+        if ($mine !== null) {
             return self::finish($dir, $mine, null, $leaseUs, $givenUp, $reason) ? $mine : false;
         }
         if (!$look) {
@@ -4313,7 +4468,7 @@ final class Native
     public static function release(string $dir, string $token): void
     {
         $marked = self::needsMarks($dir);
-        $mark = "$dir/$token/" . self::markOf($token);
+        $mark = $marked ? "$dir/$token/" . self::markOf($token) : '';
         // The next holder of the free token would find our mark and step back.
         error_clear_last();
         if ($marked && !@rmdir($mark) && ($errno = self::lastErrno() ?: 5) !== 2) {

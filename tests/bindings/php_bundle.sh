@@ -56,7 +56,7 @@ cat >"$tmp/phpunit.xml" <<XML
          beStrictAboutOutputDuringTests="true" cacheResult="false">
   <testsuites>
     <testsuite name="tokenlock-php-bundle">
-$(for t in LockTest NativeTest FilesNativeTest MarksTest CommandTest NoProcessTest EuidTest CounterLimitTest GroupSharingTest RedisLockHelpersTest RedisLockTest; do
+$(for t in LockTest NativeTest FilesNativeTest MarksTest CommandTest NoProcessTest EuidTest CounterLimitTest GroupSharingTest RedisLockHelpersTest RedisLockTest PerCallTest; do
     echo "      <file>$tests/$t.php</file>"
   done)
     </testsuite>

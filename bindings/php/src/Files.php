@@ -69,7 +69,7 @@ final class Files
     private static function onLocalFs(string $lockDir): bool
     {
         return self::$localFor[$lockDir] ?? self::$localSeen[$lockDir] ??= (function () use ($lockDir): bool {
-            $type = Native::fsType($lockDir);
+            $type = Native::dirFsType($lockDir);
             return $type === null || in_array($type, self::LOCAL_FS, true);
         })();
     }
@@ -112,13 +112,14 @@ final class Files
         $value = null;
         try {
             $t = self::resolveTarget('write', $path, $o['follow'] ?? false);
-            if (random_int(0, 31) === 0) {
+            // Housekeeping by chance: mt_rand() asks the kernel for nothing.
+            if (mt_rand(0, 31) === 0) {
                 self::sweepTemps($t, $leaseUs);
             }
             $marks = !self::onLocalFs($dir);
             $oldMark = $marks ? self::readVersionMark("$dir/$token/w") : null;
             $limit = empty($o['counter']) ? self::READ_LIMIT : self::COUNTER_LIMIT;
-            [$current, $mtime] = self::readTarget($t, $limit);
+            [$current, $mtime] = self::readTarget($t, $limit, $t['lstat']);
             if ($oldMark !== null) {
                 [$current, $mtime] = self::readPastStale($t, $oldMark, $leaseUs, $current, $mtime, $limit);
             }

@@ -24,15 +24,18 @@ namespace Tokenlock;
 final class Lock
 {
     private string $dir;
+    /** $dir as Native::lockPath() checked it, for release and refresh. */
+    private string $path;
     private string $token;
     private ?float $lease;
     private int $ownerPid;
     private bool $held = true;
 
     /** Made right after Native::acquire() made TOKEN: its pid is this process's. */
-    private function __construct(string $dir, string $token, ?float $lease)
+    private function __construct(string $dir, string $path, string $token, ?float $lease)
     {
         $this->dir = $dir;
+        $this->path = $path;
         $this->token = $token;
         $this->lease = $lease;
         $this->ownerPid = Native::tokenPid();
@@ -66,7 +69,7 @@ final class Lock
         $lease = isset($options['lease']) ? Command::seconds($options['lease'], 'lease') : null;
         $path = Native::lockPath($dir);
         $token = Native::acquire($path, $wait, Native::leaseUs($lease), Native::group($options['group'] ?? null));
-        return new self($dir, $token, $lease);
+        return new self($dir, $path, $token, $lease);
     }
 
     /**
@@ -130,7 +133,7 @@ final class Lock
         $this->checkOwner('refresh');
         $lease = $lease === null ? $this->lease : Command::seconds($lease, 'lease');
         try {
-            $this->token = Native::refresh(Native::lockPath($this->dir), $this->token, Native::leaseUs($lease));
+            $this->token = Native::refresh($this->path, $this->token, Native::leaseUs($lease));
         } catch (LockLostException $e) {
             $this->held = false;
             throw $e;
@@ -157,7 +160,7 @@ final class Lock
         }
         $this->checkOwner('release');
         try {
-            Native::release(Native::lockPath($this->dir), $this->token);
+            Native::release($this->path, $this->token);
         } catch (LockLostException $e) {
             $this->held = false;
             throw $e;

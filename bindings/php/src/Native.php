@@ -75,21 +75,31 @@ final class Native
      */
     public static function acquire(string $dir, ?float $wait, int $leaseUs, ?int $named = null): string
     {
+        $exists = self::checkTrusted($dir, $named);
+        // A hungry head is owed the next release: a newcomer lines up behind
+        // it rather than renaming the freed token first. A caller that cannot
+        // wait has no place in a line, and makes its one try.
+        $once = $wait !== null && $wait <= 0;
+        $hungry = !$once && $exists && self::lineIsHungry($dir);
+        // The common case in as few steps as PHP allows: one rename takes
+        // the free token. A busy lock goes on as below, its first look due.
+        $tried = $exists && !$hungry && !self::needsMarks($dir);
+        if ($tried && ($mine = self::takeFree($dir, $leaseUs)) !== null) {
+            self::hold($dir, $mine);
+            return $mine;
+        }
         $since = hrtime(true);
         $w = [
             'dir' => $dir, 'wait' => $wait, 'lease' => $leaseUs, 'named' => $named, 'since' => $since,
             'deadline' => $wait === null ? null : $since + (int) ($wait * 1e9),
-            'exists' => self::checkTrusted($dir, $named), 'first' => true, 'final' => false, 'looked' => false,
-            'lastLook' => 0, 'reason' => '',
+            'exists' => $exists, 'first' => !$tried, 'final' => false, 'looked' => false,
+            'lastLook' => $since - self::LOOK_EVERY_NS, 'reason' => '',
             // Tokens a rename made ours that no owner mark confirmed: should one
             // show up under our name again, it is ours to confirm, not a live
             // holder's to wait for.
             'givenUp' => [],
         ];
-        // A hungry head is owed the next release: a newcomer lines up behind
-        // it rather than renaming the freed token first. A caller that cannot
-        // wait has no place in a line, and makes its one try.
-        if (($wait !== null && $wait <= 0) || !($w['exists'] && self::lineIsHungry($dir))) {
+        if ($once || !$hungry) {
             $got = self::attempt($w);
             if (is_string($got)) {
                 return $got;
@@ -99,6 +109,25 @@ final class Native
             }
         }
         return self::line($w) ?? self::poll($w);
+    }
+
+    /**
+     * Renames the free token of DIR to a new token of ours: the token, or
+     * null when there is no free token (the lock is busy).
+     */
+    private static function takeFree(string $dir, int $leaseUs): ?string
+    {
+        $mine = self::token(self::nowUs() + $leaseUs);
+        $errno = self::rename("$dir/" . self::FREE, "$dir/$mine");
+        if ($errno === 0) {
+            return $mine;
+        }
+        if ($errno !== 2) {
+            throw self::systemError('acquire', $dir, 'cannot rename the free token ' . self::FREE . " to $mine", $errno, $errno === 1 ? self::stickyFix($dir) : '');
+        }
+        // ENOENT: an NFS client may retransmit a rename whose reply was lost.
+        clearstatcache(true, "$dir/$mine");
+        return @lstat("$dir/$mine") !== false ? $mine : null;
     }
 
     /**
@@ -186,18 +215,10 @@ final class Native
     private static function round(string $dir, int $leaseUs, ?int $named, bool &$exists, array &$givenUp, string &$reason, bool $look, bool $first): string|bool
     {
         clearstatcache(true, "$dir/" . self::FREE);
-        $try = $exists && ($first || @lstat("$dir/" . self::FREE) !== false);
         // Only a rename needs a token: a waiter's round mostly has none to try.
-        $mine = $try ? self::token(self::nowUs() + $leaseUs) : '';
-        $errno = $try ? self::rename("$dir/" . self::FREE, "$dir/$mine") : 2;
-        if ($errno !== 0 && $errno !== 2) {
-            throw self::systemError('acquire', $dir, 'cannot rename the free token ' . self::FREE . " to $mine", $errno, $errno === 1 ? self::stickyFix($dir) : '');
-        }
-        // ENOENT: an NFS client may retransmit a rename whose reply was lost.
-        if ($try) {
-            clearstatcache(true, "$dir/$mine");
-        }
-        if ($errno === 0 || ($try && @lstat("$dir/$mine") !== false)) {
+        $try = $exists && ($first || @lstat("$dir/" . self::FREE) !== false);
+        $mine = $try ? self::takeFree($dir, $leaseUs) : null;
+        if ($mine !== null) {
             return self::finish($dir, $mine, null, $leaseUs, $givenUp, $reason) ? $mine : false;
         }
         if (!$look) {
@@ -279,7 +300,7 @@ final class Native
     public static function release(string $dir, string $token): void
     {
         $marked = self::needsMarks($dir);
-        $mark = "$dir/$token/" . self::markOf($token);
+        $mark = $marked ? "$dir/$token/" . self::markOf($token) : '';
         // The next holder of the free token would find our mark and step back.
         error_clear_last();
         if ($marked && !@rmdir($mark) && ($errno = self::lastErrno() ?: 5) !== 2) {

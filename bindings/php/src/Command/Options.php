@@ -56,6 +56,9 @@ trait Options
      */
     public static function checkKeys(array $options, array $known, string $function): void
     {
+        if ($options === []) {
+            return;
+        }
         $unknown = array_diff(array_keys($options), $known);
         if ($unknown) {
             throw new \InvalidArgumentException("Tokenlock\\$function: unknown option '" . implode("', '", $unknown)

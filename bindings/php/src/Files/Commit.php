@@ -54,7 +54,8 @@ trait Commit
         $w = "$dir/$token/w";
         $made = false;
         clearstatcache(true, $w);
-        if (@lstat($w) === false) {
+        $st = @lstat($w);
+        if ($st === false) {
             error_clear_last();
             if (@mkdir($w, 0700)) {
                 $made = true;
@@ -72,16 +73,15 @@ trait Commit
                 throw self::fileError('create', $t, "cannot create the workspace $w", $errno);
             }
             clearstatcache(true, $w);
+            $st = null;
         }
-        foreach (["$dir/$token" => "lock's token", $w => "lock's workspace"] as $path => $what) {
-            try {
-                Native::checkInside($dir, $path, 'commit', "the $what");
-            } catch (Exception $e) {
-                if ($made) {
-                    @rmdir($w);
-                }
-                throw $e;
+        try {
+            Native::checkInside($dir, $w, 'commit', "the lock's workspace", $st);
+        } catch (Exception $e) {
+            if ($made) {
+                @rmdir($w);
             }
+            throw $e;
         }
         return [$w, $made];
     }
@@ -91,30 +91,32 @@ trait Commit
      * in D/<token>/w, renamed over the target by a path through the
      * token's name, which fails once the lock was taken over. False
      * (nothing written) when the token cannot fence it: a file token, or
-     * the target on another filesystem.
+     * the target on another filesystem. The token is judged, by the one
+     * lstat() that finds it, before anything is made in it.
      *
-     * @param array{path: string, dir: string, name: string, keepOwner: ?array{0: int, 1: int}} $t
+     * @param array{path: string, dir: string, name: string, keepOwner: ?array{0: int, 1: int}, dev: int} $t
      * @param array{name: string}|null $oldMark
      */
     private static function fencedCommit(string $dir, string $token, array $t, string $data, string $sync, int $mode, bool $marks, ?array $oldMark): bool
     {
         clearstatcache();
-        $tok = @stat("$dir/$token");
+        $tok = @lstat("$dir/$token");
         if ($tok === false) {
             if (self::tokenGone($dir, $token)) {
                 throw self::lostBeforeCommit($t['path'], $token);
             }
             throw self::fileError('commit', $t, "cannot look at the lock's token $dir/$token", Native::lastErrno() ?: 5);
         }
-        $dst = @stat($t['dir']);
         // A token that is a file (a legacy setup's) has no room for the
-        // temporary file; a rename cannot cross filesystems.
-        if ($dst === false || ($tok['mode'] & 0170000) !== 0040000 || $tok['dev'] !== $dst['dev']) {
+        // temporary file; a rename cannot cross filesystems. Anything else
+        // that is not a directory (a link) is refused by the judgement.
+        if (($tok['mode'] & 0170000) === 0100000 || $tok['dev'] !== $t['dev']) {
             return false;
         }
+        Native::checkInside($dir, "$dir/$token", 'commit', "the lock's token", $tok);
         [$w, $made] = self::workspace($dir, $token, $t);
         try {
-            $tmp = self::writeTemp($t, $w, $data, $sync, $mode);
+            $tmp = self::writeTemp($t, $w, $data, $sync, $mode, Native::tokenPid());
         } catch (Exception $e) {
             if ($made) {
                 @rmdir($w);
@@ -157,7 +159,7 @@ trait Commit
      */
     private static function unfencedCommit(string $dir, string $token, array $t, string $data, string $sync, int $mode, int $leaseUs): string
     {
-        $tmp = self::writeTemp($t, $t['dir'], $data, $sync, $mode);
+        $tmp = self::writeTemp($t, $t['dir'], $data, $sync, $mode, Native::tokenPid());
         try {
             $token = Native::refresh($dir, $token, $leaseUs);
         } catch (Exception $e) {

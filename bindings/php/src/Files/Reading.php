@@ -21,10 +21,15 @@ trait Reading
      * read limit, never through a symbolic link (the commit replaces a
      * link, so what it points to is not the target's contents).
      *
+     * $known is the target's lstat() made under this lock a moment ago
+     * (false: nothing there), which the first read takes instead of
+     * asking again; null asks.
+     *
      * @param array{path: string, dir: string} $t
+     * @param array<string, int>|false|null $known
      * @return array{0: ?string, 1: int} the contents (null: missing) and their mtime in microseconds
      */
-    public static function readTarget(array $t, int $limit = self::READ_LIMIT): array
+    public static function readTarget(array $t, int $limit = self::READ_LIMIT, array|false|null $known = null): array
     {
         // A network client may answer the lstat from its cache and the open
         // from the server (GlusterFS): two files for one name until the
@@ -33,8 +38,9 @@ trait Reading
         $start = hrtime(true);
         for ($pause = 5000; ; $pause = min(2 * $pause, 200000)) {
             try {
-                return self::readTargetOnce($t, $limit);
+                return self::readTargetOnce($t, $limit, $known);
             } catch (Exception $e) {
+                $known = null;
                 if ($e->getError() !== 'system' || $e->getErrno() !== self::EREPLACED
                     || (hrtime(true) - $start) / 1000 > self::$staleReadBudgetUs) {
                     throw $e;
@@ -46,13 +52,14 @@ trait Reading
 
     /**
      * @param array{path: string, dir: string} $t
+     * @param array<string, int>|false|null $st
      * @return array{0: ?string, 1: int}
      */
-    private static function readTargetOnce(array $t, int $limit): array
+    private static function readTargetOnce(array $t, int $limit, array|false|null $st): array
     {
         $path = $t['path'];
         clearstatcache(true, $path);
-        $st = @lstat($path);
+        $st ??= @lstat($path);
         if ($st === false) {
             return [null, 0];
         }

@@ -22,7 +22,13 @@ trait Target
      * keeps. A symbolic link is replaced unless $follow: then the chain is
      * resolved (at most 40 links), each checked as protected_symlinks does.
      *
-     * @return array{path: string, dir: string, name: string, exists: bool, keepMode: ?int, keepOwner: ?array{0: int, 1: int}}
+     * `lstat` is what the target's lstat() found (false: nothing), which
+     * the read under the same lock uses rather than asking again, and
+     * `dev` the device of its directory: an entry found there tells that
+     * the directory exists and is one, so it is asked only when there is
+     * none (a target's directory is looked at once per update, not twice).
+     *
+     * @return array{path: string, dir: string, name: string, exists: bool, keepMode: ?int, keepOwner: ?array{0: int, 1: int}, lstat: array<string, int>|false, dev: int}
      */
     public static function resolveTarget(string $step, string $path, bool $follow): array
     {
@@ -37,12 +43,13 @@ trait Target
             if ($name === '.' || $name === '..') {
                 throw $bad('the target must name a file');
             }
-            $t = ['path' => $path, 'dir' => $dir, 'name' => $name, 'exists' => false, 'keepMode' => null, 'keepOwner' => null];
+            $t = ['path' => $path, 'dir' => $dir, 'name' => $name, 'exists' => false, 'keepMode' => null, 'keepOwner' => null, 'lstat' => false, 'dev' => 0];
             clearstatcache(true, $path);
             $st = @lstat($path);
             if ($st === false) {
                 break;
             }
+            [$t['lstat'], $t['dev']] = [$st, $st['dev']];
             $type = $st['mode'] & 0170000;
             if ($type === 0120000) {
                 if (!$follow) {
@@ -71,6 +78,20 @@ trait Target
             $t['keepOwner'] = [$st['uid'], $st['gid']];
             break;
         }
+        if ($t['lstat'] === false) {
+            $t['dev'] = self::targetDirDev($step, $t);
+        }
+        return $t;
+    }
+
+    /**
+     * The device of the directory of a target that is not there yet,
+     * which must be a directory this process can search.
+     *
+     * @param array{path: string, dir: string} $t
+     */
+    private static function targetDirDev(string $step, array $t): int
+    {
         clearstatcache(true, $t['dir']);
         $dst = @stat($t['dir']);
         if ($dst === false) {
@@ -79,7 +100,7 @@ trait Target
         if (($dst['mode'] & 0170000) !== 0040000) {
             throw self::fileError($step, $t, "{$t['dir']} is not a directory", 20);
         }
-        return $t;
+        return $dst['dev'];
     }
 
     /**
@@ -106,35 +127,28 @@ trait Target
     /**
      * Writes DATA to a new temporary file .NAME.tmp.<16 hex> in $inDir,
      * flushed as $sync asks, and returns its path; on failure nothing is left.
+     * PID is this process's (its random bytes are its own).
      *
      * @param array{path: string, dir: string, name: string, keepOwner: ?array{0: int, 1: int}} $t
      */
-    public static function writeTemp(array $t, string $inDir, string $data, string $sync, int $mode): string
+    public static function writeTemp(array $t, string $inDir, string $data, string $sync, int $mode, int $pid): string
     {
-        $tmp = "$inDir/.{$t['name']}.tmp." . bin2hex(random_bytes(8));
-        error_clear_last();
-        // PHP has no fchmod(): a mode without execute bits is given at
-        // creation, through the umask, so that no later call by path can be
-        // turned onto another file by someone who swaps the name meanwhile.
-        $exact = ($mode & ~0666) === 0;
-        $umask = $exact ? umask(0777 & ~$mode) : null;
-        // 'x' is O_CREAT|O_EXCL, which never follows a link planted there.
-        $h = @fopen($tmp, 'xb');
-        if ($umask !== null) {
-            umask($umask);
-        }
-        if ($h === false) {
-            throw self::fileError('create', $t, "cannot create the temporary file $tmp", Native::lastErrno() ?: 5);
-        }
+        $tmp = "$inDir/.{$t['name']}.tmp." . Native::nonce($pid);
+        [$h, $st] = self::createTemp($t, $tmp, $mode);
         $fail = null;
         // As root, the replaced file's owner and group are kept, so that the
-        // program owning the data can still write it.
-        if ($t['keepOwner'] !== null && Native::euid() === 0) {
-            @lchown($tmp, $t['keepOwner'][0]);
-            @lchgrp($tmp, $t['keepOwner'][1]);
+        // program owning the data can still write it; a file made ours
+        // already is left alone (a chown dirties the inode for nothing).
+        if ($t['keepOwner'] !== null && $st['uid'] === 0) {
+            if ($st['uid'] !== $t['keepOwner'][0]) {
+                @lchown($tmp, $t['keepOwner'][0]);
+            }
+            if ($st['gid'] !== $t['keepOwner'][1]) {
+                @lchgrp($tmp, $t['keepOwner'][1]);
+            }
         }
         error_clear_last();
-        if (!$exact && !@chmod($tmp, $mode)) {
+        if (($mode & ~0666) !== 0 && !@chmod($tmp, $mode)) {
             $fail = ['create', "cannot set the mode of the temporary file $tmp"];
         }
         for ($off = 0, $n = strlen($data); $fail === null && $off < $n; $off += $w) {
@@ -161,6 +175,49 @@ trait Target
             throw self::fileError($fail[0], $t, $fail[1], $errno);
         }
         return $tmp;
+    }
+
+    /** The umask umask() last returned in this process, or null. */
+    private static ?int $umaskSeen = null;
+
+    /**
+     * Creates TMP ('x': O_CREAT|O_EXCL, which never follows a link planted
+     * there) and returns its handle and fstat. PHP has no fchmod(): a mode
+     * without execute bits is given at creation, through the umask, so
+     * that no later call by path can be turned onto another file by
+     * someone who swaps the name meanwhile. The umask is set only when the
+     * one last seen would not give that mode by itself; a file made with
+     * another mode (the program changed its umask since) is removed
+     * unwritten, which leaves anyone who opened it meanwhile a file that
+     * is no longer anywhere, and made again through the umask.
+     *
+     * @param array{path: string, dir: string} $t
+     * @return array{0: resource, 1: array<string, int>}
+     */
+    private static function createTemp(array $t, string $tmp, int $mode): array
+    {
+        $exact = ($mode & ~0666) === 0;
+        for ($asIs = $exact && self::$umaskSeen !== null && (0666 & ~self::$umaskSeen) === $mode; ; $asIs = false) {
+            error_clear_last();
+            $umask = $exact && !$asIs ? umask(0777 & ~$mode) : null;
+            $h = @fopen($tmp, 'xb');
+            if ($umask !== null) {
+                umask($umask);
+                self::$umaskSeen = $umask;
+            }
+            if ($h === false) {
+                throw self::fileError('create', $t, "cannot create the temporary file $tmp", Native::lastErrno() ?: 5);
+            }
+            $st = fstat($h);
+            if ($st !== false && (!$asIs || ($st['mode'] & 07777) === $mode)) {
+                return [$h, $st];
+            }
+            fclose($h);
+            @unlink($tmp);
+            if ($st === false) {
+                throw self::fileError('create', $t, "cannot look at the temporary file $tmp just made", 5);
+            }
+        }
     }
 
     /**
@@ -204,14 +261,14 @@ trait Target
         if ($t['keepMode'] !== null) {
             return $t['keepMode'];
         }
-        return 0644 & ~umask();
+        return 0644 & ~(self::$umaskSeen = umask());
     }
 
     /** writeFile() without a lock: the temporary file beside the target, renamed over it. */
     public static function write(string $path, string $data, string $sync, ?int $mode, bool $follow): void
     {
         $t = self::resolveTarget('write', $path, $follow);
-        $tmp = self::writeTemp($t, $t['dir'], $data, $sync, self::modeOf($t, $mode));
+        $tmp = self::writeTemp($t, $t['dir'], $data, $sync, self::modeOf($t, $mode), Native::pid());
         $errno = Native::rename($tmp, $t['path']);
         if ($errno !== 0) {
             @unlink($tmp);

@@ -34,10 +34,12 @@ trait Errors
         return $text === false ? (error_get_last()['message'] ?? 'unknown error') : $text;
     }
 
-    /** rename(2): 0 or the errno. */
+    /**
+     * rename(2): 0 or the errno. PHP warns of every failed rename, so the
+     * last error is this one's without clearing it first.
+     */
     public static function rename(string $from, string $to): int
     {
-        error_clear_last();
         if (@rename($from, $to)) {
             return 0;
         }

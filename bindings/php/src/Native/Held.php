@@ -36,7 +36,9 @@ trait Held
     private static function hold(string $dir, string $token): void
     {
         self::$held[$token] = [$dir, self::tokenPid()];
-        self::atRequestEnd();
+        if (!self::$shutdownSet) {
+            self::atRequestEnd();
+        }
     }
 
     /** Makes sure the request's end releases what this process holds. */

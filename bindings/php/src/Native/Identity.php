@@ -13,8 +13,22 @@ namespace Tokenlock\Native;
  */
 trait Identity
 {
-    /** @var array{pid: int, start: string, tag: string, proc: bool}|null */
+    /**
+     * Read once per process (a forked child reads it again), which under
+     * php-fpm, where statics last one request, is once per request.
+     *
+     * @var array{pid: int, start: string, tag: string, proc: bool, owner: string}|null
+     */
     private static ?array $identity = null;
+
+    /**
+     * Random bytes read a block at a time for the tokens' nonces (one
+     * getrandom(2) per 32 tokens instead of one per token), with the pid
+     * that read them: a forked child must not reuse its parent's.
+     */
+    private static string $nonces = '';
+    private static int $nonceAt = 0;
+    private static int $noncePid = 0;
 
     private static bool $noticeGiven = false;
 
@@ -38,7 +52,9 @@ trait Identity
      * pid, start time and host tag, as posix_os.cpp makes them; read again
      * in a forked child, whose pid differs.
      *
-     * @return array{pid: int, start: string, tag: string, proc: bool}
+     * `owner` is the token's fixed part: "TAG.PID.START.".
+     *
+     * @return array{pid: int, start: string, tag: string, proc: bool, owner: string}
      */
     public static function identity(): array
     {
@@ -67,7 +83,20 @@ trait Identity
             $tag = sprintf('%s-%s', $host, bin2hex(random_bytes(4)));
             self::notice();
         }
-        return self::$identity = ['pid' => $pid, 'start' => $proc ? $stat[1] : '0', 'tag' => $tag, 'proc' => $proc];
+        $start = $proc ? $stat[1] : '0';
+        return self::$identity = ['pid' => $pid, 'start' => $start, 'tag' => $tag, 'proc' => $proc, 'owner' => "$tag.$pid.$start."];
+    }
+
+    /** 16 hex digits of fresh randomness for a token of process PID. */
+    public static function nonce(int $pid): string
+    {
+        if (self::$noncePid !== $pid || self::$nonceAt >= strlen(self::$nonces)) {
+            self::$nonces = bin2hex(random_bytes(256));
+            self::$nonceAt = 0;
+            self::$noncePid = $pid;
+        }
+        self::$nonceAt += 16;
+        return substr(self::$nonces, self::$nonceAt - 16, 16);
     }
 
     private static function notice(): void
@@ -124,10 +153,13 @@ trait Identity
         return [$fields[0][0], $fields[19]];
     }
 
+    /**
+     * The wall clock in microseconds: microtime(true) is a double, within a
+     * microsecond of it, more than a lease needs (judged with a second's skew).
+     */
     public static function nowUs(): int
     {
-        [$frac, $secs] = explode(' ', microtime());
-        return (int) $secs * 1000000 + (int) substr($frac, 2, 6);
+        return (int) round(microtime(true) * 1000000);
     }
 
     private static function hidepid(): bool

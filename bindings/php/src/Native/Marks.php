@@ -80,9 +80,11 @@ trait Marks
 
     /**
      * The filesystem type of lock directory DIR (null: cannot be told),
-     * read once per directory: owner marks and the turnstile both ask.
+     * read once per directory: owner marks, the turnstile and the updater
+     * all ask (each read of the mount table is a dozen system calls, and
+     * under php-fpm it is made again in every request).
      */
-    private static function dirFsType(string $dir): ?string
+    public static function dirFsType(string $dir): ?string
     {
         if (array_key_exists($dir, self::$fsTypes)) {
             return self::$fsTypes[$dir];

@@ -19,7 +19,7 @@ trait Tokens
     public static function token(int $expiry): string
     {
         $me = self::identity();
-        return self::PREFIX . $expiry . '.' . $me['tag'] . '.' . $me['pid'] . '.' . $me['start'] . '.' . bin2hex(random_bytes(8));
+        return self::PREFIX . $expiry . '.' . $me['owner'] . self::nonce($me['pid']);
     }
 
     /**

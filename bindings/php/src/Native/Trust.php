@@ -63,23 +63,46 @@ trait Trust
     }
 
     /**
+     * Verdicts on entries inside trusted lock directories (tokens,
+     * workspaces): the judgement depends only on what lstat() shows (type
+     * and mode, owner, group) and on the chosen group, so an entry that
+     * shows the same as one judged trusted before is trusted without
+     * judging it again; a changed mode, owner or group is judged anew.
+     * Under php-fpm statics last one request, and so do these.
+     *
+     * @var array<string, true>
+     */
+    private static array $trustedInside = [];
+
+    /**
      * Refuses an entry of lock directory DIR (its token, the workspace `w`)
      * that another user could change: trusted by the group chosen when DIR
-     * was judged by checkTrusted().
+     * was judged by checkTrusted(). $st is its lstat() made a moment ago,
+     * else it is asked.
+     *
+     * @param array<string, int>|null $st
      */
-    public static function checkInside(string $dir, string $path, string $step, string $what): void
+    public static function checkInside(string $dir, string $path, string $step, string $what, ?array $st = null): void
     {
-        clearstatcache(true, $path);
-        $st = @lstat($path);
-        if ($st === false) {
-            throw self::systemError($step, $path, "cannot look at $what", self::lastErrno() ?: 2);
+        if ($st === null) {
+            clearstatcache(true, $path);
+            $st = @lstat($path);
+            if ($st === false) {
+                throw self::systemError($step, $path, "cannot look at $what", self::lastErrno() ?: 2);
+            }
+        }
+        $chosen = self::$judged[$dir][1] ?? null;
+        $key = "{$st['mode']}:{$st['uid']}:{$st['gid']}:$chosen";
+        if (isset(self::$trustedInside[$key])) {
+            return;
         }
         $euid = self::euid($step, $path);
         $why = ($st['mode'] & 0170000) !== 0040000 ? 'it is not a directory; remove it'
-            : self::distrust($path, $st, $euid, self::$judged[$dir][1] ?? null, true);
+            : self::distrust($path, $st, $euid, $chosen, true);
         if ($why !== '') {
             throw self::untrusted($step, $path, $what, $st, $euid, $why);
         }
+        self::$trustedInside[$key] = true;
     }
 
     /** The group chosen for sharing when DIR was last judged, or null. */

@@ -140,7 +140,7 @@ trait Checks
     public static function ownerId(): string
     {
         $me = Native::identity();
-        return "{$me['tag']}.{$me['pid']}.{$me['start']}." . bin2hex(random_bytes(8));
+        return $me['owner'] . Native::nonce($me['pid']);
     }
 
     /**
