@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <type_traits>
+#include <vector>
 
 #include <fcntl.h>
 #include <poll.h>
@@ -35,6 +37,19 @@ using error_code = boost::system::error_code;
 
 namespace {
 
+// The io_context's own executor rather than Asio's polymorphic default:
+// no type erasure on every operation, and shorter instantiations (their
+// names fill the static command's symbol table).
+// The streams as classes of our own, for the same reason: every
+// instantiation's name spells its stream's type.
+using executor = net::io_context::executor_type;
+struct plain_stream : beast::basic_stream<tcp, executor> {
+  using basic_stream::basic_stream;
+};
+struct tls_stream : beast::ssl_stream<plain_stream> {
+  using ssl_stream::ssl_stream;
+};
+
 constexpr std::size_t max_head = 64 * 1024;
 constexpr std::size_t max_body = 16 << 20;
 
@@ -48,13 +63,13 @@ struct http_connection::state {
   // Made on first use, and dropped by close() with the connection, so that
   // an idle watch's connection holds no descriptor.
   std::optional<net::io_context> ioc;
-  std::optional<beast::tcp_stream> plain;
-  std::optional<beast::ssl_stream<beast::tcp_stream>> secure;
+  std::optional<plain_stream> plain;
+  std::optional<tls_stream> secure;
   beast::flat_buffer buffer;  // bytes read and not yet parsed
   bool interrupted = false;   // the wake descriptor became readable
 
   bool is_open() const noexcept { return plain || secure; }
-  beast::tcp_stream& lowest() { return secure ? beast::get_lowest_layer(*secure) : *plain; }
+  plain_stream& lowest() { return secure ? beast::get_lowest_layer(*secure) : *plain; }
   // Ends the connection (keeping the io_context: post() still runs on it).
   void drop() noexcept {
     error_code ignored;
@@ -77,6 +92,18 @@ void run_until(state& s, const bool& done) {
   }
 }
 
+// The completion handler of every operation: one named type, for short
+// instantiations.
+struct completion {
+  error_code& result;
+  bool& done;
+  template <class... Rest>
+  void operator()(error_code ec, Rest&&...) {
+    result = ec;
+    done = true;
+  }
+};
+
 // Starts one asynchronous operation with `start(handler)` and runs it to
 // its end. The deadline is checked before it starts too: a member that
 // keeps sending never lets the stream's timer find a read pending.
@@ -86,10 +113,7 @@ error_code run_op(state& s, io_deadline deadline, Start&& start) {
   if (std::chrono::steady_clock::now() >= deadline) return beast::error::timeout;
   error_code result;
   bool done = false;
-  start([&](error_code ec, auto&&...) {
-    result = ec;
-    done = true;
-  });
+  start(completion{result, done});
   run_until(s, done);
   if (s.interrupted) return net::error::operation_aborted;
   return result;
@@ -101,7 +125,7 @@ error_code run_op(state& s, io_deadline deadline, Start&& start) {
 // before a wait was queued would be lost to a wait kept from before.
 class wake_watch {
  public:
-  wake_watch(state& s, int fd) : s_(s), desc_(*s.ioc) {
+  wake_watch(state& s, int fd) : s_(s), desc_(s.ioc->get_executor()) {
     s.interrupted = false;
     if (fd < 0) return;
     const int dup = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
@@ -131,7 +155,7 @@ class wake_watch {
 
  private:
   state& s_;
-  net::posix::stream_descriptor desc_;
+  net::posix::basic_stream_descriptor<executor> desc_;
   bool pending_ = false;
 };
 
@@ -221,7 +245,7 @@ http_outcome open(state& s, io_deadline deadline) {
   if (s.tls)
     if (http_outcome out = tls_context(s); !out.ok()) return out;
   error_code ec;
-  tcp::resolver resolver(*s.ioc);
+  net::ip::basic_resolver<tcp, executor> resolver(s.ioc->get_executor());
   const auto addresses = resolver.resolve(s.host, s.port, tcp::resolver::numeric_service, ec);
   if (ec) {
     std::string d = "cannot resolve \"" + s.host + "\": " + ec.message();
@@ -234,8 +258,8 @@ http_outcome open(state& s, io_deadline deadline) {
     out.detail = d;
     return out;
   }
-  if (s.tls) s.secure.emplace(*s.ioc, *s.ssl_ctx);
-  else s.plain.emplace(*s.ioc);
+  if (s.tls) s.secure.emplace(s.ioc->get_executor(), *s.ssl_ctx);
+  else s.plain.emplace(s.ioc->get_executor());
   s.lowest().expires_at(deadline);
   ec = run_op(s, deadline, [&](auto h) { s.lowest().async_connect(addresses, std::move(h)); });
   if (ec) {
@@ -277,6 +301,58 @@ bool idle_broken(state& s) {
 }
 
 using answer_parser = http::response_parser<http::buffer_body>;
+
+// A completion handler of any type behind one: the operations below it
+// (Asio's TLS and socket operations) are made once, not once per Beast
+// operation above it.
+class erased_handler {
+ public:
+  template <class Handler>
+  explicit erased_handler(Handler&& h) : p_(std::make_unique<impl<std::decay_t<Handler>>>(std::forward<Handler>(h))) {}
+  void operator()(error_code ec, std::size_t n) {
+    std::unique_ptr<base> p = std::move(p_);  // freed after the call, as Asio frees its operations
+    p->call(ec, n);
+  }
+
+ private:
+  struct base {
+    virtual ~base() = default;
+    virtual void call(error_code ec, std::size_t n) = 0;
+  };
+  template <class Handler>
+  struct impl final : base {
+    explicit impl(Handler&& h) : h(std::move(h)) {}
+    void call(error_code ec, std::size_t n) override { std::move(h)(ec, n); }
+    Handler h;
+  };
+  std::unique_ptr<base> p_;
+};
+
+// The connection's stream, plain or TLS, as one type for Beast's HTTP
+// operations: they are made once, not once per kind of stream. Reads take
+// the first buffer (Beast reads into one), writes all of them.
+class any_stream {
+ public:
+  using executor_type = executor;
+  explicit any_stream(state& s) : s_(s) {}
+  executor_type get_executor() noexcept { return s_.ioc->get_executor(); }
+
+  template <class Buffers, class Handler>
+  void async_read_some(const Buffers& buffers, Handler&& handler) {
+    const net::mutable_buffer first = *net::buffer_sequence_begin(buffers);
+    if (s_.secure) s_.secure->async_read_some(first, erased_handler(std::forward<Handler>(handler)));
+    else s_.plain->async_read_some(first, erased_handler(std::forward<Handler>(handler)));
+  }
+  template <class Buffers, class Handler>
+  void async_write_some(const Buffers& buffers, Handler&& handler) {
+    const std::vector<net::const_buffer> all(net::buffer_sequence_begin(buffers), net::buffer_sequence_end(buffers));
+    if (s_.secure) s_.secure->async_write_some(all, erased_handler(std::forward<Handler>(handler)));
+    else s_.plain->async_write_some(all, erased_handler(std::forward<Handler>(handler)));
+  }
+
+ private:
+  state& s_;
+};
 
 // Words for an answer that breaks HTTP's framing or a limit.
 std::string bad_answer_words(const error_code& ec) {
@@ -321,8 +397,7 @@ http_outcome answer_failed(const state& s, const answer_parser& p, const error_c
 }
 
 // Reads one answer: its body into out.body, or into `sink`.
-template <class Stream>
-http_outcome read_message(state& s, Stream& stream, answer_parser& p, io_deadline deadline,
+http_outcome read_message(state& s, any_stream& stream, answer_parser& p, io_deadline deadline,
                           const http_sink& sink) {
   p.header_limit(max_head);
   p.body_limit(sink ? std::numeric_limits<std::uint64_t>::max() : max_body);
@@ -353,10 +428,10 @@ http_outcome read_message(state& s, Stream& stream, answer_parser& p, io_deadlin
 // `written` when the request's last byte was written. Ends the connection
 // when the answer asks it to, ended with it, or was followed by bytes
 // nobody asked for.
-template <class Stream>
-http_outcome exchange(state& s, Stream& stream, const http::request<http::string_body>& req,
+http_outcome exchange(state& s, const http::request<http::string_body>& req,
                       bool& written, io_deadline deadline, const http_sink& sink) {
   written = false;
+  any_stream stream(s);
   s.lowest().expires_at(deadline);
   const error_code ec =
       run_op(s, deadline, [&](auto h) { http::async_write(stream, req, std::move(h)); });
@@ -418,8 +493,7 @@ http_outcome http_connection::post(const std::string& path, const std::string& b
     if (!kept)
       if (http_outcome out = open(s, std::min(connect_deadline, deadline)); !out.ok()) return out;
     bool written = false;
-    http_outcome out = s.secure ? exchange(s, *s.secure, req, written, deadline, sink)
-                                : exchange(s, *s.plain, req, written, deadline, sink);
+    http_outcome out = exchange(s, req, written, deadline, sink);
     if (!out.ok()) s.drop();
     // A kept connection that the member closed while our request was
     // still being written: the member cannot have acted on a request it
