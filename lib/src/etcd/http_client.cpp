@@ -258,6 +258,8 @@ http_outcome open(state& s, io_deadline deadline) {
     out.detail = d;
     return out;
   }
+  // Beast reads as much as the buffer holds: an answer in one read.
+  s.buffer.reserve(16384);
   if (s.tls) s.secure.emplace(s.ioc->get_executor(), *s.ssl_ctx);
   else s.plain.emplace(s.ioc->get_executor());
   s.lowest().expires_at(deadline);
