@@ -314,6 +314,37 @@ TEST(EtcdHttp, AServerThatNeverAnswersTimesOutWithinTheCommandTimeout) {
   EXPECT_LT(took, timeout * 4);
 }
 
+// The deadlines hold where a synchronous client would wait forever: a
+// member that accepts TLS connections and never says a word (the
+// handshake), and one that answers one header byte at a time, forever.
+TEST(EtcdHttp, ASilentTlsMemberAndATricklingAnswerTimeOutWithinTheirTimeouts) {
+  fake_server* self = nullptr;
+  fake_server silent([&](int, int) { self->wait_for_stop(); });
+  self = &silent;
+  fake_server* other = nullptr;
+  fake_server trickling([&](int fd, int) {
+    if (read_request(fd).empty()) return;
+    send_text(fd, "HTTP/1.1 200 OK\r\n");
+    pollfd stop{other->stop_fd(), POLLIN, 0};
+    while (::poll(&stop, 1, 20) == 0) send_text(fd, "X");  // a header that never ends
+  });
+  other = &trickling;
+  const auto timeout = std::chrono::milliseconds(300);
+  for (const std::string& url : {"etcds://" + silent.member(), trickling.url()}) {
+    auto c = client_for(url, timeout);
+    json out;
+    const auto t0 = std::chrono::steady_clock::now();
+    const failure f = c->call("acquire", "/v3/kv/range", json{{"key", "a"}}, out);
+    const auto took = std::chrono::steady_clock::now() - t0;
+    EXPECT_EQ(f.code, std::make_error_code(std::errc::timed_out)) << url << ": " << f.message;
+    EXPECT_NE(f.message.find("no answer in time"), std::string::npos) << f.message;
+    // One member: one timeout and the retry pause, with room for a loaded machine.
+    EXPECT_LT(took, timeout * 4) << url;
+  }
+  silent.stop();
+  trickling.stop();
+}
+
 TEST(EtcdHttp, AMalformedWatchAnswerIsAProtocolErrorNotAnException) {
   const std::vector<std::string> streams = {R"({"result":7})", R"({"result":{"events":[}})",
                                             R"({"error":{"grpc_code":"x"}})" };
