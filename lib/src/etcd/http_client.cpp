@@ -311,20 +311,23 @@ class erased_handler {
  public:
   template <class Handler>
   explicit erased_handler(Handler&& h) : p_(std::make_unique<impl<std::decay_t<Handler>>>(std::forward<Handler>(h))) {}
-  void operator()(error_code ec, std::size_t n) {
-    std::unique_ptr<base> p = std::move(p_);  // freed after the call, as Asio frees its operations
-    p->call(ec, n);
-  }
+  void operator()(error_code ec, std::size_t n) { p_.release()->call(ec, n); }
 
  private:
   struct base {
     virtual ~base() = default;
+    // Frees this, then calls the handler: as Asio frees an operation's
+    // memory before its upcall, which may start the next operation.
     virtual void call(error_code ec, std::size_t n) = 0;
   };
   template <class Handler>
   struct impl final : base {
     explicit impl(Handler&& h) : h(std::move(h)) {}
-    void call(error_code ec, std::size_t n) override { std::move(h)(ec, n); }
+    void call(error_code ec, std::size_t n) override {
+      Handler local(std::move(h));
+      delete this;
+      std::move(local)(ec, n);
+    }
     Handler h;
   };
   std::unique_ptr<base> p_;
