@@ -345,6 +345,34 @@ TEST(EtcdHttp, ASilentTlsMemberAndATricklingAnswerTimeOutWithinTheirTimeouts) {
   trickling.stop();
 }
 
+// The wake descriptor (a stop signal's pipe) becoming readable while the
+// request waits for its answer ends it at once, interrupted; while it
+// stays readable, the next request ends at once too.
+TEST(EtcdHttp, AReadableWakeDescriptorEndsTheRequestAtOnce) {
+  int wake[2];
+  ASSERT_EQ(::pipe(wake), 0);
+  fake_server* self = nullptr;
+  fake_server s([&](int fd, int) {
+    if (read_request(fd).empty()) return;
+    ASSERT_EQ(::write(wake[1], "x", 1), 1);  // a stop signal, with the request in flight
+    self->wait_for_stop();
+  });
+  self = &s;
+  http_connection c(s.url().replace(0, 4, "http"), "");
+  c.set_wake_fd(wake[0]);
+  for (int i = 0; i < 2; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto deadline = t0 + std::chrono::seconds(30);
+    const http_outcome out = c.post("/v3/watch", "{}", "", deadline, deadline);
+    EXPECT_EQ(out.status, io_status::interrupted) << out.detail;
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  }
+  c.close();
+  s.stop();
+  ::close(wake[0]);
+  ::close(wake[1]);
+}
+
 TEST(EtcdHttp, AMalformedWatchAnswerIsAProtocolErrorNotAnException) {
   const std::vector<std::string> streams = {R"({"result":7})", R"({"result":{"events":[}})",
                                             R"({"error":{"grpc_code":"x"}})" };
