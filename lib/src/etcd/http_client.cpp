@@ -85,11 +85,18 @@ namespace {
 using state = http_connection::state;
 
 // Runs the io_context until `done`: the handlers of the current operation,
-// the stream's timer and the wake descriptor's wait.
+// the stream's timer and the wake descriptor's wait. Then runs what is
+// ready besides, so that nothing stays queued for a socket or descriptor
+// that is closed next: Asio reuses a closed descriptor's reactor state
+// for the next one registered, and readiness queued for the old one would
+// complete the new one's wait (a wake descriptor's: a stop signal that
+// never came).
 void run_until(state& s, const bool& done) {
   s.ioc->restart();
   while (!done && s.ioc->run_one() > 0) {
   }
+  s.ioc->restart();
+  s.ioc->poll();
 }
 
 // The completion handler of every operation: one named type, for short
@@ -136,19 +143,17 @@ class wake_watch {
     }
     pending_ = true;
     desc_.async_wait(net::posix::descriptor::wait_read, [this](error_code e) {
-      pending_ = false;
+      stopped_ = true;
       if (e) return;
       s_.interrupted = true;
       if (s_.is_open()) s_.lowest().cancel();
     });
   }
   ~wake_watch() {
-    if (!pending_) return;
+    if (!pending_) return;  // never registered: nothing of it is queued
     error_code ignored;
     desc_.cancel(ignored);
-    s_.ioc->restart();
-    while (pending_ && s_.ioc->run_one() > 0) {
-    }
+    run_until(s_, stopped_);
   }
   wake_watch(const wake_watch&) = delete;
   wake_watch& operator=(const wake_watch&) = delete;
@@ -156,7 +161,8 @@ class wake_watch {
  private:
   state& s_;
   net::posix::basic_stream_descriptor<executor> desc_;
-  bool pending_ = false;
+  bool pending_ = false;  // a wait was started
+  bool stopped_ = false;  // and has ended
 };
 
 bool is_one_of(const error_code& ec, std::initializer_list<error_code> codes) {
