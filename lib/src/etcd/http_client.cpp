@@ -70,9 +70,20 @@ struct http_connection::state {
 
   bool is_open() const noexcept { return plain || secure; }
   plain_stream& lowest() { return secure ? beast::get_lowest_layer(*secure) : *plain; }
+  // Runs what is ready, so that nothing stays queued for a socket or
+  // descriptor about to be closed: Asio reuses a closed descriptor's
+  // reactor state for the next one registered, and readiness queued for
+  // the old one would complete the new one's wait (a wake descriptor's: a
+  // stop signal that never came).
+  void settle() {
+    if (!ioc) return;
+    ioc->restart();
+    ioc->poll();
+  }
   // Ends the connection (keeping the io_context: post() still runs on it).
   void drop() noexcept {
     error_code ignored;
+    settle();
     if (is_open()) lowest().socket().close(ignored);
     secure.reset();
     plain.reset();
@@ -85,18 +96,11 @@ namespace {
 using state = http_connection::state;
 
 // Runs the io_context until `done`: the handlers of the current operation,
-// the stream's timer and the wake descriptor's wait. Then runs what is
-// ready besides, so that nothing stays queued for a socket or descriptor
-// that is closed next: Asio reuses a closed descriptor's reactor state
-// for the next one registered, and readiness queued for the old one would
-// complete the new one's wait (a wake descriptor's: a stop signal that
-// never came).
+// the stream's timer and the wake descriptor's wait.
 void run_until(state& s, const bool& done) {
   s.ioc->restart();
   while (!done && s.ioc->run_one() > 0) {
   }
-  s.ioc->restart();
-  s.ioc->poll();
 }
 
 // The completion handler of every operation: one named type, for short
@@ -154,6 +158,7 @@ class wake_watch {
     error_code ignored;
     desc_.cancel(ignored);
     run_until(s_, stopped_);
+    s_.settle();
   }
   wake_watch(const wake_watch&) = delete;
   wake_watch& operator=(const wake_watch&) = delete;
