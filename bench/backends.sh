@@ -11,13 +11,18 @@
 #   etcdctl     etcdctl lock NAME true                  (etcd's own client)
 #   incr_*      tokenlock incr under each (a fenced read-modify-write)
 # All servers on 127.0.0.1, started here and stopped by their pids.
-#   bench/backends.sh -b BUILD_DIR [-q]
+#   bench/backends.sh -b BUILD_DIR [-q] [-o OTHER_TOKENLOCK]
 # -q: a quick run (2 rounds of 5 calls) that only checks that it works.
+# -o: another build's command beside this one (etcd_other, incr_etcd_other,
+#     in the same rounds), to compare two versions of the etcd client.
 # Exit 77 when redis-server, etcd or etcdctl is missing.
 set -euo pipefail
-build=build quick=0
-while getopts "b:q" o; do
-  case $o in b) build=$OPTARG ;; q) quick=1 ;; *) echo "usage: backends.sh -b BUILD_DIR [-q]" >&2; exit 64 ;; esac
+build=build quick=0 other=
+while getopts "b:qo:" o; do
+  case $o in
+    b) build=$OPTARG ;; q) quick=1 ;; o) other=$OPTARG ;;
+    *) echo "usage: backends.sh -b BUILD_DIR [-q] [-o OTHER_TOKENLOCK]" >&2; exit 64 ;;
+  esac
 done
 here=$(cd "$(dirname "$0")" && pwd)
 tool=$build/tools/tokenlock calls=$build/bench/command_calls
@@ -41,6 +46,10 @@ args=("flock=flock|$work/f|$t"
   "incr_directory=$tool|incr|$work/c1"
   "incr_redis=$tool|incr|--redis|$redis_server_url|--lock|c|$work/c2"
   "incr_etcd=$tool|incr|--etcd|$etcd_cluster_url|--lock|c|$work/c3")
+if [ -n "$other" ]; then
+  args+=("etcd_other=$other|run|--etcd|$etcd_cluster_url|b|--|$t"
+    "incr_etcd_other=$other|incr|--etcd|$etcd_cluster_url|--lock|c|$work/c4")
+fi
 if [ $quick = 1 ]; then set -- -r 2 -n 5; else set -- -r 15 -n 40; fi
 out=$("$calls" "$@" "${args[@]}")
 echo "$out"
@@ -51,7 +60,11 @@ echo "backends_etcd_vs_etcdctl=$(ratio etcd etcdctl)"
 echo "backends_etcd_vs_redis=$(ratio etcd redis)"
 echo "backends_incr_redis_vs_directory=$(ratio incr_redis incr_directory)"
 echo "backends_incr_etcd_vs_directory=$(ratio incr_etcd incr_directory)"
+if [ -n "$other" ]; then
+  echo "backends_etcd_vs_other=$(ratio etcd etcd_other)"
+  echo "backends_incr_etcd_vs_other=$(ratio incr_etcd incr_etcd_other)"
+fi
 # Every increment counted: the counters hold what the calls added.
-for c in c1 c2 c3; do
+for c in c1 c2 c3 ${other:+c4}; do
   [ "$(cat "$work/$c")" -gt 0 ] || { echo "backends.sh: counter $c was not counted" >&2; exit 1; }
 done

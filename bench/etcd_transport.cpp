@@ -14,7 +14,7 @@
 //   raw_cold        a fresh process: the same four requests sent bare by the
 //                   same client over one new connection
 //   curl_raw_cold   the same through libcurl (the transport the library
-//                   used before its own HTTP client), a fresh process
+//                   used before its HTTP client on Boost.Beast), a fresh process
 //   lock_warm       acquire + release in this process, connection kept
 //   raw_warm        the four bare requests in this process, connection kept
 //   curl_raw_warm   the same through libcurl, its connection kept
@@ -82,7 +82,8 @@ class transport {
   virtual json post(const char* path, const json& body) = 0;  // dies on failure
 };
 
-// The library's own HTTP client (through etcd_client, as the lock uses it).
+// The library's HTTP client, on Boost.Beast (through etcd_client, as the
+// lock uses it).
 class own_transport : public transport {
  public:
   explicit own_transport(const std::string& url)

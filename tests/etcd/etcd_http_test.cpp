@@ -1,4 +1,5 @@
-// The etcd lock's own HTTP/1.1 client (lib/src/etcd/http_client.*) and
+// The etcd lock's HTTP/1.1 client (lib/src/etcd/http_client.*, on
+// Boost.Beast) and
 // the client's handling of what it returns (etcd_client), against a fake
 // server on 127.0.0.1: a thread with a listening socket that answers as
 // each test scripts it. The thread and the test synchronise through the
@@ -30,7 +31,9 @@ namespace {
 
 using tokenlock::detail::etcd_client;
 using tokenlock::detail::failure;
-using tokenlock::detail::http_answer_parser;
+using tokenlock::detail::http_connection;
+using tokenlock::detail::http_outcome;
+using tokenlock::detail::io_status;
 using tokenlock::detail::json;
 using fake::fake_server;
 using fake::read_request;
@@ -61,54 +64,108 @@ std::unique_ptr<etcd_client> client_for(const std::string& url, std::chrono::mil
   return std::make_unique<etcd_client>(u, timeout, timeout);
 }
 
-// Parses `answer` fed in the pieces that `cuts` (ascending offsets) make.
-http_answer_parser::state parse_in_pieces(const std::string& answer, const std::vector<std::size_t>& cuts,
-                                          std::string& body) {
-  http_answer_parser p;
-  std::size_t from = 0;
-  auto st = http_answer_parser::state::more;
-  for (std::size_t i = 0; i <= cuts.size() && st == http_answer_parser::state::more; ++i) {
-    const std::size_t to = i < cuts.size() ? cuts[i] : answer.size();
-    st = p.feed(answer.data() + from, to - from, nullptr);
-    from = to;
-  }
-  body = p.body();
-  return st;
+// One POST on `c` with a 5 s deadline.
+http_outcome post_once(http_connection& c) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  return c.post("/v3/kv/range", "{}", "", deadline, deadline);
 }
 
+// The answers sent in three pieces cut at every place (the second cut
+// close to the first: inside a CRLF, a chunk-size line, a header), each
+// piece its own segment (Nagle off), on one kept connection: the client
+// reads each piece as it arrives and parses the answer whole.
 TEST(EtcdHttp, ChunkedAndLengthAnswersParseWhereverTheyAreSplit) {
   const std::string length_answer = with_length(answer_json);
-  for (const std::string* answer : {&chunked_answer, &length_answer}) {
+  std::vector<std::pair<const std::string*, std::pair<std::size_t, std::size_t>>> plan;
+  for (const std::string* answer : {&chunked_answer, &length_answer})
     for (std::size_t i = 0; i <= answer->size(); ++i)
-      for (std::size_t j = i; j <= answer->size(); ++j) {
-        std::string body;
-        ASSERT_EQ(parse_in_pieces(*answer, {i, j}, body), http_answer_parser::state::done)
-            << "cut at " << i << " and " << j;
-        ASSERT_EQ(body, answer_json) << "cut at " << i << " and " << j;
-      }
+      for (std::size_t j = i; j <= std::min(answer->size(), i + 4); ++j) plan.push_back({answer, {i, j}});
+  fake_server s([&](int fd, int) {
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    for (const auto& [answer, cut] : plan) {
+      if (read_request(fd).empty()) return;
+      send_text(fd, answer->substr(0, cut.first));
+      send_text(fd, answer->substr(cut.first, cut.second - cut.first));
+      send_text(fd, answer->substr(cut.second));
+    }
+  });
+  http_connection c(s.url().replace(0, 4, "http"), "");
+  for (const auto& [answer, cut] : plan) {
+    const http_outcome out = post_once(c);
+    ASSERT_TRUE(out.ok()) << "cut at " << cut.first << " and " << cut.second << ": " << out.detail;
+    ASSERT_EQ(out.http_status, 200);
+    ASSERT_EQ(out.body, answer_json) << "cut at " << cut.first << " and " << cut.second;
   }
+  c.close();
+  s.stop();
+  EXPECT_EQ(s.connections(), 1);  // every answer ended where its framing said
 }
 
-TEST(EtcdHttp, ABrokenOrOversizedAnswerIsRefusedByTheParser) {
+// Each answer breaks HTTP's framing or a limit: the client reports it
+// (bad_answer, with words), drops the connection, and the next request
+// goes on a new one. An answer cut off is a closed connection with
+// answer_started set: the request may have been applied.
+TEST(EtcdHttp, ABrokenOrOversizedAnswerIsRefusedAndItsConnectionDropped) {
   const std::vector<std::string> bad = {
       "SSH-2.0-OpenSSH_9.2\r\n\r\n",
       "HTTP/1.1 200 OK\r\nContent-Length: 99999999999999\r\n\r\n",
       "HTTP/1.1 200 OK\r\nContent-Length: 12x\r\n\r\n",
       "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
       "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nFFFFFFFFFFFF\r\n",
-      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n",
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n0\r\n\r\n",
       "HTTP/1.1 200 OK\r\n" + std::string(70000, 'x'),
+      "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string((16 << 20) + 1) + "\r\n\r\n",
   };
-  for (const auto& a : bad) {
-    http_answer_parser p;
-    EXPECT_EQ(p.feed(a.data(), a.size(), nullptr), http_answer_parser::state::bad) << a.substr(0, 60);
-    EXPECT_FALSE(p.error().empty());
-  }
-  http_answer_parser cut;
   const std::string half = with_length(answer_json).substr(0, 70);
-  EXPECT_EQ(cut.feed(half.data(), half.size(), nullptr), http_answer_parser::state::more);
-  EXPECT_EQ(cut.end_of_stream(), http_answer_parser::state::bad);
-  EXPECT_NE(cut.error().find("middle of the answer"), std::string::npos);
+  fake_server s([&](int fd, int n) {
+    if (read_request(fd).empty()) return;
+    if (static_cast<std::size_t>(n) == bad.size()) return send_text(fd, half);  // and close
+    send_text(fd, bad[static_cast<std::size_t>(n)]);
+    read_request(fd);  // until the client closes
+  });
+  http_connection c(s.url().replace(0, 4, "http"), "");
+  for (const auto& a : bad) {
+    const http_outcome out = post_once(c);
+    EXPECT_TRUE(out.bad_answer) << a.substr(0, 60);
+    EXPECT_TRUE(out.answer_started) << a.substr(0, 60);
+    EXPECT_FALSE(out.detail.empty()) << a.substr(0, 60);
+  }
+  const http_outcome cut = post_once(c);
+  EXPECT_EQ(cut.status, io_status::closed);
+  EXPECT_TRUE(cut.answer_started);
+  EXPECT_NE(cut.detail.find("middle of the answer"), std::string::npos) << cut.detail;
+  c.close();
+  s.stop();
+  EXPECT_EQ(s.connections(), static_cast<int>(bad.size()) + 1);  // one each: none reused
+}
+
+// An answer without Content-Length or chunks ends with the connection; an
+// HTTP/1.0 answer, or one followed by bytes nobody asked for, ends its
+// connection too: the next request goes on a new one.
+TEST(EtcdHttp, AnswersThatEndTheirConnectionAreReadWholeAndTheConnectionNotReused) {
+  const std::vector<std::string> answers = {
+      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n" + answer_json,
+      "HTTP/1.0 200 OK\r\nContent-Length: " + std::to_string(answer_json.size()) + "\r\n\r\n" + answer_json,
+      with_length(answer_json) + "HTTP/1.1 200 OK\r\n",
+      "HTTP/1.1 100 Continue\r\n\r\n" + with_length(answer_json),
+  };
+  fake_server s([&](int fd, int n) {
+    if (read_request(fd).empty()) return;
+    send_text(fd, answers[static_cast<std::size_t>(n)]);
+    if (n == 0) ::shutdown(fd, SHUT_WR);  // the end of the first answer's body
+    if (n < 3) read_request(fd);          // until the client closes
+  });
+  http_connection c(s.url().replace(0, 4, "http"), "");
+  for (const auto& a : answers) {
+    const http_outcome out = post_once(c);
+    ASSERT_TRUE(out.ok()) << a.substr(0, 40) << ": " << out.detail;
+    EXPECT_EQ(out.http_status, 200) << a.substr(0, 40);
+    EXPECT_EQ(out.body, answer_json) << a.substr(0, 40);
+  }
+  c.close();
+  s.stop();
+  EXPECT_EQ(s.connections(), static_cast<int>(answers.size()));
 }
 
 TEST(EtcdHttp, AChunkedAnswerSentByteByByteAndALengthAnswerBothArrive) {
@@ -255,6 +312,65 @@ TEST(EtcdHttp, AServerThatNeverAnswersTimesOutWithinTheCommandTimeout) {
   EXPECT_NE(f.message.find("no answer in time"), std::string::npos) << f.message;
   // One member: one command_timeout, with room for a loaded machine.
   EXPECT_LT(took, timeout * 4);
+}
+
+// The deadlines hold where a synchronous client would wait forever: a
+// member that accepts TLS connections and never says a word (the
+// handshake), and one that answers one header byte at a time, forever.
+TEST(EtcdHttp, ASilentTlsMemberAndATricklingAnswerTimeOutWithinTheirTimeouts) {
+  fake_server* self = nullptr;
+  fake_server silent([&](int, int) { self->wait_for_stop(); });
+  self = &silent;
+  fake_server* other = nullptr;
+  fake_server trickling([&](int fd, int) {
+    if (read_request(fd).empty()) return;
+    send_text(fd, "HTTP/1.1 200 OK\r\n");
+    pollfd stop{other->stop_fd(), POLLIN, 0};
+    while (::poll(&stop, 1, 20) == 0) send_text(fd, "X");  // a header that never ends
+  });
+  other = &trickling;
+  const auto timeout = std::chrono::milliseconds(300);
+  for (const std::string& url : {"etcds://" + silent.member(), trickling.url()}) {
+    auto c = client_for(url, timeout);
+    json out;
+    const auto t0 = std::chrono::steady_clock::now();
+    const failure f = c->call("acquire", "/v3/kv/range", json{{"key", "a"}}, out);
+    const auto took = std::chrono::steady_clock::now() - t0;
+    EXPECT_EQ(f.code, std::make_error_code(std::errc::timed_out)) << url << ": " << f.message;
+    EXPECT_NE(f.message.find("no answer in time"), std::string::npos) << f.message;
+    // One member: one timeout and the retry pause, with room for a loaded machine.
+    EXPECT_LT(took, timeout * 4) << url;
+  }
+  silent.stop();
+  trickling.stop();
+}
+
+// The wake descriptor (a stop signal's pipe) becoming readable while the
+// request waits for its answer ends it at once, interrupted; while it
+// stays readable, the next request ends at once too.
+TEST(EtcdHttp, AReadableWakeDescriptorEndsTheRequestAtOnce) {
+  int wake[2];
+  ASSERT_EQ(::pipe(wake), 0);
+  fake_server* self = nullptr;
+  fake_server s([&](int fd, int) {
+    if (read_request(fd).empty()) return;
+    ASSERT_EQ(::write(wake[1], "x", 1), 1);  // a stop signal, with the request in flight
+    self->wait_for_stop();
+  });
+  self = &s;
+  http_connection c(s.url().replace(0, 4, "http"), "");
+  c.set_wake_fd(wake[0]);
+  for (int i = 0; i < 2; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto deadline = t0 + std::chrono::seconds(30);
+    const http_outcome out = c.post("/v3/watch", "{}", "", deadline, deadline);
+    EXPECT_EQ(out.status, io_status::interrupted) << out.detail;
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  }
+  c.close();
+  s.stop();
+  ::close(wake[0]);
+  ::close(wake[1]);
 }
 
 TEST(EtcdHttp, AMalformedWatchAnswerIsAProtocolErrorNotAnException) {

@@ -153,6 +153,27 @@ TEST_F(EtcdOwnClusterTest, HttpsWorksWithTheClustersCaAndFailsClearlyWithoutIt) 
       << tokenlock::last_error_message();
 }
 
+// The cluster's certificate names 127.0.0.1 only: reached as localhost
+// (a name, checked against the certificate, and sent as SNI), it is
+// refused though its CA is trusted, and nothing is left in etcd.
+TEST_F(EtcdOwnClusterTest, HttpsRefusesACertificateForAnotherHost) {
+  etcd_cluster c(1, true);
+  std::string by_name = c.url();
+  by_name.replace(by_name.find("127.0.0.1"), std::string("127.0.0.1").size(), "localhost");
+  etcd_lock lock(by_name, name());
+  std::error_code ec;
+  lock.acquire(ec);
+  EXPECT_TRUE(ec);
+  const std::string m = tokenlock::last_error_message();
+  EXPECT_NE(m.find("certificate verification"), std::string::npos) << m;
+  EXPECT_NE(m.find("?cacert=PATH"), std::string::npos) << m;
+  etcd_lock by_address(c.url(), name());
+  std::optional<etcd_handle> h = by_address.try_acquire();
+  ASSERT_TRUE(h);  // the refused acquire left no key behind
+  EXPECT_TRUE(h->owns());
+  h->release();
+}
+
 // A waiter's watch is on the leader when the leader dies: the watch moves
 // to another member, and the release still reaches the waiter.
 TEST_F(EtcdOwnClusterTest, AWaiterWatchingThroughAKilledLeaderIsStillWokenByTheRelease) {

@@ -73,6 +73,8 @@ class fake_server {
   std::string member() const { return host_ + ":" + std::to_string(port_); }
   unsigned short port() const { return port_; }
   int connections() const { return connections_; }
+  // Readable once the test has said stop: for a handler that paces itself.
+  int stop_fd() const noexcept { return stop_pipe_[0]; }
   // Whether the test has said stop: for a handler that must hold its
   // connection open without answering.
   void wait_for_stop() const {

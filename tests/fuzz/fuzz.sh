@@ -7,7 +7,7 @@
 # tests/fuzz/corpus/TARGET. Longer runs: TOKENLOCK_FUZZ_SECONDS=600.
 set -euo pipefail
 mode=$1 src=$2 out=$3
-targets=(query token counter cli)
+targets=(query token counter cli answer)
 
 # libFuzzer comes with clang and its runtime (Debian: clang, libclang-rt-14-dev).
 need_clang() {
@@ -56,7 +56,8 @@ build() {
   sed 's/@PROJECT_VERSION[A-Z_]*@/0/g' "$src/lib/include/tokenlock/version.hpp.in" \
     >"$out/include/tokenlock/version.hpp"
   # The core library's sources; those of the lock servers (redis/, etcd/)
-  # and their network code (net/) are left out, as no target uses them.
+  # and their network code (net/) are left out: the one target of theirs
+  # (answer) takes its single file, which needs nlohmann-json only.
   local lib=("$src"/lib/src/*.cpp) d t
   for d in core doctor files lockdir posix wait; do
     lib+=("$src"/lib/src/$d/*.cpp)
@@ -71,12 +72,15 @@ build() {
   parallel_compile "$out/cgi" -I "$src/cgi-examples/counter" -- \
     "$src/cgi-examples/counter/cgi.cpp" "$src/tests/fuzz/query_fuzz.cpp"
   parallel_compile "$out/entry" "${inc[@]}" -- "$src/tests/fuzz/token_fuzz.cpp" "$src/tests/fuzz/counter_fuzz.cpp"
+  # The etcd client's reading of answers' JSON, apart from its transport.
+  parallel_compile "$out/etcd" -I "$src/lib/src" -- "$src/lib/src/etcd/etcd_answer.cpp" "$src/tests/fuzz/answer_fuzz.cpp"
   [ ! -e "$out/failed" ] || { echo "fuzz.sh: compiling the fuzz targets failed (see above)" >&2; exit 1; }
   local link=(clang++ -fsanitize=fuzzer "${sanitize[@]}")
   "${link[@]}" "$out/cgi/"*.o -o "$out/query"
   "${link[@]}" "$out/entry/token_fuzz.o" "$out/lib/token_name.o" -o "$out/token"
   "${link[@]}" "$out/entry/counter_fuzz.o" "$out/lib/"*.o -lboost_filesystem -o "$out/counter"
   "${link[@]}" "$out/tools/"*.o "$out/lib/"*.o -lboost_filesystem -lboost_program_options -o "$out/cli"
+  "${link[@]}" "$out/etcd/"*.o -o "$out/answer"
   for t in "${targets[@]}"; do
     [ -x "$out/$t" ] || { echo "fuzz.sh: $out/$t was not made" >&2; exit 1; }
   done

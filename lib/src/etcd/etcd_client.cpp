@@ -3,6 +3,7 @@
 #include <cstring>
 #include <thread>
 
+#include "etcd/etcd_answer.hpp"
 #include "etcd/etcd_wait_stats.hpp"
 #include "etcd/http_client.hpp"
 
@@ -11,8 +12,6 @@ namespace tokenlock::detail {
 namespace {
 
 constexpr char b64chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-using posix::io_status;
 
 std::error_code transport_code(io_status s) {
   switch (s) {
@@ -35,21 +34,6 @@ std::string transport_advice(io_status s, bool tls) {
       return tls ? "is the member serving HTTPS (etcds://) on that port?"
                  : "is the member serving plain HTTP (etcd://) on that port, not HTTPS (etcds://)?";
   }
-}
-
-// The gRPC code and message of an error answer (two shapes: unary calls
-// and streams); false when `j` is not one.
-bool grpc_error(const json& j, int& code, std::string& message) {
-  if (!j.is_object() || !j.contains("error")) return false;
-  const json& e = j["error"];
-  const json& src = e.is_object() ? e : j;
-  code = 2;
-  message = e.is_string() ? e.get<std::string>() : std::string("unknown error");
-  const auto c = src.find(e.is_object() ? "grpc_code" : "code");
-  if (c != src.end() && c->is_number_integer()) code = c->get<int>();
-  const auto m = src.find("message");
-  if (m != src.end() && m->is_string()) message = m->get<std::string>();
-  return true;
 }
 
 bool retry_elsewhere(int code, const std::string& m) {
@@ -115,21 +99,6 @@ bool base64_decode(const std::string& in, std::string& out) {
   return true;
 }
 
-long long json_int(const json& j, const char* field) {
-  if (!j.is_object()) return 0;
-  const auto it = j.find(field);
-  if (it == j.end()) return 0;
-  if (it->is_number_integer()) return it->get<long long>();
-  if (it->is_string()) {
-    try {
-      return std::stoll(it->get<std::string>());
-    } catch (const std::exception&) {
-      return 0;
-    }
-  }
-  return 0;
-}
-
 etcd_client::etcd_client(etcd_url url, std::chrono::milliseconds connect_timeout,
                          std::chrono::milliseconds command_timeout)
     : url_(std::move(url)), display_(url_.display()), connect_timeout_(connect_timeout),
@@ -153,16 +122,6 @@ void etcd_client::set_wake_fd(int fd) {
 
 namespace {
 
-std::string first_object(const std::string& answer) {
-  object_splitter s;
-  std::string first;
-  s.feed(answer.data(), answer.size(), [&](const std::string& o) {
-    first = o;
-    return false;
-  });
-  return first;
-}
-
 // The outcome of a request that failed in transport, for the next member.
 failure transport_failure(const std::string& member, const http_outcome& a, bool tls) {
   if (a.bad_answer)
@@ -181,7 +140,7 @@ failure interrupted(const std::string& step, const std::string& member, const ch
 }
 
 // The moment `d` from now.
-posix::io_deadline after(std::chrono::milliseconds d) {
+io_deadline after(std::chrono::milliseconds d) {
   return std::chrono::steady_clock::now() + std::max(d, std::chrono::milliseconds(1));
 }
 
@@ -231,7 +190,7 @@ bool etcd_client::ask_member(std::size_t m, const char* step, const char* path,
     return false;
   }
   if (const auto& hook = this_thread_etcd_wait_stats().on_answer) hook();
-  json j = json::parse(first_object(a.body), nullptr, false);
+  json j = first_answer_object(a.body);
   int code = 0;
   std::string message;
   const bool is_error = !j.is_discarded() && grpc_error(j, code, message);
@@ -293,38 +252,6 @@ failure etcd_client::call(const char* step, const char* path, const json& body, 
                                      ": no member answered (last: " + last.message + ")");
 }
 
-namespace {
-
-// What a watch's streamed objects said.
-struct watch_state {
-  bool deleted = false, malformed = false;
-  std::string server_message;
-
-  // One object of the stream: false to stop reading.
-  bool on_object(const std::string& o) noexcept {
-    try {
-      const json j = json::parse(o, nullptr, false);
-      int code = 0;
-      if (j.is_discarded() || !j.is_object()) return !(malformed = true);
-      if (grpc_error(j, code, server_message)) return false;
-      const auto res = j.find("result");
-      const json& r = res != j.end() ? *res : j;
-      if (!r.is_object()) return !(malformed = true);
-      const auto canceled = r.find("canceled"), events = r.find("events");
-      if ((canceled != r.end() && canceled->is_boolean() && canceled->get<bool>()) ||
-          (events != r.end() && events->is_array() && !events->empty())) {
-        deleted = true;
-        return false;
-      }
-      return true;
-    } catch (const std::exception&) {
-      return !(malformed = true);
-    }
-  }
-};
-
-}  // namespace
-
 failure etcd_client::wait_delete(const std::string& key, long long from_rev,
                                  std::chrono::milliseconds timeout, bool& deleted) {
   deleted = false;
@@ -341,22 +268,17 @@ failure etcd_client::wait_delete(const std::string& key, long long from_rev,
   for (std::size_t i = 0; i < n; ++i) {
     const std::size_t m = (current_ + i) % n;
     const std::string& member = url_.members[m];
-    watch_state w;
-    object_splitter splitter;
+    watch_reader w;
     http_connection& conn = connection(watches_, m);
     const http_outcome a = conn.post("/v3/watch", body, token_, after(connect_timeout_), after(timeout),
-                                     [&](const char* p, std::size_t len) {
-                                       return splitter.feed(p, len, [&](const std::string& o) {
-                                         return w.on_object(o);
-                                       });
-                                     });
+                                     [&](const char* p, std::size_t len) { return w.feed(p, len); });
     conn.close();  // the watch's answer never ends: its connection is not reused
-    if (w.deleted) return deleted = true, failure{};
+    if (w.deleted()) return deleted = true, failure{};
     if (a.status == io_status::interrupted) return interrupted("wait", member, "/v3/watch");
-    if (!w.server_message.empty())
+    if (!w.server_message().empty())
       return make_failure(errc::server_error, "tokenlock: wait " + member + " (/v3/watch): " +
-                                                  w.server_message + ": " + server_advice(w.server_message));
-    if (w.malformed || splitter.overflow())
+                                                  w.server_message() + ": " + server_advice(w.server_message()));
+    if (w.malformed())
       return make_failure(std::make_error_code(std::errc::protocol_error),
                           "tokenlock: wait " + member + " (/v3/watch): the watch's answer is not "
                           "etcd's JSON: is this an etcd client port?");

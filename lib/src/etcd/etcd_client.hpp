@@ -1,5 +1,5 @@
 // A client of etcd's JSON gateway (/v3/... over HTTP/1.1) through the
-// library's own HTTP client (etcd/http_client.hpp): one kept-alive
+// lock's HTTP client (etcd/http_client.hpp, on Boost.Beast): one kept-alive
 // connection per member; requests go to the member that last answered and
 // fail over to the next when it cannot be reached or has no leader; the
 // auth token (user and password) is fetched once and again when it expires.
@@ -10,8 +10,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "etcd/etcd_answer.hpp"
 #include "etcd/etcd_url.hpp"
 #include "core/failure.hpp"
 
@@ -19,14 +18,8 @@ namespace tokenlock::detail {
 
 class http_connection;
 
-using json = nlohmann::json;
-
 std::string base64_encode(const std::string& in);
 bool base64_decode(const std::string& in, std::string& out);
-
-// An int64 that the gateway sends as a decimal string (or, rarely, a
-// number); 0 when absent.
-long long json_int(const json& j, const char* field);
 
 class etcd_client {
  public:

@@ -12,7 +12,7 @@
 #include "lockdir/owner_id.hpp"
 #include "posix/os.hpp"
 #include "posix/signals.hpp"
-#include "net/stream_connection.hpp"
+#include "posix/stop_signal_watch.hpp"
 #include "lockdir/token_name.hpp"
 
 namespace tokenlock {
