@@ -46,6 +46,8 @@ static_assert(TOKENLOCK_ESTALE_DATA == static_cast<int>(tokenlock::errc::stale_d
 static_assert(TOKENLOCK_ESERVER == static_cast<int>(tokenlock::errc::server_error));
 static_assert(TOKENLOCK_ENOT_REPLICATED == static_cast<int>(tokenlock::errc::not_replicated));
 static_assert(TOKENLOCK_EUNTRUSTED == static_cast<int>(tokenlock::errc::untrusted));
+static_assert(TOKENLOCK_EBACKEND_UNAVAILABLE ==
+              static_cast<int>(tokenlock::errc::backend_unavailable));
 
 thread_local std::string last_message;
 thread_local int last_errno = 0;

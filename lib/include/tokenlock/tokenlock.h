@@ -82,6 +82,7 @@ enum {
   TOKENLOCK_ESERVER = 12,         /* a lock server answered an error */
   TOKENLOCK_ENOT_REPLICATED = 13, /* replicas did not acknowledge a grant */
   TOKENLOCK_EUNTRUSTED = 14,      /* another user could change the lock directory */
+  TOKENLOCK_EBACKEND_UNAVAILABLE = 15, /* tokenlock_open: this build has no such backend */
   TOKENLOCK_EABORTED = 50,        /* the update callback declined: nothing written */
   TOKENLOCK_ESYSTEM = 100,        /* a system call failed: see tokenlock_last_errno() */
   TOKENLOCK_ENOMEM = 101          /* out of memory */
