@@ -538,7 +538,6 @@ static void open_by_spec(void) {
   CHECK(rc == TOKENLOCK_OK, "release: %d %s", rc, tokenlock_last_error());
   char *got = slurp(path_of("spec.txt"));
   CHECK(got && strcmp(got, "new\n") == 0, "committed: %s", got ? got : "(none)");
-  free(got);
   CHECK(exists(path_of("spec.lock/lockfile")), "released: lockfile is back");
 
   const char *bad[] = {"", "ftp://h/x#n", "redis://:hunter2@127.0.0.1:1/0",
