@@ -150,8 +150,9 @@ TEST(OpenLock, AnEtcdSpecGivesAnEtcdLockWithItsNameAndOptions) {
 }
 #endif
 
-// Built without a backend (the bare test program): its specs are refused
-// with the build option that adds it, and a directory still opens.
+#if !TOKENLOCK_HAVE_REDIS || !TOKENLOCK_HAVE_ETCD
+// Built without a backend (the bare test program always): its specs are
+// refused with the build option that adds it, and a directory still opens.
 TEST(OpenLock, AMissingBackendIsBackendUnavailable) {
   struct missing {
     bool built;
@@ -175,7 +176,8 @@ TEST(OpenLock, AMissingBackendIsBackendUnavailable) {
     EXPECT_NE(message.find("127.0.0.1"), std::string::npos) << message;
     EXPECT_EQ(message.find(password), std::string::npos) << message;
   }
-  if (checked == 0) GTEST_SKIP() << "every backend is built into this program";
+  EXPECT_GT(checked, 0);
 }
+#endif
 
 }  // namespace
