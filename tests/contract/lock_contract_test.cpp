@@ -284,6 +284,34 @@ TYPED_TEST(LockContract, AsReachesTheBackendsOwnHandle) {
   EXPECT_TRUE(this->free_now());
 }
 
+TYPED_TEST(LockContract, AHandleOutlivesItsLock) {
+  handle h = this->open()->acquire();  // the lock is gone after this line
+  ASSERT_TRUE(h.owns());
+  h.refresh();
+  EXPECT_FALSE(this->free_now());
+  h.release();
+  EXPECT_TRUE(this->free_now());
+}
+
+TYPED_TEST(LockContract, RefreshWithALongerLeaseWhereTheBackendCan) {
+  handle h = this->open()->acquire();
+  std::error_code ec;
+  h.refresh(20s, ec);
+  if (TypeParam::kind == lock_backend::etcd) {
+    // An etcd lease keeps its TTL (lock.hpp): refused, nothing changed.
+    EXPECT_EQ(ec, errc::bad_argument);
+    EXPECT_NE(tokenlock::last_error_message().find("keeps the TTL"), std::string::npos)
+        << tokenlock::last_error_message();
+    EXPECT_EQ(h.lease(), 10s);
+    h.refresh(5s);  // shorter: renews the TTL it has
+  } else {
+    EXPECT_FALSE(ec) << tokenlock::last_error_message();
+    EXPECT_GT(h.expires(), std::chrono::system_clock::now() + 15s);
+  }
+  EXPECT_TRUE(h.owns());
+  EXPECT_EQ(this->open()->holder()->id, h.id());
+}
+
 TYPED_TEST(LockContract, SpecNamesTheLockAndOpensItAgain) {
   auto lock = this->open();
   const std::string spec = lock->spec();
