@@ -55,6 +55,7 @@
 #include <string>
 #include <system_error>
 #include <typeinfo>
+#include <utility>
 
 #include "tokenlock/errors.hpp"
 #include "tokenlock/lock_options.hpp"
