@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "c_api_support.hpp"
 #include "core/failure.hpp"
 #include "tokenlock/atomic_write.hpp"
 #include "tokenlock/errors.hpp"
@@ -16,41 +17,16 @@
 #include "tokenlock/update.hpp"
 #include "tokenlock/version.hpp"
 
-struct tokenlock_lock {
-  tokenlock::rename_lock lock;
-  tokenlock::lock_handle handle;
-  // A refresh found the token taken over: the release reports it again,
-  // so that a caller who checks only the release still hears of it.
-  std::string lost;
-  explicit tokenlock_lock(tokenlock::rename_lock l) : lock(std::move(l)) {}
-};
-
 struct tokenlock_buffer {
   std::string data;
 };
 
-namespace {
-
-// The C codes are tokenlock::errc's values, so that a code passes through.
-static_assert(TOKENLOCK_EBUSY == static_cast<int>(tokenlock::errc::busy));
-static_assert(TOKENLOCK_ETIMEDOUT == static_cast<int>(tokenlock::errc::timed_out));
-static_assert(TOKENLOCK_ELOCK_LOST == static_cast<int>(tokenlock::errc::lock_lost));
-static_assert(TOKENLOCK_ETOKEN_MISSING == static_cast<int>(tokenlock::errc::token_missing));
-static_assert(TOKENLOCK_ELOCK_CORRUPT == static_cast<int>(tokenlock::errc::lock_corrupt));
-static_assert(TOKENLOCK_ECORRUPT_DATA == static_cast<int>(tokenlock::errc::corrupt_data));
-static_assert(TOKENLOCK_EBAD_ARGUMENT == static_cast<int>(tokenlock::errc::bad_argument));
-static_assert(TOKENLOCK_ENOT_OWNER == static_cast<int>(tokenlock::errc::not_owner));
-static_assert(TOKENLOCK_EDIR_SYNC_FAILED == static_cast<int>(tokenlock::errc::dir_sync_failed));
-static_assert(TOKENLOCK_ENOT_FENCED == static_cast<int>(tokenlock::errc::not_fenced));
-static_assert(TOKENLOCK_ESTALE_DATA == static_cast<int>(tokenlock::errc::stale_data));
-static_assert(TOKENLOCK_ESERVER == static_cast<int>(tokenlock::errc::server_error));
-static_assert(TOKENLOCK_ENOT_REPLICATED == static_cast<int>(tokenlock::errc::not_replicated));
-static_assert(TOKENLOCK_EUNTRUSTED == static_cast<int>(tokenlock::errc::untrusted));
+namespace tokenlock::detail::c_api {
 
 thread_local std::string last_message;
 thread_local int last_errno = 0;
 
-int fail(int code, std::string message, int err = 0) {
+int fail(int code, std::string message, int err) {
   last_message = std::move(message);
   last_errno = err;
   return code;
@@ -60,9 +36,6 @@ int bad_argument(const char* function, const char* what) {
   return fail(TOKENLOCK_EBAD_ARGUMENT, std::string("tokenlock: ") + function + ": " + what);
 }
 
-// The return code for a failed call of the C++ library, whose message is
-// in tokenlock::last_error_message() when it came through an error_code&
-// form.
 int failed(std::error_code ec, const std::string& message) {
   if (ec.category() == tokenlock::error_category())
     return fail(ec.value(), message);
@@ -72,24 +45,8 @@ int failed(std::error_code ec, const std::string& message) {
 
 int failed(std::error_code ec) { return failed(ec, tokenlock::last_error_message()); }
 
-// For the throwing paths that remain (constructors, a callback's failure).
-template <class F>
-int guarded(F f) noexcept {
-  try {
-    return f();
-  } catch (const tokenlock::lock_error& e) {
-    return failed(e.code(), e.what());
-  } catch (const std::bad_alloc&) {
-    return fail(TOKENLOCK_ENOMEM, "tokenlock: out of memory", ENOMEM);
-  } catch (const std::exception& e) {
-    return fail(TOKENLOCK_ESYSTEM, std::string("tokenlock: ") + e.what(), 0);
-  } catch (...) {
-    return fail(TOKENLOCK_ESYSTEM, "tokenlock: unknown failure", 0);
-  }
-}
-
-// A field of tokenlock_options, or the default where it is -1 (or the
-// options are absent). Other negative values are refused by the caller.
+// A field of tokenlock_options is the default where it is -1 (or the
+// options are absent). Other negative values are refused.
 bool valid(const tokenlock_options* o) {
   if (!o) return true;
   auto ok = [](std::int64_t v) { return v >= -1; };
@@ -108,6 +65,40 @@ tokenlock::lock_options lock_options_of(const tokenlock_options* o) {
   if (o->group) l.group = o->group;
   return l;
 }
+
+int hand_out(std::unique_ptr<tokenlock::lock> lock, tokenlock_lock** out) {
+  auto l = std::make_unique<tokenlock_lock>();
+  std::error_code ec;
+  l->handle = lock->acquire(ec);
+  if (ec) return failed(ec);
+  l->lock = std::move(lock);
+  *out = l.release();
+  return TOKENLOCK_OK;
+}
+
+}  // namespace tokenlock::detail::c_api
+
+using namespace tokenlock::detail::c_api;
+
+namespace {
+
+// The C codes are tokenlock::errc's values, so that a code passes through.
+static_assert(TOKENLOCK_EBUSY == static_cast<int>(tokenlock::errc::busy));
+static_assert(TOKENLOCK_ETIMEDOUT == static_cast<int>(tokenlock::errc::timed_out));
+static_assert(TOKENLOCK_ELOCK_LOST == static_cast<int>(tokenlock::errc::lock_lost));
+static_assert(TOKENLOCK_ETOKEN_MISSING == static_cast<int>(tokenlock::errc::token_missing));
+static_assert(TOKENLOCK_ELOCK_CORRUPT == static_cast<int>(tokenlock::errc::lock_corrupt));
+static_assert(TOKENLOCK_ECORRUPT_DATA == static_cast<int>(tokenlock::errc::corrupt_data));
+static_assert(TOKENLOCK_EBAD_ARGUMENT == static_cast<int>(tokenlock::errc::bad_argument));
+static_assert(TOKENLOCK_ENOT_OWNER == static_cast<int>(tokenlock::errc::not_owner));
+static_assert(TOKENLOCK_EDIR_SYNC_FAILED == static_cast<int>(tokenlock::errc::dir_sync_failed));
+static_assert(TOKENLOCK_ENOT_FENCED == static_cast<int>(tokenlock::errc::not_fenced));
+static_assert(TOKENLOCK_ESTALE_DATA == static_cast<int>(tokenlock::errc::stale_data));
+static_assert(TOKENLOCK_ESERVER == static_cast<int>(tokenlock::errc::server_error));
+static_assert(TOKENLOCK_ENOT_REPLICATED == static_cast<int>(tokenlock::errc::not_replicated));
+static_assert(TOKENLOCK_EUNTRUSTED == static_cast<int>(tokenlock::errc::untrusted));
+static_assert(TOKENLOCK_EBACKEND_UNAVAILABLE ==
+              static_cast<int>(tokenlock::errc::backend_unavailable));
 
 tokenlock::write_options write_options_of(const tokenlock_options* o) {
   tokenlock::write_options w;
@@ -132,14 +123,9 @@ int acquire(const char* function, const char* lockdir, const tokenlock_options* 
   if (!valid(options)) return bad_argument(function, "an option is out of range");
   return guarded([&]() -> int {
     tokenlock::lock_options lo = lock_options_of(options);
-    if (once) lo.wait = std::chrono::milliseconds(0);
-    auto l = std::make_unique<tokenlock_lock>(tokenlock::rename_lock(lockdir, lo));
-    std::error_code ec;
-    l->handle = l->lock.acquire(ec);
     // With no wait the lock's answer to a held lock is busy, as the header says.
-    if (ec) return failed(ec);
-    *out = l.release();
-    return TOKENLOCK_OK;
+    if (once) lo.wait = std::chrono::milliseconds(0);
+    return hand_out(std::make_unique<tokenlock::rename_lock>(lockdir, lo), out);
   });
 }
 
@@ -200,7 +186,11 @@ int tokenlock_refresh(tokenlock_lock* lock, const tokenlock_options* options) {
 }
 
 const char* tokenlock_token(const tokenlock_lock* lock) {
-  return lock ? lock->handle.token().c_str() : "";
+  return lock ? lock->handle.id().c_str() : "";
+}
+
+uint64_t tokenlock_fence(const tokenlock_lock* lock) {
+  return lock ? lock->handle.fence().value_or(0) : 0;
 }
 
 int64_t tokenlock_expiry_us(const tokenlock_lock* lock) {
@@ -228,9 +218,14 @@ int tokenlock_commit_file(tokenlock_lock* lock, const char* path, const void* da
   if (!lock || !path || (!data && len))
     return bad_argument("tokenlock_commit_file", "lock, path and data must not be NULL");
   if (!valid(options)) return bad_argument("tokenlock_commit_file", "an option is out of range");
+  const tokenlock::lock_handle* held = lock->handle.as<tokenlock::lock_handle>();
+  if (!held)
+    return bad_argument("tokenlock_commit_file",
+                        "a commit through the token needs a lock directory's lock; a Redis or "
+                        "etcd lock has no token to commit through");
   return guarded([&]() -> int {
     std::error_code ec;
-    tokenlock::commit_file(lock->handle, path,
+    tokenlock::commit_file(*held, path,
                            std::string_view(static_cast<const char*>(data ? data : ""), len),
                            write_options_of(options), ec);
     if (!ec) return TOKENLOCK_OK;

@@ -34,7 +34,8 @@
 //     - a tokenlock::errc is its enumerator's name: "busy", "timed_out",
 //       "lock_lost", "token_missing", "lock_corrupt", "corrupt_data",
 //       "bad_argument", "not_owner", "dir_sync_failed", "not_fenced",
-//       "stale_data", "server_error", "not_replicated", "untrusted";
+//       "stale_data", "server_error", "not_replicated", "untrusted",
+//       "backend_unavailable";
 //     - ENOMEM is "no_memory" (TOKENLOCK_ENOMEM);
 //     - every other errno, in the generic or the system category, is
 //       "system" (TOKENLOCK_ESYSTEM), and the errno itself goes beside the
@@ -115,6 +116,11 @@ enum class errc {
   // sharing, lock_options::dir_mode). Nothing in it was touched; the
   // message names the owner, the mode and the fix (docs/security.md).
   untrusted,
+  // tokenlock::open_lock (open_lock.hpp) was given a spec for a backend
+  // (Redis, etcd) that this build of the library does not have. The
+  // message names the spec (password masked) and the build option that
+  // adds the backend.
+  backend_unavailable,
 };
 
 // The category of tokenlock::errc codes; name() is "tokenlock".

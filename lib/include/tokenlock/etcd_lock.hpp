@@ -90,6 +90,7 @@
 #include <system_error>
 
 #include "tokenlock/errors.hpp"
+#include "tokenlock/lock.hpp"
 #include "tokenlock/lock_options.hpp"
 #include "tokenlock/update_options.hpp"
 
@@ -127,7 +128,10 @@ struct etcd_holder_info {
 
 class etcd_handle;
 
-class etcd_lock {
+// A tokenlock::lock (lock.hpp): through a tokenlock::lock& its calls give
+// tokenlock::handle, whose id() is the owner id and fence() the grant's
+// fence; called on an etcd_lock they give etcd_handle, as here.
+class etcd_lock : public lock {
  public:
   // Parses nothing yet: a bad URL or name is reported by the first call
   // (bad_argument).
@@ -166,7 +170,17 @@ class etcd_lock {
   const std::string& name() const noexcept { return name_; }
   const etcd_lock_options& options() const noexcept { return options_; }
 
+  // The URL with its password masked, '#' and the name (tokenlock::lock::spec()).
+  std::string spec() const override;
+  lock_backend backend() const noexcept override { return lock_backend::etcd; }
+
  private:
+  handle acquire_any(std::error_code& ec) noexcept override;
+  std::optional<handle> try_acquire_any(std::error_code& ec) noexcept override;
+  handle adopt_any(const std::string& owner, std::error_code& ec) noexcept override;
+  void break_owner_any(const std::string& owner, std::error_code& ec) noexcept override;
+  std::optional<lock_holder> holder_any(std::error_code& ec) noexcept override;
+
   std::string url_;
   std::string name_;
   etcd_lock_options options_;

@@ -83,6 +83,7 @@
 #include <system_error>
 
 #include "tokenlock/errors.hpp"
+#include "tokenlock/lock.hpp"
 #include "tokenlock/update_options.hpp"
 
 namespace tokenlock {
@@ -123,7 +124,10 @@ struct redis_holder_info {
 
 class redis_handle;
 
-class redis_lock {
+// A tokenlock::lock (lock.hpp): through a tokenlock::lock& its calls give
+// tokenlock::handle, whose id() is the owner id and fence() the grant's
+// fence; called on a redis_lock they give redis_handle, as here.
+class redis_lock : public lock {
  public:
   // Parses `url` and remembers the lock name; connects on first use.
   // A bad URL or name is reported by the first call (bad_argument).
@@ -159,7 +163,17 @@ class redis_lock {
   const std::string& name() const noexcept { return name_; }
   const redis_lock_options& options() const noexcept { return options_; }
 
+  // The URL with its password masked, '#' and the name (tokenlock::lock::spec()).
+  std::string spec() const override;
+  lock_backend backend() const noexcept override { return lock_backend::redis; }
+
  private:
+  handle acquire_any(std::error_code& ec) noexcept override;
+  std::optional<handle> try_acquire_any(std::error_code& ec) noexcept override;
+  handle adopt_any(const std::string& owner, std::error_code& ec) noexcept override;
+  void break_owner_any(const std::string& owner, std::error_code& ec) noexcept override;
+  std::optional<lock_holder> holder_any(std::error_code& ec) noexcept override;
+
   friend class redis_handle;
   std::string url_;
   std::string name_;

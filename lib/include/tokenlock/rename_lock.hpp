@@ -86,6 +86,7 @@
 #include <boost/filesystem/path.hpp>
 
 #include "tokenlock/errors.hpp"
+#include "tokenlock/lock.hpp"
 #include "tokenlock/lock_options.hpp"
 
 namespace tokenlock {
@@ -117,7 +118,10 @@ struct holder_info {
 
 class lock_handle;
 
-class rename_lock {
+// A tokenlock::lock (lock.hpp): through a tokenlock::lock& its calls give
+// tokenlock::handle, whose id() is the token name and whose fence() is
+// std::nullopt; called on a rename_lock they give lock_handle, as here.
+class rename_lock : public lock {
  public:
   // Names the lock directory `dir`; touches nothing until the first call.
   explicit rename_lock(boost::filesystem::path dir, lock_options options = {});
@@ -163,8 +167,18 @@ class rename_lock {
   const boost::filesystem::path& directory() const noexcept { return dir_; }
   const lock_options& options() const noexcept { return options_; }
 
+  // The lock directory's path (tokenlock::lock::spec()).
+  std::string spec() const override { return dir_.string(); }
+  lock_backend backend() const noexcept override { return lock_backend::directory; }
+
  private:
   friend struct detail::lock_access;
+
+  handle acquire_any(std::error_code& ec) noexcept override;
+  std::optional<handle> try_acquire_any(std::error_code& ec) noexcept override;
+  handle adopt_any(const std::string& token, std::error_code& ec) noexcept override;
+  void break_owner_any(const std::string& token, std::error_code& ec) noexcept override;
+  std::optional<lock_holder> holder_any(std::error_code& ec) noexcept override;
 
   boost::filesystem::path dir_;
   lock_options options_;

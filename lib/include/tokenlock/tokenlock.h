@@ -82,6 +82,7 @@ enum {
   TOKENLOCK_ESERVER = 12,         /* a lock server answered an error */
   TOKENLOCK_ENOT_REPLICATED = 13, /* replicas did not acknowledge a grant */
   TOKENLOCK_EUNTRUSTED = 14,      /* another user could change the lock directory */
+  TOKENLOCK_EBACKEND_UNAVAILABLE = 15, /* tokenlock_open: this build has no such backend */
   TOKENLOCK_EABORTED = 50,        /* the update callback declined: nothing written */
   TOKENLOCK_ESYSTEM = 100,        /* a system call failed: see tokenlock_last_errno() */
   TOKENLOCK_ENOMEM = 101          /* out of memory */
@@ -141,11 +142,35 @@ TOKENLOCK_C_API int tokenlock_release(tokenlock_lock *lock);
 TOKENLOCK_C_API int tokenlock_refresh(tokenlock_lock *lock, const tokenlock_options *options);
 
 /* The token's name in the lock directory ("lockfile.<expiry>.<owner>"), valid
- * until the next refresh or release of `lock`. */
+ * until the next refresh or release of `lock`; for a Redis or etcd lock
+ * (tokenlock_open), the grant's owner id. */
 TOKENLOCK_C_API const char *tokenlock_token(const tokenlock_lock *lock);
 
 /* When the lease ends, in microseconds since the Unix epoch. */
 TOKENLOCK_C_API int64_t tokenlock_expiry_us(const tokenlock_lock *lock);
+
+/* ---- a lock of any backend ------------------------------------------------- */
+
+/* Acquires the lock that `spec` names, waiting up to options->wait_ms (0:
+ * one attempt, TOKENLOCK_EBUSY): a lock directory's path, or a lock NAME in
+ * Redis (redis://[:PASSWORD@]HOST[:PORT][/DB]#NAME, unix:///SOCKET#NAME) or
+ * etcd (etcd[s]://HOST:PORT[,HOST:PORT...]#NAME); docs/api.md has the
+ * format. *out is then a held lock for tokenlock_refresh(),
+ * tokenlock_token() (the grant's id: a token name, or a Redis or etcd owner
+ * id), tokenlock_expiry_us(), tokenlock_fence() and tokenlock_release();
+ * tokenlock_commit_file() takes a lock directory's only. lease_ms,
+ * legacy_timeout_ms, dir_mode and group apply as for tokenlock_acquire()
+ * (the last three to lock directories). TOKENLOCK_EBAD_ARGUMENT for a spec
+ * that is none of these; TOKENLOCK_EBACKEND_UNAVAILABLE when the library
+ * was built without that backend (libtokenlock_c.so has lock directories
+ * only). Messages never show a password. A C program that calls it links
+ * tokenlock::open (CMake) rather than the core library. */
+TOKENLOCK_C_API int tokenlock_open(const char *spec, const tokenlock_options *options,
+                                   tokenlock_lock **out);
+
+/* The fencing token of a Redis or etcd lock (strictly increasing per lock);
+ * 0 for a lock directory's, which has none. */
+TOKENLOCK_C_API uint64_t tokenlock_fence(const tokenlock_lock *lock);
 
 /* ---- atomic writes and updates ---------------------------------------------- */
 

@@ -12,6 +12,8 @@
 #include "tokenlock/doctor.hpp"
 #include "tokenlock/errors.hpp"
 #include "tokenlock/keep_alive.hpp"
+#include "tokenlock/lock.hpp"
+#include "tokenlock/open_lock.hpp"
 #include "tokenlock/rename_lock.hpp"
 #include "tokenlock/signal_cleanup.hpp"
 #include "tokenlock/update.hpp"

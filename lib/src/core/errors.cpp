@@ -27,6 +27,7 @@ class category final : public std::error_category {
       case errc::server_error: return "the lock server answered an error";
       case errc::not_replicated: return "too few replicas acknowledged the grant";
       case errc::untrusted: return "another user could change the lock directory";
+      case errc::backend_unavailable: return "this build has no such lock backend";
     }
     return "unknown tokenlock error";
   }
@@ -57,12 +58,13 @@ constexpr named names[] = {
     {"server_error", TOKENLOCK_ESERVER},
     {"not_replicated", TOKENLOCK_ENOT_REPLICATED},
     {"untrusted", TOKENLOCK_EUNTRUSTED},
+    {"backend_unavailable", TOKENLOCK_EBACKEND_UNAVAILABLE},
     {"aborted", TOKENLOCK_EABORTED},
     {"system", TOKENLOCK_ESYSTEM},
     {"no_memory", TOKENLOCK_ENOMEM},
 };
 constexpr int first_errc = static_cast<int>(errc::busy);
-constexpr int last_errc = static_cast<int>(errc::untrusted);
+constexpr int last_errc = static_cast<int>(errc::backend_unavailable);
 static_assert(sizeof names / sizeof names[0] == last_errc + 4,
               "every errc has its row in the table of names");
 
