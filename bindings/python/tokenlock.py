@@ -145,7 +145,8 @@ class Error(Exception):
     the step and the cause. `e.code` is the condition's name: "busy",
     "timed_out", "lock_lost", "token_missing", "lock_corrupt",
     "corrupt_data", "bad_argument", "not_owner", "dir_sync_failed",
-    "not_fenced", "stale_data", "system", "no_memory", "unavailable" (no
+    "not_fenced", "stale_data", "backend_unavailable" (a spec names a lock
+    server this build lacks), "system", "no_memory", "unavailable" (no
     backend), "command_failed" (the command died or answered nonsense).
     `e.errno` is the errno of a system error, else None.
     """
