@@ -373,6 +373,37 @@ TEST(EtcdHttp, AReadableWakeDescriptorEndsTheRequestAtOnce) {
   ::close(wake[1]);
 }
 
+// A wake descriptor that nobody writes never ends a request, however many
+// connections come and go: Asio may give its duplicate the reactor state
+// (and a stale readiness) of a socket closed before under the same number.
+TEST(EtcdHttp, AnUnwrittenWakeDescriptorNeverEndsARequestWhileConnectionsComeAndGo) {
+  int wake[2];
+  ASSERT_EQ(::pipe(wake), 0);
+  fake_server s([](int fd, int) {
+    if (read_request(fd).empty()) return;
+    send_text(fd, "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: " +
+                      std::to_string(answer_json.size()) + "\r\n\r\n" + answer_json);
+    ::shutdown(fd, SHUT_WR);
+  });
+  http_connection a(s.url().replace(0, 4, "http"), ""), b(s.url().replace(0, 4, "http"), "");
+  a.set_wake_fd(wake[0]);
+  b.set_wake_fd(wake[0]);
+  int interrupted = 0, failed = 0;
+  for (int i = 0; i < 2000; ++i) {
+    if (i % 7 == 0) (i % 2 ? b : a).close();  // the client's own closes too
+    const http_outcome out = post_once(i % 2 ? a : b);
+    if (out.status == io_status::interrupted) ++interrupted;
+    else if (!out.ok() || out.body != answer_json) ++failed;
+  }
+  EXPECT_EQ(interrupted, 0) << "requests ended by a stop signal that never came";
+  EXPECT_EQ(failed, 0);
+  a.close();
+  b.close();
+  s.stop();
+  ::close(wake[0]);
+  ::close(wake[1]);
+}
+
 TEST(EtcdHttp, AMalformedWatchAnswerIsAProtocolErrorNotAnException) {
   const std::vector<std::string> streams = {R"({"result":7})", R"({"result":{"events":[}})",
                                             R"({"error":{"grpc_code":"x"}})" };

@@ -134,6 +134,11 @@ error_code run_op(state& s, io_deadline deadline, Start&& start) {
 // connection's operations. A duplicate is watched, registered afresh for
 // each request: a readiness that Asio's edge-triggered epoll reported
 // before a wait was queued would be lost to a wait kept from before.
+// A completed wait is only a hint: Asio may hand this descriptor the
+// reactor state, and a readiness, of one closed before under the same
+// number (a stop signal that never came, seen under ASan with tests side
+// by side). So poll(2) decides, and a wait that finds nothing to read
+// waits again.
 class wake_watch {
  public:
   wake_watch(state& s, int fd) : s_(s), desc_(s.ioc->get_executor()) {
@@ -146,12 +151,7 @@ class wake_watch {
       return;
     }
     pending_ = true;
-    desc_.async_wait(net::posix::descriptor::wait_read, [this](error_code e) {
-      stopped_ = true;
-      if (e) return;
-      s_.interrupted = true;
-      if (s_.is_open()) s_.lowest().cancel();
-    });
+    arm();
   }
   ~wake_watch() {
     if (!pending_) return;  // never registered: nothing of it is queued
@@ -164,6 +164,26 @@ class wake_watch {
   wake_watch& operator=(const wake_watch&) = delete;
 
  private:
+  void arm() {
+    desc_.async_wait(net::posix::descriptor::wait_read, [this](error_code e) {
+      if (e) {
+        stopped_ = true;
+        return;
+      }
+      if (!readable()) return arm();
+      stopped_ = true;
+      s_.interrupted = true;
+      if (s_.is_open()) s_.lowest().cancel();
+    });
+  }
+  bool readable() {
+    pollfd p{desc_.native_handle(), POLLIN, 0};
+    int n;
+    do n = ::poll(&p, 1, 0);
+    while (n < 0 && errno == EINTR);
+    return n == 1 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+  }
+
   state& s_;
   net::posix::basic_stream_descriptor<executor> desc_;
   bool pending_ = false;  // a wait was started
