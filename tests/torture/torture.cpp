@@ -339,6 +339,22 @@ struct result {
   double seconds = 0;
 };
 
+// Waits for every worker to end, continuing any that stops on the way. Any
+// child, not one at a time: a worker may stop itself (its self-stop came
+// just after the last SIGCONT) while holding a lock that the worker waited
+// for in order is blocked on, and only its own stop can be answered.
+void reap_all(const std::map<pid_t, int>& workers) {
+  std::size_t left = workers.size();
+  while (left > 0) {
+    int status;
+    const pid_t p = ::waitpid(-1, &status, WUNTRACED);
+    if (p < 0) die("waitpid");
+    if (!workers.count(p)) continue;
+    if (WIFSTOPPED(status)) ::kill(p, SIGCONT);
+    else --left;
+  }
+}
+
 result run_strategy(const strategy& st, int workers, double seconds, std::uint64_t seed) {
   const fs::path dir = fs::temp_directory_path() / fs::unique_path("tokenlock-torture-%%%%%%%%");
   fs::create_directories(dir);
@@ -407,10 +423,7 @@ result run_strategy(const strategy& st, int workers, double seconds, std::uint64
   r.seconds = (now_us() - start) / 1e6;
   s.running.store(0);
   for (auto& [pid, i] : slot_of) ::kill(pid, SIGCONT);
-  for (auto& [pid, i] : slot_of) {
-    int status;
-    while (::waitpid(pid, &status, WUNTRACED) == pid && WIFSTOPPED(status)) ::kill(pid, SIGCONT);
-  }
+  reap_all(slot_of);
 
   const std::size_t n = std::min(s.commits.load(), max_commits);
   std::vector<std::pair<std::int64_t, std::uint64_t>> log;
