@@ -158,7 +158,8 @@ class etcd_lock : public lock {
   // grant (compare and delete, by the key's create revision), then revokes
   // its lease. The next waiter is granted the lock; the old holder's
   // release or refresh reports lock_lost. lock_lost (nothing deleted) when
-  // another owner, or nobody, holds the lock.
+  // another owner, or nobody, holds the lock; bad_argument for an empty
+  // owner.
   void break_owner(const std::string& owner);
   void break_owner(const std::string& owner, std::error_code& ec) noexcept;
 

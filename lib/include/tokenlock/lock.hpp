@@ -126,9 +126,10 @@ class handle {
 
   // Extends the lease to now + `lease` (default: the lease acquired with).
   // lock_lost when the grant is not ours any more; not_owner on an empty
-  // handle. An etcd lease keeps the TTL it was granted with: there a
-  // `lease` longer than lease() is bad_argument (nothing changed), and a
-  // shorter one renews lease().
+  // handle (or one released already). A `lease` of 0 or less, or above 24
+  // hours, is bad_argument (nothing changed). An etcd lease keeps the TTL
+  // it was granted with: there a `lease` longer than lease() is
+  // bad_argument too, and a shorter one renews lease().
   void refresh();
   void refresh(std::error_code& ec) noexcept;
   void refresh(std::chrono::milliseconds lease);

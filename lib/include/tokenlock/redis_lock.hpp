@@ -145,13 +145,15 @@ class redis_lock : public lock {
 
   // A handle for the grant whose owner id is `owner` (as acquire() made
   // it: redis_handle::owner()), so that another process can refresh or
-  // release it. lock_lost when the lock is not held by that owner.
+  // release it. lock_lost when the lock is not held by that owner;
+  // bad_argument for an empty owner.
   redis_handle adopt(const std::string& owner);
   redis_handle adopt(const std::string& owner, std::error_code& ec) noexcept;
 
   // Removes the grant of `owner`, whoever holds it now must be that owner
   // (compare and delete): for an operator who knows its holder is gone.
-  // lock_lost when another owner (or nobody) holds it.
+  // lock_lost when another owner (or nobody) holds it; bad_argument for an
+  // empty owner.
   void break_owner(const std::string& owner);
   void break_owner(const std::string& owner, std::error_code& ec) noexcept;
 

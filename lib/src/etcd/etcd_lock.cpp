@@ -431,6 +431,10 @@ namespace {
 // per acquisition).
 failure break_impl(const std::string& url, const std::string& name, const etcd_lock_options& o,
                    std::shared_ptr<etcd_client>& client, const std::string& owner) {
+  if (owner.empty())
+    return make_failure(errc::bad_argument, "tokenlock: break " + name +
+                                                ": the owner id is empty; give the holder's "
+                                                "etcd_handle::owner()");
   std::optional<etcd_holder_info> info;
   if (failure f = holder_impl(url, name, o, client, info)) return f;
   bool deleted = false, gone = false;

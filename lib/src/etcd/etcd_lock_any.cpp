@@ -8,20 +8,25 @@ namespace {
 
 // An etcd lease keeps the TTL it was granted with: a keep-alive renews
 // that TTL, and no request changes it. A shorter lease asked for is
-// granted by renewing it; a longer one cannot be.
+// granted by renewing it; a longer one cannot be. No lease is 0 ms or
+// less (lock.hpp): such a refresh is refused as on the other backends,
+// not taken as a shorter lease.
 struct etcd_traits : detail::server_traits<etcd_handle> {
   static void refresh(etcd_handle& h, std::chrono::milliseconds lease,
                       std::error_code& ec) noexcept {
-    if (lease <= h.lease()) {
+    if (lease > std::chrono::milliseconds(0) && lease <= h.lease()) {
       h.refresh(ec);
       return;
     }
     detail::run_noexcept(ec, [&] {
-      return detail::make_failure(
-          errc::bad_argument,
-          "tokenlock: refresh " + h.key() + ": an etcd lease keeps the TTL it was granted (" +
-              std::to_string(h.lease().count()) + " ms), so it cannot be refreshed for " +
-              std::to_string(lease.count()) + " ms; ask for the longer lease when acquiring");
+      const std::string why =
+          lease > std::chrono::milliseconds(0)
+              ? "an etcd lease keeps the TTL it was granted (" + std::to_string(h.lease().count()) +
+                    " ms), so it cannot be refreshed for " + std::to_string(lease.count()) +
+                    " ms; ask for the longer lease when acquiring"
+              : "a lease of " + std::to_string(lease.count()) +
+                    " ms; a lease is more than 0 and at most 24 hours";
+      return detail::make_failure(errc::bad_argument, "tokenlock: refresh " + h.key() + ": " + why);
     });
   }
 };

@@ -438,6 +438,13 @@ std::optional<redis_handle> redis_lock::try_acquire(std::error_code& ec) noexcep
 
 namespace {
 
+// An empty owner id can name no grant: refused before the server is asked.
+failure empty_owner(const char* step, const std::string& name) {
+  return make_failure(errc::bad_argument, std::string("tokenlock: ") + step + " " + name +
+                                              ": the owner id is empty; give the holder's "
+                                              "redis_handle::owner()");
+}
+
 failure holder_impl(const std::string& url, const std::string& name, const redis_lock_options& o,
                     std::shared_ptr<redis_connection>& conn, std::optional<redis_holder_info>& out) {
   out.reset();
@@ -486,6 +493,7 @@ redis_handle redis_lock::adopt(const std::string& owner) {
 redis_handle redis_lock::adopt(const std::string& owner, std::error_code& ec) noexcept {
   redis_handle h;
   run_noexcept(ec, [&]() -> failure {
+    if (owner.empty()) return empty_owner("adopt", name_);
     std::optional<redis_holder_info> info;
     if (failure f = holder_impl(url_, name_, options_, conn_, info)) return f;
     if (!info || info->owner != owner)
@@ -505,6 +513,7 @@ void redis_lock::break_owner(const std::string& owner) {
 void redis_lock::break_owner(const std::string& owner, std::error_code& ec) noexcept {
   run_noexcept(ec, [&]() -> failure {
     if (failure f = validate(options_, name_)) return f;
+    if (owner.empty()) return empty_owner("break", name_);
     if (!conn_)
       conn_ = std::make_shared<redis_connection>(url_, options_.connect_timeout,
                                                  options_.command_timeout);
