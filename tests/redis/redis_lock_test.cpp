@@ -24,7 +24,6 @@
 #include "redis_raw.hpp"
 #include "redis_server.hpp"
 #include "temp_dir.hpp"
-#include "tokenlock/keep_alive.hpp"
 #include "tokenlock/redis_lock.hpp"
 
 using namespace std::chrono_literals;
@@ -166,46 +165,6 @@ std::pair<std::error_code, std::string> error_of(F f) {
   return {};
 }
 
-TEST_F(RedisLockTest, GrantsOneHolderAtATimeWithIncreasingFences) {
-  redis_lock a = lock("coupons", options()), b = lock("coupons", options());
-  redis_handle h = a.acquire();
-  ASSERT_TRUE(h.owns());
-  EXPECT_GT(h.fence(), 0u);
-  EXPECT_FALSE(b.try_acquire().has_value());
-  const auto busy = error_of([&] { b.acquire(); });
-  EXPECT_EQ(busy.first, errc::busy);
-  EXPECT_NE(busy.second.find("held by pid " + std::to_string(::getpid())), std::string::npos)
-      << busy.second;
-  const std::uint64_t first = h.fence();
-  h.release();
-  EXPECT_FALSE(h.owns());
-  redis_handle g = b.acquire();
-  EXPECT_GT(g.fence(), first);
-  // Another name is another lock.
-  redis_handle other = lock("elsewhere", options()).acquire();
-  EXPECT_TRUE(other.owns());
-}
-
-// A handle moved (try_acquire's optional, a container, a return) is the
-// same grant: its release and refresh act on the lock, and the one moved
-// from owns nothing.
-TEST_F(RedisLockTest, AMovedHandleReleasesAndRefreshesTheSameGrant) {
-  redis_lock a = lock("coupons", options()), b = lock("coupons", options());
-  std::optional<redis_handle> h = a.try_acquire();
-  ASSERT_TRUE(h.has_value());
-  redis_handle moved = std::move(*h);
-  EXPECT_FALSE(h->owns());
-  ASSERT_TRUE(moved.owns());
-  moved.refresh();
-  redis_handle assigned;
-  assigned = std::move(moved);
-  EXPECT_FALSE(moved.owns());
-  assigned.release();
-  EXPECT_FALSE(a.holder().has_value()) << "the moved handle's release left the lock held";
-  std::optional<redis_handle> g = b.try_acquire();
-  EXPECT_TRUE(g.has_value());
-}
-
 TEST_F(RedisLockTest, HolderDescribesTheGrantAndTheKeysExpire) {
   redis_lock a = lock("coupons", options(20s));
   EXPECT_FALSE(a.holder().has_value());
@@ -276,16 +235,6 @@ TEST_F(RedisLockTest, AWakeUpNobodyWaitedForExpiresAndCostsANewcomerOneBlock) {
   EXPECT_EQ(server->cli({"EXISTS", "tokenlock:coupons:handoff"}), "0");
   EXPECT_EQ(server->cli({"LLEN", "tokenlock:coupons:wake"}), "0");
   EXPECT_EQ(server->cli({"GET", "tokenlock:coupons:waiters"}), "1") << "the killed waiter's count";
-}
-
-TEST_F(RedisLockTest, RefreshExtendsTheLeaseAndKeepsTheFence) {
-  redis_lock a = lock("coupons", options(2s));
-  redis_handle h = a.acquire();
-  const auto fence = h.fence();
-  h.refresh(40s);
-  EXPECT_EQ(h.fence(), fence);
-  EXPECT_GT(std::stol(server->cli({"PTTL", "tokenlock:coupons"})), 30000);
-  EXPECT_EQ(h.lease(), 40s);
 }
 
 TEST_F(RedisLockTest, ALostGrantIsReportedWithItsReason) {
@@ -424,71 +373,12 @@ TEST_F(RedisLockTest, AServerClockBehindTheLastFenceIsReported) {
   EXPECT_EQ(normal.clock_behind().count(), 0);
 }
 
-TEST_F(RedisLockTest, AWaiterIsWokenByTheReleaseNotByItsBudget) {
-  redis_lock holder_lock = lock("coupons", options(30s));
-  redis_handle h = holder_lock.acquire();
-  std::thread releaser([&] {
-    // Released only once the waiter is blocked on the server: what wakes it
-    // must be the release.
-    const auto give_up = std::chrono::steady_clock::now() + 10s;
-    while (server->cli({"CLIENT", "LIST"}).find("cmd=blpop") == std::string::npos &&
-           std::chrono::steady_clock::now() < give_up) {
-    }
-    h.release();
-  });
-  redis_lock waiter = lock("coupons", options(30s, 5s));
-  const auto start = std::chrono::steady_clock::now();
-  redis_handle g = waiter.acquire();
-  const auto took = std::chrono::steady_clock::now() - start;
-  releaser.join();
-  EXPECT_TRUE(g.owns());
-  EXPECT_LT(took, 4s) << "the wake-up was missed: the waiter ran into its budget";
-}
-
-TEST_F(RedisLockTest, ACrashedHoldersLockFreesWhenItsLeaseEnds) {
-  redis_handle crashed = lock("coupons", options(300ms)).acquire();
-  crashed.detach();  // never released, as after kill -9
-  const auto start = std::chrono::steady_clock::now();
-  redis_handle g = lock("coupons", options(30s, 5s)).acquire();
-  const auto took = std::chrono::steady_clock::now() - start;
-  EXPECT_TRUE(g.owns());
-  EXPECT_GE(took, 150ms) << "taken before the lease ended";
-  EXPECT_LT(took, 3s) << "waited well past the lease";
-}
-
-TEST_F(RedisLockTest, AWaitNeverOutlastsItsBudget) {
-  redis_handle h = lock("coupons", options(30s)).acquire();
-  redis_lock waiter = lock("coupons", options(30s, 300ms));
-  const auto start = std::chrono::steady_clock::now();
-  const auto e = error_of([&] { waiter.acquire(); });
-  const auto took = std::chrono::steady_clock::now() - start;
-  EXPECT_EQ(e.first, errc::timed_out);
-  EXPECT_NE(e.second.find("waited 300 ms"), std::string::npos) << e.second;
-  EXPECT_GE(took, 250ms);
-  EXPECT_LT(took, 2s);
-}
-
 TEST_F(RedisLockTest, WorksOverTheUnixSocketWithAnotherDatabase) {
   redis_lock a(server->unix_url(3), "coupons", options());
   redis_handle h = a.acquire();
   EXPECT_EQ(server->cli({"-n", "3", "EXISTS", "tokenlock:coupons"}), "1");
   EXPECT_EQ(server->cli({"EXISTS", "tokenlock:coupons"}), "0") << "db 0 untouched";
   h.release();
-}
-
-TEST_F(RedisLockTest, AdoptAndBreakActOnlyOnTheNamedOwner) {
-  redis_lock a = lock("coupons", options());
-  redis_handle h = a.acquire();
-  const std::string owner = h.detach();
-  redis_lock other = lock("coupons", options());
-  EXPECT_EQ(error_of([&] { other.adopt("somebody-else"); }).first, errc::lock_lost);
-  EXPECT_EQ(error_of([&] { other.break_owner("somebody-else"); }).first, errc::lock_lost);
-  EXPECT_TRUE(other.holder().has_value());
-  redis_handle adopted = other.adopt(owner);
-  adopted.refresh();
-  adopted.detach();
-  other.break_owner(owner);
-  EXPECT_FALSE(other.holder().has_value());
 }
 
 // Lock X's other keys are X:fence, X:wake, X:waiters and X:handoff: a lock
@@ -528,29 +418,7 @@ TEST_F(RedisLockTest, AskingForReplicasThatDoNotExistReleasesTheGrant) {
   EXPECT_FALSE(a.holder().has_value()) << "the grant was kept";
 }
 
-// ---- keep_alive, update_file and increment_counter with a Redis lock ------------
-
-TEST_F(RedisLockTest, KeepAliveKeepsAShortLeaseThroughSeveralRefreshes) {
-  redis_lock a = lock("coupons", options(300ms));
-  redis_handle h = a.acquire();
-  std::mutex m;
-  std::condition_variable cv;
-  int ok = 0;
-  tokenlock::keep_alive_options ko;
-  ko.on_refresh = [&](const std::error_code& ec) {
-    std::lock_guard<std::mutex> g(m);
-    if (!ec) ++ok;
-    cv.notify_all();
-  };
-  tokenlock::keep_alive ka(h, ko);
-  {
-    std::unique_lock<std::mutex> g(m);
-    ASSERT_TRUE(cv.wait_for(g, 10s, [&] { return ok >= 4; })) << "refreshes: " << ok;
-  }
-  EXPECT_FALSE(ka.stop());
-  EXPECT_FALSE(lock("coupons", options()).try_acquire().has_value()) << "the lease ran out";
-  h.release();
-}
+// ---- update_file and increment_counter with a Redis lock -----------------------
 
 TEST_F(RedisLockTest, IncrementCounterIsExactAndLeavesOneFenceEntry) {
   temp_dir tmp;
@@ -854,31 +722,6 @@ TEST_F(RedisLockTest, AGrantWithoutAnExpiryIsCorruptInsteadOfHeldForever) {
   EXPECT_EQ(b.holder()->fence, held.fence());
   held.release();
   EXPECT_FALSE(b.holder().has_value());
-}
-
-TEST_F(RedisLockTest, ALeaseAbove24HoursZeroOrNegativeIsABadArgument) {
-  for (const std::chrono::milliseconds lease : {std::chrono::milliseconds(24h + 1ms), 0ms, -5ms, std::chrono::milliseconds(1000h)}) {
-    const auto e = error_of([&] { lock("coupons", options(lease)).acquire(); });
-    EXPECT_EQ(e.first, errc::bad_argument) << lease.count();
-    EXPECT_NE(e.second.find("at most 24 hours"), std::string::npos) << e.second;
-  }
-  EXPECT_EQ(raw(*server, {"DBSIZE"}), "0") << "a refused acquire wrote something";
-  redis_lock a = lock("coupons", options(24h));
-  redis_handle h = a.acquire();
-  EXPECT_GT(std::stoll(raw(*server, {"PTTL", "tokenlock:coupons"})), 23 * 3600 * 1000LL);
-  for (const std::chrono::milliseconds lease : {std::chrono::milliseconds(24h + 1ms), 0ms, -1ms}) {
-    const auto e = error_of([&] { h.refresh(lease); });
-    EXPECT_EQ(e.first, errc::bad_argument) << lease.count();
-    EXPECT_NE(e.second.find("at most 24 hours"), std::string::npos) << e.second;
-    EXPECT_TRUE(h.owns()) << "a refused refresh gave up the grant";
-  }
-  // The grant is untouched: its fence, and its lease still under 24 hours.
-  EXPECT_EQ(a.holder()->fence, h.fence());
-  EXPECT_LE(std::stoll(raw(*server, {"PTTL", "tokenlock:coupons"})), 24 * 3600 * 1000LL);
-  h.refresh(1h);
-  EXPECT_LE(std::stoll(raw(*server, {"PTTL", "tokenlock:coupons"})), 3600 * 1000LL);
-  h.release();
-  EXPECT_FALSE(a.holder().has_value());
 }
 
 // ---- errors: clear, naming the server and the step, never a hang ---------------
