@@ -82,7 +82,7 @@ TEST_F(EtcdBreakTest, LivenessIsAliveForUsDeadForAnExitedChildUnknownElsewhere) 
     ASSERT_TRUE(mine);
     EXPECT_EQ(tokenlock::etcd_holder_liveness(*mine), owner_liveness::alive);
   }
-  child holder({ETCD_WORKER_PATH, "hold", c.url(), name(), "60000"});
+  child holder({LOCK_WORKER_PATH, "--lock", c.url() + "#" + name(), "hold", "60000"});
   ASSERT_EQ(holder.read_line().substr(0, 2), "H ");
   holder.signal(SIGKILL);
   holder.wait();  // reaped: no zombie is left to answer for it
