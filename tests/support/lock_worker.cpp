@@ -169,8 +169,9 @@ void append_line(const std::string& path, const std::string& line) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   const std::string s = line + "\n";
   const bool ok = fd >= 0 && ::write(fd, s.data(), s.size()) == static_cast<ssize_t>(s.size());
+  const int err = errno;  // before close() can change it
   if (fd >= 0) ::close(fd);
-  if (!ok) die("cannot append to " + path + ": " + std::strerror(errno));
+  if (!ok) die("cannot append to " + path + ": " + std::strerror(err));
 }
 
 void report(const char* success, const std::error_code& ec) {
