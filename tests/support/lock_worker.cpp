@@ -379,23 +379,25 @@ enum class needs { lock, no_lock, maybe };
 struct mode {
   const char* name;
   const char* usage;  // its arguments
+  const char* note;   // what it needs beyond tokenlock::lock, or ""
   std::size_t min_args, max_args;
   needs lock;
   int (*run)(const mode_args&);
 };
 
+const char* const directory_only = "SPEC: a lock directory";
 const mode modes[] = {
-    {"count", "COUNTER CANARY CYCLES [LOG]", 3, 4, needs::lock, count},
-    {"hold", "LEASE_MS [SKEW_MS]", 1, 2, needs::lock, hold},
-    {"wait", "", 0, 0, needs::lock, wait_mode},
-    {"signal-cleanup", "TARGET INSTALL IGNORE_HUP FORK [FSTYPE]", 4, 5, needs::lock,
-     signal_cleanup},
-    {"sigbus", "SCRATCH OWN", 2, 2, needs::maybe, sigbus},
-    {"update", "TARGET VALUE", 2, 2, needs::lock, update},
-    {"append", "TARGET LEASE_MS ID COUNT LOG", 5, 5, needs::lock, append},
-    {"incr", "FILE COUNT [LOG]", 2, 3, needs::lock, incr},
-    {"stall-update", "TARGET LEASE_MS VALUE", 3, 3, needs::lock, stall_update},
-    {"rewrite", "TARGET SIZE SYNC", 3, 3, needs::no_lock, rewrite},
+    {"count", "COUNTER CANARY CYCLES [LOG]", "", 3, 4, needs::lock, count},
+    {"hold", "LEASE_MS [SKEW_MS]", "", 1, 2, needs::lock, hold},
+    {"wait", "", "", 0, 0, needs::lock, wait_mode},
+    {"signal-cleanup", "TARGET INSTALL IGNORE_HUP FORK [FSTYPE]",
+     "FSTYPE: a lock directory's filesystem type", 4, 5, needs::lock, signal_cleanup},
+    {"sigbus", "SCRATCH OWN", directory_only, 2, 2, needs::maybe, sigbus},
+    {"update", "TARGET VALUE", "", 2, 2, needs::lock, update},
+    {"append", "TARGET LEASE_MS ID COUNT LOG", "", 5, 5, needs::lock, append},
+    {"incr", "FILE COUNT [LOG]", "", 2, 3, needs::lock, incr},
+    {"stall-update", "TARGET LEASE_MS VALUE", directory_only, 3, 3, needs::lock, stall_update},
+    {"rewrite", "TARGET SIZE SYNC", "", 3, 3, needs::no_lock, rewrite},
 };
 
 const char* lock_usage(needs n) {
@@ -406,7 +408,8 @@ const char* lock_usage(needs n) {
   std::string text = why + "\nusage (tests/support/lock_worker.cpp has the manual):";
   for (const mode& md : modes)
     text += std::string("\n  lock_worker ") + lock_usage(md.lock) + md.name +
-            (*md.usage ? " " : "") + md.usage;
+            (*md.usage ? " " : "") + md.usage + (*md.note ? "  (" : "") + md.note +
+            (*md.note ? ")" : "");
   die(text);
 }
 
