@@ -183,20 +183,20 @@ TEST_F(EtcdOwnClusterTest, AWaiterWatchingThroughAKilledLeaderIsStillWokenByTheR
   const int leader = order[0];
   tokenlock::etcd_lock lock(c.url({}, order), name());
   tokenlock::etcd_handle h = lock.acquire();
-  child waiter({ETCD_WORKER_PATH, "hold", c.url({}, order), name(), "60000"});
+  child waiter({LOCK_WORKER_PATH, "--lock", c.url({}, order) + "#" + name(), "hold", "60000"});
   wait_for_line(c, name(), 2);
   c.kill_hard(leader);
   const std::uint64_t fence = h.fence();
   h.release();
   const auto released = std::chrono::steady_clock::now();
   const auto w = split(waiter.read_line(60s));
-  ASSERT_EQ(w.size(), 4u);
+  ASSERT_EQ(w.size(), 5u);  // "H <owner> <fence> <watches> <wakes>"
   EXPECT_EQ(w[0], "H");
-  EXPECT_GT(std::stoull(w[1]), fence);
+  EXPECT_GT(std::stoull(w[2]), fence);
   // The waiter's watches last a third of its short lease (1 s), so the
   // release is seen by a watch, or by the look at the line that follows
   // one: either way within the election and a watch, not the waiter's 60 s.
-  EXPECT_LE(std::stoi(w[3]), 1);
+  EXPECT_LE(std::stoi(w[4]), 1);
   EXPECT_LT(std::chrono::steady_clock::now() - released, 15s) << "the release did not reach the waiter";
   waiter.write_line("go");
   EXPECT_EQ(waiter.read_line(), "released");

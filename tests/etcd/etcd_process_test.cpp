@@ -1,4 +1,4 @@
-// etcd_lock across real processes (etcd_worker) and a real etcd cluster:
+// etcd_lock across real processes (lock_worker, tests/support) and a real etcd cluster:
 // exclusion with an exact counter, FIFO order with one wake per release,
 // a holder stopped past its lease, and a holder killed with SIGKILL.
 #include <gtest/gtest.h>
@@ -35,8 +35,8 @@ TEST_F(EtcdProcessTest, SixteenProcessesExcludeEachOtherAndKeepTheCounterExact) 
   start_barrier gate;
   std::vector<child> kids;
   for (int i = 0; i < workers; ++i)
-    kids.emplace_back(std::vector<std::string>{ETCD_WORKER_PATH, "count", c.url(), name(), counter,
-                                               canary, std::to_string(cycles)},
+    kids.emplace_back(std::vector<std::string>{LOCK_WORKER_PATH, "--lock", c.url() + "#" + name(),
+                                               "count", counter, canary, std::to_string(cycles)},
                       &gate);
   gate.open_gate();
   for (auto& k : kids) {
@@ -57,7 +57,8 @@ TEST_F(EtcdProcessTest, WaitersAreServedInOrderWithOneWakeEachPerRelease) {
   etcd_cluster& c = shared_cluster();
   std::vector<child> line;
   for (int i = 0; i < 5; ++i) {
-    line.emplace_back(std::vector<std::string>{ETCD_WORKER_PATH, "hold", c.url(), name(), "60000"});
+    line.emplace_back(std::vector<std::string>{LOCK_WORKER_PATH, "--lock", c.url() + "#" + name(),
+                                               "hold", "60000"});
     if (i == 0) {
       EXPECT_EQ(split(line[0].read_line())[0], "H");
     }
@@ -67,12 +68,13 @@ TEST_F(EtcdProcessTest, WaitersAreServedInOrderWithOneWakeEachPerRelease) {
   for (int i = 0; i < 5; ++i) {
     if (i > 0) {
       const auto w = split(line[i].read_line());
-      ASSERT_EQ(w.size(), 4u);
+      // "H <owner> <fence> <watches> <wakes>"
+      ASSERT_EQ(w.size(), 5u);
       EXPECT_EQ(w[0], "H");
-      EXPECT_GT(std::stoull(w[1]), last) << "served out of order";
-      last = std::stoull(w[1]);
-      EXPECT_EQ(w[2], "1") << "waiter " << i << " opened more than one watch";
-      EXPECT_EQ(w[3], "1") << "waiter " << i << " was woken more than once";
+      EXPECT_GT(std::stoull(w[2]), last) << "served out of order";
+      last = std::stoull(w[2]);
+      EXPECT_EQ(w[3], "1") << "waiter " << i << " opened more than one watch";
+      EXPECT_EQ(w[4], "1") << "waiter " << i << " was woken more than once";
     }
     // Nobody behind the holder has the lock yet.
     EXPECT_EQ(keys(c, name()), 5 - i);
@@ -85,7 +87,7 @@ TEST_F(EtcdProcessTest, WaitersAreServedInOrderWithOneWakeEachPerRelease) {
 
 TEST_F(EtcdProcessTest, AHolderStoppedPastItsLeaseLearnsItLostTheLockAtRelease) {
   etcd_cluster& c = shared_cluster();
-  child holder({ETCD_WORKER_PATH, "hold", c.url(), name(), "2000"});
+  child holder({LOCK_WORKER_PATH, "--lock", c.url() + "#" + name(), "hold", "2000"});
   const auto w = split(holder.read_line());
   ASSERT_EQ(w[0], "H");
   holder.signal(SIGSTOP);
@@ -97,7 +99,7 @@ TEST_F(EtcdProcessTest, AHolderStoppedPastItsLeaseLearnsItLostTheLockAtRelease) 
   const auto before = tokenlock::detail::this_thread_etcd_wait_stats();
   tokenlock::etcd_handle h = lock.acquire();  // granted when the stopped holder's lease ends
   const auto after = tokenlock::detail::this_thread_etcd_wait_stats();
-  EXPECT_GT(h.fence(), std::stoull(w[1]));
+  EXPECT_GT(h.fence(), std::stoull(w[2]));
   // One watch per third of its own lease at most, while the holder's
   // lease (2 s) runs out: not a loop of watches that end at once.
   EXPECT_LE(after.watches - before.watches, 10u);
@@ -114,7 +116,7 @@ TEST_F(EtcdProcessTest, AHolderStoppedPastItsLeaseLearnsItLostTheLockAtRelease) 
 
 TEST_F(EtcdProcessTest, AKilledHoldersLockGoesToTheNextWaiterWhenItsLeaseEnds) {
   etcd_cluster& c = shared_cluster();
-  child holder({ETCD_WORKER_PATH, "hold", c.url(), name(), "2000"});
+  child holder({LOCK_WORKER_PATH, "--lock", c.url() + "#" + name(), "hold", "2000"});
   const auto w = split(holder.read_line());
   ASSERT_EQ(w[0], "H");
   holder.signal(SIGKILL);
@@ -125,7 +127,7 @@ TEST_F(EtcdProcessTest, AKilledHoldersLockGoesToTheNextWaiterWhenItsLeaseEnds) {
   auto busy = lock.try_acquire();
   EXPECT_FALSE(busy) << "the dead holder's lease ended at once";
   tokenlock::etcd_handle h = lock.acquire();
-  EXPECT_GT(h.fence(), std::stoull(w[1]));
+  EXPECT_GT(h.fence(), std::stoull(w[2]));
   EXPECT_EQ(keys(c, name()), 1);
 }
 

@@ -149,8 +149,8 @@ TEST_F(EtcdUpdateTest, EightProcessesIncrementingOneCounterSeeEveryValueOnce) {
   start_barrier gate;
   std::vector<child> kids;
   for (int i = 0; i < workers; ++i)
-    kids.emplace_back(std::vector<std::string>{ETCD_WORKER_PATH, "incr", c.url(), name(), counter,
-                                               std::to_string(each)},
+    kids.emplace_back(std::vector<std::string>{LOCK_WORKER_PATH, "--lock", c.url() + "#" + name(),
+                                               "incr", counter, std::to_string(each)},
                       &gate);
   gate.open_gate();
   std::set<unsigned long long> seen;

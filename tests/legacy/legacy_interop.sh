@@ -44,7 +44,7 @@ for setup in directory file; do
     pids+=($!)
   done
   for i in 1 2; do
-    "$worker" incr "$d/count" 100 "$d/lib$i.log" >"$d/lib$i.out" 2>"$d/lib$i.err" &
+    "$worker" --lock "$lock" incr "$d/count" 100 "$d/lib$i.log" >"$d/lib$i.out" 2>"$d/lib$i.err" &
     pids+=($!)
   done
   for i in 1 2; do

@@ -298,7 +298,7 @@ barrier_arm s1
 pids=()
 for i in $(seq "$per_mount"); do
   for m in "$M1" "$M2"; do
-    start "${AFTER_BARRIER[@]}" "$lw" incr "$m/s1/counter" "$k" "$logs/s1.log"
+    start "${AFTER_BARRIER[@]}" "$lw" --lock "$m/s1/counter.lock" incr "$m/s1/counter" "$k" "$logs/s1.log"
     pids+=("$PID")
   done
 done >>"$logs/s1.out" 2>>"$logs/s1.err"
@@ -330,7 +330,7 @@ canary_run() {
   for i in $(seq "$per_mount"); do
     for m in "$M1" "$M2"; do
       c=${cm/own/$m}
-      start "$lw" count "$m/$name/lock" "$c/$name/counter" "$m/$name/canary" "$cycles" "$logs/$name.log"
+      start "$lw" --lock "$m/$name/lock" count "$c/$name/counter" "$m/$name/canary" "$cycles" "$logs/$name.log"
       pids+=("$PID")
     done
   done 2>>"$logs/$name.err" >>"$logs/$name.out"
@@ -434,7 +434,7 @@ cat >"$work/ns_count.sh" <<'EOF'
 # Inside the other host: lock_worker count x N, their exit codes to files.
 lw=$1 lockdir=$2 counter=$3 canary=$4 cycles=$5 log=$6 codes=$7 n=$8
 for i in $(seq "$n"); do
-  ( "$lw" count "$lockdir" "$counter" "$canary" "$cycles" "$log"; echo $? >"$codes.$i" ) &
+  ( "$lw" --lock "$lockdir" count "$counter" "$canary" "$cycles" "$log"; echo $? >"$codes.$i" ) &
 done
 wait
 EOF
@@ -448,7 +448,7 @@ start "${OTHER_HOST[@]}" bash "$work/ns_count.sh" "$lw" "$M1/s4/lock" "$M2/s4/co
 ns_pid=$PID
 pids=()
 for i in $(seq "$per_side"); do
-  start "$lw" count "$M2/s4/lock" "$M2/s4/counter" "$M2/s4/canary" "$cycles" "$logs/s4.log" 2>>"$logs/s4.err" >>"$logs/s4.out"
+  start "$lw" --lock "$M2/s4/lock" count "$M2/s4/counter" "$M2/s4/canary" "$cycles" "$logs/s4.log" 2>>"$logs/s4.err" >>"$logs/s4.out"
   pids+=("$PID")
 done
 poll 20 barrier_ready $((2 * per_side)) "$ns_pid" "${pids[@]}" || note "not all workers reached the barrier"
@@ -466,7 +466,7 @@ lease_ms=1500 skew_ms=1000
 mkfifo "$work/s4.hold.in"
 exec 5<>"$work/s4.hold.in"
 # fd 5 keeps the holder's stdin open: it would release at end of file.
-start "${OTHER_HOST[@]}" "$lw" hold "$M1/s4/taken" "$lease_ms" 0 <"$work/s4.hold.in" >"$logs/s4.hold.out" 2>&1
+start "${OTHER_HOST[@]}" "$lw" --lock "$M1/s4/taken" hold "$lease_ms" 0 <"$work/s4.hold.in" >"$logs/s4.hold.out" 2>&1
 unshare_pid=$PID
 ok=1
 if ! poll 20 has_line '^H ' "$logs/s4.hold.out"; then
@@ -479,7 +479,7 @@ else
   grep -q '"same_host":false' <<<"$status" && grep -q '"host_tag":"otherhost-' <<<"$status" ||
     { ok=0; fail "status from here does not see a holder on another host: $status"; }
   holder=$(descendants "$unshare_pid" | tail -1)  # the namespace's pid 1: lock_worker hold
-  start "$lw" wait "$M2/s4/taken" >"$logs/s4.wait.out" 2>&1
+  start "$lw" --lock "$M2/s4/taken" wait >"$logs/s4.wait.out" 2>&1
   waiter=$PID
   poll 20 has_line '^W' "$logs/s4.wait.out" || note "the waiter did not start"
   killed_us=${EPOCHREALTIME/./}
@@ -533,7 +533,7 @@ readers_run() {
   "$tl" incr --by 0 "$M1/$name/counter" >/dev/null || note "creating the lock first failed"
   barrier_arm "$name"
   for m; do
-    start "${AFTER_BARRIER[@]}" "$lw" incr "${!m}/$name/counter" "$k" "$logs/$name.log" \
+    start "${AFTER_BARRIER[@]}" "$lw" --lock "${!m}/$name/counter.lock" incr "${!m}/$name/counter" "$k" "$logs/$name.log" \
       2>>"$logs/$name.err" >>"$logs/$name.out"
     pids+=("$PID")
   done
@@ -570,13 +570,13 @@ readers_run s5b 20 M1 M2 M1 M2
 begin "6 fenced commit"
 mkdir "$M1/s6"
 stall_lease_ms=1000
-start "$lw" stall-update "$M1/s6/lock" "$M1/s6/target" "$stall_lease_ms" first >"$logs/s6.stall.out" 2>&1
+start "$lw" --lock "$M1/s6/lock" stall-update "$M1/s6/target" "$stall_lease_ms" first >"$logs/s6.stall.out" 2>&1
 staller=$PID
 if ! poll 20 is_stopped "$staller"; then
   fail "the stalled update did not stop itself before its commit: $(cat "$logs/s6.stall.out")"
 else
   t0=$(now_ms)
-  "$lw" update "$M2/s6/lock" "$M2/s6/target" second >"$logs/s6.update.out" 2>&1 &
+  "$lw" --lock "$M2/s6/lock" update "$M2/s6/target" second >"$logs/s6.update.out" 2>&1 &
   PID=$!
   TEST_PIDS+=("$PID")
   finish 40 "$PID"
@@ -619,7 +619,7 @@ for b in 1 2 3 4 5; do
     # or the local batch's fsyncs pay for it.
     sync
     t0=${EPOCHREALTIME/./}
-    "$lw" incr "$d/counter" "$batch" "$logs/f.$where.log" || note "incr on $where failed"
+    "$lw" --lock "$d/counter.lock" incr "$d/counter" "$batch" "$logs/f.$where.log" || note "incr on $where failed"
     batch_us[$where]+="$((${EPOCHREALTIME/./} - t0)) "
   done
 done
@@ -639,11 +639,11 @@ handoff() {  # HOLD_MOUNT WAIT_MOUNT: sets HANDOFF_US, the latency, or empty
   rm -f "$work/hand.in"
   mkfifo "$work/hand.in"
   exec 5<>"$work/hand.in"
-  "$lw" hold "$1/f/$lock" 60000 0 <"$work/hand.in" >"$logs/hand.hold" 2>&1 &
+  "$lw" --lock "$1/f/$lock" hold 60000 0 <"$work/hand.in" >"$logs/hand.hold" 2>&1 &
   hp=$!
   TEST_PIDS+=("$hp")
   poll 20 has_line '^H ' "$logs/hand.hold" || { exec 5>&-; return; }
-  "$lw" wait "$2/f/$lock" >"$logs/hand.wait" 2>&1 &
+  "$lw" --lock "$2/f/$lock" wait >"$logs/hand.wait" 2>&1 &
   wp=$!
   TEST_PIDS+=("$wp")
   # Waiting: it said so and is asleep (backing off or in a blocking call).

@@ -39,7 +39,7 @@ class MultiProcessTest : public ::testing::Test {
   fs::path canary = tmp / "inside";
 
   std::vector<std::string> count_args(int cycles, int id) {
-    return {worker, "count", dir.string(), counter.string(), canary.string(),
+    return {worker, "--lock", dir.string(), "count", counter.string(), canary.string(),
             std::to_string(cycles), (tmp / ("log." + std::to_string(id))).string()};
   }
   unsigned long long counter_value() {
@@ -174,9 +174,9 @@ class TakeoverTimeTest : public MultiProcessTest,
 // seconds of slack; the time itself is a figure (takeover_ms here, and
 // docs/benchmarks.md, "Takeover after a holder's death"), not a pass mark.
 TEST_P(TakeoverTimeTest, ALockIsTakenOverOnItsHoldersDeathNotAtTheEndOfItsLease) {
-  child holder({worker, "hold", dir.string(), "60000", "1000"});
+  child holder({worker, "--lock", dir.string(), "hold", "60000", "1000"});
   ASSERT_EQ(holder.read_line().substr(0, 2), "H ");
-  child waiter({worker, "wait", dir.string()});
+  child waiter({worker, "--lock", dir.string(), "wait"});
   ASSERT_EQ(waiter.read_line(), "W");
   std::this_thread::sleep_for(std::chrono::milliseconds(GetParam().delay_ms));
   const std::int64_t t0 = monotonic_ns();
@@ -199,20 +199,24 @@ INSTANTIATE_TEST_SUITE_P(Delays, TakeoverTimeTest,
                          });
 
 TEST_F(MultiProcessTest, AStoppedHolderPastItsLeaseCannotFreeTheNewOwnersLock) {
-  child a({worker, "hold", dir.string(), "300", "0"});
+  child a({worker, "--lock", dir.string(), "hold", "300", "0"});
   std::string ha = a.read_line();
   ASSERT_EQ(ha.substr(0, 2), "H ");
   a.signal(SIGSTOP);
   // B waits for A's lease to end: A is alive (stopped), so only the lease
   // lets B in.
-  child b({worker, "hold", dir.string(), "60000", "0"});
+  child b({worker, "--lock", dir.string(), "hold", "60000", "0"});
   std::string hb = b.read_line(10s);
   ASSERT_EQ(hb.substr(0, 2), "H ");
-  EXPECT_EQ(entries(dir), std::vector<std::string>{hb.substr(2)});
+  // "H TOKEN - 0 0": a lock directory's grant has its token for id, no fence.
+  const std::string b_token = hb.substr(2, hb.find(' ', 2) - 2);
+  EXPECT_EQ(hb, "H " + b_token + " - 0 0");
+  EXPECT_EQ(entries(dir), std::vector<std::string>{b_token});
   a.signal(SIGCONT);
   a.write_line("release");
-  EXPECT_EQ(a.read_line(), "lock_lost");
-  EXPECT_EQ(entries(dir), std::vector<std::string>{hb.substr(2)}) << "B still holds the lock";
+  const std::string said = a.read_line();
+  EXPECT_EQ(said.rfind("lock_lost ", 0), 0u) << said;
+  EXPECT_EQ(entries(dir), std::vector<std::string>{b_token}) << "B still holds the lock";
   b.write_line("release");
   EXPECT_EQ(b.read_line(), "released");
   EXPECT_EQ(entries(dir), std::vector<std::string>{"lockfile"});

@@ -33,7 +33,7 @@ struct worker_setup {
 
   child start(bool install, bool ignore_hup = false, bool fork = false,
               const std::string& fs_type = {}) {
-    std::vector<std::string> args{LOCK_WORKER_PATH, "signal-cleanup", lock.string(),
+    std::vector<std::string> args{LOCK_WORKER_PATH, "--lock", lock.string(), "signal-cleanup",
                                   target.string(), install ? "1" : "0", ignore_hup ? "1" : "0",
                                   fork ? "1" : "0"};
     if (!fs_type.empty()) args.push_back(fs_type);

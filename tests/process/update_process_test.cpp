@@ -77,15 +77,16 @@ TEST_F(UpdateProcessTest, AWriterKilledAtRandomMomentsNeverLeavesATornFile) {
 
 TEST_F(UpdateProcessTest, AHolderStoppedBeforeItsCommitCannotOverwriteTheNewOwner) {
   tokenlock::atomic_write(target, "original\n");
-  child a({worker, "stall-update", lock_dir.string(), target.string(), "300", "A"});
+  child a({worker, "--lock", lock_dir.string(), "stall-update", target.string(), "300", "A"});
   ASSERT_EQ(a.read_line(), "T") << "A wrote its temporary file and is about to commit";
   ASSERT_TRUE(a.wait_stopped());
   // B waits out A's lease (A is alive, only stopped), takes over, commits.
-  child b({worker, "update", lock_dir.string(), target.string(), "B"});
+  child b({worker, "--lock", lock_dir.string(), "update", target.string(), "B"});
   EXPECT_EQ(b.read_line(10s), "committed");
   EXPECT_EQ(slurp(target), "B\n");
   a.signal(SIGCONT);
-  EXPECT_EQ(a.read_line(), "lock_lost");
+  const std::string said = a.read_line();
+  EXPECT_EQ(said.rfind("lock_lost ", 0), 0u) << said;
   EXPECT_EQ(slurp(target), "B\n") << "the late commit was fenced off";
   EXPECT_TRUE(temp_files_below(tmp.path()).empty());
   EXPECT_EQ(entries(lock_dir), std::vector<std::string>{"lockfile"});
@@ -98,8 +99,8 @@ TEST_F(UpdateProcessTest, StopsAtRandomMomentsNeverLoseACommittedUpdate) {
   std::mt19937 rng(std::random_device{}());
   std::vector<child> w;
   for (int i = 0; i < writers; ++i)
-    w.emplace_back(std::vector<std::string>{worker, "append", lock_dir.string(), target.string(),
-                                            "150", "w" + std::to_string(i), "1000000",
+    w.emplace_back(std::vector<std::string>{worker, "--lock", lock_dir.string(), "append",
+                                            target.string(), "150", "w" + std::to_string(i), "1000000",
                                             (tmp / ("log." + std::to_string(i))).string()});
   for (int s = 0; s < stops; ++s) {
     // Random moments; every other stop hits the process holding the lock
@@ -192,7 +193,8 @@ TEST_F(UpdateProcessTest, SixteenIncrementersWithKilledHoldersLoseNothing) {
   std::mt19937 rng(std::random_device{}());
   std::vector<child> w;
   for (int i = 0; i < n; ++i)
-    w.emplace_back(std::vector<std::string>{worker, "incr", counter.string(), std::to_string(count),
+    w.emplace_back(std::vector<std::string>{worker, "--lock", counter_lock.string(), "incr",
+                                            counter.string(), std::to_string(count),
                                             (tmp / ("log." + std::to_string(i))).string()});
   int killed = 0;
   for (int k = 0; k < kills; ++k) {
@@ -235,7 +237,8 @@ TEST_F(UpdateProcessTest, ACorruptCounterIsNeverOverwrittenByAnyProcess) {
   tokenlock::atomic_write(counter, "12 apples\n");
   std::vector<child> w;
   for (int i = 0; i < 8; ++i)
-    w.emplace_back(std::vector<std::string>{worker, "incr", counter.string(), "5",
+    w.emplace_back(std::vector<std::string>{worker, "--lock", counter.string() + ".lock", "incr",
+                                            counter.string(), "5",
                                             (tmp / ("log." + std::to_string(i))).string()});
   for (auto& c : w) {
     EXPECT_EQ(c.read_line(), "corrupt");

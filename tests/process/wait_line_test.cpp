@@ -75,13 +75,14 @@ class WaitLineProcessTest : public ::testing::Test {
   long run_counting_workers(int n, int cycles, bool behind_holder = true) {
     std::optional<child> holder;
     if (behind_holder) {
-      holder.emplace(std::vector<std::string>{worker, "hold", dir.string(), "60000", "1000"});
+      holder.emplace(
+          std::vector<std::string>{worker, "--lock", dir.string(), "hold", "60000", "1000"});
       EXPECT_EQ(holder->read_line().substr(0, 2), "H ");
     }
     start_barrier barrier;
     std::vector<child> workers;
     for (int i = 0; i < n; ++i)
-      workers.emplace_back(std::vector<std::string>{worker, "count", dir.string(),
+      workers.emplace_back(std::vector<std::string>{worker, "--lock", dir.string(), "count",
                                                     counter.string(), canary.string(),
                                                     std::to_string(cycles),
                                                     (tmp / ("log." + std::to_string(i))).string()},
@@ -109,11 +110,11 @@ class WaitLineProcessTest : public ::testing::Test {
 };
 
 TEST_F(WaitLineProcessTest, WaitersLineUpOnABoardBesideTheLockAndAllGetIt) {
-  child holder({worker, "hold", dir.string(), "60000", "1000"});
+  child holder({worker, "--lock", dir.string(), "hold", "60000", "1000"});
   ASSERT_EQ(holder.read_line().substr(0, 2), "H ");
   std::vector<child> waiters;
   for (int i = 0; i < 3; ++i) {
-    waiters.emplace_back(std::vector<std::string>{worker, "wait", dir.string()});
+    waiters.emplace_back(std::vector<std::string>{worker, "--lock", dir.string(), "wait"});
     ASSERT_EQ(waiters.back().read_line(), "W");
   }
   ASSERT_TRUE(someone_heads_the_line());
@@ -137,13 +138,13 @@ TEST_F(WaitLineProcessTest, WaitersLineUpOnABoardBesideTheLockAndAllGetIt) {
 }
 
 TEST_F(WaitLineProcessTest, AHeadKilledWhileWaitingIsReplacedAndTheLineMoves) {
-  child holder({worker, "hold", dir.string(), "60000", "1000"});
+  child holder({worker, "--lock", dir.string(), "hold", "60000", "1000"});
   ASSERT_EQ(holder.read_line().substr(0, 2), "H ");
-  child head({worker, "wait", dir.string()});
+  child head({worker, "--lock", dir.string(), "wait"});
   ASSERT_EQ(head.read_line(), "W");
   ASSERT_TRUE(someone_heads_the_line());
   const std::uint32_t head_id = board_word(wait_line::head_word);
-  child sleeper({worker, "wait", dir.string()});
+  child sleeper({worker, "--lock", dir.string(), "wait"});
   ASSERT_EQ(sleeper.read_line(), "W");
   head.signal(SIGKILL);
   const int status = head.wait();
@@ -163,7 +164,7 @@ TEST_F(WaitLineProcessTest, ABoardLeftByTheLastBootDoesNotHoldAWaiterFromAFreedL
   // The board survived a reboot: its head word names a waiter killed at
   // shutdown, and its beat, a reading of the last boot's monotonic clock,
   // lies 1000 s ahead of this boot's.
-  child holder({worker, "hold", dir.string(), "60000", "1000"});
+  child holder({worker, "--lock", dir.string(), "hold", "60000", "1000"});
   ASSERT_EQ(holder.read_line().substr(0, 2), "H ");
   {
     std::uint32_t w[1024] = {};
@@ -174,7 +175,7 @@ TEST_F(WaitLineProcessTest, ABoardLeftByTheLastBootDoesNotHoldAWaiterFromAFreedL
     std::ofstream out(board.string(), std::ios::binary);
     out.write(reinterpret_cast<const char*>(w), sizeof w);
   }
-  child waiter({worker, "wait", dir.string()});  // waits up to 30 s
+  child waiter({worker, "--lock", dir.string(), "wait"});  // waits up to 30 s
   ASSERT_EQ(waiter.read_line(), "W");
   ASSERT_TRUE(someone_heads_the_line(12345)) << "the dead head was never replaced";
   const std::int64_t freed = monotonic_ns();
@@ -247,9 +248,9 @@ TEST_F(WaitLineProcessTest, ABoardEmptiedUnderItsWaitersKillsNobodyAndLosesNothi
 // The board's handler takes only faults on boards: any other SIGBUS goes to
 // the handler the program had, or ends the program as it would have.
 TEST_F(WaitLineProcessTest, AnotherSigbusReachesTheProgramsHandlerOrEndsItAsBefore) {
-  child holder({worker, "hold", dir.string(), "60000", "1000"});
+  child holder({worker, "--lock", dir.string(), "hold", "60000", "1000"});
   ASSERT_EQ(holder.read_line().substr(0, 2), "H ");
-  child own({worker, "sigbus", dir.string(), tmp.path().string(), "1"});
+  child own({worker, "--lock", dir.string(), "sigbus", tmp.path().string(), "1"});
   EXPECT_EQ(own.read_line(), "board");
   EXPECT_EQ(own.read_line(), "own handler");
   int status = own.wait();
@@ -257,11 +258,11 @@ TEST_F(WaitLineProcessTest, AnotherSigbusReachesTheProgramsHandlerOrEndsItAsBefo
   // Without a handler of its own the program ends as the same program
   // without a board does: killed by SIGBUS, or, under AddressSanitizer,
   // by its report.
-  child before({worker, "sigbus", "-", tmp.path().string(), "0"});
+  child before({worker, "sigbus", tmp.path().string(), "0"});
   EXPECT_EQ(before.read_line(), "board");
   const int status_without_board = before.wait();
   EXPECT_FALSE(WIFEXITED(status_without_board) && WEXITSTATUS(status_without_board) == 0);
-  child none({worker, "sigbus", dir.string(), tmp.path().string(), "0"});
+  child none({worker, "--lock", dir.string(), "sigbus", tmp.path().string(), "0"});
   EXPECT_EQ(none.read_line(), "board");
   status = none.wait();
   EXPECT_EQ(status, status_without_board);

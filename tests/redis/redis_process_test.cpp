@@ -27,12 +27,13 @@ using tokenlock::testing::temp_dir;
 
 namespace {
 
-const std::string worker = REDIS_WORKER_PATH;
+const std::string worker = LOCK_WORKER_PATH;
 
-// "H <fence> <owner>" -> fence.
+// The worker's "H <owner> <fence> <watches> <wakes>" -> fence.
 std::uint64_t fence_of(const std::string& line) {
   EXPECT_EQ(line.rfind("H ", 0), 0u) << line;
-  return std::stoull(line.substr(2, line.find(' ', 2) - 2));
+  const std::size_t from = line.find(' ', 2) + 1;
+  return std::stoull(line.substr(from, line.find(' ', from) - from));
 }
 
 redis_lock_options waiting(std::chrono::milliseconds wait, std::chrono::milliseconds lease = 30s) {
@@ -67,8 +68,9 @@ TEST_F(RedisProcessTest, SixteenProcessesNeverOverlapAndCountExactly) {
   start_barrier barrier;
   std::vector<child> workers;
   for (int i = 0; i < processes; ++i)
-    workers.emplace_back(std::vector<std::string>{worker, "count", server->url(), "coupons",
-                                                  counter, canary, std::to_string(cycles)},
+    workers.emplace_back(std::vector<std::string>{worker, "--lock", server->url() + "#coupons",
+                                                  "count", counter, canary,
+                                                  std::to_string(cycles)},
                          &barrier);
   barrier.open_gate();
   for (auto& w : workers) {
@@ -88,8 +90,8 @@ TEST_F(RedisProcessTest, SixteenProcessesIncrementOneCounterFileExactly) {
   start_barrier barrier;
   std::vector<child> workers;
   for (int i = 0; i < processes; ++i)
-    workers.emplace_back(std::vector<std::string>{worker, "incr", server->url(), "hits", file,
-                                                  std::to_string(count)},
+    workers.emplace_back(std::vector<std::string>{worker, "--lock", server->url() + "#hits",
+                                                  "incr", file, std::to_string(count)},
                          &barrier);
   barrier.open_gate();
   std::set<unsigned long> seen;
@@ -106,7 +108,7 @@ TEST_F(RedisProcessTest, SixteenProcessesIncrementOneCounterFileExactly) {
 }
 
 TEST_F(RedisProcessTest, AHolderStoppedPastItsLeaseIsTakenOverAndLearnsItLostTheLock) {
-  child h({worker, "hold", server->url(), "coupons", "300"});
+  child h({worker, "--lock", server->url() + "#coupons", "hold", "300"});
   const std::uint64_t stalled = fence_of(h.read_line());
   h.signal(SIGSTOP);
   ASSERT_TRUE(h.wait_stopped());
@@ -130,7 +132,7 @@ TEST_F(RedisProcessTest, AHolderStoppedPastItsLeaseIsTakenOverAndLearnsItLostThe
 // waiter went back to the end of the line.
 TEST_F(RedisProcessTest, ANewcomerCannotTakeTheLockFromTheWaiterTheReleaseWoke) {
   redis_handle h = redis_lock(server->url(), "coupons", waiting(0ms)).acquire();
-  child w({worker, "hold", server->url(), "coupons", "30000"});
+  child w({worker, "--lock", server->url() + "#coupons", "hold", "30000"});
   ASSERT_TRUE(someone_blocks());
   w.signal(SIGSTOP);
   ASSERT_TRUE(w.wait_stopped());
@@ -164,7 +166,7 @@ TEST_F(RedisProcessTest, ANewcomerCannotTakeTheLockFromTheWaiterTheReleaseWoke) 
 // waits its turn again and gets it at the newcomer's release.
 TEST_F(RedisProcessTest, AWokenWaiterThatNeverComesHoldsTheLockUpOnlyForTheGrace) {
   redis_handle h = redis_lock(server->url(), "coupons", waiting(0ms)).acquire();
-  child w({worker, "hold", server->url(), "coupons", "30000"});
+  child w({worker, "--lock", server->url() + "#coupons", "hold", "30000"});
   ASSERT_TRUE(someone_blocks());
   w.signal(SIGSTOP);
   ASSERT_TRUE(w.wait_stopped());
@@ -185,7 +187,7 @@ TEST_F(RedisProcessTest, AWokenWaiterThatNeverComesHoldsTheLockUpOnlyForTheGrace
 }
 
 TEST_F(RedisProcessTest, AKilledHoldersLockFreesAtTheEndOfItsLease) {
-  child h({worker, "hold", server->url(), "coupons", "400"});
+  child h({worker, "--lock", server->url() + "#coupons", "hold", "400"});
   const std::uint64_t dead = fence_of(h.read_line());
   h.signal(SIGKILL);
   h.wait();
@@ -194,7 +196,7 @@ TEST_F(RedisProcessTest, AKilledHoldersLockFreesAtTheEndOfItsLease) {
 }
 
 TEST_F(RedisProcessTest, ARestartWithoutPersistenceTellsHoldersAndFencesKeepIncreasing) {
-  child h({worker, "hold", server->url(), "coupons", "30000"});
+  child h({worker, "--lock", server->url() + "#coupons", "hold", "30000"});
   const std::uint64_t before = fence_of(h.read_line());
   server->kill_hard();
   server->restart();
@@ -222,7 +224,7 @@ TEST_F(RedisProcessTest, AReplicaPromotedWithoutTheLastGrantKeepsFencesIncreasin
   EXPECT_NE(replica.cli({"GET", "tokenlock:coupons:fence"}), "");
   // Replication stops here: the replica misses the next grant.
   ASSERT_EQ(replica.cli({"REPLICAOF", "NO", "ONE"}), "OK");
-  child h({worker, "hold", server->unix_url(), "coupons", "30000"});
+  child h({worker, "--lock", server->unix_url() + "#coupons", "hold", "30000"});
   const std::uint64_t granted = fence_of(h.read_line());
   EXPECT_GT(granted, earlier);
   server->kill_hard();

@@ -22,7 +22,7 @@
  *
  * worker: one process of the mixed case (docs/waiting-turnstile.md): runs
  * until SECONDS pass, creating CANARY with O_EXCL inside the lock when
- * given (as tests/process/lock_worker does), and prints
+ * given (as tests/support/lock_worker does), and prints
  * "ops N p50_us X p99_us Y max_us Z".
  */
 
@@ -33,7 +33,7 @@ namespace TurnstileBench;
 require __DIR__ . '/turnstile_lock.php';
 
 /**
- * The counter of tests/process/lock_worker: 20 digits and a newline. In
+ * The counter of tests/support/lock_worker: 20 digits and a newline. In
  * place (-c inplace: a read and a write at offset 0, as lock_worker does),
  * or replaced the way the counters replace it (-c replace, the default: a
  * temporary file written and renamed over it, no fsync), so that the

@@ -35,7 +35,7 @@ package ModuleLock {
     sub release { my ($self) = @_; (delete $self->{lock})->release }
 }
 
-# The counter of tests/process/lock_worker (20 digits and a newline), in
+# The counter of tests/support/lock_worker (20 digits and a newline), in
 # place or replaced by a temporary file renamed over it, as in contend.php.
 sub increment {
     my ($counter, $in_place, $fh) = @_;

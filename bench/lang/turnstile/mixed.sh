@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # C++ waiters (the library's wait board, D.wait) and turnstile waiters (PHP
 # and Perl prototypes, D/turnstile) on one lock at once, all incrementing
-# one counter inside a canary (tests/process/lock_worker count): everyone
+# one counter inside a canary (tests/support/lock_worker count): everyone
 # must make progress, nobody may be inside with another (the canary), and
 # the counter must equal the increments everyone reports.
 #
 #   bench/lang/turnstile/mixed.sh [-b BUILD] [-s SCHEME] [-c CXX] [-p PHP] [-l PERL] [-t SECONDS] [-k CYCLES]
 #
-# BUILD (default: build/ in the source tree) has tests/process/lock_worker. CXX
+# BUILD (default: build/ in the source tree) has tests/support/lock_worker. CXX
 # lock_worker processes do CYCLES increments each (default 3 x 8000, about
 # as long as the others run); PHP and PERL prototype processes (default 3
 # and 2) run SCHEME (default aged) for SECONDS (default 4). Prints one line per process: its
@@ -23,7 +23,7 @@ while getopts "b:s:c:p:l:t:k:" o; do
     l) perl=$OPTARG ;; t) seconds=$OPTARG ;; k) cycles=$OPTARG ;; *) exit 64 ;;
   esac
 done
-worker=$build/tests/process/lock_worker
+worker=$build/tests/support/lock_worker
 [ -x "$worker" ] || { echo "SKIP: $worker is not built"; exit 77; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -32,7 +32,7 @@ printf '%020d\n' 0 >"$work/count"
 
 for ((i = 0; i < cxx; i++)); do
   ( start=$(date +%s.%N)
-    "$worker" count "$work/d.lock" "$work/count" "$work/canary" "$cycles" "$work/cxx$i.log" >"$work/cxx$i.out" 2>&1
+    "$worker" --lock "$work/d.lock" count "$work/count" "$work/canary" "$cycles" "$work/cxx$i.log" >"$work/cxx$i.out" 2>&1
     echo "status $? seconds $(echo "$(date +%s.%N) - $start" | bc)" >>"$work/cxx$i.out" ) &
 done
 for ((i = 0; i < php; i++)); do

@@ -173,7 +173,7 @@ class Torture:
                     'else echo "e $? $(date +%s.%N)" >>"$2"; fi; done')
             return ["bash", "-c", loop, "loop", self.stop, log, a.tokenlock, c]
         if kind == "cxx":
-            return [a.lock_worker, "incr", c, "20", log]
+            return [a.lock_worker, "--lock", c + ".lock", "incr", c, "20", log]
         if kind == "legacy":
             return ["perl", os.path.join(a.source, "tests/legacy/my_flock.pl"), c + ".lock", "60", "0.002",
                     "incr", c, "20"]
@@ -389,7 +389,8 @@ class Torture:
     def start_stall(self):
         slot = len(self.stalls)
         c = self.counter(slot)
-        p = subprocess.Popen([self.a.lock_worker, "stall-update", c + ".lock", c, "1000", str(self.STALL_VALUE)],
+        p = subprocess.Popen([self.a.lock_worker, "--lock", c + ".lock", "stall-update", c, "1000",
+                              str(self.STALL_VALUE)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         rec = {"proc": p, "stopped": False, "out": []}
         self.stalls.append(rec)
@@ -607,7 +608,7 @@ class Torture:
     def check_stalls(self):
         for rec in self.stalls:
             out = rec["out"]
-            if "lock_lost" in out:
+            if any(line.startswith("lock_lost") for line in out):   # "lock_lost MESSAGE"
                 self.stall["lock_lost"] += 1
             elif "committed" in out:
                 self.fail("a stalled C++ update committed after its lock was taken over: %s" % out)

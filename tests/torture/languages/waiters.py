@@ -139,7 +139,7 @@ def play_round(r, natives, lockdir, lock_worker, rng):
     for n in others:
         for _ in range(2):
             n.send("cycle")
-    waiters = [subprocess.Popen([lock_worker, "wait", lockdir], stdout=subprocess.PIPE, text=True)
+    waiters = [subprocess.Popen([lock_worker, "--lock", lockdir, "wait"], stdout=subprocess.PIPE, text=True)
                for _ in range(CXX_WAITERS)]
     for w in waiters:
         if w.stdout.readline().strip() != "W":
