@@ -3,14 +3,28 @@
 // Purpose
 //   update_file() is the transaction CGI programs and scripts need: lock,
 //   read the file, compute the new contents, write them atomically, unlock.
-//   Its commit is fenced: the new contents are written to a temporary file
-//   inside the held token directory (in its subdirectory w, which the first
-//   update makes) and renamed over the target through the token's current
-//   path. If the lock was taken over meanwhile (this process
-//   stalled past its lease), that path no longer exists, the rename fails
-//   and nothing is written: a late holder can never overwrite what the new
-//   owner wrote. docs/atomic-writes.md and docs/protocol.md ("The fence made
-//   of path names") say what remains.
+//   Its commit is fenced, so that a holder that stalled past its lease can
+//   never overwrite what the next owner wrote. Each backend has its fence:
+//   - a lock directory (rename_lock): the new contents are written to a
+//     temporary file inside the held token directory (in its subdirectory
+//     w, which the first update makes) and renamed over the target through
+//     the token's current path. If the lock was taken over meanwhile, that
+//     path no longer exists, the rename fails and nothing is written.
+//     docs/atomic-writes.md and docs/protocol.md ("The fence made of path
+//     names") say what remains.
+//   - a lock server (redis_lock, etcd_lock: a grant with handle::fence()):
+//     a fence directory TARGET.fence beside the target holds one entry
+//     named after the largest fence that has updated the file. The holder
+//     renames it to its own fence's name before it reads the target (or
+//     fails with lock_lost when the entry's is larger), writes its
+//     temporary file inside it and commits through the entry's path: a
+//     holder whose entry a newer one renamed away finds its path gone and
+//     writes nothing. The target must be written only through these
+//     functions (or by programs that honour the fence directory).
+//     docs/redis.md (The file fence) and docs/etcd.md (Fenced file updates).
+//   The functions taking a tokenlock::lock& or tokenlock::handle (lock.hpp)
+//   choose the fence by what is behind them, so that one program updates
+//   files under any backend, opened by a spec (open_lock.hpp).
 //
 // Calling sequence
 //     tokenlock::rename_lock lock("/srv/app/data/guestbook.lock");
@@ -23,12 +37,21 @@
 //         "/srv/app/data/hits.count",
 //         tokenlock::rename_lock("/srv/app/data/hits.count.lock"));
 //
+//     std::unique_ptr<tokenlock::lock> any = tokenlock::open_lock(spec);
+//     hits = tokenlock::increment_counter("/srv/app/data/hits.count", *any);
+//
 // Errors
-//   - the lock's: busy, timed_out, lock_corrupt, ... (rename_lock.hpp);
-//   - errc::lock_lost: the token was taken over before the commit; nothing
-//     was written;
-//   - errc::not_fenced: lock and target are on different filesystems and
-//     update_options::require_fence is set; nothing was written;
+//   - the lock's: busy, timed_out, lock_corrupt, ... (rename_lock.hpp,
+//     redis_lock.hpp, etcd_lock.hpp);
+//   - errc::lock_lost: the lock was taken over before the commit (a lock
+//     directory's token is gone, or a newer holder's fence entry is there);
+//     nothing was written;
+//   - errc::not_fenced: a lock directory and the target are on different
+//     filesystems and update_options::require_fence is set, or a
+//     tokenlock::lock whose grants have no fence and that is no lock
+//     directory; nothing was written;
+//   - errc::lock_corrupt: the fence directory holds other than one entry
+//     (changed by hand); nothing was written;
 //   - the atomic write's (atomic_write.hpp), including dir_sync_failed;
 //   - reading the current contents: EFBIG over update_options::read_limit,
 //     EINVAL for a FIFO, device or socket, ELOOP for a symbolic link that
@@ -46,8 +69,9 @@
 //   docs/atomic-writes.md has the measured cost of each level.
 //
 // Thread safety
-//   As rename_lock: any number of threads and processes may update the same
-//   file through locks on the same directory.
+//   As the lock: any number of threads and processes may update the same
+//   file through rename_locks on the same directory; a Redis or etcd lock
+//   object must not be used by two threads at once (one each).
 #pragma once
 
 #include <cstdint>
@@ -60,11 +84,15 @@
 #include <boost/filesystem/path.hpp>
 
 #include "tokenlock/atomic_write.hpp"
+#include "tokenlock/lock.hpp"
 #include "tokenlock/rename_lock.hpp"
 #include "tokenlock/update_options.hpp"
 
 namespace tokenlock {
 
+// The update under a lock directory. A rename_lock (even a temporary or a
+// const one) binds here rather than to the tokenlock::lock& forms below;
+// both do the same.
 update_result update_file(const boost::filesystem::path& target, const rename_lock& lock,
                           const update_function& fn, const update_options& options = {});
 update_result update_file(const boost::filesystem::path& target, const rename_lock& lock,
@@ -77,6 +105,22 @@ update_result update_file(const boost::filesystem::path& target, const rename_lo
 std::uint64_t increment_counter(const boost::filesystem::path& file, const rename_lock& lock,
                                 std::uint64_t by = 1, const update_options& options = {});
 std::uint64_t increment_counter(const boost::filesystem::path& file, const rename_lock& lock,
+                                std::uint64_t by, const update_options& options,
+                                std::error_code& ec) noexcept;
+
+// The same under any lock (lock.hpp): a lock directory's commit goes
+// through its token as above (update_result::fenced false when it could
+// not), a Redis or etcd grant's through the fence directory
+// (update_result::fenced always true). With update_options::keep_alive the
+// grant's lease is refreshed while `fn` runs, on every backend.
+update_result update_file(const boost::filesystem::path& target, lock& lock,
+                          const update_function& fn, const update_options& options = {});
+update_result update_file(const boost::filesystem::path& target, lock& lock,
+                          const update_function& fn, const update_options& options,
+                          std::error_code& ec);
+std::uint64_t increment_counter(const boost::filesystem::path& file, lock& lock,
+                                std::uint64_t by = 1, const update_options& options = {});
+std::uint64_t increment_counter(const boost::filesystem::path& file, lock& lock,
                                 std::uint64_t by, const update_options& options,
                                 std::error_code& ec) noexcept;
 
@@ -112,6 +156,44 @@ std::uint64_t increment_counter(const boost::filesystem::path& file, const renam
 void commit_file(const lock_handle& lock, const boost::filesystem::path& target,
                  std::string_view contents, const write_options& options = {});
 void commit_file(const lock_handle& lock, const boost::filesystem::path& target,
+                 std::string_view contents, const write_options& options,
+                 std::error_code& ec) noexcept;
+
+// The same under a grant of any lock (lock.hpp), held by the caller:
+//     tokenlock::handle h = lock->acquire();
+//     std::optional<std::string> old = tokenlock::read_file(target);
+//     tokenlock::commit_file(h, target, next_version(old));
+//     h.release();
+// - A lock directory's grant (a lock_handle behind the handle) commits
+//   through its token exactly as above, with the same errors.
+// - A Redis or etcd grant claims the fence directory's entry for its fence
+//   (renames TARGET.fence's one entry to its own fence's name, as
+//   update_file does before its read), writes the temporary file inside
+//   that entry and renames it over the target through the entry's path.
+//   What that protects: nothing is written when a newer grant of the lock
+//   has claimed the entry before our claim (lock_lost at once) or between
+//   our claim and our rename (the rename finds the path gone: lock_lost),
+//   and once we have claimed it, an older holder that stalled past its
+//   lease writes nothing through it. What it does not protect: the
+//   caller's read happened before the claim, so a stalled older holder's
+//   commit that lands between that read and the claim is overwritten by
+//   contents computed without it. update_file claims before it reads and
+//   has no such window: use it for read-modify-write. Nor does the claim
+//   ask the server whether the grant still stands: a grant that was broken
+//   or expired, with no newer holder having claimed the entry since, still
+//   commits (the fence orders the holders that use it; refresh() first to
+//   know that the grant is alive).
+// Errors, beyond the atomic write's (nothing is written by any but the
+// last): errc::bad_argument for an empty handle; errc::lock_lost for a
+// grant that was released or found lost, or a newer fence as above;
+// errc::not_owner in a forked child; errc::not_fenced for a grant that has
+// no fence and is no lock directory's; errc::lock_corrupt for a fence
+// directory with other than one entry; errc::untrusted for a fence
+// directory or entry others may write; errc::dir_sync_failed: committed,
+// but the directory flush that options.sync asked for failed.
+void commit_file(const handle& lock, const boost::filesystem::path& target,
+                 std::string_view contents, const write_options& options = {});
+void commit_file(const handle& lock, const boost::filesystem::path& target,
                  std::string_view contents, const write_options& options,
                  std::error_code& ec) noexcept;
 
