@@ -84,7 +84,7 @@
 
 #include "tokenlock/errors.hpp"
 #include "tokenlock/lock.hpp"
-#include "tokenlock/update.hpp"
+#include "tokenlock/update_any.hpp"
 #include "tokenlock/update_options.hpp"
 
 namespace tokenlock {
@@ -245,7 +245,7 @@ class redis_handle {
 };
 
 // update_file, increment_counter and commit_file under a Redis lock are
-// tokenlock/update.hpp's forms for any tokenlock::lock (included here, so
+// tokenlock/update_any.hpp's forms for any tokenlock::lock (included here, so
 // that code written for this header's own overloads still compiles): the
 // commit is fenced by the grant's fence through a directory TARGET.fence
 // beside the target; a holder that stalled past its lease writes nothing

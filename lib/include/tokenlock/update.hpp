@@ -24,7 +24,10 @@
 //     docs/redis.md (The file fence) and docs/etcd.md (Fenced file updates).
 //   The functions taking a tokenlock::lock& or tokenlock::handle (lock.hpp)
 //   choose the fence by what is behind them, so that one program updates
-//   files under any backend, opened by a spec (open_lock.hpp).
+//   files under any backend, opened by a spec (open_lock.hpp). They are
+//   declared in tokenlock/update_any.hpp, which this header includes, and
+//   which redis_lock.hpp and etcd_lock.hpp include without the lock
+//   directory's header.
 //
 // Calling sequence
 //     tokenlock::rename_lock lock("/srv/app/data/guestbook.lock");
@@ -84,15 +87,15 @@
 #include <boost/filesystem/path.hpp>
 
 #include "tokenlock/atomic_write.hpp"
-#include "tokenlock/lock.hpp"
 #include "tokenlock/rename_lock.hpp"
+#include "tokenlock/update_any.hpp"
 #include "tokenlock/update_options.hpp"
 
 namespace tokenlock {
 
 // The update under a lock directory. A rename_lock (even a temporary or a
-// const one) binds here rather than to the tokenlock::lock& forms below;
-// both do the same.
+// const one) binds here rather than to the tokenlock::lock& forms of
+// update_any.hpp (included above); both do the same.
 update_result update_file(const boost::filesystem::path& target, const rename_lock& lock,
                           const update_function& fn, const update_options& options = {});
 update_result update_file(const boost::filesystem::path& target, const rename_lock& lock,
@@ -105,22 +108,6 @@ update_result update_file(const boost::filesystem::path& target, const rename_lo
 std::uint64_t increment_counter(const boost::filesystem::path& file, const rename_lock& lock,
                                 std::uint64_t by = 1, const update_options& options = {});
 std::uint64_t increment_counter(const boost::filesystem::path& file, const rename_lock& lock,
-                                std::uint64_t by, const update_options& options,
-                                std::error_code& ec) noexcept;
-
-// The same under any lock (lock.hpp): a lock directory's commit goes
-// through its token as above (update_result::fenced false when it could
-// not), a Redis or etcd grant's through the fence directory
-// (update_result::fenced always true). With update_options::keep_alive the
-// grant's lease is refreshed while `fn` runs, on every backend.
-update_result update_file(const boost::filesystem::path& target, lock& lock,
-                          const update_function& fn, const update_options& options = {});
-update_result update_file(const boost::filesystem::path& target, lock& lock,
-                          const update_function& fn, const update_options& options,
-                          std::error_code& ec);
-std::uint64_t increment_counter(const boost::filesystem::path& file, lock& lock,
-                                std::uint64_t by = 1, const update_options& options = {});
-std::uint64_t increment_counter(const boost::filesystem::path& file, lock& lock,
                                 std::uint64_t by, const update_options& options,
                                 std::error_code& ec) noexcept;
 
@@ -156,44 +143,6 @@ std::uint64_t increment_counter(const boost::filesystem::path& file, lock& lock,
 void commit_file(const lock_handle& lock, const boost::filesystem::path& target,
                  std::string_view contents, const write_options& options = {});
 void commit_file(const lock_handle& lock, const boost::filesystem::path& target,
-                 std::string_view contents, const write_options& options,
-                 std::error_code& ec) noexcept;
-
-// The same under a grant of any lock (lock.hpp), held by the caller:
-//     tokenlock::handle h = lock->acquire();
-//     std::optional<std::string> old = tokenlock::read_file(target);
-//     tokenlock::commit_file(h, target, next_version(old));
-//     h.release();
-// - A lock directory's grant (a lock_handle behind the handle) commits
-//   through its token exactly as above, with the same errors.
-// - A Redis or etcd grant claims the fence directory's entry for its fence
-//   (renames TARGET.fence's one entry to its own fence's name, as
-//   update_file does before its read), writes the temporary file inside
-//   that entry and renames it over the target through the entry's path.
-//   What that protects: nothing is written when a newer grant of the lock
-//   has claimed the entry before our claim (lock_lost at once) or between
-//   our claim and our rename (the rename finds the path gone: lock_lost),
-//   and once we have claimed it, an older holder that stalled past its
-//   lease writes nothing through it. What it does not protect: the
-//   caller's read happened before the claim, so a stalled older holder's
-//   commit that lands between that read and the claim is overwritten by
-//   contents computed without it. update_file claims before it reads and
-//   has no such window: use it for read-modify-write. Nor does the claim
-//   ask the server whether the grant still stands: a grant that was broken
-//   or expired, with no newer holder having claimed the entry since, still
-//   commits (the fence orders the holders that use it; refresh() first to
-//   know that the grant is alive).
-// Errors, beyond the atomic write's (nothing is written by any but the
-// last): errc::bad_argument for an empty handle; errc::lock_lost for a
-// grant that was released or found lost, or a newer fence as above;
-// errc::not_owner in a forked child; errc::not_fenced for a grant that has
-// no fence and is no lock directory's; errc::lock_corrupt for a fence
-// directory with other than one entry; errc::untrusted for a fence
-// directory or entry others may write; errc::dir_sync_failed: committed,
-// but the directory flush that options.sync asked for failed.
-void commit_file(const handle& lock, const boost::filesystem::path& target,
-                 std::string_view contents, const write_options& options = {});
-void commit_file(const handle& lock, const boost::filesystem::path& target,
                  std::string_view contents, const write_options& options,
                  std::error_code& ec) noexcept;
 
