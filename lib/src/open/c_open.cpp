@@ -20,6 +20,17 @@ std::unique_ptr<tokenlock::lock> open_spec(const char* spec, const tokenlock_opt
   return tokenlock::open_lock(spec, o, ec);
 }
 
+// Runs f(lock) on the lock `spec` names, catching everything.
+template <class F>
+int with_spec(const char* spec, const tokenlock_options* options, F f) {
+  return guarded([&]() -> int {
+    std::error_code ec;
+    std::unique_ptr<tokenlock::lock> lock = open_spec(spec, options, ec);
+    if (ec) return failed(ec);
+    return f(lock);
+  });
+}
+
 }  // namespace
 
 extern "C" int tokenlock_open(const char* spec, const tokenlock_options* options,
@@ -27,10 +38,7 @@ extern "C" int tokenlock_open(const char* spec, const tokenlock_options* options
   if (out) *out = nullptr;
   if (!spec || !out) return bad_argument("tokenlock_open", "spec and out must not be NULL");
   if (!valid(options)) return bad_argument("tokenlock_open", "an option is out of range");
-  return guarded([&]() -> int {
-    std::error_code ec;
-    std::unique_ptr<tokenlock::lock> lock = open_spec(spec, options, ec);
-    if (ec) return failed(ec);
+  return with_spec(spec, options, [&](std::unique_ptr<tokenlock::lock>& lock) {
     return hand_out(std::move(lock), out);
   });
 }
@@ -41,10 +49,7 @@ extern "C" int tokenlock_update_file_spec(const char* path, const char* spec,
   if (!path || !spec || !fn)
     return bad_argument("tokenlock_update_file_spec", "path, spec and fn must not be NULL");
   if (!valid(options)) return bad_argument("tokenlock_update_file_spec", "an option is out of range");
-  return guarded([&]() -> int {
-    std::error_code ec;
-    std::unique_ptr<tokenlock::lock> lock = open_spec(spec, options, ec);
-    if (ec) return failed(ec);
+  return with_spec(spec, options, [&](std::unique_ptr<tokenlock::lock>& lock) {
     return update_under(*lock, path, options, fn, arg);
   });
 }
@@ -53,10 +58,7 @@ extern "C" int tokenlock_increment_spec(const char* path, const char* spec, uint
                                         const tokenlock_options* options, uint64_t* value) {
   if (!path || !spec) return bad_argument("tokenlock_increment_spec", "path and spec must not be NULL");
   if (!valid(options)) return bad_argument("tokenlock_increment_spec", "an option is out of range");
-  return guarded([&]() -> int {
-    std::error_code ec;
-    std::unique_ptr<tokenlock::lock> lock = open_spec(spec, options, ec);
-    if (ec) return failed(ec);
+  return with_spec(spec, options, [&](std::unique_ptr<tokenlock::lock>& lock) {
     return increment_under(*lock, path, by, options, value);
   });
 }
