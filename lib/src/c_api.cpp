@@ -135,6 +135,42 @@ struct declined {};
 
 }  // namespace
 
+namespace tokenlock::detail::c_api {
+
+int update_under(tokenlock::lock& lock, const char* path, const tokenlock_options* options,
+                 tokenlock_update_fn fn, void* arg) {
+  std::error_code ec;
+  try {
+    tokenlock::update_file(
+        path, lock,
+        [&](const std::optional<std::string>& current) {
+          tokenlock_buffer next;
+          const int rc = fn(arg, current ? current->data() : "", current ? current->size() : 0,
+                            current ? 1 : 0, &next);
+          if (rc != 0) throw declined{};
+          return std::move(next.data);
+        },
+        update_options_of(options), ec);
+  } catch (const declined&) {
+    return fail(TOKENLOCK_EABORTED, std::string("tokenlock: update ") + path +
+                                        ": the update function declined (returned non-zero); "
+                                        "nothing was written");
+  }
+  return ec ? failed(ec) : TOKENLOCK_OK;
+}
+
+int increment_under(tokenlock::lock& lock, const char* path, std::uint64_t by,
+                    const tokenlock_options* options, std::uint64_t* value) {
+  std::error_code ec;
+  const std::uint64_t v =
+      tokenlock::increment_counter(path, lock, by, update_options_of(options), ec);
+  // After dir_sync_failed the count is committed: its value is handed out.
+  if (value && (!ec || ec == tokenlock::errc::dir_sync_failed)) *value = v;
+  return ec ? failed(ec) : TOKENLOCK_OK;
+}
+
+}  // namespace tokenlock::detail::c_api
+
 extern "C" {
 
 void tokenlock_options_init(tokenlock_options* options) {
@@ -218,14 +254,9 @@ int tokenlock_commit_file(tokenlock_lock* lock, const char* path, const void* da
   if (!lock || !path || (!data && len))
     return bad_argument("tokenlock_commit_file", "lock, path and data must not be NULL");
   if (!valid(options)) return bad_argument("tokenlock_commit_file", "an option is out of range");
-  const tokenlock::lock_handle* held = lock->handle.as<tokenlock::lock_handle>();
-  if (!held)
-    return bad_argument("tokenlock_commit_file",
-                        "a commit through the token needs a lock directory's lock; a Redis or "
-                        "etcd lock has no token to commit through");
   return guarded([&]() -> int {
     std::error_code ec;
-    tokenlock::commit_file(*held, path,
+    tokenlock::commit_file(lock->handle, path,
                            std::string_view(static_cast<const char*>(data ? data : ""), len),
                            write_options_of(options), ec);
     if (!ec) return TOKENLOCK_OK;
@@ -249,24 +280,7 @@ int tokenlock_update_file(const char* path, const char* lockdir,
   if (!valid(options)) return bad_argument("tokenlock_update_file", "an option is out of range");
   return guarded([&]() -> int {
     tokenlock::rename_lock lock(lock_dir_for(path, lockdir), lock_options_of(options));
-    std::error_code ec;
-    try {
-      tokenlock::update_file(
-          path, lock,
-          [&](const std::optional<std::string>& current) {
-            tokenlock_buffer next;
-            const int rc = fn(arg, current ? current->data() : "", current ? current->size() : 0,
-                              current ? 1 : 0, &next);
-            if (rc != 0) throw declined{};
-            return std::move(next.data);
-          },
-          update_options_of(options), ec);
-    } catch (const declined&) {
-      return fail(TOKENLOCK_EABORTED, std::string("tokenlock: update ") + path +
-                                          ": the update function declined (returned non-zero); "
-                                          "nothing was written");
-    }
-    return ec ? failed(ec) : TOKENLOCK_OK;
+    return update_under(lock, path, options, fn, arg);
   });
 }
 
@@ -276,12 +290,7 @@ int tokenlock_increment(const char* path, const char* lockdir, uint64_t by,
   if (!valid(options)) return bad_argument("tokenlock_increment", "an option is out of range");
   return guarded([&]() -> int {
     tokenlock::rename_lock lock(lock_dir_for(path, lockdir), lock_options_of(options));
-    std::error_code ec;
-    const std::uint64_t v =
-        tokenlock::increment_counter(path, lock, by, update_options_of(options), ec);
-    // After dir_sync_failed the count is committed: its value is handed out.
-    if (value && (!ec || ec == tokenlock::errc::dir_sync_failed)) *value = v;
-    return ec ? failed(ec) : TOKENLOCK_OK;
+    return increment_under(lock, path, by, options, value);
   });
 }
 

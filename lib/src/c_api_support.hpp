@@ -3,6 +3,7 @@
 // held lock behind a tokenlock_lock, and the way failures become codes.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <new>
 #include <string>
@@ -56,5 +57,14 @@ tokenlock::lock_options lock_options_of(const tokenlock_options* o);
 
 // Acquires `lock` (waiting as its options say) and hands it out as *out.
 int hand_out(std::unique_ptr<tokenlock::lock> lock, tokenlock_lock** out);
+
+// The update of tokenlock_update_file and tokenlock_update_file_spec under
+// `lock`, whatever its backend: `fn` computes, TOKENLOCK_EABORTED when it
+// declines. Arguments checked by the caller.
+int update_under(tokenlock::lock& lock, const char* path, const tokenlock_options* options,
+                 tokenlock_update_fn fn, void* arg);
+// The same for tokenlock_increment and tokenlock_increment_spec.
+int increment_under(tokenlock::lock& lock, const char* path, std::uint64_t by,
+                    const tokenlock_options* options, std::uint64_t* value);
 
 }  // namespace tokenlock::detail::c_api

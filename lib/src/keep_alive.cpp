@@ -59,6 +59,14 @@ keep_alive::keep_alive(lock_handle& handle, keep_alive_options options,
     : keep_alive([&handle](std::error_code& e) { handle.refresh(e); }, handle.owns(),
                  handle.lease(), std::move(options), &ec) {}
 
+keep_alive::keep_alive(handle& h, keep_alive_options options)
+    : keep_alive([&h](std::error_code& ec) { h.refresh(ec); }, h.owns(), h.lease(),
+                 std::move(options), nullptr) {}
+
+keep_alive::keep_alive(handle& h, keep_alive_options options, std::error_code& ec) noexcept
+    : keep_alive([&h](std::error_code& e) { h.refresh(e); }, h.owns(), h.lease(),
+                 std::move(options), &ec) {}
+
 keep_alive::~keep_alive() { stop(); }
 
 void keep_alive::run() noexcept {

@@ -561,6 +561,58 @@ static void open_by_spec(void) {
   CHECK(strstr(tokenlock_last_error(), "hunter2") == NULL, "no password: %s", tokenlock_last_error());
 }
 
+/* tokenlock_update_file_spec and tokenlock_increment_spec: the updates
+ * under a lock named by a spec (a lock directory's here; the servers' go
+ * through the same calls of the C++ library, tested on Redis and etcd in
+ * tests/contract). The lock is free afterwards and nothing is left. */
+static void updates_by_spec(void) {
+  char target[4200], dir[4200], hits[4200]; /* path_of's buffers are reused */
+  snprintf(target, sizeof target, "%s", path_of("spec-book.txt"));
+  snprintf(dir, sizeof dir, "%s", path_of("spec-book.lock"));
+  snprintf(hits, sizeof hits, "%s", path_of("spec-hits.count"));
+  struct appender a = {"one\n", 0, 0};
+  tokenlock_options o;
+  tokenlock_lock *lock = NULL;
+  uint64_t v = 0;
+  int rc = tokenlock_update_file_spec(target, dir, NULL, append, &a);
+  CHECK(rc == TOKENLOCK_OK && a.calls == 1 && a.saw_missing, "first update: %d %s", rc,
+        tokenlock_last_error());
+  a.text = "two\n";
+  rc = tokenlock_update_file_spec(target, dir, NULL, append, &a);
+  CHECK(rc == TOKENLOCK_OK && strcmp(slurp(target), "one\ntwo\n") == 0, "second update: %d %s",
+        rc, tokenlock_last_error());
+  rc = tokenlock_update_file_spec(target, dir, NULL, decline, NULL);
+  CHECK(rc == TOKENLOCK_EABORTED && strcmp(slurp(target), "one\ntwo\n") == 0, "declined: %d", rc);
+  rc = tokenlock_increment_spec(hits, path_of("spec-hits.lock"), 3, NULL, &v);
+  CHECK(rc == TOKENLOCK_OK && v == 3, "count 3: %d %llu", rc, (unsigned long long)v);
+  rc = tokenlock_increment_spec(hits, path_of("spec-hits.lock"), 2, NULL, &v);
+  CHECK(rc == TOKENLOCK_OK && v == 5, "count 5: %d %llu", rc, (unsigned long long)v);
+
+  /* Held by another: busy with no wait, nothing written. */
+  tokenlock_options_init(&o);
+  o.wait_ms = 0;
+  CHECK(tokenlock_open(dir, &o, &lock) == TOKENLOCK_OK, "hold it: %s", tokenlock_last_error());
+  rc = tokenlock_update_file_spec(target, dir, &o, append, &a);
+  CHECK(rc == TOKENLOCK_EBUSY, "held: busy: %d %s", rc, tokenlock_last_error());
+  rc = tokenlock_increment_spec(hits, dir, 1, &o, &v);
+  CHECK(rc == TOKENLOCK_EBUSY && v == 5, "held: no count: %d %llu", rc, (unsigned long long)v);
+  tokenlock_release(lock);
+  CHECK(strcmp(slurp(target), "one\ntwo\n") == 0, "nothing written while held");
+
+  CHECK(tokenlock_update_file_spec(target, NULL, NULL, append, &a) == TOKENLOCK_EBAD_ARGUMENT,
+        "NULL spec");
+  CHECK(tokenlock_increment_spec(target, "ftp://h/x#n", 1, NULL, &v) == TOKENLOCK_EBAD_ARGUMENT,
+        "a spec of no backend");
+  rc = tokenlock_increment_spec(hits, "redis://:hunter2@127.0.0.1:1/0#n",
+                                1, &o, &v);
+  CHECK((rc == TOKENLOCK_EBACKEND_UNAVAILABLE || rc == TOKENLOCK_ESYSTEM) && v == 5,
+        "a Redis spec with no server: %d %s", rc, tokenlock_last_error());
+  CHECK(strstr(tokenlock_last_error(), "hunter2") == NULL, "no password: %s", tokenlock_last_error());
+  CHECK(tokenlock_try_acquire(dir, NULL, &lock) == TOKENLOCK_OK, "free: %s", tokenlock_last_error());
+  tokenlock_release(lock);
+  CHECK(temp_files() == 0, "no temporary file left");
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: c_api_test SCRATCH_DIR\n");
@@ -582,6 +634,7 @@ int main(int argc, char **argv) {
   bad_arguments();
   errors_per_thread();
   open_by_spec();
+  updates_by_spec();
   printf("%d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }

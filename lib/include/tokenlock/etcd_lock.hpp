@@ -92,6 +92,7 @@
 #include "tokenlock/errors.hpp"
 #include "tokenlock/lock.hpp"
 #include "tokenlock/lock_options.hpp"
+#include "tokenlock/update_any.hpp"
 #include "tokenlock/update_options.hpp"
 
 namespace tokenlock {
@@ -259,23 +260,14 @@ class etcd_handle {
 //         lock.break_owner(h->owner);
 owner_liveness etcd_holder_liveness(const etcd_holder_info& holder) noexcept;
 
-// update_file and increment_counter (as in tokenlock/update.hpp) under an
-// etcd lock, their commit fenced by the grant's fence through a directory
-// TARGET.fence beside the target, exactly as under a Redis lock
-// (redis_lock.hpp; docs/etcd.md, Fenced file updates): a holder that
-// stalled past its lease writes nothing (lock_lost), and a holder whose
-// fence is older than the last one that updated the file fails at once.
-// The target must be written only through these (or by processes that
-// honour the fence directory). update_result::fenced is always true.
-update_result update_file(const boost::filesystem::path& target, etcd_lock& lock,
-                          const update_function& fn, const update_options& options = {});
-update_result update_file(const boost::filesystem::path& target, etcd_lock& lock,
-                          const update_function& fn, const update_options& options,
-                          std::error_code& ec);
-std::uint64_t increment_counter(const boost::filesystem::path& file, etcd_lock& lock,
-                                std::uint64_t by = 1, const update_options& options = {});
-std::uint64_t increment_counter(const boost::filesystem::path& file, etcd_lock& lock,
-                                std::uint64_t by, const update_options& options,
-                                std::error_code& ec) noexcept;
+// update_file, increment_counter and commit_file under an etcd lock are
+// tokenlock/update_any.hpp's forms for any tokenlock::lock (included here, so
+// that code written for this header's own overloads still compiles): the
+// commit is fenced by the grant's fence through a directory TARGET.fence
+// beside the target; a holder that stalled past its lease writes nothing
+// (lock_lost), and a holder whose fence is older than the last one that
+// updated the file fails at once. The target must be written only through
+// these (or by processes that honour the fence directory).
+// update_result::fenced is always true.
 
 }  // namespace tokenlock

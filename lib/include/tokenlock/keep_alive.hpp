@@ -9,7 +9,7 @@
 //   caller's fenced commit fails with lock_lost as it would without it.
 //
 // Calling sequence
-//     tokenlock::lock_handle h = lock.acquire();
+//     tokenlock::lock_handle h = lock.acquire();  // or any tokenlock::handle
 //     {
 //       tokenlock::keep_alive ka(h);       // refreshes at a third of the lease
 //       ... long work that does not touch h ...
@@ -48,6 +48,7 @@
 
 namespace tokenlock {
 
+class handle;
 class lock_handle;
 
 struct keep_alive_options {
@@ -69,9 +70,16 @@ class keep_alive {
   // As above; on failure `ec` is set (with last_error_message() and
   // last_message()), no thread runs, and stop() returns the same code.
   keep_alive(lock_handle& handle, keep_alive_options options, std::error_code& ec) noexcept;
+  // The same for a grant of any lock (tokenlock/lock.hpp), whatever its
+  // backend. Not a template, like the lock_handle forms: the calls a
+  // keep_alive makes on a handle are compiled once, in the library, and
+  // this header needs no more than the handle's name.
+  explicit keep_alive(handle& h, keep_alive_options options = {});
+  keep_alive(handle& h, keep_alive_options options, std::error_code& ec) noexcept;
   // The same for any other handle with refresh(std::error_code&), owns()
-  // and lease(), such as a Redis lock's grant (tokenlock/redis_lock.hpp):
-  // this header knows no kind of lock but the file lock.
+  // and lease(), such as a Redis or etcd lock's own grant (redis_handle,
+  // etcd_handle): this header knows no backend's types, which a program
+  // may not link.
   template <class Handle>
   explicit keep_alive(Handle& handle, keep_alive_options options = {})
       : keep_alive([&handle](std::error_code& e) { handle.refresh(e); }, handle.owns(),

@@ -84,6 +84,7 @@
 
 #include "tokenlock/errors.hpp"
 #include "tokenlock/lock.hpp"
+#include "tokenlock/update_any.hpp"
 #include "tokenlock/update_options.hpp"
 
 namespace tokenlock {
@@ -245,24 +246,14 @@ class redis_handle {
   std::uint64_t fork_generation_ = 0;
 };
 
-// update_file and increment_counter (as in tokenlock/update.hpp) under a Redis
-// lock. The commit is fenced by the grant's fencing token: a directory
-// TARGET.fence beside the target holds one entry named after the largest
-// fence that has updated the file; a holder renames it to its own fence
-// before it reads the target and commits through it, so a holder that
-// stalled past its lease finds its path gone and writes nothing (lock_lost),
-// and a holder whose fence is older than the entry's fails at once. The
-// target must be written only through these (or by processes that honour
-// the fence directory). update_result::fenced is always true.
-update_result update_file(const boost::filesystem::path& target, redis_lock& lock,
-                          const update_function& fn, const update_options& options = {});
-update_result update_file(const boost::filesystem::path& target, redis_lock& lock,
-                          const update_function& fn, const update_options& options,
-                          std::error_code& ec);
-std::uint64_t increment_counter(const boost::filesystem::path& file, redis_lock& lock,
-                                std::uint64_t by = 1, const update_options& options = {});
-std::uint64_t increment_counter(const boost::filesystem::path& file, redis_lock& lock,
-                                std::uint64_t by, const update_options& options,
-                                std::error_code& ec) noexcept;
+// update_file, increment_counter and commit_file under a Redis lock are
+// tokenlock/update_any.hpp's forms for any tokenlock::lock (included here, so
+// that code written for this header's own overloads still compiles): the
+// commit is fenced by the grant's fence through a directory TARGET.fence
+// beside the target; a holder that stalled past its lease writes nothing
+// (lock_lost), and a holder whose fence is older than the last one that
+// updated the file fails at once. The target must be written only through
+// these (or by processes that honour the fence directory).
+// update_result::fenced is always true.
 
 }  // namespace tokenlock

@@ -157,8 +157,8 @@ TOKENLOCK_C_API int64_t tokenlock_expiry_us(const tokenlock_lock *lock);
  * etcd (etcd[s]://HOST:PORT[,HOST:PORT...]#NAME); docs/api.md has the
  * format. *out is then a held lock for tokenlock_refresh(),
  * tokenlock_token() (the grant's id: a token name, or a Redis or etcd owner
- * id), tokenlock_expiry_us(), tokenlock_fence() and tokenlock_release();
- * tokenlock_commit_file() takes a lock directory's only. lease_ms,
+ * id), tokenlock_expiry_us(), tokenlock_fence(), tokenlock_commit_file()
+ * and tokenlock_release(). lease_ms,
  * legacy_timeout_ms, dir_mode and group apply as for tokenlock_acquire()
  * (the last three to lock directories). TOKENLOCK_EBAD_ARGUMENT for a spec
  * that is none of these; TOKENLOCK_EBACKEND_UNAVAILABLE when the library
@@ -183,9 +183,15 @@ TOKENLOCK_C_API int tokenlock_write_file(const char *path, const void *data, siz
 /* The fenced commit under a lock the caller holds: writes `len` bytes of
  * `data` to a temporary file in the held token's workspace and renames it
  * over `path` through the token's current name (docs/atomic-writes.md).
- * The lock stays held; release it afterwards. Nothing is written when:
- * TOKENLOCK_ELOCK_LOST, the token was taken over (the lock's release then
- * says so too); TOKENLOCK_ENOT_FENCED, the lock directory and `path` are on
+ * Under a Redis or etcd lock (tokenlock_open) it claims the entry of the
+ * fence directory PATH.fence for the lock's fence first and commits through
+ * that entry (docs/redis.md, The file fence); the caller's own read of
+ * `path` came before that claim, so an older holder's late commit in
+ * between is overwritten: use tokenlock_update_file_spec() to read and
+ * write under one fence. The lock stays held; release it afterwards.
+ * Nothing is written when: TOKENLOCK_ELOCK_LOST, the token was taken over
+ * or a newer holder claimed the fence entry (the lock's release then says
+ * so too); TOKENLOCK_ENOT_FENCED, the lock directory and `path` are on
  * different filesystems (tokenlock_update_file commits there with a
  * checked fallback); TOKENLOCK_ENOT_OWNER, `lock` was inherited through
  * fork(). TOKENLOCK_EDIR_SYNC_FAILED: committed, but the directory flush
@@ -223,6 +229,21 @@ TOKENLOCK_C_API int tokenlock_update_file(const char *path, const char *lockdir,
  * TOKENLOCK_EDIR_SYNC_FAILED the count was made and *value is set too. */
 TOKENLOCK_C_API int tokenlock_increment(const char *path, const char *lockdir, uint64_t by,
                                         const tokenlock_options *options, uint64_t *value);
+
+/* tokenlock_update_file() and tokenlock_increment() under the lock that
+ * `spec` names, as tokenlock_open() reads it (a lock directory's path, or
+ * redis://...#NAME, etcd://...#NAME), acquired for the update and released
+ * after it. A lock directory's commit is fenced through its token, a Redis
+ * or etcd lock's through the fence directory PATH.fence beside the file
+ * (docs/redis.md, The file fence). Errors as those two calls and
+ * tokenlock_open() (TOKENLOCK_EBAD_ARGUMENT for a bad spec,
+ * TOKENLOCK_EBACKEND_UNAVAILABLE for a backend this library lacks); a C
+ * program that calls them links tokenlock::open. */
+TOKENLOCK_C_API int tokenlock_update_file_spec(const char *path, const char *spec,
+                                               const tokenlock_options *options,
+                                               tokenlock_update_fn fn, void *arg);
+TOKENLOCK_C_API int tokenlock_increment_spec(const char *path, const char *spec, uint64_t by,
+                                             const tokenlock_options *options, uint64_t *value);
 
 /* ---- errors and version ------------------------------------------------------ */
 

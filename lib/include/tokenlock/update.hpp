@@ -3,14 +3,31 @@
 // Purpose
 //   update_file() is the transaction CGI programs and scripts need: lock,
 //   read the file, compute the new contents, write them atomically, unlock.
-//   Its commit is fenced: the new contents are written to a temporary file
-//   inside the held token directory (in its subdirectory w, which the first
-//   update makes) and renamed over the target through the token's current
-//   path. If the lock was taken over meanwhile (this process
-//   stalled past its lease), that path no longer exists, the rename fails
-//   and nothing is written: a late holder can never overwrite what the new
-//   owner wrote. docs/atomic-writes.md and docs/protocol.md ("The fence made
-//   of path names") say what remains.
+//   Its commit is fenced, so that a holder that stalled past its lease can
+//   never overwrite what the next owner wrote. Each backend has its fence:
+//   - a lock directory (rename_lock): the new contents are written to a
+//     temporary file inside the held token directory (in its subdirectory
+//     w, which the first update makes) and renamed over the target through
+//     the token's current path. If the lock was taken over meanwhile, that
+//     path no longer exists, the rename fails and nothing is written.
+//     docs/atomic-writes.md and docs/protocol.md ("The fence made of path
+//     names") say what remains.
+//   - a lock server (redis_lock, etcd_lock: a grant with handle::fence()):
+//     a fence directory TARGET.fence beside the target holds one entry
+//     named after the largest fence that has updated the file. The holder
+//     renames it to its own fence's name before it reads the target (or
+//     fails with lock_lost when the entry's is larger), writes its
+//     temporary file inside it and commits through the entry's path: a
+//     holder whose entry a newer one renamed away finds its path gone and
+//     writes nothing. The target must be written only through these
+//     functions (or by programs that honour the fence directory).
+//     docs/redis.md (The file fence) and docs/etcd.md (Fenced file updates).
+//   The functions taking a tokenlock::lock& or tokenlock::handle (lock.hpp)
+//   choose the fence by what is behind them, so that one program updates
+//   files under any backend, opened by a spec (open_lock.hpp). They are
+//   declared in tokenlock/update_any.hpp, which this header includes, and
+//   which redis_lock.hpp and etcd_lock.hpp include without the lock
+//   directory's header.
 //
 // Calling sequence
 //     tokenlock::rename_lock lock("/srv/app/data/guestbook.lock");
@@ -23,12 +40,21 @@
 //         "/srv/app/data/hits.count",
 //         tokenlock::rename_lock("/srv/app/data/hits.count.lock"));
 //
+//     std::unique_ptr<tokenlock::lock> any = tokenlock::open_lock(spec);
+//     hits = tokenlock::increment_counter("/srv/app/data/hits.count", *any);
+//
 // Errors
-//   - the lock's: busy, timed_out, lock_corrupt, ... (rename_lock.hpp);
-//   - errc::lock_lost: the token was taken over before the commit; nothing
-//     was written;
-//   - errc::not_fenced: lock and target are on different filesystems and
-//     update_options::require_fence is set; nothing was written;
+//   - the lock's: busy, timed_out, lock_corrupt, ... (rename_lock.hpp,
+//     redis_lock.hpp, etcd_lock.hpp);
+//   - errc::lock_lost: the lock was taken over before the commit (a lock
+//     directory's token is gone, or a newer holder's fence entry is there);
+//     nothing was written;
+//   - errc::not_fenced: a lock directory and the target are on different
+//     filesystems and update_options::require_fence is set, or a
+//     tokenlock::lock whose grants have no fence and that is no lock
+//     directory; nothing was written;
+//   - errc::lock_corrupt: the fence directory holds other than one entry
+//     (changed by hand); nothing was written;
 //   - the atomic write's (atomic_write.hpp), including dir_sync_failed;
 //   - reading the current contents: EFBIG over update_options::read_limit,
 //     EINVAL for a FIFO, device or socket, ELOOP for a symbolic link that
@@ -46,8 +72,9 @@
 //   docs/atomic-writes.md has the measured cost of each level.
 //
 // Thread safety
-//   As rename_lock: any number of threads and processes may update the same
-//   file through locks on the same directory.
+//   As the lock: any number of threads and processes may update the same
+//   file through rename_locks on the same directory; a Redis or etcd lock
+//   object must not be used by two threads at once (one each).
 #pragma once
 
 #include <cstdint>
@@ -61,10 +88,14 @@
 
 #include "tokenlock/atomic_write.hpp"
 #include "tokenlock/rename_lock.hpp"
+#include "tokenlock/update_any.hpp"
 #include "tokenlock/update_options.hpp"
 
 namespace tokenlock {
 
+// The update under a lock directory. A rename_lock (even a temporary or a
+// const one) binds here rather than to the tokenlock::lock& forms of
+// update_any.hpp (included above); both do the same.
 update_result update_file(const boost::filesystem::path& target, const rename_lock& lock,
                           const update_function& fn, const update_options& options = {});
 update_result update_file(const boost::filesystem::path& target, const rename_lock& lock,

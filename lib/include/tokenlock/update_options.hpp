@@ -3,8 +3,9 @@
 // Purpose
 //   The types that update_file and increment_counter take and return, for
 //   every kind of lock: tokenlock/update.hpp declares the functions for a
-//   lock directory, tokenlock/redis_lock.hpp those for a Redis lock. Kept
-//   apart so that neither kind of lock needs the other's header.
+//   lock directory, tokenlock/update_any.hpp those for any tokenlock::lock
+//   (a Redis or etcd lock among them). Kept apart so that no kind of lock
+//   needs another's header.
 //
 // Thread safety
 //   Plain values: copy them freely; one object may be read by any number
@@ -32,7 +33,7 @@ struct update_options {
   unsigned sweep_every = 32;
   // Refresh the lease from a background thread while the update function
   // runs (tokenlock/keep_alive.hpp), for functions that may outlast the
-  // lease. If the lock is taken over meanwhile, nothing is committed and the
+  // lease; under every backend. If the lock is taken over meanwhile, nothing is committed and the
   // update fails with lock_lost, as it would without this.
   bool keep_alive = false;
   // The largest file update_file reads, in bytes. A larger one fails with
@@ -48,8 +49,9 @@ struct update_options {
 };
 
 struct update_result {
-  // True when the commit was fenced by the token's path. False when lock and
-  // target are on different filesystems: ownership was then checked by a
+  // True when the commit was fenced: by the token's path, or under a Redis
+  // or etcd lock by the fence directory (always). False when a lock
+  // directory and the target are on different filesystems: ownership was then checked by a
   // refresh rename just before the commit, which leaves a window between
   // the check and the commit.
   bool fenced = true;

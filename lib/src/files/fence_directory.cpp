@@ -156,4 +156,104 @@ failure lost_at_commit(const write_target& t, std::uint64_t fence) {
                                {}));
 }
 
+failure fence_claim::claim(const write_target& t) {
+  return claim_fence(sys_, t, fence_, 0755, workspace_, fds_);
+}
+
+failure fence_claim::commit(const write_target& t, std::string_view next,
+                            const write_options& in_lock) {
+  temp_file tmp;
+  // By path, through the entry's name (see fenced_commit in update.cpp).
+  if (failure f = write_temp(sys_, t, workspace_, next, in_lock, tmp))
+    return f.code == std::errc::no_such_file_or_directory && entry_gone() ? lost_at_commit(t, fence_) : f;
+  // Relative to the fence directory and through our entry's name: the fence.
+  const std::string in_fence = tmp.path.substr(t.path.size() + std::string(".fence/").size());
+  std::error_code ec = sys_.rename_at(fds_.dir, in_fence, os::cwd, t.path);
+  if (!ec) return {};
+  sys_.remove_file(tmp.path);  // gone with the entry when a newer holder took it
+  if (ec == std::errc::no_such_file_or_directory && entry_gone()) return lost_at_commit(t, fence_);
+  return write_failure("rename", t, "cannot rename " + tmp.path + " over the target", ec);
+}
+
+bool fence_claim::entry_gone() {
+  file_status st;
+  return sys_.status(workspace_, st) == std::errc::no_such_file_or_directory;
+}
+
+namespace {
+
+// A grant without a fence, of a lock that is no lock directory: nothing
+// orders its commits against a stalled holder's.
+failure no_fence(const std::string& target, const std::string& spec) {
+  return make_failure(errc::not_fenced,
+                      describe("commit", target,
+                               "the lock " + spec +
+                                   " gives grants without a fencing token and is no lock "
+                                   "directory, so the commit cannot be fenced; nothing was "
+                                   "written",
+                               {}));
+}
+
+}  // namespace
+
+failure fenced_lock_steps::acquire() {
+  std::error_code ec;
+  h_ = lock_.acquire(ec);
+  if (ec) return make_failure(ec, last_error_message());
+  if (h_.fence()) claim_.emplace(sys_, *h_.fence());
+  return {};
+}
+
+failure fenced_lock_steps::read(const write_target& t, std::optional<std::string>& current,
+                                int& fd, const read_rules& rules) {
+  if (!claim_) return no_fence(t.path, lock_.spec());
+  if (failure f = claim_->claim(t)) return f;
+  return read_file_impl(sys_, t.path, current, &fd, rules);
+}
+
+failure fenced_update(os& sys, const boost::filesystem::path& target, lock& lock,
+                      const compute_function& compute, const update_options& options,
+                      const read_rules& rules) {
+  fenced_lock_steps steps(sys, lock);
+  return update_flow(sys, steps, target, compute, options, rules);
+}
+
+namespace {
+
+// Why `h` cannot commit, if it cannot: it holds no grant, or one with no
+// fence.
+failure unusable_grant(const handle& h, const std::string& target) {
+  if (h.owns()) return h.fence() ? failure{} : no_fence(target, "behind this handle");
+  if (!h.fence())
+    return make_failure(errc::bad_argument,
+                        "tokenlock: commit " + target +
+                            ": the handle holds no lock (acquire it first); nothing was written");
+  if (!h.id().empty())
+    return make_failure(errc::not_owner,
+                        describe("commit", target,
+                                 "the lock is held by the process that acquired it, not by "
+                                 "this forked child; nothing was written",
+                                 {}));
+  return make_failure(errc::lock_lost,
+                      describe("commit", target,
+                               "the handle no longer holds the lock (it was released, or a "
+                               "refresh found it lost); nothing was written",
+                               {}));
+}
+
+}  // namespace
+
+failure fenced_commit_file(os& sys, const handle& h, const boost::filesystem::path& target,
+                           std::string_view contents, const write_options& options) {
+  if (failure f = unusable_grant(h, target.string())) return f;
+  write_target t;
+  if (failure f = resolve_target(sys, target, options, t)) return f;
+  fence_claim claim(sys, *h.fence());
+  if (failure f = claim.claim(t)) return f;
+  if (failure f = claim.commit(t, contents, in_lock_options(options))) return f;
+  // Worded as the updater's, as the lock directory's commit_file is.
+  return sync_target_directory(sys, t, options.sync, "the update is committed",
+                               "; do not repeat the update");
+}
+
 }  // namespace tokenlock::detail

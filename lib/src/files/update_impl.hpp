@@ -65,8 +65,8 @@ struct close_later {
 
 // The update flow, the same for every kind of lock: acquire, read, compute,
 // commit through the lock's fence, release, flush. `Steps` is what a kind
-// of lock brings (the file lock's in update.cpp, the Redis lock's in
-// redis/redis_update.cpp):
+// of lock brings (the file lock's in update.cpp, a lock server's grant's
+// in fence_directory.hpp):
 //   failure acquire();
 //   std::chrono::milliseconds lease() const;
 //   Handle& handle();   the held lock, for keep_alive
