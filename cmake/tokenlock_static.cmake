@@ -45,6 +45,13 @@ function(tokenlock_link_static target)
   if(TOKENLOCK_REDIS AND TOKENLOCK_HIREDIS_ARCHIVE)
     set(with_redis ON)
   endif()
+  # open_lock with the backends linked here (the others answer
+  # backend_unavailable), first: the archives below resolve what it needs.
+  if(NOT TARGET tokenlock_open_static)
+    tokenlock_add_open(tokenlock_open_static "${with_redis}" "${tokenlock_static_etcd}")
+  endif()
+  target_link_libraries(${target} PRIVATE $<TARGET_FILE:tokenlock_open_static>)
+  add_dependencies(${target} tokenlock_open_static)
   if(with_redis OR tokenlock_static_etcd)
     # Host names need glibc's shared name-service libraries, which a static
     # program cannot load: numeric addresses and /etc/hosts only.

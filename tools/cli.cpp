@@ -10,7 +10,7 @@
 
 #include <sys/resource.h>
 
-#include "commands_server.hpp"
+#include "lock_target.hpp"
 #include "json_output.hpp"
 #include "tokenlock/errors.hpp"
 

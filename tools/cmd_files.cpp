@@ -10,7 +10,7 @@
 
 #include "cli.hpp"
 #include "commands.hpp"
-#include "commands_server.hpp"
+#include "lock_target.hpp"
 #include "tokenlock/tokenlock.hpp"
 
 namespace tokenlock::cli {
@@ -44,26 +44,25 @@ void add_file_options(po::options_description& d) {
   add_server_options(d);
 }
 
-// The lock server of write or incr, whose lock is named by --lock NAME;
-// std::nullopt for a lock directory. Throws po::error (exit 64) for a
-// server without --lock, and reports (`unavailable`, exit 70) a server
-// this build has no backend for.
-std::optional<server_lock> file_server_lock(const po::variables_map& v,
-                                            std::optional<int>& unavailable) {
-  if (!v.count("redis") && !v.count("etcd")) return std::nullopt;
-  if (!v.count("lock"))
+// The lock of write or incr: --lock LOCKDIR, or --lock NAME with --redis or
+// --etcd (`fallback`, when given, is the lock directory without --lock);
+// nullptr when there is none (`code` 0) or it cannot be opened (`code` set,
+// reported). -w and -n apply, with 10 s by default.
+std::unique_ptr<lock> file_lock(const po::variables_map& v, const std::string& fallback,
+                                int& code) {
+  if (!v.count("lock") && names_server(v))
     throw po::error(std::string(v.count("redis") ? "--redis" : "--etcd") +
                     " needs --lock NAME: the name of the lock on the server");
-  std::optional<server_lock> s = server_lock_of(v, v["lock"].as<std::string>());
-  if (!server_available(s->kind)) unavailable = server_unavailable(s->kind);
-  return s;
-}
-
-// -w SECS and -n for a lock server (default 10 s).
-std::chrono::milliseconds server_wait(const po::variables_map& v) {
-  lock_options o;
-  apply_wait_budget(v, o, std::chrono::seconds(10));
-  return o.wait;
+  if (!v.count("lock") && fallback.empty()) return nullptr;
+  lock_options wait;
+  apply_wait_budget(v, wait, std::chrono::seconds(10));
+  open_options o;
+  o.wait = wait.wait;
+  // Without --lock and a server no lock directory option applies, and
+  // TOKENLOCK_DIR_MODE is not read.
+  if (!names_server(v)) o.directory = directory_options(v, o.directory);
+  const std::string spec = lock_spec_of(v, v.count("lock") ? v["lock"].as<std::string>() : fallback);
+  return open_or_report(spec, o, code);
 }
 
 // --sync and --mode of write and commit.
@@ -76,14 +75,6 @@ write_options sync_and_mode(const po::variables_map& v) {
     wo.mode = *mode;
   }
   return wo;
-}
-
-// The lock options of write and incr: -w, -n, --legacy-timeout and the
-// lock directory's mode applied.
-lock_options file_lock_options(const po::variables_map& v) {
-  lock_options o = directory_options(v);
-  apply_wait_budget(v, o, std::chrono::seconds(10));
-  return o;
 }
 
 // A failed write's message, with the file size limit named when that was
@@ -118,24 +109,14 @@ int cmd_write(const args& a) {
       throw po::error("--dir-mode is the mode of the lock directory: it needs --lock");
     if (v.count("group") && !v.count("lock"))
       throw po::error("--group is the group a lock directory is shared with: it needs --lock");
-    std::optional<int> unavailable;
-    const std::optional<server_lock> server = file_server_lock(v, unavailable);
-    if (unavailable) return *unavailable;
+    int code = 0;
+    const std::shared_ptr<lock> l = file_lock(v, "", code);
+    if (code) return code;
     const std::string file = v["file"].as<std::string>();
     locked_write locked;
-    if (server) {
-      const auto wait = server_wait(v);
-      locked = [&, wait](const update_function& fn, const update_options& uo, std::error_code& ec) {
-        server_update_file(*server, file, fn, uo, wait, ec);
-      };
-    } else if (v.count("lock")) {
-      // Without --lock no lock directory is used, and TOKENLOCK_DIR_MODE
-      // does not apply.
-      const rename_lock lock(v["lock"].as<std::string>(), file_lock_options(v));
-      locked = [&, lock](const update_function& fn, const update_options& uo, std::error_code& ec) {
-        update_file(file, lock, fn, uo, ec);
-      };
-    }
+    if (l)
+      locked = [&file, l](const update_function& fn, const update_options& uo,
+                          std::error_code& ec) { update_file(file, *l, fn, uo, ec); };
     return write_stdin(file, wo, locked, v.count("allow-empty") > 0);
   });
 }
@@ -250,7 +231,7 @@ int write_stdin(const std::string& file, const write_options& wo, const locked_w
 
 // commit: standard input, then the fenced commit through the adopted token.
 // The lock stays held by the script, whatever the outcome.
-int commit_stdin(const std::string& file, const write_options& wo, rename_lock lock,
+int commit_stdin(const std::string& file, const write_options& wo, lock& lock,
                  const std::string& token, bool allow_empty) {
   const sigset_t waiting = block_interrupts();
   input_sink in;
@@ -259,7 +240,7 @@ int commit_stdin(const std::string& file, const write_options& wo, rename_lock l
   if (const std::optional<int> failed = read_input(waiting, file, in)) return *failed;
   if (in.total == 0 && !allow_empty) return refuse_empty_input(in, file);
   std::error_code ec;
-  lock_handle h = lock.adopt(token, ec);
+  handle h = lock.adopt(id_of(lock, token), ec);
   if (ec) {
     std::string why = last_error_message();
     if (why.rfind("tokenlock: ", 0) == 0) why.erase(0, 11);
@@ -275,13 +256,15 @@ int commit_stdin(const std::string& file, const write_options& wo, rename_lock l
 
 int cmd_commit(const args& a) {
   po::options_description d(
-      "Usage: tokenlock commit [--sync none|file|file_and_dir] [--mode OCTAL]\n"
-      "                        [--allow-empty] LOCKDIR TOKEN FILE\n\n"
+      "Usage: tokenlock commit [--redis|--etcd URL] [--sync none|file|file_and_dir]\n"
+      "                        [--mode OCTAL] [--allow-empty] LOCKDIR TOKEN FILE\n\n"
       "Replaces FILE with standard input through the lock held with TOKEN (from\n"
       "tokenlock acquire): the new contents are written inside the token and renamed\n"
       "over FILE through the token's name, so nothing is written once the lock was\n"
       "taken over (exit 3). The lock stays held; release it afterwards. LOCKDIR and\n"
-      "FILE must be on one filesystem (exit 73 otherwise, nothing written).\n\nOptions");
+      "FILE must be on one filesystem (exit 73 otherwise, nothing written). With a\n"
+      "lock server (LOCKDIR is then the lock's NAME) the commit is fenced through\n"
+      "FILE.fence instead.\n\nOptions");
   d.add_options()("sync", po::value<std::string>()->value_name("LEVEL")->default_value("file_and_dir"),
                   "durability: none, file or file_and_dir")(
       "mode", po::value<std::string>()->value_name("OCTAL"),
@@ -289,11 +272,17 @@ int cmd_commit(const args& a) {
       "without setuid or setgid, or 0644 minus the umask)")(
       "allow-empty", "accept empty input");
   add_dir_mode_option(d);
+  add_server_options(d);
   return with_command_line("commit", a, d, {"lockdir", "token", "file"}, [](const po::variables_map& v) {
     const write_options wo = sync_and_mode(v);
-    return commit_stdin(v["file"].as<std::string>(), wo,
-                        rename_lock(v["lockdir"].as<std::string>(), directory_options(v)),
-                        v["token"].as<std::string>(), v.count("allow-empty") > 0);
+    int code = 0;
+    open_options o;
+    if (!names_server(v)) o.directory = directory_options(v, o.directory);
+    const std::unique_ptr<lock> l =
+        open_or_report(lock_spec_of(v, v["lockdir"].as<std::string>()), o, code);
+    if (!l) return code;
+    return commit_stdin(v["file"].as<std::string>(), wo, *l, v["token"].as<std::string>(),
+                        v.count("allow-empty") > 0);
   });
 }
 
@@ -314,17 +303,11 @@ int cmd_incr(const args& a) {
     uo.write.sync = parse_sync(v["sync"].as<std::string>());
     const std::optional<std::uint64_t> by = parse_unsigned(v["by"].as<std::string>());
     if (!by) throw po::error("--by takes an unsigned decimal number");
-    std::optional<int> unavailable;
-    const std::optional<server_lock> server = file_server_lock(v, unavailable);
-    if (unavailable) return *unavailable;
+    int code = 0;
+    const std::unique_ptr<lock> l = file_lock(v, file + ".lock", code);
+    if (!l) return code;
     std::error_code ec;
-    std::uint64_t value = 0;
-    if (server) {
-      value = server_increment(*server, file, *by, uo, server_wait(v), ec);
-    } else {
-      const std::string lock_dir = v.count("lock") ? v["lock"].as<std::string>() : file + ".lock";
-      value = increment_counter(file, rename_lock(lock_dir, file_lock_options(v)), *by, uo, ec);
-    }
+    const std::uint64_t value = increment_counter(file, *l, *by, uo, ec);
     // After dir_sync_failed the count is made and must not be repeated: the
     // value is printed, and the exit status says its durability is in doubt.
     if (!ec || ec == errc::dir_sync_failed) std::cout << value << std::endl;

@@ -1,8 +1,10 @@
-// acquire, release, refresh, status, break: the lock from shell scripts.
+// acquire, release, refresh, status, break: the lock from shell scripts,
+// on a lock directory, Redis or etcd alike (lock_target.hpp).
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
+#include <variant>
 
 #include <unistd.h>
 
@@ -10,30 +12,18 @@
 
 #include "cli.hpp"
 #include "commands.hpp"
-#include "commands_server.hpp"
 #include "json_output.hpp"
+#include "lock_target.hpp"
 #include "tokenlock/clock_judgement.hpp"
 #include "tokenlock/tokenlock.hpp"
 
 namespace tokenlock::cli {
 namespace {
 
-// Default lease for `acquire`: the lock belongs to a script, which is
-// detected dead at once on this host, so the lease only matters across
+// Default lease for `acquire` on a lock that frees itself when its owner is
+// found dead on this host (a lock directory): the lease only matters across
 // hosts and for scripts that are stopped.
 constexpr double acquire_default_lease_s = 3600;
-std::int64_t micros(std::chrono::system_clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
-}
-
-std::string utc(std::chrono::system_clock::time_point t) {
-  std::time_t secs = std::chrono::system_clock::to_time_t(t);
-  std::tm tm{};
-  ::gmtime_r(&secs, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 // Where status measures the clock: in the lock directory, whose file
 // server stamps the tokens; before its first use, in its parent, where it
@@ -53,27 +43,41 @@ std::string without_prefix(const std::string& message) {
   return message.rfind(prefix, 0) == 0 ? message.substr(prefix.size()) : message;
 }
 
-const char* liveness_name(owner_liveness l) {
-  switch (l) {
-    case owner_liveness::alive: return "alive";
-    case owner_liveness::dead: return "dead";
-    case owner_liveness::unknown: return "unknown";
-  }
-  return "unknown";
+// The lock the command line names, with `o` and the lock directory's own
+// options (which only a lock directory reads: TOKENLOCK_DIR_MODE is not
+// checked for a server), or nullptr after reporting why not.
+std::unique_ptr<lock> open_named(const po::variables_map& v, const std::string& spec,
+                                 open_options o, int& code) {
+  if (!names_server(v)) o.directory = directory_options(v, o.directory);
+  return open_or_report(spec, o, code);
 }
 
-// The token of a lock held elsewhere, or the failure's exit status.
-int with_adopted(const po::variables_map& v, const std::function<int(lock_handle&)>& body) {
-  rename_lock lock(v["lockdir"].as<std::string>(), directory_options(v));
+// The grant named by the command line's TOKEN, adopted, given to `body`;
+// or the failure's exit status.
+int with_adopted(const po::variables_map& v, const std::function<int(lock&, handle&)>& body) {
+  int code = 0;
+  const std::unique_ptr<lock> l =
+      open_named(v, lock_spec_of(v, v["lockdir"].as<std::string>()), open_options{}, code);
+  if (!l) return code;
   std::error_code ec;
-  lock_handle h = lock.adopt(v["token"].as<std::string>(), ec);
+  handle h = l->adopt(id_of(*l, v["token"].as<std::string>()), ec);
   if (ec) return report(ec, last_error_message());
-  return body(h);
+  // The grant stays the script's whatever `body` does, a usage error it
+  // throws included: only an explicit release gives it back.
+  struct let_go {
+    handle& h;
+    ~let_go() { h.detach(); }
+  } guard{h};
+  return body(*l, h);
 }
 
-// What status found: the holder, and the clock measured beside it.
+// What status found: the lock, its holder, and the clock measured beside
+// it where leases are judged by this host's clock.
 struct status_seen {
-  std::optional<holder_info> holder;
+  std::vector<lock_fact> location;
+  std::optional<lock_holder> holder;
+  bool local_clock = false;
+  bool frees_dead_owners = false;
   std::string clock_dir;
   clock_offset clock;
   std::string clock_error;  // empty when the clock was measured
@@ -81,22 +85,26 @@ struct status_seen {
   clock_judgement judged;
 };
 
-const char* state_of(const status_seen& s) {
-  return !s.holder ? "free" : s.holder->stale ? "stale" : "held";
+// "stale" when the next acquire takes the lock over. A server's grant
+// whose process is gone (lock_holder::stale) keeps the lock until its
+// lease ends: held, though break takes it without --force.
+bool taken_over_next(const status_seen& s) {
+  return s.holder && s.holder->stale && s.frees_dead_owners;
 }
 
-// The holder's fields of status --json.
-void put_holder(json& j, const holder_info& h) {
-  put_text(j, "token", h.token);
-  j["pid"] = h.pid;
-  put_text(j, "host_tag", h.host_tag);
-  j["same_host"] = h.same_host;
-  j["owner"] = liveness_name(h.owner);
-  j["expires"] = utc(h.expires);
-  j["expires_us"] = micros(h.expires);
-  j["stale"] = h.stale;
-  put_text(j, "reason", h.reason);
-  j["legacy"] = h.legacy;
+const char* state_of(const status_seen& s) {
+  return !s.holder ? "free" : taken_over_next(s) ? "stale" : "held";
+}
+
+void put_fact(json& j, const lock_fact& f) {
+  std::visit(
+      [&](const auto& value) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(value)>, std::string>)
+          put_text(j, f.name, value);
+        else
+          j[f.name] = value;
+      },
+      f.value);
 }
 
 // The clock object of status --json.
@@ -114,25 +122,62 @@ json clock_json(const status_seen& s) {
   return c;
 }
 
-// status --json: one object, and its newline.
-std::string status_json(const std::string& dir, const status_seen& s) {
+// status --json: one object, and its newline. Its fields are the lock's
+// location, the state, and the holder's token and facts (tokenlock(1)).
+std::string status_json(const status_seen& s) {
   json j;
-  put_text(j, "lock_dir", dir);
+  for (const lock_fact& f : s.location) put_fact(j, f);
   j["state"] = state_of(s);
-  if (s.holder) put_holder(j, *s.holder);
-  j["clock"] = clock_json(s);
+  if (s.holder) {
+    put_text(j, "token", token_of(*s.holder));
+    for (const lock_fact& f : s.holder->facts) put_fact(j, f);
+  }
+  if (s.local_clock) j["clock"] = clock_json(s);
   return compact(j) + "\n";
 }
 
-// status: who holds the lock, then the clock's line.
+// status: who holds the lock, then the clock's line. Names come from a
+// filesystem or a server: escaped.
 std::string status_text(const status_seen& s) {
   const auto& h = s.holder;
   std::string t = !h ? "free\n"
-                     : (h->stale ? "stale: " : "") + h->reason + "\n  token " + h->token + "\n";
-  if (!s.clock_error.empty())
-    return t + "clock: not measured: " + s.clock_error + "\n";
+                     : (taken_over_next(s) ? "stale: " : "") +
+                           escaped(h->reason) + "\n  token " +
+                           escaped(token_of(*h)) + "\n";
+  if (!s.local_clock) return t;
+  if (!s.clock_error.empty()) return t + "clock: not measured: " + s.clock_error + "\n";
   return t + "clock: " + s.judged.text + (s.judged.fix.empty() ? "" : "; fix: " + s.judged.fix) +
          "\n";
+}
+
+// The clock beside the lock, for status.
+void measure_clock(const lock& l, status_seen& s) {
+  std::error_code ec;
+  s.clock_dir = clock_directory(l.spec());
+  s.clock = estimate_clock_offset(s.clock_dir, ec);
+  if (ec) s.clock_error = without_prefix(last_error_message());
+  s.judged = judge_clock_offset(s.clock, s.allowance);
+}
+
+}  // namespace
+
+namespace {
+
+// acquire's lock options: the lease (its default depends on whether the
+// lock sees its owner die) and, for a lock that names its owner, the owner.
+open_options acquire_options(const po::variables_map& v, const lock_features& f,
+                             std::chrono::milliseconds wait) {
+  if (v.count("pid") && !f.frees_dead_owners)
+    throw po::error("--pid has no meaning with a lock server: it frees a grant when its lease "
+                    "ends, whoever owned it");
+  open_options o;
+  o.wait = wait;
+  o.lease = lease_option(v.count("lease")          ? v["lease"].as<double>()
+                         : f.frees_dead_owners ? acquire_default_lease_s
+                                               : server_default_lease_s);
+  o.directory.owner_pid = v.count("pid") ? v["pid"].as<int>() : static_cast<int>(::getppid());
+  if (o.directory.owner_pid <= 0) throw po::error("--pid takes a process id");
+  return o;
 }
 
 }  // namespace
@@ -154,21 +199,18 @@ int cmd_acquire(const args& a) {
   add_dir_mode_option(d);
   add_server_options(d);
   return with_command_line("acquire", a, d, {"lockdir"}, [](const po::variables_map& v) {
-    lock_options o;
-    const int conflict = apply_wait(v, o);
-    if (const auto s = server_lock_of(v, v["lockdir"].as<std::string>())) {
-      if (v.count("pid")) throw po::error("--pid has no meaning with a lock server");
-      const double lease = v.count("lease") ? v["lease"].as<double>() : server_default_lease_s;
-      return server_acquire(*s, lease_option(lease), o.wait, conflict);
-    }
-    o = directory_options(v, o);
-    o.lease = lease_option(v.count("lease") ? v["lease"].as<double>() : acquire_default_lease_s);
-    o.owner_pid = v.count("pid") ? v["pid"].as<int>() : static_cast<int>(::getppid());
-    if (o.owner_pid <= 0) throw po::error("--pid takes a process id");
+    lock_options wait;
+    const int conflict = apply_wait(v, wait);
+    const std::string spec = lock_spec_of(v, v["lockdir"].as<std::string>());
+    int code = 0;
+    const auto l = open_named(v, spec, acquire_options(v, features_of(spec), wait.wait), code);
+    if (!l) return code;
     std::error_code ec;
-    lock_handle h = rename_lock(v["lockdir"].as<std::string>(), o).acquire(ec);
+    handle h = l->acquire(ec);
     if (ec) return report(ec, last_error_message(), conflict);
-    std::cout << h.detach() << std::endl;
+    print_notice(h);
+    std::cout << token_of(h) << std::endl;
+    h.detach();
     return exit_code::ok;
   });
 }
@@ -182,9 +224,7 @@ int cmd_release(const args& a) {
   add_dir_mode_option(d);
   add_server_options(d);
   return with_command_line("release", a, d, {"lockdir", "token"}, [](const po::variables_map& v) {
-    if (const auto s = server_lock_of(v, v["lockdir"].as<std::string>()))
-      return server_release(*s, v["token"].as<std::string>());
-    return with_adopted(v, [](lock_handle& h) {
+    return with_adopted(v, [](lock&, handle& h) {
       std::error_code ec;
       h.release(ec);
       return ec ? report(ec, last_error_message()) : exit_code::ok;
@@ -195,21 +235,28 @@ int cmd_release(const args& a) {
 int cmd_refresh(const args& a) {
   po::options_description d(
       "Usage: tokenlock refresh [--lease SECS] LOCKDIR TOKEN\n\n"
-      "Extends the lease of the lock held with TOKEN and prints the new token (the\n"
-      "token's name carries its expiry, so it changes). Exits 3 when the lock does\n"
-      "not hold TOKEN any more.\n\nOptions");
+      "Extends the lease of the lock held with TOKEN and prints its token, which\n"
+      "changes for a lock directory (the token's name carries its expiry). Exits 3\n"
+      "when the lock does not hold TOKEN any more.\n\nOptions");
   add_lease_option(d, "the new lease, from now", acquire_default_lease_s);
   add_dir_mode_option(d);
   add_server_options(d);
   return with_command_line("refresh", a, d, {"lockdir", "token"}, [](const po::variables_map& v) {
     const auto lease = lease_option(v["lease"].as<double>());
-    if (const auto s = server_lock_of(v, v["lockdir"].as<std::string>()))
-      return server_refresh(*s, v["token"].as<std::string>(), lease, !v["lease"].defaulted());
-    return with_adopted(v, [&](lock_handle& h) {
+    return with_adopted(v, [&](lock& l, handle& h) {
       std::error_code ec;
-      h.refresh(lease, ec);
+      if (l.features().lease_adjustable) {
+        h.refresh(lease, ec);
+      } else if (!v["lease"].defaulted()) {
+        throw po::error("--lease has no meaning in refresh of " + escaped(l.spec()) +
+                        ": its lease keeps the TTL it was granted with (etcd); acquire with the "
+                        "lease you need");
+      } else {
+        h.refresh(ec);
+      }
       if (ec) return report(ec, last_error_message());
-      std::cout << h.detach() << std::endl;
+      std::cout << token_of(h) << std::endl;
+      h.detach();
       return exit_code::ok;
     });
   });
@@ -219,51 +266,80 @@ int cmd_status(const args& a) {
   po::options_description d(
       "Usage: tokenlock status [--json] LOCKDIR\n\n"
       "Says who holds the lock: free, held by pid P on host H until T, or stale (and\n"
-      "why); then, on a line of its own, how this host's clock compares with the file\n"
-      "server's, and whether that is inside the skew allowance (1 s) that leases from\n"
-      "other hosts rest on. --json prints one object; its fields are listed in\n"
-      "tokenlock(1).\n\nOptions");
+      "why); then, for a lock directory, on a line of its own, how this host's clock\n"
+      "compares with the file server's, and whether that is inside the skew allowance\n"
+      "(1 s) that leases from other hosts rest on. --json prints one object; its\n"
+      "fields are listed in tokenlock(1).\n\nOptions");
   d.add_options()("json", "print a JSON object");
   add_legacy_option(d);
   add_dir_mode_option(d);
   add_server_options(d);
   return with_command_line("status", a, d, {"lockdir"}, [](const po::variables_map& v) {
-    const std::string dir = v["lockdir"].as<std::string>();
-    if (const auto s = server_lock_of(v, dir)) return server_status(*s, v.count("json") > 0);
+    int code = 0;
+    const auto l =
+        open_named(v, lock_spec_of(v, v["lockdir"].as<std::string>()), open_options{}, code);
+    if (!l) return code;
     std::error_code ec;
     status_seen s;
-    s.holder = rename_lock(dir, directory_options(v)).holder(ec);
+    s.holder = l->holder(ec);
     if (ec) return report(ec, last_error_message());
-    s.clock_dir = clock_directory(dir);
-    s.clock = estimate_clock_offset(s.clock_dir, ec);
-    if (ec) s.clock_error = without_prefix(last_error_message());
-    s.judged = judge_clock_offset(s.clock, s.allowance);
-    std::cout << (v.count("json") ? status_json(dir, s) : status_text(s)) << std::flush;
+    s.location = l->location();
+    s.local_clock = l->features().local_clock;
+    s.frees_dead_owners = l->features().frees_dead_owners;
+    if (s.local_clock) measure_clock(*l, s);
+    std::cout << (v.count("json") ? status_json(s) : status_text(s)) << std::flush;
     return exit_code::ok;
   });
 }
 
+namespace {
+
+// Frees `l` from the grant `token` names: only that grant, and without
+// --force only when it is stale (its lease ended, or its process is gone).
+int break_token(lock& l, const std::string& token, bool force) {
+  const std::string id = id_of(l, token);
+  std::error_code ec;
+  // Adopting checks the id and that it holds the lock (bad_argument,
+  // lock_lost), and changes nothing: the grant is let go of at once.
+  l.adopt(id, ec).detach();
+  if (ec) return report(ec, last_error_message());
+  const std::optional<lock_holder> h = l.holder(ec);
+  if (ec) return report(ec, last_error_message());
+  if (!h || h->id != id)
+    return report(make_error_code(errc::lock_lost),
+                  "tokenlock: break " + l.spec() + ": the lock is not held by " + token +
+                      (h ? " (" + token_of(*h) + " holds it)" : " (it is free)"));
+  if (!force && !h->stale)
+    return report(make_error_code(errc::busy),
+                  "tokenlock: break " + l.spec() + ": refusing to break " + token +
+                      ": it is not stale (" + h->reason +
+                      "); force it only if you know its owner is gone");
+  // By exact id: a grant that changed meanwhile (a refresh renames a
+  // token) is not touched, and this reports lock_lost.
+  l.break_owner(id, ec);
+  if (ec) return report(ec, last_error_message());
+  std::cout << "broke " << token << "; the lock is free" << std::endl;
+  return exit_code::ok;
+}
+
+}  // namespace
+
 int cmd_break(const args& a) {
   po::options_description d(
       "Usage: tokenlock break [--force] LOCKDIR TOKEN\n\n"
-      "Takes over exactly TOKEN if it is stale, then frees the lock. A token that is\n"
-      "not stale is refused (exit 1) unless --force is given; any other token is never\n"
-      "touched. Exits 3 when the lock does not hold TOKEN any more.\n\nOptions");
+      "Frees the lock from exactly TOKEN if it is stale. A token that is not stale is\n"
+      "refused (exit 1) unless --force is given; any other token is never touched.\n"
+      "Exits 3 when the lock does not hold TOKEN any more.\n\nOptions");
   d.add_options()("force", "take it over even if its owner looks alive and its lease runs");
   add_legacy_option(d);
   add_dir_mode_option(d);
   add_server_options(d);
   return with_command_line("break", a, d, {"lockdir", "token"}, [](const po::variables_map& v) {
-    const std::string token = v["token"].as<std::string>();
-    if (const auto s = server_lock_of(v, v["lockdir"].as<std::string>()))
-      return server_break(*s, token, v.count("force") > 0);
-    std::error_code ec;
-    lock_handle h = rename_lock(v["lockdir"].as<std::string>(), directory_options(v))
-                        .take_over(token, v.count("force") > 0, ec);
-    if (!ec) h.release(ec);
-    if (ec) return report(ec, last_error_message());
-    std::cout << "broke " << token << "; the lock is free" << std::endl;
-    return exit_code::ok;
+    int code = 0;
+    const auto l =
+        open_named(v, lock_spec_of(v, v["lockdir"].as<std::string>()), open_options{}, code);
+    if (!l) return code;
+    return break_token(*l, v["token"].as<std::string>(), v.count("force") > 0);
   });
 }
 

@@ -21,7 +21,7 @@
 
 #include "cli.hpp"
 #include "commands.hpp"
-#include "server_backends.hpp"
+#include "lock_target.hpp"
 #include "tokenlock/tokenlock.hpp"
 
 namespace tokenlock::cli {
@@ -154,28 +154,20 @@ class command_process {
 };
 
 // A takeover that needs no ended lease can only follow the death of the
-// token's owner, CMD's process (or a `break --force`). Found at release,
-// while the lease still ran, it came after CMD ended: the next holder was
-// quicker than run's release, and nothing ran without the lock.
-bool taken_after_command_ended(const lock_handle&, std::chrono::system_clock::time_point expires) {
-  return std::chrono::system_clock::now() + lock_options{}.skew_allowance < expires;
+// token's owner, CMD's process (or a `break --force`), on a lock that frees
+// itself when its owner dies. Found at release, while the lease still ran,
+// it came after CMD ended: the next holder was quicker than run's release,
+// and nothing ran without the lock. A server judges a grant by its lease
+// only: a loss there is always one.
+bool taken_after_command_ended(const lock& l, std::chrono::system_clock::time_point expires) {
+  return l.features().frees_dead_owners &&
+         std::chrono::system_clock::now() + lock_options{}.skew_allowance < expires;
 }
-// A lock server judges a grant by its lease only: a loss is always one.
-template <class Handle>
-bool taken_after_command_ended(const Handle&, std::chrono::system_clock::time_point) {
-  return false;
-}
-template <class Handle>
-std::chrono::system_clock::time_point expiry_of(const Handle&) {
-  return {};
-}
-std::chrono::system_clock::time_point expiry_of(const lock_handle& h) { return h.expires(); }
 
 // Waits for CMD's process to end, passing on the forwarded signals and
 // refreshing `h` every third of `lease`. Returns CMD's wait status; `lost`
 // says whether a refresh found the lock lost.
-template <class Handle>
-int wait_for_command(Handle& h, pid_t pid, const signal_plan& sp, const std::string& what,
+int wait_for_command(handle& h, pid_t pid, const signal_plan& sp, const std::string& what,
                      const std::string& name, std::chrono::milliseconds lease, bool& lost) {
   using clock = std::chrono::steady_clock;
   const auto interval = std::max(std::chrono::milliseconds(1), lease / 3);
@@ -212,11 +204,9 @@ int wait_for_command(Handle& h, pid_t pid, const signal_plan& sp, const std::str
 }
 
 // Runs CMD (its process already forked and waiting) while `h` holds the
-// lock (`what` names it in messages), and releases at the end. Handle: a
-// lock_handle, or a lock server's handle.
-template <class Handle>
-int supervise(Handle& h, command_process& cmd, const signal_plan& sp, const std::string& what,
-              const std::string& name, std::chrono::milliseconds lease) {
+// lock `l` (`what` names it in messages), and releases at the end.
+int supervise(const lock& l, handle& h, command_process& cmd, const signal_plan& sp,
+              const std::string& what, const std::string& name, std::chrono::milliseconds lease) {
   sigset_t all = sp.waited;
   ::sigprocmask(SIG_BLOCK, &all, nullptr);
   cmd.go();
@@ -227,9 +217,9 @@ int supervise(Handle& h, command_process& cmd, const signal_plan& sp, const std:
   const int code = code_of(status);
   std::error_code ec;
   if (!lost) {
-    const auto expires = expiry_of(h);
+    const auto expires = h.expires();
     h.release(ec);
-    if (ec == errc::lock_lost && taken_after_command_ended(h, expires)) {
+    if (ec == errc::lock_lost && taken_after_command_ended(l, expires)) {
       ec.clear();
     } else if (ec == errc::lock_lost) {
       lost = true;
@@ -279,17 +269,24 @@ int give_up(command_process& cmd, const signal_plan& sp, std::error_code ec, int
   return report(ec, last_error_message(), conflict);
 }
 
-int run_locked(const std::string& dir, const std::vector<std::string>& command, lock_options o,
-               int conflict, bool verbose) {
+// CMD under the lock `spec` names. Its process is forked first: a lock
+// directory's token names it (lock_options::owner_pid).
+int run_locked(const po::variables_map& v, const std::string& spec,
+               const std::vector<std::string>& command, open_options o, int conflict,
+               bool verbose) {
   const signal_plan sp = block_sigchld();
   command_process cmd(command);
   int code = 0;
   if (!start_command(cmd, sp, code)) return code;
-  o.owner_pid = cmd.pid();
+  o.directory.owner_pid = cmd.pid();
+  if (!names_server(v)) o.directory = directory_options(v, o.directory);
   std::error_code ec;
-  lock_handle h = rename_lock(dir, o).acquire(ec);
+  std::unique_ptr<lock> l = open_lock(spec, o, ec);
+  handle h;
+  if (!ec) h = l->acquire(ec);
   if (ec) return give_up(cmd, sp, ec, conflict, verbose);
-  return supervise(h, cmd, sp, dir, escaped(command[0]), o.lease);
+  print_notice(h);
+  return supervise(*l, h, cmd, sp, l->spec(), escaped(command[0]), h.lease());
 }
 
 }  // namespace
@@ -305,48 +302,13 @@ int cmd_run(const args& a) {
   return with_command_line("run", split.options, d, {}, [&](const po::variables_map& v) {
     if (dir.empty()) throw po::error("LOCKDIR is missing");
     if (command.empty()) throw po::error("CMD is missing");
-    lock_options o;
-    const int conflict = apply_wait(v, o);
+    lock_options wait;
+    const int conflict = apply_wait(v, wait);
+    open_options o;
+    o.wait = wait.wait;
     o.lease = lease_option(v["lease"].as<double>());
-    if (const auto s = server_lock_of(v, dir))
-      return server_run(*s, command, o.lease, o.wait, conflict, v.count("verbose") > 0);
-    return run_locked(dir, command, directory_options(v, o), conflict, v.count("verbose") > 0);
+    return run_locked(v, lock_spec_of(v, dir), command, o, conflict, v.count("verbose") > 0);
   });
 }
-
-namespace {
-
-template <class B>
-int run_on_server(const server_lock& s, const std::vector<std::string>& command,
-                  std::chrono::milliseconds lease, std::chrono::milliseconds wait, int conflict,
-                  bool verbose) {
-  const signal_plan sp = block_sigchld();
-  command_process cmd(command);
-  int code = 0;
-  if (!start_command(cmd, sp, code)) return code;
-  typename B::lock_type lock(s.url, s.name, options_with<B>(lease, wait));
-  std::error_code ec;
-  typename B::handle_type h = lock.acquire(ec);
-  if (ec) return give_up(cmd, sp, ec, conflict, verbose);
-  B::on_grant(h, s.url);
-  return supervise(h, cmd, sp, std::string(B::noun) + " " + s.name, escaped(command[0]), lease);
-}
-
-}  // namespace
-
-#if TOKENLOCK_HAVE_REDIS
-int run_under(redis_backend, const server_lock& s, const std::vector<std::string>& command,
-              std::chrono::milliseconds lease, std::chrono::milliseconds wait, int conflict,
-              bool verbose) {
-  return run_on_server<redis_backend>(s, command, lease, wait, conflict, verbose);
-}
-#endif
-#if TOKENLOCK_HAVE_ETCD
-int run_under(etcd_backend, const server_lock& s, const std::vector<std::string>& command,
-              std::chrono::milliseconds lease, std::chrono::milliseconds wait, int conflict,
-              bool verbose) {
-  return run_on_server<etcd_backend>(s, command, lease, wait, conflict, verbose);
-}
-#endif
 
 }  // namespace tokenlock::cli

@@ -110,4 +110,8 @@ std::optional<std::uint64_t> handle::fence() const noexcept {
 
 const std::string& handle::id() const noexcept { return grant_ ? grant_->id() : no_id; }
 
+const std::string& handle::notice() const noexcept {
+  return grant_ ? grant_->notice() : no_id;
+}
+
 }  // namespace tokenlock

@@ -20,7 +20,7 @@
 
 #include "child.hpp"
 #include "cli.hpp"
-#include "commands_server.hpp"
+#include "commands.hpp"
 #include "inspect.hpp"
 #include "temp_dir.hpp"
 
@@ -388,44 +388,44 @@ TEST_F(ErrorsTest, ADoctorThatFindsAFailedPropertyNamesItInTheJsonLineOnly) {
   EXPECT_EQ(r.err, "");
 }
 
-// The command built without Redis and etcd (tools/commands_server.cpp
-// compiled with TOKENLOCK_HAVE_REDIS=0 and TOKENLOCK_HAVE_ETCD=0 into this
-// test): every --redis and --etcd form says so, exits 70, and is "system"
-// with ENOTSUP in JSON. Called in this process, since the command built
-// here has the backends.
+// The command built without Redis and etcd (its commands compiled into this
+// test with an open_lock that has neither, tokenlock_add_open): every
+// command that takes --redis or --etcd says which build option adds the
+// backend, exits 69, and names backend_unavailable in JSON. Called in this
+// process, since the command built here has the backends.
 TEST(ErrorsWithoutRedis, EveryServerFormSaysTheBackendIsMissingAndNamesItInJson) {
   namespace cli = tokenlock::cli;
-  using namespace std::chrono_literals;
-  for (const auto& [kind, url, missing] :
-       {std::tuple{cli::lock_server::redis, "redis://localhost", "built without the Redis backend"},
-        std::tuple{cli::lock_server::etcd, "etcd://localhost", "built without the etcd backend"}}) {
-    const cli::server_lock s{kind, url, "job"};
-    const std::vector<std::function<int()>> forms = {
-        [&] { return cli::server_acquire(s, 60s, 0s, 1); },
-        [&] { return cli::server_release(s, "1.owner"); },
-        [&] { return cli::server_refresh(s, "1.owner", 60s, false); },
-        [&] { return cli::server_status(s, false); },
-        [&] { return cli::server_break(s, "1.owner", false); },
-        [&] { return cli::server_run(s, {"true"}, 60s, 0s, 1, false); },
+  for (const auto& [option, url, missing] :
+       {std::tuple{"--redis", "redis://localhost", "no Redis backend; build it with -DTOKENLOCK_REDIS=ON"},
+        std::tuple{"--etcd", "etcd://localhost", "no etcd backend; build it with -DTOKENLOCK_ETCD=ON"}}) {
+    const std::vector<std::pair<int (*)(const cli::args&), cli::args>> forms = {
+        {cli::cmd_acquire, {option, url, "-n", "job"}},
+        {cli::cmd_release, {option, url, "job", "1.owner"}},
+        {cli::cmd_refresh, {option, url, "job", "1.owner"}},
+        {cli::cmd_status, {option, url, "job"}},
+        {cli::cmd_break, {option, url, "job", "1.owner"}},
+        {cli::cmd_run, {option, url, "-n", "job", "true"}},
+        {cli::cmd_write, {option, url, "--lock", "job", "/nonexistent/never-written"}},
+        {cli::cmd_incr, {option, url, "--lock", "job", "/nonexistent/never-written"}},
+        {cli::cmd_commit, {option, url, "job", "1.owner", "/nonexistent/never-written"}},
     };
-    EXPECT_FALSE(cli::server_available(kind));
     cli::set_error_format(cli::error_format::json);
     for (std::size_t i = 0; i < forms.size(); ++i) {
       std::ostringstream err;
       std::streambuf* const stderr_was = std::cerr.rdbuf(err.rdbuf());
-      const int status = forms[i]();
+      const int status = forms[i].first(forms[i].second);
       cli::print_noted_failure();
       std::cerr.rdbuf(stderr_was);
-      EXPECT_EQ(status, code::software) << url << " form " << i;
+      EXPECT_EQ(status, code::unavailable) << url << " form " << i;
       const auto all = lines(err.str());
       ASSERT_EQ(all.size(), 2u) << err.str();
       EXPECT_NE(all.front().find(missing), std::string::npos) << all.front();
       const auto f = flat_json::parse(all.back());
       ASSERT_TRUE(f.has_value()) << all.back();
-      EXPECT_EQ(f->at("error"), "system");
-      EXPECT_EQ(f->at("errno"), std::to_string(ENOTSUP));
+      EXPECT_EQ(f->at("error"), "backend_unavailable");
       EXPECT_EQ(f->at("message"), all.front());
     }
+    EXPECT_FALSE(boost::filesystem::exists("/nonexistent/never-written"));
   }
   cli::set_error_format(cli::error_format::text);
 }

@@ -64,11 +64,13 @@ build() {
   done
   local inc=(-I "$src/lib/src" -I "$src/lib/include" -I "$out/include")
   parallel_compile "$out/lib" "${inc[@]}" -- "${lib[@]}"
-  # commands_server.cpp as a build without lock servers has it (cli.cpp
-  # adds its options): the library's own sources are all this links.
+  # The command's option code with open_lock as a build without lock
+  # servers has it (cli.cpp adds their options): the library's own
+  # sources are all this links.
   parallel_compile "$out/tools" "${inc[@]}" -I "$src/tools" -DTOKENLOCK_HAVE_REDIS=0 -DTOKENLOCK_HAVE_ETCD=0 -- \
-    "$src/tools/cli.cpp" "$src/tools/commands_server.cpp" "$src/tools/json_output.cpp" \
-    "$src/tools/url_source.cpp" "$src/tests/fuzz/cli_fuzz.cpp"
+    "$src/tools/cli.cpp" "$src/tools/lock_target.cpp" "$src/tools/json_output.cpp" \
+    "$src/tools/url_source.cpp" "$src/lib/src/open/open_lock.cpp" "$src/lib/src/open/lock_spec.cpp" \
+    "$src/lib/src/net/server_url.cpp" "$src/tests/fuzz/cli_fuzz.cpp"
   parallel_compile "$out/cgi" -I "$src/cgi-examples/counter" -- \
     "$src/cgi-examples/counter/cgi.cpp" "$src/tests/fuzz/query_fuzz.cpp"
   parallel_compile "$out/entry" "${inc[@]}" -- "$src/tests/fuzz/token_fuzz.cpp" "$src/tests/fuzz/counter_fuzz.cpp"

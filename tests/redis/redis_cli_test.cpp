@@ -129,7 +129,7 @@ TEST_F(RedisCliTest, AcquireWarnsWhenTheServersClockIsBehindTheLastFence) {
   auto a = tl({"acquire", "--redis", url, "-n", "coupons"});
   EXPECT_EQ(a.exit_code, 0) << a.err;
   EXPECT_EQ(line(a.out).substr(0, 17), "9000000000000001.") << a.out;
-  EXPECT_NE(a.err.find("warning: the clock of redis://127.0.0.1:" + std::to_string(server->port())),
+  EXPECT_NE(a.err.find("note: the clock of redis://127.0.0.1:" + std::to_string(server->port())),
             std::string::npos)
       << a.err;
   EXPECT_EQ(a.err.find(":pw@"), std::string::npos) << a.err;

@@ -175,6 +175,8 @@ class etcd_lock : public lock {
   // The URL with its password masked, '#' and the name (tokenlock::lock::spec()).
   std::string spec() const override;
   lock_backend backend() const noexcept override { return lock_backend::etcd; }
+  lock_features features() const noexcept override;
+  std::vector<lock_fact> location() const override;
 
  private:
   handle acquire_any(std::error_code& ec) noexcept override;

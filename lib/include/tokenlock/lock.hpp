@@ -56,6 +56,8 @@
 #include <system_error>
 #include <typeinfo>
 #include <utility>
+#include <variant>
+#include <vector>
 
 #include "tokenlock/errors.hpp"
 #include "tokenlock/lock_options.hpp"
@@ -67,6 +69,35 @@ enum class lock_backend { directory, redis, etcd };
 
 // "directory", "redis" or "etcd".
 const char* backend_name(lock_backend backend) noexcept;
+
+// What a backend's locks do differently, for a program that runs on any
+// of them and must decide or say something that depends on it (the
+// tokenlock command asks these instead of asking which backend it has).
+struct lock_features {
+  // Grants carry a fencing token (handle::fence()): Redis, etcd.
+  bool fences = false;
+  // refresh(lease) can give a lease of another length than the grant's.
+  // False for etcd, whose lease keeps the TTL it was granted with.
+  bool lease_adjustable = true;
+  // The lock names its holder's process (lock_options::owner_pid) and is
+  // free once that process is found dead on this host, whatever its lease:
+  // a lock directory. A server frees a grant only when its lease ends, so a
+  // script's grant there should have a shorter lease.
+  bool frees_dead_owners = false;
+  // Leases are judged by this host's clock, which must agree with the file
+  // server's (clock.hpp, estimate_clock_offset): a lock directory. A server
+  // counts its leases itself.
+  bool local_clock = false;
+};
+
+// One named fact about a lock or its holder that the common fields do not
+// carry (the owner's pid, an etcd lease id, ...), for displays and logs:
+// `tokenlock status --json` prints them as they are. Names are lower case
+// with underscores; each backend's are listed in docs/api.md.
+struct lock_fact {
+  std::string name;
+  std::variant<bool, std::int64_t, std::uint64_t, std::string> value;
+};
 
 // Who holds a lock, as every backend can say it.
 struct lock_holder {
@@ -84,6 +115,9 @@ struct lock_holder {
   std::string reason;
   // Its fencing token, where the backend has fences (Redis, etcd).
   std::optional<std::uint64_t> fence;
+  // The backend's own facts about the holder (docs/api.md lists them):
+  // its pid and host, its lease as the server counts it, ...
+  std::vector<lock_fact> facts;
 };
 
 namespace detail {
@@ -101,6 +135,7 @@ class grant {
   virtual std::chrono::milliseconds lease() const noexcept = 0;
   virtual std::optional<std::uint64_t> fence() const noexcept = 0;
   virtual const std::string& id() const noexcept = 0;
+  virtual const std::string& notice() const noexcept = 0;
   // The backend's own handle if it is of type `type`, else nullptr.
   virtual void* native(const std::type_info& type) noexcept = 0;
 };
@@ -149,6 +184,11 @@ class handle {
   std::optional<std::uint64_t> fence() const noexcept;
   // What adopt() and break_owner() take (see Ids above); empty if none.
   const std::string& id() const noexcept;
+  // What the operator should know about this grant, in one sentence, or ""
+  // when nothing: the server's clock went back behind the lock's last
+  // fence (Redis), the server granted a longer lease than asked for (etcd's
+  // minimum TTL). Set by acquire; for logs, never a reason to give up.
+  const std::string& notice() const noexcept;
 
   // The backend's own handle (lock_handle, redis_handle or etcd_handle)
   // when it is an H, else nullptr; for its extras (lock_handle::path(),
@@ -209,6 +249,12 @@ class lock {
   // and "#" and the lock's name. For messages and logs; never a secret.
   virtual std::string spec() const = 0;
   virtual lock_backend backend() const noexcept = 0;
+  // What this backend's locks do differently (lock_features above).
+  virtual lock_features features() const noexcept = 0;
+  // Where the lock is kept, as facts, never a secret: a lock directory's
+  // {"lock_dir": path}; a server's {"redis" or "etcd": the server without
+  // its credentials, "name": NAME}.
+  virtual std::vector<lock_fact> location() const = 0;
 
  protected:
   lock() = default;

@@ -169,6 +169,8 @@ class redis_lock : public lock {
   // The URL with its password masked, '#' and the name (tokenlock::lock::spec()).
   std::string spec() const override;
   lock_backend backend() const noexcept override { return lock_backend::redis; }
+  lock_features features() const noexcept override;
+  std::vector<lock_fact> location() const override;
 
  private:
   handle acquire_any(std::error_code& ec) noexcept override;
@@ -176,6 +178,9 @@ class redis_lock : public lock {
   handle adopt_any(const std::string& owner, std::error_code& ec) noexcept override;
   void break_owner_any(const std::string& owner, std::error_code& ec) noexcept override;
   std::optional<lock_holder> holder_any(std::error_code& ec) noexcept override;
+
+  // What handle::notice() says of a grant `h` of this lock.
+  std::string grant_notice(const redis_handle& h) const;
 
   friend class redis_handle;
   std::string url_;

@@ -170,6 +170,8 @@ class rename_lock : public lock {
   // The lock directory's path (tokenlock::lock::spec()).
   std::string spec() const override { return dir_.string(); }
   lock_backend backend() const noexcept override { return lock_backend::directory; }
+  lock_features features() const noexcept override;
+  std::vector<lock_fact> location() const override;
 
  private:
   friend struct detail::lock_access;

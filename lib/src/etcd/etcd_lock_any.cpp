@@ -1,6 +1,9 @@
 // etcd_lock as a tokenlock::lock (tokenlock/lock.hpp).
+#include <algorithm>
+
 #include "lock_grant.hpp"
 #include "open/lock_spec.hpp"
+#include "tokenlock/clock_judgement.hpp"
 #include "tokenlock/etcd_lock.hpp"
 
 namespace tokenlock {
@@ -31,16 +34,55 @@ struct etcd_traits : detail::server_traits<etcd_handle> {
   }
 };
 
+void describe(const etcd_holder_info& h, lock_holder& out) {
+  out = detail::server_holder(h, etcd_holder_liveness(h), "owner " + h.owner);
+  out.facts.push_back({"lease_id", h.lease_id});
+  out.facts.push_back({"lease_ms", static_cast<std::int64_t>(h.lease.count())});
+  out.facts.push_back({"key", h.key});
+}
+
+// A short lease that etcd raised to its minimum TTL: the lock is held
+// longer than the caller asked for, and it should know.
+std::string grant_notice(const etcd_handle& h) {
+  if (!h.lease_raised()) return {};
+  return "etcd granted a lease of " +
+         seconds_text(std::chrono::duration_cast<std::chrono::microseconds>(h.lease())) +
+         ", longer than asked (its minimum TTL, or whole seconds)";
+}
+
+// The members without user and password (etcd://[user:password@]host...),
+// as the URL was written.
+std::string members_of(const std::string& url) {
+  const auto scheme = url.find("://");
+  if (scheme == std::string::npos) return url;
+  const auto start = scheme + 3;
+  const auto end = std::min(url.find('?', start), url.size());
+  const auto at = url.rfind('@', end == 0 ? 0 : end - 1);
+  if (at == std::string::npos || at < start) return url.substr(0, end);
+  return url.substr(0, start) + url.substr(at + 1, end - at - 1);
+}
+
 }  // namespace
+
+lock_features etcd_lock::features() const noexcept {
+  lock_features f;
+  f.fences = true;
+  f.lease_adjustable = false;
+  return f;
+}
+
+std::vector<lock_fact> etcd_lock::location() const {
+  return {{"etcd", members_of(url_)}, {"name", name_}};
+}
 
 std::string etcd_lock::spec() const { return detail::server_spec_text(url_, true, name_); }
 
 handle etcd_lock::acquire_any(std::error_code& ec) noexcept {
-  return detail::erase<etcd_traits>(acquire(ec), ec);
+  return detail::erase<etcd_traits>(acquire(ec), ec, grant_notice);
 }
 
 std::optional<handle> etcd_lock::try_acquire_any(std::error_code& ec) noexcept {
-  return detail::erase<etcd_traits>(try_acquire(ec), ec);
+  return detail::erase<etcd_traits>(try_acquire(ec), ec, grant_notice);
 }
 
 handle etcd_lock::adopt_any(const std::string& owner, std::error_code& ec) noexcept {
@@ -52,7 +94,7 @@ void etcd_lock::break_owner_any(const std::string& owner, std::error_code& ec) n
 }
 
 std::optional<lock_holder> etcd_lock::holder_any(std::error_code& ec) noexcept {
-  return detail::common_holder(holder(ec), etcd_holder_liveness, ec);
+  return detail::common_holder(holder(ec), describe, ec);
 }
 
 }  // namespace tokenlock

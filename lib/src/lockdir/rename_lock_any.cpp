@@ -1,6 +1,9 @@
 // rename_lock as a tokenlock::lock (tokenlock/lock.hpp): its calls, their
 // lock_handle behind a tokenlock::handle.
+#include <chrono>
+#include <ctime>
 #include <string>
+#include <vector>
 
 #include "lock_grant.hpp"
 #include "tokenlock/rename_lock.hpp"
@@ -18,8 +21,44 @@ struct directory_traits {
   }
 };
 
+const char* liveness_name(owner_liveness l) noexcept {
+  switch (l) {
+    case owner_liveness::alive: return "alive";
+    case owner_liveness::dead: return "dead";
+    case owner_liveness::unknown: return "unknown";
+  }
+  return "unknown";
+}
+
+std::int64_t micros(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+}
+
+std::string utc(std::chrono::system_clock::time_point t) {
+  std::time_t secs = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  ::gmtime_r(&secs, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// What `tokenlock status --json` has always said of a token's holder.
+std::vector<lock_fact> directory_facts(const holder_info& h) {
+  return {{"pid", static_cast<std::int64_t>(h.pid)},
+          {"host_tag", h.host_tag},
+          {"same_host", h.same_host},
+          {"owner", std::string(liveness_name(h.owner))},
+          {"expires", utc(h.expires)},
+          {"expires_us", micros(h.expires)},
+          {"stale", h.stale},
+          {"reason", h.reason},
+          {"legacy", h.legacy}};
+}
+
 lock_holder directory_holder(holder_info&& h) {
   lock_holder out;
+  out.facts = directory_facts(h);
   out.id = std::move(h.token);
   out.expires = h.expires;
   out.owner = h.owner;
@@ -52,7 +91,21 @@ void rename_lock::break_owner_any(const std::string& token, std::error_code& ec)
 std::optional<lock_holder> rename_lock::holder_any(std::error_code& ec) noexcept {
   std::optional<holder_info> h = holder(ec);
   if (ec || !h) return std::nullopt;
-  return directory_holder(std::move(*h));  // moves only: nothing to fail
+  std::optional<lock_holder> out;
+  detail::run_noexcept(ec, [&] {
+    out = directory_holder(std::move(*h));
+    return detail::failure{};
+  });
+  return out;
 }
+
+lock_features rename_lock::features() const noexcept {
+  lock_features f;
+  f.frees_dead_owners = true;
+  f.local_clock = true;
+  return f;
+}
+
+std::vector<lock_fact> rename_lock::location() const { return {{"lock_dir", dir_.string()}}; }
 
 }  // namespace tokenlock
