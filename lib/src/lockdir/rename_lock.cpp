@@ -10,7 +10,7 @@
 #include "lockdir/lock_directory.hpp"
 #include "lockdir/token_mark.hpp"
 #include "lockdir/token_name.hpp"
-#include "core/trust.hpp"
+#include "lockdir/trust.hpp"
 #include "wait/waiting.hpp"
 
 namespace tokenlock {
