@@ -11,7 +11,7 @@
 #include "lockdir/token_mark.hpp"
 #include "lockdir/token_name.hpp"
 #include "lockdir/trust.hpp"
-#include "wait/waiting.hpp"
+#include "lockdir/waiting.hpp"
 
 namespace tokenlock {
 
