@@ -1,7 +1,7 @@
 // tokenlock_open (tokenlock/tokenlock.h): the C interface's lock of any
 // backend, beside open_lock in tokenlock::open, so that a C program that
 // never calls it links no backend.
-#include "c_api_support.hpp"
+#include "c_api/c_api_support.hpp"
 #include "tokenlock/open_lock.hpp"
 
 using namespace tokenlock::detail::c_api;
