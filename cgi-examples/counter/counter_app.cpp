@@ -192,9 +192,9 @@ struct lock_variable {
 const lock_variable lock_variables[] = {
     {"TOKENLOCK_COUNTER_LOCK", std::nullopt, "", ""},
     {"TOKENLOCK_COUNTER_REDIS", tokenlock::lock_backend::redis, "Redis",
-     "Redis server (redis://, rediss:// or unix://)"},
+     "a Redis server (redis://, rediss:// or unix://)"},
     {"TOKENLOCK_COUNTER_ETCD", tokenlock::lock_backend::etcd, "etcd",
-     "etcd cluster (etcd:// or etcds://)"},
+     "an etcd cluster (etcd:// or etcds://)"},
 };
 
 // Into `set`, the one lock variable that is set (nullptr: none); false,
@@ -244,13 +244,13 @@ bool read_lock_spec(const lock_variable& var, const std::string& spec, config& o
   }
   const tokenlock::lock_backend backend = probe->backend();
   if (var.only && backend != *var.only) {
-    error = name + " must be the URL of a " + var.server + ", not of a " +
-            tokenlock::backend_name(backend) + "; TOKENLOCK_COUNTER_LOCK takes any";
+    error = name + " must be the URL of " + var.server + "; it reads as a spec of the " +
+            tokenlock::backend_name(backend) + " backend (TOKENLOCK_COUNTER_LOCK takes any backend's)";
     return false;
   }
   if (backend != tokenlock::lock_backend::directory && spec.find('#') != std::string::npos) {
-    error = name + ": a server's URL without #NAME: the counter names each counter's lock "
-            "counter:ID itself (a '#' in a password is written %23)";
+    error = name + ": a lock server's URL here ends before any '#': the counter names each "
+            "counter's lock counter:ID itself (a '#' in a password is written %23)";
     return false;
   }
   out.lock = spec;
