@@ -178,6 +178,10 @@ std::uint64_t count_hit(const std::string& file, const std::string& id, const co
   if (ec) return 0;
   tokenlock::update_options uo;
   uo.write.sync = cfg.sync;
+  // Lock directories beside the counters share their filesystem, and every
+  // commit is fenced. Placed elsewhere by the spec, one on another
+  // filesystem would commit without the fence: refused instead (500).
+  uo.require_fence = !cfg.lock.empty();
   return increment(file, *lock, uo, ec);
 }
 

@@ -406,6 +406,39 @@ TEST_F(CounterAppTest, ADirectorySpecHoldsTheLockDirectoriesAndTheCountersStayIn
   EXPECT_TRUE(tokenlock::testing::temp_files_below(tmp.path()).empty());
 }
 
+// Lock directories that the spec puts on another filesystem than the
+// counters could not fence the commit: every hit is refused (500), the
+// counter left as it was and its lock free.
+TEST_F(CounterAppTest, ADirectorySpecOnAnotherFilesystemIsRefusedRatherThanCommittedUnfenced) {
+  const fs::path other = fs::path("/dev/shm") / fs::unique_path("tokenlock-test-%%%%-%%%%");
+  struct stat here {}, there {};
+  if (::stat("/dev/shm", &there) != 0 || ::stat(tmp.path().c_str(), &here) != 0 ||
+      here.st_dev == there.st_dev)
+    GTEST_SKIP() << "no /dev/shm on another filesystem than " << tmp.path();
+  fs::create_directory(other);
+  struct remover {
+    fs::path p;
+    ~remover() { fs::remove_all(p); }
+  } removed{other};
+  spit(tmp / "f.count", "7\n");
+  std::string error;
+  ASSERT_TRUE(configured({{"TOKENLOCK_COUNTER_DIR", tmp.path().string()},
+                          {"TOKENLOCK_COUNTER_SYNC", "none"},
+                          {"TOKENLOCK_COUNTER_LOCK", other.string()}},
+                         cfg, error))
+      << error;
+  const cgi::response r = get("id=f");
+  EXPECT_EQ(r.status, 500) << r.body;
+  EXPECT_EQ(r.body.find("/dev/shm"), std::string::npos) << r.body;
+  EXPECT_NE(log.str().find((tmp / "f.count").string()), std::string::npos) << log.str();
+  EXPECT_EQ(slurp(tmp / "f.count"), "7\n");
+  EXPECT_TRUE(tokenlock::testing::temp_files_below(tmp.path()).empty());
+  std::optional<tokenlock::lock_handle> h =
+      tokenlock::rename_lock(other / "f.count.lock").try_acquire();
+  ASSERT_TRUE(h && h->owns()) << "the lock was left held";
+  h->release();
+}
+
 // A relative data directory whose name looks like a URL is still a
 // directory, as it was before the lock had a spec.
 TEST_F(CounterAppTest, ARelativeDataDirectoryThatLooksLikeAUrlStillCounts) {
