@@ -9,21 +9,14 @@
 #include <string>
 
 #include "counter_app.hpp"
+#include "counter_env.hpp"
 #include "inspect.hpp"
 #include "temp_dir.hpp"
 #include "tokenlock/open_lock.hpp"
 
 namespace {
 
-bool configured(const std::map<std::string, std::string>& env, counter::config& c,
-                std::string& error) {
-  return counter::load_config(
-      [&](const char* name) -> const char* {
-        const auto it = env.find(name);
-        return it == env.end() ? nullptr : it->second.c_str();
-      },
-      c, error);
-}
+using counter::testing::configured;
 
 struct refusal {
   const char* variable;

@@ -11,6 +11,7 @@
 
 #include "cgi.hpp"
 #include "counter_app.hpp"
+#include "counter_env.hpp"
 #include "inspect.hpp"
 #include "temp_dir.hpp"
 #include "tokenlock/tokenlock.hpp"
@@ -26,6 +27,8 @@ using tokenlock::testing::temp_dir;
 
 namespace {
 
+using counter::testing::configured;
+
 std::map<std::string, std::string> parsed(const std::string& q) {
   std::map<std::string, std::string> out;
   std::string reason;
@@ -38,17 +41,6 @@ std::string refused(const std::string& q) {
   std::string reason;
   EXPECT_FALSE(cgi::parse_query(q, out, reason)) << q;
   return reason;
-}
-
-// load_config with `env` as the whole environment.
-bool configured(const std::map<std::string, std::string>& env, counter::config& c,
-                std::string& error) {
-  return counter::load_config(
-      [&](const char* name) -> const char* {
-        const auto it = env.find(name);
-        return it == env.end() ? nullptr : it->second.c_str();
-      },
-      c, error);
 }
 
 TEST(QueryString, DecodesPercentEscapesAndPlus) {
