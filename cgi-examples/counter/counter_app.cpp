@@ -243,7 +243,8 @@ bool read_lock_spec(const lock_variable& var, const std::string& spec, config& o
     return false;
   }
   if (ec) {
-    error = name + ": " + tokenlock::last_error_message();
+    error = name + " is neither a directory's path nor a lock server's URL (without #NAME: the "
+            "counter adds #counter:ID): " + tokenlock::last_error_message();
     return false;
   }
   const tokenlock::lock_backend backend = probe->backend();
