@@ -5,9 +5,10 @@
 namespace cgi {
 
 // The rule of application/x-www-form-urlencoded as a grammar, read by
-// Boost.Spirit (in the Boost headers the library already needs): Boost.URL,
-// which has it, came with Boost 1.81, and Debian's uriparser has no static
-// archive for a counter.cgi that is one static file.
+// Boost.Spirit (in the Boost headers the library already needs). Boost.URL
+// has this decoding but came with Boost 1.81, whose Debian 12 packages
+// replace the 1.74 the project builds with; Debian's uriparser has no
+// static archive, and counter.cgi is one static file (docs/cgi-guide.md).
 bool percent_decode(std::string_view in, std::string& out) {
   namespace x3 = boost::spirit::x3;
   const auto escaped = x3::lit('%') >> x3::uint_parser<unsigned char, 16, 2, 2>{};
