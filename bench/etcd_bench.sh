@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The etcd lock against its four targets (bench/etcd_bench.cpp), in one run
+# The etcd lock against its four targets (tests/etcd_measure/etcd_bench.cpp), in one run
 # on a three-member etcd cluster that this script starts on free 127.0.0.1
 # ports (bench/etcd_cluster.sh) and stops by pid.
 #
@@ -22,8 +22,8 @@ while [ $# -gt 0 ]; do
 done
 . "$(dirname "$0")/etcd_cluster.sh"
 etcd_cluster_require etcd_bench.sh
-bin=$build/bench/etcd_bench
-[ -x "$bin" ] || { echo "etcd_bench.sh: $bin is not built" >&2; exit 1; }
+bin=$build/tests/etcd_measure/etcd_bench
+[ -x "$bin" ] || { echo "etcd_bench.sh: $bin is not built (with the tests and the benches: TOKENLOCK_TESTS, TOKENLOCK_BENCH)" >&2; exit 1; }
 # The command whose run knows --etcd: the static one, else the dynamically
 # linked one (libcurl cannot be linked statically on Debian); else the
 # static one, and etcd_bench says why its workload is left out.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs bench/etcd_transport against a three-member etcd cluster that it
+# Runs etcd_transport (tests/etcd_measure/) against a three-member etcd cluster that it
 # starts on free 127.0.0.1 ports (bench/etcd_cluster.sh) and stops by pid.
 #
 #   bench/etcd_transport.sh -b BUILD_DIR [-q] [-- etcd_transport options]
@@ -18,8 +18,8 @@ while [ $# -gt 0 ]; do
 done
 . "$(dirname "$0")/etcd_cluster.sh"
 etcd_cluster_require etcd_transport.sh
-bin=$build/bench/etcd_transport
-[ -x "$bin" ] || { echo "etcd_transport.sh: $bin is not built" >&2; exit 1; }
+bin=$build/tests/etcd_measure/etcd_transport
+[ -x "$bin" ] || { echo "etcd_transport.sh: $bin is not built (with the tests and the benches: TOKENLOCK_TESTS, TOKENLOCK_BENCH)" >&2; exit 1; }
 
 trap etcd_cluster_stop EXIT
 etcd_cluster_start etcd_transport.sh

@@ -1,20 +1,24 @@
 #include "counter_app.hpp"
 
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tokenlock/open_lock.hpp"
+#include "tokenlock/tokenlock.hpp"
 #if COUNTER_HAVE_REDIS
 #include "tokenlock/redis_lock.hpp"
 #endif
 #if COUNTER_HAVE_ETCD
 #include "tokenlock/etcd_lock.hpp"
 #endif
-
-#include <cctype>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <map>
-#include <optional>
-
-#include "tokenlock/tokenlock.hpp"
 
 namespace counter {
 namespace {
@@ -77,7 +81,12 @@ cgi::response value_response(const std::string& id, const std::string& format, s
   cgi::response r;
   if (format == "json") {
     r.content_type = "application/json";
-    r.body = "{\"id\":\"" + id + "\",\"count\":" + std::to_string(value) + "}\n";
+    // An id is letters, digits, '_' and '-' (valid_id): UTF-8 always.
+    // Should that change, a byte that is not UTF-8 shows as U+FFFD instead
+    // of the answer failing.
+    using json = nlohmann::ordered_json;
+    r.body = json{{"id", id}, {"count", value}}.dump(-1, ' ', false, json::error_handler_t::replace) +
+             "\n";
   } else if (format == "svg") {
     r.content_type = "image/svg+xml";
     r.body = svg(value);
@@ -110,37 +119,25 @@ bool parse_dir_mode(const char* text, unsigned& mode, std::string& error) {
   return true;
 }
 
-// Adds the hit under the counter's lock: a lock directory beside the file,
-// or the name "counter:<id>" in Redis or etcd.
-std::uint64_t count_hit(const std::string& file, const std::string& id, const config& cfg,
-                        std::error_code& ec) {
-  tokenlock::update_options uo;
-  uo.write.sync = cfg.sync;
-  // A CGI holds its lock for milliseconds; a short lease frees a killed
-  // one's lock soon on a lock server.
-  constexpr std::chrono::seconds server_lease(10);
-#if COUNTER_HAVE_REDIS
-  if (!cfg.redis.empty()) {
-    tokenlock::redis_lock_options ro;
-    ro.wait = cfg.wait;
-    ro.lease = server_lease;
-    tokenlock::redis_lock lock(cfg.redis, "counter:" + id, ro);
-    return tokenlock::increment_counter(file, lock, 1, uo, ec);
-  }
-#endif
-#if COUNTER_HAVE_ETCD
-  if (!cfg.etcd.empty()) {
-    tokenlock::etcd_lock_options eo;
-    eo.wait = cfg.wait;
-    eo.lease = server_lease;
-    tokenlock::etcd_lock lock(cfg.etcd, "counter:" + id, eo);
-    return tokenlock::increment_counter(file, lock, 1, uo, ec);
-  }
-#endif
-  tokenlock::lock_options lo;
-  lo.wait = cfg.wait;
-  lo.dir_mode = cfg.dir_mode;
-  lo.group = cfg.group;
+// The spec of the lock directory <base>/<id>.count.lock. A relative path
+// that looks like a URL ("data://x") is written ./data://x (open_lock.hpp).
+std::string directory_spec(const std::string& base, const std::string& id) {
+  const std::string path = base + "/" + id + ".count.lock";
+  return path.find("://") != std::string::npos && path.front() != '/' ? "./" + path : path;
+}
+
+// The spec of counter `id`'s lock (config::lock).
+std::string lock_spec_of(const config& cfg, const std::string& id) {
+  if (cfg.backend != tokenlock::lock_backend::directory) return cfg.lock + "#counter:" + id;
+  return directory_spec(cfg.lock.empty() ? cfg.dir : cfg.lock, id);
+}
+
+tokenlock::open_options open_options_of(const config& cfg) {
+  tokenlock::open_options o;
+  o.wait = cfg.wait;
+  o.lease = cfg.lease;
+  o.directory.dir_mode = cfg.dir_mode;
+  o.directory.group = cfg.group;
   // Waiters line up (lock_options::queue_waiters), so at most one of
   // them watches the lock. An update that flushes to disk holds the lock
   // for milliseconds: the watcher then takes it within tens of
@@ -149,9 +146,122 @@ std::uint64_t count_hit(const std::string& file, const std::string& id, const co
   // costs more CPU, which starting processes need, than it saves; the
   // head polls instead. The 10 ms cap bounds how long a waiter sleeps
   // when the head of the line is gone. Measured in docs/cgi-guide.md.
-  lo.wake_on_release = cfg.sync != tokenlock::durability::none;
-  lo.backoff_max = std::chrono::milliseconds(10);
-  return tokenlock::increment_counter(file, tokenlock::rename_lock(file + ".lock", lo), 1, uo, ec);
+  o.directory.wake_on_release = cfg.sync != tokenlock::durability::none;
+  o.directory.backoff_max = std::chrono::milliseconds(10);
+  return o;
+}
+
+// tokenlock::increment_counter on any lock, through the backend's own
+// overload (update.hpp, redis_lock.hpp, etcd_lock.hpp) until the form that
+// takes a tokenlock::lock& is in the library; this function goes then.
+std::uint64_t increment(const std::string& file, tokenlock::lock& lock,
+                        const tokenlock::update_options& options, std::error_code& ec) {
+  if (auto* directory = dynamic_cast<tokenlock::rename_lock*>(&lock))
+    return tokenlock::increment_counter(file, *directory, 1, options, ec);
+#if COUNTER_HAVE_REDIS
+  if (auto* redis = dynamic_cast<tokenlock::redis_lock*>(&lock))
+    return tokenlock::increment_counter(file, *redis, 1, options, ec);
+#endif
+#if COUNTER_HAVE_ETCD
+  if (auto* etcd = dynamic_cast<tokenlock::etcd_lock*>(&lock))
+    return tokenlock::increment_counter(file, *etcd, 1, options, ec);
+#endif
+  ec = tokenlock::make_error_code(tokenlock::errc::backend_unavailable);
+  return 0;
+}
+
+// Adds the hit under the counter's lock (config::lock).
+std::uint64_t count_hit(const std::string& file, const std::string& id, const config& cfg,
+                        std::error_code& ec) {
+  const std::unique_ptr<tokenlock::lock> lock =
+      tokenlock::open_lock(lock_spec_of(cfg, id), open_options_of(cfg), ec);
+  if (ec) return 0;
+  tokenlock::update_options uo;
+  uo.write.sync = cfg.sync;
+  // Lock directories beside the counters share their filesystem, and every
+  // commit is fenced. Placed elsewhere by the spec, one on another
+  // filesystem would commit without the fence: refused instead (500).
+  uo.require_fence = !cfg.lock.empty();
+  return increment(file, *lock, uo, ec);
+}
+
+// The variables that say where the locks are: the current name first,
+// then the older ones, each of which names a server of one backend.
+struct lock_variable {
+  const char* name;
+  std::optional<tokenlock::lock_backend> only;
+  const char* backend;  // `only` in words
+  const char* server;   // what its URL names, and the schemes it takes
+};
+const lock_variable lock_variables[] = {
+    {"TOKENLOCK_COUNTER_LOCK", std::nullopt, "", ""},
+    {"TOKENLOCK_COUNTER_REDIS", tokenlock::lock_backend::redis, "Redis",
+     "a Redis server (redis://, rediss:// or unix://)"},
+    {"TOKENLOCK_COUNTER_ETCD", tokenlock::lock_backend::etcd, "etcd",
+     "an etcd cluster (etcd:// or etcds://)"},
+};
+
+// Into `set`, the one lock variable that is set (nullptr: none); false,
+// with the reason, when more than one is: no silent choice between places.
+bool find_lock_variable(const std::function<const char*(const char*)>& getenv,
+                        const lock_variable*& set, std::string& error) {
+  set = nullptr;
+  std::vector<std::string> names;
+  for (const lock_variable& v : lock_variables) {
+    const char* value = getenv(v.name);
+    if (!value || !*value) continue;
+    if (!set) set = &v;
+    names.push_back(v.name);
+  }
+  if (names.size() < 2) return true;
+  error = names.size() == 2 ? names[0] + " and " + names[1] + " are both set"
+                            : names[0] + ", " + names[1] + " and " + names[2] + " are all set";
+  error += ": a counter's lock must be in one place; set TOKENLOCK_COUNTER_LOCK only "
+           "(TOKENLOCK_COUNTER_REDIS=URL and TOKENLOCK_COUNTER_ETCD=URL are older names for "
+           "TOKENLOCK_COUNTER_LOCK=URL)";
+  return false;
+}
+
+// `spec`, the value of `var`, into out.lock, out.backend and out.lease,
+// checked by opening a lock by it, which connects to nothing. Messages
+// show a URL only as the library masks it.
+bool read_lock_spec(const lock_variable& var, const std::string& spec, config& out,
+                    std::string& error) {
+  const std::string name = var.name;
+  std::error_code ec;
+  // A server URL needs a lock's name after '#' to be a spec; to a path
+  // the same characters are more of it, and nothing looks at it.
+  const std::unique_ptr<tokenlock::lock> probe = tokenlock::open_lock(spec + "#counter:", {}, ec);
+  if (ec == tokenlock::errc::backend_unavailable) {
+    error = name + (var.only ? " is set, but this counter.cgi was built without the " +
+                                   std::string(var.backend) + " backend: "
+                             : " names a lock server whose backend this counter.cgi was built "
+                               "without: ") +
+            tokenlock::last_error_message() +
+            "; a counter.cgi linked statically also needs the backend's archives (libhiredis.a for "
+            "Redis, libssl.a and libcrypto.a for etcd)";
+    return false;
+  }
+  if (ec) {
+    error = name + " is neither a directory's path nor a lock server's URL (without #NAME: the "
+            "counter adds #counter:ID): " + tokenlock::last_error_message();
+    return false;
+  }
+  const tokenlock::lock_backend backend = probe->backend();
+  if (var.only && backend != *var.only) {
+    error = name + " must be the URL of " + var.server + "; it reads as a spec of the " +
+            tokenlock::backend_name(backend) + " backend (TOKENLOCK_COUNTER_LOCK takes any backend's)";
+    return false;
+  }
+  if (backend != tokenlock::lock_backend::directory && spec.find('#') != std::string::npos) {
+    error = name + ": a lock server's URL here ends before any '#': the counter names each "
+            "counter's lock counter:ID itself (a '#' in a password is written %23)";
+    return false;
+  }
+  out.lock = spec;
+  out.backend = backend;
+  out.lease = backend == tokenlock::lock_backend::directory ? directory_lease : server_lease;
+  return true;
 }
 
 }  // namespace
@@ -171,29 +281,9 @@ bool load_config(const std::function<const char*(const char*)>& getenv, config& 
     }
     out.wait = std::chrono::milliseconds(ms);
   }
-  if (const char* redis = getenv("TOKENLOCK_COUNTER_REDIS"); redis && *redis) {
-#if COUNTER_HAVE_REDIS
-    out.redis = redis;
-#else
-    error = "TOKENLOCK_COUNTER_REDIS is set, but this counter.cgi was built without the Redis "
-            "backend (install libhiredis-dev and rebuild)";
-    return false;
-#endif
-  }
-  if (const char* etcd = getenv("TOKENLOCK_COUNTER_ETCD"); etcd && *etcd) {
-#if COUNTER_HAVE_ETCD
-    out.etcd = etcd;
-#else
-    error = "TOKENLOCK_COUNTER_ETCD is set, but this counter.cgi was built without the etcd "
-            "backend (install nlohmann-json3-dev and libssl-dev, and rebuild)";
-    return false;
-#endif
-  }
-  if (!out.redis.empty() && !out.etcd.empty()) {
-    error = "TOKENLOCK_COUNTER_REDIS and TOKENLOCK_COUNTER_ETCD are both set: a counter's lock "
-            "must be in one place; unset one";
-    return false;
-  }
+  const lock_variable* lock = nullptr;
+  if (!find_lock_variable(getenv, lock, error)) return false;
+  if (lock && !read_lock_spec(*lock, getenv(lock->name), out, error)) return false;
   if (const char* mode = getenv("TOKENLOCK_COUNTER_DIR_MODE"); mode && *mode) {
     if (!parse_dir_mode(mode, out.dir_mode, error)) return false;
   }
@@ -241,65 +331,57 @@ std::optional<cgi::response> read_query(const request& req, counter_query& out) 
   return std::nullopt;
 }
 
+// The answer to a count or read that failed with `ec`; the details go to
+// `log`, the server's error log.
+cgi::response failure_response(const std::error_code& ec, const std::string& file,
+                               std::ostream& log) {
+  log << "counter.cgi: " << tokenlock::last_error_message();
+  // The server's file size limit (RLIMIT_FSIZE) stopped the write; the
+  // counter was left as it was and its lock released.
+  if (ec == std::errc::file_too_large)
+    log << "; " << file << ": file too large: the server's file size limit for CGI programs "
+        << "(ulimit -f, RLIMIT_FSIZE) is below what writing the counter needs: raise it";
+  log << "\n";
+  // stale_data: a network client's cache served an old version and did not
+  // let go in time; nothing was written, and a retry will likely succeed.
+  if (ec == tokenlock::errc::busy || ec == tokenlock::errc::timed_out ||
+      ec == tokenlock::errc::stale_data) {
+    cgi::response r = text(503, "the counter is busy; try again");
+    r.headers.emplace_back("Retry-After", "1");
+    return r;
+  }
+  // The lock server (config::lock) is down or refuses: a retry may find it
+  // back.
+  if (ec == tokenlock::errc::server_error || ec == std::errc::connection_refused ||
+      ec == std::errc::timed_out || ec == std::errc::connection_reset ||
+      ec == std::errc::host_unreachable || ec == std::errc::network_unreachable ||
+      ec == std::errc::protocol_error) {
+    cgi::response r = text(503, "the lock server is unavailable; try again");
+    r.headers.emplace_back("Retry-After", "5");
+    return r;
+  }
+  if (ec == tokenlock::errc::corrupt_data)
+    return text(500, "the counter file is corrupt; it was left as it is");
+  return text(500, "internal error; see the server's error log");
+}
+
 }  // namespace
 
 cgi::response handle(const request& req, const config& cfg, std::ostream& log) {
   counter_query query;
   if (std::optional<cgi::response> refused = read_query(req, query)) return *refused;
-  const std::string& id = query.id;
-  const std::string& format = query.format;
-  const std::string& peek = query.peek;
-
-  const std::string file = cfg.dir + "/" + id + ".count";
+  const std::string file = cfg.dir + "/" + query.id + ".count";
   std::error_code ec;
-  std::uint64_t value = 0;
-  if (peek == "1" || req.method == "HEAD") {
-    value = tokenlock::read_counter(file, ec).value_or(0);
-  } else {
-    value = count_hit(file, id, cfg, ec);
-  }
-  // stale_data: a network client's cache served an old version and did not
-  // let go in time; nothing was written, and a retry will likely succeed.
-  if (ec == tokenlock::errc::busy || ec == tokenlock::errc::timed_out ||
-      ec == tokenlock::errc::stale_data) {
-    log << "counter.cgi: " << tokenlock::last_error_message() << "\n";
-    cgi::response r = text(503, "the counter is busy; try again");
-    r.headers.emplace_back("Retry-After", "1");
-    return r;
-  }
-  // The lock server (TOKENLOCK_COUNTER_REDIS or _ETCD) is down or refuses: a retry
-  // may find it back.
-  if (ec == tokenlock::errc::server_error || ec == std::errc::connection_refused ||
-      ec == std::errc::timed_out || ec == std::errc::connection_reset ||
-      ec == std::errc::host_unreachable || ec == std::errc::network_unreachable ||
-      ec == std::errc::protocol_error) {
-    log << "counter.cgi: " << tokenlock::last_error_message() << "\n";
-    cgi::response r = text(503, "the lock server is unavailable; try again");
-    r.headers.emplace_back("Retry-After", "5");
-    return r;
-  }
+  const bool look_only = query.peek == "1" || req.method == "HEAD";
+  const std::uint64_t value = look_only ? tokenlock::read_counter(file, ec).value_or(0)
+                                        : count_hit(file, query.id, cfg, ec);
   if (ec == tokenlock::errc::dir_sync_failed) {
     // The hit is counted; only its durability is in doubt.
     log << "counter.cgi: " << tokenlock::last_error_message() << "\n";
     ec.clear();
   }
-  if (ec == tokenlock::errc::corrupt_data) {
-    log << "counter.cgi: " << tokenlock::last_error_message() << "\n";
-    return text(500, "the counter file is corrupt; it was left as it is");
-  }
-  if (ec == std::errc::file_too_large) {
-    // The server's file size limit (RLIMIT_FSIZE) stopped the write; the
-    // counter was left as it was and its lock released.
-    log << "counter.cgi: " << tokenlock::last_error_message() << "; " << file
-        << ": file too large: the server's file size limit for CGI programs (ulimit -f, "
-           "RLIMIT_FSIZE) is below what writing the counter needs: raise it\n";
-    return text(500, "internal error; see the server's error log");
-  }
-  if (ec) {
-    log << "counter.cgi: " << tokenlock::last_error_message() << "\n";
-    return text(500, "internal error; see the server's error log");
-  }
-  return value_response(id, format, value);
+  if (ec) return failure_response(ec, file, log);
+  return value_response(query.id, query.format, value);
 }
 
 }  // namespace counter

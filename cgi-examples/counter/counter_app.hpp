@@ -9,6 +9,7 @@
 
 #include "cgi.hpp"
 #include "tokenlock/atomic_write.hpp"
+#include "tokenlock/lock.hpp"
 #include "tokenlock/lock_options.hpp"
 
 namespace counter {
@@ -18,19 +19,29 @@ namespace counter {
 // through the web server.
 inline constexpr const char* default_dir = "/var/lib/tokenlock-counter";
 inline constexpr int default_wait_ms = 5000;
+// A lock directory's lease is the library's default: a killed CGI's lock
+// is freed at once on its own host (its process is gone), so the lease
+// counts only across hosts, where a commit's flush over a network
+// filesystem can take seconds. A lock server frees a killed CGI's lock
+// only when the lease ends, and a CGI holds its lock for milliseconds.
+inline const std::chrono::milliseconds directory_lease = tokenlock::lock_options{}.lease;
+inline constexpr std::chrono::milliseconds server_lease = std::chrono::seconds(10);
 
 struct config {
   std::string dir = default_dir;
-  // TOKENLOCK_COUNTER_REDIS: a Redis server URL. Set, each counter's lock is
-  // the name "counter:<id>" there (tokenlock/redis_lock.hpp) instead of a
-  // lock directory beside the file; the commit is fenced by the grant's
-  // token (<id>.count.fence beside the file).
-  std::string redis;
-  // TOKENLOCK_COUNTER_ETCD: an etcd cluster's URL (etcd://host:port,...).
-  // Set, each counter's lock is the name "counter:<id>" in that cluster
-  // (tokenlock/etcd_lock.hpp), its commit fenced as with Redis. At most one
-  // of the two is set.
-  std::string etcd;
+  // Where the counters' locks are kept: TOKENLOCK_COUNTER_LOCK, a spec as
+  // tokenlock::open_lock reads it (tokenlock/open_lock.hpp) but without a
+  // lock's name. A Redis or etcd server's URL: counter ID's lock is the
+  // name "counter:ID" there, its commit fenced by the grant's token
+  // (ID.count.fence beside the file). A directory: it holds the lock
+  // directory ID.count.lock. Empty: the data directory does (`dir`).
+  // TOKENLOCK_COUNTER_REDIS=URL and TOKENLOCK_COUNTER_ETCD=URL, the older
+  // names, are read as TOKENLOCK_COUNTER_LOCK=URL.
+  std::string lock;
+  // What keeps them; load_config sets it from `lock`.
+  tokenlock::lock_backend backend = tokenlock::lock_backend::directory;
+  // The lease of a counter's lock; load_config sets it by the backend.
+  std::chrono::milliseconds lease = directory_lease;
   std::chrono::milliseconds wait{default_wait_ms};
   // TOKENLOCK_COUNTER_DIR_MODE: the mode of a lock directory the counter
   // creates (lock_options::dir_mode). With group write (0775, 0770) the
@@ -46,9 +57,12 @@ struct config {
 };
 
 // Reads TOKENLOCK_COUNTER_DIR, TOKENLOCK_COUNTER_WAIT_MS,
-// TOKENLOCK_COUNTER_SYNC, TOKENLOCK_COUNTER_DIR_MODE, TOKENLOCK_COUNTER_REDIS
-// and TOKENLOCK_COUNTER_ETCD through `getenv`. False, with the reason, on a
-// value that is not valid (the server is then misconfigured: 500).
+// TOKENLOCK_COUNTER_SYNC, TOKENLOCK_COUNTER_DIR_MODE, TOKENLOCK_COUNTER_GROUP
+// and TOKENLOCK_COUNTER_LOCK (or TOKENLOCK_COUNTER_REDIS or _ETCD) through
+// `getenv`. False, with the reason, on a value that is not valid, on two of
+// the lock's variables set, and on a lock server this counter.cgi was built
+// without (the server is then misconfigured: 500). The reason never shows a
+// password.
 bool load_config(const std::function<const char*(const char*)>& getenv, config& out,
                  std::string& error);
 

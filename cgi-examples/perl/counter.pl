@@ -31,6 +31,8 @@
 #                              directories of its members are trusted, and
 #                              those made get it (docs/security.md)
 # Counter NAME is DIR/NAME.count, locked by DIR/NAME.count.lock.
+# TOKENLOCK_COUNTER_LOCK (and its older names TOKENLOCK_COUNTER_REDIS and
+# _ETCD), which places counter.cgi's locks elsewhere, is refused (500).
 
 use strict;
 use warnings;
@@ -124,9 +126,11 @@ sub load_config {
         $c{wait_ms} = $2 + 0;
     }
     $c{group} = $env->('TOKENLOCK_COUNTER_GROUP');
-    if (defined $env->('TOKENLOCK_COUNTER_REDIS')) {
-        return (undef, "TOKENLOCK_COUNTER_REDIS is set, but $NAME has no Redis backend "
-              . '(use counter.cgi built with libhiredis-dev, or unset it)');
+    # Counting under a lock other than the one counter.cgi takes would let
+    # the two lose each other's hits: a lock placed elsewhere is refused.
+    for my $v (qw(TOKENLOCK_COUNTER_LOCK TOKENLOCK_COUNTER_REDIS TOKENLOCK_COUNTER_ETCD)) {
+        return (undef, "$v is set, but $NAME locks through lock directories beside the counters "
+              . 'only (use counter.cgi, or unset it)') if length($env->($v) // '');
     }
     if (defined(my $s = $env->('TOKENLOCK_COUNTER_SYNC'))) {
         return (undef, 'TOKENLOCK_COUNTER_SYNC must be none, file or file_and_dir, not "' . shown($s) . '"')

@@ -21,8 +21,10 @@
  *   TOKENLOCK_COUNTER_GROUP    the group (name or gid) the counters are
  *                              shared with, when the script user and
  *                              another user both count (docs/security.md)
- * TOKENLOCK_COUNTER_REDIS is refused (500): this counter locks through the
- * data directory only, and would not exclude a counter.cgi locking in Redis.
+ * TOKENLOCK_COUNTER_LOCK (and its older names TOKENLOCK_COUNTER_REDIS and
+ * _ETCD) is refused (500): this counter locks through lock directories
+ * beside the counters only, and would not exclude a counter.cgi locking
+ * elsewhere.
  *
  * Deploying: copy counter.php and Tokenlock.php (bindings/php/, the whole
  * module in one file) into the CGI directory; counter.php mode 0755,
@@ -240,9 +242,11 @@ function counter_config(): array
             return [null, 'TOKENLOCK_COUNTER_WAIT_MS must be 0 to 600000 milliseconds, not "' . counter_shown($wait) . '"'];
         }
     }
-    if ((string) getenv('TOKENLOCK_COUNTER_REDIS') !== '') {
-        return [null, 'TOKENLOCK_COUNTER_REDIS is set, but counter.php locks through the data directory only '
-            . '(use counter.cgi for a lock in Redis)'];
+    foreach (['TOKENLOCK_COUNTER_LOCK', 'TOKENLOCK_COUNTER_REDIS', 'TOKENLOCK_COUNTER_ETCD'] as $name) {
+        if ((string) getenv($name) !== '') {
+            return [null, "$name is set, but counter.php locks through lock directories beside the counters only "
+                . '(use counter.cgi, or unset it)'];
+        }
     }
     $sync = (string) getenv('TOKENLOCK_COUNTER_SYNC');
     if ($sync === '') {

@@ -20,7 +20,9 @@ Configuration (environment, e.g. Apache's SetEnv):
     TOKENLOCK_COUNTER_DIR_MODE the mode of the lock directories it creates (0755)
     TOKENLOCK_COUNTER_GROUP    the one group the counters' locks are shared with
 As counter.cgi, it reads only these: the module's TOKENLOCK_DIR_MODE and
-TOKENLOCK_GROUP are set from them.
+TOKENLOCK_GROUP are set from them. TOKENLOCK_COUNTER_LOCK (and its older
+names TOKENLOCK_COUNTER_REDIS and _ETCD), which places counter.cgi's locks
+elsewhere, is refused (500).
 """
 
 import os
@@ -167,11 +169,12 @@ class Config:
                 raise ValueError('TOKENLOCK_COUNTER_WAIT_MS must be 0 to 600000 milliseconds, '
                                  'not "%s"' % shown(wait).decode())
             self.wait_ms = ms
-        if environ.get(b"TOKENLOCK_COUNTER_REDIS"):
-            # Counting under a lock other than the one counter.cgi takes would
-            # let the two lose each other's hits.
-            raise ValueError("TOKENLOCK_COUNTER_REDIS is set, but counter.py has no Redis "
-                             "backend (use counter.cgi built with hiredis)")
+        for name in ("TOKENLOCK_COUNTER_LOCK", "TOKENLOCK_COUNTER_REDIS", "TOKENLOCK_COUNTER_ETCD"):
+            if environ.get(name.encode()):
+                # Counting under a lock other than the one counter.cgi takes
+                # would let the two lose each other's hits.
+                raise ValueError(name + " is set, but counter.py locks through lock directories "
+                                 "beside the counters only (use counter.cgi, or unset it)")
         self.dir_mode = dir_mode(environ.get(b"TOKENLOCK_COUNTER_DIR_MODE"))
         self.group = environ.get(b"TOKENLOCK_COUNTER_GROUP") or None
         self.sync = "file_and_dir"

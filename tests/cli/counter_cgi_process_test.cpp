@@ -97,6 +97,40 @@ TEST_F(CounterCgiProcessTest, ABadDirModeIsAMisconfigurationThatChangesNothing) 
   EXPECT_EQ(snapshot(tmp.path()), before);
 }
 
+// Where the locks are (TOKENLOCK_COUNTER_LOCK) set so that it cannot be
+// used: 500, the reason in the log with the variables' names and without
+// the password, and nothing created.
+TEST_F(CounterCgiProcessTest, AnUnusableLockSpecIsAMisconfigurationThatNeverShowsItsPassword) {
+  const auto before = snapshot(tmp.path());
+  const std::pair<std::string, std::string> settings[] = {
+      {"TOKENLOCK_COUNTER_LOCK='ftp://user:secret@127.0.0.1/x'", "no lock backend is called ftp://"},
+      {"TOKENLOCK_COUNTER_LOCK='redis://:secret@127.0.0.1:1' "
+       "TOKENLOCK_COUNTER_REDIS='redis://:secret@127.0.0.1:1'",
+       "TOKENLOCK_COUNTER_LOCK and TOKENLOCK_COUNTER_REDIS are both set"},
+      {"TOKENLOCK_COUNTER_ETCD='/srv/locks'", "TOKENLOCK_COUNTER_ETCD must be the URL of an etcd"}};
+  for (const auto& [setting, reason] : settings) {
+    auto r = get(setting);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out.rfind("Status: 500 ", 0), 0u) << setting << ": " << r.out;
+    EXPECT_EQ(body_of(r.out), "the counter is misconfigured; see the server's error log\n");
+    EXPECT_NE(r.err.find("counter.cgi: misconfigured: "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(reason), std::string::npos) << setting << ": " << r.err;
+    EXPECT_EQ(r.err.find("secret"), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(snapshot(tmp.path()), before);
+}
+
+// TOKENLOCK_COUNTER_LOCK naming a directory: the lock directories are made
+// there, the counters stay in TOKENLOCK_COUNTER_DIR.
+TEST_F(CounterCgiProcessTest, ADirectorySpecHoldsTheLockDirectories) {
+  temp_dir locks;
+  auto r = get("TOKENLOCK_COUNTER_LOCK='" + locks.path().string() + "'");
+  EXPECT_EQ(body_of(r.out), "1\n") << r.out << r.err;
+  EXPECT_EQ(entries(tmp.path()), std::vector<std::string>{"hits.count"});
+  EXPECT_EQ(entries(locks.path()), std::vector<std::string>{"hits.count.lock"});
+  EXPECT_EQ(entries(locks / "hits.count.lock"), std::vector<std::string>{"lockfile"}) << "released";
+}
+
 TEST_F(CounterCgiProcessTest, AGroupNamedForSharingIsGivenToTheLockDirectoriesItCreates) {
   auto r = get("TOKENLOCK_COUNTER_GROUP=" + std::to_string(::getegid()));
   EXPECT_EQ(body_of(r.out), "1\n") << r.out << r.err;

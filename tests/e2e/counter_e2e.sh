@@ -8,10 +8,14 @@
 # (503), HEAD and peek, the SVG as XML. The server is stopped by its pid.
 # TOKENLOCK_E2E_REDIS=1: the counters' locks live in a redis-server that
 # this script starts on 127.0.0.1 (a free port, a password) and stops by its
-# pid (TOKENLOCK_COUNTER_REDIS); skipped (status 77) without redis-server.
+# pid (TOKENLOCK_COUNTER_LOCK=redis://...); skipped (status 77) without
+# redis-server.
 # TOKENLOCK_E2E_ETCD=1: the same in a three-member etcd cluster on
-# 127.0.0.1 (bench/etcd_cluster.sh; TOKENLOCK_COUNTER_ETCD), stopped by
-# the members' pids; skipped (status 77) without etcd.
+# 127.0.0.1 (bench/etcd_cluster.sh; TOKENLOCK_COUNTER_LOCK=etcd://...),
+# stopped by the members' pids; skipped (status 77) without etcd.
+# (The older TOKENLOCK_COUNTER_REDIS and _ETCD, read as
+# TOKENLOCK_COUNTER_LOCK, are tested in cgi_unit_tests, attacks_redis.sh
+# and etcd_hostile_tests.)
 # TOKENLOCK_E2E_WAIT_MS sets the CGI's wait budget under load (default
 # 2000) and TOKENLOCK_E2E_REQUESTS the requests per load (default 2000):
 # sanitizer builds start each CGI several times slower, and use more time
@@ -71,14 +75,14 @@ if [ "${TOKENLOCK_E2E_REDIS:-0}" = 1 ]; then
   { timeout 20 tail -n +1 -F "$work/redis/log" 2>/dev/null || true; } |
     grep -q -m1 "Ready to accept connections" ||
     fail "redis-server did not start (see $work/redis/log)"
-  lock_env=(TOKENLOCK_COUNTER_REDIS="redis://:e2e-secret@127.0.0.1:$redis_port")
+  lock_env=(TOKENLOCK_COUNTER_LOCK="redis://:e2e-secret@127.0.0.1:$redis_port")
   echo "redis-server on 127.0.0.1:$redis_port (pid $redis_pid)"
 fi
 rcli() { redis-cli -p "$redis_port" -a e2e-secret --no-auth-warning "$@"; }
 if [ "${TOKENLOCK_E2E_ETCD:-0}" = 1 ]; then
   etcd_cluster_require "SKIP: counter_e2e.sh"
   etcd_cluster_start counter_e2e.sh
-  lock_env=(TOKENLOCK_COUNTER_ETCD="$etcd_cluster_url")
+  lock_env=(TOKENLOCK_COUNTER_LOCK="$etcd_cluster_url")
   echo "etcd cluster at $etcd_cluster_url (pids ${etcd_cluster_pids[*]})"
 fi
 
@@ -142,7 +146,10 @@ if [ -n "$redis_pid" ]; then
   got=$(curl -s -o /dev/null -w '%{http_code}' "$url?id=one")
   [ "$got" = 503 ] || fail "with Redis down: status $got, expected 503"
   [ "$(count_of one)" = "$before" ] || fail "with Redis down the counter changed"
-  pass "Redis down: 503, counter unchanged"
+  grep -q "127.0.0.1:$redis_port" "$work/$server/logs/error.log" ||
+    fail "with Redis down the server's log does not name it"
+  ! grep -q e2e-secret "$work/$server/logs/error.log" || fail "the password reached the server's log"
+  pass "Redis down: 503, counter unchanged, the server named in the log without its password"
 fi
 
 if [ "${TOKENLOCK_E2E_ETCD:-0}" = 1 ]; then

@@ -7,9 +7,11 @@
 #include <sys/stat.h>
 
 #include <boost/filesystem.hpp>
+#include <nlohmann/json.hpp>
 
 #include "cgi.hpp"
 #include "counter_app.hpp"
+#include "counter_env.hpp"
 #include "inspect.hpp"
 #include "temp_dir.hpp"
 #include "tokenlock/tokenlock.hpp"
@@ -24,6 +26,8 @@ using tokenlock::testing::spit;
 using tokenlock::testing::temp_dir;
 
 namespace {
+
+using counter::testing::configured;
 
 std::map<std::string, std::string> parsed(const std::string& q) {
   std::map<std::string, std::string> out;
@@ -47,6 +51,8 @@ TEST(QueryString, DecodesPercentEscapesAndPlus) {
   EXPECT_EQ(q["flag"], "");
   EXPECT_TRUE(parsed("").empty());
   EXPECT_EQ(parsed("a=1&&b=2&").size(), 2u);
+  EXPECT_EQ(parsed("n=%c3%A9%2b%25")["n"], "\xc3\xa9+%") << "either case; %2b and %25 are data";
+  EXPECT_EQ(parsed("n=%ff")["n"], "\xff") << "bytes, UTF-8 or not";
 }
 
 TEST(QueryString, RefusesWhatItCannotReadWithAShortReason) {
@@ -54,6 +60,11 @@ TEST(QueryString, RefusesWhatItCannotReadWithAShortReason) {
   EXPECT_EQ(refused("id=%4"), "invalid percent-encoding");
   EXPECT_EQ(refused("id=%"), "invalid percent-encoding");
   EXPECT_EQ(refused("id=a%00b"), "invalid percent-encoding");
+  EXPECT_EQ(refused(std::string("id=a\0b", 6)), "invalid percent-encoding");
+  EXPECT_EQ(refused("id=%-1"), "invalid percent-encoding");
+  EXPECT_EQ(refused("id=%+1"), "invalid percent-encoding");
+  EXPECT_EQ(refused("id=%4g"), "invalid percent-encoding");
+  EXPECT_EQ(refused("%zz=1"), "invalid percent-encoding") << "in a name too";
   EXPECT_EQ(refused("id=1&id=2"), "repeated parameter");
   EXPECT_EQ(refused("=x"), "parameter without a name");
   EXPECT_EQ(refused("id=" + std::string(300, 'a')), "parameter too long");
@@ -239,43 +250,269 @@ TEST(CounterConfig, ReadsTheEnvironmentAndRefusesBadValues) {
   env = {{"TOKENLOCK_COUNTER_WAIT_MS", "600000"}};
   ASSERT_TRUE(counter::load_config(getenv, c, error)) << error;
   EXPECT_EQ(c.wait.count(), 600000);
-  env = {{"TOKENLOCK_COUNTER_REDIS", "redis://127.0.0.1:6390/2"}};
-#if COUNTER_HAVE_REDIS
-  ASSERT_TRUE(counter::load_config(getenv, c, error)) << error;
-  EXPECT_EQ(c.redis, "redis://127.0.0.1:6390/2");
-#else
-  EXPECT_FALSE(counter::load_config(getenv, c, error));
-  EXPECT_NE(error.find("built without the Redis backend"), std::string::npos) << error;
-#endif
-  env = {{"TOKENLOCK_COUNTER_ETCD", "etcd://127.0.0.1:2379,127.0.0.1:22379"}};
-#if COUNTER_HAVE_ETCD
-  ASSERT_TRUE(counter::load_config(getenv, c, error)) << error;
-  EXPECT_EQ(c.etcd, "etcd://127.0.0.1:2379,127.0.0.1:22379");
-#else
-  EXPECT_FALSE(counter::load_config(getenv, c, error));
-  EXPECT_NE(error.find("built without the etcd backend"), std::string::npos) << error;
-#endif
-#if COUNTER_HAVE_REDIS && COUNTER_HAVE_ETCD
-  env = {{"TOKENLOCK_COUNTER_ETCD", "etcd://127.0.0.1:2379"},
-         {"TOKENLOCK_COUNTER_REDIS", "redis://127.0.0.1:6390/2"}};
-  EXPECT_FALSE(counter::load_config(getenv, c, error));
-  EXPECT_NE(error.find("both set"), std::string::npos) << error;
-#endif
 }
+
+// Where the locks are, as the lock's variables give it. "secret" stands
+// for a password, which no message may show.
+struct lock_place {
+  std::string spec;
+  tokenlock::lock_backend backend;
+};
+
+std::vector<lock_place> places_built_in() {
+  std::vector<lock_place> out = {{"/srv/counter-locks", tokenlock::lock_backend::directory}};
+#if COUNTER_HAVE_REDIS
+  out.push_back({"redis://:secret@127.0.0.1:6390/2", tokenlock::lock_backend::redis});
+  out.push_back({"unix:///run/redis/redis.sock?db=1", tokenlock::lock_backend::redis});
+#endif
+#if COUNTER_HAVE_ETCD
+  out.push_back({"etcd://user:secret@127.0.0.1:2379,127.0.0.1:22379", tokenlock::lock_backend::etcd});
+  out.push_back({"etcds://127.0.0.1:2379?cacert=/etc/ca.pem", tokenlock::lock_backend::etcd});
+#endif
+  return out;
+}
+
+TEST(CounterLockConfig, TheSpecVariableNamesWhereTheLocksAreOnEveryBackendBuiltIn) {
+  counter::config c;
+  std::string error;
+  ASSERT_TRUE(configured({}, c, error)) << error;
+  EXPECT_EQ(c.lock, "") << "unset: lock directories beside the counters";
+  EXPECT_EQ(c.backend, tokenlock::lock_backend::directory);
+  EXPECT_EQ(c.lease, counter::directory_lease);
+  ASSERT_TRUE(configured({{"TOKENLOCK_COUNTER_LOCK", ""}}, c, error)) << "empty is unset";
+  EXPECT_EQ(c.lock, "");
+  for (const lock_place& place : places_built_in()) {
+    ASSERT_TRUE(configured({{"TOKENLOCK_COUNTER_LOCK", place.spec}}, c, error))
+        << place.spec << ": " << error;
+    EXPECT_EQ(c.lock, place.spec);
+    EXPECT_EQ(c.backend, place.backend) << place.spec;
+    const bool server = place.backend != tokenlock::lock_backend::directory;
+    EXPECT_EQ(c.lease, server ? counter::server_lease : counter::directory_lease) << place.spec;
+  }
+}
+
+TEST(CounterLockConfig, TheOlderVariablesAreReadAsTheSpecVariable) {
+  const std::pair<const char*, const char*> older[] = {
+#if COUNTER_HAVE_REDIS
+      {"TOKENLOCK_COUNTER_REDIS", "redis://:secret@127.0.0.1:6390/2"},
+      {"TOKENLOCK_COUNTER_REDIS", "unix:///run/redis/redis.sock"},
+#endif
+#if COUNTER_HAVE_ETCD
+      {"TOKENLOCK_COUNTER_ETCD", "etcd://127.0.0.1:2379,127.0.0.1:22379"},
+#endif
+  };
+  if (std::size(older) == 0) GTEST_SKIP() << "built without Redis and etcd: cgi_no_backend_tests";
+  for (const auto& [name, url] : older) {
+    counter::config by_old, by_spec;
+    std::string error;
+    ASSERT_TRUE(configured({{name, url}}, by_old, error)) << name << ": " << error;
+    ASSERT_TRUE(configured({{"TOKENLOCK_COUNTER_LOCK", url}}, by_spec, error)) << error;
+    EXPECT_EQ(by_old.lock, url);
+    EXPECT_EQ(by_old.lock, by_spec.lock) << name;
+    EXPECT_EQ(by_old.backend, by_spec.backend) << name;
+    EXPECT_EQ(by_old.lease, counter::server_lease) << name;
+  }
+}
+
+TEST(CounterLockConfig, TwoPlacesForTheLocksAreRefusedNamingTheVariablesNotTheirValues) {
+  const std::string lock = "TOKENLOCK_COUNTER_LOCK", redis = "TOKENLOCK_COUNTER_REDIS",
+                    etcd = "TOKENLOCK_COUNTER_ETCD";
+  const std::string redis_url = "redis://:secret@127.0.0.1:6390", etcd_url = "etcd://u:secret@127.0.0.1:2379";
+  const std::vector<std::map<std::string, std::string>> envs = {
+      {{lock, redis_url}, {redis, redis_url}},
+      {{lock, "/srv/locks"}, {etcd, etcd_url}},
+      {{redis, redis_url}, {etcd, etcd_url}},
+      {{lock, redis_url}, {redis, redis_url}, {etcd, etcd_url}}};
+  for (const auto& env : envs) {
+    counter::config c;
+    std::string error;
+    EXPECT_FALSE(configured(env, c, error)) << env.size();
+    for (const auto& [name, value] : env) EXPECT_NE(error.find(name), std::string::npos) << error;
+    EXPECT_NE(error.find(env.size() == 2 ? "are both set" : "are all set"), std::string::npos) << error;
+    EXPECT_NE(error.find("set TOKENLOCK_COUNTER_LOCK only"), std::string::npos) << error;
+    EXPECT_EQ(error.find("secret"), std::string::npos) << error;
+    EXPECT_EQ(error.find("/srv/locks"), std::string::npos) << error;
+  }
+}
+
+TEST(CounterLockConfig, AnOlderVariableNamingAnotherPlaceIsRefused) {
+  const std::pair<const char*, const char*> wrong[] = {
+      {"TOKENLOCK_COUNTER_REDIS", "/srv/locks"},
+      {"TOKENLOCK_COUNTER_ETCD", "/srv/locks"},
+#if COUNTER_HAVE_ETCD
+      {"TOKENLOCK_COUNTER_REDIS", "etcd://u:secret@127.0.0.1:2379"},
+#endif
+#if COUNTER_HAVE_REDIS
+      {"TOKENLOCK_COUNTER_ETCD", "redis://:secret@127.0.0.1:6379"},
+#endif
+  };
+  for (const auto& [name, value] : wrong) {
+    counter::config c;
+    std::string error;
+    EXPECT_FALSE(configured({{name, value}}, c, error)) << name << "=" << value;
+    EXPECT_EQ(error.rfind(std::string(name) + " must be the URL of ", 0), 0u) << error;
+    EXPECT_NE(error.find("TOKENLOCK_COUNTER_LOCK takes any backend's"), std::string::npos) << error;
+    EXPECT_EQ(error.find("secret"), std::string::npos) << error;
+  }
+}
+
+TEST(CounterLockConfig, ABadSpecIsRefusedWithTheReasonAndWithoutItsPassword) {
+  std::vector<std::pair<std::string, std::string>> bad = {
+      {"ftp://user:secret@host/locks", "no lock backend is called ftp://"},
+      {"etcd+x://user:secret@host", "no lock backend is called etcd+x://"}};
+#if COUNTER_HAVE_REDIS
+  bad.push_back({"redis://:secret@127.0.0.1:6379#mine", "the counter names each counter's lock"});
+  bad.push_back({"redis://:sec#ret@127.0.0.1:6379", "write a '#' in a password as %23"});
+#endif
+#if COUNTER_HAVE_ETCD
+  bad.push_back({"etcd://u:secret@127.0.0.1:2379#mine", "the counter names each counter's lock"});
+#endif
+  for (const auto& [spec, reason] : bad) {
+    counter::config c;
+    std::string error;
+    EXPECT_FALSE(configured({{"TOKENLOCK_COUNTER_LOCK", spec}}, c, error)) << spec;
+    EXPECT_EQ(error.rfind("TOKENLOCK_COUNTER_LOCK", 0), 0u) << error;
+    EXPECT_NE(error.find(reason), std::string::npos) << spec << ": " << error;
+    EXPECT_EQ(error.find("secret"), std::string::npos) << error;
+    EXPECT_EQ(error.find("sec#ret"), std::string::npos) << error;
+  }
+}
+
+TEST_F(CounterAppTest, ADirectorySpecHoldsTheLockDirectoriesAndTheCountersStayInTheDataDirectory) {
+  fs::create_directory(tmp / "data");
+  fs::create_directory(tmp / "locks");
+  std::string error;
+  ASSERT_TRUE(configured({{"TOKENLOCK_COUNTER_DIR", (tmp / "data").string()},
+                          {"TOKENLOCK_COUNTER_SYNC", "none"},
+                          {"TOKENLOCK_COUNTER_LOCK", (tmp / "locks").string()}},
+                         cfg, error))
+      << error;
+  EXPECT_EQ(get("id=x").body, "1\n") << log.str();
+  EXPECT_EQ(get("id=x").body, "2\n") << log.str();
+  EXPECT_EQ(slurp(tmp / "data" / "x.count"), "2\n");
+  EXPECT_FALSE(fs::exists(tmp / "data" / "x.count.lock"));
+  std::optional<tokenlock::lock_handle> h =
+      tokenlock::rename_lock(tmp / "locks" / "x.count.lock").try_acquire();
+  ASSERT_TRUE(h && h->owns()) << "the lock in the spec's directory was left held";
+  h->release();
+  EXPECT_TRUE(tokenlock::testing::temp_files_below(tmp.path()).empty());
+}
+
+// Lock directories that the spec puts on another filesystem than the
+// counters could not fence the commit: every hit is refused (500), the
+// counter left as it was and its lock free.
+TEST_F(CounterAppTest, ADirectorySpecOnAnotherFilesystemIsRefusedRatherThanCommittedUnfenced) {
+  const fs::path other = fs::path("/dev/shm") / fs::unique_path("tokenlock-test-%%%%-%%%%");
+  struct stat here {}, there {};
+  if (::stat("/dev/shm", &there) != 0 || ::stat(tmp.path().c_str(), &here) != 0 ||
+      here.st_dev == there.st_dev)
+    GTEST_SKIP() << "no /dev/shm on another filesystem than " << tmp.path();
+  fs::create_directory(other);
+  struct remover {
+    fs::path p;
+    ~remover() { fs::remove_all(p); }
+  } removed{other};
+  spit(tmp / "f.count", "7\n");
+  std::string error;
+  ASSERT_TRUE(configured({{"TOKENLOCK_COUNTER_DIR", tmp.path().string()},
+                          {"TOKENLOCK_COUNTER_SYNC", "none"},
+                          {"TOKENLOCK_COUNTER_LOCK", other.string()}},
+                         cfg, error))
+      << error;
+  const cgi::response r = get("id=f");
+  EXPECT_EQ(r.status, 500) << r.body;
+  EXPECT_EQ(r.body.find("/dev/shm"), std::string::npos) << r.body;
+  EXPECT_NE(log.str().find((tmp / "f.count").string()), std::string::npos) << log.str();
+  EXPECT_EQ(slurp(tmp / "f.count"), "7\n");
+  EXPECT_TRUE(tokenlock::testing::temp_files_below(tmp.path()).empty());
+  std::optional<tokenlock::lock_handle> h =
+      tokenlock::rename_lock(other / "f.count.lock").try_acquire();
+  ASSERT_TRUE(h && h->owns()) << "the lock was left held";
+  h->release();
+}
+
+// A relative data directory whose name looks like a URL is still a
+// directory, as it was before the lock had a spec.
+TEST_F(CounterAppTest, ARelativeDataDirectoryThatLooksLikeAUrlStillCounts) {
+  fs::create_directories(tmp / "data:" / "x");
+  const fs::path before = fs::current_path();
+  fs::current_path(tmp.path());
+  cfg.dir = "data://x";
+  const cgi::response r = get("id=u");
+  fs::current_path(before);
+  EXPECT_EQ(r.body, "1\n") << log.str();
+  EXPECT_EQ(slurp(tmp / "data:" / "x" / "u.count"), "1\n");
+  EXPECT_TRUE(fs::is_directory(tmp / "data:" / "x" / "u.count.lock"));
+}
+
+// The JSON answer is made by a JSON library; an id is letters, digits, '_'
+// and '-', so no byte that is not UTF-8 can reach it: such an id is 400.
+TEST_F(CounterAppTest, TheJsonAnswerReadsBackAndNoNonUtf8IdReachesIt) {
+  get("id=j");
+  const cgi::response r = get("id=j&format=json");
+  EXPECT_EQ(r.content_type, "application/json");
+  const nlohmann::json doc = nlohmann::json::parse(r.body);
+  EXPECT_EQ(doc.at("id"), "j");
+  EXPECT_EQ(doc.at("count"), 2);
+  for (const char* q : {"id=%ff&format=json", "id=%c3%a9&format=json", "format=json&%ff=1"}) {
+    const cgi::response refused = get(q);
+    EXPECT_EQ(refused.status, 400) << q;
+    EXPECT_EQ(refused.content_type, "text/plain; charset=utf-8") << q;
+    EXPECT_EQ(refused.body.find('\xff'), std::string::npos) << "escaped: " << refused.body;
+  }
+  EXPECT_EQ(get("id=j&peek=1").body, "2\n");
+}
+
+#if COUNTER_HAVE_REDIS
+// Counts under a real Redis server, named by the spec variable and by the
+// older one: the same locks ("counter:ID"), fenced commits, no lock
+// directory, and no grant left.
+TEST_F(CounterAppTest, RedisNamedByTheSpecOrTheOlderVariableKeepsTheCountersLocks) {
+  if (const std::string why = tokenlock::testing::redis_server::unavailable(); !why.empty())
+    GTEST_SKIP() << why;
+  tokenlock::testing::redis_server server({"--requirepass", "secret"});
+  int hits = 0;
+  for (const char* variable : {"TOKENLOCK_COUNTER_LOCK", "TOKENLOCK_COUNTER_REDIS"}) {
+    std::string error;
+    ASSERT_TRUE(configured({{"TOKENLOCK_COUNTER_DIR", tmp.path().string()},
+                            {"TOKENLOCK_COUNTER_SYNC", "none"},
+                            {variable, server.url(":secret")}},
+                           cfg, error))
+        << error;
+    EXPECT_EQ(get("id=r").body, std::to_string(++hits) + "\n") << variable << ": " << log.str();
+    EXPECT_EQ(nlohmann::json::parse(get("id=r&format=json").body).at("count"), ++hits) << variable;
+  }
+  EXPECT_EQ(slurp(tmp / "r.count"), "4\n") << log.str();
+  EXPECT_TRUE(fs::is_directory(tmp / "r.count.fence"));
+  EXPECT_FALSE(fs::exists(tmp / "r.count.lock"));
+  const std::string fence =
+      server.cli({"-a", "secret", "--no-auth-warning", "GET", "tokenlock:counter:r:fence"});
+  EXPECT_FALSE(fence.empty()) << "the fences were taken in Redis";
+  EXPECT_EQ(server.cli({"-a", "secret", "--no-auth-warning", "EXISTS", "tokenlock:counter:r"}), "0");
+  EXPECT_EQ(log.str().find("secret"), std::string::npos) << log.str();
+}
+#endif
 
 #if COUNTER_HAVE_REDIS
 // Its lock in a Redis server that is down: 503 with Retry-After, the
 // server named in the log only, and the counter untouched.
 TEST_F(CounterAppTest, AnUnreachableLockServerIs503AndTouchesNothing) {
-  cfg.redis = "redis://127.0.0.1:" + std::to_string(tokenlock::testing::free_port());
+  const std::string url = "redis://127.0.0.1:" + std::to_string(tokenlock::testing::free_port());
+  std::string error;
+  ASSERT_TRUE(configured({{"TOKENLOCK_COUNTER_DIR", tmp.path().string()},
+                          {"TOKENLOCK_COUNTER_SYNC", "none"},
+                          {"TOKENLOCK_COUNTER_LOCK", url}},
+                         cfg, error))
+      << error;
   auto r = get("id=r");
   EXPECT_EQ(r.status, 503);
   ASSERT_FALSE(r.headers.empty());
   EXPECT_EQ(r.headers[0].first, "Retry-After");
   EXPECT_EQ(r.body.find("127.0.0.1"), std::string::npos) << r.body;
-  EXPECT_NE(log.str().find(cfg.redis), std::string::npos) << log.str();
+  EXPECT_NE(log.str().find(url), std::string::npos) << log.str();
   EXPECT_FALSE(fs::exists(tmp / "r.count"));
   EXPECT_FALSE(fs::exists(tmp / "r.count.fence"));
+  EXPECT_FALSE(fs::exists(tmp / "r.count.lock"));
 }
 #endif
 
@@ -284,7 +521,12 @@ TEST_F(CounterAppTest, AnUnreachableLockServerIs503AndTouchesNothing) {
 // on loopback: nothing listens there): 503 with Retry-After, the members
 // named in the log only, and the counter untouched.
 TEST_F(CounterAppTest, AnUnreachableEtcdClusterIs503AndTouchesNothing) {
-  cfg.etcd = "etcd://127.0.0.1:1,[::1]:1";
+  std::string error;
+  ASSERT_TRUE(configured({{"TOKENLOCK_COUNTER_DIR", tmp.path().string()},
+                          {"TOKENLOCK_COUNTER_SYNC", "none"},
+                          {"TOKENLOCK_COUNTER_LOCK", "etcd://127.0.0.1:1,[::1]:1"}},
+                         cfg, error))
+      << error;
   auto r = get("id=e");
   EXPECT_EQ(r.status, 503) << r.body << log.str();
   ASSERT_FALSE(r.headers.empty());
@@ -293,6 +535,7 @@ TEST_F(CounterAppTest, AnUnreachableEtcdClusterIs503AndTouchesNothing) {
   EXPECT_NE(log.str().find("127.0.0.1:1"), std::string::npos) << log.str();
   EXPECT_FALSE(fs::exists(tmp / "e.count"));
   EXPECT_FALSE(fs::exists(tmp / "e.count.fence"));
+  EXPECT_FALSE(fs::exists(tmp / "e.count.lock"));
 }
 #endif
 

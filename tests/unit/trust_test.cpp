@@ -18,7 +18,7 @@
 #include "fake_os.hpp"
 #include "temp_dir.hpp"
 #include "tokenlock/tokenlock.hpp"
-#include "core/trust.hpp"
+#include "lockdir/trust.hpp"
 #include "files/update_impl.hpp"
 #include "with_os.hpp"
 

@@ -19,6 +19,7 @@
 #include <boost/filesystem.hpp>
 
 #include "lock_fixture.hpp"
+#include "lockdir/waiting.hpp"
 #include "wait/wait_backoff.hpp"
 #include "wait/wait_line.hpp"
 #include "wait/wait_look.hpp"
@@ -231,7 +232,7 @@ class ReleaseWatchTest : public ::testing::Test {
 TEST_F(ReleaseWatchTest, AWatchIsTakenOnceAWaitAndDisarmedWhenItEnds) {
   sys.release_interval_us = 5000;
   {
-    release_watch watch(sys, keeper, dir, true);
+    release_watch watch(sys, keeper, dir, tokenlock::detail::free_token, true);
     EXPECT_FALSE(watch.attached()) << "nothing before the first pause";
     watch.attach();
     watch.attach();
@@ -242,7 +243,7 @@ TEST_F(ReleaseWatchTest, AWatchIsTakenOnceAWaitAndDisarmedWhenItEnds) {
     EXPECT_EQ(count_calls(sys, "sleep_for"), 0);
   }
   EXPECT_EQ(count_calls(sys, "watch_disarm"), 1) << "an idle watch taxes the holder's renames";
-  release_watch next(sys, keeper, dir, true);
+  release_watch next(sys, keeper, dir, tokenlock::detail::free_token, true);
   next.attach();
   EXPECT_TRUE(next.attached());
   EXPECT_EQ(count_calls(sys, "watch_directory"), 1) << "the instance is kept between waits";
@@ -251,7 +252,7 @@ TEST_F(ReleaseWatchTest, AWatchIsTakenOnceAWaitAndDisarmedWhenItEnds) {
 
 TEST_F(ReleaseWatchTest, FastReleasesGiveTheWatchUpForPollingAndTheLockRemembersIt) {
   sys.release_interval_us = 50;
-  release_watch watch(sys, keeper, dir, true);
+  release_watch watch(sys, keeper, dir, tokenlock::detail::free_token, true);
   watch.attach();
   for (int i = 0; i < 4; ++i) {
     ASSERT_TRUE(watch.attached()) << i;
@@ -263,18 +264,18 @@ TEST_F(ReleaseWatchTest, FastReleasesGiveTheWatchUpForPollingAndTheLockRemembers
   EXPECT_FALSE(watch.attached()) << "not taken again in this wait";
   watch.pause(1ms);
   EXPECT_EQ(count_exact_calls(sys, "sleep_for 1000"), 1) << "it polls";
-  release_watch soon(sys, keeper, dir, true);
+  release_watch soon(sys, keeper, dir, tokenlock::detail::free_token, true);
   soon.attach();
   EXPECT_FALSE(soon.attached()) << "the next wait polls from its start";
   world->advance(watch_keeper::remember_fast_us);
-  release_watch later(sys, keeper, dir, true);
+  release_watch later(sys, keeper, dir, tokenlock::detail::free_token, true);
   later.attach();
   EXPECT_TRUE(later.attached()) << "and the verdict is forgotten after 100 ms";
 }
 
 TEST_F(ReleaseWatchTest, AWatchPutAwayWhileSleepingInTheLineIsTakenAgainAfterwards) {
   sys.release_interval_us = 5000;
-  release_watch watch(sys, keeper, dir, true);
+  release_watch watch(sys, keeper, dir, tokenlock::detail::free_token, true);
   watch.attach();
   watch.put_away();
   EXPECT_FALSE(watch.attached());
@@ -287,13 +288,13 @@ TEST_F(ReleaseWatchTest, AWatchPutAwayWhileSleepingInTheLineIsTakenAgainAfterwar
 
 TEST_F(ReleaseWatchTest, WithoutWakeOnReleaseOrAWatchAPauseIsASleep) {
   sys.release_interval_us = 5000;
-  release_watch unwanted(sys, keeper, dir, false);
+  release_watch unwanted(sys, keeper, dir, tokenlock::detail::free_token, false);
   unwanted.attach();
   EXPECT_FALSE(unwanted.attached());
   EXPECT_EQ(count_calls(sys, "watch_"), 0);
   unwanted.pause(3ms);
   sys.release_interval_us = -1;  // none available: NFS, or no inotify
-  release_watch none(sys, keeper, dir, true);
+  release_watch none(sys, keeper, dir, tokenlock::detail::free_token, true);
   none.attach();
   EXPECT_FALSE(none.attached());
   none.pause(2ms);
@@ -324,6 +325,7 @@ class PlaceInLineTest : public RenameLockTest {
  protected:
   PlaceInLineTest() { tokenlock::detail::make_lock_paths(dir, paths); }
   lock_paths paths;
+  tokenlock::detail::lock_board_site site{paths};
   lock_options o = options(10s, 1s);
   board_keeper boards_a, boards_b;
   std::uint32_t* board() { return world->boards[paths.board_path].data(); }
@@ -332,7 +334,7 @@ class PlaceInLineTest : public RenameLockTest {
 
 TEST_F(PlaceInLineTest, ANewcomerMakesNoBoardUntilItHasSeenAHolder) {
   auto b = process(200);
-  place_in_line place(*b, o, boards_b, paths);
+  place_in_line place(*b, o, boards_b, site);
   EXPECT_FALSE(place.join(false)) << "no board yet: it looks before it waits";
   EXPECT_FALSE(place.usable());
   EXPECT_EQ(world->boards.count(paths.board_path), 0u);
@@ -348,16 +350,16 @@ TEST_F(PlaceInLineTest, ANewcomerMakesNoBoardUntilItHasSeenAHolder) {
 TEST_F(PlaceInLineTest, WithoutQueueWaitersOrABoardThereIsNoLineToUse) {
   auto b = process(200);
   o.queue_waiters = false;
-  place_in_line off(*b, o, boards_b, paths);
+  place_in_line off(*b, o, boards_b, site);
   EXPECT_TRUE(off.join(true));
   EXPECT_FALSE(off.usable());
   EXPECT_EQ(count_calls(*b, "open_wait_board") + count_calls(*b, "create_wait_board"), 0);
   o.queue_waiters = true;
   b->fail(op::create_wait_board, "", ENOTSUP);  // a network or FUSE filesystem
-  place_in_line refused(*b, o, boards_b, paths);
+  place_in_line refused(*b, o, boards_b, site);
   EXPECT_TRUE(refused.join(true)) << "settled: it polls on its own";
   EXPECT_FALSE(refused.usable());
-  place_in_line again(*b, o, boards_b, paths);
+  place_in_line again(*b, o, boards_b, site);
   EXPECT_TRUE(again.join(true));
   EXPECT_EQ(count_calls(*b, "create_wait_board"), 1) << "the lock object keeps the verdict";
 }
@@ -366,11 +368,11 @@ TEST_F(PlaceInLineTest, ALoneWaiterHeadsTheLineAndASecondSleepsUntilTheFirstHand
   auto a = process(100), b = process(200);
   std::uint32_t turn = 0;
   {
-    std::optional<place_in_line> first(std::in_place, *a, o, boards_a, paths);
+    std::optional<place_in_line> first(std::in_place, *a, o, boards_a, site);
     ASSERT_TRUE(first->join(true));
     ASSERT_TRUE(first->claim_head(turn));
     EXPECT_EQ(board()[wait_line::beat_word], now_ms()) << "the head beats as it claims";
-    place_in_line second(*b, o, boards_b, paths);
+    place_in_line second(*b, o, boards_b, site);
     ASSERT_TRUE(second.join(false)) << "the board exists now";
     EXPECT_FALSE(second.claim_head(turn)) << "a live head keeps its place";
     EXPECT_EQ(turn, 0u);
@@ -388,7 +390,7 @@ TEST_F(PlaceInLineTest, ALoneWaiterHeadsTheLineAndASecondSleepsUntilTheFirstHand
 
 TEST_F(PlaceInLineTest, ASleeperTakesThePlaceOfAHeadThatStoppedBeating) {
   auto a = process(100), b = process(200);
-  place_in_line head(*a, o, boards_a, paths), sleeper(*b, o, boards_b, paths);
+  place_in_line head(*a, o, boards_a, site), sleeper(*b, o, boards_b, site);
   std::uint32_t turn = 0;
   ASSERT_TRUE(head.join(true));
   ASSERT_TRUE(head.claim_head(turn));
@@ -404,7 +406,7 @@ TEST_F(PlaceInLineTest, ASleeperTakesThePlaceOfAHeadThatStoppedBeating) {
 
 TEST_F(PlaceInLineTest, ASleeperWakesAtItsDeadlineOrItsOwnLookWhateverTheBoardHolds) {
   auto b = process(200);
-  place_in_line sleeper(*b, o, boards_b, paths);
+  place_in_line sleeper(*b, o, boards_b, site);
   ASSERT_TRUE(sleeper.join(true));
   // Something keeps writing a fresh head and bumping the turn every 10 ms.
   std::function<void()> scribble = [&] {
@@ -437,7 +439,7 @@ TEST_F(PlaceInLineTest, ANewHeadBacksOffFromBackoffMinAndMarksTheLineHungryAfter
   auto a = process(100);
   std::uint32_t turn = 0;
   {
-    place_in_line head(*a, o, boards_a, paths);
+    place_in_line head(*a, o, boards_a, site);
     ASSERT_TRUE(head.join(true));
     ASSERT_TRUE(head.claim_head(turn));
     const auto first = head.head_pause(world->steady_us).count();
@@ -459,7 +461,7 @@ TEST_F(PlaceInLineTest, ANewHeadBacksOffFromBackoffMinAndMarksTheLineHungryAfter
 
 TEST_F(PlaceInLineTest, OnlyAProcessThatMappedTheBoardSeesAHungryLineAhead) {
   auto a = process(100), b = process(200);
-  place_in_line head(*a, o, boards_a, paths);
+  place_in_line head(*a, o, boards_a, site);
   std::uint32_t turn = 0;
   ASSERT_TRUE(head.join(true));
   ASSERT_TRUE(head.claim_head(turn));
@@ -467,11 +469,11 @@ TEST_F(PlaceInLineTest, OnlyAProcessThatMappedTheBoardSeesAHungryLineAhead) {
   world->advance(place_in_line::head_patience_us);
   head.head_pause(world->steady_us);
   ASSERT_EQ(board()[wait_line::hungry_word], 1u);
-  place_in_line newcomer(*b, o, boards_b, paths);
+  place_in_line newcomer(*b, o, boards_b, site);
   EXPECT_FALSE(newcomer.hungry_line_ahead(world->steady_us)) << "never waited: the fast path";
   EXPECT_EQ(count_calls(*b, "open_wait_board"), 0) << "and no system call for it";
   ASSERT_TRUE(newcomer.join(false));
-  place_in_line returning(*b, o, boards_b, paths);
+  place_in_line returning(*b, o, boards_b, site);
   EXPECT_TRUE(returning.hungry_line_ahead(world->steady_us));
   world->advance(111'000);
   EXPECT_FALSE(returning.hungry_line_ahead(world->steady_us)) << "a head that stopped beating";

@@ -356,6 +356,9 @@ final class CounterCgiTest extends TempDirTestCase
             'wait with a unit' => ['TOKENLOCK_COUNTER_WAIT_MS', '5s', 'TOKENLOCK_COUNTER_WAIT_MS must be 0 to 600000'],
             'sync' => ['TOKENLOCK_COUNTER_SYNC', 'always', 'TOKENLOCK_COUNTER_SYNC must be none, file or file_and_dir'],
             'redis' => ['TOKENLOCK_COUNTER_REDIS', 'redis://127.0.0.1:6379', 'TOKENLOCK_COUNTER_REDIS is set'],
+            'etcd' => ['TOKENLOCK_COUNTER_ETCD', 'etcd://127.0.0.1:2379', 'TOKENLOCK_COUNTER_ETCD is set'],
+            'lock on a server' => ['TOKENLOCK_COUNTER_LOCK', 'redis://127.0.0.1:6379', 'TOKENLOCK_COUNTER_LOCK is set, but counter.php locks through lock directories'],
+            'lock directories elsewhere' => ['TOKENLOCK_COUNTER_LOCK', '/srv/locks', 'TOKENLOCK_COUNTER_LOCK is set'],
         ];
     }
 

@@ -290,7 +290,10 @@ class CounterCgiTests:
                             ("TOKENLOCK_COUNTER_DIR_MODE", "1775"),
                             ("TOKENLOCK_COUNTER_DIR_MODE", "0655"),
                             ("TOKENLOCK_COUNTER_DIR_MODE", "u=rwx"),
-                            ("TOKENLOCK_COUNTER_REDIS", "redis://127.0.0.1:6379")):
+                            ("TOKENLOCK_COUNTER_REDIS", "redis://127.0.0.1:6379"),
+                            ("TOKENLOCK_COUNTER_ETCD", "etcd://127.0.0.1:2379"),
+                            ("TOKENLOCK_COUNTER_LOCK", "redis://127.0.0.1:6379"),
+                            ("TOKENLOCK_COUNTER_LOCK", "/srv/locks")):
             with self.subTest(**{name: value}):
                 for method in ("GET", "HEAD"):
                     r = self.cgi("id=c", method=method, **{name: value})

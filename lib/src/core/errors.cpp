@@ -36,7 +36,7 @@ class category final : public std::error_category {
 thread_local std::string t_last_message;
 
 // The one table of names (errors.hpp, Names). A tokenlock::errc row's C
-// code is the errc's value (c_api.cpp asserts that they agree); the rest
+// code is the errc's value (c_api/c_api.cpp asserts that they agree); the rest
 // are the C interface's codes for what is not an errc.
 struct named {
   const char* name;

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "core/trust.hpp"
+#include "lockdir/trust.hpp"
 
 namespace tokenlock::detail {
 

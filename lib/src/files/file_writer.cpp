@@ -1,7 +1,7 @@
 #include "files/file_writer.hpp"
 
 #include "core/errno_advice.hpp"
-#include "core/trust.hpp"
+#include "lockdir/trust.hpp"
 
 #include <cerrno>
 #include <cstdio>

@@ -12,7 +12,7 @@
 #include "cleanup_registry.hpp"
 #include "core/failure.hpp"
 #include "posix/os.hpp"
-#include "core/trust.hpp"
+#include "lockdir/trust.hpp"
 #include "tokenlock/atomic_write.hpp"
 
 namespace tokenlock::detail {

@@ -17,7 +17,7 @@
 #include "core/fnv1a.hpp"
 #include "lockdir/lock_directory.hpp"
 #include "core/netfs_advice.hpp"
-#include "core/trust.hpp"
+#include "lockdir/trust.hpp"
 #include "files/update_impl.hpp"
 
 namespace tokenlock {

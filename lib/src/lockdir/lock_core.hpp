@@ -12,7 +12,7 @@
 #include "lockdir/lock_directory.hpp"
 #include "posix/os.hpp"
 #include "tokenlock/rename_lock.hpp"
-#include "wait/waiting.hpp"
+#include "lockdir/waiting.hpp"
 
 namespace tokenlock::detail {
 

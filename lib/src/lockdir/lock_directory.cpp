@@ -10,7 +10,7 @@
 #include "core/errno_advice.hpp"
 #include "lockdir/token_name.hpp"
 #include "tokenlock/clock_judgement.hpp"
-#include "core/trust.hpp"
+#include "lockdir/trust.hpp"
 
 namespace tokenlock::detail {
 namespace {

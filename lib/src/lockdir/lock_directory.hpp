@@ -13,7 +13,7 @@
 #include "core/failure.hpp"
 #include "posix/os.hpp"
 #include "lockdir/token_name.hpp"
-#include "core/trust.hpp"
+#include "lockdir/trust.hpp"
 #include "tokenlock/lock_options.hpp"
 
 namespace tokenlock {

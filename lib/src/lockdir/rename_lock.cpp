@@ -10,8 +10,8 @@
 #include "lockdir/lock_directory.hpp"
 #include "lockdir/token_mark.hpp"
 #include "lockdir/token_name.hpp"
-#include "core/trust.hpp"
-#include "wait/waiting.hpp"
+#include "lockdir/trust.hpp"
+#include "lockdir/waiting.hpp"
 
 namespace tokenlock {
 

@@ -2,7 +2,7 @@
 // backend, beside open_lock in tokenlock::open, so that a C program that
 // never calls it links no backend; and the updates under a lock named by
 // a spec.
-#include "c_api_support.hpp"
+#include "c_api/c_api_support.hpp"
 #include "tokenlock/open_lock.hpp"
 
 using namespace tokenlock::detail::c_api;

@@ -26,21 +26,14 @@ void board_keeper::drop_broken_board() {
   }
 }
 
-std::shared_ptr<wait_board> board_keeper::board_for(os& sys, const lock_paths& paths,
-                                                     unsigned dir_mode, bool create,
-                                                     bool& settled) {
+std::shared_ptr<wait_board> board_keeper::board_for(os& sys, const board_site& site,
+                                                     bool create, bool& settled) {
   std::lock_guard<std::mutex> lock(mutex_);
   drop_broken_board();
   if (!settled_) {
     std::unique_ptr<wait_board> b;
-    // The lock directory's owner, or a member of the group the lock is
-    // shared with, may have made the board; before the directory is open,
-    // only this process's own board is used.
-    std::shared_ptr<const open_dir> dir = current_dir(paths);
-    board_owners owners;
-    owners.uid = dir ? dir->uid : sys.self().euid;
-    if (dir) owners.group = dir->group;
-    std::error_code ec = sys.open_wait_board(paths.board_path, dir_mode & 0666, create, owners, b);
+    std::error_code ec = sys.open_wait_board(site.board_path(), site.dir_mode() & 0666, create,
+                                             site.owners(sys), b);
     if (!ec && b && board_is_usable(*b)) board_ = std::move(b);
     settled_ = create || ec != std::errc::no_such_file_or_directory;
   }
@@ -58,7 +51,7 @@ bool place_in_line::join(bool create) {
   if (!options_.queue_waiters || line_) return true;
   bool settled = false;
   std::shared_ptr<wait_board> b =
-      boards_.board_for(sys_, paths_, paths_.dir_mode, create, settled);
+      boards_.board_for(sys_, site_, create, settled);
   if (!b && !settled) return false;
   line_.emplace(sys_, std::move(b), stale_head_after(options_));
   return true;

@@ -14,9 +14,10 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 
-#include "lockdir/lock_directory.hpp"
 #include "posix/os.hpp"
+#include "tokenlock/lock_options.hpp"
 #include "wait/wait_backoff.hpp"
 #include "wait/wait_line.hpp"
 
@@ -35,6 +36,22 @@ std::chrono::milliseconds stale_head_after(const lock_options& options);
 // keeps rewriting.
 std::chrono::milliseconds sleeper_look_interval(const lock_options& options);
 
+// Where a lock's wait board is, and whose board to trust: all that the
+// line knows of the lock it waits for (the rename-token lock's is
+// lock_board_site, lockdir/waiting.hpp).
+class board_site {
+ public:
+  virtual const std::string& board_path() const = 0;
+  // The mode of what the lock creates (lock_paths::dir_mode): the board is
+  // made with its read and write bits.
+  virtual unsigned dir_mode() const = 0;
+  // Who may have made the board, asked when the line first opens it.
+  virtual board_owners owners(os& sys) const = 0;
+
+ protected:
+  ~board_site() = default;
+};
+
 // The wait board of one lock object, mapped once and shared by its threads
 // and waits (a mapping stays valid across fork). Thread-safe.
 class board_keeper {
@@ -46,8 +63,8 @@ class board_keeper {
   // has seen the lock held creates one, so a lock that was never contended
   // leaves no file beside it. Sets `settled` when the answer is final
   // (mapped, or known to be unusable).
-  std::shared_ptr<wait_board> board_for(os& sys, const lock_paths& paths, unsigned dir_mode,
-                                        bool create, bool& settled);
+  std::shared_ptr<wait_board> board_for(os& sys, const board_site& site, bool create,
+                                        bool& settled);
 
  private:
   // A board whose file was truncated under its mapping is dropped, and the
@@ -69,8 +86,8 @@ class place_in_line {
   static constexpr std::int64_t head_patience_us = 1000;
 
   place_in_line(os& sys, const lock_options& options, board_keeper& boards,
-                const lock_paths& paths) noexcept
-      : sys_(sys), options_(options), boards_(boards), paths_(paths) {}
+                const board_site& site) noexcept
+      : sys_(sys), options_(options), boards_(boards), site_(site) {}
 
   // Whether a process that waited on this lock before (its board is still
   // mapped) finds a live, hungry head at `now_us`: it then joins the line
@@ -102,7 +119,7 @@ class place_in_line {
   os& sys_;
   const lock_options& options_;
   board_keeper& boards_;
-  const lock_paths& paths_;
+  const board_site& site_;
   std::optional<wait_line> line_;  // left (handing the head's place on) when the wait ends
   std::optional<backoff> head_delay_;
   std::int64_t head_since_ = 0;

@@ -1,7 +1,5 @@
 #include "wait/wait_watch.hpp"
 
-#include "lockdir/token_name.hpp"
-
 namespace tokenlock::detail {
 
 std::unique_ptr<dir_watch> watch_keeper::take(os& sys, const std::string& dir) {
@@ -53,7 +51,7 @@ void release_watch::put_away() {
 
 void release_watch::pause(std::chrono::microseconds pause) {
   if (!watch_) return sys_.sleep_for(pause);
-  if (!watch_->wait_for(std::string(free_token), pause)) return;
+  if (!watch_->wait_for(std::string(freed_), pause)) return;
   if (!releases_.woke(sys_.steady_now_us())) return;
   keeper_.saw_fast_releases(sys_);
   keeper_.give_back(sys_, std::move(watch_));

@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "posix/os.hpp"
@@ -73,9 +74,11 @@ class fast_release_detector {
 // polling once releases come fast, and given back when the wait ends.
 class release_watch {
  public:
+  // `freed`: the name that appears in `dir` when the lock is released;
   // `wanted`: lock_options::wake_on_release.
-  release_watch(os& sys, watch_keeper& keeper, const std::string& dir, bool wanted) noexcept
-      : sys_(sys), keeper_(keeper), dir_(dir), wanted_(wanted) {}
+  release_watch(os& sys, watch_keeper& keeper, const std::string& dir, std::string_view freed,
+                bool wanted) noexcept
+      : sys_(sys), keeper_(keeper), dir_(dir), freed_(freed), wanted_(wanted) {}
   ~release_watch() { keeper_.give_back(sys_, std::move(watch_)); }
   release_watch(const release_watch&) = delete;
   release_watch& operator=(const release_watch&) = delete;
@@ -93,6 +96,7 @@ class release_watch {
   os& sys_;
   watch_keeper& keeper_;
   const std::string& dir_;
+  std::string_view freed_;
   bool wanted_;
   bool tried_ = false;
   std::unique_ptr<dir_watch> watch_;

@@ -41,6 +41,8 @@ sub cgi {
         TOKENLOCK_COUNTER_SYNC => 'none',
         TOKENLOCK_COUNTER_WAIT_MS => undef,
         TOKENLOCK_COUNTER_REDIS => undef,
+        TOKENLOCK_COUNTER_ETCD => undef,
+        TOKENLOCK_COUNTER_LOCK => undef,
         CONTENT_LENGTH => undef,
         # A web server gives a CGI program no PERL5LIB; prove -l would.
         PERL5LIB => undef,
@@ -247,6 +249,9 @@ is(count_of('home'), "7\n", 'no other method counted');
         [TOKENLOCK_COUNTER_WAIT_MS => '5ms',    qr/TOKENLOCK_COUNTER_WAIT_MS must be/],
         [TOKENLOCK_COUNTER_SYNC    => 'fast',   qr/TOKENLOCK_COUNTER_SYNC must be none, file or file_and_dir, not "fast"/],
         [TOKENLOCK_COUNTER_REDIS   => 'redis://127.0.0.1:6379', qr/TOKENLOCK_COUNTER_REDIS is set/],
+        [TOKENLOCK_COUNTER_ETCD    => 'etcd://127.0.0.1:2379',  qr/TOKENLOCK_COUNTER_ETCD is set/],
+        [TOKENLOCK_COUNTER_LOCK    => 'redis://127.0.0.1:6379', qr/TOKENLOCK_COUNTER_LOCK is set, but counter\.pl locks through lock directories/],
+        [TOKENLOCK_COUNTER_LOCK    => '/srv/locks',             qr/TOKENLOCK_COUNTER_LOCK is set/],
       )
     {
         my ($k, $v, $re) = @$env;

@@ -34,6 +34,8 @@ sub run_cgi {
             TOKENLOCK_COUNTER_SYNC    => 'none',
             TOKENLOCK_COUNTER_WAIT_MS => undef,
             TOKENLOCK_COUNTER_REDIS   => undef,
+            TOKENLOCK_COUNTER_ETCD    => undef,
+            TOKENLOCK_COUNTER_LOCK    => undef,
             CONTENT_LENGTH            => undef,
             PERL5LIB                  => undef,
             PERL5OPT                  => undef,

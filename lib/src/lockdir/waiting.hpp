@@ -4,7 +4,10 @@
 // The protocol (rename_lock.cpp) decides who holds the lock, one rename at
 // a time; this unit decides only when the next round of it runs. Nothing
 // here renames anything, so a waiting scheme that misjudges costs latency,
-// never exclusion. The wait loop asks four parts, each deciding one thing:
+// never exclusion. The wait loop asks four parts, each deciding one thing,
+// in lib/src/wait/, which knows nothing of lock directories: what they
+// need of the lock (its board, whose board to trust, the name a release
+// brings back) this unit hands them.
 //   - wait_look.hpp: which rounds list the directory and judge the holder
 //     (at most every 10 ms, and always the last round before the deadline,
 //     so a verdict is never stale); every round retries the fast path;
@@ -27,6 +30,7 @@
 #include "core/failure.hpp"
 #include "lockdir/lock_directory.hpp"
 #include "posix/os.hpp"
+#include "wait/wait_place.hpp"
 
 namespace tokenlock::detail {
 
@@ -48,6 +52,21 @@ class lock_attempt {
 
  protected:
   ~lock_attempt() = default;
+};
+
+// The wait board of a lock directory (lock_paths::board_path). Whose board
+// is trusted: the lock directory's owner's, or a member's of the group the
+// lock is shared with; before the directory is open, only this process's
+// own.
+class lock_board_site final : public board_site {
+ public:
+  explicit lock_board_site(const lock_paths& paths) noexcept : paths_(paths) {}
+  const std::string& board_path() const override { return paths_.board_path; }
+  unsigned dir_mode() const override { return paths_.dir_mode; }
+  board_owners owners(os& sys) const override;
+
+ private:
+  const lock_paths& paths_;
 };
 
 // What the waits of one lock object keep between them (an idle directory

@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "c_api_support.hpp"
+#include "c_api/c_api_support.hpp"
 #include "core/failure.hpp"
 #include "tokenlock/atomic_write.hpp"
 #include "tokenlock/errors.hpp"

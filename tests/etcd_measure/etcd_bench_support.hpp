@@ -1,4 +1,4 @@
-// What the etcd benchmarks (bench/etcd_*.cpp) have in common: the lock's
+// What the etcd benchmarks (etcd_*.cpp here) have in common: the lock's
 // bare requests through the library's own client class, a process per
 // cycle, etcdctl's endpoints, and rounds of workloads in an order that
 // changes from round to round, so that workloads compared by ratio see

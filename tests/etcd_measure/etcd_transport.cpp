@@ -23,7 +23,7 @@
 //   range_cold      a fresh process: one Range through the library's client
 //                   (connect, POST /v3/kv/range)
 //   grpc_range_cold a fresh process: the same Range through gRPC C++
-//                   (bench/etcd_grpc_probe: channel, HTTP/2 set-up, one
+//                   (etcd_grpc_probe: channel, HTTP/2 set-up, one
 //                   unary call); only when the probe is built (gRPC C++
 //                   found) or named by --grpc-probe ("" leaves it out)
 // The cold workloads' children's peak RSS is printed after the times.

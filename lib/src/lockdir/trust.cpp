@@ -1,4 +1,4 @@
-#include "core/trust.hpp"
+#include "lockdir/trust.hpp"
 
 #include <algorithm>
 #include <cstdio>

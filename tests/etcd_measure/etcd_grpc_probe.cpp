@@ -1,6 +1,6 @@
 // One etcd Range through gRPC C++, as a short-lived process would send it:
 // what a gRPC client costs a process that connects once (docs/etcd.md,
-// Transport). bench/etcd_transport runs it as its grpc_range_cold workload.
+// Transport). etcd_transport runs it as its grpc_range_cold workload.
 //
 //   etcd_grpc_probe HOST:PORT KEY
 //

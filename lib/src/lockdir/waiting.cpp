@@ -1,5 +1,6 @@
-#include "wait/waiting.hpp"
+#include "lockdir/waiting.hpp"
 
+#include "lockdir/token_name.hpp"
 #include "wait/wait_backoff.hpp"
 #include "wait/wait_look.hpp"
 #include "wait/wait_place.hpp"
@@ -14,6 +15,14 @@ struct wait_state {
 };
 
 std::shared_ptr<wait_state> make_wait_state() { return std::make_shared<wait_state>(); }
+
+board_owners lock_board_site::owners(os& sys) const {
+  std::shared_ptr<const open_dir> dir = current_dir(paths_);
+  board_owners o;
+  o.uid = dir ? dir->uid : sys.self().euid;
+  if (dir) o.group = dir->group;
+  return o;
+}
 
 namespace {
 
@@ -44,8 +53,9 @@ class waiter {
         budget_(sys.steady_now_us(), options, may_wait),
         delay_(options),
         looks_(budget_.waits() && options.queue_waiters),
-        watch_(sys, state.watches, paths.dir, options.wake_on_release),
-        line_(sys, options, state.boards, paths) {
+        board_(paths),
+        watch_(sys, state.watches, paths.dir, free_token, options.wake_on_release),
+        line_(sys, options, state.boards, board_) {
     // A process that waited on this lock before still has its board; while
     // the line is hungry it joins the line instead of taking the fast path.
     skip_fast_path_ = budget_.waits() && options.queue_waiters &&
@@ -68,6 +78,7 @@ class waiter {
   look_policy looks_;
   bool seen_held_ = false;  // a look found a live holder: this waiter really waits
   bool skip_fast_path_ = false;
+  lock_board_site board_;  // before the line, which refers to it
   // Declared before the line, so that the line is left (handing the head's
   // place on) before the watch goes back.
   release_watch watch_;
