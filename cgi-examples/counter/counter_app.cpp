@@ -13,12 +13,6 @@
 
 #include "tokenlock/open_lock.hpp"
 #include "tokenlock/tokenlock.hpp"
-#if COUNTER_HAVE_REDIS
-#include "tokenlock/redis_lock.hpp"
-#endif
-#if COUNTER_HAVE_ETCD
-#include "tokenlock/etcd_lock.hpp"
-#endif
 
 namespace counter {
 namespace {
@@ -151,25 +145,6 @@ tokenlock::open_options open_options_of(const config& cfg) {
   return o;
 }
 
-// tokenlock::increment_counter on any lock, through the backend's own
-// overload (update.hpp, redis_lock.hpp, etcd_lock.hpp) until the form that
-// takes a tokenlock::lock& is in the library; this function goes then.
-std::uint64_t increment(const std::string& file, tokenlock::lock& lock,
-                        const tokenlock::update_options& options, std::error_code& ec) {
-  if (auto* directory = dynamic_cast<tokenlock::rename_lock*>(&lock))
-    return tokenlock::increment_counter(file, *directory, 1, options, ec);
-#if COUNTER_HAVE_REDIS
-  if (auto* redis = dynamic_cast<tokenlock::redis_lock*>(&lock))
-    return tokenlock::increment_counter(file, *redis, 1, options, ec);
-#endif
-#if COUNTER_HAVE_ETCD
-  if (auto* etcd = dynamic_cast<tokenlock::etcd_lock*>(&lock))
-    return tokenlock::increment_counter(file, *etcd, 1, options, ec);
-#endif
-  ec = tokenlock::make_error_code(tokenlock::errc::backend_unavailable);
-  return 0;
-}
-
 // Adds the hit under the counter's lock (config::lock).
 std::uint64_t count_hit(const std::string& file, const std::string& id, const config& cfg,
                         std::error_code& ec) {
@@ -182,7 +157,7 @@ std::uint64_t count_hit(const std::string& file, const std::string& id, const co
   // commit is fenced. Placed elsewhere by the spec, one on another
   // filesystem would commit without the fence: refused instead (500).
   uo.require_fence = !cfg.lock.empty();
-  return increment(file, *lock, uo, ec);
+  return tokenlock::increment_counter(file, *lock, 1, uo, ec);
 }
 
 // The variables that say where the locks are: the current name first,
