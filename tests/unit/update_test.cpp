@@ -617,6 +617,34 @@ TEST_F(VersionMarkTest, AFileChangedByHandAfterTheLastCommitIsTakenAsItIs) {
   EXPECT_EQ(marks().size(), 1u);
 }
 
+// A client that keeps an older size cuts a read there (sshfs's default
+// mount), and its attributes may expire between the read and the fstat
+// after it: the bytes are cut short while the time is the new version's,
+// past the mark. That read is no version of its own: it is read again.
+TEST_F(VersionMarkTest, AReadCutShortByACachedSizeIsReadAgain) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 2; ++i) ASSERT_FALSE(increment(1, v));
+  spit(target, "41\n");
+  fs::last_write_time(target, fs::last_write_time(target) + 5);  // after the mark, past the skew
+  make_decoy("4", 0s);  // "41\n" cut at an older size of 1 byte
+  a->serve_stale(target.string(), decoy.string(), 1);
+  // The fstat before the read sees the cached size; the one after it, the
+  // new version's size and time.
+  a->when(op::file_status_of, target.string(), [&] {
+    a->when(op::file_status_of, target.string(), [&] {
+      spit(decoy, "41\n");
+      fs::last_write_time(decoy, fs::last_write_time(target));
+    });
+  });
+  a->calls.clear();
+  ASSERT_FALSE(increment(1, v)) << "a cut-short read was taken for a corrupt counter";
+  EXPECT_EQ(v, 42u);
+  EXPECT_EQ(slurp(target), "42\n");
+  EXPECT_EQ(count_of(a->calls, "open_read " + target.string()), 2) << "read again once";
+  EXPECT_TRUE(temp_files().empty());
+  EXPECT_TRUE(lock_is_free());
+}
+
 // A legacy script that writes the file a moment after a commit: newer than
 // the mark, within the skew allowance. Read again for the whole wait and
 // always the same, it is taken as written outside the lock, not refused

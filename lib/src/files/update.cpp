@@ -302,6 +302,16 @@ failure unfenced_commit(os& sys, lock_handle& h, const write_target& t,
   return commit_temp(sys, tmp.path, t, options);
 }
 
+// The status of `fd` after `current` was read through it, when the two
+// agree on the size. A client that keeps an older size cuts the read there
+// (sshfs's default mount), and its attributes may expire between the read
+// and this fstat: the time is then the new version's while the bytes were
+// cut at the old size, which must not pass as a version of its own.
+bool status_of_whole_read(os& sys, const std::optional<std::string>& current, int fd,
+                          file_status& st) {
+  return current && fd >= 0 && !sys.file_status_of(fd, st) && st.size == current->size();
+}
+
 // Whether `current` (read through descriptor `fd`) is the version that
 // `mark` describes, or one written after it outside the lock.
 bool matches_mark(os& sys, const version_mark& mark, const std::optional<std::string>& current,
@@ -310,14 +320,14 @@ bool matches_mark(os& sys, const version_mark& mark, const std::optional<std::st
   if (current && fnv1a(*current) == mark.hash) return true;
   // Newer than the mark: written outside the lock, after the last commit.
   file_status st;
-  return current && fd >= 0 && !sys.file_status_of(fd, st) && st.mtime_us > mark.mtime_us + skew_us;
+  return status_of_whole_read(sys, current, fd, st) && st.mtime_us > mark.mtime_us + skew_us;
 }
 
 // Strictly newer than the mark, whatever the skew allowance.
 bool newer_than_mark(os& sys, const version_mark& mark, const std::optional<std::string>& current,
                      int fd) {
   file_status st;
-  return current && fd >= 0 && !sys.file_status_of(fd, st) && st.mtime_us > mark.mtime_us;
+  return status_of_whole_read(sys, current, fd, st) && st.mtime_us > mark.mtime_us;
 }
 
 bool stale_handle(const failure& f) { return is_estale(f.code); }
