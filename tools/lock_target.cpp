@@ -23,30 +23,6 @@ bool names_server(const po::variables_map& v) { return v.count("redis") || v.cou
 
 namespace {
 
-// What a spec's '#NAME' must not hold raw (open_lock.hpp, Specs).
-std::string escaped_for_spec(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '%')
-      out += "%25";
-    else if (c == '#')
-      out += "%23";
-    else if (c == '@')
-      out += "%40";
-    else
-      out += c;
-  }
-  return out;
-}
-
-// A server URL as the part of a spec before '#': a raw '#' (in a
-// password) is written %23, which the servers' URL parsers decode.
-std::string url_for_spec(const std::string& url) {
-  std::string out;
-  for (char c : url) out += c == '#' ? std::string("%23") : std::string(1, c);
-  return out;
-}
-
 // LOCKDIR as a spec: a relative path that would read as "scheme://" is
 // written ./scheme://...
 std::string path_for_spec(const std::string& dir) {
@@ -77,7 +53,7 @@ std::string lock_spec_of(const po::variables_map& v, const std::string& name) {
       throw po::error(std::string("--") + dir_only + " has no meaning with " + opt);
   const std::string url = url_from_source(v[redis ? "redis" : "etcd"].as<std::string>(), opt);
   check_scheme(url, redis);
-  return url_for_spec(url) + "#" + escaped_for_spec(name);
+  return server_lock_spec(url, name);
 }
 
 std::unique_ptr<lock> open_or_report(const std::string& spec, const open_options& options,

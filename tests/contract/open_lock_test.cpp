@@ -76,6 +76,22 @@ TEST(OpenLock, BadSpecsAreBadArgumentsThatNeverShowAPassword) {
   EXPECT_THROW(tokenlock::open_lock(""), tokenlock::lock_error);
 }
 
+// A server and a lock name given apart (the command's --redis URL NAME)
+// make one spec that names exactly that lock: the name's '%', '#' and '@'
+// encoded, a raw '#' of a password written %23.
+TEST(OpenLock, AServerAndANameMakeTheSpecOfThatLock) {
+  EXPECT_EQ(tokenlock::server_lock_spec("redis://:pa#ss@h:6379/0", "a#b@c%d"),
+            "redis://:pa%23ss@h:6379/0#a%23b%40c%25d");
+  EXPECT_EQ(tokenlock::server_lock_spec("etcd://h:2379", "jobs"), "etcd://h:2379#jobs");
+#if TOKENLOCK_HAVE_REDIS
+  auto lock = tokenlock::open_lock(tokenlock::server_lock_spec("redis://:pa#ss@h:6379/0", "a#b@c%d"));
+  auto& r = dynamic_cast<tokenlock::redis_lock&>(*lock);
+  EXPECT_EQ(r.name(), "a#b@c%d");
+  EXPECT_EQ(r.url(), "redis://:pa%23ss@h:6379/0");
+  EXPECT_EQ(lock->spec().find("pa"), std::string::npos) << lock->spec();
+#endif
+}
+
 TEST(OpenLock, TheAvailableBackendsAreSaid) {
   EXPECT_TRUE(tokenlock::backend_available(lock_backend::directory));
   EXPECT_EQ(tokenlock::backend_available(lock_backend::redis), TOKENLOCK_HAVE_REDIS != 0);

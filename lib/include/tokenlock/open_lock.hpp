@@ -91,6 +91,14 @@ std::unique_ptr<lock> open_lock(std::string_view spec, const open_options& optio
 std::unique_ptr<lock> open_lock(std::string_view spec, const open_options& options,
                                 std::error_code& ec) noexcept;
 
+// The spec of lock `name` in the server `url` (a Redis or etcd URL, as
+// redis_lock and etcd_lock take it): url#name, with '%', '#' and '@' in
+// the name percent-encoded and a raw '#' in the URL (a password's) written
+// %23, which the servers' URL parsers decode. For programs that take the
+// server and the name apart, as the tokenlock command does (--redis URL
+// NAME). Checks nothing: open_lock does.
+std::string server_lock_spec(std::string_view url, std::string_view name);
+
 // Whether this build of the library has `backend` (a lock directory always).
 bool backend_available(lock_backend backend) noexcept;
 

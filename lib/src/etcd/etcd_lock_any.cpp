@@ -2,7 +2,7 @@
 #include <algorithm>
 
 #include "lock_grant.hpp"
-#include "open/lock_spec.hpp"
+#include "net/server_url.hpp"
 #include "tokenlock/clock_judgement.hpp"
 #include "tokenlock/etcd_lock.hpp"
 

@@ -140,4 +140,23 @@ std::string masked_url(std::string_view url, bool host_list) {
   return std::string(url.substr(0, start)) + "***";
 }
 
+std::string spec_fragment(std::string_view name) {
+  std::string text;
+  for (char c : name) {
+    if (c == '%')
+      text += "%25";
+    else if (c == '#')
+      text += "%23";
+    else if (c == '@')
+      text += "%40";
+    else
+      text += c;
+  }
+  return text;
+}
+
+std::string server_spec_text(std::string_view url, bool host_list, std::string_view name) {
+  return masked_url(url, host_list) + "#" + spec_fragment(name);
+}
+
 }  // namespace tokenlock::detail

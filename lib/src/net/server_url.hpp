@@ -50,4 +50,12 @@ std::string_view unbracketed(std::string_view host);
 // with `host_list`, as comma-separated host[:port]s.
 std::string masked_url(std::string_view url, bool host_list);
 
+// A lock's name as a spec's fragment writes it (tokenlock/open_lock.hpp,
+// Specs): '%', '#' and '@' percent-encoded, the rest as it is.
+std::string spec_fragment(std::string_view name);
+
+// A server lock's spec for messages: its URL with the password masked,
+// '#', and its name as spec_fragment writes it (tokenlock::lock::spec()).
+std::string server_spec_text(std::string_view url, bool host_list, std::string_view name);
+
 }  // namespace tokenlock::detail

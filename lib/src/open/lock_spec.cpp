@@ -76,19 +76,4 @@ failure parse_lock_spec(std::string_view spec, lock_spec& out) {
   return {};
 }
 
-std::string server_spec_text(std::string_view url, bool host_list, std::string_view name) {
-  std::string text = masked_url(url, host_list) + "#";
-  for (char c : name) {
-    if (c == '%')
-      text += "%25";
-    else if (c == '#')
-      text += "%23";
-    else if (c == '@')
-      text += "%40";
-    else
-      text += c;
-  }
-  return text;
-}
-
 }  // namespace tokenlock::detail

@@ -1,5 +1,5 @@
-// How open_lock (tokenlock/open_lock.hpp) reads a spec, and how a server
-// lock writes its own (tokenlock::lock::spec()):
+// How open_lock (tokenlock/open_lock.hpp) reads a spec (a server lock
+// writes its own with net/server_url.hpp's server_spec_text):
 //   a path                      a lock directory
 //   redis://..., unix://...,    a Redis server, then #NAME: the lock's name
 //   rediss://...
@@ -25,10 +25,6 @@ struct lock_spec {
 // bad_argument, with a message that never shows a password, for a spec
 // that is empty, has a scheme of no backend, or names a server and no lock.
 failure parse_lock_spec(std::string_view spec, lock_spec& out);
-
-// A server lock's spec for messages: its URL with the password masked,
-// '#', and its name with '%', '#' and '@' percent-encoded.
-std::string server_spec_text(std::string_view url, bool host_list, std::string_view name);
 
 // The spec as a message may show it: a path as it is, a URL masked.
 std::string masked_spec(std::string_view spec);

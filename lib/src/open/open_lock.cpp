@@ -3,6 +3,7 @@
 #include "tokenlock/open_lock.hpp"
 
 #include "core/failure.hpp"
+#include "net/server_url.hpp"
 #include "open/lock_spec.hpp"
 #include "tokenlock/rename_lock.hpp"
 #if TOKENLOCK_HAVE_REDIS
@@ -101,6 +102,12 @@ std::unique_ptr<lock> open_lock(std::string_view spec, const open_options& optio
   std::unique_ptr<lock> out;
   detail::run_noexcept(ec, [&] { return open_any(spec, options, out); });
   return out;
+}
+
+std::string server_lock_spec(std::string_view url, std::string_view name) {
+  std::string spec;
+  for (char c : url) spec += c == '#' ? std::string("%23") : std::string(1, c);
+  return spec + "#" + detail::spec_fragment(name);
 }
 
 bool backend_available(lock_backend backend) noexcept {

@@ -1,6 +1,6 @@
 // redis_lock as a tokenlock::lock (tokenlock/lock.hpp).
 #include "lock_grant.hpp"
-#include "open/lock_spec.hpp"
+#include "net/server_url.hpp"
 #include "tokenlock/clock_judgement.hpp"
 #include "tokenlock/redis_inspect.hpp"
 #include "tokenlock/redis_lock.hpp"
