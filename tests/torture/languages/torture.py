@@ -228,13 +228,15 @@ class Torture:
 
     def judge_exit(self, inst):
         rc = inst.rc
+        with self.lock:
+            killed = bool(inst.kills)
         if inst.kind == "legacy":
             if rc != 0:
                 self.fail("the legacy worker %s exited %d: %s" % (inst.log, rc, self.err_of(inst)))
             else:
                 with self.lock:
                     self.legacy_done += 20
-        elif rc == -signal.SIGKILL and inst.kills:
+        elif rc == -signal.SIGKILL and killed:
             pass
         elif inst.kind == "cxx" and rc in (5, 6):
             pass    # stale_data or lock_lost, refused before a commit: nothing written
@@ -386,17 +388,20 @@ class Torture:
             return False
 
     def kill(self, pid, inst):
-        now = time.time()
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        self.chaos_counts["kill"] += 1
+        # Sent and recorded under the lock: the slot's thread judges the
+        # exit as soon as the process is gone, and must find the kill
+        # (under load it once judged first: "exited -9" with no kill).
         with self.lock:
+            now = time.time()
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                return
             if pid == inst.pid:
                 inst.kills.append(now)
             else:
                 self.child_kills.append((now, pid, inst))
+        self.chaos_counts["kill"] += 1
 
     def chaos(self, until):
         self.awaiting = {}
@@ -491,7 +496,7 @@ class Torture:
         increment is in doubt already (the killed worker's open "i"): it is
         killed, so that nothing writes the counter after the slots ended."""
         with self.lock:
-            sessions = {i.pid for i in self.instances if i.kills}
+            sessions = {i.pid: max(i.kills) for i in self.instances if i.kills}
         deadline = time.time() + 10
         while True:
             left = self.session_members(sessions)
@@ -506,8 +511,13 @@ class Torture:
 
     @staticmethod
     def session_members(sessions):
-        """Live processes whose session is one of `sessions` (each worker
-        leads its own: start_new_session)."""
+        """Live processes in one of `sessions` (session id: the time its
+        leader was killed; each worker leads its own: start_new_session)
+        that started before that kill: pids wrap, and a later process may
+        lead a session of a reused id."""
+        with open("/proc/stat") as f:
+            boot = next(int(ln.split()[1]) for ln in f if ln.startswith("btime "))
+        tick = os.sysconf("SC_CLK_TCK")
         found = []
         for name in os.listdir("/proc"):
             if not name.isdigit():
@@ -515,9 +525,10 @@ class Torture:
             try:
                 with open("/proc/%s/stat" % name) as f:
                     fields = f.read().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
+                sid, started = int(fields[3]), boot + int(fields[19]) / tick
+            except (OSError, IndexError, ValueError):
                 continue
-            if int(fields[3]) in sessions and fields[0] not in ("Z", "X"):
+            if sid in sessions and fields[0] not in ("Z", "X") and started <= sessions[sid] + 1:
                 found.append(int(name))
         return found
 
