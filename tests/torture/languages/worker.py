@@ -15,6 +15,7 @@ mount) may list the lock directory as it was."""
 import errno
 import os
 import random
+import re
 import signal
 import sys
 import time
@@ -43,8 +44,24 @@ def holds_token():
     return any(n.startswith("lockfile.") and n.split(".")[-3] == pid for n in names)
 
 
+def parse(old):
+    """The counter's value; like increment(), a text that is not one
+    canonical decimal and a newline is refused, nothing written: read
+    through a client's cached size where no version mark catches it (see
+    torture.py, cut short), it can be cut short ("12" of "12\n", or
+    empty), and taking "" for 0 would reset the counter."""
+    if old is None:
+        return 0
+    if not re.fullmatch(rb"(0|[1-9][0-9]{0,19})\n", old):
+        shown = "".join(chr(c) if 0x20 <= c < 0x7F else "\\x%02x" % c for c in old[:24])
+        raise tokenlock.CorruptData("read counter %s: the file does not hold one unsigned decimal and a "
+                                    "newline (it holds \"%s\", %d bytes); nothing was written"
+                                    % (counter, shown, len(old)), "corrupt_data")
+    return int(old)
+
+
 def step(old, stop_now):
-    value = int(old or b"0") + 1
+    value = parse(old) + 1
     if stop_now[0]:
         stop_now[0] = False
         note("s")
