@@ -175,6 +175,9 @@ TYPED_TEST(ProcessContract, AHolderStoppedPastItsLeaseIsTakenOverAndLearnsItLost
   ASSERT_TRUE(who.has_value()) << "the late release freed the new holder's lock";
   EXPECT_EQ(who->id, next.id);
   EXPECT_EQ(this->records(), 1);
+  if (!this->has_fences()) {
+    EXPECT_EQ(this->lock_dir_entries(), std::vector<std::string>{next.id});
+  }
   b.write_line("release");
   EXPECT_EQ(b.read_line(), "released") << "the new grant was untouched by the late release";
   EXPECT_TRUE(exited_cleanly(a.wait()));
