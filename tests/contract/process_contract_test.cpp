@@ -84,6 +84,15 @@ class ProcessContract : public LockContract<Backend> {
       return {};
   }
   std::string file(const std::string& name) const { return (files_ / name).string(); }
+  // Temporary files left below the files (fence directories included)
+  // and, for a lock directory, in its workspace.
+  std::vector<std::string> leftovers() const {
+    std::vector<std::string> found = temp_files_below(files_.path());
+    if constexpr (Backend::kind == lock_backend::directory) {
+      for (auto& f : temp_files_below(this->backend_.dir.path())) found.push_back(f);
+    }
+    return found;
+  }
 
   // Sixteen processes at once, as many cycles each as a backend does in a
   // few seconds here (an etcd grant is a round of consensus among three
@@ -258,7 +267,26 @@ TYPED_TEST(ProcessContract, SixteenProcessesIncrementOneCounterFileExactly) {
   }
   EXPECT_EQ(seen.size(), static_cast<std::size_t>(n * count));
   EXPECT_EQ(slurp(hits), std::to_string(n * count) + "\n");
-  EXPECT_TRUE(temp_files_below(this->files_.path()).empty());
+  EXPECT_TRUE(this->leftovers().empty());
+  EXPECT_EQ(this->records(), 0);
+  EXPECT_TRUE(this->free_now());
+}
+
+// A counter file that is not a number is never overwritten: every process
+// that comes to increment it stops with corrupt_data (the worker's exit 4),
+// and nothing is written beside it.
+TYPED_TEST(ProcessContract, ACorruptCounterIsNeverOverwrittenByAnyProcess) {
+  const std::string hits = this->file("hits");
+  tokenlock::testing::spit(hits, "12 apples\n");
+  std::vector<child> workers;
+  for (int i = 0; i < 8; ++i) workers.push_back(this->worker({"incr", hits, "5"}));
+  for (child& w : workers) {
+    EXPECT_EQ(w.read_line(), "corrupt");
+    const int status = w.wait();
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 4) << "status " << status;
+  }
+  EXPECT_EQ(slurp(hits), "12 apples\n");
+  EXPECT_TRUE(this->leftovers().empty());
   EXPECT_EQ(this->records(), 0);
   EXPECT_TRUE(this->free_now());
 }
