@@ -1,8 +1,8 @@
 // The backends the typed contract suites (lock_contract_test.cpp,
-// update_contract_test.cpp) run on, and their fixture: a lock directory
-// always, Redis and etcd against real servers the tests start (skipped,
-// with the reason, where they cannot run). Each suite opens its locks
-// through tokenlock::open_lock, by spec.
+// update_contract_test.cpp, process_contract_test.cpp) run on, and their
+// fixture: a lock directory always, Redis and etcd against real servers
+// the tests start (skipped, with the reason, where they cannot run). Each
+// suite opens its locks through tokenlock::open_lock, by spec.
 #pragma once
 
 #include <chrono>

@@ -4,7 +4,9 @@
 // backend: a lock directory fences its commits through its token, Redis
 // and etcd through the fence directory beside the target.
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -121,6 +123,14 @@ TYPED_TEST(UpdateContract, IncrementCounterCounts) {
   EXPECT_EQ(tokenlock::increment_counter(file, *lock, 10, {}, ec), 13u);
   EXPECT_FALSE(ec) << tokenlock::last_error_message();
   EXPECT_EQ(tokenlock::read_counter(file), std::optional<std::uint64_t>(13));
+  EXPECT_EQ(slurp(file), "13\n");
+  if (this->has_fences()) {
+    // The servers' commits are fenced through one entry beside the target,
+    // f.<fence>, whatever the number of commits.
+    const std::vector<std::string> fence = tokenlock::testing::entries(file + ".fence");
+    ASSERT_EQ(fence.size(), 1u);
+    EXPECT_EQ(fence[0].rfind("f.", 0), 0u) << fence[0];
+  }
 
   // Not a counter: refused, the file left as it is.
   spit(file, "lots\n");
@@ -201,6 +211,66 @@ TYPED_TEST(UpdateContract, UpdateFileTakenOverBeforeItsCommitWritesNothing) {
   EXPECT_TRUE(this->free_now());
 }
 
+// What a commit refused for a lease that ended says, by backend.
+template <class Backend>
+std::string refused_commit_says() {
+  if (Backend::kind == tokenlock::lock_backend::directory)
+    return "the lock was taken over before the commit";
+  return "a newer holder took the fence before our commit";
+}
+
+// A holder stalls in its update function past its lease (the lease ends,
+// nobody breaks it); the next holder waits it out, takes the lock and
+// commits; the stalled commit is refused and the newer data stays.
+TYPED_TEST(UpdateContract, AnUpdateStalledPastItsLeaseIsRefusedAtItsCommit) {
+  const std::string file = this->target("data");
+  spit(file, "0\n");
+  std::mutex m;
+  std::condition_variable cv;
+  bool in_function = false, newer_done = false;
+  std::error_code stalled_ec;
+  std::string stalled_message;
+  auto stalled_lock = this->open_leased(TypeParam::short_lease);
+  std::thread stalled([&] {
+    tokenlock::update_file(
+        file, *stalled_lock,
+        [&](const std::optional<std::string>&) {
+          std::unique_lock<std::mutex> g(m);
+          in_function = true;
+          cv.notify_all();
+          cv.wait(g, [&] { return newer_done; });
+          return std::string("stalled\n");
+        },
+        {}, stalled_ec);
+    stalled_message = tokenlock::last_error_message();  // per thread
+  });
+  {
+    std::unique_lock<std::mutex> g(m);
+    cv.wait(g, [&] { return in_function; });
+  }
+  // Waits out the stalled lease; a lock directory's skew allowance 0 (the
+  // stalled holder is on this host): the lease ends when it says.
+  tokenlock::open_options o;
+  o.lease = 30s;
+  o.wait = TypeParam::short_lease + 10s;
+  o.directory.skew_allowance = 0ms;
+  auto newer = this->open_with(o);
+  EXPECT_NO_THROW(tokenlock::update_file(
+      file, *newer, [](const std::optional<std::string>&) { return std::string("newer\n"); }));
+  {
+    std::lock_guard<std::mutex> g(m);
+    newer_done = true;
+  }
+  cv.notify_all();
+  stalled.join();
+  EXPECT_EQ(stalled_ec, errc::lock_lost) << stalled_message;
+  EXPECT_NE(stalled_message.find(refused_commit_says<TypeParam>()), std::string::npos)
+      << stalled_message;
+  EXPECT_EQ(slurp(file), "newer\n");
+  EXPECT_TRUE(this->leftovers().empty());
+  EXPECT_TRUE(this->free_now());
+}
+
 TYPED_TEST(UpdateContract, AThrowingFunctionWritesNothingAndFreesTheLock) {
   const std::string file = this->target("data");
   spit(file, "old\n");
@@ -232,26 +302,35 @@ TYPED_TEST(UpdateContract, KeepAliveOverAHandleKeepsTheLockPastItsLease) {
   EXPECT_TRUE(this->free_now());
 }
 
-// update_options::keep_alive: a function that runs past the lease commits,
-// and nobody else got the lock meanwhile.
-TYPED_TEST(UpdateContract, UpdateOptionsKeepAliveCarriesAnUpdatePastItsLease) {
+// update_options::keep_alive: a function that runs for more than two
+// leases commits, and nobody else got the lock meanwhile.
+TYPED_TEST(UpdateContract, UpdateOptionsKeepAliveCarriesAnUpdatePastSeveralLeases) {
   const std::string file = this->target("data");
   spit(file, "0\n");
   auto lock = this->open_leased(2s);
+  auto other = this->open();
   tokenlock::update_options u;
   u.keep_alive = true;
-  bool taken = false;
+  int looks = 0, taken = 0;
   const auto result = tokenlock::update_file(
       file, *lock,
       [&](const std::optional<std::string>& current) {
-        this->wait_past_lease(std::chrono::steady_clock::now(), 2s);
-        taken = this->open()->try_acquire().has_value();
+        // Two and a half leases of 2 s. A sleep paces the looks; what is
+        // checked is that no look got the lock.
+        const auto until = std::chrono::steady_clock::now() + 5s;
+        while (std::chrono::steady_clock::now() < until) {
+          ++looks;
+          if (other->try_acquire()) ++taken;
+          std::this_thread::sleep_for(250ms);
+        }
         return current.value_or("") + "kept\n";
       },
       u);
   EXPECT_TRUE(result.fenced);
-  EXPECT_FALSE(taken) << "another lock got the lock while the update ran";
+  EXPECT_GE(looks, 10);
+  EXPECT_EQ(taken, 0) << "another lock got the lock while the update ran";
   EXPECT_EQ(slurp(file), "0\nkept\n");
+  EXPECT_EQ(this->records(), 0);
   EXPECT_TRUE(this->free_now());
   EXPECT_TRUE(this->leftovers().empty());
 }

@@ -1,18 +1,15 @@
 // The Redis lock with real processes, real signals and a real redis-server
-// that is killed, restarted and failed over by the tests.
+// that is killed, restarted and failed over by the tests: what only Redis
+// has (the hand-off to a woken waiter, a server that loses its state). A
+// killed holder, a holder stopped past its lease and sixteen processes at
+// once are the contract of every backend (tests/contract, ProcessContract).
 #include <gtest/gtest.h>
 
 #include <csignal>
-#include <fstream>
-#include <set>
 #include <string>
-#include <vector>
-
-#include <sys/wait.h>
 
 #include "child.hpp"
 #include "redis_server.hpp"
-#include "temp_dir.hpp"
 #include "tokenlock/redis_lock.hpp"
 
 using namespace std::chrono_literals;
@@ -22,8 +19,6 @@ using tokenlock::redis_lock;
 using tokenlock::redis_lock_options;
 using tokenlock::testing::child;
 using tokenlock::testing::redis_server;
-using tokenlock::testing::start_barrier;
-using tokenlock::testing::temp_dir;
 
 namespace {
 
@@ -59,71 +54,7 @@ class RedisProcessTest : public ::testing::Test {
     return true;
   }
   std::unique_ptr<redis_server> server;
-  temp_dir tmp;
 };
-
-TEST_F(RedisProcessTest, SixteenProcessesNeverOverlapAndCountExactly) {
-  constexpr int processes = 16, cycles = 25;
-  const std::string counter = (tmp / "counter").string(), canary = (tmp / "canary").string();
-  start_barrier barrier;
-  std::vector<child> workers;
-  for (int i = 0; i < processes; ++i)
-    workers.emplace_back(std::vector<std::string>{worker, "--lock", server->url() + "#coupons",
-                                                  "count", counter, canary,
-                                                  std::to_string(cycles)},
-                         &barrier);
-  barrier.open_gate();
-  for (auto& w : workers) {
-    EXPECT_EQ(w.read_line(60s), "fences ascending");
-    const int status = w.wait();
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
-  }
-  std::ifstream in(counter);
-  unsigned long long value = 0;
-  in >> value;
-  EXPECT_EQ(value, static_cast<unsigned long long>(processes * cycles));
-}
-
-TEST_F(RedisProcessTest, SixteenProcessesIncrementOneCounterFileExactly) {
-  constexpr int processes = 16, count = 20;
-  const std::string file = (tmp / "hits").string();
-  start_barrier barrier;
-  std::vector<child> workers;
-  for (int i = 0; i < processes; ++i)
-    workers.emplace_back(std::vector<std::string>{worker, "--lock", server->url() + "#hits",
-                                                  "incr", file, std::to_string(count)},
-                         &barrier);
-  barrier.open_gate();
-  std::set<unsigned long> seen;
-  for (auto& w : workers) {
-    for (std::string l = w.read_line(60s); l != "done"; l = w.read_line(60s))
-      EXPECT_TRUE(seen.insert(std::stoul(l)).second) << "value " << l << " handed out twice";
-    EXPECT_EQ(w.wait(), 0);
-  }
-  EXPECT_EQ(seen.size(), static_cast<std::size_t>(processes * count));
-  std::ifstream in(file);
-  unsigned long value = 0;
-  in >> value;
-  EXPECT_EQ(value, static_cast<unsigned long>(processes * count));
-}
-
-TEST_F(RedisProcessTest, AHolderStoppedPastItsLeaseIsTakenOverAndLearnsItLostTheLock) {
-  child h({worker, "--lock", server->url() + "#coupons", "hold", "300"});
-  const std::uint64_t stalled = fence_of(h.read_line());
-  h.signal(SIGSTOP);
-  ASSERT_TRUE(h.wait_stopped());
-  redis_handle next = redis_lock(server->url(), "coupons", waiting(5s)).acquire();
-  EXPECT_GT(next.fence(), stalled);
-  h.signal(SIGCONT);
-  h.write_line("release");
-  const std::string said = h.read_line();
-  EXPECT_EQ(said.rfind("lock_lost ", 0), 0u) << said;
-  EXPECT_NE(said.find("a newer grant (fence " + std::to_string(next.fence()) + ")"),
-            std::string::npos)
-      << said;
-  EXPECT_TRUE(next.owns());
-  next.release();  // untouched by the late release
-}
 
 // A release keeps the free lock for the waiter it woke: a newcomer that
 // comes before the woken waiter's attempt (here the woken waiter is stopped
@@ -184,15 +115,6 @@ TEST_F(RedisProcessTest, AWokenWaiterThatNeverComesHoldsTheLockUpOnlyForTheGrace
   w.write_line("release");
   EXPECT_EQ(w.read_line(), "released");
   EXPECT_EQ(w.wait(), 0);
-}
-
-TEST_F(RedisProcessTest, AKilledHoldersLockFreesAtTheEndOfItsLease) {
-  child h({worker, "--lock", server->url() + "#coupons", "hold", "400"});
-  const std::uint64_t dead = fence_of(h.read_line());
-  h.signal(SIGKILL);
-  h.wait();
-  redis_handle next = redis_lock(server->url(), "coupons", waiting(5s)).acquire();
-  EXPECT_GT(next.fence(), dead);
 }
 
 TEST_F(RedisProcessTest, ARestartWithoutPersistenceTellsHoldersAndFencesKeepIncreasing) {
