@@ -158,9 +158,10 @@ TYPED_TEST(ProcessContract, AHolderStoppedPastItsLeaseIsTakenOverAndLearnsItLost
   const grant_line stalled = grant_of(a.read_line());
   a.signal(SIGSTOP);
   ASSERT_TRUE(a.wait_stopped());
-  // As short as etcd grants: an etcd waiter keeps its own lease alive
-  // while it waits (a watch per third of it); long enough for the checks.
-  child b = this->worker({"hold", ms(etcd_backend::short_lease), "0"});
+  // Long enough for every check below on a loaded machine: the new holder
+  // must not lose its grant before its release (an etcd waiter keeps its
+  // own lease alive while it waits, so the wait is the same).
+  child b = this->worker({"hold", ms(20s), "0"});
   const grant_line next = grant_of(b.read_line(TypeParam::short_lease + 20s));
   EXPECT_NE(next.id, stalled.id);
   if (this->has_fences()) {
