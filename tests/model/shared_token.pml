@@ -10,7 +10,9 @@
  *    compare-and-swap of the protocol;
  *  - `kind` and `nown`: what that name says (free, a writer's token, a lone
  *    reader's token, a group cover, a draining cover naming its writer);
- *  - `ent[p]`: the share entry of process p in the token directory.
+ *  - `ent[2p]`, `ent[2p+1]`: the entries of process p in the token
+ *    directory (its share, and the new one a refresh makes before it
+ *    removes the old).
  * Time is a flag per lease that the environment may set at any moment: the
  * lease in a holder's name (`hend`), in a share entry (`eend`), and the
  * cover's (`cend`), which ends only once every entry in it has ended (a
@@ -39,7 +41,13 @@
  *  -DNO_JOIN_CAS  a joiner counts itself in once its entry is made, without
  *                 renaming the cover;
  *  -DOLD_LOCAL    shared names carry the real host tag, so the old
- *                 implementation judges them by their owner's life. */
+ *                 implementation judges them by their owner's life;
+ *  -DNO_REFRESH_COUNT (with -DREFRESH and -DSLOTS) a slot holder's refresh
+ *                 renames the cover without counting the others, so a share
+ *                 whose lease ended and whose slot was taken comes back.
+ * -DREFRESH adds the refresh of a group member (a new entry, the cover's
+ * rename, the old entry's removal); it multiplies the states by about five,
+ * so check_models.sh leaves it to check_shared_refresh.sh. */
 
 #ifndef N
 #define N 3
@@ -63,8 +71,10 @@ byte name;               /* 0: lockfile */
 byte kind;               /* FREE .. DRAIN */
 byte nown = NONE;        /* the process the name names (EXCL, SOLO, DRAIN) */
 bool cend;               /* the cover's lease ended */
-bool ent[N];             /* p's share entry is in the token directory */
-bool eend[N];            /* its lease ended */
+bool ent[2 * N];         /* entry 2p + i of process p is in the token directory */
+bool eend[2 * N];        /* its lease ended */
+bit cur[N];              /* which of p's two entries is its share (a refresh
+                            makes the other, renames the cover, removes this) */
 bool hend[N];            /* the lease in p's own name (token or lone share) ended */
 bool dead[N];
 bool wx[N];              /* ghost: p believes it holds the lock alone */
@@ -95,7 +105,10 @@ inline fresh() {
 /* rename the observed name to a fresh one that says KIND and OWNER */
 #define rename_to(KIND, OWNER) fresh(); name = c; c = 0; kind = KIND; nown = OWNER; cend = false
 
-#define live_share(p) (sh[p] && ((loc[p] == INNAME && !hend[p]) || (loc[p] == INENTRY && ent[p] && !eend[p])))
+#define SH(p) (2 * (p) + cur[p])        /* p's share entry */
+#define OT(p) (2 * (p) + 1 - cur[p])    /* p's other entry */
+#define confirmed(e) (sh[(e) / 2] && loc[(e) / 2] == INENTRY && SH((e) / 2) == (e))
+#define live_share(p) (sh[p] && ((loc[p] == INNAME && !hend[p]) || (loc[p] == INENTRY && ent[SH(p)] && !eend[SH(p)])))
 #define live_writer(p) (wx[p] && !hend[p])
 
 /* S1 and S2, checked where a belief starts (leases only ever end) */
@@ -111,40 +124,56 @@ inline check() {
   j = 0; k = 0; c = 0
 }
 
-/* Removing q's entry (a stale share, or a takeover that clears the
-   workspace): S3. */
-inline remove_entry(q) {
-  assert(!(sh[q] && loc[q] == INENTRY && !eend[q]));   /* S3 */
-  ent[q] = false; eend[q] = false
+/* Removing entry e of another process (a stale share, or a takeover that
+   clears the workspace): S3. */
+inline remove_entry(e) {
+  assert(!(confirmed(e) && !eend[e]));   /* S3 */
+  ent[e] = false; eend[e] = false
 }
 
 /* The workspace clearing of a takeover removes every entry. */
 inline clear_entries() {
   j = 0;
   do
-  :: j < N -> if :: ent[j] -> remove_entry(j) :: else -> skip fi; j++
-  :: j == N -> break
+  :: j < 2 * N -> if :: ent[j] -> remove_entry(j) :: else -> skip fi; j++
+  :: j == 2 * N -> break
   od;
   j = 0
 }
 
-/* n := the entries a listing of the cover counts as live shares, but mine.
-   A listing may miss an entry made during it; the entries it may miss are
-   those not yet confirmed (their owner holds no share yet). */
+/* Any process may remove one stale entry of another, by its exact name
+   (one step: a name that changed is not removed, and staleness of an
+   existing entry never reverts). */
+inline sweep_one() {
+  atomic {
+    select (j : 0 .. 2 * N - 1);
+    if
+    :: ent[j] && j / 2 != me && (eend[j] || dead[j / 2]) -> remove_entry(j)
+    :: else -> skip
+    fi;
+    j = 0
+  }
+}
+
+/* n := the processes but me that a listing of the token shows with a live
+   entry. A listing may miss an entry made or removed during it, so it may
+   miss any entry but a confirmed share (never renamed, removed only by a
+   step that is itself checked). */
 inline count_live(n) {
   n = 0; j = 0;
   do
-  :: j < N ->
+  :: j < 2 * N ->
      if
-     :: j != me && ent[j] && !eend[j] && !dead[j] ->
+     :: j / 2 != me && ent[j] && !eend[j] && !dead[j / 2] ->
         if
-        :: n++
-        :: !sh[j] -> skip
+        :: o = 1
+        :: !confirmed(j) -> skip
         fi
      :: else -> skip
      fi;
+     if :: j % 2 == 1 -> n = n + o; o = 0 :: else -> skip fi;
      j++
-  :: j == N -> break
+  :: j == 2 * N -> break
   od;
   j = 0
 }
@@ -155,7 +184,7 @@ active proctype clock() {
   do
   :: atomic { (kind == EXCL || kind == SOLO) && !hend[nown] -> hend[nown] = true }
   :: atomic {
-       select (p : 0 .. N - 1);
+       select (p : 0 .. 2 * N - 1);
        if :: ent[p] && !eend[p] -> eend[p] = true :: else -> skip fi;
        p = 0
      }
@@ -163,9 +192,9 @@ active proctype clock() {
        (kind == GROUP || kind == DRAIN) && !cend;
        p = 0;
        do
-       :: p < N && (!ent[p] || eend[p]) -> p++
-       :: p < N && ent[p] && !eend[p] -> break
-       :: p == N -> cend = true; break
+       :: p < 2 * N && (!ent[p] || eend[p]) -> p++
+       :: p < 2 * N && ent[p] && !eend[p] -> break
+       :: p == 2 * N -> cend = true; break
        od;
        p = 0
      }
@@ -220,7 +249,7 @@ reader:
     k = 0
   };
   if
-  :: n == 0 -> obs[me] = NONE; goto reader
+  :: n == 0 -> obs[me] = NONE; if :: sweep_one() :: skip fi; goto reader
   :: n == 1 ->
      atomic {
        if
@@ -245,7 +274,7 @@ reader:
   /* make my entry in the observed token: fails when the name is gone */
   atomic {
     if
-    :: name == obs[me] -> ent[me] = true; eend[me] = false
+    :: name == obs[me] -> ent[SH(me)] = true; eend[SH(me)] = false
     :: else -> obs[me] = NONE; n = 0; goto reader
     fi
   };
@@ -269,7 +298,7 @@ reader:
        :: n == 2 ->
           o = nown;
 #ifndef NO_ONBEHALF
-          ent[o] = true; eend[o] = hend[o];
+          ent[SH(o)] = true; eend[SH(o)] = hend[o];
           if :: sh[o] -> loc[o] = INENTRY :: else -> skip fi;   /* the share is that entry now */
 #endif
           hend[o] = false; o = 0
@@ -279,7 +308,7 @@ reader:
        obs[me] = NONE; n = 0; sh[me] = true; loc[me] = INENTRY; check(); goto r_held
     :: else ->
        /* the name moved on: my entry is not a share; remove it */
-       ent[me] = false; eend[me] = false; obs[me] = NONE; n = 0; goto reader
+       ent[SH(me)] = false; eend[SH(me)] = false; obs[me] = NONE; n = 0; goto reader
     fi
   };
 
@@ -294,6 +323,40 @@ r_held:
        :: else -> skip
        fi
      }
+#ifdef REFRESH
+  :: sh[me] && loc[me] == INENTRY ->
+     /* refresh a group member: a new entry, the cover's rename, then the
+        old entry's removal */
+     atomic { ent[OT(me)] = true; eend[OT(me)] = false };
+     crash_point;
+g_look:
+     /* list the lock directory and the token; with slots, count the others
+        as a joiner does: a share whose lease ended may have been counted
+        out, and its slot taken */
+     atomic {
+       obs[me] = name;
+#ifndef NO_REFRESH_COUNT
+       if :: SLOTS > 0 -> count_live(k) :: else -> k = 0 fi;
+#endif
+       if :: SLOTS > 0 && k >= SLOTS -> obs[me] = NONE :: else -> skip fi;
+       k = 0
+     };
+     atomic {
+       if
+       :: obs[me] != NONE && name == obs[me] && (kind == GROUP || kind == DRAIN) && ent[OT(me)] ->
+          o = nown;
+          if :: kind == GROUP -> rename_to(GROUP, me) :: else -> rename_to(DRAIN, o) fi;
+          o = 0; obs[me] = NONE; cur[me] = 1 - cur[me]; check()
+       :: obs[me] != NONE && name != obs[me] && (kind == GROUP || kind == DRAIN) && ent[OT(me)] ->
+          obs[me] = NONE; goto g_look                         /* list again, rename that */
+       :: else ->                                 /* no cover, or full: my share ended */
+          ent[0 + 2 * me] = false; eend[0 + 2 * me] = false;
+          ent[1 + 2 * me] = false; eend[1 + 2 * me] = false;
+          sh[me] = false; loc[me] = 0; cur[me] = 0; obs[me] = NONE; goto start
+       fi
+     };
+     atomic { ent[OT(me)] = false; eend[OT(me)] = false }
+#endif
   :: skip
   fi;
   crash_point;
@@ -304,7 +367,7 @@ r_held:
        name = 0; kind = FREE; nown = NONE; sh[me] = false; loc[me] = 0; hend[me] = false; goto start
     :: sh[me] && loc[me] == INNAME && !(kind == SOLO && nown == me) ->   /* taken over: lost */
        sh[me] = false; loc[me] = 0; hend[me] = false; goto start
-    :: else -> ent[me] = false; eend[me] = false; sh[me] = false; loc[me] = 0   /* remove my entry */
+    :: else -> ent[SH(me)] = false; eend[SH(me)] = false; sh[me] = false; loc[me] = 0; cur[me] = 0   /* remove my entry */
     fi
   };
   /* the last one out frees the cover, or hands a draining one to its writer */
@@ -354,10 +417,11 @@ w_look:
     k = 0
   };
   if
-  :: n == 0 -> obs[me] = NONE; goto writer
+  :: n == 0 -> obs[me] = NONE; if :: sweep_one() :: skip fi; goto writer
   :: n == 6 -> obs[me] = NONE; n = 0;
      if
      :: goto w_look                                           /* keep waiting */
+     :: sweep_one(); goto w_look
      :: skip                                                  /* give up: unmark */
      fi;
      atomic {
@@ -381,7 +445,7 @@ w_look:
        :: n == 2 ->
           o = nown;
 #ifndef NO_ONBEHALF
-          ent[o] = true; eend[o] = hend[o];
+          ent[SH(o)] = true; eend[SH(o)] = hend[o];
           if :: sh[o] -> loc[o] = INENTRY :: else -> skip fi;
 #endif
           hend[o] = false; o = 0; rename_to(DRAIN, me); cend = false
