@@ -46,7 +46,7 @@
  *                 renames the cover without counting the others, so a share
  *                 whose lease ended and whose slot was taken comes back.
  * -DREFRESH adds the refresh of a group member (a new entry, the cover's
- * rename, the old entry's removal); it multiplies the states by about five,
+ * rename, the old entry's removal); it multiplies the states by four to nine,
  * so check_models.sh leaves it to check_shared_refresh.sh. */
 
 #ifndef N
