@@ -271,7 +271,10 @@ reader:
      }
   :: n == 2 || n == 3 -> skip
   fi;
-  /* make my entry in the observed token: fails when the name is gone */
+  /* make my entry in the observed token. (The real step makes it through
+     the token's descriptor, whatever its name is by then; an entry made
+     after the name moved on is removed when the rename below fails, as
+     here.) */
   atomic {
     if
     :: name == obs[me] -> ent[SH(me)] = true; eend[SH(me)] = false
