@@ -194,8 +194,9 @@ contention_summary summarize(const contention_result& r) {
 // new connections and reads every ready socket in each pass, so ours is
 // read no later than the pass after the release's, before that BLPOP.
 // So at most 7 of 8 here. (Grants are counted when the BLPOP's write
-// returned; one granted before and counted after is the holder's, and it
-// is granted no more. An acquisition that never blocked was never in the
+// returned: over loopback its bytes are on the server's socket by then.
+// One granted before and counted after is the holder's, and it is granted
+// no more. An acquisition that never blocked was never in the
 // line.) That holds while every woken waiter comes within the hand-off's
 // grace (500 ms): one slower may find the lock taken by anyone, and the
 // line's order is off. So a wake-up lost within the grace (counted from
