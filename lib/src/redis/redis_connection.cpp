@@ -325,6 +325,7 @@ failure redis_connection::command(const char* step, const std::string_view* argv
   if (saved != 0) {
     err = REDIS_ERR_IO;
   } else {
+    if (after_send_) after_send_();
     const auto deadline = std::chrono::steady_clock::now() + (custom ? timeout : command_timeout_);
     switch (read_reply(ctx_, deadline, raw, saved)) {
       case read_outcome::reply: break;

@@ -70,6 +70,9 @@ class redis_connection {
   std::string cli_command() const;
   // Closes the link (the next command reconnects).
   void close() noexcept;
+  // Called after each command is written, before its reply is read (the
+  // fairness tests mark when a waiter's BLPOP reached the server's socket).
+  void after_send(void (*hook)()) noexcept { after_send_ = hook; }
 
  private:
   failure connect(const char* step);
@@ -90,6 +93,7 @@ class redis_connection {
   redisContext* ctx_ = nullptr;
   std::string wire_;  // the last command as sent, kept for its capacity
   std::uint64_t fork_generation_ = 0;
+  void (*after_send_)() = nullptr;
 };
 
 }  // namespace tokenlock::detail

@@ -297,6 +297,19 @@ failure block_for_release(redis_connection& blocking, const redis_keys& k,
   return f;
 }
 
+void joined_line() {
+  const auto& hook = this_thread_redis_wait_stats().joined_line;
+  if (hook) hook();
+}
+
+// A release's wake-up whose attempt found the lock taken all the same;
+// `blocked_at`: when the BLPOP that returned it was about to be sent.
+void count_lost_wake(std::chrono::steady_clock::time_point blocked_at) {
+  redis_wait_stats& stats = this_thread_redis_wait_stats();
+  ++stats.wakes_lost;
+  if (std::chrono::steady_clock::now() - blocked_at < redis_handoff_grace) ++stats.wakes_lost_within_grace;
+}
+
 // One attempt's answer.
 struct attempt_answer {
   bool granted = false;
@@ -369,6 +382,7 @@ failure acquire_impl(const std::string& url, const std::string& name,
   std::unique_ptr<redis_connection> blocking;
   char before = '0';
   attempt_answer a;
+  std::chrono::steady_clock::time_point blocked_at;
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
@@ -384,11 +398,14 @@ failure acquire_impl(const std::string& url, const std::string& name,
       redis_handle_access::set_clock_behind(out, a.behind);
       return {};
     }
-    if (before == '2') ++this_thread_redis_wait_stats().wakes_lost;
+    if (before == '2') count_lost_wake(blocked_at);
     if (!will_wait) break;
-    if (!blocking)
+    if (!blocking) {
       blocking = std::make_unique<redis_connection>(url, o.connect_timeout, o.command_timeout);
+      blocking->after_send(&joined_line);
+    }
     bool woken = false;
+    blocked_at = std::chrono::steady_clock::now();
     if (failure f = block_for_release(*blocking, k, deadline - std::chrono::steady_clock::now(),
                                       a.pttl, o, woken))
       return f;
