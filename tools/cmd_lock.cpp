@@ -299,16 +299,18 @@ namespace {
 int break_token(lock& l, const std::string& token, bool force) {
   const std::string id = id_of(l, token);
   std::error_code ec;
-  // Adopting checks the id and that it holds the lock (bad_argument,
-  // lock_lost), and changes nothing: the grant is let go of at once.
-  l.adopt(id, ec).detach();
-  if (ec) return report(ec, last_error_message());
   const std::optional<lock_holder> h = l.holder(ec);
   if (ec) return report(ec, last_error_message());
-  if (!h || h->id != id)
+  if (!h || h->id != id) {
+    // A token that cannot be one is a usage error, as the library judges
+    // it: adopting checks the id and changes nothing (the grant, were it
+    // held after all, is let go of at once, not released).
+    l.adopt(id, ec).detach();
+    if (ec == errc::bad_argument) return report(ec, last_error_message());
     return report(make_error_code(errc::lock_lost),
                   "tokenlock: break " + l.spec() + ": the lock is not held by " + token +
                       (h ? " (" + token_of(*h) + " holds it)" : " (it is free)"));
+  }
   if (!force && !h->stale)
     return report(make_error_code(errc::busy),
                   "tokenlock: break " + l.spec() + ": refusing to break " + token +

@@ -271,15 +271,13 @@ int give_up(command_process& cmd, const signal_plan& sp, std::error_code ec, int
 
 // CMD under the lock `spec` names. Its process is forked first: a lock
 // directory's token names it (lock_options::owner_pid).
-int run_locked(const po::variables_map& v, const std::string& spec,
-               const std::vector<std::string>& command, open_options o, int conflict,
-               bool verbose) {
+int run_locked(const std::string& spec, const std::vector<std::string>& command,
+               open_options o, int conflict, bool verbose) {
   const signal_plan sp = block_sigchld();
   command_process cmd(command);
   int code = 0;
   if (!start_command(cmd, sp, code)) return code;
   o.directory.owner_pid = cmd.pid();
-  if (!names_server(v)) o.directory = directory_options(v, o.directory);
   std::error_code ec;
   std::unique_ptr<lock> l = open_lock(spec, o, ec);
   handle h;
@@ -307,7 +305,11 @@ int cmd_run(const args& a) {
     open_options o;
     o.wait = wait.wait;
     o.lease = lease_option(v["lease"].as<double>());
-    return run_locked(v, lock_spec_of(v, dir), command, o, conflict, v.count("verbose") > 0);
+    // Checked before CMD's process is forked: a bad --dir-mode or group is
+    // a usage error that leaves nothing behind.
+    if (!names_server(v)) o.directory = directory_options(v, o.directory);
+    const std::string spec = lock_spec_of(v, dir);
+    return run_locked(spec, command, o, conflict, v.count("verbose") > 0);
   });
 }
 

@@ -51,13 +51,19 @@ class grant_of final : public grant {
 
 // A backend's handle as a tokenlock::handle: an empty one after a failed
 // call. Should the allocation fail, `h`'s destructor gives the grant back
-// and ec says out of memory. notice(h) is what handle::notice() says (it
-// may throw bad_alloc, caught here too).
+// and ec says out of memory. notice(h) is what handle::notice() says
+// (nothing, should it throw).
 template <class Traits, class H, class Notice>
 handle erase(H&& h, std::error_code& ec, const Notice& notice) noexcept {
   if (ec || !h.owns()) return {};
+  // A notice that cannot be made is left out: the grant is what matters.
+  std::string text;
   try {
-    std::string text = notice(static_cast<const H&>(h));
+    text = notice(static_cast<const H&>(h));
+  } catch (...) {
+    text.clear();
+  }
+  try {
     return handle(std::make_unique<grant_of<H, Traits>>(std::move(h), std::move(text)));
   } catch (const std::bad_alloc&) {
     ec = std::make_error_code(std::errc::not_enough_memory);
@@ -134,8 +140,9 @@ std::optional<lock_holder> common_holder(std::optional<Info>&& h, const Describe
   if (ec || !h) return std::nullopt;
   std::optional<lock_holder> out;
   run_noexcept(ec, [&] {
-    out.emplace();
-    describe(*h, *out);
+    lock_holder described;
+    describe(*h, described);
+    out = std::move(described);
     return failure{};
   });
   return out;

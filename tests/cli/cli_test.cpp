@@ -413,6 +413,31 @@ TEST_F(CliTest, BreakFreesOnlyTheNamedStaleToken) {
   EXPECT_EQ(entries(lock), std::vector<std::string>{"lockfile"});
 }
 
+// A legacy script's token ("lockfile<seconds>", --legacy-timeout) is
+// broken as a token is: an old one at once, a fresh one with --force only.
+TEST_F(CliTest, BreakFreesALegacyScriptsToken) {
+  const auto secs = [](std::chrono::seconds ago) {
+    return std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                              std::chrono::system_clock::now().time_since_epoch() - ago)
+                              .count());
+  };
+  const std::string old_token = "lockfile" + secs(std::chrono::hours(2));
+  fs::create_directories(fs::path(lock) / old_token);
+  auto r = tl({"break", lock, old_token});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(entries(lock), std::vector<std::string>{"lockfile"});
+  fs::remove(fs::path(lock) / "lockfile");
+  const std::string fresh = "lockfile" + secs(std::chrono::seconds(0));
+  fs::create_directories(fs::path(lock) / fresh);
+  const auto before = snapshot(tmp.path());
+  r = tl({"break", lock, fresh});
+  EXPECT_EQ(r.exit_code, code::busy) << r.err;
+  EXPECT_EQ(snapshot(tmp.path()), before) << "a fresh legacy token is refused untouched";
+  r = tl({"break", "--force", lock, fresh});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(entries(lock), std::vector<std::string>{"lockfile"});
+}
+
 TEST_F(CliTest, IncrAndWriteWaitAsToldForABusyLock) {
   const fs::path f = tmp / "c";
   const std::string lock = (tmp / "c.lock").string();

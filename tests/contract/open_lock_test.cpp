@@ -3,6 +3,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <variant>
 
 #include <gtest/gtest.h>
 
@@ -83,12 +84,18 @@ TEST(OpenLock, AServerAndANameMakeTheSpecOfThatLock) {
   EXPECT_EQ(tokenlock::server_lock_spec("redis://:pa#ss@h:6379/0", "a#b@c%d"),
             "redis://:pa%23ss@h:6379/0#a%23b%40c%25d");
   EXPECT_EQ(tokenlock::server_lock_spec("etcd://h:2379", "jobs"), "etcd://h:2379#jobs");
+  // A '#' in a socket path is written %23 too, which the Redis URL's
+  // parser decodes in the path.
+  EXPECT_EQ(tokenlock::server_lock_spec("unix:///run/redis#1.sock", "n"),
+            "unix:///run/redis%231.sock#n");
 #if TOKENLOCK_HAVE_REDIS
   auto lock = tokenlock::open_lock(tokenlock::server_lock_spec("redis://:pa#ss@h:6379/0", "a#b@c%d"));
   auto& r = dynamic_cast<tokenlock::redis_lock&>(*lock);
   EXPECT_EQ(r.name(), "a#b@c%d");
   EXPECT_EQ(r.url(), "redis://:pa%23ss@h:6379/0");
   EXPECT_EQ(lock->spec().find("pa"), std::string::npos) << lock->spec();
+  auto socket = tokenlock::open_lock(tokenlock::server_lock_spec("unix:///run/redis#1.sock", "n"));
+  EXPECT_EQ(dynamic_cast<tokenlock::redis_lock&>(*socket).url(), "unix:///run/redis%231.sock");
 #endif
 }
 
@@ -163,6 +170,20 @@ TEST(OpenLock, AnEtcdSpecGivesAnEtcdLockWithItsNameAndOptions) {
   EXPECT_EQ(tokenlock::etcd_lock_options().key_prefix, tokenlock::open_options().etcd.key_prefix);
   EXPECT_EQ(lock->spec().find(password), std::string::npos) << lock->spec();
   EXPECT_NE(lock->spec().find("127.0.0.1:2380#jobs"), std::string::npos) << lock->spec();
+}
+
+// Where the lock is kept, for displays: the members, never a part of the
+// credentials, also from a URL the first call will refuse.
+TEST(OpenLock, AnEtcdLocksLocationNamesTheMembersOnly) {
+  const auto location_of = [](const std::string& spec) {
+    const auto facts = tokenlock::open_lock(spec)->location();
+    EXPECT_EQ(facts.size(), 2u);
+    return std::get<std::string>(facts.at(0).value);
+  };
+  EXPECT_EQ(location_of("etcd://root:se%40cret@10.0.0.1:2379,10.0.0.2:2379#job"),
+            "etcd://10.0.0.1:2379,10.0.0.2:2379");
+  const std::string odd = location_of("etcd://root:pa?ss@10.0.0.1:2379#job");
+  EXPECT_EQ(odd.find("pa"), std::string::npos) << odd;
 }
 #endif
 

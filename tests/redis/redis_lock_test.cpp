@@ -101,6 +101,11 @@ TEST(RedisUrl, ParsesEveryPartOfTheTwoForms) {
   ASSERT_EQ(parse_redis_url("unix://:pw@/tmp/r.sock", e), "");
   EXPECT_EQ(e.path, "/tmp/r.sock");
   EXPECT_EQ(e.password, "pw");
+  // The socket path is percent-decoded, as a URL's path: a lock spec
+  // writes a '#' in it as %23 (tokenlock::server_lock_spec does).
+  ASSERT_EQ(parse_redis_url("unix:///run/redis%231.sock?db=2", e), "");
+  EXPECT_EQ(e.path, "/run/redis#1.sock");
+  EXPECT_NE(parse_redis_url("unix:///run/r%zz.sock", e), "");
 }
 
 TEST(RedisUrl, RefusesWhatDoesNotNameOneServerAndSaysWhichPart) {

@@ -18,7 +18,8 @@
 //   etcd_lock take it (redis_lock.hpp, etcd_lock.hpp). NAME is
 //   percent-decoded: write '%' as %25, '#' as %23 and '@' as %40. A '#' in
 //   a password is written %23 (RFC 3986 allows no raw '#' before the
-//   fragment). A directory whose path starts with "scheme://" is written
+//   fragment), and so is one in a unix:// socket path, which is
+//   percent-decoded. A directory whose path starts with "scheme://" is written
 //   ./scheme://...
 //
 // Calling sequence

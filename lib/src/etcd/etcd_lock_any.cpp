@@ -1,6 +1,5 @@
 // etcd_lock as a tokenlock::lock (tokenlock/lock.hpp).
-#include <algorithm>
-
+#include "etcd/etcd_url.hpp"
 #include "lock_grant.hpp"
 #include "net/server_url.hpp"
 #include "tokenlock/clock_judgement.hpp"
@@ -50,16 +49,12 @@ std::string grant_notice(const etcd_handle& h) {
          ", longer than asked (its minimum TTL, or whole seconds)";
 }
 
-// The members without user and password (etcd://[user:password@]host...),
-// as the URL was written.
+// The members without user and password, as the parser reads them; a URL
+// that does not parse (the first call reports it) is named by nothing of
+// it, since a password may hold any character.
 std::string members_of(const std::string& url) {
-  const auto scheme = url.find("://");
-  if (scheme == std::string::npos) return url;
-  const auto start = scheme + 3;
-  const auto end = std::min(url.find('?', start), url.size());
-  const auto at = url.rfind('@', end == 0 ? 0 : end - 1);
-  if (at == std::string::npos || at < start) return url.substr(0, end);
-  return url.substr(0, start) + url.substr(at + 1, end - at - 1);
+  detail::etcd_url parsed;
+  return detail::parse_etcd_url(url, parsed) ? std::string("the etcd cluster") : parsed.display();
 }
 
 }  // namespace

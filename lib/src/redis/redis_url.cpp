@@ -34,7 +34,9 @@ std::string take_unix_socket(std::string_view rest, redis_endpoint& out) {
   const std::size_t q = rest.find('?');
   std::string_view path = rest.substr(0, q);
   if (path.empty() || path[0] != '/') return "a unix:// URL needs an absolute socket path";
-  out.path = std::string(path);
+  // Percent-decoded, as a URL's path is (RFC 3986): a '#' in the path is
+  // written %23 in a lock spec, a '%' %25.
+  if (!percent_decode(path, out.path)) return "the socket path has a bad %-escape (a '%' is %25)";
   if (q != std::string_view::npos) {
     std::string_view query = rest.substr(q + 1);
     if (query.substr(0, 3) != "db=" || !parse_number(query.substr(3), 10, 0, 1000000, out.db))
