@@ -187,7 +187,8 @@ bool takes_value(const po::options_description& d, const std::string& s) {
 
 po::options_description run_options() {
   po::options_description d(
-      "Usage: tokenlock run [-w SECS | -n] [--lease SECS] [-E CODE] LOCKDIR [--] CMD [ARGS...]\n\n"
+      "Usage: tokenlock run [-w SECS | -n] [--lease SECS] [-E CODE] LOCKDIR [--] CMD [ARGS...]\n"
+      "       tokenlock run [OPTIONS] LOCKDIR -c COMMAND\n\n"
       "Runs CMD with its arguments untouched while holding the lock, refreshes the lease\n"
       "every third of it while CMD runs, passes SIGTERM, SIGINT and SIGHUP on to CMD, and\n"
       "releases the lock when CMD ends. Exits with CMD's status (128+N when a signal N\n"
@@ -199,7 +200,14 @@ po::options_description run_options() {
   add_legacy_option(d);
   add_lease_option(d, "the lease, kept alive while CMD runs", 60);
   add_dir_mode_option(d);
-  d.add_options()("verbose,v", "say why when the lock is busy");
+  d.add_options()("verbose,v", "say why when the lock is busy")(
+      "command,c", po::value<std::string>()->value_name("COMMAND"),
+      "run COMMAND with /bin/sh -c, as flock(1) -c does (also after LOCKDIR)")(
+      "exclusive,x", "an exclusive lock, the default (accepted for flock(1)'s scripts)")(
+      "close,o",
+      "accepted for flock(1)'s scripts: CMD inherits nothing of the lock, which is no "
+      "descriptor")(
+      "unlock,u", "not available: a rename lock is released by its token (tokenlock release)");
   add_server_options(d);
   return d;
 }
@@ -369,6 +377,7 @@ void restore_sigxfsz() {
 void add_wait_options(po::options_description& d) {
   d.add_options()("wait,w", po::value<double>()->value_name("SECS"),
                   "wait at most SECS seconds for the lock (default: as long as it takes)")(
+      "timeout", po::value<double>()->value_name("SECS"), "the same as -w (flock(1)'s name)")(
       "nonblock,n", "fail at once if the lock is busy")(
       "conflict-exit-code,E", po::value<int>()->value_name("CODE")->default_value(exit_code::busy),
       "exit status when the lock is busy or the wait times out");
@@ -394,11 +403,14 @@ lock_options legacy_applied(const po::variables_map& v, lock_options o) {
 
 void apply_wait_budget(const po::variables_map& v, lock_options& o,
                        std::chrono::milliseconds if_not_given) {
-  if (v.count("wait") && v.count("nonblock")) throw po::error("-w and -n exclude each other");
+  if (v.count("wait") && v.count("timeout"))
+    throw po::error("-w and --timeout are one option: give it once");
+  const char* wait = v.count("timeout") ? "timeout" : "wait";
+  if (v.count(wait) && v.count("nonblock")) throw po::error("-w and -n exclude each other");
   if (v.count("nonblock"))
     o.wait = std::chrono::milliseconds(0);
-  else if (v.count("wait"))
-    o.wait = seconds_option("wait", v["wait"].as<double>(), true);
+  else if (v.count(wait))
+    o.wait = seconds_option(wait, v[wait].as<double>(), true);
   else
     o.wait = if_not_given;
 }

@@ -289,17 +289,38 @@ int run_locked(const std::string& spec, const std::vector<std::string>& command,
 
 }  // namespace
 
+namespace {
+
+// CMD as given: after LOCKDIR, or flock(1)'s -c COMMAND (before LOCKDIR as
+// an option, or right after it), run by /bin/sh -c.
+std::vector<std::string> command_of(const po::variables_map& v,
+                                    const std::vector<std::string>& after_dir) {
+  if (v.count("unlock"))
+    throw po::error("-u has no meaning here: a rename lock is held by its token, not by a "
+                    "descriptor; release one with 'tokenlock release LOCKDIR TOKEN'");
+  const bool c_after = !after_dir.empty() && (after_dir[0] == "-c" || after_dir[0] == "--command");
+  if (v.count("command") && !after_dir.empty())
+    throw po::error("-c COMMAND and a CMD after LOCKDIR exclude each other");
+  if (v.count("command")) return {"/bin/sh", "-c", v["command"].as<std::string>()};
+  if (c_after && after_dir.size() != 2)
+    throw po::error("-c takes one COMMAND, quoted, and nothing after it");
+  if (c_after) return {"/bin/sh", "-c", after_dir[1]};
+  if (after_dir.empty()) throw po::error("CMD is missing");
+  return after_dir;
+}
+
+}  // namespace
+
 int cmd_run(const args& a) {
   po::options_description d = run_options();
 
   // Everything after LOCKDIR belongs to the command, untouched.
   const run_arguments split = split_run_arguments(a, d);
   const std::string& dir = split.dir;
-  const std::vector<std::string>& command = split.command;
 
   return with_command_line("run", split.options, d, {}, [&](const po::variables_map& v) {
     if (dir.empty()) throw po::error("LOCKDIR is missing");
-    if (command.empty()) throw po::error("CMD is missing");
+    const std::vector<std::string> command = command_of(v, split.command);
     lock_options wait;
     const int conflict = apply_wait(v, wait);
     open_options o;

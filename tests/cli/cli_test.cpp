@@ -140,6 +140,47 @@ TEST_F(CliTest, RunPassesTheCommandsStatusAndSignalThrough) {
   EXPECT_EQ(entries(lock), std::vector<std::string>{"lockfile"}) << "released every time";
 }
 
+// flock(1)'s habits: -c COMMAND (before LOCKDIR or after it) runs by
+// /bin/sh -c; -x and -o are accepted; --timeout is -w; -u, which needs a
+// lock held by a descriptor, is refused saying why.
+TEST_F(CliTest, RunTakesFlocksHabits) {
+  auto r = tl({"run", "-c", "echo one $((1+1))", lock});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "one 2\n");
+  r = tl({"run", "-x", "-o", lock, "-c", "echo two; exit 5"});
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  EXPECT_EQ(r.out, "two\n");
+  EXPECT_EQ(tl({"run", "--timeout", "2", lock, "true"}).exit_code, 0);
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"run", "-u", lock, "true"},
+        std::vector<std::string>{"run", "-c", "true", lock, "echo", "no"},
+        std::vector<std::string>{"run", lock, "-c", "true", "extra"},
+        std::vector<std::string>{"run", "-w", "1", "--timeout", "1", lock, "true"}}) {
+    r = tl(bad);
+    EXPECT_EQ(r.exit_code, code::usage) << bad[1] << " " << r.err;
+  }
+  EXPECT_NE(tl({"run", "-u", lock, "true"}).err.find("tokenlock release"), std::string::npos);
+  EXPECT_EQ(entries(lock), std::vector<std::string>{"lockfile"}) << "released every time";
+  // --timeout waits for a busy lock as -w does, then gives up.
+  const std::string token = strip(tl({"acquire", "--pid", std::to_string(::getpid()), lock}).out);
+  const std::int64_t start = monotonic_ns();
+  EXPECT_EQ(tl({"run", "--timeout", "0.3", lock, "true"}).exit_code, code::busy);
+  EXPECT_GE(monotonic_ns() - start, 300'000'000) << "gave up before its timeout";
+  EXPECT_EQ(tl({"release", lock, token}).exit_code, 0);
+}
+
+// A regular file at the lock's path (flock(1)'s lock file) is said to be
+// one, with what to do, and left as it is.
+TEST_F(CliTest, ARegularFileAtTheLockPathIsNamedAndLeftAlone) {
+  const fs::path file = tmp / "flocked";
+  spit(file, "flock(1) was here\n");
+  auto r = tl({"run", file.string(), "true"});
+  EXPECT_EQ(r.exit_code, code::cant_create) << r.err;
+  EXPECT_NE(r.err.find("it is a regular file"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(file.string() + ".lock"), std::string::npos) << r.err;
+  EXPECT_EQ(slurp(file), "flock(1) was here\n");
+}
+
 TEST_F(CliTest, RunForwardsTerminationSignalsToTheCommand) {
   for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
     child run({tool, "run", lock, "--", "/bin/sh", "-c",

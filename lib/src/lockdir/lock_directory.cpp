@@ -139,6 +139,16 @@ failure open_and_judge(const std::shared_ptr<os>& sys, const lock_paths& paths,
                                        "): tokenlock never follows one there",
                                    {}) +
                               "; name the directory it points to, or remove the link");
+    // A file at the lock's path: flock(1)'s lock file, or a script that
+    // locks itself. Said as such, with what to do; nothing is touched.
+    if (ec == std::errc::not_a_directory && !sys->status(paths.dir, st) && st.is_regular)
+      return make_failure(ec, describe(step, paths.dir,
+                                       "it is a regular file, and tokenlock's lock is a directory "
+                                       "(a file left by flock(1), or a script locking itself?)",
+                                       {}) +
+                                  "; name another path for the lock (such as " +
+                                  paths.dir + ".lock), or remove the file if nothing "
+                                  "locks it with flock(1) any more");
   }
   if (ec) return os_failure(*sys, paths, step, "cannot open the lock directory", "", ec);
   file_status st;
