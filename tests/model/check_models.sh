@@ -12,13 +12,7 @@
 # The shared and slot protocol (shared_token.pml) is searched in five
 # configurations, and three of its mutants must fail.
 set -euo pipefail
-src=$(cd "$(dirname "$0")" && pwd)
-for need in spin cc; do
-  command -v "$need" >/dev/null ||
-    { echo "SKIP: $need is not installed (scripts/install-deps installs spin and a compiler)"; exit 77; }
-done
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/spin_setup.sh"
 counts=("$@")
 [ ${#counts[@]} -gt 0 ] || counts=(2 3)
 

@@ -10,13 +10,7 @@
 # Each search must cover the whole state space; the mutant whose slot
 # holders refresh without counting the others must break S2.
 set -euo pipefail
-src=$(cd "$(dirname "$0")" && pwd)
-for need in spin cc; do
-  command -v "$need" >/dev/null ||
-    { echo "SKIP: $need is not installed (scripts/install-deps installs spin and a compiler)"; exit 77; }
-done
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/spin_setup.sh"
 
 search() {  # NAME SPIN-DEFINES... -> pan's output in $work/NAME.out
   local name=$1; shift
