@@ -13,34 +13,11 @@
 #include "lock_worker.hpp"
 #include "tokenlock/tokenlock.hpp"
 #include "versioned_content.hpp"
-#if TOKENLOCK_HAVE_REDIS
-#include "tokenlock/redis_lock.hpp"
-#endif
-#if TOKENLOCK_HAVE_ETCD
-#include "tokenlock/etcd_lock.hpp"
-#endif
 
 using namespace std::chrono_literals;
 
 namespace tokenlock::testing::worker {
 namespace {
-
-// Calls `call` with the backend's own lock behind `lock`, for the
-// update_file and increment_counter overloads of today, which take a
-// rename_lock, redis_lock or etcd_lock. It goes when those functions take
-// a tokenlock::lock& (issue 31's interface forms): its callers then call
-// them on the lock itself.
-template <class Call>
-auto on_backend(tokenlock::lock& lock, Call&& call) {
-  if (auto* d = dynamic_cast<tokenlock::rename_lock*>(&lock)) return call(*d);
-#if TOKENLOCK_HAVE_REDIS
-  if (auto* r = dynamic_cast<tokenlock::redis_lock*>(&lock)) return call(*r);
-#endif
-#if TOKENLOCK_HAVE_ETCD
-  if (auto* e = dynamic_cast<tokenlock::etcd_lock*>(&lock)) return call(*e);
-#endif
-  die("no update_file for the lock " + lock.spec() + " (" + backend_name(lock.backend()) + ")");
-}
 
 tokenlock::durability parse_sync(const std::string& s) {
   if (s == "none") return tokenlock::durability::none;
@@ -106,7 +83,7 @@ int update(const mode_args& m) {
       tokenlock::open_lock(m.spec, lock_settings(30s, 60s, 0ms));
   const std::string value = m.a[1] + "\n";
   const auto set = [&](const std::optional<std::string>&) { return value; };
-  on_backend(*lock, [&](auto& l) { return tokenlock::update_file(m.a[0], l, set); });
+  tokenlock::update_file(m.a[0], *lock, set);
   std::cout << "committed" << std::endl;
   return 0;
 }
@@ -126,7 +103,7 @@ int append(const mode_args& m) {
       return cur.value_or("") + line + "\n";
     };
     std::error_code ec;
-    on_backend(*lock, [&](auto& l) { return tokenlock::update_file(m.a[0], l, add, uo, ec); });
+    tokenlock::update_file(m.a[0], *lock, add, uo, ec);
     if (!ec)
       append_line(m.a[4], line);
     else if (ec == tokenlock::errc::lock_lost)
@@ -144,8 +121,7 @@ int incr(const mode_args& m) {
   wait_for_start();
   for (int i = 0; i < count; ++i) {
     std::error_code ec;
-    const std::uint64_t v = on_backend(
-        *lock, [&](auto& l) { return tokenlock::increment_counter(m.a[0], l, 1, {}, ec); });
+    const std::uint64_t v = tokenlock::increment_counter(m.a[0], *lock, 1, {}, ec);
     if (ec == tokenlock::errc::corrupt_data) refused("corrupt", 4, false);
     if (ec == tokenlock::errc::stale_data) refused("stale", 5, true);
     if (ec == tokenlock::errc::lock_lost) refused("lost", 6, true);
