@@ -64,6 +64,24 @@ std::optional<lock_holder> lock::holder() {
 }
 std::optional<lock_holder> lock::holder(std::error_code& ec) noexcept { return holder_any(ec); }
 
+std::vector<lock_holder> lock::holders() {
+  return or_throw([&](std::error_code& ec) { return holders_any(ec); });
+}
+std::vector<lock_holder> lock::holders(std::error_code& ec) noexcept { return holders_any(ec); }
+
+std::vector<lock_holder> lock::holders_any(std::error_code& ec) noexcept {
+  std::optional<lock_holder> one = holder_any(ec);
+  std::vector<lock_holder> all;
+  if (ec || !one) return all;
+  try {
+    all.push_back(std::move(*one));
+  } catch (const std::bad_alloc&) {
+    ec = std::make_error_code(std::errc::not_enough_memory);
+    detail::set_last_error_message("tokenlock: out of memory");
+  }
+  return all;
+}
+
 void handle::release() {
   or_throw_void([&](std::error_code& ec) { release(ec); });
 }
@@ -112,6 +130,10 @@ const std::string& handle::id() const noexcept { return grant_ ? grant_->id() : 
 
 const std::string& handle::notice() const noexcept {
   return grant_ ? grant_->notice() : no_id;
+}
+
+lock_mode handle::mode() const noexcept {
+  return grant_ ? grant_->mode() : lock_mode::exclusive;
 }
 
 }  // namespace tokenlock

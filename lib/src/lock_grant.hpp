@@ -40,6 +40,7 @@ class grant_of final : public grant {
   std::optional<std::uint64_t> fence() const noexcept override { return Traits::fence(h_); }
   const std::string& id() const noexcept override { return Traits::id(h_); }
   const std::string& notice() const noexcept override { return notice_; }
+  lock_mode mode() const noexcept override { return h_.mode(); }
   void* native(const std::type_info& type) noexcept override {
     return type == typeid(H) ? &h_ : nullptr;
   }

@@ -234,6 +234,8 @@ class etcd_handle {
   // (etcd's minimum TTL, or the rounding up to whole seconds).
   std::chrono::milliseconds lease() const noexcept { return lease_; }
   bool lease_raised() const noexcept { return lease_raised_; }
+  // exclusive, or shared (a shared holder's or a semaphore's grant).
+  lock_mode mode() const noexcept { return mode_; }
 
  private:
   friend struct detail::etcd_handle_access;
@@ -248,6 +250,7 @@ class etcd_handle {
   std::chrono::milliseconds lease_{0};
   bool lease_raised_ = false;
   std::uint64_t fork_generation_ = 0;
+  lock_mode mode_ = lock_mode::exclusive;
 };
 
 // Whether the process that holds a grant is known to be gone, from its

@@ -118,6 +118,13 @@ struct lock_holder {
   // The backend's own facts about the holder (docs/api.md lists them):
   // its pid and host, its lease as the server counts it, ...
   std::vector<lock_fact> facts;
+  // How it holds: exclusive, or shared (slots > 0 for a semaphore's holder,
+  // with the semaphore's size).
+  lock_mode mode = lock_mode::exclusive;
+  std::uint32_t slots = 0;
+  // Not a holder but a writer waiting for the shared holders to leave,
+  // which bars new ones meanwhile (docs/protocol.md, The order of waiters).
+  bool waiting_writer = false;
 };
 
 namespace detail {
@@ -136,6 +143,7 @@ class grant {
   virtual std::optional<std::uint64_t> fence() const noexcept = 0;
   virtual const std::string& id() const noexcept = 0;
   virtual const std::string& notice() const noexcept = 0;
+  virtual lock_mode mode() const noexcept = 0;
   // The backend's own handle if it is of type `type`, else nullptr.
   virtual void* native(const std::type_info& type) noexcept = 0;
 };
@@ -189,6 +197,9 @@ class handle {
   // fence (Redis), the server granted a longer lease than asked for (etcd's
   // minimum TTL). Set by acquire; for logs, never a reason to give up.
   const std::string& notice() const noexcept;
+  // exclusive, or shared (lock_options::mode and slots of the lock that
+  // gave it); exclusive for an empty handle.
+  lock_mode mode() const noexcept;
 
   // The backend's own handle (lock_handle, redis_handle or etcd_handle)
   // when it is an H, else nullptr; for its extras (lock_handle::path(),
@@ -240,9 +251,16 @@ class lock {
   void break_owner(const std::string& id);
   void break_owner(const std::string& id, std::error_code& ec) noexcept;
 
-  // Who holds the lock now; std::nullopt when it is free. Read-only.
+  // Who holds the lock now; std::nullopt when it is free. Read-only. With
+  // shared holders: one of them (holders() lists them all).
   std::optional<lock_holder> holder();
   std::optional<lock_holder> holder(std::error_code& ec) noexcept;
+
+  // Everyone who holds the lock now (empty when it is free): one writer, or
+  // every shared holder, and a writer waiting for them to leave
+  // (lock_holder::waiting_writer). Read-only.
+  std::vector<lock_holder> holders();
+  std::vector<lock_holder> holders(std::error_code& ec) noexcept;
 
   // The spec this lock answers to, as open_lock reads it: the lock
   // directory's path, or the server URL with its password masked ("***")
@@ -270,6 +288,8 @@ class lock {
   virtual handle adopt_any(const std::string& id, std::error_code& ec) noexcept = 0;
   virtual void break_owner_any(const std::string& id, std::error_code& ec) noexcept = 0;
   virtual std::optional<lock_holder> holder_any(std::error_code& ec) noexcept = 0;
+  // Default: holder_any's one holder, for a backend without shared holders.
+  virtual std::vector<lock_holder> holders_any(std::error_code& ec) noexcept;
 };
 
 }  // namespace tokenlock

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 
 namespace tokenlock {
@@ -24,7 +25,31 @@ namespace tokenlock {
 // holder is alive (docs/security.md).
 inline constexpr std::chrono::hours protocol_max_lease{24};
 
+// How a lock is held (docs/protocol.md, Shared locks and semaphores).
+enum class lock_mode {
+  exclusive,  // one holder at a time (a writer)
+  shared,     // any number of shared holders together, never beside a writer
+};
+
+// The largest semaphore: lock_options::slots is at most this.
+inline constexpr std::uint32_t max_slots = 999999;
+
 struct lock_options {
+  // exclusive (the default): one holder at a time. shared: holders in this
+  // mode hold together (readers), and an exclusive holder (a writer) holds
+  // only when none does; a waiting writer bars new shared holders, so a
+  // stream of readers never starves it. Shared holders get no fence: their
+  // handle has no workspace (lock_handle::path() is empty) and
+  // update_file() refuses it.
+  lock_mode mode = lock_mode::exclusive;
+  // A semaphore: at most `slots` holders at once (1 to max_slots), each
+  // with its own lease, as a shared holder has. Non-zero implies
+  // mode == shared; every process using the lock must give the same
+  // number (one with another count waits until the holders of the first
+  // are gone). 0: not a semaphore (shared holders without a limit, or an
+  // exclusive lock).
+  std::uint32_t slots = 0;
+
   // How long a token stays valid after acquire or refresh. A holder that
   // needs longer refreshes; a holder that stalls past it may be taken over.
   std::chrono::milliseconds lease = std::chrono::seconds(60);

@@ -236,6 +236,8 @@ class redis_handle {
   // also loses its keys now, a new fence could repeat an old one. Fix the
   // server's clock (NTP); the command warns on stderr.
   std::chrono::microseconds clock_behind() const noexcept { return clock_behind_; }
+  // exclusive, or shared (a shared holder's or a semaphore's grant).
+  lock_mode mode() const noexcept { return mode_; }
 
  private:
   friend struct detail::redis_handle_access;
@@ -249,6 +251,7 @@ class redis_handle {
   std::chrono::milliseconds lease_{0};
   std::chrono::microseconds clock_behind_{0};
   std::uint64_t fork_generation_ = 0;
+  lock_mode mode_ = lock_mode::exclusive;
 };
 
 // update_file, increment_counter and commit_file under a Redis lock are

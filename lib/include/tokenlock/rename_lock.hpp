@@ -241,6 +241,8 @@ class lock_handle {
   std::chrono::system_clock::time_point expires() const noexcept;
   // The lease refresh() extends by when given none: the one acquired with.
   std::chrono::milliseconds lease() const noexcept { return lease_; }
+  // exclusive, or shared (a shared holder's or a semaphore's grant).
+  lock_mode mode() const noexcept { return mode_; }
 
  private:
   friend struct detail::lock_access;
@@ -254,6 +256,7 @@ class lock_handle {
   std::chrono::milliseconds lease_{0};
   std::uint64_t fork_generation_ = 0;
   int cleanup_slot_ = -1;  // install_signal_cleanup()'s record of the token
+  lock_mode mode_ = lock_mode::exclusive;
 };
 
 }  // namespace tokenlock
