@@ -114,6 +114,14 @@ struct holder_info {
   // no owner is named (host_tag empty, pid 0); `expires` is its time plus
   // the legacy timeout.
   bool legacy = false;
+  // A shared holder (its mode shared; slots: the semaphore's size, 0 for
+  // readers), or a writer waiting for shared holders to leave, which holds
+  // nothing yet but bars new shared holders (docs/protocol.md, Shared locks
+  // and semaphores). For a group of shared holders, `token` is the holder's
+  // share entry ("s.<...>"), what adopt() and take_over() take.
+  lock_mode mode = lock_mode::exclusive;
+  std::uint32_t slots = 0;
+  bool waiting_writer = false;
 };
 
 class lock_handle;
@@ -163,6 +171,10 @@ class rename_lock : public lock {
   // does not exist yet). Read-only: it never takes anything over.
   std::optional<holder_info> holder() const;
   std::optional<holder_info> holder(std::error_code& ec) const noexcept;
+  // Every holder: the one exclusive holder, or each shared holder and a
+  // waiting writer. Empty when the lock is free.
+  std::vector<holder_info> holders() const;
+  std::vector<holder_info> holders(std::error_code& ec) const noexcept;
 
   const boost::filesystem::path& directory() const noexcept { return dir_; }
   const lock_options& options() const noexcept { return options_; }
@@ -181,6 +193,7 @@ class rename_lock : public lock {
   handle adopt_any(const std::string& token, std::error_code& ec) noexcept override;
   void break_owner_any(const std::string& token, std::error_code& ec) noexcept override;
   std::optional<lock_holder> holder_any(std::error_code& ec) noexcept override;
+  std::vector<lock_holder> holders_any(std::error_code& ec) noexcept override;
 
   boost::filesystem::path dir_;
   lock_options options_;
@@ -234,7 +247,8 @@ class lock_handle {
   const std::string& token() const noexcept { return token_; }
   // The held token directory: lock directory / token(). The holder's
   // workspace; it moves on refresh. Names there starting with "h." are
-  // reserved (owner marks) and "w" is the updater's.
+  // reserved (owner marks), "s." are shared holders' and "w" is the
+  // updater's. Empty for a shared handle, which has no workspace.
   boost::filesystem::path path() const;
   const boost::filesystem::path& directory() const noexcept;
   // When the current lease ends.
@@ -257,6 +271,7 @@ class lock_handle {
   std::uint64_t fork_generation_ = 0;
   int cleanup_slot_ = -1;  // install_signal_cleanup()'s record of the token
   lock_mode mode_ = lock_mode::exclusive;
+  std::uint32_t slots_ = 0;  // a shared handle's semaphore size (0: readers)
 };
 
 }  // namespace tokenlock

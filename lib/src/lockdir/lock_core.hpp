@@ -47,6 +47,20 @@ struct lock_access {
   static std::string mark_of(const lock_handle& h);
   static bool marked(const lock_handle& h);
   static const lock_core* core_of(const lock_handle& h) { return h.core_.get(); }
+
+  // A shared handle (shared_lock.cpp): its share is `name`, a lone share's
+  // token name or a member's entry "s.<...>".
+  static void fill_shared(lock_handle& h, std::shared_ptr<const lock_core> core, std::string name,
+                          std::int64_t expiry_us, std::chrono::milliseconds lease,
+                          std::uint32_t slots);
+  // Moves a shared handle to its share's new name (a refresh, a conversion).
+  static void move_share(lock_handle& h, std::string name, std::int64_t expiry_us,
+                         std::chrono::milliseconds lease);
+  static const std::shared_ptr<const lock_core>& core(const lock_handle& h) { return h.core_; }
+  static std::int64_t expiry_us(const lock_handle& h) { return h.expiry_us_; }
+  static std::uint32_t slots(const lock_handle& h) { return h.slots_; }
+  static bool forked(const lock_handle& h);
+  static void forget(lock_handle& h) { h.forget(); }
 };
 
 }  // namespace tokenlock::detail

@@ -353,14 +353,6 @@ judgement judge(os& sys, const lock_options& options, const observed_token& t) {
 namespace {
 
 // A directory that the caller opened by descriptor and closes on every way out.
-struct scoped_fd {
-  os& sys;
-  int fd = -1;
-  ~scoped_fd() {
-    if (fd >= 0) sys.close(fd);
-  }
-};
-
 // The directory that holds the lock directory, by descriptor. Its path is
 // the caller's and may run through symbolic links (/var/lock is one on
 // Debian): "/." makes the last component "." so that the link is followed

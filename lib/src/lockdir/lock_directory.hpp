@@ -42,6 +42,15 @@ struct open_dir {
   std::optional<unsigned> group;
 };
 
+// A descriptor closed when it goes out of scope.
+struct scoped_fd {
+  os& sys;
+  int fd = -1;
+  ~scoped_fd() {
+    if (fd >= 0) sys.close(fd);
+  }
+};
+
 // The strings the protocol renames between, built once per lock.
 struct lock_paths {
   boost::filesystem::path dir_path;  // as the caller named it

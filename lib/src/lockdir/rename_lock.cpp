@@ -8,6 +8,7 @@
 #include "core/failure.hpp"
 #include "lockdir/lock_core.hpp"
 #include "lockdir/lock_directory.hpp"
+#include "lockdir/shared_lock.hpp"
 #include "lockdir/token_mark.hpp"
 #include "lockdir/token_name.hpp"
 #include "lockdir/trust.hpp"
@@ -27,6 +28,34 @@ void lock_access::fill(lock_handle& h, std::shared_ptr<const lock_core> core, st
   h.lease_ = lease;
   h.fork_generation_ = h.core_->sys->fork_generation();
   h.cleanup_slot_ = cleanup_track_token(h.token_path_, h.core_->paths->free_path, mark_of(h));
+}
+
+void lock_access::fill_shared(lock_handle& h, std::shared_ptr<const lock_core> core,
+                              std::string name, std::int64_t expiry_us,
+                              std::chrono::milliseconds lease, std::uint32_t slots) {
+  h.core_ = std::move(core);
+  h.mode_ = lock_mode::shared;
+  h.slots_ = slots;
+  h.fork_generation_ = h.core_->sys->fork_generation();
+  move_share(h, std::move(name), expiry_us, lease);
+}
+
+void lock_access::move_share(lock_handle& h, std::string name, std::int64_t expiry_us,
+                             std::chrono::milliseconds lease) {
+  h.token_ = std::move(name);
+  h.token_path_ = h.core_->paths->dir_slash + h.token_;
+  h.expiry_us_ = expiry_us;
+  h.lease_ = lease;
+  cleanup_untrack(h.cleanup_slot_);
+  h.cleanup_slot_ = -1;
+  // A lone share is released as a token is; a member's entry is left to
+  // its lease (or to the judgement that its owner died).
+  if (h.token_.compare(0, held_prefix.size(), held_prefix) == 0)
+    h.cleanup_slot_ = cleanup_track_token(h.token_path_, h.core_->paths->free_path, {});
+}
+
+bool lock_access::forked(const lock_handle& h) {
+  return !h.core_ || h.core_->sys->fork_generation() != h.fork_generation_;
 }
 
 std::string lock_access::mark_of(const lock_handle& h) {
@@ -74,6 +103,7 @@ failure validate(const lock_options& o) {
   if (o.backoff_min.count() <= 0 || o.backoff_max < o.backoff_min)
     return bad("backoff_min must be positive and at most backoff_max");
   if (o.owner_pid < 0) return bad("owner_pid must be a process id (or 0 for this process)");
+  if (o.slots > max_slots) return bad("slots must be at most 999999 (max_slots)");
   return {};
 }
 
@@ -83,7 +113,7 @@ class acquirer final : public lock_attempt {
   acquirer(const std::shared_ptr<const lock_core>& core, const lock_options& options,
            lock_handle& out)
       : core_(core), sys_ptr_(core->sys), sys_(*core->sys), paths_(*core->paths),
-        options_(options), out_(out) {}
+        options_(options), out_(out), writer_(*core->sys, *core->paths, options) {}
 
   // One round of the protocol: the fast-path rename, then (on ENOENT and
   // when `look` is set) the NFS retransmit check, a look at the directory,
@@ -139,6 +169,8 @@ class acquirer final : public lock_attempt {
     if (failure f = reopen_if_replaced(sys_ptr_, paths_, paths_.share, "acquire", d)) return f;
     observation obs;
     if (failure f = observe(sys_, paths_, d.get(), "acquire", obs)) return f;
+    if (obs.kind == observation::held && writer_.handed_over(obs.token.name))
+      return take_hand_over(result, *d, obs.token);
     if (obs.kind == observation::held && given_up(obs.token.name)) {
       // A token of ours we could not confirm, or handed to a holder who
       // has handed it back: confirming it again makes it ours.
@@ -165,6 +197,8 @@ class acquirer final : public lock_attempt {
   failure take_over_if_stale(outcome& result, const open_dir& d, const observed_token& seen,
                              int owner, std::uint64_t owner_start, std::uint64_t nonce) {
     const process_identity& me = sys_.self();
+    shared_token s;
+    if (read_shared(seen, s)) return meet_shared(result, d, seen, s, owner, owner_start, nonce);
     judgement j = judge(sys_, options_, seen);
     if (!j.stale) {
       busy_reason_ = std::move(j.reason);
@@ -197,6 +231,69 @@ class acquirer final : public lock_attempt {
                                            " (the owner must be a live process on this host)",
                                        ec));
     owner_start_ = ps.start_time;
+    return {};
+  }
+
+  // The writer's side of shared holders (writer_marks): the mark, the
+  // hand-over, the empty cover taken; and when the wait ends, the mark
+  // taken back unless the lock was handed over meanwhile.
+  failure meet_shared(outcome& result, const open_dir& d, const observed_token& seen,
+                      const shared_token& s, int owner, std::uint64_t owner_start,
+                      std::uint64_t nonce) {
+    writer_.owner(owner, owner_start);
+    const std::int64_t expiry = sys_.wall_now_us() + to_us(options_.lease);
+    std::string token = make_token(expiry, sys_.self().host_tag, owner, owner_start, nonce);
+    writer_marks::step step;
+    if (failure f = writer_.meet(d, seen, s, token, step)) return f;
+    if (step.what == writer_marks::step::again) {
+      result = outcome::again;
+      return {};
+    }
+    if (step.what == writer_marks::step::wait) {
+      busy_reason_ = std::move(step.reason);
+      result = outcome::busy;
+      return {};
+    }
+    std::error_code ec = sys_.rename_at(d.fd, step.taken_from, d.fd, token);
+    if (ec == std::errc::no_such_file_or_directory) {
+      result = outcome::again;
+      return {};
+    }
+    if (ec)
+      return os_failure(sys_, paths_, "acquire", "cannot take " + shown_name(step.taken_from),
+                        step.taken_from, ec);
+    return finish(out_, result, d, token, paths_.dir_slash + token, expiry, step.taken_from);
+  }
+
+  // The last shared holder out renamed our mark to our token: it is ours,
+  // renewed to our lease if that is later.
+  failure take_hand_over(outcome& result, const open_dir& d, const observed_token& t) {
+    std::string name = t.name;
+    std::int64_t expiry = t.expiry_us;
+    const std::int64_t wanted = sys_.wall_now_us() + to_us(options_.lease);
+    if (wanted > expiry) {
+      std::string renewed = with_expiry(owner_part(name), wanted);
+      if (!sys_.rename_at(d.fd, name, d.fd, renewed)) {
+        name = std::move(renewed);
+        expiry = wanted;
+      }
+    }
+    return finish(out_, result, d, name, paths_.dir_slash + name, expiry, name);
+  }
+
+  // After a wait that failed: whether our mark was handed over at the end.
+  failure give_up(bool& held) {
+    held = false;
+    if (!writer_.marking()) return {};
+    std::string name;
+    if (failure f = writer_.give_up(name)) return f;
+    const auto d = current_dir(paths_);
+    if (name.empty() || !d) return {};
+    held_token t;
+    classify_name(name, &t);
+    outcome result = outcome::busy;
+    if (failure f = take_hand_over(result, *d, observed(name, t, name_kind::held))) return f;
+    held = result == outcome::acquired;
     return {};
   }
 
@@ -254,6 +351,7 @@ class acquirer final : public lock_attempt {
   lock_handle& out_;
   std::string busy_reason_;
   std::uint64_t owner_start_ = 0;
+  writer_marks writer_;
 };
 
 failure acquire_impl(const std::shared_ptr<const lock_core>& core,
@@ -267,11 +365,22 @@ failure acquire_impl(const std::shared_ptr<const lock_core>& core,
   }
   const std::shared_ptr<os>& sys = core->sys;
   const std::shared_ptr<const lock_paths>& paths_ptr = core->paths;
+  if (options.mode == lock_mode::shared || options.slots)
+    return acquire_shared(core, options, may_wait, out, busy);
   acquirer a(core, options, out);
   if (failure f = a.resolve_owner()) return f;
   // Before the first rename: no token of ours waits unmarked meanwhile.
   lock_needs_owner_marks(*sys, *paths_ptr);
-  return wait_for_lock(*sys, *paths_ptr, options, *core->waits, may_wait, a, busy);
+  failure f = wait_for_lock(*sys, *paths_ptr, options, *core->waits, may_wait, a, busy);
+  bool held = false;
+  if (f) {
+    if (failure g = a.give_up(held)) return g;
+  }
+  if (held) {
+    busy = false;
+    return {};
+  }
+  return f;
 }
 
 }  // namespace
@@ -368,7 +477,16 @@ failure adopt_impl(const std::shared_ptr<const lock_core>& core, const boost::fi
     lock_paths unused;
     return make_lock_paths(dir, unused);
   }
+  observed_token entry;
+  if (read_entry(token, entry)) return adopt_shared(core, options, token, out);
   if (failure f = held_name(paths->dir, token)) return f;
+  {
+    held_token t;
+    shared_token s;
+    classify_name(token, &t);
+    if (read_shared(observed(token, t, name_kind::held), s))
+      return adopt_shared(core, options, token, out);
+  }
   std::shared_ptr<const open_dir> d;
   if (failure f = lock_directory_fd(sys, *paths, paths->share, "token", d)) return f;
   if (!d) return not_held(*paths, token);
@@ -446,28 +564,20 @@ failure holder_impl(const std::shared_ptr<os>& sys_ptr, const boost::filesystem:
   if (failure f = make_lock_paths(dir, paths)) return f;
   std::shared_ptr<const open_dir> d;
   if (failure f = lock_directory_fd(sys_ptr, paths, sharing_of(options), "status", d)) return f;
-  observation obs;
-  if (failure f = observe(sys, paths, d.get(), "status", obs)) return f;
-  if (obs.kind != observation::held) return {};
-  judgement j = judge(sys, options, obs.token);
-  holder_info h;
-  h.token = obs.token.name;
-  h.path = dir / obs.token.name;
-  const std::int64_t ends =
-      obs.token.legacy ? obs.token.expiry_us + to_us(options.legacy_timeout) : obs.token.expiry_us;
-  h.expires = std::chrono::system_clock::time_point(
-      std::chrono::duration_cast<std::chrono::system_clock::duration>(
-          std::chrono::microseconds(ends)));
-  h.legacy = obs.token.legacy;
-  h.host_tag = obs.token.host_tag;
-  h.same_host = j.same_host;
-  h.pid = obs.token.pid;
-  h.start_time = obs.token.start_time;
-  h.owner = j.owner;
-  h.stale = j.stale;
-  h.reason = std::move(j.reason);
-  out = std::move(h);
+  std::vector<holder_info> all;
+  if (failure f = list_holders(sys, paths, d.get(), options, all)) return f;
+  if (!all.empty()) out = std::move(all.front());
   return {};
+}
+
+failure holders_impl(const std::shared_ptr<os>& sys_ptr, const boost::filesystem::path& dir,
+                     const lock_options& options, std::vector<holder_info>& out) {
+  out.clear();
+  lock_paths paths;
+  if (failure f = make_lock_paths(dir, paths)) return f;
+  std::shared_ptr<const open_dir> d;
+  if (failure f = lock_directory_fd(sys_ptr, paths, sharing_of(options), "status", d)) return f;
+  return list_holders(*sys_ptr, paths, d.get(), options, out);
 }
 
 }  // namespace
@@ -503,6 +613,19 @@ std::optional<holder_info> rename_lock::holder() const {
   return out;
 }
 
+std::vector<holder_info> rename_lock::holders() const {
+  std::vector<holder_info> out;
+  run_throwing([&] { return holders_impl(core_->sys, dir_, options_, out); });
+  return out;
+}
+
+std::vector<holder_info> rename_lock::holders(std::error_code& ec) const noexcept {
+  std::vector<holder_info> out;
+  run_noexcept(ec, [&] { return holders_impl(core_->sys, dir_, options_, out); });
+  if (ec) out.clear();
+  return out;
+}
+
 std::optional<holder_info> rename_lock::holder(std::error_code& ec) const noexcept {
   std::optional<holder_info> out;
   run_noexcept(ec, [&] { return holder_impl(core_->sys, dir_, options_, out); });
@@ -519,7 +642,9 @@ lock_handle::lock_handle(lock_handle&& other) noexcept
       expiry_us_(other.expiry_us_),
       lease_(other.lease_),
       fork_generation_(other.fork_generation_),
-      cleanup_slot_(other.cleanup_slot_) {
+      cleanup_slot_(other.cleanup_slot_),
+      mode_(other.mode_),
+      slots_(other.slots_) {
   other.cleanup_slot_ = -1;
   other.forget();
 }
@@ -536,6 +661,8 @@ lock_handle& lock_handle::operator=(lock_handle&& other) noexcept {
     expiry_us_ = other.expiry_us_;
     lease_ = other.lease_;
     fork_generation_ = other.fork_generation_;
+    mode_ = other.mode_;
+    slots_ = other.slots_;
     cleanup_untrack(cleanup_slot_);  // an empty or forked-away handle's record
     cleanup_slot_ = other.cleanup_slot_;
     other.cleanup_slot_ = -1;
@@ -569,7 +696,8 @@ const boost::filesystem::path& lock_handle::directory() const noexcept {
 }
 
 boost::filesystem::path lock_handle::path() const {
-  return token_.empty() ? boost::filesystem::path() : directory() / token_;
+  if (token_.empty() || mode_ == lock_mode::shared) return {};
+  return directory() / token_;
 }
 
 std::chrono::system_clock::time_point lock_handle::expires() const noexcept {
@@ -638,6 +766,7 @@ void lock_handle::release(std::error_code& ec) noexcept {
       forget();
       return not_owner_failure("release", core_->paths->dir, true);
     }
+    if (mode_ == lock_mode::shared) return release_shared(*this);
     // Never retried after ENOENT, even when a lookup still finds the name:
     // GlusterFS renames a directory through a stale name to whatever that
     // directory is called now, so a retry would release the token of the
@@ -703,6 +832,7 @@ void lock_handle::refresh(std::chrono::milliseconds lease, std::error_code& ec) 
                                    "every process judges a longer one implausible and takes the "
                                    "lock over",
                                    {}));
+    if (mode_ == lock_mode::shared) return refresh_shared(*this, lease);
     const std::int64_t expiry = core_->sys->wall_now_us() + to_us(lease);
     std::string next = with_expiry(owner_part(token_), expiry);
     std::string next_path = core_->paths->dir_slash + next;

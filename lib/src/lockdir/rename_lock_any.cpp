@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "lock_grant.hpp"
+#include "lockdir/shared_lock.hpp"
 #include "tokenlock/rename_lock.hpp"
 
 namespace tokenlock {
@@ -59,6 +60,9 @@ std::vector<lock_fact> directory_facts(const holder_info& h) {
 lock_holder directory_holder(holder_info&& h) {
   lock_holder out;
   out.facts = directory_facts(h);
+  out.mode = h.mode;
+  out.slots = h.slots;
+  out.waiting_writer = h.waiting_writer;
   out.id = std::move(h.token);
   out.expires = h.expires;
   out.owner = h.owner;
@@ -84,6 +88,10 @@ handle rename_lock::adopt_any(const std::string& token, std::error_code& ec) noe
 // Taking the token over (forced: the caller vouches that its holder is
 // gone) and releasing it: any other token is never touched.
 void rename_lock::break_owner_any(const std::string& token, std::error_code& ec) noexcept {
+  if (token.compare(0, detail::entry_prefix.size(), detail::entry_prefix) == 0) {
+    detail::run_noexcept(ec, [&] { return detail::break_share(core_, options_, token); });
+    return;
+  }
   lock_handle taken = take_over(token, true, ec);
   if (!ec) taken.release(ec);
 }
@@ -94,6 +102,17 @@ std::optional<lock_holder> rename_lock::holder_any(std::error_code& ec) noexcept
   std::optional<lock_holder> out;
   detail::run_noexcept(ec, [&] {
     out = directory_holder(std::move(*h));
+    return detail::failure{};
+  });
+  return out;
+}
+
+std::vector<lock_holder> rename_lock::holders_any(std::error_code& ec) noexcept {
+  std::vector<holder_info> all = holders(ec);
+  std::vector<lock_holder> out;
+  if (ec) return out;
+  detail::run_noexcept(ec, [&] {
+    for (auto& h : all) out.push_back(directory_holder(std::move(h)));
     return detail::failure{};
   });
   return out;

@@ -1,0 +1,264 @@
+// Shared holders and semaphores on a lock directory (docs/protocol.md,
+// Shared locks and semaphores), with processes played by fake_os: each
+// transition and what it leaves on disk.
+#include <string>
+#include <vector>
+
+#include "lock_fixture.hpp"
+#include "lockdir/lock_directory.hpp"
+#include "lockdir/shared_name.hpp"
+
+namespace tokenlock::testing {
+namespace {
+
+namespace fs = boost::filesystem;
+using detail::share_kind;
+
+class SharedLockTest : public RenameLockTest {
+ protected:
+  static lock_options shared(std::uint32_t slots = 0) {
+    lock_options o = options();
+    o.mode = lock_mode::shared;
+    o.slots = slots;
+    return o;
+  }
+  // The one token in the lock directory, read as a shared name.
+  detail::shared_token token_kind() {
+    std::vector<std::string> names = entries();
+    EXPECT_EQ(names.size(), 1u);
+    detail::held_token t;
+    EXPECT_EQ(detail::classify_name(names.front(), &t), detail::name_kind::held);
+    detail::shared_token s;
+    s.kind = share_kind::reserved;
+    EXPECT_TRUE(detail::read_shared(detail::observed(names.front(), t, detail::name_kind::held), s))
+        << names.front() << " is no shared name";
+    return s;
+  }
+  // The share entries inside the one token.
+  std::vector<std::string> share_entries() {
+    std::vector<std::string> out;
+    std::vector<std::string> names = entries();
+    if (names.size() != 1 || names.front() == "lockfile") {
+      if (names.size() == 1)
+        for (auto& e : fs::directory_iterator(dir / names.front()))
+          out.push_back(e.path().filename().string());
+      return out;
+    }
+    for (auto& e : fs::directory_iterator(dir / names.front()))
+      if (e.path().filename().string().rfind("s.", 0) == 0)
+        out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+};
+
+TEST_F(SharedLockTest, ALoneReaderTakesTheFastPathBothWays) {
+  auto a = process(100), maker = process(99);
+  lock_for(maker).acquire().release();
+  lock_handle h = lock_for(a, shared()).acquire();
+  ASSERT_TRUE(h.owns());
+  EXPECT_EQ(h.mode(), lock_mode::shared);
+  EXPECT_TRUE(h.path().empty()) << "a shared hold has no workspace";
+  EXPECT_EQ(token_kind().kind, share_kind::lone);
+  EXPECT_EQ(entries(), std::vector<std::string>{h.token()});
+  h.release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+  std::size_t renames = 0;
+  for (auto& c : a->calls) renames += c.rfind("rename", 0) == 0;
+  EXPECT_EQ(renames, 2u) << "an uncontended share costs two renames, as a writer's lock does";
+}
+
+TEST_F(SharedLockTest, ASecondReaderConvertsTheLoneShareAndTheLastOneOutFreesTheLock) {
+  auto a = process(100), b = process(101);
+  lock_handle ha = lock_for(a, shared()).acquire();
+  lock_handle hb = lock_for(b, shared()).acquire();
+  ASSERT_TRUE(ha.owns() && hb.owns());
+  EXPECT_EQ(token_kind().kind, share_kind::group);
+  EXPECT_EQ(share_entries().size(), 2u);
+  ha.release();  // converted meanwhile: it leaves as a member
+  EXPECT_EQ(token_kind().kind, share_kind::group);
+  EXPECT_EQ(share_entries(), std::vector<std::string>{hb.token()});
+  hb.release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+  EXPECT_TRUE(share_entries().empty()) << "a freed token keeps no entry";
+}
+
+TEST_F(SharedLockTest, AWriterWaitsForReadersAndReadersWaitForAWriter) {
+  auto a = process(100), w = process(200), b = process(101);
+  lock_handle ha = lock_for(a, shared()).acquire();
+  EXPECT_FALSE(lock_for(w).try_acquire()) << "a writer beside a reader";
+  // Its mark was taken back when its one attempt ended: readers join again.
+  lock_handle hb = lock_for(b, shared()).acquire();
+  ha.release();
+  hb.release();
+  lock_handle hw = lock_for(w).acquire();
+  EXPECT_FALSE(lock_for(a, shared()).try_acquire()) << "a reader beside a writer";
+  hw.release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+}
+
+TEST_F(SharedLockTest, AWaitingWritersMarkBarsNewReadersAndTheLastOneOutHandsItOver) {
+  auto a = process(100), w = process(200), b = process(101);
+  lock_handle ha = lock_for(a, shared()).acquire();
+  bool marked = false, acted = false;
+  std::optional<lock_handle> late;
+  // fake_os's hook fires once; it arms itself again until it acted.
+  std::function<void(op, const std::string&, const std::string&)> hook;
+  hook = [&](op o, const std::string&, const std::string& to) {
+    if (o == op::rename && to.find(".12") != std::string::npos) marked = true;
+    if (o != op::list_directory || !marked || acted) {
+      w->before = hook;
+      return;
+    }
+    acted = true;
+    EXPECT_EQ(token_kind().kind, share_kind::draining);
+    late = lock_for(b, shared()).try_acquire();
+    ha.release();  // the last one out hands the token to the writer
+  };
+  w->before = hook;
+  lock_handle hw = lock_for(w, options(std::chrono::seconds(10), std::chrono::seconds(5))).acquire();
+  ASSERT_TRUE(acted);
+  EXPECT_FALSE(late) << "a reader joined a writer's mark";
+  ASSERT_TRUE(hw.owns());
+  EXPECT_EQ(hw.mode(), lock_mode::exclusive);
+  EXPECT_EQ(entries(), std::vector<std::string>{hw.token()});
+  EXPECT_TRUE(fs::is_directory(hw.path()));
+  hw.release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+}
+
+TEST_F(SharedLockTest, ASemaphoreAdmitsNoMoreThanItsSlots) {
+  auto a = process(100), b = process(101), c = process(102);
+  lock_handle ha = lock_for(a, shared(2)).acquire();
+  lock_handle hb = lock_for(b, shared(2)).acquire();
+  EXPECT_FALSE(lock_for(c, shared(2)).try_acquire()) << "a third holder of 2 slots";
+  EXPECT_EQ(token_kind().limit, 2u);
+  ha.release();
+  lock_handle hc = lock_for(c, shared(2)).acquire();
+  EXPECT_EQ(share_entries().size(), 2u);
+  hb.release();
+  hc.release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+}
+
+TEST_F(SharedLockTest, AnotherLimitWaitsAndItsMessageNamesBoth) {
+  auto a = process(100), b = process(101);
+  lock_handle ha = lock_for(a, shared(3)).acquire();
+  caught c = catch_of([&] { lock_for(b, shared(5)).acquire(); });
+  EXPECT_EQ(c.code, make_error_code(errc::busy));
+  EXPECT_NE(c.message.find("a semaphore of 3"), std::string::npos) << c.message;
+  EXPECT_NE(c.message.find("a semaphore of 5"), std::string::npos) << c.message;
+  EXPECT_FALSE(lock_for(b, shared()).try_acquire());
+  EXPECT_EQ(token_kind().kind, share_kind::lone) << "a waiter of another limit changed it";
+}
+
+TEST_F(SharedLockTest, ADeadReaderIsTakenOverAtOnceAndItsEntryRemoved) {
+  auto a = process(100), b = process(101), w = process(200);
+  lock_handle ha = lock_for(a, shared()).acquire();
+  lock_handle hb = lock_for(b, shared()).acquire();
+  world->processes.erase(101);  // b is killed with kill -9
+  ha.release();  // the last live one out: b's entry is stale
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+  EXPECT_TRUE(share_entries().empty());
+  lock_handle lone = lock_for(a, shared()).acquire();
+  world->processes.erase(100);
+  lock_handle hw = lock_for(w).acquire();  // no wait: its owner is provably gone
+  EXPECT_TRUE(hw.owns());
+  caught c = catch_of([&] { hb.release(); });
+  EXPECT_EQ(c.code, make_error_code(errc::lock_lost));
+  EXPECT_EQ(entries(), std::vector<std::string>{hw.token()}) << "the writer's lock was touched";
+}
+
+TEST_F(SharedLockTest, ARefreshKeepsTheCoverAtLeastAsLateAsEveryEntry) {
+  auto a = process(100), b = process(101);
+  lock_handle ha = lock_for(a, shared()).acquire();
+  lock_handle hb = lock_for(b, shared()).acquire();
+  const std::string old = hb.token();
+  world->advance(5'000'000);
+  hb.refresh(std::chrono::seconds(60));
+  EXPECT_NE(hb.token(), old);
+  std::vector<std::string> names = share_entries();
+  EXPECT_EQ(names.size(), 2u);
+  EXPECT_TRUE(std::find(names.begin(), names.end(), old) == names.end()) << "old entry left";
+  detail::held_token cover;
+  detail::classify_name(entries().front(), &cover);
+  EXPECT_GE(cover.expiry_us, hb.expires().time_since_epoch().count() / 1000)
+      << "an old implementation would judge the cover stale before the share";
+  ha.refresh();  // converted since it was a lone share: refreshed as a member
+  EXPECT_EQ(share_entries().size(), 2u);
+  ha.release();
+  hb.release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+}
+
+TEST_F(SharedLockTest, AReaderWhoseLeaseEndedLosesItToAWriter) {
+  auto a = process(100), w = process(200);
+  lock_handle ha = lock_for(a, shared()).acquire();
+  world->advance(11'000'000);
+  lock_handle hw = lock_for(w).acquire();
+  caught c = catch_of([&] { ha.refresh(); });
+  EXPECT_EQ(c.code, make_error_code(errc::lock_lost));
+  EXPECT_EQ(entries(), std::vector<std::string>{hw.token()});
+}
+
+TEST_F(SharedLockTest, HoldersListsEveryReaderAndAWaitingWriter) {
+  auto a = process(100), b = process(101);
+  lock_handle ha = lock_for(a, shared()).acquire();
+  lock_handle hb = lock_for(b, shared()).acquire();
+  std::vector<holder_info> all = lock_for(a).holders();
+  ASSERT_EQ(all.size(), 2u);
+  for (auto& h : all) {
+    EXPECT_EQ(h.mode, lock_mode::shared);
+    EXPECT_EQ(h.owner, owner_liveness::alive);
+    EXPECT_FALSE(h.waiting_writer);
+  }
+  ha.release();
+  hb.release();
+  EXPECT_TRUE(lock_for(a).holders().empty());
+}
+
+TEST_F(SharedLockTest, AShareIsAdoptedByItsIdInAnotherProcess) {
+  auto a = process(100), b = process(101), c = process(102);
+  lock_handle ha = lock_for(a, shared()).acquire();
+  const std::string lone = ha.detach();
+  lock_handle hb = lock_for(b, shared()).acquire();  // converts a's share
+  lock_handle again = lock_for(c).adopt(lone);
+  EXPECT_EQ(again.mode(), lock_mode::shared);
+  again.release();
+  EXPECT_EQ(share_entries(), std::vector<std::string>{hb.token()});
+  const std::string member = hb.detach();
+  lock_for(c).adopt(member).release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+}
+
+TEST_F(SharedLockTest, AnOldImplementationSeesAForeignHeldToken) {
+  auto a = process(100);
+  lock_handle ha = lock_for(a, shared()).acquire();
+  detail::held_token t;
+  ASSERT_EQ(detail::classify_name(ha.token(), &t), detail::name_kind::held);
+  EXPECT_NE(std::string(t.host_tag), a->self().host_tag)
+      << "an old implementation on this host would judge the share by its pid";
+  EXPECT_EQ(detail::flipped_tag(detail::flipped_tag(a->self().host_tag)), a->self().host_tag);
+}
+
+TEST_F(SharedLockTest, AMalformedEntryIsNeverRemovedAndTheLastOneOutSaysSo) {
+  auto a = process(100), b = process(101);
+  lock_handle ha = lock_for(a, shared()).acquire();
+  lock_handle hb = lock_for(b, shared()).acquire();
+  fs::create_directory(dir / entries().front() / "s.not-a-share");
+  ha.release();
+  caught c = catch_of([&] { hb.release(); });
+  EXPECT_EQ(c.code, make_error_code(errc::lock_corrupt));
+  EXPECT_NE(c.message.find("s.not-a-share"), std::string::npos) << c.message;
+  EXPECT_TRUE(fs::is_directory(dir / entries().front() / "s.not-a-share"));
+}
+
+TEST_F(SharedLockTest, ASlotCountAboveTheMaximumIsABadArgument) {
+  auto a = process(100);
+  caught c = catch_of([&] { lock_for(a, shared(max_slots + 1)).acquire(); });
+  EXPECT_EQ(c.code, make_error_code(errc::bad_argument));
+  EXPECT_FALSE(fs::exists(dir)) << "a refused acquire made the lock directory";
+}
+
+}  // namespace
+}  // namespace tokenlock::testing
