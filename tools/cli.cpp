@@ -197,13 +197,13 @@ po::options_description run_options() {
       "non-zero, 3 otherwise; a release that fails otherwise is said too, and never\n"
       "exits 0. CMD starts only once the lock is held, and is killed if tokenlock is.\n\nOptions");
   add_wait_options(d);
+  add_mode_options(d);
   add_legacy_option(d);
   add_lease_option(d, "the lease, kept alive while CMD runs", 60);
   add_dir_mode_option(d);
   d.add_options()("verbose,v", "say why when the lock is busy")(
       "command,c", po::value<std::string>()->value_name("COMMAND"),
       "run COMMAND with /bin/sh -c, as flock(1) -c does (also after LOCKDIR)")(
-      "exclusive,x", "an exclusive lock, the default (accepted for flock(1)'s scripts)")(
       "close,o",
       "accepted for flock(1)'s scripts: CMD inherits nothing of the lock, which is no "
       "descriptor")(
@@ -338,6 +338,26 @@ void apply_dir_mode(const po::variables_map& v, lock_options& o) {
   } else if (const char* env = std::getenv("TOKENLOCK_GROUP"); env && *env) {
     o.group = env;
   }
+}
+
+void add_mode_options(po::options_description& d) {
+  d.add_options()("shared,s",
+                  "a shared lock: held together with other shared holders, never beside an "
+                  "exclusive one")("exclusive,x", "an exclusive lock (the default)")(
+      "slots", po::value<std::uint32_t>()->value_name("N"),
+      "one of N slots of a semaphore (1 to 999999): at most N holders at once; every user of "
+      "the lock must give the same N");
+}
+
+void apply_mode(const po::variables_map& v, open_options& o) {
+  if (v.count("exclusive") && (v.count("shared") || v.count("slots")))
+    throw po::error("-x (exclusive) and -s or --slots (shared) exclude each other");
+  if (v.count("slots")) {
+    const std::uint32_t n = v["slots"].as<std::uint32_t>();
+    if (n == 0 || n > max_slots) throw po::error("--slots takes a count from 1 to 999999");
+    o.slots = n;
+  }
+  if (v.count("shared") || v.count("slots")) o.mode = lock_mode::shared;
 }
 
 lock_options directory_options(const po::variables_map& v, lock_options o) {

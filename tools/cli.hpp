@@ -14,6 +14,7 @@
 #include <boost/program_options.hpp>
 
 #include "tokenlock/clock.hpp"
+#include "tokenlock/open_lock.hpp"
 #include "tokenlock/clock_judgement.hpp"
 #include "tokenlock/rename_lock.hpp"
 
@@ -131,6 +132,11 @@ void apply_dir_mode(const po::variables_map& v, lock_options& o);
 // The options of a lock directory: --legacy-timeout and the directory mode
 // applied (the defaults otherwise).
 lock_options directory_options(const po::variables_map& v, lock_options o = {});
+
+// -s/--shared, -x/--exclusive and --slots N (flock(1)'s habits), and how
+// they set open_options::mode and slots (a usage error for -x with either).
+void add_mode_options(po::options_description& d);
+void apply_mode(const po::variables_map& v, open_options& o);
 
 // What to add to a message about FILE when a write failed with EFBIG
 // ("" for any other error): the process's file size limit (ulimit -f,

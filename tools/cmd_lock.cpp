@@ -75,7 +75,8 @@ int with_adopted(const po::variables_map& v, const std::function<int(lock&, hand
 // it where leases are judged by this host's clock.
 struct status_seen {
   std::vector<lock_fact> location;
-  std::optional<lock_holder> holder;
+  std::optional<lock_holder> holder;   // the first holder (the only one when exclusive)
+  std::vector<lock_holder> holders;    // all, with a waiting writer
   bool local_clock = false;
   bool frees_dead_owners = false;
   std::string clock_dir;
@@ -122,6 +123,30 @@ json clock_json(const status_seen& s) {
   return c;
 }
 
+// How a holder holds, in status's words: "exclusive", "shared", "slot of
+// 3", "writer waiting".
+std::string how_held(const lock_holder& h) {
+  if (h.waiting_writer) return "writer waiting";
+  if (h.mode == lock_mode::exclusive) return "exclusive";
+  return h.slots ? "slot of " + std::to_string(h.slots) : std::string("shared");
+}
+
+bool any_shared(const status_seen& s) {
+  for (const auto& h : s.holders)
+    if (h.mode == lock_mode::shared || h.waiting_writer) return true;
+  return false;
+}
+
+json holder_json(const lock_holder& h) {
+  json o;
+  put_text(o, "token", token_of(h));
+  o["mode"] = h.mode == lock_mode::shared ? "shared" : "exclusive";
+  if (h.slots) o["slots"] = h.slots;
+  o["waiting_writer"] = h.waiting_writer;
+  for (const lock_fact& f : h.facts) put_fact(o, f);
+  return o;
+}
+
 // status --json: one object, and its newline. Its fields are the lock's
 // location, the state, and the holder's token and facts (tokenlock(1)).
 std::string status_json(const status_seen& s) {
@@ -131,6 +156,11 @@ std::string status_json(const status_seen& s) {
   if (s.holder) {
     put_text(j, "token", token_of(*s.holder));
     for (const lock_fact& f : s.holder->facts) put_fact(j, f);
+    j["mode"] = s.holder->mode == lock_mode::shared ? "shared" : "exclusive";
+    if (s.holder->slots) j["slots"] = s.holder->slots;
+    json all = json::array();
+    for (const lock_holder& h : s.holders) all.push_back(holder_json(h));
+    j["holders"] = std::move(all);
   }
   if (s.local_clock) j["clock"] = clock_json(s);
   return compact(j) + "\n";
@@ -144,6 +174,12 @@ std::string status_text(const status_seen& s) {
                      : (taken_over_next(s) ? "stale: " : "") +
                            escaped(h->reason) + "\n  token " +
                            escaped(token_of(*h)) + "\n";
+  if (any_shared(s)) {
+    t = std::to_string(s.holders.size()) + (s.holders.size() == 1 ? " holder:\n" : " holders:\n");
+    for (const lock_holder& one : s.holders)
+      t += "  " + how_held(one) + ": " + (one.stale ? "stale: " : "") + escaped(one.reason) +
+           "\n    token " + escaped(token_of(one)) + "\n";
+  }
   if (!s.local_clock) return t;
   if (!s.clock_error.empty()) return t + "clock: not measured: " + s.clock_error + "\n";
   return t + "clock: " + s.judged.text + (s.judged.fix.empty() ? "" : "; fix: " + s.judged.fix) +
@@ -177,6 +213,7 @@ open_options acquire_options(const po::variables_map& v, const lock_features& f,
                                                : server_default_lease_s);
   o.directory.owner_pid = v.count("pid") ? v["pid"].as<int>() : static_cast<int>(::getppid());
   if (o.directory.owner_pid <= 0) throw po::error("--pid takes a process id");
+  apply_mode(v, o);
   return o;
 }
 
@@ -184,7 +221,7 @@ open_options acquire_options(const po::variables_map& v, const lock_features& f,
 
 int cmd_acquire(const args& a) {
   po::options_description d(
-      "Usage: tokenlock acquire [-w SECS | -n] [--lease SECS] [--pid PID] LOCKDIR\n\n"
+      "Usage: tokenlock acquire [-s | -x | --slots N] [-w SECS | -n] [--lease SECS] [--pid PID] LOCKDIR\n\n"
       "Acquires the lock and prints its token. The lock stays held after this command\n"
       "ends: it belongs to the calling process (the shell), or to PID, and is released\n"
       "with 'tokenlock release LOCKDIR TOKEN', when its lease ends, or as soon as its\n"
@@ -196,6 +233,7 @@ int cmd_acquire(const args& a) {
                    "or --etcd 300: the server cannot see that the owner died)");
   d.add_options()(
       "pid", po::value<int>()->value_name("PID"), "the owner process (default: the parent)");
+  add_mode_options(d);
   add_dir_mode_option(d);
   add_server_options(d);
   return with_command_line("acquire", a, d, {"lockdir"}, [](const po::variables_map& v) {
@@ -281,8 +319,9 @@ int cmd_status(const args& a) {
     if (!l) return code;
     std::error_code ec;
     status_seen s;
-    s.holder = l->holder(ec);
+    s.holders = l->holders(ec);
     if (ec) return report(ec, last_error_message());
+    if (!s.holders.empty()) s.holder = s.holders.front();
     s.location = l->location();
     s.local_clock = l->features().local_clock;
     s.frees_dead_owners = l->features().frees_dead_owners;

@@ -329,6 +329,7 @@ int cmd_run(const args& a) {
     // Checked before CMD's process is forked: a bad --dir-mode or group is
     // a usage error that leaves nothing behind.
     if (!names_server(v)) o.directory = directory_options(v, o.directory);
+    apply_mode(v, o);
     const std::string spec = lock_spec_of(v, dir);
     return run_locked(spec, command, o, conflict, v.count("verbose") > 0);
   });

@@ -169,6 +169,41 @@ TEST_F(CliTest, RunTakesFlocksHabits) {
   EXPECT_EQ(tl({"release", lock, token}).exit_code, 0);
 }
 
+// flock(1)'s -s: shared holders hold together, status lists each, a writer
+// waits for them; --slots N admits N.
+TEST_F(CliTest, SharedHoldersHoldTogetherAndStatusListsEveryOne) {
+  const std::string pid = std::to_string(::getpid());
+  const std::string a = strip(tl({"acquire", "-s", "--pid", pid, lock}).out);
+  const std::string b = strip(tl({"acquire", "--shared", "--pid", pid, lock}).out);
+  ASSERT_FALSE(a.empty());
+  ASSERT_FALSE(b.empty());
+  auto r = tl({"status", lock});
+  EXPECT_NE(r.out.find("2 holders:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  shared: held by pid " + pid), std::string::npos) << r.out;
+  r = tl({"status", "--json", lock});
+  EXPECT_NE(r.out.find("\"mode\":\"shared\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"holders\":[{"), std::string::npos) << r.out;
+  EXPECT_EQ(tl({"run", "-s", "-n", lock, "-c", "exit 4"}).exit_code, 4) << "a third reader";
+  EXPECT_EQ(tl({"run", "-n", lock, "true"}).exit_code, code::busy) << "a writer beside readers";
+  EXPECT_EQ(tl({"release", lock, a}).exit_code, 0);
+  EXPECT_EQ(tl({"release", lock, b}).exit_code, 0);
+  EXPECT_EQ(entries(lock), std::vector<std::string>{"lockfile"});
+  const std::string one = strip(tl({"acquire", "--slots", "1", "--pid", pid, lock}).out);
+  EXPECT_EQ(tl({"run", "--slots", "1", "-n", lock, "true"}).exit_code, code::busy);
+  r = tl({"run", "--slots", "2", "-n", "-v", lock, "true"});
+  EXPECT_EQ(r.exit_code, code::busy);
+  EXPECT_NE(r.err.find("a semaphore of 1"), std::string::npos) << r.err;
+  EXPECT_EQ(tl({"release", lock, one}).exit_code, 0);
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"run", "-x", "-s", lock, "true"},
+        std::vector<std::string>{"run", "--slots", "0", lock, "true"},
+        std::vector<std::string>{"acquire", "--slots", "1000000", lock}}) {
+    r = tl(bad);
+    EXPECT_EQ(r.exit_code, code::usage) << bad[1] << " " << r.err;
+  }
+  EXPECT_EQ(entries(lock), std::vector<std::string>{"lockfile"});
+}
+
 // A regular file at the lock's path (flock(1)'s lock file) is said to be
 // one, with what to do, and left as it is.
 TEST_F(CliTest, ARegularFileAtTheLockPathIsNamedAndLeftAlone) {

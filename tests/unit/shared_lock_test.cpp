@@ -1,6 +1,8 @@
 // Shared holders and semaphores on a lock directory (docs/protocol.md,
 // Shared locks and semaphores), with processes played by fake_os: each
 // transition and what it leaves on disk.
+#include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -258,6 +260,35 @@ TEST_F(SharedLockTest, ASlotCountAboveTheMaximumIsABadArgument) {
   caught c = catch_of([&] { lock_for(a, shared(max_slots + 1)).acquire(); });
   EXPECT_EQ(c.code, make_error_code(errc::bad_argument));
   EXPECT_FALSE(fs::exists(dir)) << "a refused acquire made the lock directory";
+}
+
+}  // namespace
+}  // namespace tokenlock::testing
+
+namespace tokenlock::testing {
+namespace {
+
+TEST_F(SharedLockTest, AFencedUpdateOrCommitUnderASharedHoldWritesNothing) {
+  const fs::path target = tmp / "data.txt";
+  { std::ofstream(target.string()) << "before\n"; }
+  rename_lock readers(dir, shared());
+  caught u = catch_of([&] {
+    update_file(target, readers, [](const std::optional<std::string>&) { return std::string("x"); });
+  });
+  EXPECT_EQ(u.code, make_error_code(errc::bad_argument));
+  EXPECT_NE(u.message.find("a shared hold gives no fence"), std::string::npos) << u.message;
+  lock_handle h = readers.acquire();
+  caught c = catch_of([&] { commit_file(h, target, "x"); });
+  EXPECT_EQ(c.code, make_error_code(errc::bad_argument));
+  h.release();
+  std::ifstream in(target.string());
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "before\n");
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+  std::vector<std::string> around;
+  for (auto& e : fs::directory_iterator(tmp.path())) around.push_back(e.path().filename().string());
+  std::sort(around.begin(), around.end());
+  EXPECT_EQ(around, (std::vector<std::string>{"data.lock", "data.txt"})) << "a temporary file was left";
 }
 
 }  // namespace

@@ -69,9 +69,14 @@ struct open_options {
   // A server lock's connect and per-command timeouts.
   std::chrono::milliseconds connect_timeout = std::chrono::seconds(2);
   std::chrono::milliseconds command_timeout = std::chrono::seconds(2);
+  // How the lock is held, on every backend (lock_options::mode and slots):
+  // exclusive, shared, or one of `slots` holders of a semaphore.
+  lock_mode mode = lock_mode::exclusive;
+  std::uint32_t slots = 0;
 
   // A lock directory's settings (lock_options.hpp): dead-owner detection,
-  // modes, group, waiting. Its lease and wait are replaced by those above.
+  // modes, group, waiting. Its lease, wait, mode and slots are replaced by
+  // those above.
   lock_options directory;
 
   // A Redis lock's own settings (redis_lock_options in redis_lock.hpp).

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "files/update_impl.hpp"
 #include "lockdir/trust.hpp"
 
 namespace tokenlock::detail {
@@ -200,6 +201,10 @@ failure fenced_lock_steps::acquire() {
   std::error_code ec;
   h_ = lock_.acquire(ec);
   if (ec) return make_failure(ec, last_error_message());
+  if (h_.mode() == lock_mode::shared) {
+    h_.release(ec);
+    return refuse_shared("update", lock_.spec());
+  }
   if (h_.fence()) claim_.emplace(sys_, *h_.fence());
   return {};
 }
@@ -223,6 +228,7 @@ namespace {
 // Why `h` cannot commit, if it cannot: it holds no grant, or one with no
 // fence.
 failure unusable_grant(const handle& h, const std::string& target) {
+  if (h.owns() && h.mode() == lock_mode::shared) return refuse_shared("commit", target);
   if (h.owns()) return h.fence() ? failure{} : no_fence(target, "behind this handle");
   if (!h.fence())
     return make_failure(errc::bad_argument,

@@ -529,6 +529,7 @@ class file_lock_steps {
 
 failure commit_impl(const lock_handle& h, const boost::filesystem::path& target,
                     std::string_view contents, const write_options& options) {
+  if (h.mode() == lock_mode::shared) return refuse_shared("commit", target.string());
   // A handle that held a token and let it go (released, or found taken
   // over by a refresh or keep_alive) keeps its lock; one that never held
   // any has none.
@@ -581,6 +582,8 @@ failure update_impl(os& sys, const boost::filesystem::path& target, const rename
                     const compute_function& compute, const update_options& options,
                     update_result& result, const read_rules* rules) {
   result = update_result{};
+  if (lock.options().mode == lock_mode::shared || lock.options().slots)
+    return refuse_shared("update", target.string());
   file_lock_steps steps(sys, lock, options, result);
   return update_flow(sys, steps, target, compute, options,
                      rules ? *rules : update_read_rules(options));

@@ -33,6 +33,17 @@ failure update_impl(os& sys, const boost::filesystem::path& target, const rename
 // update is committed.
 failure sync_after_commit(os& sys, const write_target& t, const update_options& options);
 
+// A shared hold (lock_mode::shared, a semaphore's slot) has no fence: a
+// fenced update or commit under one is a bad argument, and nothing is
+// written.
+inline failure refuse_shared(const char* step, const std::string& target) {
+  return make_failure(errc::bad_argument,
+                      describe(step, target,
+                               "a shared hold gives no fence; take the lock exclusively to write "
+                               "(nothing was written)",
+                               {}));
+}
+
 // About one update in options.sweep_every removes this target's temporary
 // files older than `lease`, left beside it by writers that crashed.
 void sweep_target_temps(os& sys, const write_target& t, std::chrono::milliseconds lease,

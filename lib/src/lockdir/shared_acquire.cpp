@@ -46,6 +46,10 @@ class shared_acquirer final : public lock_attempt {
     std::string lone = my_name(expiry, share_kind::lone);
     std::shared_ptr<const open_dir> d;
     if (failure f = lock_directory_fd(core_->sys, paths_, paths_.share, "acquire", d)) return f;
+    if (d && !filesystem_checked_) {
+      if (failure f = refuse_owner_marks()) return f;
+      filesystem_checked_ = true;
+    }
     if (d) {
       std::error_code ec = sys_.rename_at(d->fd, std::string(free_token), d->fd, lone);
       file_status st;
@@ -74,6 +78,24 @@ class shared_acquirer final : public lock_attempt {
       case observation::held: break;
     }
     return meet(result, *d, obs.token);
+  }
+
+  // Shared names on a filesystem whose renames need owner marks are
+  // refused (docs/protocol.md, Shared locks: refused filesystems). Asked
+  // once the lock directory exists, of its own filesystem.
+  failure refuse_owner_marks() {
+    std::error_code ec;
+    if (!path_needs_owner_marks(sys_, paths_.dir, ec)) return {};
+    return make_failure(std::make_error_code(std::errc::operation_not_supported),
+                        describe("acquire", paths_.dir,
+                                 ec ? "cannot tell what filesystem the lock directory is on (" +
+                                          ec.message() + "), and shared locks need to know"
+                                    : "shared locks and semaphores are not supported on a "
+                                      "filesystem where holders leave owner marks (GlusterFS, "
+                                      "an unknown FUSE filesystem: docs/network-filesystems.md)",
+                                 {}) +
+                            "; take the lock exclusively there, or keep the lock directory "
+                            "on a local disk or NFS");
   }
 
   std::string busy_reason() const override {
@@ -177,6 +199,7 @@ class shared_acquirer final : public lock_attempt {
   int pid_ = 0;
   std::uint64_t start_ = 0;
   bool first_round_ = true;
+  bool filesystem_checked_ = false;
   std::string reason_;
 };
 
@@ -257,15 +280,6 @@ failure acquire_shared(const std::shared_ptr<const lock_core>& core, const lock_
   busy = false;
   os& sys = *core->sys;
   const lock_paths& paths = *core->paths;
-  if (lock_needs_owner_marks(sys, paths))
-    return make_failure(std::make_error_code(std::errc::operation_not_supported),
-                        describe("acquire", paths.dir,
-                                 "shared locks and semaphores are not supported on a filesystem "
-                                 "where holders leave owner marks (GlusterFS, an unknown FUSE "
-                                 "filesystem: docs/network-filesystems.md)",
-                                 {}) +
-                            "; take the lock exclusively there, or keep the lock directory "
-                            "on a local disk or NFS");
   shared_acquirer a(core, options, out);
   if (failure f = a.resolve_owner()) return f;
   return wait_for_lock(sys, paths, options, *core->waits, may_wait, a, busy);

@@ -141,27 +141,25 @@ bool needs_owner_marks(const filesystem_info& fs) {
   return true;
 }
 
+bool path_needs_owner_marks(os& sys, const std::string& path, std::error_code& ec) {
+  filesystem_info fs;
+  ec = sys.filesystem_of(path, false, fs);
+  if (ec) return true;
+  if (fs.local) return false;
+  // The type's name costs a read of the mount table: only for filesystems
+  // that are not local.
+  ec = sys.filesystem_of(path, true, fs);
+  return ec || needs_owner_marks(fs);
+}
+
 bool lock_needs_owner_marks(os& sys, const lock_paths& paths) {
   int known = paths.owner_marks.load(std::memory_order_relaxed);
   if (known >= 0) return known == 1;
-  filesystem_info fs;
   // The lock directory may not exist yet; its parent is on the same
   // filesystem unless the lock directory is itself a mount point.
-  std::error_code ec = sys.filesystem_of(paths.dir, false, fs);
-  std::string asked = paths.dir;
-  if (ec == std::errc::no_such_file_or_directory) {
-    asked = paths.parent;
-    ec = sys.filesystem_of(asked, false, fs);
-  }
-  bool marks = true;
-  if (!ec && fs.local) {
-    marks = false;
-  } else if (!ec) {
-    // The type's name costs a read of the mount table: only for filesystems
-    // that are not local.
-    ec = sys.filesystem_of(asked, true, fs);
-    marks = ec || needs_owner_marks(fs);
-  }
+  std::error_code ec;
+  bool marks = path_needs_owner_marks(sys, paths.dir, ec);
+  if (ec == std::errc::no_such_file_or_directory) marks = path_needs_owner_marks(sys, paths.parent, ec);
   paths.owner_marks.store(marks ? 1 : 0, std::memory_order_relaxed);
   return marks;
 }

@@ -40,6 +40,10 @@ bool needs_owner_marks(const filesystem_info& fs);
 // that no token of ours waits unmarked while the mount table is read.
 bool lock_needs_owner_marks(os& sys, const lock_paths& paths);
 
+// Whether the filesystem of `path` (which exists) needs owner marks; true
+// when it cannot be asked, with `ec` saying why.
+bool path_needs_owner_marks(os& sys, const std::string& path, std::error_code& ec);
+
 enum class mark_result {
   held,       // our mark is in, and no live mark of anyone else's
   yielded,    // someone else's live mark: the token went to that name

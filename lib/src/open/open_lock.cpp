@@ -33,6 +33,8 @@ std::unique_ptr<lock> open_directory(const detail::lock_spec& s, const open_opti
   lock_options options = o.directory;
   options.lease = o.lease;
   options.wait = o.wait;
+  options.mode = o.mode;
+  options.slots = o.slots;
   return std::make_unique<rename_lock>(s.location, options);
 }
 
