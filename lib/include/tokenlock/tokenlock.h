@@ -63,7 +63,7 @@ extern "C" {
 #endif
 
 /* Raised when the interface changes in a way a binding must notice. */
-#define TOKENLOCK_C_API_VERSION 1
+#define TOKENLOCK_C_API_VERSION 2
 
 /* Return codes. The values 1..13 equal tokenlock::errc (errors.hpp). */
 enum {
@@ -95,8 +95,16 @@ enum {
   TOKENLOCK_SYNC_FILE_AND_DIR = 2 /* also fsync the directory after it (the default) */
 };
 
+/* How a lock is held (tokenlock_options.mode): docs/protocol.md, Shared
+ * locks and semaphores. */
+enum {
+  TOKENLOCK_EXCLUSIVE = 0, /* one holder at a time (the default) */
+  TOKENLOCK_SHARED = 1     /* held together with other shared holders, never beside an
+                            * exclusive one; a waiting exclusive holder bars new ones */
+};
+
 /* Settings for a call; -1 in a field means the library's default (NULL for
- * `group`). Since 0.2.0 the structure ends with `group`: a program built
+ * `group`). Since 0.3.0 the structure ends with `slots`: a program built
  * against an older header must be rebuilt (tokenlock_version() says which
  * library is loaded). */
 typedef struct tokenlock_options {
@@ -108,6 +116,10 @@ typedef struct tokenlock_options {
   const char *group;         /* the one group the lock is shared with, by name or decimal gid
                               * (NULL: none; the caller must be a member, else
                               * TOKENLOCK_EBAD_ARGUMENT): docs/security.md, Who is trusted */
+  int mode;                  /* TOKENLOCK_EXCLUSIVE (the default) or TOKENLOCK_SHARED */
+  int slots;                 /* a semaphore: at most `slots` holders at once (1 to 999999),
+                              * each with its own lease; implies TOKENLOCK_SHARED. Every
+                              * user of the lock must give the same number. -1: none */
 } tokenlock_options;
 
 /* Sets every field to -1 (the defaults), and `group` to NULL. */
@@ -148,6 +160,29 @@ TOKENLOCK_C_API const char *tokenlock_token(const tokenlock_lock *lock);
 
 /* When the lease ends, in microseconds since the Unix epoch. */
 TOKENLOCK_C_API int64_t tokenlock_expiry_us(const tokenlock_lock *lock);
+
+/* TOKENLOCK_SHARED for a shared hold or a semaphore's slot (which has no
+ * fence: tokenlock_commit_file refuses it), TOKENLOCK_EXCLUSIVE otherwise
+ * (also for NULL). */
+TOKENLOCK_C_API int tokenlock_mode(const tokenlock_lock *lock);
+
+/* One holder of a lock (tokenlock_holders). */
+typedef struct tokenlock_holder {
+  char id[256];       /* what tokenlock_adopt-style tools take: a token, a share entry
+                       * ("s.<...>") or a server grant's owner; cut short (and still
+                       * NUL-terminated) if longer */
+  int mode;           /* TOKENLOCK_EXCLUSIVE or TOKENLOCK_SHARED */
+  int slots;          /* the semaphore's size; 0 when none */
+  int waiting_writer; /* 1: not a holder but an exclusive waiter that bars new shared ones */
+  int stale;          /* 1: its lease ended or its process is gone */
+  int64_t expiry_us;  /* when its lease ends, microseconds since the epoch */
+} tokenlock_holder;
+
+/* Who holds the lock `spec` names (a lock directory's path, or a server
+ * spec as for tokenlock_open): up to `capacity` holders into `out`, and
+ * their number, which may be more, into *count (0: free). */
+TOKENLOCK_C_API int tokenlock_holders(const char *spec, const tokenlock_options *options,
+                                      tokenlock_holder *out, size_t capacity, size_t *count);
 
 /* ---- a lock of any backend ------------------------------------------------- */
 

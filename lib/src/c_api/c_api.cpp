@@ -52,7 +52,9 @@ bool valid(const tokenlock_options* o) {
   auto ok = [](std::int64_t v) { return v >= -1; };
   return ok(o->wait_ms) && ok(o->lease_ms) && ok(o->legacy_timeout_ms) &&
          (o->dir_mode == -1 || (o->dir_mode >= 0 && o->dir_mode <= 07777)) &&
-         (o->sync == -1 || (o->sync >= TOKENLOCK_SYNC_NONE && o->sync <= TOKENLOCK_SYNC_FILE_AND_DIR));
+         (o->sync == -1 || (o->sync >= TOKENLOCK_SYNC_NONE && o->sync <= TOKENLOCK_SYNC_FILE_AND_DIR)) &&
+         (o->mode == -1 || o->mode == TOKENLOCK_EXCLUSIVE || o->mode == TOKENLOCK_SHARED) &&
+         (o->slots == -1 || (o->slots >= 1 && o->slots <= static_cast<int>(tokenlock::max_slots)));
 }
 
 tokenlock::lock_options lock_options_of(const tokenlock_options* o) {
@@ -63,6 +65,11 @@ tokenlock::lock_options lock_options_of(const tokenlock_options* o) {
   if (o->legacy_timeout_ms >= 0) l.legacy_timeout = std::chrono::milliseconds(o->legacy_timeout_ms);
   if (o->dir_mode >= 0) l.dir_mode = static_cast<unsigned>(o->dir_mode);
   if (o->group) l.group = o->group;
+  if (o->mode == TOKENLOCK_SHARED) l.mode = tokenlock::lock_mode::shared;
+  if (o->slots > 0) {
+    l.mode = tokenlock::lock_mode::shared;
+    l.slots = static_cast<std::uint32_t>(o->slots);
+  }
   return l;
 }
 
@@ -181,6 +188,8 @@ void tokenlock_options_init(tokenlock_options* options) {
   options->dir_mode = -1;
   options->sync = -1;
   options->group = nullptr;
+  options->mode = -1;
+  options->slots = -1;
 }
 
 int tokenlock_acquire(const char* lockdir, const tokenlock_options* options,
@@ -234,6 +243,11 @@ int64_t tokenlock_expiry_us(const tokenlock_lock* lock) {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              lock->handle.expires().time_since_epoch())
       .count();
+}
+
+int tokenlock_mode(const tokenlock_lock* lock) {
+  return lock && lock->handle.mode() == tokenlock::lock_mode::shared ? TOKENLOCK_SHARED
+                                                                      : TOKENLOCK_EXCLUSIVE;
 }
 
 int tokenlock_write_file(const char* path, const void* data, size_t len,
