@@ -25,6 +25,18 @@
 //   the waiter before it, so a release wakes exactly one. A crashed
 //   holder's lock frees when its lease ends.
 //
+// Shared locks and semaphores
+//     tokenlock::etcd_lock_options o;
+//     o.mode = tokenlock::lock_mode::shared;   // or o.slots = 4: one of 4
+//     tokenlock::etcd_lock readers(url, "catalogue", o);
+//     tokenlock::etcd_handle h = readers.acquire();  // beside other readers
+//   Readers hold together, a writer (the default mode) alone; with slots
+//   N, at most N hold. Everyone waits in the one line, in the order they
+//   asked, so a writer is not starved by readers nor readers by writers,
+//   and an exclusive client of the previous version waits for shared
+//   holders too. A shared grant has no fence (fence() is 0); holders()
+//   lists every holder. docs/etcd.md, Shared locks and semaphores.
+//
 // Waiters that die
 //   A waiter's key waits on a lease of its own of 3 s, kept alive every
 //   second, and takes the holder's lease in the request that grants it: a
