@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "etcd/etcd_wait_stats.hpp"
 #include "etcd_test_base.hpp"
 #include "tokenlock/etcd_lock.hpp"
 
@@ -434,6 +436,55 @@ TEST_F(EtcdSharedTest, ASharedGrantIsAdoptedAndBrokenByItsOwner) {
   EXPECT_EQ(ec, tokenlock::errc::lock_lost);
   EXPECT_EQ(keys(c, name()), 1);  // only the adopted grant
   adopted.release();
+  EXPECT_EQ(keys(c, name()), 0);
+}
+
+// A semaphore's line moves one waiter per release: the first waiter is
+// woken by a holder's release; each later one by the grant of the waiter
+// ahead (its key put again), and then as the first waiter by a release. So
+// no waiter is woken more than twice however long the line, where a herd
+// (every waiter watching every release) would wake the fifth five times.
+// A lease of 3 s keeps each waiter on one lease (no move to a short one
+// that would wake the waiter behind it early).
+TEST_F(EtcdSharedTest, ASemaphoresReleaseWakesOneWaiter) {
+  constexpr int waiters = 5;
+  etcd_cluster& c = shared_cluster();
+  etcd_lock_options o = shared_options(1);
+  o.lease = 3s;
+  o.wait = 60s;
+  etcd_lock holder(c.url(), name(), o);
+  etcd_handle h = holder.acquire();
+  std::vector<std::unique_ptr<etcd_lock>> locks;
+  std::atomic<int> order{0};
+  std::vector<std::atomic<int>> place(waiters), wakes(waiters);
+  std::vector<std::atomic<bool>> leave(waiters);
+  std::vector<std::thread> line;
+  for (int i = 0; i < waiters; ++i) {
+    locks.push_back(std::make_unique<etcd_lock>(c.url(), name(), o));
+    line.emplace_back([&, i] {
+      etcd_handle mine = locks[i]->acquire();
+      wakes[i] = static_cast<int>(tokenlock::detail::this_thread_etcd_wait_stats().wakes);
+      place[i] = ++order;
+      while (!leave[i].load()) std::this_thread::sleep_for(5ms);
+      mine.release();
+    });
+    wait_for_line(c, name(), i + 2);
+  }
+  h.release();
+  for (int i = 0; i < waiters; ++i) {
+    ASSERT_TRUE(within_30s([&] { return place[i].load() != 0; })) << "waiter " << i;
+    EXPECT_EQ(place[i].load(), i + 1) << "served out of order";
+    EXPECT_EQ(order.load(), i + 1) << "two slot holders of one";
+    leave[i] = true;
+  }
+  for (std::thread& t : line) t.join();
+  EXPECT_LE(wakes[0].load(), 1);
+  std::string shown = std::to_string(wakes[0].load());
+  for (int i = 1; i < waiters; ++i) {
+    EXPECT_LE(wakes[i].load(), 2) << "waiter " << i;
+    shown += " " + std::to_string(wakes[i].load());
+  }
+  std::printf("wakes per waiter, in line order: %s\n", shown.c_str());
   EXPECT_EQ(keys(c, name()), 0);
 }
 

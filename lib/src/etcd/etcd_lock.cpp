@@ -156,11 +156,11 @@ std::string holders_text(const attempt& a) {
   if (!a.shared) return "held by shared holders (the first: " + owner + ")";
   const std::size_t held = holder_count(a.dir, a.ahead);
   std::string text = "held by " + std::to_string(held) +
-                     (k.limit == 0 ? " shared holder" + std::string(held == 1 ? "" : "s")
-                                   : " of " + slots_text(k.limit)) +
+                     (k.limit == 0 ? " shared holder" : " holder") + (held == 1 ? "" : "s") +
+                     (k.limit == 0 ? std::string() : " of " + slots_text(k.limit)) +
                      " (the first: " + owner + ")";
   if (k.limit != a.limit)
-    text += ", which is " + slots_text(k.limit) + " and this acquire " + slots_text(a.limit) +
+    text += "; this acquire is " + slots_text(a.limit) + ", theirs " + slots_text(k.limit) +
             ": every process must give the same number of slots";
   const std::size_t writer = waiting_writer(a.dir, a.ahead);
   if (writer < a.ahead.size())
