@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "etcd/etcd_client.hpp"
 #include "etcd/etcd_line.hpp"
@@ -536,8 +537,17 @@ failure holders_impl(const std::string& url, const std::string& name, const etcd
   return {};
 }
 
-// The grant of `owner` among the holders (found = false: `who` says who
-// holds the lock instead, for the message).
+// Who holds the lock, in a message that names another owner: "it is
+// free", "OWNER holds it" (`verb` "holds it", or "does"), or "OWNER and 2
+// more hold it".
+std::string held_by(const std::vector<etcd_kv>& line, std::size_t held, const char* verb) {
+  if (held == 0) return "it is free";
+  if (held == 1) return shown(line[0].value) + " " + verb;
+  return shown(line[0].value) + " and " + std::to_string(held - 1) + " more hold it";
+}
+
+// The grant of `owner` among the holders. Not found: `who` says who holds
+// the lock instead, for the message.
 failure find_holder(const std::string& url, const std::string& name, const etcd_lock_options& o,
                     std::shared_ptr<etcd_client>& client, const char* step,
                     const std::string& owner, std::optional<etcd_holder_info>& found,
@@ -553,38 +563,47 @@ failure find_holder(const std::string& url, const std::string& name, const etcd_
     found = std::move(info);
     return {};
   }
-  who = held == 0 ? std::string("it is free")
-                  : shown(line[0].value) + " holds it" +
-                        (held > 1 ? " with " + std::to_string(held - 1) + " more" : std::string());
+  who = held_by(line, held, std::strcmp(step, "break") == 0 ? "does" : "holds it");
   return {};
+}
+
+// A call that reads `Out`, in its throwing form, and in its noexcept form,
+// which gives an empty Out on an error.
+template <class Out, class Read>
+Out read_throwing(const Read& read) {
+  Out out;
+  run_throwing([&] { return read(out); });
+  return out;
+}
+
+template <class Out, class Read>
+Out read_noexcept(std::error_code& ec, const Read& read) noexcept {
+  Out out;
+  run_noexcept(ec, [&] { return read(out); });
+  if (ec) out = Out();
+  return out;
 }
 
 }  // namespace
 
 std::optional<etcd_holder_info> etcd_lock::holder() {
-  std::optional<etcd_holder_info> out;
-  run_throwing([&] { return holder_impl(url_, name_, options_, client_, out); });
-  return out;
+  return read_throwing<std::optional<etcd_holder_info>>(
+      [&](auto& out) { return holder_impl(url_, name_, options_, client_, out); });
 }
 
 std::optional<etcd_holder_info> etcd_lock::holder(std::error_code& ec) noexcept {
-  std::optional<etcd_holder_info> out;
-  run_noexcept(ec, [&] { return holder_impl(url_, name_, options_, client_, out); });
-  if (ec) out.reset();
-  return out;
+  return read_noexcept<std::optional<etcd_holder_info>>(
+      ec, [&](auto& out) { return holder_impl(url_, name_, options_, client_, out); });
 }
 
 std::vector<etcd_holder_info> etcd_lock::holders() {
-  std::vector<etcd_holder_info> out;
-  run_throwing([&] { return holders_impl(url_, name_, options_, client_, out); });
-  return out;
+  return read_throwing<std::vector<etcd_holder_info>>(
+      [&](auto& out) { return holders_impl(url_, name_, options_, client_, out); });
 }
 
 std::vector<etcd_holder_info> etcd_lock::holders(std::error_code& ec) noexcept {
-  std::vector<etcd_holder_info> out;
-  run_noexcept(ec, [&] { return holders_impl(url_, name_, options_, client_, out); });
-  if (ec) out.clear();
-  return out;
+  return read_noexcept<std::vector<etcd_holder_info>>(
+      ec, [&](auto& out) { return holders_impl(url_, name_, options_, client_, out); });
 }
 
 etcd_handle etcd_lock::adopt(const std::string& owner) {
