@@ -25,6 +25,18 @@
 //   the waiter before it, so a release wakes exactly one. A crashed
 //   holder's lock frees when its lease ends.
 //
+// Shared locks and semaphores
+//     tokenlock::etcd_lock_options o;
+//     o.mode = tokenlock::lock_mode::shared;   // or o.slots = 4: one of 4
+//     tokenlock::etcd_lock readers(url, "catalogue", o);
+//     tokenlock::etcd_handle h = readers.acquire();  // beside other readers
+//   Readers hold together, a writer (the default mode) alone; with slots
+//   N, at most N hold. Everyone waits in the one line, in the order they
+//   asked, so a writer is not starved by readers nor readers by writers,
+//   and an exclusive client of the previous version waits for shared
+//   holders too. A shared grant has no fence (fence() is 0); holders()
+//   lists every holder. docs/etcd.md, Shared locks and semaphores.
+//
 // Waiters that die
 //   A waiter's key waits on a lease of its own of 3 s, kept alive every
 //   second, and takes the holder's lease in the request that grants it: a
@@ -88,6 +100,7 @@
 #include <optional>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "tokenlock/errors.hpp"
 #include "tokenlock/lock.hpp"
@@ -113,8 +126,18 @@ struct etcd_lock_options {
   // then the next member is tried. More than 0 (else bad_argument).
   std::chrono::milliseconds connect_timeout = std::chrono::seconds(2);
   std::chrono::milliseconds command_timeout = std::chrono::seconds(2);
-  // Prefix of the lock's keys: a grant is <prefix><name>/<lease id, hex>.
+  // Prefix of the lock's keys: a grant is <prefix><name>/<lease id, hex>
+  // (a shared holder's: <lease id, hex>.s<slots>).
   std::string key_prefix = "tokenlock/";
+  // exclusive (the default): one holder at a time. shared: holders in this
+  // mode hold together, and a writer (exclusive) only alone; every process
+  // takes its place in one line, so neither side starves (docs/etcd.md,
+  // Shared locks and semaphores). A shared grant has no fence.
+  lock_mode mode = lock_mode::exclusive;
+  // A semaphore: at most `slots` holders at once (1 to max_slots); non-zero
+  // implies shared. Every process must give the same number: one with
+  // another waits until the others' holders are gone.
+  std::uint32_t slots = 0;
 };
 
 // Who holds an etcd lock, as holder() reports it.
@@ -125,6 +148,16 @@ struct etcd_holder_info {
   std::chrono::milliseconds remaining{0};  // of its lease, as etcd counts it (whole seconds)
   std::chrono::milliseconds lease{0};      // the TTL etcd granted its lease
   std::string key;            // its key in etcd
+  // How it holds: exclusive, or shared (slots > 0: one of a semaphore of
+  // that many). A shared holder has no fence (fence is 0).
+  lock_mode mode = lock_mode::exclusive;
+  std::uint32_t slots = 0;
+  // Not a holder: the first writer waiting behind shared holders (holders()
+  // only). Shared holders that ask after it queue behind it.
+  bool waiting_writer = false;
+  // The key's create revision: its place in the line (the fence of an
+  // exclusive holder).
+  std::uint64_t revision = 0;
 };
 
 class etcd_handle;
@@ -164,9 +197,15 @@ class etcd_lock : public lock {
   void break_owner(const std::string& owner);
   void break_owner(const std::string& owner, std::error_code& ec) noexcept;
 
-  // Who holds the lock now; std::nullopt when it is free.
+  // Who holds the lock now; std::nullopt when it is free. With shared
+  // holders: the first of them.
   std::optional<etcd_holder_info> holder();
   std::optional<etcd_holder_info> holder(std::error_code& ec) noexcept;
+
+  // Every holder, in line order (empty when the lock is free), and after
+  // shared holders the first writer waiting behind them (waiting_writer).
+  std::vector<etcd_holder_info> holders();
+  std::vector<etcd_holder_info> holders(std::error_code& ec) noexcept;
 
   const std::string& url() const noexcept { return url_; }
   const std::string& name() const noexcept { return name_; }
@@ -184,6 +223,7 @@ class etcd_lock : public lock {
   handle adopt_any(const std::string& owner, std::error_code& ec) noexcept override;
   void break_owner_any(const std::string& owner, std::error_code& ec) noexcept override;
   std::optional<lock_holder> holder_any(std::error_code& ec) noexcept override;
+  std::vector<lock_holder> holders_any(std::error_code& ec) noexcept override;
 
   std::string url_;
   std::string name_;
@@ -222,8 +262,8 @@ class etcd_handle {
   explicit operator bool() const noexcept { return owns(); }
 
   // The fencing token: the key's create revision, larger than every
-  // revision etcd gave before it.
-  std::uint64_t fence() const noexcept { return fence_; }
+  // revision etcd gave before it. 0 for a shared grant, which has none.
+  std::uint64_t fence() const noexcept { return mode_ == lock_mode::shared ? 0 : fence_; }
   const std::string& owner() const noexcept { return owner_; }
   const std::string& key() const noexcept { return key_; }
   std::int64_t lease_id() const noexcept { return lease_id_; }
@@ -244,7 +284,7 @@ class etcd_handle {
   std::shared_ptr<detail::etcd_client> client_;
   std::string key_;
   std::string owner_;
-  std::uint64_t fence_ = 0;
+  std::uint64_t fence_ = 0;  // the key's create revision, a shared grant's too
   std::int64_t lease_id_ = 0;
   std::chrono::system_clock::time_point expires_{};
   std::chrono::milliseconds lease_{0};

@@ -254,15 +254,18 @@ failure etcd_client::call(const char* step, const char* path, const json& body, 
 
 failure etcd_client::wait_delete(const std::string& key, long long from_rev,
                                  std::chrono::milliseconds timeout, bool& deleted) {
+  return wait_change(watch_target{key, {}, false}, from_rev, timeout, deleted);
+}
+
+failure etcd_client::wait_change(const watch_target& target, long long from_rev,
+                                 std::chrono::milliseconds timeout, bool& deleted) {
   deleted = false;
   if (!url_.user.empty() && token_.empty())
     if (failure f = authenticate("wait")) return f;
-  const std::string body =
-      json{{"create_request",
-            {{"key", base64_encode(key)},
-             {"start_revision", std::to_string(from_rev)},
-             {"filters", json::array({"NOPUT"})}}}}
-          .dump();
+  json create{{"key", base64_encode(target.key)}, {"start_revision", std::to_string(from_rev)}};
+  if (!target.range_end.empty()) create["range_end"] = base64_encode(target.range_end);
+  if (!target.puts) create["filters"] = json::array({"NOPUT"});
+  const std::string body = json{{"create_request", create}}.dump();
   const std::size_t n = url_.members.size();
   failure last;
   for (std::size_t i = 0; i < n; ++i) {

@@ -44,6 +44,16 @@ class etcd_client {
   failure wait_delete(const std::string& key, long long from_rev,
                       std::chrono::milliseconds timeout, bool& deleted);
 
+  // What a watch waits for: a delete of `key`, or of any key from `key` up
+  // to `range_end` when it is given; with `puts`, a put too.
+  struct watch_target {
+    std::string key, range_end;
+    bool puts = false;
+  };
+  // wait_delete for `target`: `deleted` says that such an event came.
+  failure wait_change(const watch_target& target, long long from_rev,
+                      std::chrono::milliseconds timeout, bool& deleted);
+
   // "etcd://host:port,..." without credentials.
   const std::string& server() const noexcept { return display_; }
   std::chrono::milliseconds command_timeout() const noexcept { return command_timeout_; }

@@ -14,6 +14,11 @@ namespace {
 // less (lock.hpp): such a refresh is refused as on the other backends,
 // not taken as a shorter lease.
 struct etcd_traits : detail::server_traits<etcd_handle> {
+  // A shared grant has no fence: its holders write nothing fenced.
+  static std::optional<std::uint64_t> fence(const etcd_handle& h) noexcept {
+    if (h.mode() == lock_mode::shared) return std::nullopt;
+    return h.fence();
+  }
   static void refresh(etcd_handle& h, std::chrono::milliseconds lease,
                       std::error_code& ec) noexcept {
     if (lease > std::chrono::milliseconds(0) && lease <= h.lease()) {
@@ -33,8 +38,32 @@ struct etcd_traits : detail::server_traits<etcd_handle> {
   }
 };
 
+// A shared holder, or a writer waiting behind shared holders, in words.
+std::string line_reason(const etcd_holder_info& h, bool stale) {
+  const std::string who = "owner " + h.owner;
+  const std::string left =
+      seconds_text(std::chrono::duration_cast<std::chrono::microseconds>(h.remaining)) +
+      " of its lease left" + (stale ? "; its process is gone (same host)" : "");
+  if (h.waiting_writer) return "a writer waiting for the shared holders to leave: " + who + ", " + left;
+  return "held shared by " + who +
+         (h.slots > 0 ? " (one of a semaphore of " + std::to_string(h.slots) + ")" : std::string()) +
+         ", " + left;
+}
+
+// As every server holder is reported (server_holder), with the mode. A
+// shared holder has no fence, and a waiting writer none yet: their keys'
+// create revisions are their places in line (the fact "revision").
 void describe(const etcd_holder_info& h, lock_holder& out) {
   out = detail::server_holder(h, etcd_holder_liveness(h), "owner " + h.owner);
+  out.mode = h.mode;
+  out.slots = h.slots;
+  out.waiting_writer = h.waiting_writer;
+  if (h.mode == lock_mode::shared || h.waiting_writer) {
+    out.fence.reset();
+    out.facts.erase(out.facts.begin());  // server_holder's "fence"
+    out.reason = line_reason(h, out.stale);
+  }
+  out.facts.push_back({"revision", h.revision});
   out.facts.push_back({"lease_id", h.lease_id});
   out.facts.push_back({"lease_ms", static_cast<std::int64_t>(h.lease.count())});
   out.facts.push_back({"key", h.key});
@@ -90,6 +119,21 @@ void etcd_lock::break_owner_any(const std::string& owner, std::error_code& ec) n
 
 std::optional<lock_holder> etcd_lock::holder_any(std::error_code& ec) noexcept {
   return detail::common_holder(holder(ec), describe, ec);
+}
+
+std::vector<lock_holder> etcd_lock::holders_any(std::error_code& ec) noexcept {
+  std::vector<etcd_holder_info> infos = holders(ec);
+  std::vector<lock_holder> out;
+  if (ec) return out;
+  detail::run_noexcept(ec, [&] {
+    for (const etcd_holder_info& h : infos) {
+      out.emplace_back();
+      describe(h, out.back());
+    }
+    return detail::failure{};
+  });
+  if (ec) out.clear();
+  return out;
 }
 
 }  // namespace tokenlock

@@ -32,24 +32,38 @@ bool read_kv(const json& j, etcd_kv& kv) {
   return !kv.key.empty() && kv.create_revision > 0;
 }
 
-// The first kv of a range answer (found = false when none).
-bool first_kv(const json& range, etcd_kv& kv, bool& found) {
-  found = false;
+// Every kv of a range answer, in its order.
+bool all_kvs(const json& range, std::vector<etcd_kv>& kvs) {
+  kvs.clear();
   if (!range.is_object()) return false;
   if (!range.contains("kvs")) return true;  // empty: omitted
-  const json& kvs = range["kvs"];
-  if (!kvs.is_array()) return false;
-  if (kvs.empty()) return true;
-  found = true;
-  return read_kv(kvs[0], kv);
+  const json& arr = range["kvs"];
+  if (!arr.is_array()) return false;
+  for (const json& j : arr) {
+    kvs.emplace_back();
+    if (!read_kv(j, kvs.back())) return false;
+  }
+  return true;
 }
 
-json range_request(const std::string& dir, const char* order, long long max_create = 0) {
+// The first kv of a range answer (found = false when none).
+bool first_kv(const json& range, etcd_kv& kv, bool& found) {
+  std::vector<etcd_kv> kvs;
+  if (!all_kvs(range, kvs)) return false;
+  found = !kvs.empty();
+  if (found) kv = std::move(kvs[0]);
+  return true;
+}
+
+// The keys of `dir` in create revision order; at most `limit` (0: all),
+// none created after `max_create` when it is given.
+json range_request(const std::string& dir, const char* order, long long max_create = 0,
+                   std::size_t limit = 1) {
   json r{{"key", base64_encode(dir)},
          {"range_end", base64_encode(prefix_end(dir))},
-         {"limit", "1"},
          {"sort_order", order},
          {"sort_target", "CREATE"}};
+  if (limit > 0) r["limit"] = std::to_string(limit);
   if (max_create > 0) r["max_create_revision"] = std::to_string(max_create);
   return r;
 }
@@ -110,6 +124,16 @@ failure lease_ttl(etcd_client& c, const char* step, long long id, long long& ttl
 failure put_if_absent(etcd_client& c, const std::string& key, const std::string& value,
                       long long lease, const std::string& dir, bool& created,
                       long long& revision, etcd_kv& first, bool& has_first) {
+  std::vector<etcd_kv> line;
+  if (failure f = put_if_absent(c, key, value, lease, dir, 1, created, revision, line)) return f;
+  has_first = !line.empty();
+  if (has_first) first = std::move(line[0]);
+  return {};
+}
+
+failure put_if_absent(etcd_client& c, const std::string& key, const std::string& value,
+                      long long lease, const std::string& dir, std::size_t limit, bool& created,
+                      long long& revision, std::vector<etcd_kv>& line) {
   const std::string k = base64_encode(key);
   const json txn{
       {"compare",
@@ -117,7 +141,7 @@ failure put_if_absent(etcd_client& c, const std::string& key, const std::string&
       {"success",
        json::array({{{"request_put",
                       {{"key", k}, {"value", base64_encode(value)}, {"lease", std::to_string(lease)}}}},
-                    {{"request_range", range_request(dir, "ASCEND")}}})}};
+                    {{"request_range", range_request(dir, "ASCEND", 0, limit)}}})}};
   json out;
   if (failure f = c.call("acquire", "/v3/kv/txn", txn, out)) return f;
   return reading(c, "acquire", "the put and the range of the Txn", [&] {
@@ -126,7 +150,7 @@ failure put_if_absent(etcd_client& c, const std::string& key, const std::string&
     if (!created) return true;
     const json& responses = out.contains("responses") ? out["responses"] : json();
     return responses.is_array() && responses.size() == 2 && revision > 0 &&
-           first_kv(responses[1].value("response_range", json::object()), first, has_first);
+           all_kvs(responses[1].value("response_range", json::object()), line);
   });
 }
 
@@ -180,6 +204,30 @@ failure first_key(etcd_client& c, const char* step, const std::string& dir, etcd
   json out;
   if (failure f = c.call(step, "/v3/kv/range", range_request(dir, "ASCEND"), out)) return f;
   return reading(c, step, "the lock's first key", [&] { return first_kv(out, first, found); });
+}
+
+failure line_keys(etcd_client& c, const char* step, const std::string& dir,
+                  std::vector<etcd_kv>& line) {
+  json out;
+  if (failure f = c.call(step, "/v3/kv/range", range_request(dir, "ASCEND", 0, 0), out)) return f;
+  return reading(c, step, "the lock's keys", [&] { return all_kvs(out, line); });
+}
+
+failure keys_ahead(etcd_client& c, const std::string& dir, long long below,
+                   const std::string& own_key, std::vector<etcd_kv>& ahead, etcd_kv& mine,
+                   bool& ours, long long& revision) {
+  const json txn{
+      {"success", json::array({{{"request_range", range_request(dir, "ASCEND", below - 1, 0)}},
+                               {{"request_range", {{"key", base64_encode(own_key)}}}}})}};
+  json out;
+  if (failure f = c.call("acquire", "/v3/kv/txn", txn, out)) return f;
+  return reading(c, "acquire", "the keys waiting before ours, and ours", [&] {
+    revision = json_int(out.value("header", json::object()), "revision");
+    const json& responses = out.contains("responses") ? out["responses"] : json();
+    return responses.is_array() && responses.size() == 2 && revision > 0 &&
+           all_kvs(responses[0].value("response_range", json::object()), ahead) &&
+           first_kv(responses[1].value("response_range", json::object()), mine, ours);
+  });
 }
 
 failure get_key(etcd_client& c, const char* step, const std::string& key, etcd_kv& kv, bool& found) {

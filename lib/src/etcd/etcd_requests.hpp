@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "etcd/etcd_client.hpp"
 
@@ -34,6 +35,11 @@ failure lease_ttl(etcd_client& c, const char* step, long long id, long long& ttl
 failure put_if_absent(etcd_client& c, const std::string& key, const std::string& value,
                       long long lease, const std::string& dir, bool& created,
                       long long& revision, etcd_kv& first, bool& has_first);
+// The same, reading the first `limit` keys of the line (0: all of it:
+// nothing created after our key can be in it yet).
+failure put_if_absent(etcd_client& c, const std::string& key, const std::string& value,
+                      long long lease, const std::string& dir, std::size_t limit, bool& created,
+                      long long& revision, std::vector<etcd_kv>& line);
 
 // In one read-only Txn (linearizable, as a range is): the key of `dir`
 // with the largest create revision below `below` (none: found = false),
@@ -54,6 +60,15 @@ failure predecessor(etcd_client& c, const std::string& dir, long long below,
 // The first key of `dir` by create revision.
 failure first_key(etcd_client& c, const char* step, const std::string& dir, etcd_kv& first,
                   bool& found);
+// Every key of `dir`, in create revision order.
+failure line_keys(etcd_client& c, const char* step, const std::string& dir,
+                  std::vector<etcd_kv>& line);
+// In one read-only Txn: every key of `dir` created before `below`, in
+// create revision order, and `own_key` itself (absent: ours = false);
+// `revision` is the store's revision of the answer.
+failure keys_ahead(etcd_client& c, const std::string& dir, long long below,
+                   const std::string& own_key, std::vector<etcd_kv>& ahead, etcd_kv& mine,
+                   bool& ours, long long& revision);
 // The key itself (found = false when absent).
 failure get_key(etcd_client& c, const char* step, const std::string& key, etcd_kv& kv, bool& found);
 // One Txn: delete `key` if its create revision is `revision`.

@@ -1,6 +1,7 @@
 // What etcd_lock's waiting did on the calling thread, counted since the
-// thread began: how many watches it opened on a predecessor's key, and how
-// many of them ended with that key deleted (a wake-up). The FIFO tests read
+// thread began: how many watches it opened (on a predecessor's key, or on
+// what a shared waiter waits for), and how many of them ended with what
+// they waited for: the key deleted, or put again (a wake-up). The FIFO tests read
 // it around one acquire: a waiter in line wakes once per release ahead of
 // it that concerns it, not once per release. on_answer, when set, is called
 // as each request's answer has arrived on this thread (bench/etcd_bench
