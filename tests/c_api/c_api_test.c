@@ -613,6 +613,51 @@ static void updates_by_spec(void) {
   CHECK(temp_files() == 0, "no temporary file left");
 }
 
+/* Shared holders and a semaphore through the C options; tokenlock_holders
+ * lists them; a commit under a shared hold writes nothing. */
+static void shared_and_slots(void) {
+  const char *dir = path_of("shared.lock");
+  const char *target = path_of("shared.txt");
+  tokenlock_options o;
+  tokenlock_lock *a = NULL, *b = NULL, *w = (tokenlock_lock *)1;
+  tokenlock_holder list[4];
+  size_t n = 99;
+  int rc;
+  tokenlock_options_init(&o);
+  CHECK(o.mode == -1 && o.slots == -1, "init sets mode and slots to the defaults");
+  o.mode = TOKENLOCK_SHARED;
+  CHECK(tokenlock_acquire(dir, &o, &a) == TOKENLOCK_OK, "reader a: %s", tokenlock_last_error());
+  CHECK(tokenlock_acquire(dir, &o, &b) == TOKENLOCK_OK, "reader b: %s", tokenlock_last_error());
+  CHECK(tokenlock_mode(a) == TOKENLOCK_SHARED && tokenlock_mode(NULL) == TOKENLOCK_EXCLUSIVE,
+        "tokenlock_mode");
+  rc = tokenlock_try_acquire(dir, NULL, &w);
+  CHECK(rc == TOKENLOCK_EBUSY && w == NULL, "a writer beside readers: %d", rc);
+  rc = tokenlock_holders(dir, NULL, list, 4, &n);
+  CHECK(rc == TOKENLOCK_OK && n == 2, "two holders: %d %zu %s", rc, n, tokenlock_last_error());
+  CHECK(n == 2 && list[0].mode == TOKENLOCK_SHARED && list[1].mode == TOKENLOCK_SHARED &&
+            strncmp(list[0].id, "s.", 2) == 0 && list[0].expiry_us > now_us(),
+        "both shared, listed by their entries: %s", list[0].id);
+  spit(target, "before\n");
+  rc = tokenlock_commit_file(a, target, "x", 1, NULL);
+  CHECK(rc == TOKENLOCK_EBAD_ARGUMENT, "a commit under a shared hold: %d", rc);
+  CHECK(strcmp(slurp(target), "before\n") == 0, "the target is intact");
+  CHECK(temp_files() == 0, "no temporary file left");
+  CHECK(tokenlock_release(a) == TOKENLOCK_OK && tokenlock_release(b) == TOKENLOCK_OK, "released");
+  CHECK(tokenlock_holders(dir, NULL, NULL, 0, &n) == TOKENLOCK_OK && n == 0, "free: %zu", n);
+  tokenlock_options_init(&o);
+  o.slots = 1;
+  CHECK(tokenlock_acquire(dir, &o, &a) == TOKENLOCK_OK, "the one slot");
+  rc = tokenlock_try_acquire(dir, &o, &b);
+  CHECK(rc == TOKENLOCK_EBUSY, "a second holder of one slot: %d", rc);
+  tokenlock_release(a);
+  o.slots = 1000000;
+  rc = tokenlock_acquire(dir, &o, &a);
+  CHECK(rc == TOKENLOCK_EBAD_ARGUMENT && a == NULL, "slots above 999999: %d", rc);
+  o.slots = -1;
+  o.mode = 7;
+  CHECK(tokenlock_acquire(dir, &o, &a) == TOKENLOCK_EBAD_ARGUMENT, "an unknown mode");
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: c_api_test SCRATCH_DIR\n");
@@ -635,6 +680,7 @@ int main(int argc, char **argv) {
   errors_per_thread();
   open_by_spec();
   updates_by_spec();
+  shared_and_slots();
   printf("%d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }

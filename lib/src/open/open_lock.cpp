@@ -52,6 +52,8 @@ std::unique_ptr<lock> open_redis(const detail::lock_spec& s, const open_options&
 std::unique_ptr<lock> open_etcd(const detail::lock_spec& s, const open_options& o) {
   auto options = server_options<etcd_lock_options>(o);
   options.key_prefix = o.etcd.key_prefix;
+  options.mode = o.mode;
+  options.slots = o.slots;
   return std::make_unique<etcd_lock>(s.location, s.name, options);
 }
 #endif
