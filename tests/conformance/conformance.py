@@ -88,6 +88,40 @@ def token_name(expiry_s, tag, pid, start, nonce):
     return "lockfile.%d.%s.%d.%d.%016x" % (int(expiry_s * 1e6), tag, pid, start, nonce)
 
 
+# Shared names (docs/protocol.md, Shared locks and semaphores): the start
+# field is a 20-digit mode, the host tag's hash flipped.
+SHARE_KINDS = {"lone": 0, "group": 1, "draining": 2}
+
+
+def flipped(tag):
+    host, hash8 = tag.rsplit("-", 1)
+    return "%s-%08x" % (host, int(hash8, 16) ^ 0xFFFFFFFF)
+
+
+def shared_name(expiry_s, tag, pid, start, kind, limit, nonce):
+    mode = 10 ** 19 + SHARE_KINDS[kind] * 10 ** 18 + limit * 10 ** 12 + (start if start < 10 ** 12 else 0)
+    return token_name(expiry_s, flipped(tag), pid, mode, nonce)
+
+
+def entry_name(expiry_s, tag, pid, start, nonce):
+    return "s." + token_name(expiry_s, tag, pid, start, nonce)[len("lockfile."):]
+
+
+def token_kind(name):
+    """lockfile, exclusive, legacy, lone, group, draining or other."""
+    if name == "lockfile":
+        return "lockfile"
+    if re.match(r"\Alockfile[1-9][0-9]*\Z", name):
+        return "legacy"
+    if not HELD.match(name):
+        return "other"
+    mode = int(name.split(".")[4])
+    if mode < 10 ** 19:
+        return "exclusive"
+    kind = (mode - 10 ** 19) // 10 ** 18
+    return {v: k for k, v in SHARE_KINDS.items()}.get(kind, "reserved")
+
+
 # ---- the case file -------------------------------------------------------
 
 def unescape(text):
@@ -132,7 +166,7 @@ def read_cases(path=CASES):
 
 # ---- one case ------------------------------------------------------------
 
-PATH_OPS = {"acquire", "commit", "update", "increment", "read", "write", "holder"}
+PATH_OPS = {"acquire", "commit", "update", "increment", "read", "write", "holder", "holders"}
 OTHER_HOST = "elsewhere-0badc0de"
 
 
@@ -187,8 +221,37 @@ class Case:
         tag, (pid, started) = self.owner(kind)
         return token_name(time.time() + float(lease), tag, pid, started, 0xC0FFEE000000 + self.nonce)
 
+    def new_shared(self, kind, owner, lease, limit):
+        self.nonce += 1
+        tag, (pid, started) = self.owner(owner)
+        return shared_name(time.time() + float(lease), tag, pid, started, kind, int(limit),
+                           0xC0FFEE000000 + self.nonce)
+
+    def set_up_shared(self, what, args):
+        """share L OWNER LEASE LIMIT [LABEL], cover L KIND OWNER LEASE LIMIT
+        [LABEL], member L COVER OWNER LEASE [LABEL [KIND]]; False when `what`
+        is none of them."""
+        if what == "share":
+            self.plant(args[0], self.new_shared("lone", args[1], args[2], args[3]),
+                       args[4] if len(args) > 4 else "S", os.mkdir)
+        elif what == "cover":
+            self.plant(args[0], self.new_shared(args[1], args[2], args[3], args[4]),
+                       args[5] if len(args) > 5 else "C", os.mkdir)
+        elif what == "member":
+            lockdir, cover = args[0], args[1]
+            token = [n for (l, n), lab in self.labels.items() if l == lockdir and lab == cover]
+            self.nonce += 1
+            tag, (pid, started) = self.owner(args[2])
+            name = entry_name(time.time() + float(args[3]), tag, pid, started, 0xC0FFEE000000 + self.nonce)
+            self.maker(args[5] if len(args) > 5 else "dir")(os.path.join(self.path(lockdir), token[0], name))
+        else:
+            return False
+        return True
+
     def set_up(self, words):
         what, args = words[0], words[1:]
+        if self.set_up_shared(what, args):
+            return
         if what == "dir":
             d = self.path(args[0])
             os.makedirs(d, exist_ok=True)
@@ -378,12 +441,31 @@ class Case:
                 raise CaseError("%s: cannot read %s: %s" % (where, target, e))
             if got != want:
                 raise CaseError("%s: %s reads %r, expected %r" % (where, target, got, want))
+        elif verb in ("token", "entries"):
+            self.check_shared(target, verb, rest, where)
         elif verb == "mode":
             got = stat.S_IMODE(os.lstat(p).st_mode)
             if got != int(rest[0], 8):
                 raise CaseError("%s: %s has mode %o, expected %s" % (where, target, got, rest[0]))
         else:
             raise ValueError("%s: unknown check %r (missing, holds, workspace, reads, mode)" % (where, verb))
+
+    def check_shared(self, lockdir, verb, rest, where):
+        """`token KIND`: the one token's kind (token_kind); `entries N`: the
+        number of share entries ("s.*") inside it."""
+        names = [n for n in os.listdir(self.path(lockdir)) if n.startswith("lockfile")]
+        if len(names) != 1:
+            raise CaseError("%s: %s holds %s, expected one token" % (where, lockdir, names))
+        if verb == "token":
+            if token_kind(names[0]) != rest[0]:
+                raise CaseError("%s: the token of %s is %s (%s), expected %s"
+                                % (where, lockdir, token_kind(names[0]), names[0], rest[0]))
+            return
+        inside = os.path.join(self.path(lockdir), names[0])
+        got = [n for n in os.listdir(inside) if n.startswith("s.")] if os.path.isdir(inside) else []
+        if len(got) != int(rest[0]):
+            raise CaseError("%s: the token of %s holds %d share entries %s, expected %s"
+                            % (where, lockdir, len(got), sorted(got), rest[0]))
 
     def check_kinds(self, lockdir, where):
         d = self.path(lockdir)

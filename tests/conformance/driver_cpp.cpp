@@ -1,6 +1,8 @@
 // The conformance driver of the C++ library: the line protocol of
 // tests/conformance/README.md on stdin and stdout.
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <iostream>
 #include <optional>
@@ -39,10 +41,18 @@ tokenlock::lock_options configured() {
   return o;
 }
 
+// The fourth word of acquire: none (exclusive), "shared" or "slots=N".
+void apply_mode(const words& w, tokenlock::lock_options& o) {
+  if (w.size() < 5) return;
+  o.mode = tokenlock::lock_mode::shared;
+  if (w[4].compare(0, 6, "slots=") == 0) o.slots = static_cast<std::uint32_t>(std::stoul(w[4].substr(6)));
+}
+
 std::string acquire(const words& w) {
   tokenlock::lock_options o = configured();
   o.wait = milliseconds(std::stoll(w.at(2)));
   o.lease = milliseconds(std::stoll(w.at(3)));
+  apply_mode(w, o);
   std::error_code ec;
   tokenlock::rename_lock lock(w.at(1), o);
   auto h = lock.acquire(ec);
@@ -114,6 +124,24 @@ std::string holder(const words& w) {
   return std::string("ok ") + owner + (h->stale ? ",stale" : "") + (h->legacy ? ",legacy" : "");
 }
 
+// "ok free", or one word per holder, sorted: exclusive, shared, slot/N,
+// waiting.
+std::string holders(const words& w) {
+  std::error_code ec;
+  auto all = tokenlock::rename_lock(w.at(1)).holders(ec);
+  if (ec) return failure(ec);
+  if (all.empty()) return "ok free";
+  std::vector<std::string> kinds;
+  for (const auto& h : all)
+    kinds.push_back(h.waiting_writer ? "waiting"
+                    : h.mode == tokenlock::lock_mode::exclusive ? "exclusive"
+                    : h.slots ? "slot/" + std::to_string(h.slots) : "shared");
+  std::sort(kinds.begin(), kinds.end());
+  std::string out = "ok ";
+  for (std::size_t i = 0; i < kinds.size(); ++i) out += (i ? "," : "") + kinds[i];
+  return out;
+}
+
 std::string serve(const words& w) {
   const std::string& op = w.at(0);
   std::error_code ec;
@@ -127,6 +155,7 @@ std::string serve(const words& w) {
   if (op == "read") return read(w);
   if (op == "write") return write(w);
   if (op == "holder") return holder(w);
+  if (op == "holders") return holders(w);
   return "unsupported " + op;
 }
 
