@@ -391,11 +391,13 @@ TEST_F(RedisLockTest, ANameEndingInAnotherKeysSuffixIsRefusedAndTouchesNothing) 
   redis_handle held = lock("coupons", options()).acquire();
   const std::string grant = server->cli({"GET", "tokenlock:coupons"});
   const std::string fence = server->cli({"GET", "tokenlock:coupons:fence"});
-  for (const char* name : {"coupons:fence", "coupons:wake", "coupons:waiters", "coupons:handoff"}) {
+  for (const char* name : {"coupons:fence", "coupons:wake", "coupons:waiters", "coupons:handoff",
+                           "coupons:shared", "coupons:writer"}) {
     redis_lock bad = lock(name, options());
     const auto e = error_of([&] { bad.acquire(); });
     EXPECT_EQ(e.first, errc::bad_argument) << name;
-    EXPECT_NE(e.second.find("must not end in :fence, :wake, :waiters or :handoff"), std::string::npos)
+    EXPECT_NE(e.second.find("must not end in :fence, :wake, :waiters, :handoff, :shared or :writer"),
+              std::string::npos)
         << e.second;
     EXPECT_EQ(error_of([&] { bad.holder(); }).first, errc::bad_argument) << name;
     EXPECT_EQ(error_of([&] { bad.break_owner("x"); }).first, errc::bad_argument) << name;
