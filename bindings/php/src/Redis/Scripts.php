@@ -74,7 +74,7 @@ end
 local function holders(now)
   local t = redis.pcall('HGETALL', KEYS[6])
   if t['err'] then return nil, corrupt(KEYS[6], '', 'type ' .. redis.call('TYPE', KEYS[6])['ok']) end
-  local n, limit, latest, ended = 0, 0, 0, {}
+  local n, limit, earliest, ended = 0, 0, 0, {}
   for i = 1, #t, 2 do
     local f, v = t[i], t[i + 1]
     if not string.find(v, '^%d+$') or #v > 15 then return nil, corrupt(KEYS[6], f .. ' ' .. v, 'holders') end
@@ -85,11 +85,11 @@ local function holders(now)
       ended[#ended + 1] = f
     else
       n = n + 1
-      if e > latest then latest = e end
+      if earliest == 0 or e < earliest then earliest = e end
     end
   end
   if #ended > 0 then redis.call('HDEL', KEYS[6], unpack(ended)) end
-  return n, limit, latest
+  return n, limit, earliest
 end
 local function cover(ms)
   for _, k in ipairs({KEYS[1], KEYS[6]}) do

@@ -8,7 +8,8 @@
 -- waiter); ARGV[6]: the slot count (0: a reader, no limit).
 -- Answer: {1, owner, fence of the shared grant, lease ms, how far the
 -- clock is behind (us), 'shared', limit} when granted; {0, holder, fence,
--- lease ms left, 0, why, the holders' limit} when refused, why being
+-- lease ms left (full: of the earliest holder's lease), 0, why, the
+-- holders' limit} when refused, why being
 -- 'writer' (held exclusively), 'mark' (a writer waits: holder is its
 -- owner id), 'limit' (shared holders of another slot count), 'full' (N
 -- slot holders) or '' (kept for a woken waiter: holder '', fence 0);
@@ -47,10 +48,13 @@ if owner then
   if pttl < 0 then return corrupt(KEYS[1], v, 'persistent') end
   if owner ~= shared_owner then return refuse(owner, held, pttl, 'writer', 0) end
   if mark then return refuse(mark, held, pttl, 'mark', 0) end
-  local n, theirs = holders(nowms())
+  local now = nowms()
+  local n, theirs, earliest = holders(now)
   if n == nil then return theirs end
   if n > 0 and theirs ~= limit then return refuse(owner, held, pttl, 'limit', theirs) end
-  if n > 0 and limit > 0 and n >= limit then return refuse(owner, held, pttl, 'full', theirs) end
+  -- Full: a slot comes free by a release (which wakes us) or when the
+  -- earliest lease ends, which is how long we block at most.
+  if n > 0 and limit > 0 and n >= limit then return refuse(owner, held, earliest - now, 'full', theirs) end
   return granted(held, n, 0)
 end
 local wait, handoff = kept(ARGV[1], ARGV[4] == '2', ARGV[2])

@@ -11,8 +11,8 @@
 -- owner id of the form every version parses (no process has pid 0): such
 -- a client neither reports the grant as corrupt nor judges it dead.
 --   nowms(): the server's clock in ms.
---   holders(now): the live holders' count, the limit, and the latest end
---     of a live lease; removes the holders whose lease ended; nil and
+--   holders(now): the live holders' count, the limit, and the earliest
+--     end of a live lease; removes the holders whose lease ended; nil and
 --     common.lua's answer when the hash holds what the lock never writes.
 --   cover(ms): raises the grant's and the hash's expiry to ms at least.
 local shared_owner = 'shared-00000000.0.0.0000000000000000'
@@ -23,7 +23,7 @@ end
 local function holders(now)
   local t = redis.pcall('HGETALL', KEYS[6])
   if t['err'] then return nil, corrupt(KEYS[6], '', 'type ' .. redis.call('TYPE', KEYS[6])['ok']) end
-  local n, limit, latest, ended = 0, 0, 0, {}
+  local n, limit, earliest, ended = 0, 0, 0, {}
   for i = 1, #t, 2 do
     local f, v = t[i], t[i + 1]
     if not string.find(v, '^%d+$') or #v > 15 then return nil, corrupt(KEYS[6], f .. ' ' .. v, 'holders') end
@@ -34,11 +34,11 @@ local function holders(now)
       ended[#ended + 1] = f
     else
       n = n + 1
-      if e > latest then latest = e end
+      if earliest == 0 or e < earliest then earliest = e end
     end
   end
   if #ended > 0 then redis.call('HDEL', KEYS[6], unpack(ended)) end
-  return n, limit, latest
+  return n, limit, earliest
 end
 local function cover(ms)
   for _, k in ipairs({KEYS[1], KEYS[6]}) do
