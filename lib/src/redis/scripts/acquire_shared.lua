@@ -28,8 +28,8 @@ local function refuse(owner, fence, pttl, why, limit)
   return {0, owner, fence, pttl, 0, why, limit}
 end
 local lease, limit = tonumber(ARGV[2]), tonumber(ARGV[6])
-local function granted(fence, n, behind)
-  redis.call('HSET', KEYS[6], ARGV[1], string.format('%.0f', nowms() + lease), 'limit', limit)
+local function granted(fence, n, behind, now)
+  redis.call('HSET', KEYS[6], ARGV[1], string.format('%.0f', now + lease), 'limit', limit)
   cover(lease)
   if ARGV[4] == '2' and (limit == 0 or n + 1 < limit) and
      tonumber(redis.call('GET', KEYS[4]) or '0') > 0 then
@@ -55,7 +55,7 @@ if owner then
   -- Full: a slot comes free by a release (which wakes us) or when the
   -- earliest lease ends, which is how long we block at most.
   if n > 0 and limit > 0 and n >= limit then return refuse(owner, held, earliest - now, 'full', theirs) end
-  return granted(held, n, 0)
+  return granted(held, n, 0, now)
 end
 local wait, handoff = kept(ARGV[1], ARGV[4] == '2', ARGV[2])
 if wait == nil then return handoff end
@@ -72,4 +72,7 @@ redis.call('DEL', KEYS[6])
 local f = type(fence) == 'string' and fence or string.format('%.0f', fence)
 redis.call('SET', KEYS[1], f .. ' ' .. shared_owner, 'PX', lease)
 redis.call('SET', KEYS[2], f, 'PX', ARGV[3])
-return granted(f, 0, behind)
+-- A fence with the clock not behind is the server's TIME (us): no second
+-- TIME for the lease's end.
+local now = type(fence) == 'number' and behind == 0 and math.floor(fence / 1000) or nowms()
+return granted(f, 0, behind, now)

@@ -12,7 +12,7 @@
 local owner, fence = grant(KEYS[1])
 if owner == nil then return fence end
 if owner == shared_owner and redis.call('HEXISTS', KEYS[6], ARGV[1]) == 1 then
-  local done, bad = leave(ARGV[1], ARGV[2])
+  local done, bad = leave(ARGV[1], ARGV[2], nowms())
   if done == nil then return bad end
   return {1, ARGV[1]}
 end

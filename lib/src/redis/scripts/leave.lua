@@ -1,17 +1,17 @@
 -- leave.lua: a shared holder leaves (release, break); uses common.lua,
 -- wake.lua and shared.lua, and KEYS[1] to KEYS[7] (docs/redis.md, Keys).
 --
--- leave(owner, ttl): removes the holder `owner` (ttl: the wake list's
--- expiry, ms). The last one out frees the lock, and hands it to the
+-- leave(owner, ttl, now): removes the holder `owner` (ttl: the wake
+-- list's expiry, ms; now: the server's clock, ms). The last one out frees the lock, and hands it to the
 -- writer whose mark bars new shared holders: the hand-off key then names
 -- that writer, so that only its attempt takes the free lock (within the
 -- hand-off's grace). A slot holder's leave wakes one waiter when no writer
 -- waits (a slot came free); a reader's that is not the last wakes nobody
 -- (nobody waits for one reader to leave). nil and common.lua's answer for
 -- a key the lock cannot use.
-local function leave(owner, ttl)
+local function leave(owner, ttl, now)
   redis.call('HDEL', KEYS[6], owner)
-  local n, limit = holders(nowms())
+  local n, limit = holders(now)
   if n == nil then return nil, limit end
   local mark, bad = get(KEYS[7])
   if mark == nil then return nil, bad end

@@ -31,7 +31,7 @@ if ARGV[2] == 'refresh' and not ended then
   cover(tonumber(ARGV[3]))
   return 1
 end
-local done, bad = leave(ARGV[1], ARGV[3])
+local done, bad = leave(ARGV[1], ARGV[3], now)
 if done == nil then return bad end
 if ended then return {0, 'expired', held} end
 return 1
