@@ -25,10 +25,8 @@ set(tokenlock_lua_dir ${tokenlock_lua_root}/lib/src/redis/scripts)
 set(tokenlock_lua_php_file ${tokenlock_lua_root}/bindings/php/src/Redis/Scripts.php)
 
 # The scripts the C++ client runs, and their parts. The PHP module holds
-# acquire, settle and holder: it does not break locks, nor take shares;
-# its status reads one holder (holder), the C++ client's every holder
-# (holders).
-set(tokenlock_lua_scripts acquire acquire_shared settle settle_shared holders break)
+# acquire, settle and holder: it does not break locks, nor take shares.
+set(tokenlock_lua_scripts acquire acquire_shared settle settle_shared holder holders break)
 set(tokenlock_lua_php_scripts acquire settle holder)
 set(tokenlock_lua_parts_acquire common next_fence shared acquire)
 set(tokenlock_lua_parts_acquire_shared common next_fence shared acquire_shared)

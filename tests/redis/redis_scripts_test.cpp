@@ -30,6 +30,7 @@ const named_script every_script[] = {
     {"acquire_shared", tokenlock::detail::acquire_shared_script},
     {"settle", tokenlock::detail::settle_script},
     {"settle_shared", tokenlock::detail::settle_shared_script},
+    {"holder", tokenlock::detail::holder_script},
     {"holders", tokenlock::detail::holders_script},
     {"break", tokenlock::detail::break_script},
 };
@@ -85,6 +86,7 @@ TEST_F(RedisScriptsTest, TheServerCachesEveryScriptTheClientRunsUnderItsDigest) 
   tokenlock::redis_lock_options o;
   o.mode = tokenlock::lock_mode::shared;
   auto reader = redis_lock(server->url(), "scripts", o).acquire();
+  EXPECT_EQ(lock.holders().size(), 1u);
   reader.release();
   EXPECT_FALSE(lock.holder().has_value());
   for (const auto& s : every_script) EXPECT_EQ(exists(s.script), "1") << s.name;

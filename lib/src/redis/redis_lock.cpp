@@ -84,11 +84,11 @@ class redis_keys {
 };
 
 // The scripts (acquire_script, acquire_shared_script, settle_script,
-// settle_shared_script, holders_script, break_script) are
+// settle_shared_script, holder_script, holders_script, break_script) are
 // lib/src/redis/scripts/*.lua, embedded with their SHA-1 at build time
 // (cmake/tokenlock_redis_scripts.cmake); each file says what it does and
 // its KEYS and ARGV. bindings/php/src/Redis/Scripts.php holds the acquire,
-// settle and holder (one holder, for its status) scripts byte for byte (PHP and C++ processes share one
+// settle and holder scripts byte for byte (PHP and C++ processes share one
 // lock), written from the same files by scripts/php-redis-scripts.
 
 constexpr std::int64_t fence_ttl_ms = 24LL * 3600 * 1000;
@@ -605,9 +605,27 @@ failure holders_impl(const std::string& url, const std::string& name, const redi
   return {};
 }
 
+// One holder: the grant's (holder.lua, the script the PHP module shares),
+// or, when shared holders hold, the first of them (holders.lua).
 failure holder_impl(const std::string& url, const std::string& name, const redis_lock_options& o,
                     std::shared_ptr<redis_connection>& conn, std::optional<redis_holder_info>& out) {
   out.reset();
+  if (failure f = validate(o, name)) return f;
+  if (!conn) conn = std::make_shared<redis_connection>(url, o.connect_timeout, o.command_timeout);
+  const redis_keys k(lock_key(o, name));
+  reply_ptr r;
+  if (failure f = conn->eval("status", holder_script, {k.lock}, {}, r)) return f;
+  if (failure f = corrupt_answer(r.get(), *conn, "status", name, k.lock)) return f;
+  long long held = 0, fence = 0, pttl = 0;
+  if (!int_at(r.get(), 0, held)) return unexpected_reply("status", conn->server());
+  if (!held) return {};
+  if (!int_at(r.get(), 2, fence) || !int_at(r.get(), 3, pttl))
+    return unexpected_reply("status", conn->server());
+  std::string owner = str_at(r.get(), 1);
+  if (owner != shared_owner_id) {
+    out = holder_info(std::move(owner), fence, pttl, lock_mode::exclusive, 0);
+    return {};
+  }
   std::vector<redis_holder_info> all;
   if (failure f = holders_impl(url, name, o, conn, all)) return f;
   if (!all.empty() && !all.front().waiting_writer) out = std::move(all.front());
