@@ -28,12 +28,12 @@ set(tokenlock_lua_php_file ${tokenlock_lua_root}/bindings/php/src/Redis/Scripts.
 # acquire, settle and holder: it does not break locks, nor take shares.
 set(tokenlock_lua_scripts acquire acquire_shared settle settle_shared holder holders break)
 set(tokenlock_lua_php_scripts acquire settle holder)
-set(tokenlock_lua_parts_acquire common next_fence shared acquire)
-set(tokenlock_lua_parts_acquire_shared common next_fence shared acquire_shared)
+set(tokenlock_lua_parts_acquire common next_fence wake shared acquire)
+set(tokenlock_lua_parts_acquire_shared common next_fence wake shared acquire_shared)
 set(tokenlock_lua_parts_settle common wake settle)
 set(tokenlock_lua_parts_settle_shared common wake shared leave settle_shared)
 set(tokenlock_lua_parts_holder common holder)
-set(tokenlock_lua_parts_holders common shared holders)
+set(tokenlock_lua_parts_holders common wake shared holders)
 set(tokenlock_lua_parts_break common wake shared leave break)
 
 # The text of script `name` as the server receives it.

@@ -3249,6 +3249,19 @@ local function nextfence(last)
   if not fenceok(f) then return nil, corrupt(KEYS[2], last, 'largest') end
   return f, behind
 end
+local function push(ttl)
+  redis.call('RPUSH', KEYS[3], '1')
+  redis.call('LTRIM', KEYS[3], -64, -1)
+  redis.call('PEXPIRE', KEYS[3], ttl)
+end
+local function nudge(ttl)
+  if tonumber(redis.call('GET', KEYS[4]) or '0') <= 0 then return false end
+  push(ttl)
+  return true
+end
+local function wake(ttl)
+  if nudge(ttl) then redis.call('SET', KEYS[5], '1', 'PX', 500) end
+end
 local shared_owner = 'shared-00000000.0.0.0000000000000000'
 local function nowms()
   local t = redis.call('TIME')
@@ -3294,11 +3307,7 @@ local function kept(me, woken, ttl)
   if h == me or (h == '1' and woken) then return false, true end
   local pttl = redis.call('PTTL', KEYS[5])
   if pttl <= 0 then return false, true end
-  if woken and h ~= '1' and tonumber(redis.call('GET', KEYS[4]) or '0') > 0 then
-    redis.call('RPUSH', KEYS[3], '1')
-    redis.call('LTRIM', KEYS[3], -64, -1)
-    redis.call('PEXPIRE', KEYS[3], ttl)
-  end
+  if woken and h ~= '1' then nudge(ttl) end
   return pttl
 end
 
@@ -3386,11 +3395,14 @@ local function grant(k)
   local o, f = parse(k, v)
   return o, f, v
 end
-local function nudge(ttl)
-  if tonumber(redis.call('GET', KEYS[4]) or '0') <= 0 then return false end
+local function push(ttl)
   redis.call('RPUSH', KEYS[3], '1')
   redis.call('LTRIM', KEYS[3], -64, -1)
   redis.call('PEXPIRE', KEYS[3], ttl)
+end
+local function nudge(ttl)
+  if tonumber(redis.call('GET', KEYS[4]) or '0') <= 0 then return false end
+  push(ttl)
   return true
 end
 local function wake(ttl)

@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "error_of.hpp"
 #include "redis_raw.hpp"
 #include "redis_server.hpp"
 #include "tokenlock/redis_lock.hpp"
@@ -28,12 +29,12 @@
 
 using namespace std::chrono_literals;
 using tokenlock::errc;
-using tokenlock::lock_error;
 using tokenlock::lock_mode;
 using tokenlock::redis_handle;
 using tokenlock::redis_holder_info;
 using tokenlock::redis_lock;
 using tokenlock::redis_lock_options;
+using tokenlock::testing::error_of;
 using tokenlock::testing::raw;
 using tokenlock::testing::redis_server;
 
@@ -49,16 +50,6 @@ bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds bou
     std::this_thread::yield();
   }
   return true;
-}
-
-template <class F>
-std::pair<std::error_code, std::string> error_of(F f) {
-  try {
-    f();
-  } catch (const lock_error& e) {
-    return {e.code(), e.what()};
-  }
-  return {};
 }
 
 redis_lock_options shared_options(std::uint32_t slots = 0, std::chrono::milliseconds lease = 30s,

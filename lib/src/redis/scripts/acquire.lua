@@ -1,5 +1,5 @@
 -- acquire.lua: one attempt to take the lock exclusively; sent after
--- common.lua, next_fence.lua and shared.lua.
+-- common.lua, next_fence.lua, wake.lua and shared.lua.
 -- KEYS: the grant, :fence, :wake, :waiters, :handoff, and (clients that
 -- know shared holders) :shared, :writer (docs/redis.md, Keys).
 -- ARGV[1]: the owner id; ARGV[2]: the lease (ms); ARGV[3]: the fence key's

@@ -1,6 +1,6 @@
 -- acquire_shared.lua: one attempt to take a share of the lock (a reader,
--- or one of N slots); sent after common.lua, next_fence.lua and
--- shared.lua.
+-- or one of N slots); sent after common.lua, next_fence.lua, wake.lua
+-- and shared.lua.
 -- KEYS: the grant, :fence, :wake, :waiters, :handoff, :shared, :writer
 -- (docs/redis.md, Keys).
 -- ARGV[1] to ARGV[5]: as for acquire.lua (owner id, lease ms, the fence
@@ -31,12 +31,7 @@ local lease, limit = tonumber(ARGV[2]), tonumber(ARGV[6])
 local function granted(fence, n, behind, now)
   redis.call('HSET', KEYS[6], ARGV[1], string.format('%.0f', now + lease), 'limit', limit)
   cover(lease)
-  if ARGV[4] == '2' and (limit == 0 or n + 1 < limit) and
-     tonumber(redis.call('GET', KEYS[4]) or '0') > 0 then
-    redis.call('RPUSH', KEYS[3], '1')
-    redis.call('LTRIM', KEYS[3], -64, -1)
-    redis.call('PEXPIRE', KEYS[3], lease)
-  end
+  if ARGV[4] == '2' and (limit == 0 or n + 1 < limit) then nudge(lease) end
   return {1, ARGV[1], fence, lease, behind, 'shared', limit}
 end
 local owner, held, v = grant(KEYS[1])

@@ -1,5 +1,5 @@
 -- holders.lua: every holder of the lock, and a waiting writer's mark
--- (status); sent after common.lua and shared.lua.
+-- (status); sent after common.lua, wake.lua and shared.lua.
 -- KEYS[1]: the grant; KEYS[6]: :shared; KEYS[7]: :writer (KEYS[2] to
 -- KEYS[5] are not read). ARGV: none.
 -- Answer: {kind, fence, lease ms left, the mark's owner or '', its ms

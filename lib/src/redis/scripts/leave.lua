@@ -25,9 +25,7 @@ local function leave(owner, ttl, now)
     return 1
   end
   redis.call('DEL', KEYS[7])
-  redis.call('RPUSH', KEYS[3], '1')
-  redis.call('LTRIM', KEYS[3], -64, -1)
-  redis.call('PEXPIRE', KEYS[3], ttl)
+  push(ttl)
   redis.call('SET', KEYS[5], mark, 'PX', 500)
   return 1
 end

@@ -1,5 +1,5 @@
 -- shared.lua: shared holders and semaphores (docs/redis.md, Shared locks
--- and semaphores); uses common.lua.
+-- and semaphores); uses common.lua and wake.lua.
 -- KEYS[1]: the grant; KEYS[6]: the holders (a hash: owner -> the end of
 -- its lease in ms by the server's TIME, and the field 'limit': the slot
 -- count, 0 for readers); KEYS[7]: a waiting writer's mark (its owner id,
@@ -60,10 +60,6 @@ local function kept(me, woken, ttl)
   if h == me or (h == '1' and woken) then return false, true end
   local pttl = redis.call('PTTL', KEYS[5])
   if pttl <= 0 then return false, true end
-  if woken and h ~= '1' and tonumber(redis.call('GET', KEYS[4]) or '0') > 0 then
-    redis.call('RPUSH', KEYS[3], '1')
-    redis.call('LTRIM', KEYS[3], -64, -1)
-    redis.call('PEXPIRE', KEYS[3], ttl)
-  end
+  if woken and h ~= '1' then nudge(ttl) end
   return pttl
 end

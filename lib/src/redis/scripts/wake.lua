@@ -1,7 +1,9 @@
--- wake.lua: wakes one waiter, for settle.lua, break.lua and leave.lua;
--- uses KEYS[3] (the wake list), KEYS[4] (the count of waiters), KEYS[5]
--- (the hand-off).
+-- wake.lua: wakes one waiter, for every script that may (the scripts'
+-- parts: cmake/tokenlock_redis_scripts.cmake); uses KEYS[3] (the wake
+-- list), KEYS[4] (the count of waiters), KEYS[5] (the hand-off).
 --
+-- push(ttl): one element on the wake list, for the next BLPOP (ttl: the
+-- list's expiry, ms); at most 64 are kept.
 -- nudge(ttl): when anyone waits, one element on the wake list for its
 -- BLPOP (ttl: the list's expiry, ms); true when pushed.
 -- wake(ttl): nudge, and the hand-off that keeps the free lock for the
@@ -11,11 +13,14 @@
 -- meanwhile sends it back to the end of the line (docs/redis.md,
 -- "Hand-off"). It is also how long the lock stays free when the woken
 -- waiter dies before its attempt.
-local function nudge(ttl)
-  if tonumber(redis.call('GET', KEYS[4]) or '0') <= 0 then return false end
+local function push(ttl)
   redis.call('RPUSH', KEYS[3], '1')
   redis.call('LTRIM', KEYS[3], -64, -1)
   redis.call('PEXPIRE', KEYS[3], ttl)
+end
+local function nudge(ttl)
+  if tonumber(redis.call('GET', KEYS[4]) or '0') <= 0 then return false end
+  push(ttl)
   return true
 end
 local function wake(ttl)
