@@ -528,4 +528,40 @@ TEST_F(RedisSharedTest, ASharedGrantHasNoFenceAndTheFencedUpdatesRefuseIt) {
   expect_only_the_fence_left();
 }
 
+// ---- what the lock never writes --------------------------------------------------
+
+// A holders' hash or a mark the lock never wrote is refused by every call
+// that reads it, naming the key and the fix, with nothing written. (A
+// holder's own refresh or release reads its own field only, as an
+// exclusive one compares its own grant only.)
+TEST_F(RedisSharedTest, AHoldersHashOrMarkTheLockNeverWroteIsRefusedWithNothingWritten) {
+  redis_handle held = lock(shared_options()).acquire();
+  const std::string grant = cli({"GET", "tokenlock:page"});
+  cli({"HSET", "tokenlock:page:shared", "someone", "soon"});
+  for (auto call : {std::function<void()>([&] { lock(shared_options()).acquire(); }),
+                    std::function<void()>([&] { lock(writer_options()).acquire(); }),
+                    std::function<void()>([&] { lock(shared_options()).holders(); })}) {
+    const auto e = error_of(call);
+    EXPECT_EQ(e.first, errc::lock_corrupt) << e.second;
+    EXPECT_NE(e.second.find("tokenlock:page:shared holds \"someone soon\""), std::string::npos) << e.second;
+    EXPECT_NE(e.second.find("DEL tokenlock:page:shared"), std::string::npos) << e.second;
+  }
+  EXPECT_EQ(cli({"GET", "tokenlock:page"}), grant);
+  // Ours, the limit and the plant: nothing added or removed.
+  EXPECT_EQ(cli({"HLEN", "tokenlock:page:shared"}), "3");
+  // Our release reads the others to know whether it is the last: refused.
+  const std::string mine = held.owner();
+  EXPECT_EQ(error_of([&] { held.release(); }).first, errc::lock_corrupt);
+  EXPECT_EQ(cli({"HEXISTS", "tokenlock:page:shared", mine}), "1") << "a refused release wrote";
+  EXPECT_EQ(cli({"EXISTS", "tokenlock:page:writer"}), "0") << "a refused writer marked";
+  cli({"DEL", "tokenlock:page:shared"});
+  cli({"RPUSH", "tokenlock:page:writer", "x"});
+  const auto e = error_of([&] { lock(shared_options()).acquire(); });
+  EXPECT_EQ(e.first, errc::lock_corrupt) << e.second;
+  EXPECT_NE(e.second.find("holds a list, not a string"), std::string::npos) << e.second;
+  EXPECT_EQ(cli({"EXISTS", "tokenlock:page:shared"}), "0");
+  EXPECT_EQ(cli({"GET", "tokenlock:page"}), grant);
+  cli({"DEL", "tokenlock:page:writer", "tokenlock:page"});
+}
+
 }  // namespace

@@ -130,18 +130,23 @@ failure unexpected_reply(const char* step, const std::string& server) {
                           ": the server's reply has an unexpected shape (is it Redis 5 or newer?)");
 }
 
+// Which of a lock's keys a script named: the fix differs.
+enum class key_role { grant, fence, other };
+
 // A key the lock cannot use, as lock_corrupt: the key, what it holds (the
 // first 64 bytes, escaped, and the length when it is longer) and how to
 // repair it. `why` is the scripts' word: "type <t>", "fence", "largest",
-// "grant" or "persistent". tokenlock break --redis cannot repair either
+// "grant", "persistent" or "holders" (a field of the shared holders' hash,
+// "<owner> <value>"). tokenlock break --redis cannot repair either
 // key (it removes only a grant whose owner it can read, and never touches
 // the fence), so the fix is a redis-cli command.
 failure corrupt_key(const redis_connection& conn, const char* step, const std::string& name,
-                    const std::string& key, bool grant_key, const std::string& value,
+                    const std::string& key, key_role role, const std::string& value,
                     long long length, const std::string& why) {
   std::string holds;
   if (why.rfind("type ", 0) == 0) {
-    holds = "a " + escaped(why.substr(5)) + ", not a string";
+    const bool hash = key.size() > 7 && key.compare(key.size() - 7, 7, ":shared") == 0;
+    holds = "a " + escaped(why.substr(5)) + (hash ? ", not a hash" : ", not a string");
   } else {
     holds = "\"" + escaped(value) + "\"";
     if (length > 64) holds += "... (" + std::to_string(length) + " bytes)";
@@ -155,10 +160,16 @@ failure corrupt_key(const redis_connection& conn, const char* step, const std::s
     holds += ", which is not a grant as the lock writes it (\"<fence> <owner>\")";
   else if (why == "persistent")
     holds += ", a grant without an expiry (PTTL -1): it would hold the lock forever";
+  else if (why == "holders")
+    holds += " (a field and its value), which is not a shared holder's lease end in ms nor the "
+             "slot limit";
   const std::string cli = conn.cli_command() + " ";
   const std::string k = shell_word(escaped(key, 1024));
   std::string fix;
-  if (!grant_key)
+  if (role == key_role::other)
+    fix = "once no process uses the lock, delete it: " + cli + "DEL " + k +
+          " (a shared holder or a waiter that needs it loses its place)";
+  else if (role == key_role::fence)
     fix = "set it to a fence above every fence already handed out for this lock (above the "
           "largest any resource it guards has seen; the server's TIME in microseconds is, "
           "unless its clock went back): " + cli + "SET " + k +
@@ -183,7 +194,10 @@ failure corrupt_answer(const redisReply* r, const redis_connection& conn, const 
   if (!int_at(r, 0, tag) || tag != -1) return {};
   if (!int_at(r, 3, length)) return unexpected_reply(step, conn.server());
   const std::string key = str_at(r, 1);
-  return corrupt_key(conn, step, name, key, key == grant_key, str_at(r, 2), length, str_at(r, 4));
+  const key_role role = key == grant_key                          ? key_role::grant
+                        : key == std::string(grant_key) + ":fence" ? key_role::fence
+                                                                 : key_role::other;
+  return corrupt_key(conn, step, name, key, role, str_at(r, 2), length, str_at(r, 4));
 }
 
 // The owner id of the grant while shared holders hold (shared.lua): of

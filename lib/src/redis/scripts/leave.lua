@@ -10,11 +10,13 @@
 -- (nobody waits for one reader to leave). nil and common.lua's answer for
 -- a key the lock cannot use.
 local function leave(owner, ttl, now)
-  redis.call('HDEL', KEYS[6], owner)
+  -- Everything is read (and judged) before anything is written.
   local n, limit = holders(now)
   if n == nil then return nil, limit end
   local mark, bad = get(KEYS[7])
   if mark == nil then return nil, bad end
+  -- A live holder leaves the count; one whose lease ended was not in it.
+  if redis.call('HDEL', KEYS[6], owner) == 1 then n = n - 1 end
   if n > 0 then
     if limit > 0 and not mark then nudge(ttl) end
     return 1
