@@ -278,6 +278,55 @@ TEST_F(RedisSharedTest, AWriterAmongSixLoopingReadersGetsInWithinTwoHoldsAndAPol
   expect_only_the_fence_left();
 }
 
+// Four reader processes and two writer processes loop on one lock for a
+// while: a writer never holds beside anyone, every acquisition is granted
+// within its budget (no wake-up lost, nobody starved), and every writer
+// gets in.
+TEST_F(RedisSharedTest, ReadersAndWritersFromSeveralProcessesNeverMeet) {
+  struct counters {
+    std::atomic<int> readers, writers, clashes, failed, reads, writes;
+  };
+  void* mem = ::mmap(nullptr, sizeof(counters), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  auto* n = new (mem) counters{};
+  std::vector<pid_t> children;
+  for (int p = 0; p < 6; ++p) {
+    const bool writer = p < 2;
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      try {
+        redis_lock l(server->url(), "page", writer ? writer_options(20s) : shared_options(0, 30s, 20s));
+        const auto end = clock_type::now() + 1500ms;
+        while (clock_type::now() < end) {
+          redis_handle h = l.acquire();
+          std::atomic<int>& mine = writer ? n->writers : n->readers;
+          std::atomic<int>& theirs = writer ? n->readers : n->writers;
+          if (++mine > (writer ? 1 : 4) || theirs.load() != 0) ++n->clashes;
+          std::this_thread::sleep_for(writer ? 2ms : 5ms);  // the holder's work
+          if (theirs.load() != 0) ++n->clashes;
+          --mine;
+          h.release();
+          ++(writer ? n->writes : n->reads);
+        }
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "%s\n", e.what());
+        ++n->failed;
+      }
+      _exit(0);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) ASSERT_EQ(::waitpid(pid, nullptr, 0), pid);
+  EXPECT_EQ(n->clashes.load(), 0);
+  EXPECT_EQ(n->failed.load(), 0);
+  EXPECT_GT(n->writes.load(), 10);
+  EXPECT_GT(n->reads.load(), 40);
+  std::cout << n->reads.load() << " reads, " << n->writes.load() << " writes\n";
+  ::munmap(mem, sizeof(counters));
+  expect_only_the_fence_left();
+}
+
 TEST_F(RedisSharedTest, AWriterThatGivesUpLeavesNoMark) {
   redis_lock r = lock(shared_options());
   redis_handle a = r.acquire();
