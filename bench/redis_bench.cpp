@@ -283,11 +283,13 @@ int contend(const std::string& url, int procs, double seconds) {
 
 int main(int argc, char** argv) {
   if (argc < 3)
-    die("usage: redis_bench URL pair ROUNDS N | shared ROUNDS N | handoff N | contend PROCS SECONDS");
+    die("usage: redis_bench URL pair ROUNDS N | shared ROUNDS N | handoff N | "
+        "contend PROCS SECONDS");
   const std::string url = argv[1], mode = argv[2];
   try {
     if (mode == "pair" && argc == 5) return pair(url, std::atoi(argv[3]), std::atoi(argv[4]));
-    if (mode == "shared" && argc == 5) return shared_pair(url, std::atoi(argv[3]), std::atoi(argv[4]));
+    if (mode == "shared" && argc == 5)
+      return shared_pair(url, std::atoi(argv[3]), std::atoi(argv[4]));
     if (mode == "handoff" && argc == 4) return handoff(url, std::atoi(argv[3]));
     if (mode == "contend" && argc == 5) return contend(url, std::atoi(argv[3]), std::atof(argv[4]));
   } catch (const std::exception& e) {

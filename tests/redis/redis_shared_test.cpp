@@ -52,6 +52,14 @@ bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds bou
   return true;
 }
 
+// Counters the test's forked processes share (zeroed); null when mmap
+// fails.
+template <class T>
+T* in_shared_memory() {
+  void* mem = ::mmap(nullptr, sizeof(T), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  return mem == MAP_FAILED ? nullptr : new (mem) T{};
+}
+
 redis_lock_options shared_options(std::uint32_t slots = 0, std::chrono::milliseconds lease = 30s,
                                   std::chrono::milliseconds wait = 0ms) {
   redis_lock_options o;
@@ -286,9 +294,8 @@ TEST_F(RedisSharedTest, ReadersAndWritersFromSeveralProcessesNeverMeet) {
   struct counters {
     std::atomic<int> readers, writers, clashes, failed, reads, writes;
   };
-  void* mem = ::mmap(nullptr, sizeof(counters), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  ASSERT_NE(mem, MAP_FAILED);
-  auto* n = new (mem) counters{};
+  auto* n = in_shared_memory<counters>();
+  ASSERT_NE(n, nullptr);
   std::vector<pid_t> children;
   for (int p = 0; p < 6; ++p) {
     const bool writer = p < 2;
@@ -323,7 +330,7 @@ TEST_F(RedisSharedTest, ReadersAndWritersFromSeveralProcessesNeverMeet) {
   EXPECT_GT(n->writes.load(), 10);
   EXPECT_GT(n->reads.load(), 40);
   std::cout << n->reads.load() << " reads, " << n->writes.load() << " writes\n";
-  ::munmap(mem, sizeof(counters));
+  ::munmap(n, sizeof(counters));
   expect_only_the_fence_left();
 }
 
@@ -460,9 +467,8 @@ TEST_F(RedisSharedTest, NeverMoreThanNSlotHoldersUnderLoadFromSeveralProcesses) 
   struct counters {
     std::atomic<int> holding, most, done, failed;
   };
-  void* mem = ::mmap(nullptr, sizeof(counters), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  ASSERT_NE(mem, MAP_FAILED);
-  auto* n = new (mem) counters{};
+  auto* n = in_shared_memory<counters>();
+  ASSERT_NE(n, nullptr);
   std::vector<pid_t> children;
   for (int p = 0; p < processes; ++p) {
     const pid_t pid = ::fork();
@@ -497,7 +503,7 @@ TEST_F(RedisSharedTest, NeverMoreThanNSlotHoldersUnderLoadFromSeveralProcesses) 
   EXPECT_EQ(n->done.load(), processes * rounds);
   EXPECT_LE(n->most.load(), slots);
   EXPECT_EQ(n->most.load(), slots) << "the slots were never all used at once";
-  ::munmap(mem, sizeof(counters));
+  ::munmap(n, sizeof(counters));
   expect_only_the_fence_left();
 }
 

@@ -208,7 +208,8 @@ constexpr std::string_view shared_owner_id = "shared-00000000.0.0.00000000000000
 std::string describe_owner(const std::string& owner) {
   std::string host_tag;
   int pid = 0;
-  if (parse_owner_id(owner, host_tag, pid)) return "pid " + std::to_string(pid) + " on host " + host_tag;
+  if (parse_owner_id(owner, host_tag, pid))
+    return "pid " + std::to_string(pid) + " on host " + host_tag;
   return shown_bytes(owner);
 }
 
@@ -598,7 +599,8 @@ failure holders_impl(const std::string& url, const std::string& name, const redi
   const redis_keys k(lock_key(o, name));
   reply_ptr r;
   if (failure f = conn->eval("status", holders_script,
-                             {k.lock, k.fence, k.wake, k.waiters, k.handoff, k.shared, k.writer}, {}, r))
+                             {k.lock, k.fence, k.wake, k.waiters, k.handoff, k.shared, k.writer},
+                             {}, r))
     return f;
   if (failure f = corrupt_answer(r.get(), *conn, "status", name, k.lock)) return f;
   long long kind = 0, fence = 0, pttl = 0, mark_ms = 0, limit = 0, count = 0;
@@ -781,14 +783,16 @@ failure settle(redis_connection& conn, const std::string& lock_key, const std::s
     return unexpected_reply(step, conn.server());
   if (ok) return {};
   const std::string kind = str_at(r.get(), 1);
-  if (shared)
-    return make_failure(errc::lock_lost,
-                        "tokenlock: " + std::string(step) + " " + conn.server() +
-                            ": the shared hold of " + owner + " is no longer ours: " +
-                            (kind == "taken" ? "our lease ended, and a writer (fence " +
-                                                   std::to_string(other) + ") holds the lock"
-                             : kind == "expired" ? std::string("our lease ended (our share is removed)")
-                                                 : lost_reason(kind, other, 0)));
+  if (shared) {
+    const std::string why =
+        kind == "taken"     ? "our lease ended, and a writer (fence " + std::to_string(other) +
+                                  ") holds the lock"
+        : kind == "expired" ? std::string("our lease ended (our share is removed)")
+                            : lost_reason(kind, other, 0);
+    return make_failure(errc::lock_lost, "tokenlock: " + std::string(step) + " " +
+                                             conn.server() + ": the shared hold of " + owner +
+                                             " is no longer ours: " + why);
+  }
   return make_failure(errc::lock_lost, "tokenlock: " + std::string(step) + " " + conn.server() +
                                            ": the grant (fence " + std::to_string(fence) +
                                            ") is no longer ours: " +

@@ -45,8 +45,9 @@ void describe(const redis_holder_info& h, lock_holder& out) {
   } else if (h.mode == lock_mode::shared) {
     // A shared hold fences nothing; the fence shown is the shared grant's.
     out.fence.reset();
-    out.reason = (h.slots ? "a slot of " + std::to_string(h.slots) + " held" : std::string("held shared")) +
-                 out.reason.substr(4);
+    const std::string how =
+        h.slots ? "a slot of " + std::to_string(h.slots) + " held" : std::string("held shared");
+    out.reason = how + out.reason.substr(4);
   }
   out.facts.push_back({"pid", static_cast<std::int64_t>(h.pid)});
   out.facts.push_back({"host_tag", h.host_tag});
@@ -101,7 +102,8 @@ std::vector<lock_holder> redis_lock::holders_any(std::error_code& ec) noexcept {
   std::vector<lock_holder> out;
   for (redis_holder_info& h : holders(ec)) {
     if (ec) break;
-    std::optional<lock_holder> one = detail::common_holder(std::optional<redis_holder_info>(std::move(h)), describe, ec);
+    std::optional<lock_holder> one =
+        detail::common_holder(std::optional<redis_holder_info>(std::move(h)), describe, ec);
     if (one) out.push_back(std::move(*one));
   }
   if (ec) out.clear();
