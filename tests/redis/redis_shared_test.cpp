@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "error_of.hpp"
+#include "redis/redis_wait_stats.hpp"
 #include "redis_raw.hpp"
 #include "redis_server.hpp"
 #include "tokenlock/redis_lock.hpp"
@@ -35,6 +36,8 @@ using tokenlock::redis_holder_info;
 using tokenlock::redis_lock;
 using tokenlock::redis_lock_options;
 using tokenlock::testing::error_of;
+using tokenlock::detail::redis_wait_stats;
+using tokenlock::detail::this_thread_redis_wait_stats;
 using tokenlock::testing::raw;
 using tokenlock::testing::redis_server;
 
@@ -236,6 +239,49 @@ TEST_F(RedisSharedTest, AWaitingWriterBarsNewReadersWhoGetInAfterIt) {
   EXPECT_GT(std::stoull(cli({"GET", "tokenlock:page:fence"})), writer_fence);
   later.release();
   expect_only_the_fence_left();
+}
+
+// One wake-up per release that can admit someone: a writer waiting for
+// three readers is woken once, by the last of them, and its wake-up is not
+// lost; slot waiters are woken one per freed slot.
+TEST_F(RedisSharedTest, OnlyAReleaseThatCanAdmitSomeoneWakesAWaiter) {
+  redis_lock r = lock(shared_options());
+  redis_handle a = r.acquire(), b = r.acquire(), c = r.acquire();
+  std::atomic<bool> blocked{false};
+  auto writer = std::async(std::launch::async, [&] {
+    auto& stats = this_thread_redis_wait_stats();
+    stats.joined_line = [&] { blocked = true; };
+    const redis_wait_stats before = stats;
+    redis_handle w = lock(writer_options(20s)).acquire();
+    stats.joined_line = nullptr;
+    return std::make_pair(stats.wakes - before.wakes, stats.wakes_lost - before.wakes_lost);
+  });
+  ASSERT_TRUE(eventually([&] { return blocked.load() && writer_waits(); }));
+  a.release();
+  b.release();
+  EXPECT_EQ(cli({"LLEN", "tokenlock:page:wake"}), "0") << "a reader that was not the last woke someone";
+  c.release();
+  const auto [wakes, lost] = writer.get();
+  EXPECT_EQ(wakes, 1u);
+  EXPECT_EQ(lost, 0u);
+  // A semaphore of 2, full, two waiters: one release wakes one of them.
+  redis_lock two = lock(shared_options(2), "slots");
+  redis_handle s1 = two.acquire(), s2 = two.acquire();
+  std::atomic<int> in{0};
+  auto waiter = [&] {
+    redis_handle h = lock(shared_options(2, 30s, 20s), "slots").acquire();
+    ++in;
+    return h;
+  };
+  auto w1 = std::async(std::launch::async, waiter), w2 = std::async(std::launch::async, waiter);
+  ASSERT_TRUE(eventually([&] { return cli({"GET", "tokenlock:slots:waiters"}) == "2"; }));
+  s1.release();
+  ASSERT_TRUE(eventually([&] { return in.load() == 1; }));
+  EXPECT_EQ(cli({"GET", "tokenlock:slots:waiters"}), "1") << "the release woke both";
+  s2.release();
+  w1.get().release();
+  w2.get().release();
+  expect_only_the_fence_left("slots");
 }
 
 // A writer among six readers that keep taking the lock, each holding
