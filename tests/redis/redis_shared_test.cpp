@@ -553,14 +553,16 @@ TEST_F(RedisSharedTest, NeverMoreThanNSlotHoldersUnderLoadFromSeveralProcesses) 
   expect_only_the_fence_left();
 }
 
-TEST_F(RedisSharedTest, AKilledSlotHoldersSlotComesBackWhenItsLeaseEnds) {
+// A child process that takes a share of `o` and is killed with SIGKILL
+// holding it (its share left to its lease).
+void share_of_a_killed_process(const std::string& url, const redis_lock_options& o) {
   int ready[2];
   ASSERT_EQ(::pipe(ready), 0);
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     try {
-      redis_lock l(server->url(), "page", shared_options(2, 1500ms));
+      redis_lock l(url, "page", o);
       redis_handle h = l.acquire();
       h.detach();
       (void)!::write(ready[1], "1", 1);
@@ -570,11 +572,15 @@ TEST_F(RedisSharedTest, AKilledSlotHoldersSlotComesBackWhenItsLeaseEnds) {
     _exit(0);
   }
   char c = 0;
-  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  EXPECT_EQ(::read(ready[0], &c, 1), 1);
   ::kill(pid, SIGKILL);
   ::waitpid(pid, nullptr, 0);
   ::close(ready[0]);
   ::close(ready[1]);
+}
+
+TEST_F(RedisSharedTest, AKilledSlotHoldersSlotComesBackWhenItsLeaseEnds) {
+  share_of_a_killed_process(server->url(), shared_options(2, 1500ms));
   redis_handle other = lock(shared_options(2)).acquire();
   EXPECT_FALSE(lock(shared_options(2)).try_acquire().has_value()) << "the dead holder's slot is free early";
   const auto start = clock_type::now();
@@ -585,6 +591,19 @@ TEST_F(RedisSharedTest, AKilledSlotHoldersSlotComesBackWhenItsLeaseEnds) {
   EXPECT_EQ(shared_count(), 2u);
   other.release();
   mine.release();
+  expect_only_the_fence_left();
+}
+
+// A writer waiting for a reader killed with SIGKILL gets in when that
+// reader's lease ends, as for a dead exclusive holder, and leaves no mark.
+TEST_F(RedisSharedTest, AWriterGetsInWhenAKilledReadersLeaseEnds) {
+  share_of_a_killed_process(server->url(), shared_options(0, 1500ms));
+  const auto start = clock_type::now();
+  redis_handle w = lock(writer_options(10s)).acquire();
+  EXPECT_LE(clock_type::now() - start, 2s) << "waited past the dead reader's lease";
+  EXPECT_EQ(cli({"EXISTS", "tokenlock:page:writer"}), "0");
+  EXPECT_EQ(cli({"EXISTS", "tokenlock:page:shared"}), "0");
+  w.release();
   expect_only_the_fence_left();
 }
 
