@@ -109,14 +109,14 @@ local function cover(ms)
     if redis.call('PTTL', k) < ms then redis.call('PEXPIRE', k, ms) end
   end
 end
--- kept(me, woken, ttl): the hand-off's time left (ms) when it keeps the free
--- lock for another than `me` (woken: my BLPOP returned a release's
+-- kept(me, woken, ttl): the hand-off's time left (ms) when it keeps the
+-- free lock for another than `me` (woken: my BLPOP returned a release's
 -- wake-up); else false, and whether a hand-off is there (the grant ends
--- it). A plain hand-off ('1') keeps it for
--- whichever waiter was woken; a last shared holder's hand-off keeps it for
--- the writer it names (leave.lua). A woken waiter refused for that writer
--- passes its wake-up on, so that the next BLPOP in the line (the
--- writer's, before long) is answered (ttl: the wake list's expiry, ms).
+-- it). A plain hand-off ('1') keeps the lock for whichever waiter was
+-- woken; a last shared holder's keeps it for the writer it names
+-- (leave.lua). A woken waiter refused for that writer passes its wake-up
+-- on (ttl: the wake list's expiry, ms), so that the next BLPOP in the
+-- line, the writer's before long, is answered.
 local function kept(me, woken, ttl)
   local h, bad = get(KEYS[5])
   if h == nil then return nil, bad end
@@ -146,14 +146,14 @@ if owner then
   local pttl = redis.call('PTTL', KEYS[1])
   if pttl < 0 then return corrupt(KEYS[1], v, 'persistent') end
   if owner ~= shared_owner or not KEYS[7] then return refuse(owner, held, pttl, '') end
-  local n, bad = holders(nowms())
+  local mark, bad = get(KEYS[7])
+  if mark == nil then return bad end
+  local n
+  n, bad = holders(nowms())
   if n == nil then return bad end
   if n > 0 then
     -- Mark (or keep marking): no shared holder joins from now on, and the
     -- last one out hands the lock to us (leave.lua).
-    local mark
-    mark, bad = get(KEYS[7])
-    if mark == nil then return bad end
     if mark and mark ~= ARGV[1] then return refuse(owner, held, pttl, 'mark') end
     if ARGV[5] == '0' then
       -- Not waiting (try_acquire, a spent budget): no mark of ours stays

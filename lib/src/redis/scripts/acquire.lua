@@ -42,14 +42,14 @@ if owner then
   local pttl = redis.call('PTTL', KEYS[1])
   if pttl < 0 then return corrupt(KEYS[1], v, 'persistent') end
   if owner ~= shared_owner or not KEYS[7] then return refuse(owner, held, pttl, '') end
-  local n, bad = holders(nowms())
+  local mark, bad = get(KEYS[7])
+  if mark == nil then return bad end
+  local n
+  n, bad = holders(nowms())
   if n == nil then return bad end
   if n > 0 then
     -- Mark (or keep marking): no shared holder joins from now on, and the
     -- last one out hands the lock to us (leave.lua).
-    local mark
-    mark, bad = get(KEYS[7])
-    if mark == nil then return bad end
     if mark and mark ~= ARGV[1] then return refuse(owner, held, pttl, 'mark') end
     if ARGV[5] == '0' then
       -- Not waiting (try_acquire, a spent budget): no mark of ours stays

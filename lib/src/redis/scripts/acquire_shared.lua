@@ -55,7 +55,13 @@ end
 local wait, handoff = kept(ARGV[1], ARGV[4] == '2', ARGV[2])
 if wait == nil then return handoff end
 if wait then return refuse('', 0, wait, '', 0) end
-if mark then return refuse(mark, 0, redis.call('PTTL', KEYS[7]), 'mark', 0) end
+if mark then
+  -- Free, but a writer's mark (its shared holders' leases ended): it takes
+  -- the lock at its next attempt. A wake-up that brought us here is passed
+  -- on, so that it reaches that writer.
+  if ARGV[4] == '2' then nudge(lease) end
+  return refuse(mark, 0, redis.call('PTTL', KEYS[7]), 'mark', 0)
+end
 local last
 last, bad = get(KEYS[2])
 if last == nil then return bad end

@@ -45,14 +45,14 @@ local function cover(ms)
     if redis.call('PTTL', k) < ms then redis.call('PEXPIRE', k, ms) end
   end
 end
--- kept(me, woken, ttl): the hand-off's time left (ms) when it keeps the free
--- lock for another than `me` (woken: my BLPOP returned a release's
+-- kept(me, woken, ttl): the hand-off's time left (ms) when it keeps the
+-- free lock for another than `me` (woken: my BLPOP returned a release's
 -- wake-up); else false, and whether a hand-off is there (the grant ends
--- it). A plain hand-off ('1') keeps it for
--- whichever waiter was woken; a last shared holder's hand-off keeps it for
--- the writer it names (leave.lua). A woken waiter refused for that writer
--- passes its wake-up on, so that the next BLPOP in the line (the
--- writer's, before long) is answered (ttl: the wake list's expiry, ms).
+-- it). A plain hand-off ('1') keeps the lock for whichever waiter was
+-- woken; a last shared holder's keeps it for the writer it names
+-- (leave.lua). A woken waiter refused for that writer passes its wake-up
+-- on (ttl: the wake list's expiry, ms), so that the next BLPOP in the
+-- line, the writer's before long, is answered.
 local function kept(me, woken, ttl)
   local h, bad = get(KEYS[5])
   if h == nil then return nil, bad end
