@@ -5,6 +5,10 @@
 //     acquire+release of redis_lock against the floor of two bare round
 //     trips through hiredis (SET key NX PX, then DEL), interleaved in ROUNDS
 //     rounds of N each; prints the medians per operation and their ratio.
+//   redis_bench URL shared ROUNDS N
+//     an uncontended shared acquire+release against an exclusive one,
+//     interleaved in ROUNDS rounds of N each; prints the medians per
+//     operation and their ratio (the target: at most 1.5x).
 //   redis_bench URL handoff N
 //     a waiting process takes the lock after a release: the time from just
 //     before the release to the waiter's acquire returning (one host, one
@@ -146,6 +150,29 @@ int pair(const std::string& url, int rounds, int n) {
   return 0;
 }
 
+int shared_pair(const std::string& url, int rounds, int n) {
+  tokenlock::redis_lock exclusive(url, "bench-shared");
+  tokenlock::redis_lock_options o;
+  o.mode = tokenlock::lock_mode::shared;
+  tokenlock::redis_lock shared(url, "bench-shared", o);
+  std::vector<double> exclusive_us, shared_us, ratio;
+  for (int r = 0; r < rounds; ++r) {
+    auto t = clk::now();
+    for (int i = 0; i < n; ++i) exclusive.acquire().release();
+    exclusive_us.push_back(us_since(t) / n);
+    t = clk::now();
+    for (int i = 0; i < n; ++i) shared.acquire().release();
+    shared_us.push_back(us_since(t) / n);
+    ratio.push_back(shared_us.back() / exclusive_us.back());
+  }
+  std::printf("FIGURE name=exclusive_acquire_release value=%.1f unit=us\n", median(exclusive_us));
+  std::printf("FIGURE name=shared_acquire_release value=%.1f unit=us\n", median(shared_us));
+  std::printf("FIGURE name=shared_vs_exclusive value=%.2f unit=x\n", median(ratio));
+  std::printf("FIGURE name=shared_vs_exclusive_p10_p90 value=%.2f-%.2f unit=x\n",
+              percentile(ratio, 0.1), percentile(ratio, 0.9));
+  return 0;
+}
+
 int handoff(const std::string& url, int n) {
   redisContext* c = raw_connect(url);
   // Round trips are timed between the hand-offs, not before them: what a
@@ -255,10 +282,14 @@ int contend(const std::string& url, int procs, double seconds) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3) die("usage: redis_bench URL pair ROUNDS N | handoff N | contend PROCS SECONDS");
+  if (argc < 3)
+    die("usage: redis_bench URL pair ROUNDS N | shared ROUNDS N | handoff N | "
+        "contend PROCS SECONDS");
   const std::string url = argv[1], mode = argv[2];
   try {
     if (mode == "pair" && argc == 5) return pair(url, std::atoi(argv[3]), std::atoi(argv[4]));
+    if (mode == "shared" && argc == 5)
+      return shared_pair(url, std::atoi(argv[3]), std::atoi(argv[4]));
     if (mode == "handoff" && argc == 4) return handoff(url, std::atoi(argv[3]));
     if (mode == "contend" && argc == 5) return contend(url, std::atoi(argv[3]), std::atof(argv[4]));
   } catch (const std::exception& e) {

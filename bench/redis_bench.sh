@@ -32,6 +32,8 @@ if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ] && taskset -pc 0 "$redi
   taskset -pc "0-$(($(nproc) - 1))" "$redis_server_pid" >/dev/null
 fi
 [ $py = 1 ] && /usr/bin/python3 "$here/redis_py_bench.py" "$port" bench pair "$rounds" "$n"
+# An uncontended shared acquire+release against an exclusive one, side by side.
+"$bench" "$url" shared "$rounds" "$n"
 "$bench" "$url" handoff "$hand"
 [ $py = 1 ] && /usr/bin/python3 "$here/redis_py_bench.py" "$port" bench handoff "$((hand / 4 + 1))"
 for p in $procs; do

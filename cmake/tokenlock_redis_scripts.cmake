@@ -25,13 +25,16 @@ set(tokenlock_lua_dir ${tokenlock_lua_root}/lib/src/redis/scripts)
 set(tokenlock_lua_php_file ${tokenlock_lua_root}/bindings/php/src/Redis/Scripts.php)
 
 # The scripts the C++ client runs, and their parts. The PHP module holds
-# the first three: it does not break locks.
-set(tokenlock_lua_scripts acquire settle holder break)
+# acquire, settle and holder: it does not break locks, nor take shares.
+set(tokenlock_lua_scripts acquire acquire_shared settle settle_shared holder holders break)
 set(tokenlock_lua_php_scripts acquire settle holder)
-set(tokenlock_lua_parts_acquire common next_fence acquire)
+set(tokenlock_lua_parts_acquire common next_fence wake shared acquire)
+set(tokenlock_lua_parts_acquire_shared common next_fence wake shared acquire_shared)
 set(tokenlock_lua_parts_settle common wake settle)
+set(tokenlock_lua_parts_settle_shared common wake shared leave settle_shared)
 set(tokenlock_lua_parts_holder common holder)
-set(tokenlock_lua_parts_break common wake break)
+set(tokenlock_lua_parts_holders common wake shared holders)
+set(tokenlock_lua_parts_break common wake shared leave break)
 
 # The text of script `name` as the server receives it.
 function(tokenlock_lua_text name out)
@@ -100,7 +103,7 @@ endfunction()
 
 function(tokenlock_redis_scripts_header out)
   set(files ${tokenlock_lua_module})
-  foreach(name IN LISTS tokenlock_lua_scripts)
+  foreach(name IN LISTS tokenlock_lua_scripts tokenlock_lua_php_scripts)
     foreach(part IN LISTS tokenlock_lua_parts_${name})
       list(APPEND files ${tokenlock_lua_dir}/${part}.lua)
     endforeach()

@@ -19,6 +19,7 @@
 #include "redis/redis_url.hpp"
 #include "redis/redis_wait_stats.hpp"
 #include "inspect.hpp"
+#include "error_of.hpp"
 #include "redis_raw.hpp"
 #include "redis_server.hpp"
 #include "temp_dir.hpp"
@@ -26,7 +27,6 @@
 
 using namespace std::chrono_literals;
 using tokenlock::errc;
-using tokenlock::lock_error;
 using tokenlock::redis_handle;
 using tokenlock::redis_lock;
 using tokenlock::redis_lock_options;
@@ -34,6 +34,7 @@ using tokenlock::detail::parse_redis_url;
 using tokenlock::detail::redis_endpoint;
 using tokenlock::detail::this_thread_redis_wait_stats;
 using tokenlock::testing::free_port;
+using tokenlock::testing::error_of;
 using tokenlock::testing::raw;
 using tokenlock::testing::redis_server;
 using tokenlock::testing::slurp;
@@ -157,16 +158,6 @@ class RedisLockTest : public ::testing::Test {
   }
   std::unique_ptr<redis_server> server;
 };
-
-template <class F>
-std::pair<std::error_code, std::string> error_of(F f) {
-  try {
-    f();
-  } catch (const lock_error& e) {
-    return {e.code(), e.what()};
-  }
-  return {};
-}
 
 TEST_F(RedisLockTest, HolderDescribesTheGrantAndTheKeysExpire) {
   redis_lock a = lock("coupons", options(20s));
@@ -391,11 +382,13 @@ TEST_F(RedisLockTest, ANameEndingInAnotherKeysSuffixIsRefusedAndTouchesNothing) 
   redis_handle held = lock("coupons", options()).acquire();
   const std::string grant = server->cli({"GET", "tokenlock:coupons"});
   const std::string fence = server->cli({"GET", "tokenlock:coupons:fence"});
-  for (const char* name : {"coupons:fence", "coupons:wake", "coupons:waiters", "coupons:handoff"}) {
+  for (const char* name : {"coupons:fence", "coupons:wake", "coupons:waiters", "coupons:handoff",
+                           "coupons:shared", "coupons:writer"}) {
     redis_lock bad = lock(name, options());
     const auto e = error_of([&] { bad.acquire(); });
     EXPECT_EQ(e.first, errc::bad_argument) << name;
-    EXPECT_NE(e.second.find("must not end in :fence, :wake, :waiters or :handoff"), std::string::npos)
+    EXPECT_NE(e.second.find("must not end in :fence, :wake, :waiters, :handoff, :shared or :writer"),
+              std::string::npos)
         << e.second;
     EXPECT_EQ(error_of([&] { bad.holder(); }).first, errc::bad_argument) << name;
     EXPECT_EQ(error_of([&] { bad.break_owner("x"); }).first, errc::bad_argument) << name;

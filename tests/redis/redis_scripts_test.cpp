@@ -27,8 +27,11 @@ struct named_script {
 
 const named_script every_script[] = {
     {"acquire", tokenlock::detail::acquire_script},
+    {"acquire_shared", tokenlock::detail::acquire_shared_script},
     {"settle", tokenlock::detail::settle_script},
+    {"settle_shared", tokenlock::detail::settle_shared_script},
     {"holder", tokenlock::detail::holder_script},
+    {"holders", tokenlock::detail::holders_script},
     {"break", tokenlock::detail::break_script},
 };
 
@@ -65,9 +68,9 @@ TEST_F(RedisScriptsTest, TheHeaderCommentsAreNotSent) {
   }
 }
 
-// A lock's acquire, status, break and release leave the server with every
-// script under the client's digest: each was run by that name (after one
-// NOSCRIPT) and never under another.
+// A lock's acquire, status, break and release, exclusive and shared,
+// leave the server with every script under the client's digest: each was
+// run by that name (after one NOSCRIPT) and never under another.
 TEST_F(RedisScriptsTest, TheServerCachesEveryScriptTheClientRunsUnderItsDigest) {
   for (const auto& s : every_script) EXPECT_EQ(exists(s.script), "0") << s.name;
   redis_lock lock(server->url(), "scripts");
@@ -80,10 +83,17 @@ TEST_F(RedisScriptsTest, TheServerCachesEveryScriptTheClientRunsUnderItsDigest) 
   EXPECT_EQ(lock.holder()->owner, who->owner) << "a break of another owner removed ours";
   h.release();
   EXPECT_FALSE(lock.holder().has_value());
+  tokenlock::redis_lock_options o;
+  o.mode = tokenlock::lock_mode::shared;
+  auto reader = redis_lock(server->url(), "scripts", o).acquire();
+  EXPECT_EQ(lock.holders().size(), 1u);
+  reader.release();
+  EXPECT_FALSE(lock.holder().has_value());
   for (const auto& s : every_script) EXPECT_EQ(exists(s.script), "1") << s.name;
-  EXPECT_EQ(raw(*server, {"EVALSHA", std::string(tokenlock::detail::holder_script.sha1), "1",
-                          "tokenlock:scripts"}),
-            "0");
+  EXPECT_EQ(raw(*server, {"EVALSHA", std::string(tokenlock::detail::holders_script.sha1), "7",
+                          "tokenlock:scripts", "a", "b", "c", "d", "tokenlock:scripts:shared",
+                          "tokenlock:scripts:writer"}),
+            "0\n0\n0\n\n0\n0\n0");
 }
 
 }  // namespace

@@ -81,6 +81,7 @@
 #include <optional>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "tokenlock/errors.hpp"
 #include "tokenlock/lock.hpp"
@@ -112,6 +113,15 @@ struct redis_lock_options {
   std::chrono::milliseconds replica_timeout = std::chrono::milliseconds(500);
   // Prefix of the keys the lock uses (docs/redis.md).
   std::string key_prefix = "tokenlock:";
+  // exclusive (the default), or shared: shared holders hold together, a
+  // writer alone; a waiting writer bars new shared holders (docs/redis.md,
+  // Shared locks and semaphores). A shared grant has no fence.
+  lock_mode mode = lock_mode::exclusive;
+  // A semaphore of `slots` holders (1 to max_slots), each with its own
+  // lease; non-zero implies shared. Every process using the lock gives the
+  // same count: one with another waits until the holders of the first are
+  // gone. 0: no limit.
+  std::uint32_t slots = 0;
 };
 
 // Who holds a Redis lock, as holder() reports it.
@@ -121,6 +131,13 @@ struct redis_holder_info {
   std::chrono::milliseconds remaining{0};  // of its lease, on the server's clock
   std::string host_tag;       // "<host>-<hash8>", parsed from owner
   int pid = 0;                // parsed from owner
+  // exclusive, or shared (slots: the semaphore's size, 0 for readers); a
+  // shared holder's fence is the shared grant's, which fences nothing.
+  lock_mode mode = lock_mode::exclusive;
+  std::uint32_t slots = 0;
+  // Not a holder: a writer waiting for the shared holders to leave, whose
+  // mark bars new ones (remaining: of the mark).
+  bool waiting_writer = false;
 };
 
 class redis_handle;
@@ -158,9 +175,14 @@ class redis_lock : public lock {
   void break_owner(const std::string& owner);
   void break_owner(const std::string& owner, std::error_code& ec) noexcept;
 
-  // Who holds the lock now; std::nullopt when it is free.
+  // Who holds the lock now (shared holders: the first of them);
+  // std::nullopt when it is free.
   std::optional<redis_holder_info> holder();
   std::optional<redis_holder_info> holder(std::error_code& ec) noexcept;
+  // Every holder with a live lease (at most the first 500 shared ones),
+  // then the writer waiting for them, if any; empty when free.
+  std::vector<redis_holder_info> holders();
+  std::vector<redis_holder_info> holders(std::error_code& ec) noexcept;
 
   const std::string& url() const noexcept { return url_; }
   const std::string& name() const noexcept { return name_; }
@@ -178,6 +200,7 @@ class redis_lock : public lock {
   handle adopt_any(const std::string& owner, std::error_code& ec) noexcept override;
   void break_owner_any(const std::string& owner, std::error_code& ec) noexcept override;
   std::optional<lock_holder> holder_any(std::error_code& ec) noexcept override;
+  std::vector<lock_holder> holders_any(std::error_code& ec) noexcept override;
 
   // What handle::notice() says of a grant `h` of this lock.
   std::string grant_notice(const redis_handle& h) const;
@@ -222,7 +245,7 @@ class redis_handle {
   explicit operator bool() const noexcept { return owns(); }
 
   // The fencing token of this grant: larger than every token granted for
-  // this name before it.
+  // this name before it. 0 for a shared grant, which has none.
   std::uint64_t fence() const noexcept { return fence_; }
   const std::string& owner() const noexcept { return owner_; }
   // When the lease ends, by this host's clock (the server counts the

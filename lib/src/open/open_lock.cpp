@@ -44,6 +44,8 @@ std::unique_ptr<lock> open_redis(const detail::lock_spec& s, const open_options&
   options.replicas = o.redis.replicas;
   options.replica_timeout = o.redis.replica_timeout;
   options.key_prefix = o.redis.key_prefix;
+  options.mode = o.mode;
+  options.slots = o.slots;
   return std::make_unique<redis_lock>(s.location, s.name, options);
 }
 #endif

@@ -362,9 +362,9 @@ failure redis_connection::command(const char* step, const std::string_view* argv
 failure redis_connection::eval(const char* step, const redis_script& script,
                                std::initializer_list<std::string_view> keys,
                                std::initializer_list<std::string_view> args, reply_ptr& out) {
-  // EVALSHA sha numkeys key... arg...: every lock script has at most 5 keys
-  // and 5 arguments.
-  constexpr std::size_t most = 13;
+  // EVALSHA sha numkeys key... arg...: every lock script has at most 7 keys
+  // and 6 arguments.
+  constexpr std::size_t most = 16;
   if (3 + keys.size() + args.size() > most)
     return make_failure(errc::bad_argument,
                         "tokenlock: " + std::string(step) + ": too many script arguments");

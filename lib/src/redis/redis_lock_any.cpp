@@ -9,6 +9,11 @@ namespace tokenlock {
 namespace {
 
 struct redis_traits : detail::server_traits<redis_handle> {
+  // A shared grant fences nothing.
+  static std::optional<std::uint64_t> fence(const redis_handle& h) noexcept {
+    if (h.mode() == lock_mode::shared) return std::nullopt;
+    return h.fence();
+  }
   static void refresh(redis_handle& h, std::chrono::milliseconds lease,
                       std::error_code& ec) noexcept {
     h.refresh(lease, ec);
@@ -24,8 +29,26 @@ std::string server_of(const std::string& url) {
 }
 
 void describe(const redis_holder_info& h, lock_holder& out) {
-  out = detail::server_holder(
-      h, redis_holder_liveness(h), "pid " + std::to_string(h.pid) + " on host " + h.host_tag);
+  const std::string who = "pid " + std::to_string(h.pid) + " on host " + h.host_tag;
+  out = detail::server_holder(h, redis_holder_liveness(h), who);
+  out.mode = h.mode;
+  out.slots = h.slots;
+  out.waiting_writer = h.waiting_writer;
+  if (h.waiting_writer) {
+    // A mark, not a grant: no fence, and its lease is the mark's.
+    out.fence.reset();
+    out.facts.erase(out.facts.begin());
+    out.stale = false;
+    out.reason = "a writer, " + who + ", waits for the shared holders to leave (its mark bars new "
+                 "ones), " + seconds_text(std::chrono::duration_cast<std::chrono::microseconds>(
+                                  h.remaining)) + " of its mark left";
+  } else if (h.mode == lock_mode::shared) {
+    // A shared hold fences nothing; the fence shown is the shared grant's.
+    out.fence.reset();
+    const std::string how =
+        h.slots ? "a slot of " + std::to_string(h.slots) + " held" : std::string("held shared");
+    out.reason = how + out.reason.substr(4);
+  }
   out.facts.push_back({"pid", static_cast<std::int64_t>(h.pid)});
   out.facts.push_back({"host_tag", h.host_tag});
 }
@@ -73,6 +96,18 @@ void redis_lock::break_owner_any(const std::string& owner, std::error_code& ec) 
 
 std::optional<lock_holder> redis_lock::holder_any(std::error_code& ec) noexcept {
   return detail::common_holder(holder(ec), describe, ec);
+}
+
+std::vector<lock_holder> redis_lock::holders_any(std::error_code& ec) noexcept {
+  std::vector<lock_holder> out;
+  for (redis_holder_info& h : holders(ec)) {
+    if (ec) break;
+    std::optional<lock_holder> one =
+        detail::common_holder(std::optional<redis_holder_info>(std::move(h)), describe, ec);
+    if (one) out.push_back(std::move(*one));
+  }
+  if (ec) out.clear();
+  return out;
 }
 
 }  // namespace tokenlock

@@ -66,14 +66,75 @@ local function nextfence(last)
   if not fenceok(f) then return nil, corrupt(KEYS[2], last, 'largest') end
   return f, behind
 end
+local function push(ttl)
+  redis.call('RPUSH', KEYS[3], '1')
+  redis.call('LTRIM', KEYS[3], -64, -1)
+  redis.call('PEXPIRE', KEYS[3], ttl)
+end
+local function nudge(ttl)
+  if tonumber(redis.call('GET', KEYS[4]) or '0') <= 0 then return false end
+  push(ttl)
+  return true
+end
+local function wake(ttl)
+  if nudge(ttl) then redis.call('SET', KEYS[5], '1', 'PX', 500) end
+end
+local shared_owner = 'shared-00000000.0.0.0000000000000000'
+local function nowms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function holders(now)
+  local t = redis.pcall('HGETALL', KEYS[6])
+  if t['err'] then return nil, corrupt(KEYS[6], '', 'type ' .. redis.call('TYPE', KEYS[6])['ok']) end
+  local n, limit, earliest, ended = 0, 0, 0, {}
+  for i = 1, #t, 2 do
+    local f, v = t[i], t[i + 1]
+    if not string.find(v, '^%d+$') or #v > 15 then return nil, corrupt(KEYS[6], f .. ' ' .. v, 'holders') end
+    local e = tonumber(v)
+    if f == 'limit' then
+      limit = e
+    elseif e <= now then
+      ended[#ended + 1] = f
+    else
+      n = n + 1
+      if earliest == 0 or e < earliest then earliest = e end
+    end
+  end
+  if #ended > 0 then redis.call('HDEL', KEYS[6], unpack(ended)) end
+  return n, limit, earliest
+end
+local function cover(ms)
+  for _, k in ipairs({KEYS[1], KEYS[6]}) do
+    if redis.call('PTTL', k) < ms then redis.call('PEXPIRE', k, ms) end
+  end
+end
+-- kept(me, woken, ttl): the hand-off's time left (ms) when it keeps the
+-- free lock for another than `me` (woken: my BLPOP returned a release's
+-- wake-up); else false, and whether a hand-off is there (the grant ends
+-- it). A plain hand-off ('1') keeps the lock for whichever waiter was
+-- woken; a last shared holder's keeps it for the writer it names
+-- (leave.lua). A woken waiter refused for that writer passes its wake-up
+-- on (ttl: the wake list's expiry, ms), so that the next BLPOP in the
+-- line, the writer's before long, is answered.
+local function kept(me, woken, ttl)
+  local h, bad = get(KEYS[5])
+  if h == nil then return nil, bad end
+  if not h then return false, false end
+  if h == me or (h == '1' and woken) then return false, true end
+  local pttl = redis.call('PTTL', KEYS[5])
+  if pttl <= 0 then return false, true end
+  if woken and h ~= '1' then nudge(ttl) end
+  return pttl
+end
 
 if ARGV[4] ~= '0' and tonumber(redis.call('DECR', KEYS[4])) < 0 then redis.call('DEL', KEYS[4]) end
-local function refuse(owner, fence, pttl)
+local function refuse(owner, fence, pttl, why)
   if ARGV[5] ~= '0' then
     redis.call('INCR', KEYS[4])
     if redis.call('PTTL', KEYS[4]) < tonumber(ARGV[5]) then redis.call('PEXPIRE', KEYS[4], ARGV[5]) end
   end
-  return {0, owner, fence, pttl, 0}
+  return {0, owner, fence, pttl, 0, why}
 end
 local owner, held, v = grant(KEYS[1])
 if owner == nil then return held end
@@ -84,18 +145,38 @@ end
 if owner then
   local pttl = redis.call('PTTL', KEYS[1])
   if pttl < 0 then return corrupt(KEYS[1], v, 'persistent') end
-  return refuse(owner, held, pttl)
+  if owner ~= shared_owner or not KEYS[7] then return refuse(owner, held, pttl, '') end
+  local mark, bad = get(KEYS[7])
+  if mark == nil then return bad end
+  local n
+  n, bad = holders(nowms())
+  if n == nil then return bad end
+  if n > 0 then
+    -- Mark (or keep marking): no shared holder joins from now on, and the
+    -- last one out hands the lock to us (leave.lua).
+    if mark and mark ~= ARGV[1] then return refuse(owner, held, pttl, 'mark') end
+    if ARGV[5] == '0' then
+      -- Not waiting (try_acquire, a spent budget): no mark of ours stays
+      -- to keep shared holders out.
+      if mark then redis.call('DEL', KEYS[7]) end
+      return refuse(owner, held, pttl, '')
+    end
+    redis.call('SET', KEYS[7], ARGV[1], 'PX', ARGV[2])
+    return refuse(owner, held, pttl, 'marked')
+  end
+  -- The grant outlived every shared lease (by less than a lease): free.
+  redis.call('DEL', KEYS[1], KEYS[6])
 end
-if ARGV[4] ~= '2' then
-  local handoff = redis.call('PTTL', KEYS[5])
-  if handoff > 0 then return refuse('', 0, handoff) end
-end
+local wait, handoff = kept(ARGV[1], ARGV[4] == '2', ARGV[2])
+if wait == nil then return handoff end
+if wait then return refuse('', 0, wait, '') end
 local last, bad = get(KEYS[2])
 if last == nil then return bad end
 if last and not fenceok(last) then return corrupt(KEYS[2], last, 'fence') end
 local fence, behind = nextfence(last)
 if fence == nil then return behind end
-if ARGV[4] == '2' then redis.call('DEL', KEYS[5]) end
+if handoff then redis.call('DEL', KEYS[5]) end
+if ARGV[6] == '1' and get(KEYS[7]) == ARGV[1] then redis.call('DEL', KEYS[7]) end
 local f = type(fence) == 'string' and fence or string.format('%.0f', fence)
 redis.call('SET', KEYS[1], f .. ' ' .. ARGV[1], 'PX', ARGV[2])
 redis.call('SET', KEYS[2], f, 'PX', ARGV[3])
@@ -131,12 +212,18 @@ local function grant(k)
   local o, f = parse(k, v)
   return o, f, v
 end
-local function wake(ttl)
-  if tonumber(redis.call('GET', KEYS[4]) or '0') <= 0 then return end
+local function push(ttl)
   redis.call('RPUSH', KEYS[3], '1')
   redis.call('LTRIM', KEYS[3], -64, -1)
   redis.call('PEXPIRE', KEYS[3], ttl)
-  redis.call('SET', KEYS[5], '1', 'PX', 500)
+end
+local function nudge(ttl)
+  if tonumber(redis.call('GET', KEYS[4]) or '0') <= 0 then return false end
+  push(ttl)
+  return true
+end
+local function wake(ttl)
+  if nudge(ttl) then redis.call('SET', KEYS[5], '1', 'PX', 500) end
 end
 
 local v, bad = get(KEYS[1])
