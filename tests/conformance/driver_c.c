@@ -56,6 +56,37 @@ static void count(int rc, uint64_t value) {
   answer(rc, rc == 0 ? text : NULL);
 }
 
+static int by_name(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* "ok free", or one word per holder, sorted: exclusive, shared, slot/N, waiting. */
+static void holders(const char *lockdir) {
+  tokenlock_holder list[16];
+  char words[16][32], out[600] = "ok ";
+  const char *sorted[16];
+  size_t n = 0, i;
+  int rc = tokenlock_holders(lockdir, NULL, list, 16, &n);
+  if (rc != 0 || n == 0) {
+    answer(rc, rc == 0 ? "free" : NULL);
+    return;
+  }
+  for (i = 0; i < n && i < 16; ++i) {
+    if (list[i].waiting_writer) snprintf(words[i], sizeof words[i], "waiting");
+    else if (list[i].mode == TOKENLOCK_EXCLUSIVE) snprintf(words[i], sizeof words[i], "exclusive");
+    else if (list[i].slots) snprintf(words[i], sizeof words[i], "slot/%d", list[i].slots);
+    else snprintf(words[i], sizeof words[i], "shared");
+    sorted[i] = words[i];
+  }
+  qsort(sorted, i, sizeof sorted[0], by_name);
+  for (n = 0; n < i; ++n) {
+    if (n) strcat(out, ",");
+    strcat(out, sorted[n]);
+  }
+  printf("%s\n", out);
+  fflush(stdout);
+}
+
 static void serve(char **w, int n) {
   tokenlock_options o = options(n > 2 ? w[2] : NULL, n > 3 ? w[3] : NULL);
   uint64_t value = 0;
@@ -65,8 +96,14 @@ static void serve(char **w, int n) {
     fflush(stdout);
   } else if (!strcmp(w[0], "ping")) {
     answer(0, NULL);
-  } else if (!strcmp(w[0], "acquire") && n == 4) {
+  } else if (!strcmp(w[0], "acquire") && (n == 4 || n == 5)) {
+    if (n == 5) {
+      o.mode = TOKENLOCK_SHARED;
+      if (!strncmp(w[4], "slots=", 6)) o.slots = atoi(w[4] + 6);
+    }
     answer(tokenlock_acquire(w[1], &o, &handle), NULL);
+  } else if (!strcmp(w[0], "holders") && n == 2) {
+    holders(w[1]);
   } else if (!strcmp(w[0], "release")) {
     int rc = tokenlock_release(handle);
     handle = NULL; /* freed whatever it returned */

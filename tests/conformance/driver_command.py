@@ -40,9 +40,18 @@ def run(args, stdin=""):
     return "error " + error["error"], ""
 
 
-def acquire(lockdir, wait_ms, lease_ms):
+def mode_args(mode):
+    """acquire's fourth word: none, "shared" or "slots=N"."""
+    if mode is None:
+        return []
+    if mode.startswith("slots="):
+        return ["--slots", mode[len("slots="):]]
+    return ["--shared"]
+
+
+def acquire(lockdir, wait_ms, lease_ms, mode=None):
     # The driver owns the lock, as a script's shell does with --pid $$.
-    failed, token = run(["acquire"] + wait_args(wait_ms) +
+    failed, token = run(["acquire"] + wait_args(wait_ms) + mode_args(mode) +
                         ["--lease", seconds(lease_ms), "--pid", str(os.getpid()), lockdir])
     if not failed:
         held.update(lockdir=lockdir, token=token)
@@ -68,6 +77,22 @@ def holder(lockdir):
     return "ok " + ",".join(words)
 
 
+def holders(lockdir):
+    """One word per holder, sorted: exclusive, shared, slot/N, waiting."""
+    failed, out = run(["status", "--json", lockdir])
+    if failed:
+        return failed
+    status = json.loads(out.splitlines()[0])
+    if status["state"] == "free":
+        return "ok free"
+    words = []
+    for h in status["holders"]:
+        words.append("waiting" if h["waiting_writer"] else
+                     "exclusive" if h["mode"] == "exclusive" else
+                     "slot/%d" % h["slots"] if h.get("slots") else "shared")
+    return "ok " + ",".join(sorted(words))
+
+
 def increment(path, wait_ms):
     failed, out = run(["incr"] + wait_args(wait_ms) + [path])
     return failed or "ok " + out
@@ -82,6 +107,7 @@ OPERATIONS = {
     "increment": increment,
     "write": lambda path, text: run(["write", path], text)[0],
     "holder": holder,
+    "holders": holders,
 }
 
 

@@ -1,5 +1,7 @@
 #include "lockdir/shared_steps.hpp"
 
+#include "lockdir/trust.hpp"
+
 namespace tokenlock::detail {
 namespace {
 
@@ -39,15 +41,7 @@ failure settle_cover(os& sys, const lock_paths& paths, const lock_options& optio
     entry_census census;
     if (failure f = take_census(sys, paths, tok.fd, options, step, census)) return f;
     if (!census.live.empty()) return {};
-    if (!census.malformed.empty())
-      return make_failure(errc::lock_corrupt,
-                          describe(step, paths.dir,
-                                   "the token " + shown_name(obs.token.name) +
-                                       " holds a share entry that breaks the grammar (" +
-                                       shown_name(census.malformed.front()) +
-                                       "): nobody can tell whether its holder is gone; remove it "
-                                       "by hand once it is",
-                                   {}));
+    if (failure f = corrupt_entry(paths, obs.token.name, census, step)) return f;
     remove_stale_entries(sys, tok.fd, census);
     const std::string to = s.kind == share_kind::group ? std::string(free_token)
                                                        : hand_over_name(obs.token);
@@ -58,6 +52,19 @@ failure settle_cover(os& sys, const lock_paths& paths, const lock_options& optio
                         obs.token.name, ec);
   }
   return {};
+}
+
+failure corrupt_entry(const lock_paths& paths, const std::string& token,
+                      const entry_census& census, const char* step) {
+  if (!census.live.empty() || census.malformed.empty()) return {};
+  return make_failure(errc::lock_corrupt,
+                      describe(step, paths.dir,
+                               "the token " + shown_name(token) +
+                                   " holds a share entry that breaks the grammar (" +
+                                   shown_name(census.malformed.front()) +
+                                   "): nobody can tell whether its holder is gone; remove it "
+                                   "by hand once it is",
+                               {}));
 }
 
 failure find_share(os& sys, const lock_paths& paths, const std::string& entry, const char* step, share_place& out) {

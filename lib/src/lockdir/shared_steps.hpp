@@ -24,6 +24,12 @@ inline std::int64_t later_expiry(std::int64_t seen_us, std::int64_t wanted_us) {
 failure settle_cover(os& sys, const lock_paths& paths, const lock_options& options,
                      const char* step);
 
+// lock_corrupt when the census of `token` shows no live share but a
+// malformed entry: nobody can tell whether its holder is gone, so neither
+// a writer nor the last one out may free the token (it is never removed).
+failure corrupt_entry(const lock_paths& paths, const std::string& token,
+                      const entry_census& census, const char* step);
+
 // Where a share is now: the token's name (`cover`, empty when the lock is
 // free or held by somebody else), whether `entry` is in it, and the census.
 struct share_place {

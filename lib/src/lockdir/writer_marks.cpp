@@ -73,6 +73,7 @@ failure writer_marks::meet_own_mark(const open_dir& d, const observed_token& see
   if (how == token_open::ok) {
     if (failure f = take_census(sys_, paths_, tok.fd, options_, "acquire", census)) return f;
   }
+  if (failure f = corrupt_entry(paths_, seen.name, census, "acquire")) return f;
   if (census.live.empty()) {
     out.what = step::took;
     out.taken_from = seen.name;
@@ -108,6 +109,8 @@ failure writer_marks::mark(const open_dir& d, const observed_token& seen, const 
   }
   entry_census census;
   if (failure f = take_census(sys_, paths_, tok.fd, options_, "acquire", census)) return f;
+  if (s.kind != share_kind::lone)
+    if (failure f = corrupt_entry(paths_, seen.name, census, "acquire")) return f;
   if (s.kind != share_kind::lone && census.live.empty()) {
     out.what = step::took;
     out.taken_from = seen.name;
