@@ -57,7 +57,7 @@ if [ -n "$errors" ] && [ "$errors" != 0 ]; then
     grep -E 'proc +[0-9]+ \(P|assertion' | tail -25 | sed 's/^/    /') || true
 fi
 
-# Shared holders and slots (docs/shared-locks.md), compiled with -O1: eight
+# Shared holders and slots (docs/protocol.md, Shared locks and semaphores), compiled with -O1: eight
 # compilations at -O2 cost more than the searches save. With three processes the
 # roles are fixed (WRITERS: bit i makes process i a writer), which keeps
 # each search to seconds; two processes choose their role every round.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The longer spin searches of the shared and slot protocol
-# (docs/shared-locks.md, docs/verification.md): shared_token.pml with the
+# (docs/protocol.md, Shared locks and semaphores, docs/verification.md): shared_token.pml with the
 # refresh of a group member (-DREFRESH), which check_models.sh leaves out
 # to stay within a minute. About 4 minutes and 5 GB here; run it by hand or
 # in the weekly run.

@@ -1,5 +1,5 @@
 /* Shared holders and N-slot semaphores over the rename-token lock
- * (docs/shared-locks.md), for spin.
+ * (docs/protocol.md, Shared locks and semaphores), for spin.
  *
  * The lock directory holds one token directory under one name at a time;
  * renames move that one directory, so the share entries inside it
