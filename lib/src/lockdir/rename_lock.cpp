@@ -301,6 +301,11 @@ class acquirer final : public lock_attempt {
     return busy_reason_.empty() ? "changing hands too fast to see who holds it" : busy_reason_;
   }
 
+  // With a mark out, the hand-over (a rename to our token) admits us.
+  std::string_view wake_name() const override {
+    return writer_.marking() ? any_token : free_token;
+  }
+
  private:
   bool first_round_ = true;
   // Tokens of ours that a rename made ours but the owner mark did not

@@ -98,6 +98,10 @@ class shared_acquirer final : public lock_attempt {
                             "on a local disk or NFS");
   }
 
+  // A join may become possible at any rename of the token (a cover freed,
+  // renamed by a leaving slot holder, unmarked), not only at lockfile.
+  std::string_view wake_name() const override { return any_token; }
+
   std::string busy_reason() const override {
     return reason_.empty() ? "changing hands too fast to see who holds it" : reason_;
   }

@@ -31,6 +31,8 @@ namespace tokenlock::detail {
 
 inline constexpr std::string_view free_token = "lockfile";
 inline constexpr std::string_view held_prefix = "lockfile.";
+// Every name of the token, for a directory watch (dir_watch::wait_for).
+inline constexpr std::string_view any_token = "lockfile*";
 
 struct held_token {
   // For a legacy token: when it was taken (its seconds, in microseconds);

@@ -148,6 +148,7 @@ void waiter::sleep_in_line(std::uint32_t turn) {
 
 void waiter::wait_between_rounds(std::chrono::microseconds pause, std::int64_t now) {
   pause = budget_.cap(pause, now);
+  watch_.wake_on(attempt_.wake_name());
   watch_.attach();
   watch_.pause(line_.poll_pause(pause, watch_.attached()));
 }

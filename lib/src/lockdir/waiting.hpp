@@ -49,6 +49,11 @@ class lock_attempt {
   virtual failure attempt(outcome& result, bool look) = 0;
   // Why the lock is busy, for the timed_out and busy messages.
   virtual std::string busy_reason() const = 0;
+  // The name whose appearance in the lock directory may admit this waiter
+  // (dir_watch::wait_for): lockfile, or "lockfile*" while any rename of
+  // the token may (a shared holder; a writer whose mark waits for its
+  // hand-over). Must stay valid while the attempt lives.
+  virtual std::string_view wake_name() const { return free_token; }
 
  protected:
   ~lock_attempt() = default;

@@ -93,8 +93,9 @@ class dir_watch {
   virtual void disarm() noexcept = 0;
   // Waits up to `timeout`. Returns true when an entry named `name` appeared
   // in the directory (created or renamed into it) during the wait, false on
-  // timeout or when the watch cannot tell. Never fails: a broken watch
-  // degrades to a plain sleep.
+  // timeout or when the watch cannot tell. A `name` ending in '*' stands
+  // for every name that starts with what comes before it. Never fails: a
+  // broken watch degrades to a plain sleep.
   virtual bool wait_for(const std::string& name,
                         std::chrono::microseconds timeout) noexcept = 0;
 };

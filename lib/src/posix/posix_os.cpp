@@ -201,6 +201,13 @@ class inotify_watch final : public dir_watch {
     }
   }
 
+  // `pattern` is a name, or a prefix followed by '*' (dir_watch::wait_for).
+  static bool names_match(const std::string& pattern, const char* name) noexcept {
+    if (!pattern.empty() && pattern.back() == '*')
+      return std::strncmp(name, pattern.data(), pattern.size() - 1) == 0;
+    return pattern == name;
+  }
+
   bool wait_for(const std::string& name, std::chrono::microseconds timeout) noexcept override {
     timespec start{};
     ::clock_gettime(CLOCK_MONOTONIC, &start);
@@ -224,7 +231,7 @@ class inotify_watch final : public dir_watch {
       for (char* p = buf; p < buf + n;) {
         auto* ev = reinterpret_cast<inotify_event*>(p);
         if (ev->mask & (IN_Q_OVERFLOW | IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF)) return true;
-        if (ev->len > 0 && name == ev->name) return true;
+        if (ev->len > 0 && names_match(name, ev->name)) return true;
         p += sizeof(inotify_event) + ev->len;
       }
     }

@@ -91,6 +91,10 @@ class release_watch {
   void put_away();
   // Waits `pause`, or until a release if watching.
   void pause(std::chrono::microseconds pause);
+  // What a release is from now on: the free name, or a prefix and '*' for
+  // a waiter that any rename of the lock's token may admit (a shared
+  // holder, a writer waiting for its hand-over).
+  void wake_on(std::string_view name) noexcept { freed_ = name; }
 
  private:
   os& sys_;
