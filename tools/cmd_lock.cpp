@@ -5,6 +5,7 @@
 #include <iostream>
 #include <sstream>
 #include <variant>
+#include <vector>
 
 #include <unistd.h>
 
@@ -338,8 +339,13 @@ namespace {
 int break_token(lock& l, const std::string& token, bool force) {
   const std::string id = id_of(l, token);
   std::error_code ec;
-  const std::optional<lock_holder> h = l.holder(ec);
+  // Any of the holders: a shared holder is broken alone, by its id.
+  const std::vector<lock_holder> all = l.holders(ec);
   if (ec) return report(ec, last_error_message());
+  std::optional<lock_holder> h;
+  for (const lock_holder& one : all)
+    if (one.id == id && !one.waiting_writer) h = one;
+  if (!h && !all.empty()) h = all.front();
   if (!h || h->id != id) {
     // A token that cannot be one is a usage error, as the library judges
     // it: adopting checks the id and changes nothing (the grant, were it

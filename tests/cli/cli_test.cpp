@@ -185,8 +185,12 @@ TEST_F(CliTest, SharedHoldersHoldTogetherAndStatusListsEveryOne) {
   EXPECT_NE(r.out.find("\"holders\":[{"), std::string::npos) << r.out;
   EXPECT_EQ(tl({"run", "-s", "-n", lock, "-c", "exit 4"}).exit_code, 4) << "a third reader";
   EXPECT_EQ(tl({"run", "-n", lock, "true"}).exit_code, code::busy) << "a writer beside readers";
+  // The second holder is broken alone, by its id, with --force (it lives).
+  EXPECT_EQ(tl({"break", lock, b}).exit_code, code::busy) << "broke a live share without --force";
+  r = tl({"break", "--force", lock, b});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(tl({"release", lock, b}).exit_code, code::lost) << "a broken share released";
   EXPECT_EQ(tl({"release", lock, a}).exit_code, 0);
-  EXPECT_EQ(tl({"release", lock, b}).exit_code, 0);
   EXPECT_EQ(entries(lock), std::vector<std::string>{"lockfile"});
   const std::string one = strip(tl({"acquire", "--slots", "1", "--pid", pid, lock}).out);
   EXPECT_EQ(tl({"run", "--slots", "1", "-n", lock, "true"}).exit_code, code::busy);

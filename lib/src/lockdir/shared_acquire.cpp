@@ -171,8 +171,10 @@ class shared_acquirer final : public lock_attempt {
   // provably dead on this host, whose mark is then taken back.
   failure meet_draining(outcome& result, const open_dir& d, const observed_token& seen,
                         const shared_token& s) {
+    // The mark's lease is the cover's, never earlier than any member's: a
+    // stale one holds nobody's share, like a dead writer's.
     judgement j = judge(sys_, options_, named_holder(seen));
-    if (j.owner != owner_liveness::dead)
+    if (j.owner != owner_liveness::dead && !j.stale)
       return wait(result, "a writer waits for the shared holders to leave (pid " +
                               std::to_string(seen.pid) + "); no new one joins meanwhile");
     const std::string cover =

@@ -83,6 +83,12 @@ failure leave(lock_handle& h, const std::string& entry) {
   return {};
 }
 
+// Whether a share with this expiry may be judged ended by somebody now.
+bool may_have_ended(os& sys, std::int64_t expiry_us, const lock_options& options) {
+  const std::int64_t skew = options.skew_allowance.count() * 1000;
+  return sys.wall_now_us() > expiry_us - skew;
+}
+
 // A member's refresh: a new entry, the cover renamed to cover it, the old
 // entry removed. A slot holder counts the others first, as a joiner does.
 failure refresh_member(lock_handle& h, const std::string& entry, std::int64_t expiry,
@@ -107,7 +113,10 @@ failure refresh_member(lock_handle& h, const std::string& entry, std::int64_t ex
       if (failure f = make_entry(sys, paths, tok.fd, next, "refresh", existed)) return f;
       made = true;
     }
-    if (place.shared.limit) {
+    // Only a share whose lease may have ended can have been counted out by
+    // a joiner; counting a live one would count joiners whose rename is
+    // still to come, and end a share for nothing.
+    if (place.shared.limit && may_have_ended(sys, lock_access::expiry_us(h), options)) {
       entry_census census;
       if (failure f = take_census(sys, paths, tok.fd, options, "refresh", census)) return f;
       if (census.others(entry, next) >= place.shared.limit) break;

@@ -38,7 +38,7 @@ failure writer_marks::meet(const open_dir& d, const observed_token& seen, const 
       return meet_own_mark(d, seen, s, token, out);
     }
     judgement j = judge(sys_, options_, holder);
-    if (j.owner != owner_liveness::dead) {
+    if (j.owner != owner_liveness::dead && !j.stale) {
       out.reason = "another writer (pid " + std::to_string(seen.pid) +
                    ") waits for the shared holders to leave";
       return {};
