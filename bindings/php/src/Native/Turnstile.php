@@ -107,7 +107,7 @@ trait Turnstile
                 return $got;
             }
             if ($w['final']) {
-                throw self::verdict($w);
+                return self::atDeadline($w);
             }
         }
     }
@@ -163,7 +163,7 @@ trait Turnstile
                     return $got;
                 }
                 if ($w['final']) {
-                    throw self::verdict($w);
+                    return self::atDeadline($w);
                 }
                 if (!$hungry && hrtime(true) - $became >= self::HUNGRY_AFTER_NS) {
                     $hungry = @ftruncate($fp, 1);
