@@ -89,7 +89,7 @@ trait Leaving
     private static function refreshMember(string $dir, string $old, int $leaseUs): string
     {
         $new = self::withExpiry($old, max(self::expiryOf($old) + 1, self::nowUs() + $leaseUs));
-        $made = false;
+        $made = $counted = false;
         for ($i = 0; $i < self::SHARE_RETRIES; ++$i) {
             $seen = self::look($dir, 'refresh');
             $t = $seen[0] === 'held' ? $seen[1][1] : null;
@@ -108,7 +108,12 @@ trait Leaving
                 }
                 $made = true;
             }
-            if ($share[1] > 0) {
+            // Only a share whose lease may have ended can have lost its
+            // slot: a joiner counts every entry whose lease is live (with
+            // the skew allowance) as a holder. Counting earlier would count
+            // the entries of joiners whose rename is still to come.
+            if ($share[1] > 0 && ($counted || self::nowUs() > self::expiryOf($old) - self::SKEW_US || !self::entryThere($dir, $cover, $old))) {
+                $counted = true;
                 $e = self::entries($dir, $cover);
                 if ($e === null) {
                     continue;
@@ -131,6 +136,13 @@ trait Leaving
             }
         }
         throw self::systemError('refresh', $dir, 'the group cover kept changing under ' . self::SHARE_RETRIES . ' attempts', 16);
+    }
+
+    /** Whether ENTRY is in the token NAME; yes when the token was renamed since the listing, as the rename that follows then fails and the next round looks again. */
+    private static function entryThere(string $dir, string $name, string $entry): bool
+    {
+        clearstatcache(true, "$dir/$name/$entry");
+        return @lstat("$dir/$name/$entry") !== false || @lstat("$dir/$name") === false;
     }
 
     /** A share found ended: our entries removed, lock_lost. */

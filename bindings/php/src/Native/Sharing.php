@@ -174,8 +174,11 @@ trait Sharing
 
     /**
      * After a lost rename: removes our entry, and the lone holder's entry
-     * we made unless the token is a cover now (then it is a share); a
-     * leaver may have counted ours, so the last one out's steps follow.
+     * we made unless the token is a cover now (then it may be a share:
+     * another converter's rename may have confirmed it). Each removal
+     * goes through the token's name a listing showed, so a token renamed
+     * into a cover meanwhile is looked at again. A leaver may have
+     * counted our entry, so the last one out's steps follow.
      */
     private static function abandon(string $dir, ?string $mine, ?string $theirs): void
     {
@@ -183,14 +186,28 @@ trait Sharing
         if ($mine !== null) {
             self::dropEntry($dir, $mine, $where);
         }
-        $cover = $where !== null && $where[1] !== null && in_array($where[1][0], [self::COVER, self::DRAINING], true);
-        if ($theirs !== null && !$cover) {
-            self::dropEntry($dir, $theirs, $where);
-            $cover = $where !== null && $where[1] !== null && in_array($where[1][0], [self::COVER, self::DRAINING], true);
+        for ($i = 0; $theirs !== null && $i < self::SHARE_RETRIES; ++$i) {
+            $where = self::locate($dir, $theirs, 'acquire');
+            if ($where === null || self::isCover($where[1])) {
+                break;
+            }
+            $errno = self::removeEntryAt("$dir/{$where[0]}/$theirs");
+            if ($errno === 0) {
+                break;
+            }
+            if ($errno !== 2) {
+                throw self::systemError('acquire', "$dir/{$where[0]}", "cannot remove the share entry $theirs", $errno);
+            }
         }
-        if ($cover) {
+        if ($where === null || self::isCover($where[1])) {
             self::lastOut($dir, 'acquire');
         }
+    }
+
+    /** @param array{0: int, 1: int, 2: string}|null $share */
+    private static function isCover(?array $share): bool
+    {
+        return $share !== null && ($share[0] === self::COVER || $share[0] === self::DRAINING);
     }
 
     /**

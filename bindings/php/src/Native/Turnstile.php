@@ -124,7 +124,9 @@ trait Turnstile
      */
     private static function enterTurnstile($fp, array $w): bool
     {
-        $until = hrtime(true) + self::OWN_LOOK_NS;
+        // A writer that marked shared holders is owed the hand-over: it
+        // looks as often as the head does not, every 10 ms.
+        $until = hrtime(true) + (isset($w['markNonce']) ? self::LOOK_EVERY_NS : self::OWN_LOOK_NS);
         if ($w['deadline'] !== null) {
             $until = min($until, $w['deadline']);
         }
