@@ -213,6 +213,74 @@ final class Lock
     }
 
     /**
+     * Makes a shared hold exclusive, without waiting and without letting
+     * go: true when it is now a writer's hold (with a lease of $lease
+     * seconds, default the one given to acquire()), false when other
+     * holders (or a writer waiting for them) are there: it then stays
+     * shared. An exclusive hold stays as it is (true). A slot holder
+     * promoted holds the lock alone.
+     *
+     * @throws \LogicException after release()
+     * @throws Exception on a failure of the lock directory
+     */
+    public function toExclusive(int|float|null $lease = null): bool
+    {
+        $this->checkHeld('toExclusive');
+        if ($this->slots === null) {
+            return true;
+        }
+        $lease = $lease === null ? $this->lease : Command::seconds($lease, 'lease');
+        $token = Native::promote($this->path, $this->token, Native::leaseUs($lease));
+        if ($token === null) {
+            return false;
+        }
+        [$this->token, $this->slots, $this->lease] = [$token, null, $lease];
+        return true;
+    }
+
+    /**
+     * Makes an exclusive hold shared (a reader, or one of $slots slots),
+     * in one rename: no writer can come between. A shared hold stays as
+     * it is.
+     *
+     * @throws LockLostException when the lock was taken over meanwhile
+     * @throws \LogicException after release()
+     */
+    public function toShared(int $slots = 0): void
+    {
+        $this->checkHeld('toShared');
+        if ($this->slots !== null) {
+            return;
+        }
+        $slots = self::slotsOption($slots === 0 ? ['shared' => true] : ['slots' => $slots]);
+        try {
+            $this->token = Native::demote($this->path, $this->token, Native::leaseUs($this->lease), $slots);
+        } catch (LockLostException $e) {
+            $this->held = false;
+            throw $e;
+        }
+        $this->slots = $slots;
+    }
+
+    /**
+     * Whether the hold is in the lock directory now with its lease not
+     * ended (a look at the directory; isHeld() only says what this object
+     * believes).
+     */
+    public function holdsNow(): bool
+    {
+        return $this->isHeld() && Native::stillHeld($this->path, $this->token);
+    }
+
+    private function checkHeld(string $step): void
+    {
+        if (!$this->isHeld()) {
+            throw new \LogicException("Tokenlock\\Lock::$step: the lock {$this->dir} is no longer held by this object");
+        }
+        $this->checkOwner($step);
+    }
+
+    /**
      * Releases the lock. Does nothing if it is no longer held (released,
      * lost, or released as the request ended).
      *

@@ -17,6 +17,7 @@ use Tokenlock\Native\Shares;
 use Tokenlock\Native\Sharing;
 use Tokenlock\Native\Leaving;
 use Tokenlock\Native\Writing;
+use Tokenlock\Native\Modes;
 
 /**
  * The rename-token lock of docs/protocol.md, in PHP: no process is started
@@ -50,6 +51,7 @@ final class Native
     use Sharing;
     use Leaving;
     use Writing;
+    use Modes;
 
     public const FREE = 'lockfile';
     public const PREFIX = 'lockfile.';
