@@ -250,6 +250,7 @@ trait Leaving
                 continue;
             }
             [$live, $stale, $bad] = $e;
+            $live = self::dropOurStrays($dir, $cover, $live);
             if ($live) {
                 if ($share[1] > 0 && count($live) === $share[1] - 1) {
                     self::rename("$dir/$cover", "$dir/" . self::renewed($cover, $t, $share, $t['expiry'] + 1));

@@ -175,6 +175,51 @@ trait Shares
     }
 
     /**
+     * Removes from the token DIR/NAME the entries that name this process
+     * but are none of its holds, and returns $live without them. Such an
+     * entry is a converter's or a marking writer's for a lone share of
+     * ours that we released (or refreshed) before its rename, kept by it
+     * because the token had become a cover meanwhile (another lone share's
+     * conversion): nobody else can tell it from a share until our lease
+     * ends, but we know our holds. Not in a threaded PHP, whose threads
+     * share the pid but not the list of holds.
+     *
+     * @param array<string, string> $live
+     * @return array<string, string>
+     */
+    private static function dropOurStrays(string $dir, string $name, array $live): array
+    {
+        if (PHP_ZTS || !$live) {
+            return $live;
+        }
+        $owner = self::identity()['owner'];
+        foreach (array_keys($live) as $n) {
+            $at = strpos($n, '.', strlen(self::ENTRY));
+            if (substr($n, $at + 1, strlen($owner)) !== $owner || self::isOurHold($n)) {
+                continue;
+            }
+            if (self::removeEntryAt("$dir/$name/$n") === 0) {
+                unset($live[$n]);
+            }
+        }
+        return $live;
+    }
+
+    /** Whether the entry N (naming this process) is one of its holds: an entry, or a lone share's. */
+    private static function isOurHold(string $n): bool
+    {
+        if (self::holds($n)) {
+            return true;
+        }
+        foreach (self::$held as $token => [$dir, $pid]) {
+            if (!str_starts_with($token, self::ENTRY) && substr($token, -16) === substr($n, -16) && self::expiryOf($token) === self::expiryOf($n)) {
+                return true;  // our lone share, whose entry a converter made
+            }
+        }
+        return false;
+    }
+
+    /**
      * Removes the stale entries of the token DIR/NAME by their exact
      * names: a directory with rmdir, anything else (a link, a FIFO, a
      * file) with unlink, never followed, never opened.

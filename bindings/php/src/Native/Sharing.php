@@ -228,6 +228,7 @@ trait Sharing
             return $usable === null;
         }
         [$live, $stale] = $e;
+        $live = self::dropOurStrays($dir, $cover, $live);
         $limit = self::shareOf($t)[1];
         if ($live && ($limit !== $w['limit'] || ($limit > 0 && count($live) >= $limit))) {
             $w['reason'] = $limit === $w['limit'] ? 'all ' . $limit . ' slots are taken: ' . reset($live) : self::mismatch($limit, $w['limit'], reset($live));

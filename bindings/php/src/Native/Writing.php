@@ -47,6 +47,7 @@ trait Writing
             return false;
         }
         [$live, $stale, $bad] = $e;
+        $live = self::dropOurStrays($w['dir'], $name, $live);
         $mine = $kind === self::DRAINING && isset($w['markNonce']) && self::isMine(self::holderFields($t, $start), $name, $w['markNonce']);
         if ($live) {
             $w['reason'] = count($live) . ' shared holder(s), the first ' . reset($live);

@@ -22,11 +22,11 @@ declare(strict_types=1);
 
 namespace Tokenlock\Symfony;
 
-use Symfony\Component\Semaphore\Exception\InvalidArgumentException;
+use Symfony\Component\Semaphore\Exception\InvalidArgumentException as InvalidSemaphoreArgument;
 use Symfony\Component\Semaphore\Exception\SemaphoreAcquiringException;
 use Symfony\Component\Semaphore\Exception\SemaphoreExpiredException;
 use Symfony\Component\Semaphore\Exception\SemaphoreReleasingException;
-use Symfony\Component\Semaphore\Key;
+use Symfony\Component\Semaphore\Key as SemaphoreKey;
 use Symfony\Component\Semaphore\PersistingStoreInterface;
 use Tokenlock\Exception;
 use Tokenlock\Lock;
@@ -47,7 +47,7 @@ final class TokenlockSemaphoreStore implements PersistingStoreInterface
      * @param string $directory where the lock directories are made, as
      *        for TokenlockStore (created when missing, judged the same way)
      * @param array{group?: string|int} $options `group`: as TokenlockStore's
-     * @throws InvalidArgumentException when the directory cannot be made or written
+     * @throws InvalidSemaphoreArgument when the directory cannot be made or written
      * @throws Exception `untrusted` when another user could change the
      *         directory; `bad_argument` for a group that does not exist or
      *         this user is not in
@@ -56,14 +56,14 @@ final class TokenlockSemaphoreStore implements PersistingStoreInterface
     {
         $unknown = array_diff(array_keys($options), ['group']);
         if ($unknown) {
-            throw new InvalidArgumentException('TokenlockSemaphoreStore: unknown option ' . implode(', ', $unknown) . '; it takes group');
+            throw new InvalidSemaphoreArgument('TokenlockSemaphoreStore: unknown option ' . implode(', ', $unknown) . '; it takes group');
         }
         if ($directory === '' || str_contains($directory, "\0")) {
-            throw new InvalidArgumentException('TokenlockSemaphoreStore: the directory must be a non-empty path without NUL bytes');
+            throw new InvalidSemaphoreArgument('TokenlockSemaphoreStore: the directory must be a non-empty path without NUL bytes');
         }
         $directory = strlen($directory) > 1 ? rtrim($directory, '/') : $directory;
         $this->group = $options['group'] ?? null;
-        StoreDirectory::prepare($directory, Native::group($this->group, 'open'), fn (string $m, ?\Throwable $e) => new InvalidArgumentException("TokenlockSemaphoreStore: $m", 0, $e));
+        StoreDirectory::prepare($directory, Native::group($this->group, 'open'), fn (string $m, ?\Throwable $e) => new InvalidSemaphoreArgument("TokenlockSemaphoreStore: $m", 0, $e));
         $this->directory = $directory;
     }
 
@@ -78,7 +78,7 @@ final class TokenlockSemaphoreStore implements PersistingStoreInterface
      * waiting: SemaphoreAcquiringException when all are taken (or held
      * with another limit). A key that holds already starts a new lease.
      */
-    public function save(Key $key, float $ttlInSecond): void
+    public function save(SemaphoreKey $key, float $ttlInSecond): void
     {
         self::checkTtl($ttlInSecond);
         if ($key->getWeight() !== 1) {
@@ -97,7 +97,7 @@ final class TokenlockSemaphoreStore implements PersistingStoreInterface
     }
 
     /** Gives the key's slot back; SemaphoreReleasingException when it was taken over meanwhile. */
-    public function delete(Key $key): void
+    public function delete(SemaphoreKey $key): void
     {
         $lock = $this->held($key);
         $key->removeState(__CLASS__);
@@ -112,14 +112,14 @@ final class TokenlockSemaphoreStore implements PersistingStoreInterface
     }
 
     /** Whether the key holds its slot now, in this process, with its lease not ended. */
-    public function exists(Key $key): bool
+    public function exists(SemaphoreKey $key): bool
     {
         $lock = $this->held($key);
         return $lock !== null && $lock->holdsNow();
     }
 
     /** A new lease of $ttlInSecond; SemaphoreExpiredException when the slot was lost. */
-    public function putOffExpiration(Key $key, float $ttlInSecond): void
+    public function putOffExpiration(SemaphoreKey $key, float $ttlInSecond): void
     {
         self::checkTtl($ttlInSecond);
         $lock = $this->held($key);
@@ -135,7 +135,7 @@ final class TokenlockSemaphoreStore implements PersistingStoreInterface
     }
 
     /** The lock the key took, if still held and taken by this process. */
-    private function held(Key $key): ?Lock
+    private function held(SemaphoreKey $key): ?Lock
     {
         if (!$key->hasState(__CLASS__)) {
             return null;
@@ -147,7 +147,7 @@ final class TokenlockSemaphoreStore implements PersistingStoreInterface
     private static function checkTtl(float $ttl): void
     {
         if (!($ttl >= self::MIN_TTL) || $ttl > self::MAX_TTL) {
-            throw new InvalidArgumentException(sprintf('TokenlockSemaphoreStore: the TTL must be from 0.001 s to 86400 s (the leases every tokenlock process accepts); got %s', $ttl));
+            throw new InvalidSemaphoreArgument(sprintf('TokenlockSemaphoreStore: the TTL must be from 0.001 s to 86400 s (the leases every tokenlock process accepts); got %s', $ttl));
         }
     }
 }
