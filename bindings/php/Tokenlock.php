@@ -2898,7 +2898,7 @@ trait Shares
      * @param array<string, mixed> $t
      * @return list<array<string, mixed>>|null
      */
-    public static function sharedHolders(string $dir, string $name, array $t): ?array
+    public static function sharedHolders(string $dir, string $name, array $t, int $depth = 0): ?array
     {
         $share = self::shareOf($t);
         if ($share === null || $share[0] > self::DRAINING) {
@@ -2909,22 +2909,19 @@ trait Shares
         if ($kind === self::LONE) {
             return [self::describe($mode, $limit, $name, self::holderFields($t, $start))];
         }
-        $out = [];
-        for ($i = 0; $i < 100 && self::tokenUsable($dir, $name, 'status') && ($e = self::entries($dir, $name)) === null; ++$i) {
+        $usable = self::tokenUsable($dir, $name, 'status');
+        $e = $usable ? self::entries($dir, $name) : ($usable === false ? [[], [], []] : null);
+        if ($e === null) {
+            // Renamed since the listing: look again.
             $seen = self::look($dir, 'status');
-            if ($seen[0] !== 'held') {
-                return [];
-            }
-            [$name, $t] = $seen[1];
-            if (($share = self::shareOf($t)) === null || $share[0] === self::LONE) {
-                return self::sharedHolders($dir, $name, $t);
-            }
+            return $seen[0] !== 'held' || $depth > 100 ? [] : self::sharedHolders($dir, $seen[1][0], $seen[1][1], $depth + 1);
         }
-        foreach (array_merge(...array_slice($e ?? [[], [], []], 0, 2)) as $n => $why) {
+        $out = [];
+        foreach ($e[0] + $e[1] as $n => $why) {
             $out[] = self::describe($mode, $limit, $n, self::classify(self::PREFIX . substr($n, 2))[1]);
         }
-        if ($share[0] === self::DRAINING) {
-            $out[] = self::describe('waiting', $limit, $name, self::holderFields($t, $share[2]));
+        if ($kind === self::DRAINING) {
+            $out[] = self::describe('waiting', $limit, $name, self::holderFields($t, $start));
         }
         return $out;
     }
@@ -3200,7 +3197,8 @@ trait Sharing
 
     /**
      * A reader at a draining cover waits; the mark of a writer provably
-     * dead on this host it unmarks (a group cover again, a fresh nonce).
+     * dead on this host, or whose mark's lease ended, it unmarks (a group
+     * cover again, a fresh nonce).
      *
      * @param array<string, mixed> $w
      * @param array<string, mixed> $t
@@ -3208,16 +3206,14 @@ trait Sharing
      */
     private static function readerAtMark(array &$w, string $mark, array $t, array $share): bool
     {
-        $writer = self::holderFields($t, $share[2]);
-        $me = self::identity();
-        $gone = $me['proc'] && $writer['tag'] === $me['tag'] ? self::ownerGone($writer) : null;
+        $gone = self::markGone($t, $share[2]);
         if ($gone === null) {
             $w['reason'] = "a writer (pid {$t['pid']}) waits for the shared holders to leave, and new ones wait behind it";
             return false;
         }
         $errno = self::rename("$w[dir]/$mark", "$w[dir]/" . self::shareName($t['expiry'] + 1, self::COVER, $share[1]));
         if ($errno !== 0 && $errno !== 2) {
-            throw self::systemError('acquire', $w['dir'], "cannot unmark $mark, the mark of a dead writer (pid {$t['pid']} $gone)", $errno);
+            throw self::systemError('acquire', $w['dir'], "cannot unmark $mark, a writer's stale mark ($gone)", $errno);
         }
         return true;
     }
@@ -3548,8 +3544,24 @@ trait Writing
         if ($mine) {
             return self::takeMine($w, $name);
         }
-        $w['reason'] = "a group cover with no live share: $name";
+        if ($kind === self::DRAINING && ($why = self::markGone($t, $start)) === null) {
+            $w['reason'] = "another writer (pid {$t['pid']}) is handed this lock: $name";
+            return false;
+        }
+        $w['reason'] = $kind === self::COVER ? "a group cover with no live share: $name" : "a writer's stale mark $name ($why)";
         return self::takeOver($w, $name, self::token(self::nowUs() + $w['lease']));
+    }
+
+    /**
+     * Why the writer a draining cover names has lost it (provably dead on
+     * this host, or the mark's lease ended), or null while it is its.
+     *
+     * @param array<string, mixed> $t
+     */
+    private static function markGone(array $t, string $start): ?string
+    {
+        [$stale, $why] = self::judge('', self::holderFields($t, $start));
+        return $stale ? $why : null;
     }
 
     /**

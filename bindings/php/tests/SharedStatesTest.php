@@ -231,6 +231,30 @@ final class SharedStatesTest extends TempDirTestCase
         $this->assertFreeAndEmpty($dir);
     }
 
+    public function testALockHandedToAnotherWriterIsItsUntilItDies(): void
+    {
+        $dir = $this->lockDir();
+        $writer = Child::start(function (Channel $ch): void {
+            $ch->send(Native::identity()['start']);
+            $ch->receive();
+        });
+        $start = $writer->channel->receive();
+        // Its mark, with no entry left: the last one out has not handed it over yet.
+        $mark = 'lockfile.' . (Native::nowUs() + 600000000) . '.' . Native::flipTag(Native::identity()['tag']) . ".{$writer->pid}.12000000" . sprintf('%012d', $start) . '.' . self::NONCE;
+        rename("$dir/lockfile", "$dir/$mark");
+        foreach ([[], ['shared' => true]] as $asked) {
+            $this->assertNull(Lock::tryAcquire($dir, $asked + ['wait' => 0.1]), 'the waiting writer keeps its mark');
+            $this->assertSame($mark, self::token($dir));
+        }
+        $writer->kill();
+        $start = microtime(true);
+        $lock = Lock::acquire($dir, ['wait' => 5]);
+        $this->assertLessThan(1.0, microtime(true) - $start, "a dead writer's mark is taken at once");
+        $this->assertSame(['exclusive'], array_column(holders($dir), 'mode'));
+        $lock->release();
+        $this->assertFreeAndEmpty($dir);
+    }
+
     public function testAReaderThatCanJoinDoesNotLineUpBehindAHungryHead(): void
     {
         $dir = $this->lockDir();

@@ -277,7 +277,7 @@ trait Shares
      * @param array<string, mixed> $t
      * @return list<array<string, mixed>>|null
      */
-    public static function sharedHolders(string $dir, string $name, array $t): ?array
+    public static function sharedHolders(string $dir, string $name, array $t, int $depth = 0): ?array
     {
         $share = self::shareOf($t);
         if ($share === null || $share[0] > self::DRAINING) {
@@ -288,22 +288,19 @@ trait Shares
         if ($kind === self::LONE) {
             return [self::describe($mode, $limit, $name, self::holderFields($t, $start))];
         }
-        $out = [];
-        for ($i = 0; $i < 100 && self::tokenUsable($dir, $name, 'status') && ($e = self::entries($dir, $name)) === null; ++$i) {
+        $usable = self::tokenUsable($dir, $name, 'status');
+        $e = $usable ? self::entries($dir, $name) : ($usable === false ? [[], [], []] : null);
+        if ($e === null) {
+            // Renamed since the listing: look again.
             $seen = self::look($dir, 'status');
-            if ($seen[0] !== 'held') {
-                return [];
-            }
-            [$name, $t] = $seen[1];
-            if (($share = self::shareOf($t)) === null || $share[0] === self::LONE) {
-                return self::sharedHolders($dir, $name, $t);
-            }
+            return $seen[0] !== 'held' || $depth > 100 ? [] : self::sharedHolders($dir, $seen[1][0], $seen[1][1], $depth + 1);
         }
-        foreach (array_merge(...array_slice($e ?? [[], [], []], 0, 2)) as $n => $why) {
+        $out = [];
+        foreach ($e[0] + $e[1] as $n => $why) {
             $out[] = self::describe($mode, $limit, $n, self::classify(self::PREFIX . substr($n, 2))[1]);
         }
-        if ($share[0] === self::DRAINING) {
-            $out[] = self::describe('waiting', $limit, $name, self::holderFields($t, $share[2]));
+        if ($kind === self::DRAINING) {
+            $out[] = self::describe('waiting', $limit, $name, self::holderFields($t, $start));
         }
         return $out;
     }

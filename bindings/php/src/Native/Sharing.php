@@ -258,7 +258,8 @@ trait Sharing
 
     /**
      * A reader at a draining cover waits; the mark of a writer provably
-     * dead on this host it unmarks (a group cover again, a fresh nonce).
+     * dead on this host, or whose mark's lease ended, it unmarks (a group
+     * cover again, a fresh nonce).
      *
      * @param array<string, mixed> $w
      * @param array<string, mixed> $t
@@ -266,16 +267,14 @@ trait Sharing
      */
     private static function readerAtMark(array &$w, string $mark, array $t, array $share): bool
     {
-        $writer = self::holderFields($t, $share[2]);
-        $me = self::identity();
-        $gone = $me['proc'] && $writer['tag'] === $me['tag'] ? self::ownerGone($writer) : null;
+        $gone = self::markGone($t, $share[2]);
         if ($gone === null) {
             $w['reason'] = "a writer (pid {$t['pid']}) waits for the shared holders to leave, and new ones wait behind it";
             return false;
         }
         $errno = self::rename("$w[dir]/$mark", "$w[dir]/" . self::shareName($t['expiry'] + 1, self::COVER, $share[1]));
         if ($errno !== 0 && $errno !== 2) {
-            throw self::systemError('acquire', $w['dir'], "cannot unmark $mark, the mark of a dead writer (pid {$t['pid']} $gone)", $errno);
+            throw self::systemError('acquire', $w['dir'], "cannot unmark $mark, a writer's stale mark ($gone)", $errno);
         }
         return true;
     }

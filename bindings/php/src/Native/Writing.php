@@ -60,8 +60,24 @@ trait Writing
         if ($mine) {
             return self::takeMine($w, $name);
         }
-        $w['reason'] = "a group cover with no live share: $name";
+        if ($kind === self::DRAINING && ($why = self::markGone($t, $start)) === null) {
+            $w['reason'] = "another writer (pid {$t['pid']}) is handed this lock: $name";
+            return false;
+        }
+        $w['reason'] = $kind === self::COVER ? "a group cover with no live share: $name" : "a writer's stale mark $name ($why)";
         return self::takeOver($w, $name, self::token(self::nowUs() + $w['lease']));
+    }
+
+    /**
+     * Why the writer a draining cover names has lost it (provably dead on
+     * this host, or the mark's lease ended), or null while it is its.
+     *
+     * @param array<string, mixed> $t
+     */
+    private static function markGone(array $t, string $start): ?string
+    {
+        [$stale, $why] = self::judge('', self::holderFields($t, $start));
+        return $stale ? $why : null;
     }
 
     /**
