@@ -115,6 +115,45 @@ final class SharedTest extends TempDirTestCase
         $this->assertFreeAndEmpty($lockDir);
     }
 
+    public function testALoneReaderMarkedByAWriterHandsTheLockOverAsItLeaves(): void
+    {
+        $lockDir = $this->lockDir();
+        $reader = Lock::acquireShared($lockDir);
+        $this->assertStringStartsWith('lockfile.', $reader->token(), 'a lone share');
+        $writer = Child::start(function (Channel $ch) use ($lockDir): void {
+            $lock = Lock::acquire($lockDir, ['wait' => self::LONG_WAIT]);
+            $ch->send('held');
+            $ch->receive();
+            $lock->release();
+        });
+        $this->eventually(fn () => self::modes($lockDir) === ['shared', 'waiting'], 'the writer marks the lone share');
+        $reader->release();
+        $this->assertSame('held', $writer->channel->receive());
+        $this->assertSame(['exclusive'], self::modes($lockDir));
+        $writer->channel->send('go');
+        $this->assertSame(0, $writer->wait());
+        $this->assertFreeAndEmpty($lockDir);
+    }
+
+    public function testAReaderWhoseRequestEndsLeavesItsGroup(): void
+    {
+        $lockDir = $this->lockDir();
+        $kept = Lock::acquireShared($lockDir);
+        foreach (['exit' => fn () => exit(0), 'exception' => fn () => throw new \RuntimeException('uncaught')] as $how => $end) {
+            $child = Child::start(function (Channel $ch) use ($lockDir, $end): void {
+                $lock = Lock::acquireShared($lockDir);
+                $ch->send($lock->token());
+                $end();
+            });
+            $entry = $child->channel->receive();
+            $child->wait();
+            $this->assertStringStartsWith('s.', $entry);
+            $this->assertSame(['shared'], self::modes($lockDir), "the request's end ($how) released its share");
+        }
+        $kept->release();
+        $this->assertFreeAndEmpty($lockDir);
+    }
+
     public function testAWriterAmongLoopingReadersGetsInWithinTwoHoldsAndAPoll(): void
     {
         $lockDir = $this->lockDir();
