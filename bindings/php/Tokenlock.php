@@ -2845,13 +2845,16 @@ trait Shares
      * names: a directory with rmdir, anything else (a link, a FIFO, a
      * file) with unlink, never followed, never opened.
      *
+     * A joiner, which needs no empty token, passes $strict false: what it
+     * cannot remove stays for a writer or the last one out to report.
+     *
      * @param array<string, string> $stale
      */
-    private static function removeStale(string $dir, string $name, array $stale, string $step): void
+    private static function removeStale(string $dir, string $name, array $stale, string $step, bool $strict = true): void
     {
         foreach (array_keys($stale) as $n) {
             $errno = self::removeEntryAt("$dir/$name/$n");
-            if ($errno === 39) {
+            if ($errno === 39 && $strict) {
                 throw new Exception('lock_corrupt', "tokenlock: $step $dir: the stale share entry " . self::shown($n) . " in the token $name is a directory that is not empty: it is not one this protocol made; nothing in it was removed: remove it by hand", 69);
             }
         }
@@ -3173,7 +3176,7 @@ trait Sharing
             $w['reason'] = $limit === $w['limit'] ? 'all ' . $limit . ' slots are taken: ' . reset($live) : self::mismatch($limit, $w['limit'], reset($live));
             return false;
         }
-        self::removeStale($dir, $cover, $stale, 'acquire');
+        self::removeStale($dir, $cover, $stale, 'acquire', false);
         $expiry = self::nowUs() + $w['lease'];
         $mine = self::myEntry($expiry);
         $errno = self::makeEntryAt("$dir/$cover/$mine");

@@ -130,6 +130,19 @@ final class SharedStatesTest extends TempDirTestCase
         $this->assertFalse($b->isHeld(), 'our share ended all the same');
         $this->assertSame('x', file_get_contents("$dir/" . self::token($dir) . "/$odd/file"));
         $this->assertSame([$odd], self::entries($dir));
+        // A reader joins past it (it needs no empty token); a writer and
+        // the last one out say what is wrong.
+        $c = Lock::acquireShared($dir, ['wait' => 0]);
+        foreach ([fn () => $c->release(), fn () => Lock::acquire($dir, ['wait' => 0])] as $step) {
+            try {
+                $step();
+                $this->fail('a token that cannot be emptied was freed or taken');
+            } catch (Exception $e) {
+                $this->assertSame('lock_corrupt', $e->getError());
+            }
+        }
+        $this->assertSame([$odd], self::entries($dir));
+        $this->assertSame('x', file_get_contents("$dir/" . self::token($dir) . "/$odd/file"));
     }
 
     public function testAMalformedEntryIsCorruptToTheLastOneOutAndToAWriterAndLeftAlone(): void

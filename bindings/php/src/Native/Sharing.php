@@ -234,7 +234,7 @@ trait Sharing
             $w['reason'] = $limit === $w['limit'] ? 'all ' . $limit . ' slots are taken: ' . reset($live) : self::mismatch($limit, $w['limit'], reset($live));
             return false;
         }
-        self::removeStale($dir, $cover, $stale, 'acquire');
+        self::removeStale($dir, $cover, $stale, 'acquire', false);
         $expiry = self::nowUs() + $w['lease'];
         $mine = self::myEntry($expiry);
         $errno = self::makeEntryAt("$dir/$cover/$mine");
