@@ -268,6 +268,24 @@ final class SharedStatesTest extends TempDirTestCase
         $this->assertFreeAndEmpty($dir);
     }
 
+    public function testAnEntryMadeForALoneShareThatLeftIsRemovedByItsOwner(): void
+    {
+        $dir = $this->lockDir();
+        $lone = Lock::acquireShared($dir);
+        [, $expiry, , , , $nonce] = explode('.', $lone->token());
+        $lone->release();
+        $a = Lock::acquireShared($dir);
+        $b = Lock::acquireShared($dir);
+        // A converter that listed the lone share makes its holder's entry
+        // late, into the group that followed: it names this live process.
+        $stray = "s.$expiry.{$this->owner()}$nonce";
+        mkdir("$dir/" . self::token($dir) . "/$stray");
+        $this->assertCount(3, array_filter(holders($dir), fn ($h) => !$h['stale']), 'it looks like a live share to anybody else');
+        $a->release();
+        $b->release();
+        $this->assertFreeAndEmpty($dir);
+    }
+
     public function testAReaderThatCanJoinDoesNotLineUpBehindAHungryHead(): void
     {
         $dir = $this->lockDir();

@@ -42,6 +42,20 @@ final class SharedTest extends TempDirTestCase
         $this->assertSame([], array_values(array_diff(scandir("$lockDir/lockfile"), ['.', '..'])), 'the free token holds no entry');
     }
 
+    /**
+     * After processes that came and went: no live holder is left, and the
+     * next holder's release frees the lock for good (an entry left by a
+     * process that has ended is stale, and goes with the last one out).
+     *
+     * @param array<string, mixed> $options
+     */
+    private function assertNothingHeld(string $lockDir, array $options): void
+    {
+        $this->assertSame([], array_values(array_filter(holders($lockDir), fn ($h) => !$h['stale'])), 'no live holder left');
+        Lock::acquire($lockDir, $options + ['wait' => 0])->release();
+        $this->assertFreeAndEmpty($lockDir);
+    }
+
     /** @return list<string> the holders' modes, sorted */
     private static function modes(string $lockDir): array
     {
@@ -196,7 +210,7 @@ final class SharedTest extends TempDirTestCase
         fwrite(STDERR, sprintf("\n[shared] writer among 4 looping readers (hold 100 ms): waited %s ms; bound %d ms; %d reads\n", implode(', ', array_map(fn ($t) => sprintf('%.1f', $t), $took)), $bound, $ops));
         $this->assertLessThanOrEqual($bound, max($took), 'writer preference: ' . implode(', ', $took));
         $this->assertGreaterThan(20, $ops, 'the readers kept reading');
-        $this->assertFreeAndEmpty($lockDir);
+        $this->assertNothingHeld($lockDir, ['shared' => true]);
     }
 
     public function testASemaphoreNeverAdmitsMoreThanItsSlots(): void
@@ -252,7 +266,7 @@ final class SharedTest extends TempDirTestCase
         $this->assertSame($ops, $total, 'every hold counted');
         $this->assertLessThanOrEqual(3, $max, 'never more than 3 slot holders');
         $this->assertSame(3, $max, 'the 3 slots were used at once');
-        $this->assertFreeAndEmpty($lockDir);
+        $this->assertNothingHeld($lockDir, ['slots' => 3]);
     }
 
     public function testReadersKilledWithSigkillAreTakenOverAtOnce(): void
@@ -369,5 +383,57 @@ final class SharedTest extends TempDirTestCase
             $this->assertSame(0, Tool::run(['release', $lockDir, trim($token)])[0]);
             $this->assertFreeAndEmpty($lockDir);
         }
+    }
+
+    /** The command under test, when it takes shared holds (`acquire -s`); else the test is skipped. */
+    private function sharedCommand(): void
+    {
+        [, $out, $err] = Tool::run(['acquire', '--help']);
+        if (!str_contains($out . $err, '--shared')) {
+            $this->markTestSkipped(Tool::path() . ' takes no shared holds (acquire --shared): a command of this version is needed');
+        }
+    }
+
+    public function testTheCommandsReadersAndThisModulesShareOneGroupAndHandOverToAWriter(): void
+    {
+        $this->sharedCommand();
+        $lockDir = $this->lockDir();
+        // The command's lone share, converted by this module.
+        [$status, $lone, $err] = Tool::run(['acquire', '-s', '--pid', (string) getmypid(), $lockDir]);
+        $this->assertSame(0, $status, $err);
+        $this->assertMatchesRegularExpression('/\Alockfile\.[0-9]+\.[^.]+\.[0-9]+\.10000000[0-9]{12}\.[0-9a-f]{16}\z/', trim($lone));
+        $mine = Lock::acquireShared($lockDir, ['wait' => 0]);
+        $this->assertStringStartsWith('s.', $mine->token());
+        $this->assertSame(['shared', 'shared'], self::modes($lockDir));
+        // The command's writer marks the group and takes its mark back.
+        [$status, , $err] = Tool::run(['acquire', '-w', '0.3', $lockDir]);
+        $this->assertSame(1, $status, $err);
+        $this->assertSame(['shared', 'shared'], self::modes($lockDir));
+        // This module's writer marks it, and the last one out (the command) hands it over.
+        $writer = Child::start(function (Channel $ch) use ($lockDir): void {
+            $lock = Lock::acquire($lockDir, ['wait' => self::LONG_WAIT]);
+            $ch->send('held');
+            $ch->receive();
+            $lock->release();
+        });
+        $this->eventually(fn () => self::modes($lockDir) === ['shared', 'shared', 'waiting'], 'the writer marks the group');
+        $mine->release();
+        $this->assertFalse($writer->channel->ready());
+        [$status, , $err] = Tool::run(['release', $lockDir, trim($lone)]);
+        $this->assertSame(0, $status, $err);
+        $this->assertSame('held', $writer->channel->receive());
+        $this->assertSame(['exclusive'], self::modes($lockDir));
+        $writer->channel->send('go');
+        $this->assertSame(0, $writer->wait());
+        $this->assertFreeAndEmpty($lockDir);
+        // This module's lone share, converted by the command.
+        $lone = Lock::acquireShared($lockDir);
+        [$status, $entry, $err] = Tool::run(['acquire', '-s', '--pid', (string) getmypid(), $lockDir]);
+        $this->assertSame(0, $status, $err);
+        $this->assertStringStartsWith('s.', trim($entry));
+        $lone->release();
+        $this->assertSame(['shared'], self::modes($lockDir));
+        $this->assertSame(0, Tool::run(['release', $lockDir, trim($entry)])[0]);
+        $this->assertFreeAndEmpty($lockDir);
     }
 }

@@ -23,6 +23,7 @@ trait Leaving
             $errno = self::rename("$dir/$hold", "$dir/" . self::FREE);
             if ($errno === 0) {
                 self::unhold($hold);
+                self::renamedAway($hold);
                 return;
             }
             if ($errno !== 2) {
@@ -57,6 +58,7 @@ trait Leaving
         clearstatcache(true, "$dir/$new");
         if ($errno === 0 || ($errno === 2 && @lstat("$dir/$new") !== false)) {
             self::unhold($hold);
+            self::renamedAway($hold);
             self::hold($dir, $new);
             return $new;
         }
@@ -203,8 +205,9 @@ trait Leaving
     }
 
     /**
-     * Removes the entry ENTRY wherever the token is now: whether it was
-     * there; $where is where it was.
+     * Removes our entry ENTRY wherever the token is now: whether it was
+     * there; $where is where it was. Should it be made again (noShare()),
+     * our next listing removes it.
      *
      * @param array{0: string, 1: array{0: int, 1: int, 2: string}|null}|null $where
      */
@@ -217,6 +220,7 @@ trait Leaving
             }
             $errno = self::removeEntryAt("$dir/{$where[0]}/$entry");
             if ($errno === 0) {
+                self::noShare($entry);
                 return true;
             }
             if ($errno !== 2) {

@@ -32,6 +32,7 @@ trait Modes
             $errno = self::rename("$dir/$hold", "$dir/$mine");
             if ($errno === 0) {
                 self::unhold($hold);
+                self::renamedAway($hold);
                 self::hold($dir, $mine);
                 return $mine;
             }

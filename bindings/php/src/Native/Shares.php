@@ -175,48 +175,54 @@ trait Shares
     }
 
     /**
-     * Removes from the token DIR/NAME the entries that name this process
-     * but are none of its holds, and returns $live without them. Such an
-     * entry is a converter's or a marking writer's for a lone share of
-     * ours that we released (or refreshed) before its rename, kept by it
-     * because the token had become a cover meanwhile (another lone share's
-     * conversion): nobody else can tell it from a share until our lease
-     * ends, but we know our holds. Not in a threaded PHP, whose threads
-     * share the pid but not the list of holds.
+     * Entries naming this process that are no share of it, should they
+     * appear (again) in a token: the entry a converter or a marking writer
+     * makes for a lone share of ours that we renamed away (released,
+     * refreshed, promoted) before its rename, which then fails; and our
+     * own entries we removed as we left, one of which (a converted lone
+     * share's) a converter whose mkdir was under way can make again after
+     * we removed it. Nobody else can tell these from shares until their
+     * lease ends; we can. Bounded: the oldest go first.
+     *
+     * @var array<string, true>
+     */
+    private static array $noShares = [];
+
+    /** Notes that the entry ENTRY is no share of ours. */
+    private static function noShare(string $entry): void
+    {
+        if (count(self::$noShares) >= 256) {
+            unset(self::$noShares[array_key_first(self::$noShares)]);
+        }
+        self::$noShares[$entry] = true;
+    }
+
+    /** Notes that our lone share LONE was renamed away: its entry, if any, is no share. */
+    private static function renamedAway(string $lone): void
+    {
+        // From the name alone: no system call is added to the fast path.
+        [, $expiry, $tag, $pid, $mode, $nonce] = explode('.', $lone);
+        self::noShare(self::ENTRY . "$expiry." . self::flipTag($tag) . ".$pid." . (ltrim(substr($mode, 8), '0') ?: '0') . ".$nonce");
+    }
+
+    /**
+     * Removes from the token DIR/NAME the entries that are no share of
+     * ours (noShare()), and returns $live without them.
      *
      * @param array<string, string> $live
      * @return array<string, string>
      */
     private static function dropOurStrays(string $dir, string $name, array $live): array
     {
-        if (PHP_ZTS || !$live) {
+        if (self::$noShares === []) {
             return $live;
         }
-        $owner = self::identity()['owner'];
         foreach (array_keys($live) as $n) {
-            $at = strpos($n, '.', strlen(self::ENTRY));
-            if (substr($n, $at + 1, strlen($owner)) !== $owner || self::isOurHold($n)) {
-                continue;
-            }
-            if (self::removeEntryAt("$dir/$name/$n") === 0) {
+            if (isset(self::$noShares[$n]) && self::removeEntryAt("$dir/$name/$n") === 0) {
                 unset($live[$n]);
             }
         }
         return $live;
-    }
-
-    /** Whether the entry N (naming this process) is one of its holds: an entry, or a lone share's. */
-    private static function isOurHold(string $n): bool
-    {
-        if (self::holds($n)) {
-            return true;
-        }
-        foreach (self::$held as $token => [$dir, $pid]) {
-            if (!str_starts_with($token, self::ENTRY) && substr($token, -16) === substr($n, -16) && self::expiryOf($token) === self::expiryOf($n)) {
-                return true;  // our lone share, whose entry a converter made
-            }
-        }
-        return false;
     }
 
     /**

@@ -148,6 +148,13 @@ final class SemaphoreStoreTest extends TempDirTestCase
         $this->assertSame(0, $in);
         $this->assertSame($ops, $total);
         $this->assertSame(2, $max, 'never more than 2, and 2 were reached');
+        // No live holder left; an entry of a process that has ended is
+        // stale, and goes with the next holder, the last one out.
+        $dir = $this->store()->lockDirectory('pool');
+        $this->assertSame([], array_values(array_filter(\Tokenlock\holders($dir), fn ($h) => !$h['stale'])));
+        $last = (new SemaphoreFactory($this->store()))->createSemaphore('pool', 2);
+        $this->assertTrue($last->acquire());
+        $last->release();
         $this->assertFree('pool');
     }
 }
