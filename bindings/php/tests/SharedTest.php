@@ -358,7 +358,7 @@ final class SharedTest extends TempDirTestCase
         Lock::acquire($lockDir, ['slots' => 1000000]);
     }
 
-    public function testTodaysCommandWaitsWhileAShareIsLiveAndTakesItOnlyAfterItsLease(): void
+    public function testTheCommandsWriterWaitsWhileAShareIsLiveAndTakesItOnlyAfterItsLease(): void
     {
         $lockDir = $this->lockDir();
         foreach ([1, 2] as $readers) {
@@ -435,5 +435,47 @@ final class SharedTest extends TempDirTestCase
         $this->assertSame(['shared'], self::modes($lockDir));
         $this->assertSame(0, Tool::run(['release', $lockDir, trim($entry)])[0]);
         $this->assertFreeAndEmpty($lockDir);
+    }
+
+    /**
+     * This module before shared locks (the one-file module of the commit
+     * before them, from git): a shared name is a held token of a foreign
+     * host to it, which it waits for until its lease ends.
+     */
+    public function testTheModuleBeforeSharedLocksWaitsWhileAShareIsLive(): void
+    {
+        $src = dirname(__DIR__, 3);
+        $old = "$this->dir/old-Tokenlock.php";
+        exec('git -C ' . escapeshellarg($src) . ' show 4c0e837:bindings/php/Tokenlock.php > ' . escapeshellarg($old) . ' 2>/dev/null', $out, $status);
+        if ($status !== 0 || filesize($old) < 1000) {
+            $this->markTestSkipped("the module before shared locks (commit 4c0e837) cannot be read from git in $src");
+        }
+        $lockDir = $this->lockDir();
+        $script = '$l = Tokenlock\\Lock::acquire($argv[1], ["wait" => (float) $argv[2]]); echo $l->token(); $l->release();';
+        $run = fn (float $wait) => Tool::runPhp($old, $script, [$lockDir, (string) $wait]);
+        foreach ([1, 2] as $readers) {
+            $locks = [];
+            for ($i = 0; $i < $readers; ++$i) {
+                $locks[] = Lock::acquireShared($lockDir, ['lease' => 1]);
+            }
+            [$status, , $err] = $run(0.3);
+            $this->assertNotSame(0, $status, "the old module waits for $readers reader(s)");
+            $this->assertStringContainsString('timed out', $err);
+            $this->assertSame(array_fill(0, $readers, 'shared'), self::modes($lockDir), 'and changes nothing');
+            $start = microtime(true);
+            [$status, $token, $err] = $run(10);
+            $this->assertSame(0, $status, $err);
+            $this->assertGreaterThan(0.5, microtime(true) - $start, 'it takes the lock only after the lease (1 s) and the skew allowance');
+            $this->assertMatchesRegularExpression('/\Alockfile\.[0-9]+\./', $token);
+            foreach ($locks as $l) {
+                try {
+                    $l->release();
+                    $this->fail('a share taken over after its lease still released');
+                } catch (LockLostException $e) {
+                    $this->assertFalse($l->isHeld());
+                }
+            }
+            $this->assertFreeAndEmpty($lockDir);
+        }
     }
 }
