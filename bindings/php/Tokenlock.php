@@ -6502,7 +6502,8 @@ function readCounter(string $path): int|string|null
 
 /**
  * Who holds the lock LOCKDIR, looked at without changing anything; null
- * when it is free (or not created yet).
+ * when it is free (or not created yet). Of shared holders, the first
+ * live one (holders() lists them all).
  *
  * @param array{group?: string|int} $options `group`: the group the lock
  *        is shared with, as for Lock::acquire(), which decides whether
@@ -6524,6 +6525,12 @@ function holder(string $lockDir, array $options = []): ?array
         return null;
     }
     [$name, $t] = $seen[1];
+    // Shared holders: the first live one, as holders() lists them.
+    $shared = Native::sharedHolders($dir, $name, $t) ?? [];
+    usort($shared, fn (array $a, array $b) => $a['stale'] <=> $b['stale']);
+    if ($shared !== []) {
+        return array_diff_key($shared[0], ['mode' => 0, 'slots' => 0]);
+    }
     [$stale, $reason] = Native::judge($name, $t);
     $me = Native::identity();
     $sameHost = !$t['legacy'] && $me['proc'] && $t['tag'] === $me['tag'];
