@@ -100,7 +100,9 @@ final class SharedStatesTest extends TempDirTestCase
         posix_mkfifo("$tok/" . $stale('3'), 0600);
         link("$victim/data", "$tok/" . $stale('4'));
         touch("$tok/" . $stale('5'));
-        $this->assertCount(7, self::entries($dir));
+        // Implausibly far ahead (more than 24 h): stale at once.
+        mkdir("$tok/s." . (Native::nowUs() + 90000000000) . ".{$me['owner']}" . str_pad('6', 16, '0', STR_PAD_LEFT));
+        $this->assertCount(8, self::entries($dir));
         $this->assertSame(['shared', 'shared'], array_column(array_filter(holders($dir), fn ($h) => !$h['stale']), 'mode'), 'stale entries hold nobody');
         $a->release();
         $b->release();
@@ -143,6 +145,28 @@ final class SharedStatesTest extends TempDirTestCase
         }
         $this->assertSame([$odd], self::entries($dir));
         $this->assertSame('x', file_get_contents("$dir/" . self::token($dir) . "/$odd/file"));
+    }
+
+    public function testATokenDirectoryWritableByOthersIsRefusedAndLeftAlone(): void
+    {
+        $dir = $this->lockDir();
+        $a = Lock::acquireShared($dir);
+        $b = Lock::acquireShared($dir);
+        $cover = self::token($dir);
+        chmod("$dir/$cover", 0777);
+        try {
+            Lock::acquireShared($dir, ['wait' => 0]);
+            $this->fail('joined through a token others can write');
+        } catch (Exception $e) {
+            $this->assertSame('untrusted', $e->getError());
+            $this->assertStringContainsString($cover, $e->getMessage());
+        }
+        $this->assertSame($cover, self::token($dir));
+        $this->assertCount(2, self::entries($dir), 'nothing made in it');
+        chmod("$dir/$cover", 0755);
+        $a->release();
+        $b->release();
+        $this->assertFreeAndEmpty($dir);
     }
 
     public function testAMalformedEntryIsCorruptToTheLastOneOutAndToAWriterAndLeftAlone(): void
