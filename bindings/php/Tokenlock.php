@@ -1040,6 +1040,7 @@ namespace Tokenlock\Native {
 
 use Tokenlock\Command;
 use Tokenlock\Exception;
+use Tokenlock\LockLostException;
 
 // src/Native/Identity.php
 /**
@@ -2417,7 +2418,7 @@ trait Turnstile
                 return $got;
             }
             if ($w['final']) {
-                throw self::verdict($w);
+                return self::atDeadline($w);
             }
         }
     }
@@ -2434,7 +2435,9 @@ trait Turnstile
      */
     private static function enterTurnstile($fp, array $w): bool
     {
-        $until = hrtime(true) + self::OWN_LOOK_NS;
+        // A writer that marked shared holders is owed the hand-over: it
+        // looks as often as the head does not, every 10 ms.
+        $until = hrtime(true) + (isset($w['markNonce']) ? self::LOOK_EVERY_NS : self::OWN_LOOK_NS);
         if ($w['deadline'] !== null) {
             $until = min($until, $w['deadline']);
         }
@@ -2473,7 +2476,7 @@ trait Turnstile
                     return $got;
                 }
                 if ($w['final']) {
-                    throw self::verdict($w);
+                    return self::atDeadline($w);
                 }
                 if (!$hungry && hrtime(true) - $became >= self::HUNGRY_AFTER_NS) {
                     $hungry = @ftruncate($fp, 1);
@@ -2620,6 +2623,1211 @@ trait Turnstile
             return 'writable by every user';
         }
         return ($st['mode'] & 020) && $st['gid'] !== $group ? 'writable by a group not chosen for sharing' : '';
+    }
+}
+
+// src/Native/Shares.php
+/**
+ * The names of shared holders (docs/shared-locks.md, Names on disk): lone
+ * shares, group covers and draining covers as the token's name, and the
+ * share entries `s.*` inside the token directory; what they say, and
+ * whether the holders they name are live.
+ *
+ * PHP has no openat(): the token directory is judged with lstat() (a
+ * directory, trusted as a workspace is) and its entries are made, listed
+ * and removed by the path D/<token>/s.<name>, one component inside the
+ * trusted token, never followed (mkdir and rmdir do not follow a link at
+ * the last component).
+ *
+ * @internal
+ */
+trait Shares
+{
+    public const LONE = 0;
+    public const COVER = 1;
+    public const DRAINING = 2;
+    public const ENTRY = 's.';
+    /** The largest slot count: `limit` is six digits. */
+    public const MAX_SLOTS = 999999;
+
+    /**
+     * [kind, limit, start] of a held name's fields when it is a shared
+     * name (the fourth field is 20 digits starting with 1), else null.
+     *
+     * @param array{start: string, legacy: bool} $t
+     * @return array{0: int, 1: int, 2: string}|null
+     */
+    public static function shareOf(array $t): ?array
+    {
+        if ($t['legacy'] || strlen($t['start']) !== 20 || $t['start'][0] !== '1') {
+            return null;
+        }
+        return [(int) $t['start'][1], (int) substr($t['start'], 2, 6), ltrim(substr($t['start'], 8), '0') ?: '0'];
+    }
+
+    /** A host tag with its hash flipped: our `stag` from our tag, and back. */
+    public static function flipTag(string $tag): string
+    {
+        $at = strrpos($tag, '-');
+        return substr($tag, 0, $at + 1) . sprintf('%08x', hexdec(substr($tag, $at + 1)) ^ 0xffffffff);
+    }
+
+    /** Whether TOKEN (as a Lock holds it) is a shared hold: a lone share or an entry. */
+    public static function isShare(string $token): bool
+    {
+        return str_starts_with($token, self::ENTRY) || (strlen($token) > 40 && ($c = self::classify($token))[0] === 'held' && self::shareOf($c[1]) !== null);
+    }
+
+    /**
+     * A shared name of this process: kind, limit, expiry; a fresh nonce
+     * unless one is given.
+     */
+    private static function shareName(int $expiry, int $kind, int $limit, ?string $nonce = null): string
+    {
+        $me = self::identity();
+        $start = strlen($me['start']) > 12 ? 0 : (int) $me['start'];
+        return self::PREFIX . $expiry . '.' . self::flipTag($me['tag']) . '.' . $me['pid'] . '.'
+            . sprintf('1%d%06d%012d', $kind, $limit, $start) . '.' . ($nonce ?? self::nonce($me['pid']));
+    }
+
+    /** This process's entry for a lease ending at $expiry. */
+    private static function myEntry(int $expiry, ?string $nonce = null): string
+    {
+        $me = self::identity();
+        return self::ENTRY . $expiry . '.' . $me['owner'] . ($nonce ?? self::nonce($me['pid']));
+    }
+
+    /** NAME (a token or an entry) with another expiry, everything else kept. */
+    private static function withExpiry(string $name, int $expiry): string
+    {
+        $head = str_starts_with($name, self::ENTRY) ? self::ENTRY : self::PREFIX;
+        return $head . $expiry . substr($name, strpos($name, '.', strlen($head)));
+    }
+
+    private static function expiryOf(string $name): int
+    {
+        $head = str_starts_with($name, self::ENTRY) ? strlen(self::ENTRY) : strlen(self::PREFIX);
+        return (int) substr($name, $head, strpos($name, '.', $head) - $head);
+    }
+
+    /**
+     * The holder a shared name names, as a token of docs/protocol.md's
+     * grammar without `lockfile.`: a lone share's holder (whose entry is
+     * `s.` and this), a draining cover's writer (whose hand-over name is
+     * `lockfile.` and this).
+     *
+     * @param array{expiry: int, tag: string, pid: int} $t
+     */
+    private static function namedHolder(string $name, array $t, string $start): string
+    {
+        return $t['expiry'] . '.' . self::flipTag($t['tag']) . ".{$t['pid']}.$start." . substr($name, -16);
+    }
+
+    /**
+     * The fields of the holder a shared name names, to be judged as a
+     * token of its own host (judge()).
+     *
+     * @param array{expiry: int, tag: string, pid: int} $t
+     * @return array{expiry: int, tag: string, pid: int, start: string, legacy: bool}
+     */
+    private static function holderFields(array $t, string $start): array
+    {
+        return ['expiry' => $t['expiry'], 'tag' => self::flipTag($t['tag']), 'pid' => $t['pid'], 'start' => $start, 'legacy' => false];
+    }
+
+    /**
+     * The token directory DIR/NAME judged before anything is made, listed
+     * or removed in it: null when it is gone (renamed since the listing),
+     * false when it is no directory (a link, a file or a FIFO planted as
+     * the token: nothing goes through it), true when it may be used.
+     * Throws `untrusted` for one writable by others.
+     */
+    private static function tokenUsable(string $dir, string $name, string $step): ?bool
+    {
+        $path = "$dir/$name";
+        clearstatcache(true, $path);
+        $st = @lstat($path);
+        if ($st === false) {
+            return null;
+        }
+        if (($st['mode'] & 0170000) !== 0040000) {
+            return false;
+        }
+        self::checkInside($dir, $path, $step, 'the token directory', $st);
+        return true;
+    }
+
+    /**
+     * The share entries in the token DIR/NAME: live ones (name => holder
+     * description), stale ones (name => why), malformed ones; null when
+     * the token was renamed since the listing.
+     *
+     * @return array{0: array<string, string>, 1: array<string, string>, 2: list<string>}|null
+     */
+    private static function entries(string $dir, string $name): ?array
+    {
+        error_clear_last();
+        $names = @scandir("$dir/$name", SCANDIR_SORT_NONE);
+        if ($names === false) {
+            $errno = self::lastErrno();
+            if ($errno === 2 || $errno === 20) {
+                return null;
+            }
+            throw self::systemError('list', "$dir/$name", 'cannot list the shared holders in the token', $errno ?: 5);
+        }
+        $live = $stale = $bad = [];
+        foreach ($names as $n) {
+            if (!str_starts_with($n, self::ENTRY)) {
+                continue;
+            }
+            $c = self::classify(self::PREFIX . substr($n, 2));
+            if ($c[0] !== 'held') {
+                $bad[] = $n;
+                continue;
+            }
+            [$gone, $why] = self::judge($n, $c[1]);
+            if ($gone) {
+                $stale[$n] = $why;
+            } else {
+                $live[$n] = $why;
+            }
+        }
+        return [$live, $stale, $bad];
+    }
+
+    /**
+     * Entries naming this process that are no share of it, should they
+     * appear (again) in a token: the entry a converter or a marking writer
+     * makes for a lone share of ours that we renamed away (released,
+     * refreshed, promoted) before its rename, which then fails; and our
+     * own entries we removed as we left, one of which (a converted lone
+     * share's) a converter whose mkdir was under way can make again after
+     * we removed it. Nobody else can tell these from shares until their
+     * lease ends; we can. Bounded: the oldest go first.
+     *
+     * @var array<string, true>
+     */
+    private static array $noShares = [];
+
+    /** Notes that the entry ENTRY is no share of ours. */
+    private static function noShare(string $entry): void
+    {
+        if (count(self::$noShares) >= 256) {
+            unset(self::$noShares[array_key_first(self::$noShares)]);
+        }
+        self::$noShares[$entry] = true;
+    }
+
+    /** Notes that our lone share LONE was renamed away: its entry, if any, is no share. */
+    private static function renamedAway(string $lone): void
+    {
+        // From the name alone: no system call is added to the fast path.
+        [, $expiry, $tag, $pid, $mode, $nonce] = explode('.', $lone);
+        self::noShare(self::ENTRY . "$expiry." . self::flipTag($tag) . ".$pid." . (ltrim(substr($mode, 8), '0') ?: '0') . ".$nonce");
+    }
+
+    /**
+     * Removes from the token DIR/NAME the entries that are no share of
+     * ours (noShare()), and returns $live without them.
+     *
+     * @param array<string, string> $live
+     * @return array<string, string>
+     */
+    private static function dropOurStrays(string $dir, string $name, array $live): array
+    {
+        if (self::$noShares === []) {
+            return $live;
+        }
+        foreach (array_keys($live) as $n) {
+            if (isset(self::$noShares[$n]) && self::removeEntryAt("$dir/$name/$n") === 0) {
+                unset($live[$n]);
+            }
+        }
+        return $live;
+    }
+
+    /**
+     * Removes the stale entries of the token DIR/NAME by their exact
+     * names: a directory with rmdir, anything else (a link, a FIFO, a
+     * file) with unlink, never followed, never opened.
+     *
+     * A joiner, which needs no empty token, passes $strict false: what it
+     * cannot remove stays for a writer or the last one out to report.
+     *
+     * @param array<string, string> $stale
+     */
+    private static function removeStale(string $dir, string $name, array $stale, string $step, bool $strict = true): void
+    {
+        foreach (array_keys($stale) as $n) {
+            $errno = self::removeEntryAt("$dir/$name/$n");
+            if ($errno === 39 && $strict) {
+                throw new Exception('lock_corrupt', "tokenlock: $step $dir: the stale share entry " . self::shown($n) . " in the token $name is a directory that is not empty: it is not one this protocol made; nothing in it was removed: remove it by hand", 69);
+            }
+        }
+    }
+
+    /** Removes one entry by its path: 0 or the errno (ENOENT: not there). */
+    private static function removeEntryAt(string $path): int
+    {
+        error_clear_last();
+        if (@rmdir($path)) {
+            return 0;
+        }
+        $errno = self::lastErrno() ?: 5;
+        if ($errno !== 20) {
+            return $errno;
+        }
+        error_clear_last();
+        return @unlink($path) ? 0 : (self::lastErrno() ?: 5);
+    }
+
+    /** Makes one entry: 0 or the errno. */
+    private static function makeEntryAt(string $path): int
+    {
+        error_clear_last();
+        return @mkdir($path, 0700) ? 0 : (self::lastErrno() ?: 5);
+    }
+
+    private static function shown(string $name): string
+    {
+        return addcslashes($name, "\0..\37\177..\377");
+    }
+
+    /** lock_corrupt for entries that break the grammar, as a writer and the last one out see them. */
+    private static function corruptEntries(string $step, string $dir, string $name, array $bad): Exception
+    {
+        return new Exception('lock_corrupt', "tokenlock: $step $dir: the token $name holds " . self::shown($bad[0]) . ', which starts like a share entry but is not one; it was left alone: remove it by hand once no process uses the lock', 69);
+    }
+
+    /**
+     * The holders the shared name NAME stands for (holders()): a lone
+     * share's one, a cover's entries, and a draining cover's writer as
+     * `waiting`; null when NAME is no shared name.
+     *
+     * @param array<string, mixed> $t
+     * @return list<array<string, mixed>>|null
+     */
+    public static function sharedHolders(string $dir, string $name, array $t, int $depth = 0): ?array
+    {
+        $share = self::shareOf($t);
+        if ($share === null || $share[0] > self::DRAINING) {
+            return null;
+        }
+        [$kind, $limit, $start] = $share;
+        $mode = $limit === 0 ? 'shared' : 'slot';
+        if ($kind === self::LONE) {
+            return [self::describe($mode, $limit, $name, self::holderFields($t, $start))];
+        }
+        $usable = self::tokenUsable($dir, $name, 'status');
+        $e = $usable ? self::entries($dir, $name) : ($usable === false ? [[], [], []] : null);
+        if ($e === null) {
+            // Renamed since the listing: look again.
+            $seen = self::look($dir, 'status');
+            return $seen[0] !== 'held' || $depth > 100 ? [] : self::sharedHolders($dir, $seen[1][0], $seen[1][1], $depth + 1);
+        }
+        $out = [];
+        foreach ($e[0] + $e[1] as $n => $why) {
+            $out[] = self::describe($mode, $limit, $n, self::classify(self::PREFIX . substr($n, 2))[1]);
+        }
+        if ($kind === self::DRAINING) {
+            $out[] = self::describe('waiting', $limit, $name, self::holderFields($t, $start));
+        }
+        return $out;
+    }
+
+    /**
+     * One holder as holders() lists it.
+     *
+     * @param array{expiry: int, tag: string, pid: int, start: string, legacy: bool} $f
+     * @return array<string, mixed>
+     */
+    private static function describe(string $mode, int $limit, string $name, array $f): array
+    {
+        [$stale, $reason] = self::judge($name, $f);
+        $me = self::identity();
+        $same = $me['proc'] && $f['tag'] === $me['tag'];
+        return [
+            'mode' => $mode, 'slots' => $limit, 'token' => $name, 'pid' => $f['pid'], 'host_tag' => $f['tag'], 'same_host' => $same,
+            'owner' => !$same ? 'unknown' : (self::ownerGone($f) === null ? 'alive' : 'dead'),
+            'expires_us' => $f['expiry'], 'legacy' => false, 'stale' => $stale, 'reason' => $reason,
+        ];
+    }
+}
+
+// src/Native/Sharing.php
+/**
+ * The transitions of a shared holder (docs/shared-locks.md,
+ * Transitions): the lone share's fast path, the conversion into a group
+ * cover, joining a cover, leaving it (the last one out frees it or hands
+ * a draining cover to its writer), and the refresh of either. Each
+ * change of the token's name is a rename of the exact name a listing
+ * showed, the protocol's compare-and-swap.
+ *
+ * @internal
+ */
+trait Sharing
+{
+    /** Bound on the retries of a step whose name others keep renaming. */
+    private const SHARE_RETRIES = 10000;
+
+    /**
+     * One round of a shared waiter: the hold (a lone share's name or an
+     * entry's), true (look again at once) or false (it waits: $w['reason']).
+     *
+     * @param array<string, mixed> $w
+     */
+    private static function sharedRound(array &$w): string|bool
+    {
+        $dir = $w['dir'];
+        clearstatcache(true, "$dir/" . self::FREE);
+        // A hungry head is owed the free token; joining takes nothing from it.
+        $try = $w['exists'] && !$w['hungry'] && ($w['first'] || @lstat("$dir/" . self::FREE) !== false);
+        if ($try && ($mine = self::takeFree($dir, $w['lease'], self::shareName(self::nowUs() + $w['lease'], self::LONE, $w['limit']))) !== null) {
+            self::hold($dir, $mine);
+            return $mine;
+        }
+        if (!$w['looked']) {
+            return false;
+        }
+        $seen = self::seen($w);
+        if (!is_array($seen)) {
+            return $seen;
+        }
+        [$name, $t] = $seen;
+        $share = self::shareOf($t);
+        if ($share === null || $share[0] > self::DRAINING) {
+            [$stale, $w['reason']] = self::judge($name, $t);
+            return $stale ? self::takeOver($w, $name, self::shareName(self::nowUs() + $w['lease'], self::LONE, $w['limit'])) : false;
+        }
+        [$kind, $limit, $start] = $share;
+        if ($kind === self::DRAINING) {
+            return self::readerAtMark($w, $name, $t, $share);
+        }
+        if ($kind === self::COVER) {
+            return self::join($w, $name, $t);
+        }
+        [$stale, $why] = self::judge($name, self::holderFields($t, $start));
+        if ($stale) {
+            $w['reason'] = "lone share: $why";
+            return self::takeOver($w, $name, self::shareName(self::nowUs() + $w['lease'], self::LONE, $w['limit']));
+        }
+        if ($limit !== $w['limit'] || $limit === 1) {
+            $w['reason'] = self::mismatch($limit, $w['limit'], $why);
+            return false;
+        }
+        return self::convert($w, $name, $t, $start);
+    }
+
+    /**
+     * The listing of a round: the token [name, fields], or what the round
+     * returns (true: look again).
+     *
+     * @param array<string, mixed> $w
+     * @return array{0: string, 1: array<string, mixed>}|bool
+     */
+    private static function seen(array &$w): array|bool
+    {
+        $seen = self::look($w['dir']);
+        if (!$w['exists'] && $seen[0] !== 'missing') {
+            // Made by another process since the first look: judge it now.
+            $w['exists'] = self::checkTrusted($w['dir'], $w['named']);
+        }
+        if ($seen[0] === 'missing') {
+            self::create($w['dir'], $w['lease'], $w['named']);
+            $w['exists'] = self::checkTrusted($w['dir'], $w['named']);
+        }
+        return $seen[0] === 'held' ? $seen[1] : true;
+    }
+
+    /** Why a holder of LIMIT waits for holders of another limit (or a semaphore of one). */
+    private static function mismatch(int $theirs, int $mine, string $why): string
+    {
+        $say = fn (int $n) => $n === 0 ? 'shared (readers)' : "a semaphore of $n slots";
+        if ($theirs === $mine) {
+            return "the semaphore of 1 slot is taken: $why";
+        }
+        return 'held as ' . $say($theirs) . ', asked as ' . $say($mine) . ": $why; it waits until they have all left";
+    }
+
+    /**
+     * Takes over the stale NAME by its exact name, to TO (a lone share of
+     * ours or our token), and clears the workspace (entries included) as
+     * any takeover does.
+     *
+     * @param array<string, mixed> $w
+     */
+    private static function takeOver(array &$w, string $name, string $to): string|bool
+    {
+        $dir = $w['dir'];
+        clearstatcache(true, "$dir/$name");
+        $taken = @lstat("$dir/$name");
+        $errno = self::rename("$dir/$name", "$dir/$to");
+        if ($errno === 0) {
+            return self::finish($dir, $to, $name, $w['lease'], $w['givenUp'], $w['reason'], $taken ?: null) ? $to : false;
+        }
+        if ($errno !== 2) {
+            throw self::systemError('acquire', $dir, "cannot take over the stale token $name ({$w['reason']})", $errno);
+        }
+        return true;  // another taker won, or the owner refreshed or released: look again
+    }
+
+    /**
+     * Converts the live lone share LONE into a group cover holding its
+     * holder's entry and ours: the hold (our entry), or true to look again.
+     *
+     * @param array<string, mixed> $w
+     * @param array<string, mixed> $t
+     */
+    private static function convert(array &$w, string $lone, array $t, string $start): string|bool
+    {
+        $dir = $w['dir'];
+        $usable = self::tokenUsable($dir, $lone, 'acquire');
+        if ($usable !== true) {
+            $w['reason'] = "the token $lone is no directory, and admits one shared holder only";
+            return $usable === null;
+        }
+        $theirs = self::ENTRY . self::namedHolder($lone, $t, $start);
+        $errno = self::makeEntryAt("$dir/$lone/$theirs");
+        if ($errno === 2) {
+            return true;  // renamed since the listing
+        }
+        if ($errno !== 0 && $errno !== 17) {
+            throw self::systemError('acquire', "$dir/$lone", "cannot make the lone holder's share entry $theirs", $errno);
+        }
+        $expiry = self::nowUs() + $w['lease'];
+        $mine = self::myEntry($expiry);
+        $errno = self::makeEntryAt("$dir/$lone/$mine");
+        if ($errno === 0) {
+            $cover = self::shareName(max($t['expiry'] + 1, $expiry), self::COVER, $w['limit']);
+            $errno = self::rename("$dir/$lone", "$dir/$cover");
+            if ($errno === 0) {
+                self::hold($dir, $mine);
+                return $mine;
+            }
+        }
+        // Lost to a release, a refresh, another converter or a writer.
+        $fail = $errno === 2 ? null : $errno;
+        self::abandon($dir, $errno === 17 ? null : $mine, $theirs);
+        if ($fail !== null) {
+            throw $fail === 17 ? self::planted($dir, $lone, $mine) : self::systemError('acquire', $dir, "cannot convert the lone share $lone into a group", $fail);
+        }
+        return true;
+    }
+
+    /** lock_corrupt: something is at the name of our own new entry, which nobody else can make. */
+    private static function planted(string $dir, string $token, string $mine): Exception
+    {
+        return new Exception('lock_corrupt', "tokenlock: acquire $dir: something is already at our new share entry $mine in the token $token (its name is unique to this process): it was planted; nothing was removed", 69);
+    }
+
+    /**
+     * After a lost rename: removes our entry, and the lone holder's entry
+     * we made unless the token is a cover now (then it may be a share:
+     * another converter's rename may have confirmed it). Each removal
+     * goes through the token's name a listing showed, so a token renamed
+     * into a cover meanwhile is looked at again. A leaver may have
+     * counted our entry, so the last one out's steps follow.
+     */
+    private static function abandon(string $dir, ?string $mine, ?string $theirs): void
+    {
+        $where = null;
+        if ($mine !== null) {
+            self::dropEntry($dir, $mine, $where);
+        }
+        for ($i = 0; $theirs !== null && $i < self::SHARE_RETRIES; ++$i) {
+            $where = self::locate($dir, $theirs, 'acquire');
+            if ($where === null || self::isCover($where[1])) {
+                break;
+            }
+            $errno = self::removeEntryAt("$dir/{$where[0]}/$theirs");
+            if ($errno === 0) {
+                break;
+            }
+            if ($errno !== 2) {
+                throw self::systemError('acquire', "$dir/{$where[0]}", "cannot remove the share entry $theirs", $errno);
+            }
+        }
+        if ($where === null || self::isCover($where[1])) {
+            self::lastOut($dir, 'acquire');
+        }
+    }
+
+    /** @param array{0: int, 1: int, 2: string}|null $share */
+    private static function isCover(?array $share): bool
+    {
+        return $share !== null && ($share[0] === self::COVER || $share[0] === self::DRAINING);
+    }
+
+    /**
+     * Joins the group cover COVER (or takes it, with no live entry left,
+     * whatever its limit): the hold (our entry), true to look again, or
+     * false to wait (full, or of another limit).
+     *
+     * @param array<string, mixed> $w
+     * @param array<string, mixed> $t
+     */
+    private static function join(array &$w, string $cover, array $t): string|bool
+    {
+        $dir = $w['dir'];
+        $usable = self::tokenUsable($dir, $cover, 'acquire');
+        $e = $usable ? self::entries($dir, $cover) : null;
+        if ($e === null) {
+            $w['reason'] = "the token $cover is no directory";
+            return $usable === null;
+        }
+        [$live, $stale] = $e;
+        $live = self::dropOurStrays($dir, $cover, $live);
+        $limit = self::shareOf($t)[1];
+        if ($live && ($limit !== $w['limit'] || ($limit > 0 && count($live) >= $limit))) {
+            $w['reason'] = $limit === $w['limit'] ? 'all ' . $limit . ' slots are taken: ' . reset($live) : self::mismatch($limit, $w['limit'], reset($live));
+            return false;
+        }
+        self::removeStale($dir, $cover, $stale, 'acquire', false);
+        $expiry = self::nowUs() + $w['lease'];
+        $mine = self::myEntry($expiry);
+        $errno = self::makeEntryAt("$dir/$cover/$mine");
+        if ($errno === 2) {
+            return true;
+        }
+        if ($errno !== 0) {
+            throw $errno === 17 ? self::planted($dir, $cover, $mine) : self::systemError('acquire', "$dir/$cover", "cannot make our share entry $mine", $errno);
+        }
+        $errno = self::rename("$dir/$cover", "$dir/" . self::shareName(max($t['expiry'] + 1, $expiry), self::COVER, $w['limit']));
+        if ($errno === 0) {
+            self::hold($dir, $mine);
+            return $mine;
+        }
+        self::abandon($dir, $mine, null);
+        if ($errno !== 2) {
+            throw self::systemError('acquire', $dir, "cannot rename the group cover $cover to join it", $errno);
+        }
+        return true;
+    }
+
+    /**
+     * A reader at a draining cover waits; the mark of a writer provably
+     * dead on this host, or whose mark's lease ended, it unmarks (a group
+     * cover again, a fresh nonce).
+     *
+     * @param array<string, mixed> $w
+     * @param array<string, mixed> $t
+     * @param array{0: int, 1: int, 2: string} $share
+     */
+    private static function readerAtMark(array &$w, string $mark, array $t, array $share): bool
+    {
+        $gone = self::markGone($t, $share[2]);
+        if ($gone === null) {
+            $w['reason'] = "a writer (pid {$t['pid']}) waits for the shared holders to leave, and new ones wait behind it";
+            return false;
+        }
+        $errno = self::rename("$w[dir]/$mark", "$w[dir]/" . self::shareName($t['expiry'] + 1, self::COVER, $share[1]));
+        if ($errno !== 0 && $errno !== 2) {
+            throw self::systemError('acquire', $w['dir'], "cannot unmark $mark, a writer's stale mark ($gone)", $errno);
+        }
+        return true;
+    }
+}
+
+// src/Native/Leaving.php
+/**
+ * A shared holder's release and refresh (docs/shared-locks.md): the lone
+ * share's one rename each way; a group member's entry removed or renewed,
+ * and the last one out freeing the cover or handing a draining cover to
+ * its writer.
+ *
+ * @internal
+ */
+trait Leaving
+{
+    /** Releases the shared hold HOLD (a lone share's name or our entry). */
+    private static function releaseShared(string $dir, string $hold): void
+    {
+        if (!str_starts_with($hold, self::ENTRY)) {
+            $errno = self::rename("$dir/$hold", "$dir/" . self::FREE);
+            if ($errno === 0) {
+                self::unhold($hold);
+                self::renamedAway($hold);
+                return;
+            }
+            if ($errno !== 2) {
+                throw self::systemError('release', $dir, "cannot rename the lone share $hold to " . self::FREE, $errno);
+            }
+            $entry = self::convertedTo($dir, $hold, 'release');
+            if ($entry === null) {
+                self::unhold($hold);
+                throw self::lost('release', $dir, $hold);
+            }
+            self::unhold($hold);
+            $hold = $entry;
+            self::hold($dir, $hold);
+        }
+        $where = null;
+        $found = self::dropEntry($dir, $hold, $where);
+        self::unhold($hold);
+        if (!$found || $where[1] === null) {
+            throw self::lost('release', $dir, $hold);
+        }
+        self::lastOut($dir, 'release');
+    }
+
+    /** Renews the shared hold HOLD to a lease of $leaseUs from now; returns the new hold. */
+    private static function refreshShared(string $dir, string $hold, int $leaseUs): string
+    {
+        if (str_starts_with($hold, self::ENTRY)) {
+            return self::refreshMember($dir, $hold, $leaseUs);
+        }
+        $new = self::withExpiry($hold, max(self::expiryOf($hold) + 1, self::nowUs() + $leaseUs));
+        $errno = self::rename("$dir/$hold", "$dir/$new");
+        clearstatcache(true, "$dir/$new");
+        if ($errno === 0 || ($errno === 2 && @lstat("$dir/$new") !== false)) {
+            self::unhold($hold);
+            self::renamedAway($hold);
+            self::hold($dir, $new);
+            return $new;
+        }
+        if ($errno !== 2) {
+            throw self::systemError('refresh', $dir, "cannot rename the lone share $hold to $new", $errno);
+        }
+        $entry = self::convertedTo($dir, $hold, 'refresh');
+        self::unhold($hold);
+        if ($entry === null) {
+            throw self::lost('refresh', $dir, $hold);
+        }
+        self::hold($dir, $entry);
+        return self::refreshMember($dir, $entry, $leaseUs);
+    }
+
+    /** The entry our lone share LONE became if a cover holds it now (it was converted), else null. */
+    private static function convertedTo(string $dir, string $lone, string $step): ?string
+    {
+        $c = self::classify($lone);
+        $entry = self::ENTRY . self::namedHolder($lone, $c[1], self::shareOf($c[1])[2]);
+        $where = self::locate($dir, $entry, $step);
+        return $where !== null && $where[1] !== null ? $entry : null;
+    }
+
+    /**
+     * Renews our entry OLD: a new entry, the cover renamed to cover it
+     * (a slot holder counts the others first, as a join does), the old
+     * entry removed.
+     */
+    private static function refreshMember(string $dir, string $old, int $leaseUs): string
+    {
+        $new = self::withExpiry($old, max(self::expiryOf($old) + 1, self::nowUs() + $leaseUs));
+        $made = $counted = false;
+        for ($i = 0; $i < self::SHARE_RETRIES; ++$i) {
+            $seen = self::look($dir, 'refresh');
+            $t = $seen[0] === 'held' ? $seen[1][1] : null;
+            $share = $t === null ? null : self::shareOf($t);
+            if ($share === null || !in_array($share[0], [self::COVER, self::DRAINING], true)) {
+                return self::endedShare($dir, $old, $made ? $new : null, 'the lock is no group any more (a writer took it after the lease ended)');
+            }
+            $cover = $seen[1][0];
+            if (!$made) {
+                $errno = self::makeEntryAt("$dir/$cover/$new");
+                if ($errno === 2) {
+                    continue;
+                }
+                if ($errno !== 0) {
+                    throw self::systemError('refresh', "$dir/$cover", "cannot make our renewed share entry $new", $errno);
+                }
+                $made = true;
+            }
+            // Only a share whose lease may have ended can have lost its
+            // slot: a joiner counts every entry whose lease is live (with
+            // the skew allowance) as a holder. Counting earlier would count
+            // the entries of joiners whose rename is still to come.
+            if ($share[1] > 0 && ($counted || self::nowUs() > self::expiryOf($old) - self::SKEW_US || !self::entryThere($dir, $cover, $old))) {
+                $counted = true;
+                $e = self::entries($dir, $cover);
+                if ($e === null) {
+                    continue;
+                }
+                unset($e[0][$old], $e[0][$new]);
+                if (count($e[0]) >= $share[1]) {
+                    return self::endedShare($dir, $old, $new, "all {$share[1]} slots are taken by others: the share had ended and its slot was given");
+                }
+            }
+            $errno = self::rename("$dir/$cover", "$dir/" . self::renewed($cover, $t, $share, self::expiryOf($new)));
+            if ($errno === 0) {
+                $where = null;
+                self::dropEntry($dir, $old, $where);
+                self::unhold($old);
+                self::hold($dir, $new);
+                return $new;
+            }
+            if ($errno !== 2) {
+                throw self::systemError('refresh', $dir, "cannot rename the group cover $cover to cover our renewed share", $errno);
+            }
+        }
+        throw self::systemError('refresh', $dir, 'the group cover kept changing under ' . self::SHARE_RETRIES . ' attempts', 16);
+    }
+
+    /** Whether ENTRY is in the token NAME; yes when the token was renamed since the listing, as the rename that follows then fails and the next round looks again. */
+    private static function entryThere(string $dir, string $name, string $entry): bool
+    {
+        clearstatcache(true, "$dir/$name/$entry");
+        return @lstat("$dir/$name/$entry") !== false || @lstat("$dir/$name") === false;
+    }
+
+    /** A share found ended: our entries removed, lock_lost. */
+    private static function endedShare(string $dir, string $old, ?string $new, string $why): string
+    {
+        $where = null;
+        foreach (array_filter([$old, $new]) as $e) {
+            self::dropEntry($dir, $e, $where);
+        }
+        self::unhold($old);
+        throw new LockLostException('lock_lost', "tokenlock: refresh $dir: the share $old has ended: $why; nothing else was changed", 3);
+    }
+
+    /**
+     * The name a cover is renamed to so as to cover an expiry: a group
+     * cover names us with a fresh nonce; a draining cover keeps its
+     * writer and nonce, only its expiry rises.
+     *
+     * @param array<string, mixed> $t
+     * @param array{0: int, 1: int, 2: string} $share
+     */
+    private static function renewed(string $cover, array $t, array $share, int $expiry): string
+    {
+        $expiry = max($t['expiry'] + 1, $expiry);
+        return $share[0] === self::DRAINING ? self::withExpiry($cover, $expiry) : self::shareName($expiry, self::COVER, $share[1]);
+    }
+
+    private static function lost(string $step, string $dir, string $hold): LockLostException
+    {
+        return new LockLostException('lock_lost', "tokenlock: $step $dir: the share $hold is not held any more: it was taken over (its lease ended, its owner was judged dead, or it was broken), so a writer may have held the lock meanwhile; nothing was changed", 3);
+    }
+
+    /**
+     * Where the entry ENTRY is: [the token's name, [kind, limit, start] of
+     * a shared name or null], or null when no token holds it. A token
+     * renamed between the listing and the look is listed again.
+     *
+     * @return array{0: string, 1: array{0: int, 1: int, 2: string}|null}|null
+     */
+    private static function locate(string $dir, string $entry, string $step): ?array
+    {
+        for ($i = 0; $i < self::SHARE_RETRIES; ++$i) {
+            $seen = self::look($dir, $step);
+            if ($seen[0] === 'missing') {
+                return null;
+            }
+            $name = $seen[0] === 'free' ? self::FREE : $seen[1][0];
+            clearstatcache(true, "$dir/$name/$entry");
+            if (@lstat("$dir/$name/$entry") !== false) {
+                return [$name, $seen[0] === 'free' ? null : self::shareOf($seen[1][1])];
+            }
+            clearstatcache(true, "$dir/$name");
+            if (@lstat("$dir/$name") !== false) {
+                return null;
+            }
+        }
+        return null;
+    }
+
+    /**
+     * Removes our entry ENTRY wherever the token is now: whether it was
+     * there; $where is where it was. Should it be made again (noShare()),
+     * our next listing removes it.
+     *
+     * @param array{0: string, 1: array{0: int, 1: int, 2: string}|null}|null $where
+     */
+    private static function dropEntry(string $dir, string $entry, ?array &$where): bool
+    {
+        for ($i = 0; $i < self::SHARE_RETRIES; ++$i) {
+            $where = self::locate($dir, $entry, 'release');
+            if ($where === null) {
+                return false;
+            }
+            $errno = self::removeEntryAt("$dir/{$where[0]}/$entry");
+            if ($errno === 0) {
+                self::noShare($entry);
+                return true;
+            }
+            if ($errno !== 2) {
+                throw self::systemError('release', "$dir/{$where[0]}", "cannot remove the share entry $entry", $errno);
+            }
+        }
+        return false;
+    }
+
+    /**
+     * The last one out: with no live entry left in a cover, its stale
+     * entries go and it is freed (a group cover) or handed to its writer
+     * (a draining cover). A slot holder that left a full semaphore renames
+     * the cover, so that waiters watching DIR see a change.
+     */
+    private static function lastOut(string $dir, string $step): void
+    {
+        for ($i = 0; $i < self::SHARE_RETRIES; ++$i) {
+            $seen = self::look($dir, $step);
+            $share = $seen[0] === 'held' ? self::shareOf($seen[1][1]) : null;
+            if ($share === null || !in_array($share[0], [self::COVER, self::DRAINING], true)) {
+                return;
+            }
+            [$cover, $t] = $seen[1];
+            $e = self::tokenUsable($dir, $cover, $step) ? self::entries($dir, $cover) : null;
+            if ($e === null) {
+                clearstatcache(true, "$dir/$cover");
+                if (@lstat("$dir/$cover") !== false) {
+                    return;  // no directory: nothing to list
+                }
+                continue;
+            }
+            [$live, $stale, $bad] = $e;
+            $live = self::dropOurStrays($dir, $cover, $live);
+            if ($live) {
+                if ($share[1] > 0 && count($live) === $share[1] - 1) {
+                    self::rename("$dir/$cover", "$dir/" . self::renewed($cover, $t, $share, $t['expiry'] + 1));
+                }
+                return;
+            }
+            if ($bad) {
+                throw self::corruptEntries($step, $dir, $cover, $bad);
+            }
+            self::removeStale($dir, $cover, $stale, $step);
+            $to = $share[0] === self::COVER ? self::FREE : self::PREFIX . self::namedHolder($cover, $t, $share[2]);
+            $errno = self::rename("$dir/$cover", "$dir/$to");
+            if ($errno === 0) {
+                return;
+            }
+            if ($errno !== 2) {
+                throw self::systemError($step, $dir, "cannot rename the group cover $cover, which holds no live share, to $to", $errno);
+            }
+        }
+    }
+}
+
+// src/Native/Writing.php
+/**
+ * What a writer (an exclusive acquire) does at shared holders
+ * (docs/shared-locks.md, A writer): it marks them at once (a draining
+ * cover that names it), so that no new shared holder joins, and holds
+ * when the last one out hands the token over, or when it finds its mark
+ * with no live entry left. At its deadline it unmarks.
+ *
+ * @internal
+ */
+trait Writing
+{
+    /**
+     * A writer's round at the held NAME: the token (held), true (look
+     * again), false (wait), or null when NAME is no shared name and not
+     * our hand-over (judged as a token, unchanged).
+     *
+     * @param array<string, mixed> $w
+     * @param array<string, mixed> $t
+     */
+    private static function writerAtShare(array &$w, string $name, array $t): string|bool|null
+    {
+        $share = self::shareOf($t);
+        if ($share === null) {
+            return isset($w['markNonce']) && self::isMine($t, $name, $w['markNonce']) ? self::handedOver($w, $name, $t) : null;
+        }
+        [$kind, , $start] = $share;
+        if ($kind === self::LONE) {
+            [$stale, $why] = self::judge($name, self::holderFields($t, $start));
+            $w['reason'] = "shared: $why";
+            if ($stale) {
+                return self::takeOver($w, $name, self::token(self::nowUs() + $w['lease']));
+            }
+            return self::markLone($w, $name, $t, $share);
+        }
+        if ($kind > self::DRAINING) {
+            return null;  // reserved: judged by its lease only
+        }
+        $e = self::tokenUsable($w['dir'], $name, 'acquire') ? self::entries($w['dir'], $name) : null;
+        if ($e === null) {
+            $w['reason'] = "the token $name is no directory";
+            return false;
+        }
+        [$live, $stale, $bad] = $e;
+        $live = self::dropOurStrays($w['dir'], $name, $live);
+        $mine = $kind === self::DRAINING && isset($w['markNonce']) && self::isMine(self::holderFields($t, $start), $name, $w['markNonce']);
+        if ($live) {
+            $w['reason'] = count($live) . ' shared holder(s), the first ' . reset($live);
+            return $kind === self::COVER ? self::mark($w, $name, $t, $share) : self::keepMark($w, $name, $t, $share, $mine);
+        }
+        if ($bad) {
+            throw self::corruptEntries('acquire', $w['dir'], $name, $bad);
+        }
+        self::removeStale($w['dir'], $name, $stale, 'acquire');
+        if ($mine) {
+            return self::takeMine($w, $name);
+        }
+        if ($kind === self::DRAINING && ($why = self::markGone($t, $start)) === null) {
+            $w['reason'] = "another writer (pid {$t['pid']}) is handed this lock: $name";
+            return false;
+        }
+        $w['reason'] = $kind === self::COVER ? "a group cover with no live share: $name" : "a writer's stale mark $name ($why)";
+        return self::takeOver($w, $name, self::token(self::nowUs() + $w['lease']));
+    }
+
+    /**
+     * Why the writer a draining cover names has lost it (provably dead on
+     * this host, or the mark's lease ended), or null while it is its.
+     *
+     * @param array<string, mixed> $t
+     */
+    private static function markGone(array $t, string $start): ?string
+    {
+        [$stale, $why] = self::judge('', self::holderFields($t, $start));
+        return $stale ? $why : null;
+    }
+
+    /**
+     * Whether the fields T (a token's, or a draining cover's writer as
+     * holderFields() gives them) name this process with the nonce NONCE.
+     *
+     * @param array<string, mixed> $t
+     */
+    private static function isMine(array $t, string $name, string $nonce): bool
+    {
+        $me = self::identity();
+        return $t['tag'] === $me['tag'] && $t['pid'] === $me['pid'] && $t['start'] === $me['start'] && substr($name, -16) === $nonce;
+    }
+
+    /**
+     * Marks the live lone share LONE: its holder's entry made, as a
+     * converter makes it, then LONE renamed to our draining cover.
+     *
+     * @param array<string, mixed> $w
+     * @param array<string, mixed> $t
+     * @param array{0: int, 1: int, 2: string} $share
+     */
+    private static function markLone(array &$w, string $lone, array $t, array $share): bool
+    {
+        $dir = $w['dir'];
+        if (self::tokenUsable($dir, $lone, 'acquire') !== true) {
+            return false;  // a file token cannot hold entries: its lone holder is waited for
+        }
+        $theirs = self::ENTRY . self::namedHolder($lone, $t, $share[2]);
+        $errno = self::makeEntryAt("$dir/$lone/$theirs");
+        if ($errno === 2) {
+            return true;
+        }
+        if ($errno !== 0 && $errno !== 17) {
+            throw self::systemError('acquire', "$dir/$lone", "cannot make the lone holder's share entry $theirs to mark it", $errno);
+        }
+        if (self::mark($w, $lone, $t, $share)) {
+            self::abandon($dir, null, $theirs);
+            return true;
+        }
+        return false;
+    }
+
+    /**
+     * Renames the cover NAME to a draining cover of ours: false (marked:
+     * wait) or true (it changed since the listing: look again).
+     *
+     * @param array<string, mixed> $w
+     * @param array<string, mixed> $t
+     * @param array{0: int, 1: int, 2: string} $share
+     */
+    private static function mark(array &$w, string $name, array $t, array $share): bool
+    {
+        $mark = self::shareName(max($t['expiry'] + 1, self::nowUs() + $w['lease']), self::DRAINING, $share[1]);
+        $errno = self::rename("$w[dir]/$name", "$w[dir]/$mark");
+        if ($errno === 0) {
+            $w['markNonce'] = substr($mark, -16);
+            $w['markedAt'] = self::nowUs();
+            return false;
+        }
+        if ($errno !== 2) {
+            throw self::systemError('acquire', $w['dir'], "cannot mark $name as awaited by a writer", $errno);
+        }
+        return true;
+    }
+
+    /**
+     * At a draining cover with live entries: ours is renewed when a third
+     * of the lease passed, so that the hand-over is never born expired;
+     * another writer's is waited for, or unmarked when that writer is
+     * provably dead on this host.
+     *
+     * @param array<string, mixed> $w
+     * @param array<string, mixed> $t
+     * @param array{0: int, 1: int, 2: string} $share
+     */
+    private static function keepMark(array &$w, string $name, array $t, array $share, bool $mine): bool
+    {
+        $now = self::nowUs();
+        if ($mine) {
+            if ($now - $w['markedAt'] >= intdiv($w['lease'], 3)) {
+                $errno = self::rename("$w[dir]/$name", "$w[dir]/" . self::withExpiry($name, max($t['expiry'] + 1, $now + $w['lease'])));
+                $w['markedAt'] = $errno === 0 ? $now : $w['markedAt'];
+            }
+            return false;
+        }
+        return self::readerAtMark($w, $name, $t, $share);
+    }
+
+    /**
+     * Our draining cover with no live entry left: ours, renamed to our token.
+     *
+     * @param array<string, mixed> $w
+     */
+    private static function takeMine(array &$w, string $mark): string|bool
+    {
+        $mine = self::token(self::nowUs() + $w['lease']);
+        $errno = self::rename("$w[dir]/$mark", "$w[dir]/$mine");
+        if ($errno === 0) {
+            unset($w['markNonce']);
+            return self::finish($w['dir'], $mine, null, $w['lease'], $w['givenUp'], $w['reason']) ? $mine : false;
+        }
+        if ($errno !== 2) {
+            throw self::systemError('acquire', $w['dir'], "cannot take our mark $mark, which holds no live share", $errno);
+        }
+        return true;
+    }
+
+    /**
+     * The last one out handed the token to us: it is ours from that
+     * rename on; renewed to our lease when that is later.
+     *
+     * @param array<string, mixed> $w
+     * @param array<string, mixed> $t
+     */
+    private static function handedOver(array &$w, string $name, array $t): string|bool
+    {
+        unset($w['markNonce']);
+        $want = self::nowUs() + $w['lease'];
+        $mine = $want > $t['expiry'] ? self::withExpiry($name, $want) : $name;
+        $errno = $mine === $name ? 0 : self::rename("$w[dir]/$name", "$w[dir]/$mine");
+        if ($errno !== 0) {
+            $mine = $name;  // still ours under the hand-over's lease
+        }
+        return self::finish($w['dir'], $mine, null, $w['lease'], $w['givenUp'], $w['reason']) ? $mine : false;
+    }
+
+    /**
+     * A writer whose wait ended gives its mark up (a group cover again, a
+     * fresh nonce); should the hand-over have come meanwhile, the lock is
+     * held and returned. Null when it holds nothing.
+     *
+     * @param array<string, mixed> $w
+     */
+    private static function unmark(array &$w): ?string
+    {
+        for ($i = 0; $i < self::SHARE_RETRIES && isset($w['markNonce']); ++$i) {
+            $seen = self::look($w['dir']);
+            if ($seen[0] !== 'held') {
+                return null;
+            }
+            [$name, $t] = $seen[1];
+            $share = self::shareOf($t);
+            if ($share === null) {
+                return self::isMine($t, $name, $w['markNonce']) ? (self::handedOver($w, $name, $t) ?: null) : null;
+            }
+            if ($share[0] !== self::DRAINING || !self::isMine(self::holderFields($t, $share[2]), $name, $w['markNonce'])) {
+                return null;
+            }
+            $errno = self::rename("$w[dir]/$name", "$w[dir]/" . self::shareName($t['expiry'] + 1, self::COVER, $share[1]));
+            if ($errno === 0) {
+                return null;
+            }
+        }
+        return null;
+    }
+}
+
+// src/Native/Modes.php
+/**
+ * A hold's mode changed in place, never waiting (what Symfony's Lock asks
+ * of a store: a read lock promoted to a write lock when no other reader
+ * holds, a write lock demoted to a read lock), and whether a hold is
+ * still in the lock directory.
+ *
+ * Both are renames of the exact name a listing showed, as a writer's
+ * takeover of a cover with no live entry is (docs/shared-locks.md, A
+ * writer): a promotion succeeds only if no other live entry was in the
+ * listing made after the cover was seen, and a joiner's rename that would
+ * have added one then fails.
+ *
+ * @internal
+ */
+trait Modes
+{
+    /**
+     * The shared hold HOLD becomes a writer's token, or null (it stays
+     * shared) when other shared holders or a writer's mark are there.
+     */
+    public static function promote(string $dir, string $hold, int $leaseUs): ?string
+    {
+        $mine = self::token(self::nowUs() + $leaseUs);
+        $given = $hold;
+        if (!str_starts_with($hold, self::ENTRY)) {
+            $errno = self::rename("$dir/$hold", "$dir/$mine");
+            if ($errno === 0) {
+                self::unhold($hold);
+                self::renamedAway($hold);
+                self::hold($dir, $mine);
+                return $mine;
+            }
+            if ($errno !== 2) {
+                throw self::systemError('acquire', $dir, "cannot rename our lone share $hold to a writer's token", $errno);
+            }
+            $hold = self::convertedTo($dir, $hold, 'acquire') ?? $hold;
+        }
+        $seen = self::look($dir);
+        $share = $seen[0] === 'held' ? self::shareOf($seen[1][1]) : null;
+        if ($share === null || $share[0] !== self::COVER) {
+            return null;
+        }
+        $cover = $seen[1][0];
+        $e = self::tokenUsable($dir, $cover, 'acquire') ? self::entries($dir, $cover) : null;
+        if ($e === null || !isset($e[0][$hold]) || count($e[0]) > 1 || $e[2]) {
+            return null;
+        }
+        if (self::rename("$dir/$cover", "$dir/$mine") !== 0) {
+            return null;
+        }
+        self::removeEntryAt("$dir/$mine/$hold");
+        self::removeStale($dir, $mine, $e[1], 'acquire');
+        self::unhold($given);
+        self::unhold($hold);
+        self::hold($dir, $mine);
+        return $mine;
+    }
+
+    /** The writer's token TOKEN becomes a lone share of LIMIT (0: a reader). */
+    public static function demote(string $dir, string $token, int $leaseUs, int $limit): string
+    {
+        $c = self::classify($token);
+        $lone = self::shareName(max($c[1]['expiry'] + 1, self::nowUs() + $leaseUs), self::LONE, $limit);
+        $errno = self::rename("$dir/$token", "$dir/$lone");
+        if ($errno === 2) {
+            self::unhold($token);
+            throw self::lost('acquire', $dir, $token);
+        }
+        if ($errno !== 0) {
+            throw self::systemError('acquire', $dir, "cannot rename our token $token to a lone share", $errno);
+        }
+        self::unhold($token);
+        self::hold($dir, $lone);
+        return $lone;
+    }
+
+    /**
+     * Whether HOLD (a token, a lone share or an entry) is still in DIR
+     * with its lease not ended.
+     */
+    public static function stillHeld(string $dir, string $hold): bool
+    {
+        if (self::expiryOf($hold) <= self::nowUs()) {
+            return false;
+        }
+        if (str_starts_with($hold, self::ENTRY)) {
+            $where = self::locate($dir, $hold, 'status');
+            return $where !== null && self::isCover($where[1]);
+        }
+        clearstatcache(true, "$dir/$hold");
+        if (@lstat("$dir/$hold") !== false) {
+            return true;
+        }
+        return self::isShare($hold) && self::convertedTo($dir, $hold, 'status') !== null;
     }
 }
 
@@ -3590,10 +4798,15 @@ use Tokenlock\Native\Directory;
 use Tokenlock\Native\Errors;
 use Tokenlock\Native\Held;
 use Tokenlock\Native\Identity;
+use Tokenlock\Native\Leaving;
 use Tokenlock\Native\Marks;
+use Tokenlock\Native\Modes;
+use Tokenlock\Native\Shares;
+use Tokenlock\Native\Sharing;
 use Tokenlock\Native\Tokens;
 use Tokenlock\Native\Trust;
 use Tokenlock\Native\Turnstile;
+use Tokenlock\Native\Writing;
 use Tokenlock\Redis\Checks;
 use Tokenlock\Redis\CommandClient;
 use Tokenlock\Redis\Connection;
@@ -4084,14 +5297,17 @@ final class Lock
     private ?float $lease;
     private int $ownerPid;
     private bool $held = true;
+    /** Null: exclusive; 0: shared (a reader); N: one of N slots. */
+    private ?int $slots;
 
     /** Made right after Native::acquire() made TOKEN: its pid is this process's. */
-    private function __construct(string $dir, string $path, string $token, ?float $lease)
+    private function __construct(string $dir, string $path, string $token, ?float $lease, ?int $slots)
     {
         $this->dir = $dir;
         $this->path = $path;
         $this->token = $token;
         $this->lease = $lease;
+        $this->slots = $slots;
         $this->ownerPid = Native::tokenPid();
     }
 
@@ -4099,9 +5315,14 @@ final class Lock
      * Acquires the lock LOCKDIR (a directory, created on first use; its
      * parent must exist).
      *
-     * @param array{wait?: int|float|null, lease?: int|float, command?: string, group?: string|int} $options
+     * @param array{wait?: int|float|null, lease?: int|float, shared?: bool, slots?: int, command?: string, group?: string|int} $options
      *        `wait`: seconds to wait for a busy lock (default 10; 0: fail at
      *        once with BusyException; null: as long as it takes);
+     *        `shared`: true for a shared hold (a reader: any number of
+     *        shared holders at once, never beside a writer; see
+     *        acquireShared());
+     *        `slots`: N from 1 to 999999 for one of N slots (a semaphore:
+     *        at most N holders at once); implies `shared`;
      *        `lease`: seconds the lock stays valid without refresh()
      *        (default 3600; from 0.001 to 86400, else `bad_argument`);
      *        `group`: the one group (a name or a decimal gid) the lock is
@@ -4118,19 +5339,79 @@ final class Lock
      */
     public static function acquire(string $dir, array $options = []): self
     {
-        Command::checkKeys($options, ['wait', 'lease', 'command', 'group'], 'Lock::acquire');
+        Command::checkKeys($options, ['wait', 'lease', 'shared', 'slots', 'command', 'group'], 'Lock::acquire');
         $wait = array_key_exists('wait', $options) ? Command::seconds($options['wait'], 'wait') : Command::DEFAULT_WAIT;
         $lease = isset($options['lease']) ? Command::seconds($options['lease'], 'lease') : null;
+        $slots = self::slotsOption($options);
         $path = Native::lockPath($dir);
-        $token = Native::acquire($path, $wait, Native::leaseUs($lease), Native::group($options['group'] ?? null));
-        return new self($dir, $path, $token, $lease);
+        $token = Native::acquire($path, $wait, Native::leaseUs($lease), Native::group($options['group'] ?? null), $slots);
+        return new self($dir, $path, $token, $lease, $slots);
+    }
+
+    /**
+     * Acquires LOCKDIR shared: any number of shared holders hold it at
+     * once, and no writer (an acquire() without `shared`) holds beside
+     * them. A writer that comes waits for the shared holders in it to
+     * leave, and from then on new shared holders wait behind it (writer
+     * preference: a stream of readers cannot starve it). With `slots` N,
+     * at most N holders at once (a semaphore); holders of another limit,
+     * or readers at a semaphore, wait for each other.
+     *
+     * A shared hold has no fence: writeFile() and increment() take the
+     * lock exclusively. release() and refresh() work as for an exclusive
+     * hold; token() is the hold's current name (a lone share's token or
+     * its entry `s.*` inside the token).
+     *
+     * @param array{wait?: int|float|null, lease?: int|float, slots?: int, group?: string|int} $options as acquire()
+     * @throws BusyException|TimeoutException|Exception as acquire(); `not_supported`
+     *         on a filesystem that needs owner marks (GlusterFS, unknown FUSE)
+     */
+    public static function acquireShared(string $dir, array $options = []): self
+    {
+        return self::acquire($dir, ['shared' => true] + $options);
+    }
+
+    /**
+     * The `shared` and `slots` options: null (exclusive), 0 (a reader) or N.
+     *
+     * @param array<string, mixed> $options
+     */
+    private static function slotsOption(array $options): ?int
+    {
+        $shared = $options['shared'] ?? false;
+        if (!is_bool($shared)) {
+            throw new Exception('bad_argument', 'tokenlock: the option shared must be true or false (got ' . get_debug_type($shared) . ')', 64);
+        }
+        if (!isset($options['slots'])) {
+            return $shared ? 0 : null;
+        }
+        $n = $options['slots'];
+        if (!is_int($n) || $n < 1 || $n > Native::MAX_SLOTS) {
+            throw new Exception('bad_argument', 'tokenlock: the option slots must be a whole number from 1 to 999999 (got ' . (is_scalar($n) ? var_export($n, true) : get_debug_type($n)) . ')', 64);
+        }
+        if (array_key_exists('shared', $options) && $shared === false) {
+            throw new Exception('bad_argument', 'tokenlock: slots asks for a shared hold, but shared is false: leave shared out, or slots', 64);
+        }
+        return $n;
+    }
+
+    /** 'exclusive' or 'shared' (a reader or a slot holder). */
+    public function mode(): string
+    {
+        return $this->slots === null ? 'exclusive' : 'shared';
+    }
+
+    /** The semaphore's size for a slot holder, else 0. */
+    public function slots(): int
+    {
+        return $this->slots ?? 0;
     }
 
     /**
      * Like acquire(), but returns null when the lock is busy or the wait
      * runs out. `wait` defaults to 0 here.
      *
-     * @param array{wait?: int|float|null, lease?: int|float, command?: string, group?: string|int} $options
+     * @param array{wait?: int|float|null, lease?: int|float, shared?: bool, slots?: int, command?: string, group?: string|int} $options
      * @throws Exception on failures other than a busy lock
      */
     public static function tryAcquire(string $dir, array $options = []): ?self
@@ -4144,7 +5425,9 @@ final class Lock
 
     /**
      * The current token, as `tokenlock release` and `tokenlock status` name
-     * it. It changes with every refresh().
+     * it. It changes with every refresh(). For a shared hold: the lone
+     * share's token, or the hold's entry `s.*` inside the token once other
+     * shared holders joined.
      */
     public function token(): string
     {
@@ -4194,6 +5477,74 @@ final class Lock
         }
         $this->lease = $lease;
         return $this->token;
+    }
+
+    /**
+     * Makes a shared hold exclusive, without waiting and without letting
+     * go: true when it is now a writer's hold (with a lease of $lease
+     * seconds, default the one given to acquire()), false when other
+     * holders (or a writer waiting for them) are there: it then stays
+     * shared. An exclusive hold stays as it is (true). A slot holder
+     * promoted holds the lock alone.
+     *
+     * @throws \LogicException after release()
+     * @throws Exception on a failure of the lock directory
+     */
+    public function toExclusive(int|float|null $lease = null): bool
+    {
+        $this->checkHeld('toExclusive');
+        if ($this->slots === null) {
+            return true;
+        }
+        $lease = $lease === null ? $this->lease : Command::seconds($lease, 'lease');
+        $token = Native::promote($this->path, $this->token, Native::leaseUs($lease));
+        if ($token === null) {
+            return false;
+        }
+        [$this->token, $this->slots, $this->lease] = [$token, null, $lease];
+        return true;
+    }
+
+    /**
+     * Makes an exclusive hold shared (a reader, or one of $slots slots),
+     * in one rename: no writer can come between. A shared hold stays as
+     * it is.
+     *
+     * @throws LockLostException when the lock was taken over meanwhile
+     * @throws \LogicException after release()
+     */
+    public function toShared(int $slots = 0): void
+    {
+        $this->checkHeld('toShared');
+        if ($this->slots !== null) {
+            return;
+        }
+        $slots = self::slotsOption($slots === 0 ? ['shared' => true] : ['slots' => $slots]);
+        try {
+            $this->token = Native::demote($this->path, $this->token, Native::leaseUs($this->lease), $slots);
+        } catch (LockLostException $e) {
+            $this->held = false;
+            throw $e;
+        }
+        $this->slots = $slots;
+    }
+
+    /**
+     * Whether the hold is in the lock directory now with its lease not
+     * ended (a look at the directory; isHeld() only says what this object
+     * believes).
+     */
+    public function holdsNow(): bool
+    {
+        return $this->isHeld() && Native::stillHeld($this->path, $this->token);
+    }
+
+    private function checkHeld(string $step): void
+    {
+        if (!$this->isHeld()) {
+            throw new \LogicException("Tokenlock\\Lock::$step: the lock {$this->dir} is no longer held by this object");
+        }
+        $this->checkOwner($step);
     }
 
     /**
@@ -4297,6 +5648,11 @@ final class Native
     use Directory;
     use Held;
     use Turnstile;
+    use Shares;
+    use Sharing;
+    use Leaving;
+    use Writing;
+    use Modes;
 
     public const FREE = 'lockfile';
     public const PREFIX = 'lockfile.';
@@ -4322,15 +5678,19 @@ final class Native
     ];
 
     /**
-     * Acquires DIR: returns the token. $wait null waits without limit.
-     * Waiters line up in the turnstile where there is one (Turnstile),
-     * else poll with backoff.
+     * Acquires DIR: returns the token, or for a shared hold ($limit 0: a
+     * reader; N: one of N slots) the lone share's name or our entry's.
+     * $wait null waits without limit. Waiters line up in the turnstile
+     * where there is one (Turnstile), else poll with backoff.
      *
      * @throws BusyException|TimeoutException|Exception
      */
-    public static function acquire(string $dir, ?float $wait, int $leaseUs, ?int $named = null): string
+    public static function acquire(string $dir, ?float $wait, int $leaseUs, ?int $named = null, ?int $limit = null): string
     {
         $exists = self::checkTrusted($dir, $named);
+        if ($limit !== null && self::needsMarks($dir)) {
+            throw new Exception('not_supported', "tokenlock: acquire $dir: shared locks and semaphores are refused on this filesystem (" . (self::dirFsType($dir) ?? 'its type cannot be told') . '), where renames need owner marks, which are not designed for group covers yet; take the lock exclusively, or put it on a local filesystem or NFS', 69);
+        }
         // A hungry head is owed the next release: a newcomer lines up behind
         // it rather than renaming the freed token first. A caller that cannot
         // wait has no place in a line, and makes its one try.
@@ -4338,7 +5698,7 @@ final class Native
         $hungry = !$once && $exists && self::lineIsHungry($dir);
         // The common case in as few steps as PHP allows: one rename takes
         // the free token. A busy lock goes on as below, its first look due.
-        $tried = $exists && !$hungry && !self::needsMarks($dir);
+        $tried = $limit === null && $exists && !$hungry && !self::needsMarks($dir);
         if ($tried && ($mine = self::takeFree($dir, $leaseUs)) !== null) {
             self::hold($dir, $mine);
             return $mine;
@@ -4353,16 +5713,19 @@ final class Native
             // show up under our name again, it is ours to confirm, not a live
             // holder's to wait for.
             'givenUp' => [],
+            'limit' => $limit, 'hungry' => $hungry,
         ];
-        if ($once || !$hungry) {
+        // A reader that can join does not line up: its first round joins.
+        if ($once || !$hungry || $limit !== null) {
             $got = self::attempt($w);
             if (is_string($got)) {
                 return $got;
             }
             if ($w['final']) {
-                throw self::verdict($w);
+                return self::atDeadline($w);
             }
         }
+        $w['hungry'] = false;
         return self::line($w) ?? self::poll($w);
     }
 
@@ -4370,9 +5733,9 @@ final class Native
      * Renames the free token of DIR to a new token of ours: the token, or
      * null when there is no free token (the lock is busy).
      */
-    private static function takeFree(string $dir, int $leaseUs): ?string
+    private static function takeFree(string $dir, int $leaseUs, ?string $mine = null): ?string
     {
-        $mine = self::token(self::nowUs() + $leaseUs);
+        $mine ??= self::token(self::nowUs() + $leaseUs);
         $errno = self::rename("$dir/" . self::FREE, "$dir/$mine");
         if ($errno === 0) {
             return $mine;
@@ -4401,7 +5764,7 @@ final class Native
             if ($w['looked']) {
                 $w['lastLook'] = $now;
             }
-            $got = self::round($w['dir'], $w['lease'], $w['named'], $w['exists'], $w['givenUp'], $w['reason'], $w['looked'], $w['first']);
+            $got = $w['limit'] === null ? self::round($w) : self::sharedRound($w);
             $w['first'] = false;
         } while ($got === true);
         return $got;
@@ -4421,7 +5784,7 @@ final class Native
                 return $got;
             }
             if ($w['final']) {
-                throw self::verdict($w);
+                return self::atDeadline($w);
             }
             self::pause($w, (int) ($delay * (0.75 + 0.5 * mt_rand() / mt_getrandmax())));
             $delay = min(2 * $delay, self::BACKOFF_MAX_US);
@@ -4447,6 +5810,20 @@ final class Native
     }
 
     /**
+     * The end of a wait: a writer gives its mark up (and holds, should the
+     * hand-over have come meanwhile), then the verdict is thrown.
+     *
+     * @param array<string, mixed> $w
+     */
+    private static function atDeadline(array &$w): string
+    {
+        if (isset($w['markNonce']) && ($got = self::unmark($w)) !== null) {
+            return $got;
+        }
+        throw self::verdict($w);
+    }
+
+    /**
      * The verdict at the deadline: busy (no wait) or timed out.
      *
      * @param array<string, mixed> $w
@@ -4461,59 +5838,41 @@ final class Native
 
     /**
      * One round of the protocol: the token (acquired), true (look again at
-     * once) or false (busy: $reason says why). After the first round a
+     * once) or false (busy: $w['reason'] says why). After the first round a
      * lookup, which takes no lock, tells whether a rename, which locks the
-     * directory, can succeed; the directory is listed only when $look.
+     * directory, can succeed; the directory is listed only when
+     * $w['looked']. Shared holders are marked, and their hand-over taken
+     * (Writing).
      *
-     * @param array<string, bool> $givenUp
+     * @param array<string, mixed> $w
      */
-    private static function round(string $dir, int $leaseUs, ?int $named, bool &$exists, array &$givenUp, string &$reason, bool $look, bool $first): string|bool
+    private static function round(array &$w): string|bool
     {
+        $dir = $w['dir'];
         clearstatcache(true, "$dir/" . self::FREE);
         // Only a rename needs a token: a waiter's round mostly has none to try.
-        $try = $exists && ($first || @lstat("$dir/" . self::FREE) !== false);
-        $mine = $try ? self::takeFree($dir, $leaseUs) : null;
+        $try = $w['exists'] && ($w['first'] || @lstat("$dir/" . self::FREE) !== false);
+        $mine = $try ? self::takeFree($dir, $w['lease']) : null;
         if ($mine !== null) {
-            return self::finish($dir, $mine, null, $leaseUs, $givenUp, $reason) ? $mine : false;
+            return self::finish($dir, $mine, null, $w['lease'], $w['givenUp'], $w['reason']) ? $mine : false;
         }
-        if (!$look) {
+        if (!$w['looked']) {
             return false;
         }
-        $seen = self::look($dir);
-        $state = $seen[0];
-        if (!$exists && $state !== 'missing') {
-            // Made by another process since the first look: judge it now.
-            $exists = self::checkTrusted($dir, $named);
-        }
-        if ($state === 'free') {
-            return true;
-        }
-        if ($state === 'missing') {
-            self::create($dir, $leaseUs, $named);
-            $exists = self::checkTrusted($dir, $named);
-            return true;
+        $found = self::seen($w);
+        if (!is_array($found)) {
+            return $found;
         }
         // One held token: take it over if stale, else wait.
-        $found = $seen[1];
-        if (isset($givenUp[$found[0]])) {
-            return self::finish($dir, $found[0], null, $leaseUs, $givenUp, $reason) ? $found[0] : false;
+        if (isset($w['givenUp'][$found[0]])) {
+            return self::finish($dir, $found[0], null, $w['lease'], $w['givenUp'], $w['reason']) ? $found[0] : false;
         }
-        [$stale, $reason] = self::judge($found[0], $found[1]);
-        if (!$stale) {
-            return false;
+        $got = self::writerAtShare($w, $found[0], $found[1]);
+        if ($got !== null) {
+            return $got;
         }
-        // What the rename takes over, to know it again before clearing it.
-        clearstatcache(true, "$dir/{$found[0]}");
-        $taken = @lstat("$dir/{$found[0]}");
-        $mine = self::token(self::nowUs() + $leaseUs);
-        $errno = self::rename("$dir/{$found[0]}", "$dir/$mine");
-        if ($errno === 0) {
-            return self::finish($dir, $mine, $found[0], $leaseUs, $givenUp, $reason, $taken ?: null) ? $mine : false;
-        }
-        if ($errno !== 2) {
-            throw self::systemError('acquire', $dir, "cannot take over the stale token {$found[0]} ($reason)", $errno);
-        }
-        return true;  // another taker won, or the owner refreshed or released: look again
+        [$stale, $w['reason']] = self::judge($found[0], $found[1]);
+        return $stale ? self::takeOver($w, $found[0], self::token(self::nowUs() + $w['lease'])) : false;
     }
 
     /**
@@ -4554,6 +5913,10 @@ final class Native
     /** Renames TOKEN back to the free token. */
     public static function release(string $dir, string $token): void
     {
+        if (self::isShare($token)) {
+            self::releaseShared($dir, $token);
+            return;
+        }
         $marked = self::needsMarks($dir);
         $mark = $marked ? "$dir/$token/" . self::markOf($token) : '';
         // The next holder of the free token would find our mark and step back.
@@ -4585,6 +5948,9 @@ final class Native
     /** Renames TOKEN to the same owner with a new expiry; returns the new name. */
     public static function refresh(string $dir, string $token, int $leaseUs): string
     {
+        if (self::isShare($token)) {
+            return self::refreshShared($dir, $token, $leaseUs);
+        }
         $owner = substr($token, strpos($token, '.', strlen(self::PREFIX)) + 1);
         $new = self::PREFIX . (self::nowUs() + $leaseUs) . '.' . $owner;
         if ($new === $token) {
@@ -5223,7 +6589,8 @@ function readCounter(string $path): int|string|null
 
 /**
  * Who holds the lock LOCKDIR, looked at without changing anything; null
- * when it is free (or not created yet).
+ * when it is free (or not created yet). Of shared holders, the first
+ * live one (holders() lists them all).
  *
  * @param array{group?: string|int} $options `group`: the group the lock
  *        is shared with, as for Lock::acquire(), which decides whether
@@ -5245,6 +6612,12 @@ function holder(string $lockDir, array $options = []): ?array
         return null;
     }
     [$name, $t] = $seen[1];
+    // Shared holders: the first live one, as holders() lists them.
+    $shared = Native::sharedHolders($dir, $name, $t) ?? [];
+    usort($shared, fn (array $a, array $b) => $a['stale'] <=> $b['stale']);
+    if ($shared !== []) {
+        return array_diff_key($shared[0], ['mode' => 0, 'slots' => 0]);
+    }
     [$stale, $reason] = Native::judge($name, $t);
     $me = Native::identity();
     $sameHost = !$t['legacy'] && $me['proc'] && $t['tag'] === $me['tag'];
@@ -5263,10 +6636,40 @@ function holder(string $lockDir, array $options = []): ?array
     ];
 }
 
+/**
+ * Every holder of LOCKDIR, as `tokenlock status` lists them: an empty
+ * list when it is free; one exclusive holder (as holder() describes it,
+ * with `mode` 'exclusive'); or its shared holders, each with `mode`
+ * 'shared' (a reader) or 'slot' (one of `slots` N), and, while a writer
+ * waits for them, that writer with `mode` 'waiting'. Stale holders are
+ * listed too (`stale` true, `reason` why), as holder() does.
+ *
+ * @param array{group?: string|int} $options as holder()
+ * @return list<array{mode: string, slots: int, token: string, pid: int, host_tag: string, same_host: bool, owner: string, expires_us: int, legacy: bool, stale: bool, reason: string}>
+ * @throws Exception `untrusted`, `lock_corrupt`, `system`, as holder()
+ */
+function holders(string $lockDir, array $options = []): array
+{
+    Command::checkKeys($options, ['group'], 'holders');
+    $dir = Native::lockPath($lockDir);
+    Native::checkTrusted($dir, Native::group($options['group'] ?? null, 'status'), 'status');
+    $seen = Native::look($dir, 'status');
+    if ($seen[0] !== 'held') {
+        return [];
+    }
+    $shared = Native::sharedHolders($dir, $seen[1][0], $seen[1][1]);
+    if ($shared !== null) {
+        return $shared;
+    }
+    $h = holder($lockDir, $options);
+    return $h === null ? [] : [['mode' => 'exclusive', 'slots' => 0] + $h];
+}
+
 }
 
 namespace Tokenlock\Symfony {
 
+use Symfony\Component\Lock\BlockingSharedLockStoreInterface;
 use Symfony\Component\Lock\BlockingStoreInterface;
 use Symfony\Component\Lock\Exception\InvalidArgumentException;
 use Symfony\Component\Lock\Exception\InvalidTtlException;
@@ -5275,11 +6678,240 @@ use Symfony\Component\Lock\Exception\LockExpiredException;
 use Symfony\Component\Lock\Exception\LockReleasingException;
 use Symfony\Component\Lock\Exception\LockStorageException;
 use Symfony\Component\Lock\Key;
+use Symfony\Component\Semaphore\Exception\InvalidArgumentException as InvalidSemaphoreArgument;
+use Symfony\Component\Semaphore\Exception\SemaphoreAcquiringException;
+use Symfony\Component\Semaphore\Exception\SemaphoreExpiredException;
+use Symfony\Component\Semaphore\Exception\SemaphoreReleasingException;
+use Symfony\Component\Semaphore\Key as SemaphoreKey;
+use Symfony\Component\Semaphore\PersistingStoreInterface;
 use Tokenlock\Exception;
 use Tokenlock\Lock;
 use Tokenlock\LockLostException;
 use Tokenlock\Native;
 use Tokenlock\NotAcquiredException;
+
+// src/Symfony/StoreDirectory.php
+/**
+ * The directory of the Symfony stores (TokenlockStore,
+ * TokenlockSemaphoreStore) and the names of the lock directories in it:
+ * shared by both, and needing neither symfony/lock nor symfony/semaphore,
+ * so that either store works with its own component alone.
+ *
+ * @internal
+ */
+final class StoreDirectory
+{
+    /** How many resources' directory names a process keeps (name()). */
+    private const NAMES_KEPT = 1024;
+    /** @var array<string, string> a resource's lock directory name */
+    private static array $names = [];
+
+    /**
+     * Makes DIRECTORY if missing, for this user only unless locks are
+     * shared with a group, and refuses one another user could change: they
+     * could rename a resource's lock directory away, or plant one of their
+     * own in its place. $invalid makes the store's exception for a
+     * directory that cannot be used, from a message and its cause.
+     *
+     * @param callable(string, ?\Throwable): \Throwable $invalid
+     */
+    public static function prepare(string $directory, ?int $named, callable $invalid): void
+    {
+        clearstatcache(true, $directory);
+        if (@lstat($directory) === false) {
+            $shared = Native::dirMode('create') | ($named === null ? 0 : 0070);
+            $mode = ($shared & 020) ? $shared : 0700;
+            error_clear_last();
+            if (@mkdir($directory, $mode, true)) {
+                if ($named !== null) {
+                    @chgrp($directory, $named);
+                }
+                // The umask may have taken the group's write.
+                @chmod($directory, $mode);
+            } else {
+                $cause = error_get_last()['message'] ?? 'unknown error';
+                clearstatcache(true, $directory);
+                // Unless another process made it meanwhile.
+                if (@lstat($directory) === false) {
+                    throw $invalid("cannot create the lock directory $directory: $cause; create it, writable by this user", null);
+                }
+            }
+        }
+        try {
+            Native::checkTrusted($directory, $named, 'open', "the lock store's directory");
+        } catch (Exception $e) {
+            if ($e->getError() !== 'system') {
+                throw $e;
+            }
+            // Not a directory: as one that cannot be made.
+            throw $invalid($e->getMessage(), $e);
+        }
+        if (!is_writable($directory)) {
+            throw $invalid("the lock directory $directory is not writable by this user; fix its permissions", null);
+        }
+    }
+
+    /**
+     * The lock directory name of a resource: its hash names it, and a
+     * readable part without dots or slashes helps whoever looks at the
+     * directory.
+     */
+    public static function name(string $resource): string
+    {
+        // Named once per resource and process (a php-fpm worker serves many
+        // requests): the hash and the regex were a third of an acquisition.
+        $name = self::$names[$resource] ?? null;
+        if ($name === null) {
+            if (count(self::$names) >= self::NAMES_KEPT) {
+                self::$names = [];
+            }
+            $readable = substr((string) preg_replace('/[^A-Za-z0-9_-]+/', '-', $resource), 0, 40);
+            $name = self::$names[$resource] = 'sf.' . $readable . '.' . hash('sha256', $resource) . '.lock';
+        }
+        return $name;
+    }
+}
+
+// src/Symfony/TokenlockSemaphoreStore.php
+/**
+ * A store for Symfony's Semaphore component (symfony/semaphore 5.4 and
+ * later) that keeps each resource's semaphore as a tokenlock lock
+ * directory held in slots (docs/shared-locks.md): at most the key's limit
+ * of holders at once, each with its own lease, a holder that died taken
+ * over at once on its host, on local disks and NFS alike.
+ *
+ *     $store = new Tokenlock\Symfony\TokenlockSemaphoreStore('/srv/app/var/semaphores');
+ *     $factory = new Symfony\Component\Semaphore\SemaphoreFactory($store);
+ *     $semaphore = $factory->createSemaphore('pdf-render', 3);
+ *     if ($semaphore->acquire()) { ...; $semaphore->release(); }
+ *
+ * Resources are named as TokenlockStore names them (DIRECTORY/sf.<readable
+ * part>.<sha256>.lock), of `sem.` and the resource, so that one directory
+ * can serve both stores; symfony/lock is not needed. Symfony's TTL is each holder's
+ * lease. A key's weight above 1 (one holder taking several slots) is not
+ * supported: a holder is one entry.
+ */
+spl_autoload_register(static function (string $class): void {
+    if ($class === 'Tokenlock\\Symfony\\TokenlockSemaphoreStore' && (interface_exists('Symfony\\Component\\Semaphore\\PersistingStoreInterface') || class_exists('Symfony\\Component\\Semaphore\\PersistingStoreInterface'))) {
+        final class TokenlockSemaphoreStore implements PersistingStoreInterface
+        {
+            /** The longest and shortest TTL, as TokenlockStore's. */
+            private const MAX_TTL = 86400.0;
+            private const MIN_TTL = 0.001;
+
+            private string $directory;
+            private string|int|null $group;
+
+            /**
+             * @param string $directory where the lock directories are made, as
+             *        for TokenlockStore (created when missing, judged the same way)
+             * @param array{group?: string|int} $options `group`: as TokenlockStore's
+             * @throws InvalidSemaphoreArgument when the directory cannot be made or written
+             * @throws Exception `untrusted` when another user could change the
+             *         directory; `bad_argument` for a group that does not exist or
+             *         this user is not in
+             */
+            public function __construct(string $directory, array $options = [])
+            {
+                $unknown = array_diff(array_keys($options), ['group']);
+                if ($unknown) {
+                    throw new InvalidSemaphoreArgument('TokenlockSemaphoreStore: unknown option ' . implode(', ', $unknown) . '; it takes group');
+                }
+                if ($directory === '' || str_contains($directory, "\0")) {
+                    throw new InvalidSemaphoreArgument('TokenlockSemaphoreStore: the directory must be a non-empty path without NUL bytes');
+                }
+                $directory = strlen($directory) > 1 ? rtrim($directory, '/') : $directory;
+                $this->group = $options['group'] ?? null;
+                StoreDirectory::prepare($directory, Native::group($this->group, 'open'), fn (string $m, ?\Throwable $e) => new InvalidSemaphoreArgument("TokenlockSemaphoreStore: $m", 0, $e));
+                $this->directory = $directory;
+            }
+
+            /** The lock directory of a semaphore's resource. */
+            public function lockDirectory(string $resource): string
+            {
+                return $this->directory . '/' . StoreDirectory::name("sem.$resource");
+            }
+
+            /**
+             * Takes one of the key's limit of slots for $ttlInSecond, without
+             * waiting: SemaphoreAcquiringException when all are taken (or held
+             * with another limit). A key that holds already starts a new lease.
+             */
+            public function save(SemaphoreKey $key, float $ttlInSecond): void
+            {
+                self::checkTtl($ttlInSecond);
+                if ($key->getWeight() !== 1) {
+                    throw new Exception('not_supported', sprintf('TokenlockSemaphoreStore: the semaphore "%s" asks a weight of %d: a holder takes one slot here (weight 1); ask for several semaphores instead', $key, $key->getWeight()), 69);
+                }
+                if ($this->held($key) !== null) {
+                    $this->putOffExpiration($key, $ttlInSecond);
+                    return;
+                }
+                try {
+                    $lock = Lock::acquire($this->lockDirectory((string) $key), ['slots' => $key->getLimit(), 'wait' => 0, 'lease' => $ttlInSecond, 'group' => $this->group]);
+                } catch (NotAcquiredException $e) {
+                    throw new SemaphoreAcquiringException($key, $e->getMessage());
+                }
+                $key->setState(__CLASS__, [$lock, Native::pid()]);
+            }
+
+            /** Gives the key's slot back; SemaphoreReleasingException when it was taken over meanwhile. */
+            public function delete(SemaphoreKey $key): void
+            {
+                $lock = $this->held($key);
+                $key->removeState(__CLASS__);
+                if ($lock === null) {
+                    return;
+                }
+                try {
+                    $lock->release();
+                } catch (LockLostException $e) {
+                    throw new SemaphoreReleasingException($key, $e->getMessage());
+                }
+            }
+
+            /** Whether the key holds its slot now, in this process, with its lease not ended. */
+            public function exists(SemaphoreKey $key): bool
+            {
+                $lock = $this->held($key);
+                return $lock !== null && $lock->holdsNow();
+            }
+
+            /** A new lease of $ttlInSecond; SemaphoreExpiredException when the slot was lost. */
+            public function putOffExpiration(SemaphoreKey $key, float $ttlInSecond): void
+            {
+                self::checkTtl($ttlInSecond);
+                $lock = $this->held($key);
+                if ($lock === null) {
+                    throw new SemaphoreExpiredException($key, 'it holds no slot in this process');
+                }
+                try {
+                    $lock->refresh($ttlInSecond);
+                } catch (LockLostException $e) {
+                    $key->removeState(__CLASS__);
+                    throw new SemaphoreExpiredException($key, $e->getMessage());
+                }
+            }
+
+            /** The lock the key took, if still held and taken by this process. */
+            private function held(SemaphoreKey $key): ?Lock
+            {
+                if (!$key->hasState(__CLASS__)) {
+                    return null;
+                }
+                [$lock, $pid] = $key->getState(__CLASS__);
+                return $lock->isHeld() && $pid === Native::pid() ? $lock : null;
+            }
+
+            private static function checkTtl(float $ttl): void
+            {
+                if (!($ttl >= self::MIN_TTL) || $ttl > self::MAX_TTL) {
+                    throw new InvalidSemaphoreArgument(sprintf('TokenlockSemaphoreStore: the TTL must be from 0.001 s to 86400 s (the leases every tokenlock process accepts); got %s', $ttl));
+                }
+            }
+        }
+    }
+});
 
 // src/Symfony/TokenlockStore.php
 /**
@@ -5304,22 +6936,24 @@ use Tokenlock\NotAcquiredException;
  * exists() is false there, so Symfony's Lock destructor in the child
  * leaves the parent's lock alone.
  *
+ * Read locks (Lock::acquireRead(), SharedLockStoreInterface) are the
+ * shared locks of docs/shared-locks.md: any number of readers at once,
+ * never beside a writer, and a writer that waits is not starved by them.
+ * A key's read lock becomes its write lock when no other reader holds
+ * (save() without waiting; waitAndSave() lets go and waits when others
+ * do), and its write lock a read lock, each in one rename.
+ *
  * The return types (`: void`, `: bool`) are those of symfony/lock 6 and 7;
  * 5.4's interfaces declare none, and a class may add them.
  */
 spl_autoload_register(static function (string $class): void {
-    if ($class === 'Tokenlock\\Symfony\\TokenlockStore' && (interface_exists('Symfony\\Component\\Lock\\BlockingStoreInterface') || class_exists('Symfony\\Component\\Lock\\BlockingStoreInterface'))) {
-        final class TokenlockStore implements BlockingStoreInterface
+    if ($class === 'Tokenlock\\Symfony\\TokenlockStore' && (interface_exists('Symfony\\Component\\Lock\\BlockingStoreInterface') || class_exists('Symfony\\Component\\Lock\\BlockingStoreInterface')) && (interface_exists('Symfony\\Component\\Lock\\BlockingSharedLockStoreInterface') || class_exists('Symfony\\Component\\Lock\\BlockingSharedLockStoreInterface'))) {
+        final class TokenlockStore implements BlockingStoreInterface, BlockingSharedLockStoreInterface
         {
             /** The longest lease every tokenlock process accepts (docs/protocol.md). */
             public const MAX_TTL = 86400.0;
             /** The shortest lease (docs/protocol.md): a TTL below it has expired before it is stored. */
             public const MIN_TTL = 0.001;
-
-            /** How many resources' directory names a process keeps (lockDirectory). */
-            private const NAMES_KEPT = 1024;
-            /** @var array<string, string> a resource's lock directory name */
-            private static array $names = [];
 
             private string $directory;
             private float $initialTtl;
@@ -5364,51 +6998,9 @@ spl_autoload_register(static function (string $class): void {
                     throw new InvalidArgumentException('TokenlockStore: unknown option ' . implode(', ', $unknown) . '; it takes command and group');
                 }
                 $this->group = $options['group'] ?? null;
-                self::prepare($directory, Native::group($this->group, 'open'));
+                StoreDirectory::prepare($directory, Native::group($this->group, 'open'), fn (string $m, ?\Throwable $e) => new InvalidArgumentException("TokenlockStore: $m", 0, $e));
                 $this->directory = $directory;
                 $this->initialTtl = $initialTtl;
-            }
-
-            /**
-             * Makes DIRECTORY if missing, for this user only unless locks are
-             * shared with a group, and refuses one another user could change: they
-             * could rename a resource's lock directory away, or plant one of their
-             * own in its place.
-             */
-            private static function prepare(string $directory, ?int $named): void
-            {
-                clearstatcache(true, $directory);
-                if (@lstat($directory) === false) {
-                    $shared = Native::dirMode('create') | ($named === null ? 0 : 0070);
-                    $mode = ($shared & 020) ? $shared : 0700;
-                    error_clear_last();
-                    if (@mkdir($directory, $mode, true)) {
-                        if ($named !== null) {
-                            @chgrp($directory, $named);
-                        }
-                        // The umask may have taken the group's write.
-                        @chmod($directory, $mode);
-                    } else {
-                        $cause = error_get_last()['message'] ?? 'unknown error';
-                        clearstatcache(true, $directory);
-                        // Unless another process made it meanwhile.
-                        if (@lstat($directory) === false) {
-                            throw new InvalidArgumentException("TokenlockStore: cannot create the lock directory $directory: $cause; create it, writable by this user");
-                        }
-                    }
-                }
-                try {
-                    Native::checkTrusted($directory, $named, 'open', "the lock store's directory");
-                } catch (Exception $e) {
-                    if ($e->getError() !== 'system') {
-                        throw $e;
-                    }
-                    // Not a directory: as one that cannot be made.
-                    throw new InvalidArgumentException("TokenlockStore: {$e->getMessage()}", 0, $e);
-                }
-                if (!is_writable($directory)) {
-                    throw new InvalidArgumentException("TokenlockStore: the lock directory $directory is not writable by this user; fix its permissions");
-                }
             }
 
             /**
@@ -5417,27 +7009,29 @@ spl_autoload_register(static function (string $class): void {
              */
             public function lockDirectory(string $resource): string
             {
-                // Named once per resource and process (a php-fpm worker serves many
-                // requests): the hash and the regex were a third of an acquisition.
-                $name = self::$names[$resource] ?? null;
-                if ($name === null) {
-                    if (count(self::$names) >= self::NAMES_KEPT) {
-                        self::$names = [];
-                    }
-                    $readable = substr((string) preg_replace('/[^A-Za-z0-9_-]+/', '-', $resource), 0, 40);
-                    $name = self::$names[$resource] = 'sf.' . $readable . '.' . hash('sha256', $resource) . '.lock';
-                }
-                return $this->directory . '/' . $name;
+                return $this->directory . '/' . StoreDirectory::name($resource);
             }
 
             public function save(Key $key): void
             {
-                $this->take($key, 0.0);
+                $this->take($key, 0.0, false);
             }
 
             public function waitAndSave(Key $key): void
             {
-                $this->take($key, null);
+                $this->take($key, null, false);
+            }
+
+            /** Stores the resource for reading: beside other readers, never beside a writer. */
+            public function saveRead(Key $key): void
+            {
+                $this->take($key, 0.0, true);
+            }
+
+            /** Waits until the resource can be read (behind a writer that waits), then stores it. */
+            public function waitAndSaveRead(Key $key): void
+            {
+                $this->take($key, null, true);
             }
 
             /**
@@ -5503,29 +7097,25 @@ spl_autoload_register(static function (string $class): void {
             public function exists(Key $key): bool
             {
                 $lock = $this->held($key);
-                if ($lock === null) {
-                    return false;
-                }
-                $token = $lock->token();
-                clearstatcache(true, $lock->dir() . '/' . $token);
-                if (!is_dir($lock->dir() . '/' . $token)) {
-                    return false;
-                }
-                $parts = explode('.', $token);
-                return count($parts) > 2 && preg_match('/\A[0-9]{1,19}\z/', $parts[1]) === 1 && (float) $parts[1] > microtime(true) * 1e6;
+                return $lock !== null && $lock->holdsNow();
             }
 
-            /** Acquires for $key: without waiting ($wait 0) or as long as it takes (null). */
-            private function take(Key $key, ?float $wait): void
+            /**
+             * Acquires for $key, shared or not: without waiting ($wait 0) or as
+             * long as it takes (null). A key that holds already changes its mode
+             * if asked to, and starts a new lease.
+             */
+            private function take(Key $key, ?float $wait, bool $shared): void
             {
-                if ($this->held($key) !== null) {
+                $lock = $this->held($key);
+                if ($lock !== null && $this->changeMode($key, $lock, $shared, $wait)) {
                     // Already ours: a repeated save() starts a new lease, as the
                     // other expiring stores do.
                     $this->putOffExpiration($key, $this->initialTtl);
                     return;
                 }
                 try {
-                    $lock = Lock::acquire($this->lockDirectory((string) $key), ['wait' => $wait, 'lease' => $this->initialTtl, 'group' => $this->group]);
+                    $lock = Lock::acquire($this->lockDirectory((string) $key), ['wait' => $wait, 'lease' => $this->initialTtl, 'group' => $this->group, 'shared' => $shared]);
                 } catch (NotAcquiredException $e) {
                     throw new LockConflictedException(sprintf('TokenlockStore: the lock "%s" is held by another process: %s', $key, $e->getMessage()), 0, $e);
                 } catch (Exception $e) {
@@ -5535,6 +7125,35 @@ spl_autoload_register(static function (string $class): void {
                 $key->markUnserializable();
                 $key->reduceLifetime($this->initialTtl);
                 $this->checkNotExpired($key);
+            }
+
+            /**
+             * Gives the key's lock the mode asked for: true when it holds so now;
+             * false when it let go to wait for it (a blocking promotion while
+             * other readers hold). A promotion that cannot wait is a conflict,
+             * and the read lock stays.
+             */
+            private function changeMode(Key $key, Lock $lock, bool $shared, ?float $wait): bool
+            {
+                try {
+                    if ($shared) {
+                        $lock->toShared();
+                        return true;
+                    }
+                    if ($lock->toExclusive()) {
+                        return true;
+                    }
+                } catch (LockLostException $e) {
+                    $key->removeState(__CLASS__);
+                    throw new LockConflictedException(sprintf('TokenlockStore: the lock "%s" was lost: %s', $key, $e->getMessage()), 0, $e);
+                } catch (Exception $e) {
+                    throw new LockStorageException(sprintf('TokenlockStore: cannot change the mode of the lock "%s": %s', $key, $e->getMessage()), 0, $e);
+                }
+                if ($wait !== null) {
+                    throw new LockConflictedException(sprintf('TokenlockStore: the lock "%s" is read by other holders too: it stays a read lock', $key));
+                }
+                $this->delete($key);
+                return false;
             }
 
             /** The lock $key took, if still held, whichever process this is. */

@@ -27,7 +27,7 @@ symfony=/usr/share/php/Symfony/Component/Lock/autoload.php
 cat >"$tmp/smoke.php" <<'PHP'
 <?php
 declare(strict_types=1);
-[, $module, $list, $symfony, $lockDir] = $argv;
+[, $module, $list, $symfony, $lockDir, $semaphore] = $argv;
 require $module;
 $bad = [];
 foreach (file($list, FILE_IGNORE_NEW_LINES) as $name) {
@@ -36,17 +36,23 @@ foreach (file($list, FILE_IGNORE_NEW_LINES) as $name) {
         if (class_exists($class)) { $bad[] = "$class declared without symfony/lock"; }
         require $symfony;
     }
+    if ($name === "Symfony\\TokenlockSemaphoreStore") {
+        if (class_exists($class)) { $bad[] = "$class declared without symfony/semaphore"; }
+        if (!is_file($semaphore)) { continue; }
+        require $semaphore;
+    }
     if (!class_exists($class) && !trait_exists($class)) { $bad[] = "$class is missing"; }
 }
 $n = Tokenlock\withLock($lockDir, fn () => Tokenlock\increment("$lockDir.count"));
 $others = array_diff(get_included_files(), [$module, __FILE__]);
-$others = array_filter($others, fn ($f) => !str_starts_with($f, dirname($symfony, 3)) && !str_contains($f, "/Psr/"));
+$others = array_filter($others, fn ($f) => !str_starts_with($f, dirname($symfony, 3)) && !str_starts_with($f, dirname($semaphore)) && !str_contains($f, "/Psr/"));
 if ($others !== []) { $bad[] = "read besides the bundle: " . implode(", ", $others); }
 if ($n !== 1 || !is_dir("$lockDir/lockfile")) { $bad[] = "counted $n, or left $lockDir held"; }
 if ($bad !== []) { fwrite(STDERR, "FAIL: " . implode("\nFAIL: ", $bad) . "\n"); exit(1); }
 echo "all ", count(file($list)), " classes and traits load from $module alone\n";
 PHP
-php -n -d error_reporting=-1 -d display_errors=stderr "$tmp/smoke.php" "$TOKENLOCK_PHP_MODULE" "$tmp/classes" "$symfony" "$tmp/a.lock"
+semaphore=/usr/share/php/Symfony/Component/Semaphore/autoload.php
+php -n -d error_reporting=-1 -d display_errors=stderr "$tmp/smoke.php" "$TOKENLOCK_PHP_MODULE" "$tmp/classes" "$symfony" "$tmp/a.lock" "$semaphore"
 
 # The tests that reach every part of the module, quickly.
 tests=$src/bindings/php/tests
@@ -56,7 +62,7 @@ cat >"$tmp/phpunit.xml" <<XML
          beStrictAboutOutputDuringTests="true" cacheResult="false">
   <testsuites>
     <testsuite name="tokenlock-php-bundle">
-$(for t in LockTest NativeTest FilesNativeTest MarksTest CommandTest NoProcessTest EuidTest CounterLimitTest GroupSharingTest RedisLockHelpersTest RedisLockTest PerCallTest; do
+$(for t in LockTest NativeTest FilesNativeTest MarksTest CommandTest NoProcessTest EuidTest CounterLimitTest GroupSharingTest RedisLockHelpersTest RedisLockTest PerCallTest SharedTest SharedStatesTest; do
     echo "      <file>$tests/$t.php</file>"
   done)
     </testsuite>
@@ -70,5 +76,11 @@ if [ -f /usr/share/php/Psr/Log/autoload.php ]; then
   (cd "$src" && TOKENLOCK_SYMFONY=7.x phpunit -c bindings/php/tests/symfony/phpunit.xml)
 else
   echo "php_bundle: Symfony's store suite left out: php-psr-log is not installed (scripts/install-deps installs it)"
+fi
+# The semaphore store through Symfony's SemaphoreFactory, where it is installed.
+if [ -f "$semaphore" ]; then
+  (cd "$src" && phpunit -c bindings/php/tests/semaphore/phpunit.xml)
+else
+  echo "php_bundle: the semaphore store's tests left out: php-symfony-semaphore is not installed (scripts/install-deps installs it)"
 fi
 echo "php_bundle: the one-file module works alone"

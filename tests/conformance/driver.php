@@ -22,7 +22,16 @@ function operate(array $w): string
         case 'ping':
             return 'ok';
         case 'acquire':
-            $handle = \Tokenlock\Lock::acquire($w[1], ['wait' => $w[2] / 1000, 'lease' => $w[3] / 1000]);
+            $mode = $w[4] ?? '';
+            $options = ['wait' => $w[2] / 1000, 'lease' => $w[3] / 1000];
+            if ($mode === 'shared') {
+                $options['shared'] = true;
+            } elseif (str_starts_with($mode, 'slots=')) {
+                $options['slots'] = (int) substr($mode, 6);
+            } elseif ($mode !== '') {
+                return 'error bad_argument';
+            }
+            $handle = \Tokenlock\Lock::acquire($w[1], $options);
             return 'ok';
         case 'release':
             $handle->release();
@@ -41,6 +50,11 @@ function operate(array $w): string
         case 'write':
             \Tokenlock\writeFile($w[1], $w[2]);
             return 'ok';
+        case 'holders':
+            $words = array_map(fn (array $h) => $h['mode'] === 'slot' ? "slot/{$h['slots']}" : $h['mode'],
+                array_filter(\Tokenlock\holders($w[1]), fn (array $h) => !$h['stale'] || $h['mode'] === 'waiting'));
+            sort($words);
+            return $words === [] ? 'ok free' : 'ok ' . implode(',', $words);
         case 'holder':
             $h = \Tokenlock\holder($w[1]);
             return $h === null ? 'ok free'

@@ -30,14 +30,17 @@ final class Lock
     private ?float $lease;
     private int $ownerPid;
     private bool $held = true;
+    /** Null: exclusive; 0: shared (a reader); N: one of N slots. */
+    private ?int $slots;
 
     /** Made right after Native::acquire() made TOKEN: its pid is this process's. */
-    private function __construct(string $dir, string $path, string $token, ?float $lease)
+    private function __construct(string $dir, string $path, string $token, ?float $lease, ?int $slots)
     {
         $this->dir = $dir;
         $this->path = $path;
         $this->token = $token;
         $this->lease = $lease;
+        $this->slots = $slots;
         $this->ownerPid = Native::tokenPid();
     }
 
@@ -45,9 +48,14 @@ final class Lock
      * Acquires the lock LOCKDIR (a directory, created on first use; its
      * parent must exist).
      *
-     * @param array{wait?: int|float|null, lease?: int|float, command?: string, group?: string|int} $options
+     * @param array{wait?: int|float|null, lease?: int|float, shared?: bool, slots?: int, command?: string, group?: string|int} $options
      *        `wait`: seconds to wait for a busy lock (default 10; 0: fail at
      *        once with BusyException; null: as long as it takes);
+     *        `shared`: true for a shared hold (a reader: any number of
+     *        shared holders at once, never beside a writer; see
+     *        acquireShared());
+     *        `slots`: N from 1 to 999999 for one of N slots (a semaphore:
+     *        at most N holders at once); implies `shared`;
      *        `lease`: seconds the lock stays valid without refresh()
      *        (default 3600; from 0.001 to 86400, else `bad_argument`);
      *        `group`: the one group (a name or a decimal gid) the lock is
@@ -64,19 +72,79 @@ final class Lock
      */
     public static function acquire(string $dir, array $options = []): self
     {
-        Command::checkKeys($options, ['wait', 'lease', 'command', 'group'], 'Lock::acquire');
+        Command::checkKeys($options, ['wait', 'lease', 'shared', 'slots', 'command', 'group'], 'Lock::acquire');
         $wait = array_key_exists('wait', $options) ? Command::seconds($options['wait'], 'wait') : Command::DEFAULT_WAIT;
         $lease = isset($options['lease']) ? Command::seconds($options['lease'], 'lease') : null;
+        $slots = self::slotsOption($options);
         $path = Native::lockPath($dir);
-        $token = Native::acquire($path, $wait, Native::leaseUs($lease), Native::group($options['group'] ?? null));
-        return new self($dir, $path, $token, $lease);
+        $token = Native::acquire($path, $wait, Native::leaseUs($lease), Native::group($options['group'] ?? null), $slots);
+        return new self($dir, $path, $token, $lease, $slots);
+    }
+
+    /**
+     * Acquires LOCKDIR shared: any number of shared holders hold it at
+     * once, and no writer (an acquire() without `shared`) holds beside
+     * them. A writer that comes waits for the shared holders in it to
+     * leave, and from then on new shared holders wait behind it (writer
+     * preference: a stream of readers cannot starve it). With `slots` N,
+     * at most N holders at once (a semaphore); holders of another limit,
+     * or readers at a semaphore, wait for each other.
+     *
+     * A shared hold has no fence: writeFile() and increment() take the
+     * lock exclusively. release() and refresh() work as for an exclusive
+     * hold; token() is the hold's current name (a lone share's token or
+     * its entry `s.*` inside the token).
+     *
+     * @param array{wait?: int|float|null, lease?: int|float, slots?: int, group?: string|int} $options as acquire()
+     * @throws BusyException|TimeoutException|Exception as acquire(); `not_supported`
+     *         on a filesystem that needs owner marks (GlusterFS, unknown FUSE)
+     */
+    public static function acquireShared(string $dir, array $options = []): self
+    {
+        return self::acquire($dir, ['shared' => true] + $options);
+    }
+
+    /**
+     * The `shared` and `slots` options: null (exclusive), 0 (a reader) or N.
+     *
+     * @param array<string, mixed> $options
+     */
+    private static function slotsOption(array $options): ?int
+    {
+        $shared = $options['shared'] ?? false;
+        if (!is_bool($shared)) {
+            throw new Exception('bad_argument', 'tokenlock: the option shared must be true or false (got ' . get_debug_type($shared) . ')', 64);
+        }
+        if (!isset($options['slots'])) {
+            return $shared ? 0 : null;
+        }
+        $n = $options['slots'];
+        if (!is_int($n) || $n < 1 || $n > Native::MAX_SLOTS) {
+            throw new Exception('bad_argument', 'tokenlock: the option slots must be a whole number from 1 to 999999 (got ' . (is_scalar($n) ? var_export($n, true) : get_debug_type($n)) . ')', 64);
+        }
+        if (array_key_exists('shared', $options) && $shared === false) {
+            throw new Exception('bad_argument', 'tokenlock: slots asks for a shared hold, but shared is false: leave shared out, or slots', 64);
+        }
+        return $n;
+    }
+
+    /** 'exclusive' or 'shared' (a reader or a slot holder). */
+    public function mode(): string
+    {
+        return $this->slots === null ? 'exclusive' : 'shared';
+    }
+
+    /** The semaphore's size for a slot holder, else 0. */
+    public function slots(): int
+    {
+        return $this->slots ?? 0;
     }
 
     /**
      * Like acquire(), but returns null when the lock is busy or the wait
      * runs out. `wait` defaults to 0 here.
      *
-     * @param array{wait?: int|float|null, lease?: int|float, command?: string, group?: string|int} $options
+     * @param array{wait?: int|float|null, lease?: int|float, shared?: bool, slots?: int, command?: string, group?: string|int} $options
      * @throws Exception on failures other than a busy lock
      */
     public static function tryAcquire(string $dir, array $options = []): ?self
@@ -90,7 +158,9 @@ final class Lock
 
     /**
      * The current token, as `tokenlock release` and `tokenlock status` name
-     * it. It changes with every refresh().
+     * it. It changes with every refresh(). For a shared hold: the lone
+     * share's token, or the hold's entry `s.*` inside the token once other
+     * shared holders joined.
      */
     public function token(): string
     {
@@ -140,6 +210,74 @@ final class Lock
         }
         $this->lease = $lease;
         return $this->token;
+    }
+
+    /**
+     * Makes a shared hold exclusive, without waiting and without letting
+     * go: true when it is now a writer's hold (with a lease of $lease
+     * seconds, default the one given to acquire()), false when other
+     * holders (or a writer waiting for them) are there: it then stays
+     * shared. An exclusive hold stays as it is (true). A slot holder
+     * promoted holds the lock alone.
+     *
+     * @throws \LogicException after release()
+     * @throws Exception on a failure of the lock directory
+     */
+    public function toExclusive(int|float|null $lease = null): bool
+    {
+        $this->checkHeld('toExclusive');
+        if ($this->slots === null) {
+            return true;
+        }
+        $lease = $lease === null ? $this->lease : Command::seconds($lease, 'lease');
+        $token = Native::promote($this->path, $this->token, Native::leaseUs($lease));
+        if ($token === null) {
+            return false;
+        }
+        [$this->token, $this->slots, $this->lease] = [$token, null, $lease];
+        return true;
+    }
+
+    /**
+     * Makes an exclusive hold shared (a reader, or one of $slots slots),
+     * in one rename: no writer can come between. A shared hold stays as
+     * it is.
+     *
+     * @throws LockLostException when the lock was taken over meanwhile
+     * @throws \LogicException after release()
+     */
+    public function toShared(int $slots = 0): void
+    {
+        $this->checkHeld('toShared');
+        if ($this->slots !== null) {
+            return;
+        }
+        $slots = self::slotsOption($slots === 0 ? ['shared' => true] : ['slots' => $slots]);
+        try {
+            $this->token = Native::demote($this->path, $this->token, Native::leaseUs($this->lease), $slots);
+        } catch (LockLostException $e) {
+            $this->held = false;
+            throw $e;
+        }
+        $this->slots = $slots;
+    }
+
+    /**
+     * Whether the hold is in the lock directory now with its lease not
+     * ended (a look at the directory; isHeld() only says what this object
+     * believes).
+     */
+    public function holdsNow(): bool
+    {
+        return $this->isHeld() && Native::stillHeld($this->path, $this->token);
+    }
+
+    private function checkHeld(string $step): void
+    {
+        if (!$this->isHeld()) {
+            throw new \LogicException("Tokenlock\\Lock::$step: the lock {$this->dir} is no longer held by this object");
+        }
+        $this->checkOwner($step);
     }
 
     /**

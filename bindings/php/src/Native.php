@@ -13,6 +13,11 @@ use Tokenlock\Native\Marks;
 use Tokenlock\Native\Directory;
 use Tokenlock\Native\Held;
 use Tokenlock\Native\Turnstile;
+use Tokenlock\Native\Shares;
+use Tokenlock\Native\Sharing;
+use Tokenlock\Native\Leaving;
+use Tokenlock\Native\Writing;
+use Tokenlock\Native\Modes;
 
 /**
  * The rename-token lock of docs/protocol.md, in PHP: no process is started
@@ -42,6 +47,11 @@ final class Native
     use Directory;
     use Held;
     use Turnstile;
+    use Shares;
+    use Sharing;
+    use Leaving;
+    use Writing;
+    use Modes;
 
     public const FREE = 'lockfile';
     public const PREFIX = 'lockfile.';
@@ -67,15 +77,19 @@ final class Native
     ];
 
     /**
-     * Acquires DIR: returns the token. $wait null waits without limit.
-     * Waiters line up in the turnstile where there is one (Turnstile),
-     * else poll with backoff.
+     * Acquires DIR: returns the token, or for a shared hold ($limit 0: a
+     * reader; N: one of N slots) the lone share's name or our entry's.
+     * $wait null waits without limit. Waiters line up in the turnstile
+     * where there is one (Turnstile), else poll with backoff.
      *
      * @throws BusyException|TimeoutException|Exception
      */
-    public static function acquire(string $dir, ?float $wait, int $leaseUs, ?int $named = null): string
+    public static function acquire(string $dir, ?float $wait, int $leaseUs, ?int $named = null, ?int $limit = null): string
     {
         $exists = self::checkTrusted($dir, $named);
+        if ($limit !== null && self::needsMarks($dir)) {
+            throw new Exception('not_supported', "tokenlock: acquire $dir: shared locks and semaphores are refused on this filesystem (" . (self::dirFsType($dir) ?? 'its type cannot be told') . '), where renames need owner marks, which are not designed for group covers yet; take the lock exclusively, or put it on a local filesystem or NFS', 69);
+        }
         // A hungry head is owed the next release: a newcomer lines up behind
         // it rather than renaming the freed token first. A caller that cannot
         // wait has no place in a line, and makes its one try.
@@ -83,7 +97,7 @@ final class Native
         $hungry = !$once && $exists && self::lineIsHungry($dir);
         // The common case in as few steps as PHP allows: one rename takes
         // the free token. A busy lock goes on as below, its first look due.
-        $tried = $exists && !$hungry && !self::needsMarks($dir);
+        $tried = $limit === null && $exists && !$hungry && !self::needsMarks($dir);
         if ($tried && ($mine = self::takeFree($dir, $leaseUs)) !== null) {
             self::hold($dir, $mine);
             return $mine;
@@ -98,16 +112,19 @@ final class Native
             // show up under our name again, it is ours to confirm, not a live
             // holder's to wait for.
             'givenUp' => [],
+            'limit' => $limit, 'hungry' => $hungry,
         ];
-        if ($once || !$hungry) {
+        // A reader that can join does not line up: its first round joins.
+        if ($once || !$hungry || $limit !== null) {
             $got = self::attempt($w);
             if (is_string($got)) {
                 return $got;
             }
             if ($w['final']) {
-                throw self::verdict($w);
+                return self::atDeadline($w);
             }
         }
+        $w['hungry'] = false;
         return self::line($w) ?? self::poll($w);
     }
 
@@ -115,9 +132,9 @@ final class Native
      * Renames the free token of DIR to a new token of ours: the token, or
      * null when there is no free token (the lock is busy).
      */
-    private static function takeFree(string $dir, int $leaseUs): ?string
+    private static function takeFree(string $dir, int $leaseUs, ?string $mine = null): ?string
     {
-        $mine = self::token(self::nowUs() + $leaseUs);
+        $mine ??= self::token(self::nowUs() + $leaseUs);
         $errno = self::rename("$dir/" . self::FREE, "$dir/$mine");
         if ($errno === 0) {
             return $mine;
@@ -146,7 +163,7 @@ final class Native
             if ($w['looked']) {
                 $w['lastLook'] = $now;
             }
-            $got = self::round($w['dir'], $w['lease'], $w['named'], $w['exists'], $w['givenUp'], $w['reason'], $w['looked'], $w['first']);
+            $got = $w['limit'] === null ? self::round($w) : self::sharedRound($w);
             $w['first'] = false;
         } while ($got === true);
         return $got;
@@ -166,7 +183,7 @@ final class Native
                 return $got;
             }
             if ($w['final']) {
-                throw self::verdict($w);
+                return self::atDeadline($w);
             }
             self::pause($w, (int) ($delay * (0.75 + 0.5 * mt_rand() / mt_getrandmax())));
             $delay = min(2 * $delay, self::BACKOFF_MAX_US);
@@ -192,6 +209,20 @@ final class Native
     }
 
     /**
+     * The end of a wait: a writer gives its mark up (and holds, should the
+     * hand-over have come meanwhile), then the verdict is thrown.
+     *
+     * @param array<string, mixed> $w
+     */
+    private static function atDeadline(array &$w): string
+    {
+        if (isset($w['markNonce']) && ($got = self::unmark($w)) !== null) {
+            return $got;
+        }
+        throw self::verdict($w);
+    }
+
+    /**
      * The verdict at the deadline: busy (no wait) or timed out.
      *
      * @param array<string, mixed> $w
@@ -206,59 +237,41 @@ final class Native
 
     /**
      * One round of the protocol: the token (acquired), true (look again at
-     * once) or false (busy: $reason says why). After the first round a
+     * once) or false (busy: $w['reason'] says why). After the first round a
      * lookup, which takes no lock, tells whether a rename, which locks the
-     * directory, can succeed; the directory is listed only when $look.
+     * directory, can succeed; the directory is listed only when
+     * $w['looked']. Shared holders are marked, and their hand-over taken
+     * (Writing).
      *
-     * @param array<string, bool> $givenUp
+     * @param array<string, mixed> $w
      */
-    private static function round(string $dir, int $leaseUs, ?int $named, bool &$exists, array &$givenUp, string &$reason, bool $look, bool $first): string|bool
+    private static function round(array &$w): string|bool
     {
+        $dir = $w['dir'];
         clearstatcache(true, "$dir/" . self::FREE);
         // Only a rename needs a token: a waiter's round mostly has none to try.
-        $try = $exists && ($first || @lstat("$dir/" . self::FREE) !== false);
-        $mine = $try ? self::takeFree($dir, $leaseUs) : null;
+        $try = $w['exists'] && ($w['first'] || @lstat("$dir/" . self::FREE) !== false);
+        $mine = $try ? self::takeFree($dir, $w['lease']) : null;
         if ($mine !== null) {
-            return self::finish($dir, $mine, null, $leaseUs, $givenUp, $reason) ? $mine : false;
+            return self::finish($dir, $mine, null, $w['lease'], $w['givenUp'], $w['reason']) ? $mine : false;
         }
-        if (!$look) {
+        if (!$w['looked']) {
             return false;
         }
-        $seen = self::look($dir);
-        $state = $seen[0];
-        if (!$exists && $state !== 'missing') {
-            // Made by another process since the first look: judge it now.
-            $exists = self::checkTrusted($dir, $named);
-        }
-        if ($state === 'free') {
-            return true;
-        }
-        if ($state === 'missing') {
-            self::create($dir, $leaseUs, $named);
-            $exists = self::checkTrusted($dir, $named);
-            return true;
+        $found = self::seen($w);
+        if (!is_array($found)) {
+            return $found;
         }
         // One held token: take it over if stale, else wait.
-        $found = $seen[1];
-        if (isset($givenUp[$found[0]])) {
-            return self::finish($dir, $found[0], null, $leaseUs, $givenUp, $reason) ? $found[0] : false;
+        if (isset($w['givenUp'][$found[0]])) {
+            return self::finish($dir, $found[0], null, $w['lease'], $w['givenUp'], $w['reason']) ? $found[0] : false;
         }
-        [$stale, $reason] = self::judge($found[0], $found[1]);
-        if (!$stale) {
-            return false;
+        $got = self::writerAtShare($w, $found[0], $found[1]);
+        if ($got !== null) {
+            return $got;
         }
-        // What the rename takes over, to know it again before clearing it.
-        clearstatcache(true, "$dir/{$found[0]}");
-        $taken = @lstat("$dir/{$found[0]}");
-        $mine = self::token(self::nowUs() + $leaseUs);
-        $errno = self::rename("$dir/{$found[0]}", "$dir/$mine");
-        if ($errno === 0) {
-            return self::finish($dir, $mine, $found[0], $leaseUs, $givenUp, $reason, $taken ?: null) ? $mine : false;
-        }
-        if ($errno !== 2) {
-            throw self::systemError('acquire', $dir, "cannot take over the stale token {$found[0]} ($reason)", $errno);
-        }
-        return true;  // another taker won, or the owner refreshed or released: look again
+        [$stale, $w['reason']] = self::judge($found[0], $found[1]);
+        return $stale ? self::takeOver($w, $found[0], self::token(self::nowUs() + $w['lease'])) : false;
     }
 
     /**
@@ -299,6 +312,10 @@ final class Native
     /** Renames TOKEN back to the free token. */
     public static function release(string $dir, string $token): void
     {
+        if (self::isShare($token)) {
+            self::releaseShared($dir, $token);
+            return;
+        }
         $marked = self::needsMarks($dir);
         $mark = $marked ? "$dir/$token/" . self::markOf($token) : '';
         // The next holder of the free token would find our mark and step back.
@@ -330,6 +347,9 @@ final class Native
     /** Renames TOKEN to the same owner with a new expiry; returns the new name. */
     public static function refresh(string $dir, string $token, int $leaseUs): string
     {
+        if (self::isShare($token)) {
+            return self::refreshShared($dir, $token, $leaseUs);
+        }
         $owner = substr($token, strpos($token, '.', strlen(self::PREFIX)) + 1);
         $new = self::PREFIX . (self::nowUs() + $leaseUs) . '.' . $owner;
         if ($new === $token) {

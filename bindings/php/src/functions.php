@@ -310,7 +310,8 @@ function readCounter(string $path): int|string|null
 
 /**
  * Who holds the lock LOCKDIR, looked at without changing anything; null
- * when it is free (or not created yet).
+ * when it is free (or not created yet). Of shared holders, the first
+ * live one (holders() lists them all).
  *
  * @param array{group?: string|int} $options `group`: the group the lock
  *        is shared with, as for Lock::acquire(), which decides whether
@@ -332,6 +333,12 @@ function holder(string $lockDir, array $options = []): ?array
         return null;
     }
     [$name, $t] = $seen[1];
+    // Shared holders: the first live one, as holders() lists them.
+    $shared = Native::sharedHolders($dir, $name, $t) ?? [];
+    usort($shared, fn (array $a, array $b) => $a['stale'] <=> $b['stale']);
+    if ($shared !== []) {
+        return array_diff_key($shared[0], ['mode' => 0, 'slots' => 0]);
+    }
     [$stale, $reason] = Native::judge($name, $t);
     $me = Native::identity();
     $sameHost = !$t['legacy'] && $me['proc'] && $t['tag'] === $me['tag'];
@@ -348,4 +355,33 @@ function holder(string $lockDir, array $options = []): ?array
         'stale' => $stale,
         'reason' => $reason,
     ];
+}
+
+/**
+ * Every holder of LOCKDIR, as `tokenlock status` lists them: an empty
+ * list when it is free; one exclusive holder (as holder() describes it,
+ * with `mode` 'exclusive'); or its shared holders, each with `mode`
+ * 'shared' (a reader) or 'slot' (one of `slots` N), and, while a writer
+ * waits for them, that writer with `mode` 'waiting'. Stale holders are
+ * listed too (`stale` true, `reason` why), as holder() does.
+ *
+ * @param array{group?: string|int} $options as holder()
+ * @return list<array{mode: string, slots: int, token: string, pid: int, host_tag: string, same_host: bool, owner: string, expires_us: int, legacy: bool, stale: bool, reason: string}>
+ * @throws Exception `untrusted`, `lock_corrupt`, `system`, as holder()
+ */
+function holders(string $lockDir, array $options = []): array
+{
+    Command::checkKeys($options, ['group'], 'holders');
+    $dir = Native::lockPath($lockDir);
+    Native::checkTrusted($dir, Native::group($options['group'] ?? null, 'status'), 'status');
+    $seen = Native::look($dir, 'status');
+    if ($seen[0] !== 'held') {
+        return [];
+    }
+    $shared = Native::sharedHolders($dir, $seen[1][0], $seen[1][1]);
+    if ($shared !== null) {
+        return $shared;
+    }
+    $h = holder($lockDir, $options);
+    return $h === null ? [] : [['mode' => 'exclusive', 'slots' => 0] + $h];
 }

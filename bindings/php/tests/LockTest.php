@@ -234,7 +234,7 @@ final class LockTest extends TempDirTestCase
     {
         $names = array_map(fn (\ReflectionProperty $p) => $p->getName(), (new \ReflectionClass(Lock::class))->getProperties());
         sort($names);
-        $this->assertSame(['dir', 'held', 'lease', 'ownerPid', 'path', 'token'], $names);
+        $this->assertSame(['dir', 'held', 'lease', 'ownerPid', 'path', 'slots', 'token'], $names);
     }
 
     public function testTheLockOfAKilledHolderIsTakenOverAtOnce(): void

@@ -21,6 +21,13 @@
  * exists() is false there, so Symfony's Lock destructor in the child
  * leaves the parent's lock alone.
  *
+ * Read locks (Lock::acquireRead(), SharedLockStoreInterface) are the
+ * shared locks of docs/shared-locks.md: any number of readers at once,
+ * never beside a writer, and a writer that waits is not starved by them.
+ * A key's read lock becomes its write lock when no other reader holds
+ * (save() without waiting; waitAndSave() lets go and waits when others
+ * do), and its write lock a read lock, each in one rename.
+ *
  * The return types (`: void`, `: bool`) are those of symfony/lock 6 and 7;
  * 5.4's interfaces declare none, and a class may add them.
  */
@@ -29,6 +36,7 @@ declare(strict_types=1);
 
 namespace Tokenlock\Symfony;
 
+use Symfony\Component\Lock\BlockingSharedLockStoreInterface;
 use Symfony\Component\Lock\BlockingStoreInterface;
 use Symfony\Component\Lock\Exception\InvalidArgumentException;
 use Symfony\Component\Lock\Exception\InvalidTtlException;
@@ -43,17 +51,12 @@ use Tokenlock\LockLostException;
 use Tokenlock\Native;
 use Tokenlock\NotAcquiredException;
 
-final class TokenlockStore implements BlockingStoreInterface
+final class TokenlockStore implements BlockingStoreInterface, BlockingSharedLockStoreInterface
 {
     /** The longest lease every tokenlock process accepts (docs/protocol.md). */
     public const MAX_TTL = 86400.0;
     /** The shortest lease (docs/protocol.md): a TTL below it has expired before it is stored. */
     public const MIN_TTL = 0.001;
-
-    /** How many resources' directory names a process keeps (lockDirectory). */
-    private const NAMES_KEPT = 1024;
-    /** @var array<string, string> a resource's lock directory name */
-    private static array $names = [];
 
     private string $directory;
     private float $initialTtl;
@@ -98,51 +101,9 @@ final class TokenlockStore implements BlockingStoreInterface
             throw new InvalidArgumentException('TokenlockStore: unknown option ' . implode(', ', $unknown) . '; it takes command and group');
         }
         $this->group = $options['group'] ?? null;
-        self::prepare($directory, Native::group($this->group, 'open'));
+        StoreDirectory::prepare($directory, Native::group($this->group, 'open'), fn (string $m, ?\Throwable $e) => new InvalidArgumentException("TokenlockStore: $m", 0, $e));
         $this->directory = $directory;
         $this->initialTtl = $initialTtl;
-    }
-
-    /**
-     * Makes DIRECTORY if missing, for this user only unless locks are
-     * shared with a group, and refuses one another user could change: they
-     * could rename a resource's lock directory away, or plant one of their
-     * own in its place.
-     */
-    private static function prepare(string $directory, ?int $named): void
-    {
-        clearstatcache(true, $directory);
-        if (@lstat($directory) === false) {
-            $shared = Native::dirMode('create') | ($named === null ? 0 : 0070);
-            $mode = ($shared & 020) ? $shared : 0700;
-            error_clear_last();
-            if (@mkdir($directory, $mode, true)) {
-                if ($named !== null) {
-                    @chgrp($directory, $named);
-                }
-                // The umask may have taken the group's write.
-                @chmod($directory, $mode);
-            } else {
-                $cause = error_get_last()['message'] ?? 'unknown error';
-                clearstatcache(true, $directory);
-                // Unless another process made it meanwhile.
-                if (@lstat($directory) === false) {
-                    throw new InvalidArgumentException("TokenlockStore: cannot create the lock directory $directory: $cause; create it, writable by this user");
-                }
-            }
-        }
-        try {
-            Native::checkTrusted($directory, $named, 'open', "the lock store's directory");
-        } catch (Exception $e) {
-            if ($e->getError() !== 'system') {
-                throw $e;
-            }
-            // Not a directory: as one that cannot be made.
-            throw new InvalidArgumentException("TokenlockStore: {$e->getMessage()}", 0, $e);
-        }
-        if (!is_writable($directory)) {
-            throw new InvalidArgumentException("TokenlockStore: the lock directory $directory is not writable by this user; fix its permissions");
-        }
     }
 
     /**
@@ -151,27 +112,29 @@ final class TokenlockStore implements BlockingStoreInterface
      */
     public function lockDirectory(string $resource): string
     {
-        // Named once per resource and process (a php-fpm worker serves many
-        // requests): the hash and the regex were a third of an acquisition.
-        $name = self::$names[$resource] ?? null;
-        if ($name === null) {
-            if (count(self::$names) >= self::NAMES_KEPT) {
-                self::$names = [];
-            }
-            $readable = substr((string) preg_replace('/[^A-Za-z0-9_-]+/', '-', $resource), 0, 40);
-            $name = self::$names[$resource] = 'sf.' . $readable . '.' . hash('sha256', $resource) . '.lock';
-        }
-        return $this->directory . '/' . $name;
+        return $this->directory . '/' . StoreDirectory::name($resource);
     }
 
     public function save(Key $key): void
     {
-        $this->take($key, 0.0);
+        $this->take($key, 0.0, false);
     }
 
     public function waitAndSave(Key $key): void
     {
-        $this->take($key, null);
+        $this->take($key, null, false);
+    }
+
+    /** Stores the resource for reading: beside other readers, never beside a writer. */
+    public function saveRead(Key $key): void
+    {
+        $this->take($key, 0.0, true);
+    }
+
+    /** Waits until the resource can be read (behind a writer that waits), then stores it. */
+    public function waitAndSaveRead(Key $key): void
+    {
+        $this->take($key, null, true);
     }
 
     /**
@@ -237,29 +200,25 @@ final class TokenlockStore implements BlockingStoreInterface
     public function exists(Key $key): bool
     {
         $lock = $this->held($key);
-        if ($lock === null) {
-            return false;
-        }
-        $token = $lock->token();
-        clearstatcache(true, $lock->dir() . '/' . $token);
-        if (!is_dir($lock->dir() . '/' . $token)) {
-            return false;
-        }
-        $parts = explode('.', $token);
-        return count($parts) > 2 && preg_match('/\A[0-9]{1,19}\z/', $parts[1]) === 1 && (float) $parts[1] > microtime(true) * 1e6;
+        return $lock !== null && $lock->holdsNow();
     }
 
-    /** Acquires for $key: without waiting ($wait 0) or as long as it takes (null). */
-    private function take(Key $key, ?float $wait): void
+    /**
+     * Acquires for $key, shared or not: without waiting ($wait 0) or as
+     * long as it takes (null). A key that holds already changes its mode
+     * if asked to, and starts a new lease.
+     */
+    private function take(Key $key, ?float $wait, bool $shared): void
     {
-        if ($this->held($key) !== null) {
+        $lock = $this->held($key);
+        if ($lock !== null && $this->changeMode($key, $lock, $shared, $wait)) {
             // Already ours: a repeated save() starts a new lease, as the
             // other expiring stores do.
             $this->putOffExpiration($key, $this->initialTtl);
             return;
         }
         try {
-            $lock = Lock::acquire($this->lockDirectory((string) $key), ['wait' => $wait, 'lease' => $this->initialTtl, 'group' => $this->group]);
+            $lock = Lock::acquire($this->lockDirectory((string) $key), ['wait' => $wait, 'lease' => $this->initialTtl, 'group' => $this->group, 'shared' => $shared]);
         } catch (NotAcquiredException $e) {
             throw new LockConflictedException(sprintf('TokenlockStore: the lock "%s" is held by another process: %s', $key, $e->getMessage()), 0, $e);
         } catch (Exception $e) {
@@ -269,6 +228,35 @@ final class TokenlockStore implements BlockingStoreInterface
         $key->markUnserializable();
         $key->reduceLifetime($this->initialTtl);
         $this->checkNotExpired($key);
+    }
+
+    /**
+     * Gives the key's lock the mode asked for: true when it holds so now;
+     * false when it let go to wait for it (a blocking promotion while
+     * other readers hold). A promotion that cannot wait is a conflict,
+     * and the read lock stays.
+     */
+    private function changeMode(Key $key, Lock $lock, bool $shared, ?float $wait): bool
+    {
+        try {
+            if ($shared) {
+                $lock->toShared();
+                return true;
+            }
+            if ($lock->toExclusive()) {
+                return true;
+            }
+        } catch (LockLostException $e) {
+            $key->removeState(__CLASS__);
+            throw new LockConflictedException(sprintf('TokenlockStore: the lock "%s" was lost: %s', $key, $e->getMessage()), 0, $e);
+        } catch (Exception $e) {
+            throw new LockStorageException(sprintf('TokenlockStore: cannot change the mode of the lock "%s": %s', $key, $e->getMessage()), 0, $e);
+        }
+        if ($wait !== null) {
+            throw new LockConflictedException(sprintf('TokenlockStore: the lock "%s" is read by other holders too: it stays a read lock', $key));
+        }
+        $this->delete($key);
+        return false;
     }
 
     /** The lock $key took, if still held, whichever process this is. */

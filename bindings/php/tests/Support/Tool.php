@@ -58,4 +58,25 @@ final class Tool
             throw new \RuntimeException("tokenlock break $lockDir: status $status: $err");
         }
     }
+
+    /**
+     * PHP CODE run with MODULE loaded and ARGS as $argv[1...], in a process
+     * of its own.
+     *
+     * @param list<string> $args
+     * @return array{0: int, 1: string, 2: string} status, stdout, stderr
+     */
+    public static function runPhp(string $module, string $code, array $args = []): array
+    {
+        $proc = proc_open(array_merge([PHP_BINARY, '-r', 'require $argv[1]; array_shift($argv); ' . $code, '--', $module], $args), [
+            0 => ['file', '/dev/null', 'r'],
+            1 => ['pipe', 'w'],
+            2 => ['pipe', 'w'],
+        ], $pipes);
+        $out = stream_get_contents($pipes[1]);
+        $err = stream_get_contents($pipes[2]);
+        fclose($pipes[1]);
+        fclose($pipes[2]);
+        return [proc_close($proc), (string) $out, (string) $err];
+    }
 }

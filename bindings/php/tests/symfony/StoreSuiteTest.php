@@ -14,8 +14,8 @@ use Tokenlock\Symfony\TokenlockStore;
 /**
  * Symfony's own store suite, as symfony/lock runs it on its stores, on
  * TokenlockStore: a blocking, expiring store whose keys cannot be
- * serialised. It is not a shared-lock store, so SharedLockStoreTestTrait
- * does not apply. The test case and the traits are those of the
+ * serialised (its shared-lock suite: SharedStoreSuiteTest). The test
+ * case and the traits are those of the
  * symfony/lock this run loads (bootstrap.php, README.md).
  */
 final class StoreSuiteTest extends AbstractStoreTestCase

@@ -1,0 +1,281 @@
+<?php
+
+declare(strict_types=1);
+
+namespace Tokenlock\Native;
+
+use Tokenlock\Exception;
+use Tokenlock\LockLostException;
+
+/**
+ * The transitions of a shared holder (docs/shared-locks.md,
+ * Transitions): the lone share's fast path, the conversion into a group
+ * cover, joining a cover, leaving it (the last one out frees it or hands
+ * a draining cover to its writer), and the refresh of either. Each
+ * change of the token's name is a rename of the exact name a listing
+ * showed, the protocol's compare-and-swap.
+ *
+ * @internal
+ */
+trait Sharing
+{
+    /** Bound on the retries of a step whose name others keep renaming. */
+    private const SHARE_RETRIES = 10000;
+
+    /**
+     * One round of a shared waiter: the hold (a lone share's name or an
+     * entry's), true (look again at once) or false (it waits: $w['reason']).
+     *
+     * @param array<string, mixed> $w
+     */
+    private static function sharedRound(array &$w): string|bool
+    {
+        $dir = $w['dir'];
+        clearstatcache(true, "$dir/" . self::FREE);
+        // A hungry head is owed the free token; joining takes nothing from it.
+        $try = $w['exists'] && !$w['hungry'] && ($w['first'] || @lstat("$dir/" . self::FREE) !== false);
+        if ($try && ($mine = self::takeFree($dir, $w['lease'], self::shareName(self::nowUs() + $w['lease'], self::LONE, $w['limit']))) !== null) {
+            self::hold($dir, $mine);
+            return $mine;
+        }
+        if (!$w['looked']) {
+            return false;
+        }
+        $seen = self::seen($w);
+        if (!is_array($seen)) {
+            return $seen;
+        }
+        [$name, $t] = $seen;
+        $share = self::shareOf($t);
+        if ($share === null || $share[0] > self::DRAINING) {
+            [$stale, $w['reason']] = self::judge($name, $t);
+            return $stale ? self::takeOver($w, $name, self::shareName(self::nowUs() + $w['lease'], self::LONE, $w['limit'])) : false;
+        }
+        [$kind, $limit, $start] = $share;
+        if ($kind === self::DRAINING) {
+            return self::readerAtMark($w, $name, $t, $share);
+        }
+        if ($kind === self::COVER) {
+            return self::join($w, $name, $t);
+        }
+        [$stale, $why] = self::judge($name, self::holderFields($t, $start));
+        if ($stale) {
+            $w['reason'] = "lone share: $why";
+            return self::takeOver($w, $name, self::shareName(self::nowUs() + $w['lease'], self::LONE, $w['limit']));
+        }
+        if ($limit !== $w['limit'] || $limit === 1) {
+            $w['reason'] = self::mismatch($limit, $w['limit'], $why);
+            return false;
+        }
+        return self::convert($w, $name, $t, $start);
+    }
+
+    /**
+     * The listing of a round: the token [name, fields], or what the round
+     * returns (true: look again).
+     *
+     * @param array<string, mixed> $w
+     * @return array{0: string, 1: array<string, mixed>}|bool
+     */
+    private static function seen(array &$w): array|bool
+    {
+        $seen = self::look($w['dir']);
+        if (!$w['exists'] && $seen[0] !== 'missing') {
+            // Made by another process since the first look: judge it now.
+            $w['exists'] = self::checkTrusted($w['dir'], $w['named']);
+        }
+        if ($seen[0] === 'missing') {
+            self::create($w['dir'], $w['lease'], $w['named']);
+            $w['exists'] = self::checkTrusted($w['dir'], $w['named']);
+        }
+        return $seen[0] === 'held' ? $seen[1] : true;
+    }
+
+    /** Why a holder of LIMIT waits for holders of another limit (or a semaphore of one). */
+    private static function mismatch(int $theirs, int $mine, string $why): string
+    {
+        $say = fn (int $n) => $n === 0 ? 'shared (readers)' : "a semaphore of $n slots";
+        if ($theirs === $mine) {
+            return "the semaphore of 1 slot is taken: $why";
+        }
+        return 'held as ' . $say($theirs) . ', asked as ' . $say($mine) . ": $why; it waits until they have all left";
+    }
+
+    /**
+     * Takes over the stale NAME by its exact name, to TO (a lone share of
+     * ours or our token), and clears the workspace (entries included) as
+     * any takeover does.
+     *
+     * @param array<string, mixed> $w
+     */
+    private static function takeOver(array &$w, string $name, string $to): string|bool
+    {
+        $dir = $w['dir'];
+        clearstatcache(true, "$dir/$name");
+        $taken = @lstat("$dir/$name");
+        $errno = self::rename("$dir/$name", "$dir/$to");
+        if ($errno === 0) {
+            return self::finish($dir, $to, $name, $w['lease'], $w['givenUp'], $w['reason'], $taken ?: null) ? $to : false;
+        }
+        if ($errno !== 2) {
+            throw self::systemError('acquire', $dir, "cannot take over the stale token $name ({$w['reason']})", $errno);
+        }
+        return true;  // another taker won, or the owner refreshed or released: look again
+    }
+
+    /**
+     * Converts the live lone share LONE into a group cover holding its
+     * holder's entry and ours: the hold (our entry), or true to look again.
+     *
+     * @param array<string, mixed> $w
+     * @param array<string, mixed> $t
+     */
+    private static function convert(array &$w, string $lone, array $t, string $start): string|bool
+    {
+        $dir = $w['dir'];
+        $usable = self::tokenUsable($dir, $lone, 'acquire');
+        if ($usable !== true) {
+            $w['reason'] = "the token $lone is no directory, and admits one shared holder only";
+            return $usable === null;
+        }
+        $theirs = self::ENTRY . self::namedHolder($lone, $t, $start);
+        $errno = self::makeEntryAt("$dir/$lone/$theirs");
+        if ($errno === 2) {
+            return true;  // renamed since the listing
+        }
+        if ($errno !== 0 && $errno !== 17) {
+            throw self::systemError('acquire', "$dir/$lone", "cannot make the lone holder's share entry $theirs", $errno);
+        }
+        $expiry = self::nowUs() + $w['lease'];
+        $mine = self::myEntry($expiry);
+        $errno = self::makeEntryAt("$dir/$lone/$mine");
+        if ($errno === 0) {
+            $cover = self::shareName(max($t['expiry'] + 1, $expiry), self::COVER, $w['limit']);
+            $errno = self::rename("$dir/$lone", "$dir/$cover");
+            if ($errno === 0) {
+                self::hold($dir, $mine);
+                return $mine;
+            }
+        }
+        // Lost to a release, a refresh, another converter or a writer.
+        $fail = $errno === 2 ? null : $errno;
+        self::abandon($dir, $errno === 17 ? null : $mine, $theirs);
+        if ($fail !== null) {
+            throw $fail === 17 ? self::planted($dir, $lone, $mine) : self::systemError('acquire', $dir, "cannot convert the lone share $lone into a group", $fail);
+        }
+        return true;
+    }
+
+    /** lock_corrupt: something is at the name of our own new entry, which nobody else can make. */
+    private static function planted(string $dir, string $token, string $mine): Exception
+    {
+        return new Exception('lock_corrupt', "tokenlock: acquire $dir: something is already at our new share entry $mine in the token $token (its name is unique to this process): it was planted; nothing was removed", 69);
+    }
+
+    /**
+     * After a lost rename: removes our entry, and the lone holder's entry
+     * we made unless the token is a cover now (then it may be a share:
+     * another converter's rename may have confirmed it). Each removal
+     * goes through the token's name a listing showed, so a token renamed
+     * into a cover meanwhile is looked at again. A leaver may have
+     * counted our entry, so the last one out's steps follow.
+     */
+    private static function abandon(string $dir, ?string $mine, ?string $theirs): void
+    {
+        $where = null;
+        if ($mine !== null) {
+            self::dropEntry($dir, $mine, $where);
+        }
+        for ($i = 0; $theirs !== null && $i < self::SHARE_RETRIES; ++$i) {
+            $where = self::locate($dir, $theirs, 'acquire');
+            if ($where === null || self::isCover($where[1])) {
+                break;
+            }
+            $errno = self::removeEntryAt("$dir/{$where[0]}/$theirs");
+            if ($errno === 0) {
+                break;
+            }
+            if ($errno !== 2) {
+                throw self::systemError('acquire', "$dir/{$where[0]}", "cannot remove the share entry $theirs", $errno);
+            }
+        }
+        if ($where === null || self::isCover($where[1])) {
+            self::lastOut($dir, 'acquire');
+        }
+    }
+
+    /** @param array{0: int, 1: int, 2: string}|null $share */
+    private static function isCover(?array $share): bool
+    {
+        return $share !== null && ($share[0] === self::COVER || $share[0] === self::DRAINING);
+    }
+
+    /**
+     * Joins the group cover COVER (or takes it, with no live entry left,
+     * whatever its limit): the hold (our entry), true to look again, or
+     * false to wait (full, or of another limit).
+     *
+     * @param array<string, mixed> $w
+     * @param array<string, mixed> $t
+     */
+    private static function join(array &$w, string $cover, array $t): string|bool
+    {
+        $dir = $w['dir'];
+        $usable = self::tokenUsable($dir, $cover, 'acquire');
+        $e = $usable ? self::entries($dir, $cover) : null;
+        if ($e === null) {
+            $w['reason'] = "the token $cover is no directory";
+            return $usable === null;
+        }
+        [$live, $stale] = $e;
+        $live = self::dropOurStrays($dir, $cover, $live);
+        $limit = self::shareOf($t)[1];
+        if ($live && ($limit !== $w['limit'] || ($limit > 0 && count($live) >= $limit))) {
+            $w['reason'] = $limit === $w['limit'] ? 'all ' . $limit . ' slots are taken: ' . reset($live) : self::mismatch($limit, $w['limit'], reset($live));
+            return false;
+        }
+        self::removeStale($dir, $cover, $stale, 'acquire', false);
+        $expiry = self::nowUs() + $w['lease'];
+        $mine = self::myEntry($expiry);
+        $errno = self::makeEntryAt("$dir/$cover/$mine");
+        if ($errno === 2) {
+            return true;
+        }
+        if ($errno !== 0) {
+            throw $errno === 17 ? self::planted($dir, $cover, $mine) : self::systemError('acquire', "$dir/$cover", "cannot make our share entry $mine", $errno);
+        }
+        $errno = self::rename("$dir/$cover", "$dir/" . self::shareName(max($t['expiry'] + 1, $expiry), self::COVER, $w['limit']));
+        if ($errno === 0) {
+            self::hold($dir, $mine);
+            return $mine;
+        }
+        self::abandon($dir, $mine, null);
+        if ($errno !== 2) {
+            throw self::systemError('acquire', $dir, "cannot rename the group cover $cover to join it", $errno);
+        }
+        return true;
+    }
+
+    /**
+     * A reader at a draining cover waits; the mark of a writer provably
+     * dead on this host, or whose mark's lease ended, it unmarks (a group
+     * cover again, a fresh nonce).
+     *
+     * @param array<string, mixed> $w
+     * @param array<string, mixed> $t
+     * @param array{0: int, 1: int, 2: string} $share
+     */
+    private static function readerAtMark(array &$w, string $mark, array $t, array $share): bool
+    {
+        $gone = self::markGone($t, $share[2]);
+        if ($gone === null) {
+            $w['reason'] = "a writer (pid {$t['pid']}) waits for the shared holders to leave, and new ones wait behind it";
+            return false;
+        }
+        $errno = self::rename("$w[dir]/$mark", "$w[dir]/" . self::shareName($t['expiry'] + 1, self::COVER, $share[1]));
+        if ($errno !== 0 && $errno !== 2) {
+            throw self::systemError('acquire', $w['dir'], "cannot unmark $mark, a writer's stale mark ($gone)", $errno);
+        }
+        return true;
+    }
+}
