@@ -75,13 +75,15 @@ final class RedisLockTest extends TempDirTestCase
 
     public function testTheScriptsAreTheCppClientsByteForByte(): void
     {
-        $shas = [sha1(Scripts::ACQUIRE), sha1(Scripts::SETTLE), sha1(Scripts::HOLDER)];
-        $this->assertSame([0, 0, 0], $this->client->script('exists', ...$shas), 'a fresh server knows no script');
+        // The holder script is checked against its source by
+        // redis_scripts_php_current: the command's status now asks for every
+        // holder (holders.lua), which this module does not load.
+        $shas = [sha1(Scripts::ACQUIRE), sha1(Scripts::SETTLE)];
+        $this->assertSame([0, 0], $this->client->script('exists', ...$shas), 'a fresh server knows no script');
         $token = $this->cppAcquire('scripts');
-        $this->assertSame(0, $this->tool('status', ['--', 'scripts'])[0]);
         $this->cppRelease('scripts', $token);
         // The server caches a script under the SHA-1 of its text.
-        $this->assertSame([1, 1, 1], $this->client->script('exists', ...$shas), "the C++ client's scripts are these");
+        $this->assertSame([1, 1], $this->client->script('exists', ...$shas), "the C++ client's scripts are these");
     }
 
     public function testPhpHoldsAndTheCommandIsRefused(): void
