@@ -129,6 +129,41 @@ TEST_F(SharedLockTest, AWaitingWritersMarkBarsNewReadersAndTheLastOneOutHandsItO
   EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
 }
 
+// A converter that loses its race leaves no entry for a lone holder that
+// has gone: had its copy stayed in the next group's cover, it would count
+// as a share of a live process for that process's whole lease.
+TEST_F(SharedLockTest, AConverterThatLosesRemovesItsCopyOfTheLoneHoldersShare) {
+  auto h = process(100), c = process(101), r = process(102), x = process(103);
+  lock_handle lone = lock_for(h, shared()).acquire();
+  std::optional<lock_handle> hr, hx;
+  bool acted = false;
+  std::function<void(op, const std::string&, const std::string&)> hook;
+  hook = [&](op o, const std::string&, const std::string& to) {
+    // Just before the converter's rename of the lone share: the lone
+    // holder leaves, another reader takes the lock, a third converts it.
+    if (o != op::rename || acted || to.find(".11") == std::string::npos) {
+      c->before = hook;
+      return;
+    }
+    acted = true;
+    lone.release();
+    hr = lock_for(r, shared()).acquire();
+    hx = lock_for(x, shared()).acquire();
+  };
+  c->before = hook;
+  lock_handle hc = lock_for(c, shared()).acquire();
+  ASSERT_TRUE(acted);
+  std::vector<std::string> names = share_entries();
+  EXPECT_EQ(names.size(), 3u) << "the copy of r's share, x's and c's entries";
+  for (const auto& n : names)
+    EXPECT_EQ(n.find(".100."), std::string::npos) << "a share of the lone holder that left: " << n;
+  hc.release();
+  hx->release();
+  hr->release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+  EXPECT_TRUE(share_entries().empty());
+}
+
 TEST_F(SharedLockTest, ASemaphoreAdmitsNoMoreThanItsSlots) {
   auto a = process(100), b = process(101), c = process(102);
   lock_handle ha = lock_for(a, shared(2)).acquire();

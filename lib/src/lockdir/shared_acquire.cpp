@@ -236,7 +236,7 @@ failure shared_acquirer::join(outcome& result, const open_dir& d, const observed
   std::string theirs;
   bool existed = false;
   if (converting) {
-    theirs = entry_of_lone(seen);
+    theirs = copy_of_lone(seen, sys_.random_u64());
     if (failure f = make_entry(sys_, paths_, tok.fd, theirs, "acquire", existed)) return f;
   }
   if (failure f = make_entry(sys_, paths_, tok.fd, mine, "acquire", existed)) return f;
@@ -262,15 +262,15 @@ failure shared_acquirer::joined_or_not(outcome& result, const open_dir& d, int t
   if (ec != std::errc::no_such_file_or_directory)
     return os_failure(sys_, paths_, "acquire", "cannot rename " + shown_name(seen.name) +
                       " to join its shared holders", seen.name, ec);
-  // Somebody renamed it first: our entry is no share. The lone holder's
-  // entry we made stays only if its share was converted meanwhile.
+  // Somebody renamed it first: neither our entry nor our copy of the lone
+  // holder's share is a share (a winner relies on its own copy only).
   remove_entry(sys_, tok, mine);
+  if (!theirs.empty()) remove_entry(sys_, tok, theirs);
   observation obs;
   shared_token now;
   bool cover = !observe(sys_, paths_, &d, "acquire", obs) && obs.kind == observation::held &&
                read_shared(obs.token, now) &&
                (now.kind == share_kind::group || now.kind == share_kind::draining);
-  if (!theirs.empty() && !cover) remove_entry(sys_, tok, theirs);
   // A leaver that saw only our entry left the cover to us.
   if (cover) {
     if (failure f = settle_cover(sys_, paths_, options_, "acquire")) return f;

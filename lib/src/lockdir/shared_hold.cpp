@@ -1,5 +1,8 @@
-// A shared handle's release and refresh, adopting and breaking a share
-// (docs/protocol.md, Shared locks and semaphores).
+// A shared handle's release and refresh, and adopting a share
+// (docs/protocol.md, Shared locks and semaphores). A handle's share is its
+// lone share's token name until the share is converted; then the copies of
+// that name in the cover are its share, until a refresh gives it an entry
+// of its own ("s.<...>").
 #include <string>
 
 #include "lockdir/shared_lock.hpp"
@@ -8,10 +11,6 @@
 
 namespace tokenlock::detail {
 namespace {
-
-bool is_lone(const std::string& name) {
-  return name.compare(0, held_prefix.size(), held_prefix) == 0;
-}
 
 failure lost(const char* step, const lock_paths& paths, const std::string& name,
              std::int64_t expiry_us) {
@@ -30,127 +29,83 @@ failure os_step(os& sys, const lock_paths& paths, const char* step, const std::s
   return os_failure(sys, paths, step, what, "", ec);
 }
 
-// Our entry, whatever name the cover has now; `place` says where.
-failure open_place(os& sys, const lock_paths& paths, const std::string& entry, const char* step,
-                   share_place& place, scoped_fd& tok, bool& found) {
-  found = false;
-  for (int round = 0; round < 8; ++round) {
-    if (failure f = find_share(sys, paths, entry, step, place)) return f;
-    const auto d = current_dir(paths);
-    if (!place.is_cover || !place.has_entry || !d) return {};
-    token_open how;
-    if (failure f = open_token_dir(sys, paths, *d, place.token.name, step, tok, how)) return f;
-    if (how == token_open::ok) {
-      found = true;
-      return {};
-    }
-    if (how != token_open::gone) return {};
-  }
-  return {};
-}
-
-// A member leaves: its entry goes, and the last one out frees the cover.
-failure leave(lock_handle& h, const std::string& entry) {
-  os& sys = *lock_access::core(h)->sys;
-  const lock_paths& paths = *lock_access::core(h)->paths;
-  const lock_options options{};
-  share_place place;
-  scoped_fd tok{sys};
-  bool found = false;
-  if (failure f = open_place(sys, paths, entry, "release", place, tok, found)) return f;
-  if (!found) return lost("release", paths, entry, lock_access::expiry_us(h));
-  bool full = false;
-  if (place.shared.limit) {
-    entry_census census;
-    if (!take_census(sys, paths, tok.fd, options, "release", census))
-      full = census.others(entry) + 1 >= place.shared.limit;
-  }
-  std::error_code ec = remove_entry(sys, tok.fd, entry);
-  if (ec == std::errc::no_such_file_or_directory)
-    return lost("release", paths, entry, lock_access::expiry_us(h));
-  if (ec) return os_step(sys, paths, "release", "cannot remove our share entry " + entry, ec);
-  lock_access::forget(h);
-  if (failure f = settle_cover(sys, paths, options, "release")) return f;
-  // A freed slot renames the cover, so that waiters watching the lock
-  // directory see a change (the entry's removal is not seen there).
-  if (full) {
-    const auto d = current_dir(paths);
-    const std::string to = renamed_cover(sys, place.token, place.shared,
-                                         later_expiry(place.token.expiry_us, 0),
-                                         sys.self().pid, sys.self().start_time);
-    if (d) sys.rename_at(d->fd, place.token.name, d->fd, to);
-  }
-  return {};
-}
-
 // Whether a share with this expiry may be judged ended by somebody now.
 bool may_have_ended(os& sys, std::int64_t expiry_us, const lock_options& options) {
   const std::int64_t skew = options.skew_allowance.count() * 1000;
   return sys.wall_now_us() > expiry_us - skew;
 }
 
-// A member's refresh: a new entry, the cover renamed to cover it, the old
-// entry removed. A slot holder counts the others first, as a joiner does.
-failure refresh_member(lock_handle& h, const std::string& entry, std::int64_t expiry,
-                       std::chrono::milliseconds lease) {
+// A freed slot renames the cover, so that waiters watching the lock
+// directory see a change (an entry's removal is not seen there).
+void wake_slot_waiters(os& sys, const lock_paths& paths, const share_place& place) {
+  const auto d = current_dir(paths);
+  const std::string to = renamed_cover(sys, place.token, place.shared,
+                                       later_expiry(place.token.expiry_us, 0), sys.self().pid,
+                                       sys.self().start_time);
+  if (d) sys.rename_at(d->fd, place.token.name, d->fd, to);
+}
+
+// A member leaves: its entries go (its own, or its lone share's copies),
+// and the last one out frees the cover.
+failure leave(lock_handle& h, const std::string& share) {
   os& sys = *lock_access::core(h)->sys;
   const lock_paths& paths = *lock_access::core(h)->paths;
   const lock_options options{};
-  observed_token me;
-  read_entry(entry, me);
-  held_token t;
-  classify_name(std::string(held_prefix) + entry.substr(entry_prefix.size()), &t);
-  const std::string next = make_entry_name(expiry, me.host_tag, me.pid, me.start_time, t.nonce);
-  bool made = false;
-  for (int round = 0; round < 64; ++round) {
-    share_place place;
-    scoped_fd tok{sys};
-    bool found = false;
-    if (failure f = open_place(sys, paths, entry, "refresh", place, tok, found)) return f;
-    if (!found) break;
-    if (!made) {
-      bool existed = false;
-      if (failure f = make_entry(sys, paths, tok.fd, next, "refresh", existed)) return f;
-      made = true;
-    }
-    // Only a share whose lease may have ended can have been counted out by
-    // a joiner; counting a live one would count joiners whose rename is
-    // still to come, and end a share for nothing.
-    if (place.shared.limit && may_have_ended(sys, lock_access::expiry_us(h), options)) {
-      entry_census census;
-      if (failure f = take_census(sys, paths, tok.fd, options, "refresh", census)) return f;
-      if (census.others(entry, next) >= place.shared.limit) break;
-    }
-    const auto d = current_dir(paths);
-    const std::string to = renamed_cover(sys, place.token, place.shared,
-                                         later_expiry(place.token.expiry_us, expiry), me.pid,
-                                         me.start_time);
-    std::error_code ec = d ? sys.rename_at(d->fd, place.token.name, d->fd, to)
-                           : std::make_error_code(std::errc::no_such_file_or_directory);
-    if (ec == std::errc::no_such_file_or_directory) continue;
-    if (ec) return os_step(sys, paths, "refresh", "cannot rename the cover " + place.token.name, ec);
-    remove_entry(sys, tok.fd, entry);
-    lock_access::move_share(h, next, expiry, lease);
-    return {};
-  }
-  // Our share ended: neither entry stays.
   share_place place;
   scoped_fd tok{sys};
-  bool found = false;
-  if (made && !open_place(sys, paths, next, "refresh", place, tok, found) && found)
-    remove_entry(sys, tok.fd, next);
-  failure f = lost("refresh", paths, entry, lock_access::expiry_us(h));
+  if (failure f = locate_share(sys, paths, share, "release", place, tok)) return f;
+  if (!place.found()) return lost("release", paths, share, lock_access::expiry_us(h));
+  bool full = false;
+  if (place.shared.limit) {
+    entry_census census;
+    if (!take_census(sys, paths, tok.fd, options, "release", census))
+      full = census.live.size() >= place.shared.limit;
+  }
+  bool removed = false;
+  for (const std::string& name : place.names) {
+    std::error_code ec = remove_entry(sys, tok.fd, name);
+    if (ec && ec != std::errc::no_such_file_or_directory)
+      return os_step(sys, paths, "release", "cannot remove our share entry " + name, ec);
+    removed = removed || !ec;
+  }
+  if (!removed) return lost("release", paths, share, lock_access::expiry_us(h));
   lock_access::forget(h);
-  return f;
+  if (failure f = settle_cover(sys, paths, options, "release")) return f;
+  if (full) wake_slot_waiters(sys, paths, place);
+  return {};
 }
 
+// A member's refresh: an entry of its own with the new lease, the cover
+// renamed to cover it, the old entries removed. A slot holder counts the
+// others first, as a joiner does.
+failure refresh_member(lock_handle& h, const std::string& share, std::int64_t expiry,
+                       std::chrono::milliseconds lease);
+
 }  // namespace
+
+failure release_shared(lock_handle& h) {
+  const std::shared_ptr<const lock_core>& core = lock_access::core(h);
+  const std::string name = h.token();
+  if (!is_lone_name(name)) return leave(h, name);
+  const auto d = current_dir(*core->paths);
+  std::error_code ec = d ? core->sys->rename_at(d->fd, name, d->fd, std::string(free_token))
+                         : std::make_error_code(std::errc::no_such_file_or_directory);
+  if (!ec) {
+    lock_access::forget(h);
+    return {};
+  }
+  if (ec != std::errc::no_such_file_or_directory)
+    return os_failure(*core->sys, *core->paths, "release",
+                      "cannot rename " + name + " to lockfile", name, ec);
+  // Converted into a group meanwhile: our share is its copies now.
+  return leave(h, name);
+}
 
 failure refresh_shared(lock_handle& h, std::chrono::milliseconds lease) {
   const std::shared_ptr<const lock_core>& core = lock_access::core(h);
   const std::int64_t expiry = core->sys->wall_now_us() + lease.count() * 1000;
   const std::string name = h.token();
-  if (!is_lone(name)) return refresh_member(h, name, expiry, lease);
+  if (!is_lone_name(name)) return refresh_member(h, name, expiry, lease);
   const std::string next = with_expiry(owner_part(name), expiry);
   const auto d = current_dir(*core->paths);
   std::error_code ec = d ? core->sys->rename_at(d->fd, name, d->fd, next)
@@ -164,12 +119,81 @@ failure refresh_shared(lock_handle& h, std::chrono::milliseconds lease) {
   if (ec != std::errc::no_such_file_or_directory)
     return os_failure(*core->sys, *core->paths, "refresh", "cannot rename " + name + " to " + next,
                       name, ec);
-  held_token t;
-  classify_name(name, &t);
-  const std::string entry = entry_of_lone(observed(name, t, name_kind::held));
-  lock_access::move_share(h, entry, lock_access::expiry_us(h), lease);
-  return refresh_member(h, entry, expiry, lease);
+  return refresh_member(h, name, expiry, lease);
 }
+
+namespace {
+
+// Our next entry: our identity (from our entry, or from our lone share's
+// name), the new expiry.
+std::string next_entry(os& sys, const std::string& share, std::int64_t expiry) {
+  held_token t;
+  if (is_lone_name(share)) {
+    classify_name(share, &t);
+    const observed_token me = named_holder(observed(share, t, name_kind::held));
+    return make_entry_name(expiry, me.host_tag, me.pid, me.start_time, sys.random_u64());
+  }
+  observed_token me;
+  read_entry(share, me);
+  classify_name(std::string(held_prefix) + share.substr(entry_prefix.size()), &t);
+  return make_entry_name(expiry, me.host_tag, me.pid, me.start_time, t.nonce);
+}
+
+failure refresh_member(lock_handle& h, const std::string& share, std::int64_t expiry,
+                       std::chrono::milliseconds lease) {
+  os& sys = *lock_access::core(h)->sys;
+  const lock_paths& paths = *lock_access::core(h)->paths;
+  const lock_options options{};
+  const std::string next = next_entry(sys, share, expiry);
+  bool made = false;
+  for (int round = 0; round < 64; ++round) {
+    share_place place;
+    scoped_fd tok{sys};
+    if (failure f = locate_share(sys, paths, share, "refresh", place, tok)) return f;
+    if (!place.found()) break;
+    if (!made) {
+      bool existed = false;
+      if (failure f = make_entry(sys, paths, tok.fd, next, "refresh", existed)) return f;
+      made = true;
+    }
+    // Only a share whose lease may have ended can have been counted out by
+    // a joiner; counting a live one would count joiners whose rename is
+    // still to come, and end a share for nothing.
+    if (place.shared.limit && may_have_ended(sys, lock_access::expiry_us(h), options)) {
+      entry_census census;
+      if (failure f = take_census(sys, paths, tok.fd, options, "refresh", census)) return f;
+      std::size_t others = census.others(next);
+      for (const auto& n : place.names) others -= census.holds(n) ? 1 : 0;
+      if (others >= place.shared.limit) break;
+    }
+    const auto d = current_dir(paths);
+    const observed_token mine = [&] {
+      observed_token e;
+      read_entry(next, e);
+      return e;
+    }();
+    const std::string to = renamed_cover(sys, place.token, place.shared,
+                                         later_expiry(place.token.expiry_us, expiry), mine.pid,
+                                         mine.start_time);
+    std::error_code ec = d ? sys.rename_at(d->fd, place.token.name, d->fd, to)
+                           : std::make_error_code(std::errc::no_such_file_or_directory);
+    if (ec == std::errc::no_such_file_or_directory) continue;
+    if (ec) return os_step(sys, paths, "refresh", "cannot rename the cover " + place.token.name, ec);
+    for (const auto& n : place.names) remove_entry(sys, tok.fd, n);
+    lock_access::move_share(h, next, expiry, lease);
+    return {};
+  }
+  // Our share ended: neither our old entries nor the new one stays.
+  share_place place;
+  scoped_fd tok{sys};
+  if (made && !locate_share(sys, paths, next, "refresh", place, tok) && place.found())
+    remove_entry(sys, tok.fd, next);
+  failure f = lost("refresh", paths, share, lock_access::expiry_us(h));
+  lock_access::forget(h);
+  return f;
+}
+
+}  // namespace
 
 failure adopt_shared(const std::shared_ptr<const lock_core>& core, const lock_options& options,
                      const std::string& id, lock_handle& out) {
@@ -177,52 +201,32 @@ failure adopt_shared(const std::shared_ptr<const lock_core>& core, const lock_op
   const lock_paths& paths = *core->paths;
   std::shared_ptr<const open_dir> d;
   if (failure f = lock_directory_fd(core->sys, paths, paths.share, "token", d)) return f;
-  std::string entry = id;
-  std::int64_t expiry = 0;
-  if (is_lone(id)) {
-    held_token t;
-    classify_name(id, &t);
-    const observed_token lone = observed(id, t, name_kind::held);
-    shared_token s;
-    file_status st;
-    if (d && !sys.status_at(d->fd, id, st) && read_shared(lone, s)) {
-      lock_access::fill_shared(out, core, id, t.expiry_us, options.lease, s.limit);
-      return {};
-    }
-    entry = entry_of_lone(lone);
+  observed_token t;
+  held_token held;
+  if (is_lone_name(id)) {
+    classify_name(id, &held);
+    t = observed(id, held, name_kind::held);
+  } else {
+    read_entry(id, t);
   }
-  observed_token e;
-  if (read_entry(entry, e)) expiry = e.expiry_us;
+  shared_token s;
+  file_status st;
+  if (is_lone_name(id) && d && !sys.status_at(d->fd, id, st) && read_shared(t, s)) {
+    lock_access::fill_shared(out, core, id, t.expiry_us, options.lease, s.limit);
+    return {};
+  }
   share_place place;
-  if (failure f = find_share(sys, paths, entry, "token", place)) return f;
-  if (!place.has_entry)
+  scoped_fd tok{sys};
+  if (d)
+    if (failure f = locate_share(sys, paths, id, "token", place, tok)) return f;
+  if (!place.found())
     return make_failure(errc::lock_lost,
                         describe("token", paths.dir,
                                  "the lock holds no share " + shown_name(id) +
                                      ": it was released, refreshed or taken over",
                                  {}));
-  lock_access::fill_shared(out, core, entry, expiry, options.lease, place.shared.limit);
+  lock_access::fill_shared(out, core, id, t.expiry_us, options.lease, place.shared.limit);
   return {};
-}
-
-failure release_shared(lock_handle& h) {
-  const std::shared_ptr<const lock_core>& core = lock_access::core(h);
-  const std::string name = h.token();
-  if (!is_lone(name)) return leave(h, name);
-  const auto d = current_dir(*core->paths);
-  std::error_code ec = d ? core->sys->rename_at(d->fd, name, d->fd, std::string(free_token))
-                         : std::make_error_code(std::errc::no_such_file_or_directory);
-  if (!ec) {
-    lock_access::forget(h);
-    return {};
-  }
-  if (ec != std::errc::no_such_file_or_directory)
-    return os_failure(*core->sys, *core->paths, "release",
-                      "cannot rename " + name + " to lockfile", name, ec);
-  // Converted into a group meanwhile: our share is its entry now.
-  held_token t;
-  classify_name(name, &t);
-  return leave(h, entry_of_lone(observed(name, t, name_kind::held)));
 }
 
 }  // namespace tokenlock::detail

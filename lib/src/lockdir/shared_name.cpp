@@ -53,12 +53,25 @@ std::string make_entry_name(std::int64_t expiry_us, std::string_view host_tag, i
   return std::string(entry_prefix) + t.substr(held_prefix.size());
 }
 
-std::string entry_of_lone(const observed_token& lone) {
+std::string copy_of_lone(const observed_token& lone, std::uint64_t maker) {
   shared_token s;
   read_shared(lone, s);
   held_token t;
   classify_name(lone.name, &t);
-  return make_entry_name(lone.expiry_us, flipped_tag(lone.host_tag), lone.pid, s.start12, t.nonce);
+  const std::uint64_t nonce = (t.nonce & 0xffffffff00000000ULL) | (maker & 0xffffffffULL);
+  return make_entry_name(lone.expiry_us, flipped_tag(lone.host_tag), lone.pid, s.start12, nonce);
+}
+
+bool is_copy_of(const std::string& name, const observed_token& lone) {
+  observed_token e;
+  if (!read_entry(name, e)) return false;
+  shared_token s;
+  held_token lone_t, entry_t;
+  if (!read_shared(lone, s) || classify_name(lone.name, &lone_t) != name_kind::held) return false;
+  classify_name(std::string(held_prefix) + name.substr(entry_prefix.size()), &entry_t);
+  return e.expiry_us == lone.expiry_us && e.host_tag == flipped_tag(lone.host_tag) &&
+         e.pid == lone.pid && e.start_time == s.start12 &&
+         (entry_t.nonce >> 32) == (lone_t.nonce >> 32);
 }
 
 std::string hand_over_name(const observed_token& draining) {

@@ -51,9 +51,21 @@ inline constexpr std::string_view entry_prefix = "s.";
 std::string make_entry_name(std::int64_t expiry_us, std::string_view host_tag, int pid,
                             std::uint64_t start_time, std::uint64_t nonce);
 
-// The entry a lone share's holder has once its share is converted into a
-// group: its expiry, real host tag, pid, start time and nonce.
-std::string entry_of_lone(const observed_token& lone);
+// A copy of the lone share `lone`: the entry a converter (or a marking
+// writer) makes for the lone holder, with the lone share's expiry, real
+// host tag, pid and start time, and a nonce whose upper half is the lone
+// share's and whose lower half is `maker`'s: one name per maker, so that
+// a maker that loses the race removes exactly its own.
+std::string copy_of_lone(const observed_token& lone, std::uint64_t maker);
+
+// Whether the entry `name` is a copy of the lone share `lone` (any maker's).
+bool is_copy_of(const std::string& name, const observed_token& lone);
+
+// Whether `name` is a lone share's token name ("lockfile.") rather than a
+// member's entry ("s.").
+inline bool is_lone_name(const std::string& name) {
+  return name.compare(0, held_prefix.size(), held_prefix) == 0;
+}
 
 // The exclusive token a draining cover is handed over as: the cover's
 // expiry, the waiting writer's real host tag, pid, start time and nonce.

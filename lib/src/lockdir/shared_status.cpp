@@ -97,13 +97,10 @@ failure break_share(const std::shared_ptr<const lock_core>& core, const lock_opt
   std::shared_ptr<const open_dir> d;
   if (failure f = lock_directory_fd(core->sys, paths, paths.share, "break", d)) return f;
   share_place place;
-  if (d)
-    if (failure f = find_share(sys, paths, id, "break", place)) return f;
   scoped_fd tok{sys};
-  token_open how = token_open::gone;
-  if (place.has_entry)
-    if (failure f = open_token_dir(sys, paths, *d, place.token.name, "break", tok, how)) return f;
-  if (how != token_open::ok || remove_entry(sys, tok.fd, id))
+  if (d)
+    if (failure f = locate_share(sys, paths, id, "break", place, tok)) return f;
+  if (!place.found() || remove_entry(sys, tok.fd, id))
     return make_failure(errc::lock_lost,
                         describe("break", paths.dir,
                                  "the lock holds no share " + shown_name(id) +

@@ -1,5 +1,7 @@
 #include "lockdir/shared_steps.hpp"
 
+#include <algorithm>
+
 #include "lockdir/trust.hpp"
 
 namespace tokenlock::detail {
@@ -67,26 +69,53 @@ failure corrupt_entry(const lock_paths& paths, const std::string& token,
                                {}));
 }
 
-failure find_share(os& sys, const lock_paths& paths, const std::string& entry, const char* step, share_place& out) {
-  out = share_place{};
+namespace {
+
+// The names in the listing `names` that are the share `share` (see
+// locate_share).
+std::vector<std::string> names_of_share(const std::string& share,
+                                        const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  if (!is_lone_name(share)) {
+    for (const auto& n : names)
+      if (n == share) out.push_back(n);
+    return out;
+  }
+  held_token t;
+  if (classify_name(share, &t) != name_kind::held) return out;
+  const observed_token lone = observed(share, t, name_kind::held);
+  for (const auto& n : names)
+    if (is_copy_of(n, lone)) out.push_back(n);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+}  // namespace
+
+failure locate_share(os& sys, const lock_paths& paths, const std::string& share,
+                     const char* step, share_place& out, scoped_fd& tok) {
   for (int round = 0; round < settle_rounds; ++round) {
+    out = share_place{};
+    if (tok.fd >= 0) sys.close(tok.fd);
+    tok.fd = -1;
     const auto d = current_dir(paths);
     if (!d) return {};
     observation obs;
     if (failure f = observe(sys, paths, d.get(), step, obs)) return f;
-    if (obs.kind != observation::held || !read_shared(obs.token, out.shared)) return {};
-    out.token = obs.token;
-    out.is_cover =
-        out.shared.kind == share_kind::group || out.shared.kind == share_kind::draining;
-    if (!out.is_cover) return {};
-    file_status st;
-    std::error_code ec = sys.status_at(d->fd, obs.token.name + "/" + entry, st);
-    if (!ec || ec != std::errc::no_such_file_or_directory) {
-      out.has_entry = !ec;
+    if (obs.kind != observation::held || !read_shared(obs.token, out.shared) ||
+        (out.shared.kind != share_kind::group && out.shared.kind != share_kind::draining))
       return {};
-    }
-    // Not there: unless the cover was renamed meanwhile, the share is gone.
-    if (!sys.status_at(d->fd, obs.token.name, st)) return {};
+    out.token = obs.token;
+    token_open how;
+    if (failure f = open_token_dir(sys, paths, *d, obs.token.name, step, tok, how)) return f;
+    if (how == token_open::gone) continue;  // renamed since the listing
+    if (how != token_open::ok) return {};
+    std::vector<std::string> names;
+    if (std::error_code ec = sys.list_directory_at(tok.fd, names))
+      return os_failure(sys, paths, step, "cannot list the shared holders in the token", "", ec);
+    out.names = names_of_share(share, names);
+    return {};
   }
   return {};
 }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/failure.hpp"
 #include "lockdir/lock_directory.hpp"
@@ -30,15 +31,19 @@ failure settle_cover(os& sys, const lock_paths& paths, const lock_options& optio
 failure corrupt_entry(const lock_paths& paths, const std::string& token,
                       const entry_census& census, const char* step);
 
-// Where a share is now: the token's name (`cover`, empty when the lock is
-// free or held by somebody else), whether `entry` is in it, and the census.
+// Where a share is now: the cover that holds it (open as `tok`), and the
+// names in it that are the share: its own entry ("s.<...>"), or the
+// copies of a converted lone share (a "lockfile." name). `names` is empty
+// when the token's name is no cover or holds none of them: the share is
+// gone.
 struct share_place {
   observed_token token;
   shared_token shared;
-  bool is_cover = false;
-  bool has_entry = false;
+  std::vector<std::string> names;
+  bool found() const { return !names.empty(); }
 };
-failure find_share(os& sys, const lock_paths& paths, const std::string& entry, const char* step, share_place& out);
+failure locate_share(os& sys, const lock_paths& paths, const std::string& share,
+                     const char* step, share_place& out, scoped_fd& tok);
 
 // Renames a cover for a member (a join, a refresh): kind and writer kept for
 // a draining cover (only its expiry rises), ours and a fresh nonce for a

@@ -118,9 +118,10 @@ failure writer_marks::mark(const open_dir& d, const observed_token& seen, const 
   }
   remove_stale_entries(sys_, tok.fd, census);
   bool existed = false;
-  if (s.kind == share_kind::lone)
-    if (failure f = make_entry(sys_, paths_, tok.fd, entry_of_lone(seen), "acquire", existed))
-      return f;
+  const std::string copy =
+      s.kind == share_kind::lone ? copy_of_lone(seen, sys_.random_u64()) : std::string();
+  if (!copy.empty())
+    if (failure f = make_entry(sys_, paths_, tok.fd, copy, "acquire", existed)) return f;
   const std::int64_t now = sys_.wall_now_us();
   if (mark_nonce_ == 0) mark_nonce_ = sys_.random_u64() | 1;
   const std::string draining =
@@ -128,6 +129,8 @@ failure writer_marks::mark(const open_dir& d, const observed_token& seen, const 
                        sys_.self().host_tag, pid_, share_kind::draining, s.limit, start_,
                        mark_nonce_);
   std::error_code ec = sys_.rename_at(d.fd, seen.name, d.fd, draining);
+  // Not marked: our copy of the lone holder's share is nobody's share.
+  if (ec && !copy.empty()) remove_entry(sys_, tok.fd, copy);
   if (ec == std::errc::no_such_file_or_directory) {
     out.what = step::again;
     return {};
