@@ -37,8 +37,8 @@ our @EXPORT_OK = qw(with_lock write_file update_file increment read_counter);
 # The public functions, and the methods of a lock object, whose class is
 # Tokenlock. Bound, not wrapped: a call goes straight to the sub.
 my %PUBLIC = (
-    'Tokenlock::Lock'    => [qw(acquire try_acquire token lockdir held refresh release DESTROY CLONE_SKIP
-          with_lock holder)],
+    'Tokenlock::Lock'    => [qw(acquire try_acquire token lockdir held mode slots refresh release DESTROY CLONE_SKIP
+          with_lock holder holders)],
     'Tokenlock::Update'  => [qw(write_file update_file)],
     'Tokenlock::Counter' => [qw(increment read_counter)],
 );
