@@ -321,6 +321,9 @@ sub _writer_look {
         return $take->($seen, 'a cover with no live share in it');
     }
     my $n = @{ $list->{live} } . ' shared holder' . (@{ $list->{live} } == 1 ? '' : 's');
+    # So that the token does not collect the entries of readers killed
+    # with kill -9; one that cannot be removed is the last one out's to report.
+    eval { _remove_entries($step, $p, $seen->{name}, map { $_->{entry} } @{ $list->{stale} }); 1 } if @{ $list->{stale} };
     if ($own) {
         _renew_mark($step, $p, $o, $seen, $id);
         return ('busy', "held by $n; this writer marked the lock and waits for them to leave");
