@@ -179,6 +179,11 @@ sub _reader_look {
         return ('busy', $reason) if !$s || $s->{kind} > 2;
     }
     if ($s->{limit} != $o->{limit}) {
+        # Another mode's cover with nobody left in it is nobody's.
+        if ($s->{kind} == 1 && (_token_dir($step, $p, $seen->{name}, $o))[0] eq 'dir') {
+            my $list = _list_token($step, $p, $seen->{name}) or return ('again');
+            return $take->($seen, 'a cover with no live share in it') unless @{ $list->{live} } || @{ $list->{malformed} };
+        }
         my $want = $o->{limit} ? "a semaphore of $o->{limit}" : 'a shared hold (no limit)';
         return ('busy', "held by " . _what_holds($seen) . "; this process asks for $want, and waits until they are gone");
     }
