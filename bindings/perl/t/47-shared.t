@@ -31,6 +31,21 @@ sub token_of {
 
 sub shares_in { my ($d) = @_; return grep { /\As\./ } entries("$d/" . token_of($d)) }
 
+# The module as it was before shared locks, from the source tree's git
+# history: the parent of the commit that added Tokenlock/Shared.pm.
+# Undef in a copy without the history.
+sub old_module {
+    my $repo = TokenlockTest::repo_dir();
+    return undef unless -d "$repo/.git" || -f "$repo/.git";
+    my ($st, $out) = capture(['git', '-C', $repo, 'log', '--diff-filter=A', '--format=%H', '--',
+        'bindings/perl/lib/Tokenlock/Shared.pm']);
+    my ($added) = $st == 0 ? (split ' ', $out)[-1] : ();
+    return undef unless $added && $added =~ /\A([0-9a-f]{40})\z/;
+    my $to = scratch_dir();
+    ($st) = capture(['sh', '-c', 'git -C "$1" archive "$2^" bindings/perl/lib | tar -x -C "$3"', 'sh', $repo, $1, $to]);
+    return $st == 0 && -f "$to/bindings/perl/lib/Tokenlock.pm" ? "$to/bindings/perl/lib" : undef;
+}
+
 sub code_of { my ($code) = @_; my $ok = eval { $code->(); 1 }; return $ok ? 'ok' : ref $@ ? $@->code : "died: $@" }
 
 # This process's host tag and its inverse (the shared names' stag), and
@@ -275,26 +290,47 @@ for my $case (['a malformed entry', 's.not-an-entry', sub { mkdir $_[0] or die }
 # --- what an implementation that knows only docs/protocol.md sees -------------------
 {
     my $L = fresh();
-    my $a = Tokenlock->acquire($L, shared => 1, lease => 60);
-    my @names = (token_of($L));
-    my $b = Tokenlock->acquire($L, shared => 1, lease => 60);
-    push @names, token_of($L);
-    for my $name (@names) {
-        like($name, token_re(), "$name: a held token of docs/protocol.md's grammar");
+    my $old = old_module();
+    my $code = 'use Tokenlock; my $l = eval { Tokenlock->acquire($ARGV[0], wait => 0.2) }; '
+      . 'print $l ? "acquired" : ref $@ ? $@->code : "died: $@"; my $h = Tokenlock::holder($ARGV[0]); '
+      . 'print " ", $h->{stale} ? "stale" : "live", " ", $h->{same_host} ? "local" : "foreign", "\n"';
+    my $old_sees = sub {
+        my ($what) = @_;
+      SKIP: {
+            skip('the module before shared locks needs the source tree\'s git history (a copy has none)', 1) unless $old;
+            my ($st, $out, $err) = capture([$^X, "-I$old", '-e', $code, $L], env => { PERL5LIB => undef });
+            is($out, "timed_out live foreign\n", "$what: the module before shared locks waits, judging a live token of another host")
+              or diag($err);
+        }
+      SKIP: {
+            skip(command_skip('an exclusive acquisition by the command (today\'s)'), 2) unless $cmd;
+            my ($st, undef, $err) = capture([$cmd, 'run', '-n', $L, 'true']);
+            is($st >> 8, 1, "$what: the command's exclusive acquisition finds it busy") or diag($err);
+            unlike($err, qr/corrupt/i, 'never lock_corrupt');
+        }
+        my $name = token_of($L);
+        like($name, token_re(), "$what: a held token of docs/protocol.md's grammar");
         my ($e, $tag) = $name =~ /\Alockfile\.([0-9]+)\.([^.]+)\./;
         isnt($tag, $HOST_TAG, 'of a host tag that is not this host\'s: judged by its lease alone');
         ok($e > time * 1_000_000, 'a lease that is live');
-    }
-  SKIP: {
-        skip(command_skip('an exclusive acquisition by the command (today\'s)'), 3) unless $cmd;
-        my ($st, undef, $err) = capture([$cmd, 'run', '-n', $L, 'true']);
-        is($st >> 8, 1, 'the command\'s exclusive acquisition finds it busy') or diag($err);
-        unlike($err, qr/corrupt/i, 'never lock_corrupt');
-        is(scalar(shares_in($L)), 2, 'and both shares are untouched');
-    }
+    };
+    my $a = Tokenlock->acquire($L, shared => 1, lease => 60);
+    $old_sees->('a lone share');
+    my $b = Tokenlock->acquire($L, shared => 1, lease => 60);
+    $old_sees->('a group cover');
+    my $pid = fork_worker(sub { Tokenlock->acquire($L, wait => 60) });
+    until_true(sub { token_of($L) =~ /\.12000000[0-9]{12}\./ }, 10) or diag('the writer did not mark');
+    $old_sees->('a draining cover');
+    is(scalar(shares_in($L)), 2, 'both shares are still there');
+    kill 'KILL', $pid;
+    reap($pid);
     $a->release;
     $b->release;
-    is(token_of($L), 'lockfile', 'free after both');
+    like(token_of($L), qr/\Alockfile\.[0-9]+\.\Q$HOST_TAG\E\.$pid\.[0-9]+\.[0-9a-f]{16}\z/,
+        'the last one out handed the lock to the writer that marked it (killed meanwhile)');
+    my $w = Tokenlock->try_acquire($L);
+    ok($w, 'whose token, its owner dead, is taken over at once');
+    $w->release if $w;
 }
 
 done_testing();

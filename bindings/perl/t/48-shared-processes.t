@@ -30,17 +30,6 @@ sub token_of {
 
 sub shares_in { my ($d) = @_; return grep { /\As\./ } entries("$d/" . token_of($d)) }
 
-# Waits until $cond holds, at most $secs; true if it did.
-sub until_true {
-    my ($cond, $secs) = @_;
-    my $end = now() + $secs;
-    while (!$cond->()) {
-        return 0 if now() > $end;
-        select(undef, undef, undef, 0.002);
-    }
-    return 1;
-}
-
 # A child that holds the lock as %opts say, reports "held" on its pipe,
 # and releases when a byte comes through its gate (a pipe: not its end of
 # file, since the children forked later hold its writer too). Returns
@@ -268,6 +257,60 @@ for my $case (['a lone share', 1], ['a group of two shares', 2]) {
     $a->release;
     $b->release if $b;
     is(token_of($L), 'lockfile', 'free after them');
+}
+
+# --- leases that end -------------------------------------------------------------------
+# A slot holder whose lease ended lost its slot to a joiner: its refresh
+# counts the others first, and ends its share instead of making N + 1.
+{
+    my $L = fresh();
+    my $a = Tokenlock->acquire($L, slots => 2, lease => 0.2);
+    my $b = Tokenlock->acquire($L, slots => 2, lease => 60);
+    ok(until_true(sub { grep { $_->{stale} } Tokenlock::holders($L) }, 5), 'a slot holder\'s lease ends (and the skew allowance)');
+    my $c = Tokenlock->acquire($L, slots => 2, wait => 0, lease => 60);
+    ok($c, 'a joiner counts it out and takes its slot');
+    my $ok = eval { $a->refresh(lease => 60); 1 };
+    is(!$ok && ref $@ && $@->code, 'lock_lost', 'the late refresh finds the semaphore full: lock_lost');
+    ok(!$a->held, 'the object holds no more');
+    my @live = grep { !$_->{stale} } Tokenlock::holders($L);
+    is(scalar @live, 2, 'two live holders, never three');
+    ok(!(grep { $_->{token} eq $a->token } Tokenlock::holders($L)), 'the refresh left no entry of its own');
+    $b->release;
+    $c->release;
+    is(token_of($L), 'lockfile', 'the last one out frees the lock, the stale entry removed');
+    is_deeply([shares_in($L)], [], 'no entry left');
+}
+
+# A lone share whose lease ended is taken over like a token: its release
+# is lock_lost, and the taker is left alone.
+{
+    my $L = fresh();
+    my $a = Tokenlock->acquire($L, shared => 1, lease => 0.2);
+    ok(until_true(sub { my ($h) = Tokenlock::holders($L); $h && $h->{stale} }, 5), 'a lone share\'s lease ends');
+    my $w = Tokenlock->acquire($L, wait => 0);
+    ok($w, 'a writer takes it over');
+    my $ok = eval { $a->release; 1 };
+    is(!$ok && ref $@ && $@->code, 'lock_lost', 'the late release: lock_lost');
+    is(token_of($L), $w->token, 'the writer\'s token untouched');
+    $w->release;
+}
+
+# A writer that waits long keeps its mark a third of its lease ahead.
+{
+    my $L = fresh();
+    my $a = Tokenlock->acquire($L, shared => 1, lease => 60);
+    my $b = Tokenlock->acquire($L, shared => 1, lease => 60);
+    my $pid = fork_worker(sub { Tokenlock->acquire($L, wait => 60, lease => 0.3) });
+    my %seen;
+    ok(until_true(sub { my $t = token_of($L); $seen{$t} = 1 if $t =~ /\.12000000[0-9]{12}\./; keys %seen >= 3 }, 10),
+        'the waiting writer renames its mark to a later expiry, again and again');
+    my ($first) = sort keys %seen;
+    my ($first_e) = $first =~ /\Alockfile\.([0-9]+)\./;
+    my ($now_e) = token_of($L) =~ /\Alockfile\.([0-9]+)\./;
+    cmp_ok($now_e, '>', $first_e, 'its expiry rises');
+    $a->release;
+    $b->release;
+    is(reap($pid), 0, 'and the writer gets the lock once the readers are gone');
 }
 
 done_testing();
