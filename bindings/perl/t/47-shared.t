@@ -268,6 +268,15 @@ for my $case (['a malformed entry', 's.not-an-entry', sub { mkdir $_[0] or die }
     is(code_of(sub { Tokenlock->acquire($L, wait => 0.05) }), 'timed_out', 'and so does a writer');
     is_deeply([entries($target)], [], 'nothing was made through the link');
     unlink "$L/$lone";
+    (my $cover = $lone) =~ s/\.10000000/.11000000/;
+    mkdir "$target/" . stale_entry($PAST) or die;
+    my @before = entries($target);
+    symlink($target, "$L/$cover") or die;
+    is(code_of(sub { Tokenlock->acquire($L, shared => 1, wait => 0) }), 'busy', 'a symbolic link as a group cover: a reader does not join through it');
+    is(code_of(sub { Tokenlock->acquire($L, wait => 0.05) }), 'timed_out', 'a writer neither marks nor takes it');
+    is_deeply([entries($target)], \@before, 'nothing made or removed through the link');
+    is(token_of($L), $cover, 'and the link is left where it is');
+    unlink "$L/$cover";
     POSIX::mkfifo("$L/$lone", 0600) or die;
     is(code_of(sub { Tokenlock->acquire($L, shared => 1, wait => 0) }), 'busy', 'a FIFO as a lone share: a reader waits, never opens it');
     unlink "$L/$lone";

@@ -98,9 +98,11 @@ sub _token_dir {
 }
 
 # The share entries of the token at $name: live (parsed), stale and
-# malformed names; undef when the name is gone (renamed meanwhile).
+# malformed names; undef when the name is gone (renamed meanwhile) or is
+# no directory to list (judged first).
 sub _list_token {
-    my ($step, $p, $name) = @_;
+    my ($step, $p, $name, $o) = @_;
+    return undef unless (_token_dir($step, $p, $name, $o))[0] eq 'dir';
     my $dh;
     if (!opendir($dh, "$p->{dir}/$name")) {
         return undef if $!{ENOENT} || $!{ENOTDIR} || $!{ESTALE};
@@ -152,11 +154,14 @@ sub _remove_entries {
 # are removed only when the token is no cover (another converter's rename
 # may have made them shares).
 sub _undo_entries {
-    my ($step, $p, $mine, $keep_if_cover) = @_;
+    my ($step, $p, $o, $mine, $keep_if_cover) = @_;
     for (1 .. 5) {
         my $obs = _observe($step, $p);
         return unless $obs->{kind} eq 'held' || $obs->{kind} eq 'free';
         my $name = $obs->{kind} eq 'free' ? $FREE : $obs->{token}{name};
+        my ($d) = _token_dir($step, $p, $name, $o);
+        next if $d eq 'gone';
+        return if $d ne 'dir';
         my $moved = 0;
         for my $e (@$mine, _is_cover($obs->{token}) ? () : @$keep_if_cover) {
             $moved = 1 if !rmdir("$p->{dir}/$name/$e") && $!{ENOENT} && !lstat "$p->{dir}/$name";
@@ -181,7 +186,7 @@ sub _reader_look {
     if ($s->{limit} != $o->{limit}) {
         # Another mode's cover with nobody left in it is nobody's.
         if ($s->{kind} == 1 && (_token_dir($step, $p, $seen->{name}, $o))[0] eq 'dir') {
-            my $list = _list_token($step, $p, $seen->{name}) or return ('again');
+            my $list = _list_token($step, $p, $seen->{name}, $o) or return ('again');
             return $take->($seen, 'a cover with no live share in it') unless @{ $list->{live} } || @{ $list->{malformed} };
         }
         my $want = $o->{limit} ? "a semaphore of $o->{limit}" : 'a shared hold (no limit)';
@@ -227,13 +232,13 @@ sub _convert {
     my $expiry = _now_us() + $o->{lease_us};
     my $mine = _my_entry($expiry, $id);
     if (!_make_mine($step, $p, $seen->{name}, $mine)) {
-        _undo_entries($step, $p, [], [$theirs]);
+        _undo_entries($step, $p, $o, [], [$theirs]);
         return ('again');
     }
     my $cover = _shared_name(_later($seen, $expiry), $id, 1, $o->{limit});
     return ('acquired', $cover, $expiry, 0, $mine) if rename("$p->{dir}/$seen->{name}", "$p->{dir}/$cover");
     die _system_error($step, $p->{dir}, "cannot rename $seen->{name} to the group cover $cover", $! + 0) unless $!{ENOENT};
-    _undo_entries($step, $p, [$mine], [$theirs]);
+    _undo_entries($step, $p, $o, [$mine], [$theirs]);
     return ('again');
 }
 
@@ -243,7 +248,7 @@ sub _join {
     my ($d, $why) = _token_dir($step, $p, $seen->{name}, $o);
     return ('again') if $d eq 'gone';
     return ('busy', 'held by ' . _what_holds($seen) . "; no share can join it: $why") if $d ne 'dir';
-    my $list = _list_token($step, $p, $seen->{name}) or return ('again');
+    my $list = _list_token($step, $p, $seen->{name}, $o) or return ('again');
     my $n = @{ $list->{live} };
     return ("busy", "full: the semaphore of $o->{limit} has $n holders with live leases") if $o->{limit} && $n >= $o->{limit};
     my $id = _identity($o->{pid});
@@ -253,7 +258,7 @@ sub _join {
     my $cover = _shared_name(_later($seen, $expiry), $id, 1, $o->{limit});
     return ('acquired', $cover, $expiry, 0, $mine) if rename("$p->{dir}/$seen->{name}", "$p->{dir}/$cover");
     die _system_error($step, $p->{dir}, "cannot rename the group cover $seen->{name} to $cover", $! + 0) unless $!{ENOENT};
-    _undo_entries($step, $p, [$mine], []);
+    _undo_entries($step, $p, $o, [$mine], []);
     # A leaver may have seen only my entry and left the cover to me.
     _after_leave($step, $p, $o, 0);
     return ('again');
@@ -269,7 +274,9 @@ sub _after_leave {
         my $obs = _observe($step, $p);
         return unless $obs->{kind} eq 'held' && _is_cover($obs->{token});
         my $seen = $obs->{token};
-        my $list = _list_token($step, $p, $seen->{name}) or next;
+        my ($d) = _token_dir($step, $p, $seen->{name}, $o);
+        return if $d eq 'no';
+        my $list = _list_token($step, $p, $seen->{name}, $o) or next;
         if (@{ $list->{live} }) {
             my $s = $seen->{shared};
             rename("$p->{dir}/$seen->{name}", "$p->{dir}/" . _cover_after($seen, _identity($o->{pid}), 0))
@@ -310,7 +317,7 @@ sub _writer_look {
             die _system_error($step, $p->{dir}, "cannot make the share entry $theirs in the token $seen->{name}", $! + 0);
         }
         return ('busy', 'held by ' . _what_holds($seen) . '; this writer marked it and waits') if _mark($step, $p, $o, $seen, $id);
-        _undo_entries($step, $p, [], [$theirs]);
+        _undo_entries($step, $p, $o, [], [$theirs]);
         return ('again');
     }
     my $own = $s->{kind} == 2 && $o->{mark} && $seen->{nonce} eq $o->{mark}{nonce} && $seen->{host_tag} eq $id->{host_tag}
@@ -320,7 +327,7 @@ sub _writer_look {
     my ($d, $why) = _token_dir($step, $p, $seen->{name}, $o);
     return ('again') if $d eq 'gone';
     return ('busy', 'held by ' . _what_holds($seen) . "; $why") if $d ne 'dir';
-    my $list = _list_token($step, $p, $seen->{name}) or return ('again');
+    my $list = _list_token($step, $p, $seen->{name}, $o) or return ('again');
     if (!@{ $list->{live} }) {
         _corrupt_entries($step, $p, $seen->{name}, $list) if @{ $list->{malformed} };
         return $take->($seen, 'a cover with no live share in it');
@@ -450,14 +457,19 @@ sub _release_share {
 # by now; then the last one out's steps.
 sub _leave {
     my ($step, $p, $self) = @_;
+    my $left = 0;
     for my $try (1 .. 100) {
         my $obs = _observe($step, $p);
         die _share_lost($self, $step, 'no group cover holds it') unless $obs->{kind} eq 'held' && _is_cover($obs->{token});
+        my ($d) = _token_dir($step, $p, $obs->{token}{name}, $self);
+        next if $d eq 'gone';
+        die _share_lost($self, $step, 'the token is no directory') if $d ne 'dir';
         my $tok = "$p->{dir}/$obs->{token}{name}";
-        last if rmdir "$tok/$self->{entry}";
+        last if $left = rmdir "$tok/$self->{entry}";
         die _system_error($step, $p->{dir}, "cannot remove our share entry $self->{entry}", $! + 0) unless $!{ENOENT};
-        die _share_lost($self, $step, 'its entry was removed as stale') if lstat($tok) || $try == 100;
+        die _share_lost($self, $step, 'its entry was removed as stale') if lstat $tok;
     }
+    die _share_lost($self, $step, 'the token kept changing names, and our entry was not found in it') unless $left;
     $self->{held} = 0;
     _after_leave($step, $p, $self, $self->{limit} ? 1 : 0);
 }
@@ -488,7 +500,7 @@ sub _refresh_member {
     my $id = _identity($self->{pid});
     my ($old, $new, $made) = ($self->{entry}, _my_entry($want, $id), 0);
     my $ended = sub {
-        _undo_entries($step, $p, [$made ? ($new) : (), $old], []);
+        _undo_entries($step, $p, $self, [$made ? ($new) : (), $old], []);
         die _share_lost($self, $step, $_[0]);
     };
     for (1 .. 100) {
@@ -496,11 +508,14 @@ sub _refresh_member {
         $ended->('no group cover holds it') unless $obs->{kind} eq 'held' && _is_cover($obs->{token});
         my $seen = $obs->{token};
         if (!$made) {
+            my ($d) = _token_dir($step, $p, $seen->{name}, $self);
+            next if $d eq 'gone';
+            $ended->('the token is no directory') if $d ne 'dir';
             _make_mine($step, $p, $seen->{name}, $new) or next;
             $made = 1;
         }
         if ($self->{limit}) {
-            my $list = _list_token($step, $p, $seen->{name}) or next;
+            my $list = _list_token($step, $p, $seen->{name}, $self) or next;
             my $others = grep { $_->{entry} ne $old && $_->{entry} ne $new } @{ $list->{live} };
             $ended->("the semaphore of $self->{limit} is full with others, one of them in our slot after our lease ended")
               if $others >= $self->{limit};
@@ -509,7 +524,7 @@ sub _refresh_member {
             next if $!{ENOENT};
             die _system_error($step, $p->{dir}, "cannot rename the cover $seen->{name} to cover our new lease", $! + 0);
         }
-        _undo_entries($step, $p, [$old], []);
+        _undo_entries($step, $p, $self, [$old], []);
         @$self{qw(entry token expiry lease_us)} = ($new, $new, $want, $lease_us);
         return $new;
     }
@@ -534,7 +549,7 @@ sub _holders_of {
     return ($one->($t, 'shared')) if $s->{kind} == 0;
     my @h;
     my ($d) = _token_dir($step, $p, $t->{name}, $o);
-    my $list = $d eq 'dir' ? _list_token($step, $p, $t->{name}) : undef;
+    my $list = $d eq 'dir' ? _list_token($step, $p, $t->{name}, $o) : undef;
     if ($list) {
         for my $e (sort { $a->{entry} cmp $b->{entry} } @{ $list->{live} }, @{ $list->{stale} }) {
             push @h, $one->($e, 'shared');
