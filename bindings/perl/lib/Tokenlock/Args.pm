@@ -116,11 +116,12 @@ sub _lock_mode {
     my $slots = 0;
     if (defined $opts->{slots}) {
         $slots = $opts->{slots};
+        # It goes into the lock's names, as a lease does: not laundered.
+        _untainted($step, 'slots', $slots);
         _usage($step, "slots must be a whole number from 1 to 999999 (the holders a semaphore admits at once), not \"$slots\"")
           unless $slots =~ /\A[1-9][0-9]{0,5}\z/;
         _usage($step, 'slots makes a shared lock (a semaphore); it cannot be asked for exclusively')
           if defined $shared && !$shared;
-        ($slots) = $slots =~ /\A([0-9]+)\z/;
         $shared = 1;
     }
     return ($shared ? 1 : 0, $slots + 0, $nb);
