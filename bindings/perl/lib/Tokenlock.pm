@@ -329,7 +329,9 @@ when it is free or its directory does not exist. A hash reference:
 C<token>, C<path>, C<expires_us> and C<expires> (UTC), C<host_tag>,
 C<same_host>, C<pid>, C<start_time>, C<owner> (C<alive>, C<dead> or
 C<unknown>), C<stale> (it may be taken over now), C<reason> (the same words
-as C<tokenlock status>) and C<legacy>. It changes nothing.
+as C<tokenlock status>), C<legacy>, and C<mode>, C<slots> and
+C<waiting_writer> as L</holders> gives them. Of shared holders it gives
+one (a live one first): L</holders> lists them all. It changes nothing.
 
 =head2 holders
 
