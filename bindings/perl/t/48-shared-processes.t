@@ -295,6 +295,29 @@ for my $case (['a lone share', 1], ['a group of two shares', 2]) {
     $w->release;
 }
 
+# A reader takes a stale lone share over to a lone share of its own, and
+# joins a cover whose entries all ended.
+{
+    my $L = fresh();
+    my $a = Tokenlock->acquire($L, shared => 1, lease => 0.2);
+    ok(until_true(sub { my ($h) = Tokenlock::holders($L); $h && $h->{stale} }, 5), 'a lone share\'s lease ends');
+    my $r = Tokenlock->acquire($L, shared => 1, wait => 0);
+    like(token_of($L), qr/\.10000000[0-9]{12}\./, 'a reader takes it over: a lone share of its own');
+    is($r->token, token_of($L), 'named as the reader\'s');
+    is(eval { $a->release; 1 } ? 'ok' : $@->code, 'lock_lost', 'the late holder\'s release: lock_lost');
+    $r->release;
+    my $b = Tokenlock->acquire($L, shared => 1, lease => 0.2);
+    my $c = Tokenlock->acquire($L, shared => 1, lease => 0.2);
+    ok(until_true(sub { !grep { !$_->{stale} } Tokenlock::holders($L) }, 5), 'both shares of a cover end');
+    my $d = Tokenlock->acquire($L, shared => 1, wait => 0);
+    is(scalar(grep { !$_->{stale} } Tokenlock::holders($L)), 1, 'a reader joins the cover: one live share');
+    $d->release;
+    is(token_of($L), 'lockfile', 'its leaving frees the lock');
+    is_deeply([shares_in($L)], [], 'with the ended entries removed');
+    is(eval { $_->release; 1 } ? 'ok' : $@->code, 'lock_lost', 'an ended member\'s release: lock_lost') for $b, $c;
+    is(token_of($L), 'lockfile', 'and touches nothing');
+}
+
 # A writer that waits long keeps its mark a third of its lease ahead.
 {
     my $L = fresh();
