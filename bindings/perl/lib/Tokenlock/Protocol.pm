@@ -155,13 +155,16 @@ sub _native_acquire {
     my @r = eval { _acquire_waiting($step, $p, $o) };
     return @r if @r;
     my $err = $@;
+    die $err unless $o->{mark};
     # A writer whose wait ended takes its mark off again, unless the last
-    # shared holder has handed the lock over meanwhile: then it holds it.
-    if ($o->{mark} && ref $err && ($err->code eq 'busy' || $err->code eq 'timed_out')) {
-        my $id = _identity($o->{pid});
-        @r = _drop_mark($step, $p, $o, sub { _take_over($step, $p, $o, $id, @_) });
-        return @r if @r;
-    }
+    # shared holder has handed the lock over meanwhile: then it holds it,
+    # a success at the deadline. A wait that failed otherwise gives a lock
+    # handed over back at once.
+    my $id = _identity($o->{pid});
+    my $waited = ref $err && ($err->code eq 'busy' || $err->code eq 'timed_out');
+    @r = eval { _drop_mark($step, $p, $o, sub { _take_over($step, $p, $o, $id, @_) }) };
+    return @r if @r && $waited;
+    rename("$p->{dir}/$r[0]", "$p->{dir}/$FREE") if @r;
     die $err;
 }
 
