@@ -45,8 +45,11 @@ sub holder {
         syswrite $w, "held\n";
         my $buf;
         sysread($gr, $buf, 1);
+        # The last moment it is known to hold: a writer let in later than
+        # the release's rename may come before a clock read after it.
+        my $holding = clock_gettime(CLOCK_REALTIME);
         $lock->release;
-        syswrite $w, sprintf("released %.6f\n", clock_gettime(CLOCK_REALTIME));
+        syswrite $w, sprintf("released %.6f\n", $holding);
     });
     close $w;
     close $gr;
@@ -113,7 +116,7 @@ sub holder {
     my ($got, $alone) = split ' ', read_line($r);
     is(reap($writer), 0, 'the writer got the lock');
     my ($last) = sort { $b <=> $a } @released;
-    cmp_ok($got, '>=', $last, 'only after the last reader had left');
+    cmp_ok($got, '>', $last, 'only after the last reader had left');
     is($alone, 1, 'and held it alone: no other holder, no reader let in');
     is(token_of($L), 'lockfile', 'free after it');
 }
@@ -134,7 +137,9 @@ sub holder {
     } 1 .. 4;
     ok(until_true(sub { scalar(shares_in($L)) >= 2 }, 10), 'the readers hold the lock together, over and over');
     my @took;
-    for (1 .. 3) {
+    for my $round (1 .. 4) {
+        # The last round polls, as waiters do on a network filesystem.
+        local $Tokenlock::Turnstile::FS_TYPE{$L} = 'nfs4' if $round == 4;
         my $t0 = now();
         my $lock = Tokenlock->acquire($L, wait => 20, lease => 60);
         push @took, now() - $t0;
@@ -144,7 +149,7 @@ sub holder {
     spit($stop, '');
     reap($_) for @loopers;
     my $bound = 2 * $HOLD + 0.05;
-    diag(sprintf('a writer among 4 readers holding %.0f ms each got in after %s ms (bound %.0f ms)',
+    diag(sprintf('a writer among 4 readers holding %.0f ms each got in after %s ms (the last polling; bound %.0f ms)',
         $HOLD * 1000, join(', ', map { sprintf '%.1f', $_ * 1000 } @took), $bound * 1000));
     cmp_ok((sort { $b <=> $a } @took)[0], '<=', $bound, 'within two holds plus one poll, every time');
     is(token_of($L), 'lockfile', 'free at the end');
