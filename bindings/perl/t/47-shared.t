@@ -255,6 +255,30 @@ for my $case (['a malformed entry', 's.not-an-entry', sub { mkdir $_[0] or die }
     }
 }
 
+# Something at a holder's own entry name before it makes it is a plant:
+# lock_corrupt, and nothing removed.
+{
+    my $L = fresh();
+    my $a = Tokenlock->acquire($L, shared => 1);
+    my $lone = token_of($L);
+    my $now = int(time * 1_000_000);
+    my $plant = 's.' . ($now + 3600 * 1_000_000) . ".$HOST_TAG.$$.$START.abcdefabcdefabcd";
+    mkdir "$L/$lone/$plant" or die;
+    my $ok = eval {
+        no warnings 'redefine';
+        local *Tokenlock::Shared::_nonce  = sub { 'abcdefabcdefabcd' };
+        local *Tokenlock::Shared::_now_us = sub { $now };
+        Tokenlock->acquire($L, shared => 1, wait => 0);
+    };
+    is(ref $@ && $@->code, 'lock_corrupt', 'a plant at the joiner\'s own entry name: lock_corrupt');
+    like($@, qr/\Q$plant\E.*planted/, 'naming it');
+    is(token_of($L), $lone, 'the lone share is left as it was');
+    is_deeply([shares_in($L)], [$plant], 'the plant too, and the entry made for the lone holder is taken back');
+    rmdir "$L/$lone/$plant";
+    $a->release;
+    is(token_of($L), 'lockfile', 'the lone holder releases as usual');
+}
+
 # Tokens that are no directory: no entry is made or listed through them.
 {
     my $L = fresh();

@@ -231,8 +231,11 @@ sub _convert {
     my $id = _identity($o->{pid});
     my $expiry = _now_us() + $o->{lease_us};
     my $mine = _my_entry($expiry, $id);
-    if (!_make_mine($step, $p, $seen->{name}, $mine)) {
+    my $made = eval { _make_mine($step, $p, $seen->{name}, $mine) };
+    if (!$made) {
+        my $err = $@;
         _undo_entries($step, $p, $o, [], [$theirs]);
+        die $err if ref $err;
         return ('again');
     }
     my $cover = _shared_name(_later($seen, $expiry), $id, 1, $o->{limit});
