@@ -20,6 +20,22 @@ sub holder {
     return 'ok ' . join(',', $h->{owner}, ($h->{stale} ? 'stale' : ()), ($h->{legacy} ? 'legacy' : ()));
 }
 
+# One word per holder, sorted: exclusive, shared, slot/N, waiting.
+sub holders {
+    my ($lockdir) = @_;
+    my @words = sort map {
+        $_->{waiting_writer} ? 'waiting' : $_->{mode} eq 'exclusive' ? 'exclusive' : $_->{slots} ? "slot/$_->{slots}" : 'shared'
+    } Tokenlock::holders($lockdir);
+    return @words ? 'ok ' . join(',', @words) : 'ok free';
+}
+
+# The module commits only inside update_file and increment, fenced; a
+# shared hold is refused before anything is written, as the library does.
+sub commit {
+    Tokenlock::Update::_refuse_shared($handle) if $handle;
+    return 'unsupported commit: the module has no commit under a held lock (its update and increment commit fenced)';
+}
+
 sub counted {
     my ($value) = @_;
     return defined $value ? "ok $value" : 'ok none';
@@ -42,10 +58,14 @@ sub update {
 my %operations = (
     ping      => sub { return 'ok' },
     acquire => sub {
-        my ($lockdir, $wait, $lease) = @_;
-        $handle = Tokenlock->acquire($lockdir, wait => secs($wait), lease => secs($lease));
+        my ($lockdir, $wait, $lease, $mode) = @_;
+        my @mode = !defined $mode ? () : $mode eq 'shared' ? (shared => 1)
+          : $mode =~ /\Aslots=(.*)\z/s ? (slots => $1) : return "unsupported acquire mode $mode";
+        $handle = Tokenlock->acquire($lockdir, wait => secs($wait), lease => secs($lease), @mode);
         return 'ok';
     },
+    commit => \&commit,
+    holders => \&holders,
     release   => sub { $handle->release; return 'ok' },
     refresh   => sub { $handle->refresh(lease => secs($_[0])); return 'ok' },
     update    => \&update,

@@ -37,8 +37,8 @@ our @EXPORT_OK = qw(with_lock write_file update_file increment read_counter);
 # The public functions, and the methods of a lock object, whose class is
 # Tokenlock. Bound, not wrapped: a call goes straight to the sub.
 my %PUBLIC = (
-    'Tokenlock::Lock'    => [qw(acquire try_acquire token lockdir held refresh release DESTROY CLONE_SKIP
-          with_lock holder)],
+    'Tokenlock::Lock'    => [qw(acquire try_acquire token lockdir held mode slots refresh release DESTROY CLONE_SKIP
+          with_lock holder holders)],
     'Tokenlock::Update'  => [qw(write_file update_file)],
     'Tokenlock::Counter' => [qw(increment read_counter)],
 );
@@ -91,6 +91,10 @@ Tokenlock - file locks that work where flock(2) does not, for Perl
 
     # Not waiting at all.
     if (my $lock = Tokenlock->try_acquire('/home/alice/data/cron.lock')) { ... }
+
+    # Readers together, never beside a writer; a semaphore of 3.
+    my $r = Tokenlock->acquire('/home/alice/data/page.lock', shared => 1, wait => 5);
+    with_lock('/home/alice/data/convert.lock', sub { convert() }, slots => 3, wait => 60);
 
     # Replace a file atomically: readers see the old or the new file, never a
     # torn or empty one.
@@ -277,6 +281,30 @@ C<refresh>, and the commit of an update) dies with C<lock_lost>, and
 another process may have been in the critical section meanwhile. A holder
 that dies on this host loses the lock at once, whatever its lease.
 
+=item C<< shared => 1 >>
+
+A shared hold (a reader): any number of shared holders hold the lock at
+once, and no exclusive holder (a writer) beside them. A writer that
+finds readers marks the lock: readers that come after the mark wait, and
+the last reader out hands the lock to the writer, so a stream of readers
+never starves it. See L</Shared locks and semaphores>.
+
+=item C<< slots => N >>
+
+One of N slots (1 to 999999): a semaphore, of which at most N holders
+hold at once. Implies C<shared>. Every holder must give the same N: a
+holder of another count (or a reader without one) waits until the
+holders of the first are gone.
+
+=item C<< lock_type => LOCK_SH | LOCK_EX >>
+
+The mode in File::NFSLock's words, for code that passes them:
+C<LOCK_SH> (shared) or C<LOCK_EX> (exclusive), from L<Fcntl>, either with
+C<LOCK_NB> for a single try (C<< wait => 0 >> unless C<wait> is given), or
+as strings: C<SH>, C<SHARED>, C<EX>, C<EXCLUSIVE>, C<BLOCKING>, C<NB>,
+C<NONBLOCKING> joined by C<|>. Both or neither of C<LOCK_SH> and
+C<LOCK_EX>, or a C<shared> that says otherwise, is C<bad_argument>.
+
 =item C<< legacy_timeout => SECS >>
 
 When a legacy token (below) counts as stale: at this age (default 60).
@@ -301,7 +329,23 @@ when it is free or its directory does not exist. A hash reference:
 C<token>, C<path>, C<expires_us> and C<expires> (UTC), C<host_tag>,
 C<same_host>, C<pid>, C<start_time>, C<owner> (C<alive>, C<dead> or
 C<unknown>), C<stale> (it may be taken over now), C<reason> (the same words
-as C<tokenlock status>) and C<legacy>. It changes nothing.
+as C<tokenlock status>), C<legacy>, and C<mode>, C<slots> and
+C<waiting_writer> as L</holders> gives them. Of shared holders it gives
+one (a live one first): L</holders> lists them all. It changes nothing.
+
+=head2 holders
+
+    my @h = Tokenlock::holders($lockdir, legacy_timeout => SECS);
+
+Every holder of the lock, judged as an acquisition would judge them:
+one writer, or every shared holder and a writer waiting for them to leave;
+an empty list when the lock is free. Each is a hash reference with the
+fields of C<holder>, plus C<mode> (C<exclusive> or C<shared>), C<slots>
+(the semaphore's size, 0 for none) and C<waiting_writer> (1 for a
+writer's mark, which holds nothing but bars new shared holders). For
+shared holders, C<token> is the share's name: a lone share's, or the
+holder's C<s.> entry in the token. It changes nothing. C<holder> gives
+one of them (a live share first).
 
 =head2 try_acquire
 
@@ -316,6 +360,11 @@ The token (the name of the held token directory, as C<tokenlock status>
 shows it), the lock directory, and whether this object still holds the
 lock: false after C<release>, after a C<lock_lost> error, and in a forked
 child.
+
+=head2 $lock->mode, $lock->slots
+
+C<exclusive> or C<shared>, and the size of the semaphore the hold is a
+slot of (0 when it is none).
 
 =head2 $lock->refresh(lease => SECS)
 
@@ -354,6 +403,39 @@ object, leave the token to be taken over: at once by a process on this
 host, which sees the owner dead, and after the lease elsewhere.
 C<Tokenlock::Redis> locks are not released by these handlers: their lease
 frees them.
+
+=head2 Shared locks and semaphores
+
+The shared holders and semaphores of docs/shared-locks.md, on disk byte
+for byte as every other implementation writes them. A lone shared holder
+renames F<lockfile> to a name of its own and back, as a writer does. A
+second holder converts that name into a I<group cover>, with an empty
+directory C<s.EXPIRY.HOST.PID.START.NONCE> per holder inside the token:
+each holder has its own lease and owner, so one whose lease ended, or
+whose process died on this host (C<kill -9> included), is no holder any
+more, and the others go on. A holder that leaves removes its entry; the
+last one out frees the lock, or hands it to the writer that marked it.
+Implementations that know only docs/protocol.md see one held token of
+another host, with the latest lease of its holders, and wait for it.
+
+C<< $lock->refresh >> and C<< $lock->release >> work on a shared hold as
+on an exclusive one; a shared hold that was taken over dies with
+C<lock_lost>, as an exclusive one does. A shared hold has no fence and no
+workspace: a fenced commit refuses it with C<bad_argument> (C<write_file>,
+C<update_file> and C<increment> always lock exclusively).
+
+A reader that can join a group joins at once and does not line up in the
+turnstile; one that must wait lines up, as a writer does. Core Perl has
+no C<openat>: the token is judged by C<lstat> before any entry is made,
+listed or removed in it (a symbolic link, FIFO or file as the token admits
+no entry; a token writable by others is C<untrusted>), entries are made
+with C<mkdir> and removed by their exact names (C<rmdir>, or C<unlink>
+for what is not a directory: a link is never followed, a FIFO never
+opened), and a malformed entry is C<lock_corrupt> to a writer and to the
+last one out, and left where it is.
+
+Shared locks and semaphores are refused with C<not_supported> where owner
+marks are made (GlusterFS, an unknown FUSE filesystem).
 
 =head2 write_file
 
@@ -522,6 +604,8 @@ the message to tell errors apart.
     stale_data      75      a network filesystem served an old version of the
                             file; nothing was written: retry
     untrusted       77      another user could change the lock directory
+    not_supported   69      a shared lock or semaphore where owner marks are
+                            made (GlusterFS): take it exclusively there
     system          66-77   a system call failed: $err->errno says which
                             (ENOENT, EACCES, ENOSPC, EOVERFLOW for an
                             increment past 2**64-1, ...)
@@ -591,6 +675,8 @@ variables may change between versions:
     Tokenlock/Directory.pm  the lock directory: looked at, created, cleaned
     Tokenlock/Marks.pm      owner marks (GlusterFS)
     Tokenlock/Turnstile.pm  the turnstile waiters line up in: the file
+    Tokenlock/Shared.pm     shared holders and semaphores: shares, entries,
+                            joins, leaving, a writer's mark and hand-over
     Tokenlock/Protocol.pm   acquiring: the rounds of the protocol, waiting
     Tokenlock/Lock.pm       the lock object, with_lock, holder, signals
     Tokenlock/Files.pm      the atomic write, reading a target

@@ -75,6 +75,7 @@ my @cases = (
     ['write_file, lock from %ENV', "lock \"$dir/l.lock$t\"",            sub { Tokenlock::write_file("$dir/page", "new\n", lock => "$dir/l.lock$t") }],
     ['acquire, lease from %ENV',   'lease "60"',                         sub { Tokenlock->acquire("$dir/e.lock", lease => "60$t") }],
     ['refresh, lease from %ENV',   'lease "60"',                         sub { my $l = Tokenlock->acquire("$dir/r.lock"); $l->refresh(lease => "60$t") }],
+    ['acquire, slots from %ENV',   'slots "3"',                          sub { Tokenlock->acquire("$dir/s.lock", slots => "3$t") }],
     ['the command option',         'the tokenlock command "/bin/true"',  sub { Tokenlock::increment("$dir/n.count", command => "/bin/true$t") }],
 );
 for my $c (@cases) {
@@ -93,15 +94,15 @@ spit("$dir/tainted.pl", $tainted);
 ($st, $out, $err) = capture([$^X, '-T', "-I$lib", "$dir/tainted.pl", $tdir], env => { TAINTED_EMPTY => 'x' });
 is($st, 0, 'perl -T with tainted input: the script runs to its end') or diag($err);
 my @lines = split /\n/, $out;
-is(scalar(@lines), 11, 'every case reported') or diag($out);
-for my $line (@lines[0 .. 8]) {
+is(scalar(@lines), 12, 'every case reported') or diag($out);
+for my $line (@lines[0 .. 9]) {
     my ($what, $got, $named, $fix) = split /\t/, $line;
     is($got, 'Tokenlock::Error bad_argument', "$what: a Tokenlock::Error, bad_argument");
     is($named, 'named', "$what: the message says what is tainted, and names it");
     is($fix, 'fix', "$what: and how to untaint it");
 }
-is($lines[9], "holder\tfree", 'holder reads with a tainted path');
-is($lines[10], "read_counter\t5", 'so does read_counter');
+is($lines[10], "holder\tfree", 'holder reads with a tainted path');
+is($lines[11], "read_counter\t5", 'so does read_counter');
 is(slurp("$tdir/page"), "kept\n", 'the file is intact');
 is(slurp("$tdir/n.count"), "5\n", 'the counter is intact');
 # r.lock: the refresh case's own lock, acquired with untainted input.

@@ -13,7 +13,8 @@ use Tokenlock::Token ();
 
 require Exporter;
 our @ISA       = ('Exporter');
-our @EXPORT_OK = qw(_arg_path _check_opts _dir_mode _group_args _lease_us _legacy_timeout _named_group _path_arg _seconds _sync _untainted);
+our @EXPORT_OK = qw(_arg_path _check_opts _dir_mode _group_args _lease_us _legacy_timeout _lock_mode _named_group _path_arg
+  _seconds _sync _untainted);
 
 # The protocol's constants, copied from Tokenlock::Token: never changed.
 my ($DEFAULT_LEASE, $MAX_LEASE_US) = ($Tokenlock::Token::DEFAULT_LEASE, $Tokenlock::Token::MAX_LEASE_US);
@@ -82,6 +83,48 @@ sub _lease_us {
           . 'longer one implausible and takes the lock over')
       if $us > $MAX_LEASE_US;
     return $us;
+}
+
+# How a lock is asked for: (shared, slots, no wait). shared => 1, slots =>
+# N (a semaphore of N, 1 to 999999, shared by nature), or lock_type as
+# File::NFSLock takes it: LOCK_SH, LOCK_EX, either with LOCK_NB (one try),
+# as Fcntl's numbers or the words SH, SHARED, EX, EXCLUSIVE, NB,
+# NONBLOCKING, BL, BLOCKING joined by '|'.
+sub _lock_mode {
+    my ($step, $opts) = @_;
+    my ($shared, $nb);
+    if (defined $opts->{lock_type}) {
+        my $v = $opts->{lock_type};
+        my %word = (SH => 1, SHARED => 1, EX => 2, EXCLUSIVE => 2, NB => 4, NONBLOCKING => 4, BL => 2, BLOCKING => 2);
+        my $bits = 0;
+        if ($v =~ /\A[0-9]+\z/) { $bits = $v }
+        else {
+            for my $w (split /\s*\|\s*/, uc $v) {
+                _usage($step, "lock_type takes LOCK_SH or LOCK_EX (from Fcntl), with LOCK_NB, or the words SH, EX, NB "
+                      . "joined by '|', not \"$v\"") unless $word{$w};
+                $bits |= $word{$w};
+            }
+        }
+        _usage($step, "lock_type $v asks for neither or both of LOCK_SH and LOCK_EX: name one")
+          if ($bits & 3) == 0 && $v =~ /\A[0-9]+\z/ || ($bits & 3) == 3 || $bits & ~7;
+        ($shared, $nb) = (($bits & 1) ? 1 : 0, ($bits & 4) ? 1 : 0);
+    }
+    if (defined $opts->{shared}) {
+        _usage($step, 'shared and lock_type disagree: name the mode once') if defined $shared && !$shared != !$opts->{shared};
+        $shared = $opts->{shared} ? 1 : 0;
+    }
+    my $slots = 0;
+    if (defined $opts->{slots}) {
+        $slots = $opts->{slots};
+        # It goes into the lock's names, as a lease does: not laundered.
+        _untainted($step, 'slots', $slots);
+        _usage($step, "slots must be a whole number from 1 to 999999 (the holders a semaphore admits at once), not \"$slots\"")
+          unless $slots =~ /\A[1-9][0-9]{0,5}\z/;
+        _usage($step, 'slots makes a shared lock (a semaphore); it cannot be asked for exclusively')
+          if defined $shared && !$shared;
+        $shared = 1;
+    }
+    return ($shared ? 1 : 0, $slots + 0, $nb);
 }
 
 # The mode of lock directories and workspaces this process creates:

@@ -11,9 +11,10 @@ use warnings;
 use Tokenlock::Error qw(_error _lock_error _system_error _usage);
 use Tokenlock::System qw(_identity _now_us);
 use Tokenlock::Token qw(_judge _mark_of _utc);
-use Tokenlock::Args qw(_check_opts _lease_us _named_group _path_arg _seconds);
+use Tokenlock::Args qw(_check_opts _lease_us _lock_mode _named_group _path_arg _seconds);
 use Tokenlock::Trust qw(_check_dir _chosen_group);
 use Tokenlock::Directory qw(_lock_paths _observe);
+use Tokenlock::Shared qw(_holders_of _refresh_share _release_share);
 use Tokenlock::Protocol qw(_native_acquire);
 
 require Exporter;
@@ -67,11 +68,14 @@ sub _on_stop_signal {
 
 sub _acquire {
     my ($class, $step, $lockdir, %opts) = @_;
-    _check_opts($step, \%opts, qw(wait lease legacy_timeout group));
+    _check_opts($step, \%opts, qw(wait lease legacy_timeout group shared slots lock_type));
     _path_arg($step, 'the lock directory', $lockdir);
+    my ($shared, $limit, $nb) = _lock_mode($step, \%opts);
+    $opts{wait} = 0 if $nb && !defined $opts{wait};
     # $$ is a getpid(2) at each read: read once here.
     my %o = (pid => $$, wait_us => 10_000_000, lease_us => $DEFAULT_LEASE * 1_000_000,
-        legacy_timeout_us => $DEFAULT_LEGACY_TIMEOUT * 1_000_000, group => _named_group($step, $opts{group}));
+        legacy_timeout_us => $DEFAULT_LEGACY_TIMEOUT * 1_000_000, group => _named_group($step, $opts{group}),
+        shared => $shared, limit => $limit);
     if (%opts) {
         my $wait = defined $opts{wait} ? $opts{wait} : 10;
         $o{wait_us} = $wait eq 'forever' ? undef : int(_seconds($step, 'wait', $wait, 1) * 1_000_000);
@@ -79,7 +83,7 @@ sub _acquire {
         $o{legacy_timeout_us} = int(1_000_000 * _seconds($step, 'legacy_timeout', $opts{legacy_timeout}, 0))
           if defined $opts{legacy_timeout};
     }
-    my ($token, $expiry, $marked) = _native_acquire($step, $lockdir, \%o);
+    my ($token, $expiry, $marked, $entry) = _native_acquire($step, $lockdir, \%o);
     # A lock directory this process just made was not judged: its group.
     if (!exists $o{chosen}) {
         my @st = lstat _lock_paths($step, $lockdir)->{dir};
@@ -89,7 +93,12 @@ sub _acquire {
         lockdir => $lockdir,
         group   => $o{group},
         chosen  => $o{chosen},
-        token   => $token,
+        # A shared hold's token is its share: a lone share's name, or a
+        # group member's entry in the cover (then also in entry).
+        token   => defined $entry ? $entry : $token,
+        entry   => $entry,
+        shared  => $shared,
+        limit   => $limit,
         expiry  => $expiry,
         marked  => $marked,
         lease_us => $o{lease_us},
@@ -122,6 +131,12 @@ sub lockdir { $_[0]{lockdir} }
 
 sub held    { $_[0]{held} && $_[0]{pid} == $$ ? 1 : 0 }
 
+# 'exclusive' or 'shared' (a reader, or a semaphore's holder), and the
+# semaphore's size (0: none).
+sub mode    { $_[0]{shared} ? 'shared' : 'exclusive' }
+
+sub slots   { $_[0]{limit} || 0 }
+
 sub _owned {
     my ($self, $step) = @_;
     my $why = !$self->{held} ? 'this lock object no longer holds the lock (it was released or lost)'
@@ -140,6 +155,7 @@ sub refresh {
 
 sub _refresh {
     my ($self, $lease_us) = @_;
+    return _refresh_share($self, $lease_us) if $self->{shared};
     my $p = _lock_paths('refresh', $self->{lockdir});
     my $old = $self->{token};
     my $expiry = _now_us() + $lease_us;
@@ -189,6 +205,11 @@ sub _lost {
 sub release {
     my ($self) = @_;
     _owned($self, 'release');
+    if ($self->{shared}) {
+        # Whatever happens, the share is this object's no more.
+        delete $HELD{ $self->{id} } if defined $self->{id};
+        return _release_share($self);
+    }
     my $p = _lock_paths('release', $self->{lockdir});
     my $path = "$p->{dir}/$self->{token}";
     my $mark = $self->{marked} ? "$path/" . _mark_of($self->{token}) : undef;
@@ -284,6 +305,13 @@ sub holder {
     my $obs = _observe($step, $p);
     return undef unless $obs->{kind} eq 'held';
     my $t = $obs->{token};
+    # A cover names whoever renamed it last, which nobody judges: one of
+    # its shares is the holder, a live one first.
+    if ($t->{shared} && ($t->{shared}{kind} == 1 || $t->{shared}{kind} == 2)) {
+        my @h = holders($lockdir, %opts);
+        my ($first) = ((grep { !$_->{waiting_writer} && !$_->{stale} } @h), (grep { !$_->{waiting_writer} } @h), @h);
+        return $first;
+    }
     my $legacy_us = int(1_000_000 *
         (defined $opts{legacy_timeout} ? _seconds($step, 'legacy_timeout', $opts{legacy_timeout}, 0) : $DEFAULT_LEGACY_TIMEOUT));
     my ($stale, $reason, $owner) = _judge($t, $legacy_us);
@@ -301,7 +329,42 @@ sub holder {
         stale      => $stale ? 1 : 0,
         reason     => $reason,
         legacy     => $t->{legacy} ? 1 : 0,
+        mode       => $t->{shared} && $t->{shared}{kind} == 0 ? 'shared' : 'exclusive',
+        slots      => $t->{shared} && $t->{shared}{kind} == 0 ? $t->{shared}{limit} : 0,
+        waiting_writer => 0,
     };
+}
+
+# Every holder of a lock directory: one writer, or every shared holder
+# and a writer waiting for them to leave; () when it is free or missing.
+# Each is a hash of holder()'s fields with mode, slots and waiting_writer.
+sub holders {
+    my ($lockdir, %opts) = @_;
+    my $step = 'holders';
+    _check_opts($step, \%opts, qw(legacy_timeout group));
+    _path_arg($step, 'the lock directory', $lockdir, 1);
+    require Time::HiRes;
+    my $p = _lock_paths($step, $lockdir);
+    my %o = (group => _named_group($step, $opts{group}), legacy_timeout_us => int(1_000_000 *
+        (defined $opts{legacy_timeout} ? _seconds($step, 'legacy_timeout', $opts{legacy_timeout}, 0) : $DEFAULT_LEGACY_TIMEOUT)));
+    return () unless _check_dir($step, $p, \%o);
+    my $obs = _observe($step, $p);
+    return () unless $obs->{kind} eq 'held';
+    my $t = $obs->{token};
+    return map {
+        my $e = $_;
+        my $ends = $e->{legacy} ? $e->{expiry_us} + $o{legacy_timeout_us} : $e->{expiry_us};
+        +{  token      => defined $e->{entry} ? $e->{entry} : $e->{name},
+            path       => "$p->{dir}/$t->{name}" . (defined $e->{entry} ? "/$e->{entry}" : ''),
+            expires_us => $ends,
+            expires    => _utc($ends),
+            host_tag   => $e->{legacy} ? '' : $e->{host_tag},
+            same_host  => !$e->{legacy} && $e->{host_tag} eq _identity()->{host_tag} ? 1 : 0,
+            pid        => $e->{legacy} ? 0 : $e->{pid},
+            start_time => $e->{legacy} ? 0 : $e->{start},
+            legacy     => $e->{legacy} ? 1 : 0,
+            map { $_ => $e->{$_} } qw(owner stale reason mode slots waiting_writer) }
+    } _holders_of($step, $p, $t, \%o);
 }
 
 1;

@@ -9,12 +9,13 @@ package Tokenlock::Protocol;
 use strict;
 use warnings;
 
-use Tokenlock::Error qw(_lock_error _system_error);
+use Tokenlock::Error qw(_error _lock_error _system_error);
 use Tokenlock::System qw(_identity _native_setup _now_us _sleep_us _steady_us);
 use Tokenlock::Token qw(_judge _make_token);
 use Tokenlock::Trust qw(_check_dir);
 use Tokenlock::Directory qw(_clear_token _create_dir _lock_paths _observe _sweep_leftovers);
 use Tokenlock::Marks qw(_mark_and_check _needs_marks);
+use Tokenlock::Shared qw(_drop_mark _handed_over _lone_name _reader_look _writer_look);
 use Tokenlock::Turnstile qw(_line_hungry _open_turnstile _set_mark _turnstile_usable);
 
 require Exporter;
@@ -52,7 +53,7 @@ sub _round {
     my ($step, $p, $o, $look, $first) = @_;
     my $id = _identity($o->{pid});
     my $expiry = _now_us() + $o->{lease_us};
-    my $token = _make_token($expiry, $id);
+    my $token = $o->{shared} ? _lone_name($expiry, $id, $o->{limit}) : _make_token($expiry, $id);
     my $mine = "$p->{dir}/$token";
     # After the first round a lookup, which takes no lock, tells whether a
     # rename, which locks the directory, can succeed.
@@ -87,24 +88,38 @@ sub _round {
     return ('again') if $obs->{kind} eq 'free';
     my $seen = $obs->{token};
     return _finish($step, $p, $o, $seen->{name}, $seen->{expiry_us}, undef) if $o->{given_up}{ $seen->{name} };
-    my ($stale, $reason) = _judge($seen, $o->{legacy_timeout_us});
-    if (!$stale) {
-        # Nothing else looks at the parent once the lock directory exists,
-        # and a waiter has time to spare.
-        _sweep_leftovers($p) if int(rand(32)) == 0;
-        return ('busy', $reason);
+    my $take = sub { _take_over($step, $p, $o, $id, @_) };
+    my @r = $o->{shared} ? _reader_look($step, $p, $o, $seen, $take)
+      : $seen->{shared} ? _writer_look($step, $p, $o, $seen, $take)
+      : _handed_over($o, $seen, $id) ? $take->($seen) : ();
+    if (!@r) {
+        my ($stale, $reason) = _judge($seen, $o->{legacy_timeout_us});
+        @r = $stale ? $take->($seen, $reason) : ('busy', $reason);
     }
-    # Exactly the name we judged: if its owner refreshed or released it, or
-    # another taker was first, the name is gone and the rename fails
-    # without touching anyone's token.
-    $expiry = _now_us() + $o->{lease_us};
-    $token  = _make_token($expiry, $id);
-    $mine   = "$p->{dir}/$token";
-    if (!rename("$p->{dir}/$seen->{name}", $mine)) {
+    # Nothing else looks at the parent once the lock directory exists,
+    # and a waiter has time to spare.
+    _sweep_leftovers($p) if $r[0] eq 'busy' && int(rand(32)) == 0;
+    return @r;
+}
+
+# Takes the name $seen over: exactly the name judged, so that if its owner
+# refreshed or released it, or another taker was first, the name is gone
+# and the rename fails without touching anyone's token. A writer's
+# hand-over name is taken the same way, without clearing: it is ours.
+sub _take_over {
+    my ($step, $p, $o, $id, $seen, $reason) = @_;
+    my $expiry = _now_us() + $o->{lease_us};
+    # A shared name renamed to a shared name rises, so that none is made twice.
+    $expiry = $seen->{expiry_us} + 1 if $o->{shared} && $seen->{shared} && $expiry <= $seen->{expiry_us};
+    my $token = $o->{shared} ? _lone_name($expiry, $id, $o->{limit}) : _make_token($expiry, $id);
+    my $ours = _handed_over($o, $seen, $id);
+    if (!rename("$p->{dir}/$seen->{name}", "$p->{dir}/$token")) {
         return ('again') if $!{ENOENT};
-        die _system_error('take over', $p->{dir}, "cannot rename stale token $seen->{name} ($reason)", $! + 0);
+        die _system_error('take over', $p->{dir}, "cannot rename stale token $seen->{name} ($reason)", $! + 0)
+          unless $ours;
+        die _system_error($step, $p->{dir}, "cannot rename the token $seen->{name} handed over to us", $! + 0);
     }
-    return _finish($step, $p, $o, $token, $expiry, $seen->{name});
+    return _finish($step, $p, $o, $token, $expiry, $ours ? undef : $seen->{name});
 }
 
 # A rename made $token ours (taking over $taken_from, if defined). Where a
@@ -120,6 +135,8 @@ sub _finish {
             return ('busy', defined $holder ? $holder : 'taken by another client at the same moment');
         }
     }
+    # The token is ours under one name: a mark this writer made is gone.
+    delete $o->{mark};
     if (defined $taken_from) {
         # The previous owner's leftovers, and maybe a creator's that died too.
         _clear_token($p, $token, $marks, $o->{chosen});
@@ -135,6 +152,29 @@ sub _native_acquire {
     my ($step, $lockdir, $o) = @_;
     _native_setup();
     my $p = _lock_paths($step, $lockdir);
+    my @r = eval { _acquire_waiting($step, $p, $o) };
+    return @r if @r;
+    my $err = $@;
+    die $err unless $o->{mark};
+    # A writer whose wait ended takes its mark off again, unless the last
+    # shared holder has handed the lock over meanwhile: then it holds it,
+    # a success at the deadline. A wait that failed otherwise gives a lock
+    # handed over back at once.
+    my $id = _identity($o->{pid});
+    my $waited = ref $err && ($err->code eq 'busy' || $err->code eq 'timed_out');
+    @r = eval { _drop_mark($step, $p, $o, sub { _take_over($step, $p, $o, $id, @_) }) };
+    return @r if @r && $waited;
+    rename("$p->{dir}/$r[0]", "$p->{dir}/$FREE") if @r;
+    die $err;
+}
+
+sub _acquire_waiting {
+    my ($step, $p, $o) = @_;
+    die _error(code => 'not_supported', status => 69, message => "tokenlock: $step $p->{dir}: shared locks and "
+          . 'semaphores are refused on a filesystem where holders leave owner marks (GlusterFS, an unknown FUSE '
+          . 'filesystem: docs/protocol.md, Owner marks); take the lock exclusively there, or keep it on a local or NFS '
+          . 'filesystem')
+      if $o->{shared} && _needs_marks($p);
     my ($first, $line) = (1, 0);
     # The directory is judged before anything in it is touched. A missing
     # one is created by the first look. When it is there, the first rename
@@ -148,6 +188,15 @@ sub _native_acquire {
             my ($what, @r) = _round($step, $p, $o, 0, 1);
             return @r if $what eq 'acquired';
             $first = 0;
+            # A reader that can join does not line up: it looks at once.
+            if ($o->{shared}) {
+                ($what, @r) = ('again');
+                for (1 .. 100) {
+                    ($what, @r) = _round($step, $p, $o, 1, 0);
+                    last unless $what eq 'again';
+                }
+                return @r if $what eq 'acquired';
+            }
         }
         $line = !defined $o->{wait_us} || $o->{wait_us} > 0;
     }
@@ -228,6 +277,8 @@ sub _in_line {
         if ($final || $now >= $own_look) {
             $own_look = $now + $OWN_LOOK_US;
             my ($what, @r) = ('again');
+            # On one host a writer marks only as the head of the line.
+            local $o->{sleeper} = 1;
             ($what, @r) = _round($step, $p, $o, 1, 0) while $what eq 'again';
             return @r if $what eq 'acquired';
             $reason = $r[0] if defined $r[0];

@@ -30,8 +30,9 @@ sub _make_token {
 # What a name in the lock directory is (token_name.cpp): 'free', 'held',
 # 'legacy', 'malformed' (starts with "lockfile." but breaks the grammar,
 # never taken over) or 'other'; with the parsed fields for held and legacy.
+# $plain: the name is a share entry's, never read as a shared name.
 sub _classify {
-    my ($name) = @_;
+    my ($name, $plain) = @_;
     return ('free') if $name eq $FREE;
     if ($name =~ /\Alockfile([0-9].*)\z/s) {
         my $s = $1;
@@ -48,7 +49,20 @@ sub _classify {
       && $pid =~ /\A[1-9][0-9]{0,9}\z/ && $pid <= 2147483647
       && $start =~ /\A(?:0|[1-9][0-9]{0,19})\z/ && (length $start < 20 || $start le '18446744073709551615')
       && $nonce =~ /\A[0-9a-f]{16}\z/;
-    return ('held', { expiry_us => $expiry + 0, host_tag => $tag, pid => $pid + 0, start => $start, name => $name });
+    my %t = (expiry_us => $expiry + 0, host_tag => $tag, pid => $pid + 0, start => $start, name => $name, nonce => $nonce);
+    # A start of 20 digits from 10^19 up is no process's: a shared name
+    # (docs/shared-locks.md, Grammar). Judged with its real host tag and
+    # start time; a reserved kind (3 to 8) by its lease alone, as the tag on
+    # disk, foreign to every host, makes it.
+    if (!$plain && $start =~ /\A1([0-9])([0-9]{6})([0-9]{12})\z/) {
+        my ($kind, $limit, $start12) = ($1 + 0, $2 + 0, $3);
+        $t{shared} = { kind => $kind, limit => $limit, tag => $tag };
+        if ($kind <= 2) {
+            $t{host_tag} = substr($tag, 0, -8) . sprintf('%08x', hex(substr($tag, -8)) ^ 0xffffffff);
+            ($t{start} = $start12) =~ s/\A0+(?=.)//;
+        }
+    }
+    return ('held', \%t);
 }
 
 sub _utc {

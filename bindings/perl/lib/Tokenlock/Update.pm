@@ -255,6 +255,7 @@ sub _read_past_mark {
 # between the two remains.
 sub _commit {
     my ($lock, $t, $next, $sync, $mode, $mark) = @_;
+    _refuse_shared($lock);
     return if _fenced_commit($lock, $t, $next, $sync, $mode, $mark);
     my $tmp = _write_temp($t, $t->{dir}, $next, $sync, $mode);
     my $token = $lock->{token};
@@ -268,6 +269,14 @@ sub _commit {
         unlink $tmp;
         die _file_error('rename', $t, "cannot rename $tmp over the target", $errno);
     }
+}
+
+# A shared hold has no token of its own to commit through.
+sub _refuse_shared {
+    my ($lock) = @_;
+    die _error(code => 'bad_argument', status => 64, message => "tokenlock: commit $lock->{lockdir}: "
+          . 'a shared hold gives no fence; take the lock exclusively to write')
+      if $lock->{shared};
 }
 
 sub write_file {

@@ -20,7 +20,7 @@ use Test::More ();
 
 our @EXPORT = qw(
   tokenlock_command command_skip skip_all_without_command dir_status break_token free_now scratch_dir capture fork_worker reap read_line
-  lock_status token_re leftovers temps entries slurp spit module_files copy_module
+  lock_status token_re leftovers temps entries slurp spit module_files copy_module until_true
 );
 
 # The source tree's root, when the tests run there.
@@ -141,6 +141,19 @@ sub reap {
     my ($pid) = @_;
     waitpid($pid, 0);
     return $?;
+}
+
+# Waits until $cond returns true, at most $secs seconds, looking every
+# 2 ms; whether it did.
+sub until_true {
+    my ($cond, $secs) = @_;
+    require Time::HiRes;
+    my $end = Time::HiRes::clock_gettime(Time::HiRes::CLOCK_MONOTONIC()) + $secs;
+    until ($cond->()) {
+        return 0 if Time::HiRes::clock_gettime(Time::HiRes::CLOCK_MONOTONIC()) > $end;
+        select(undef, undef, undef, 0.002);
+    }
+    return 1;
 }
 
 # One line from a pipe, without the newline; undef at end of file.
