@@ -23,9 +23,10 @@ sub holder {
 # One word per holder, sorted: exclusive, shared, slot/N, waiting.
 sub holders {
     my ($lockdir) = @_;
+    # A stale entry of a group is no holder (the library lists live ones).
     my @words = sort map {
         $_->{waiting_writer} ? 'waiting' : $_->{mode} eq 'exclusive' ? 'exclusive' : $_->{slots} ? "slot/$_->{slots}" : 'shared'
-    } Tokenlock::holders($lockdir);
+    } grep { !($_->{stale} && $_->{token} =~ /\As\./) } Tokenlock::holders($lockdir);
     return @words ? 'ok ' . join(',', @words) : 'ok free';
 }
 

@@ -281,6 +281,8 @@ class acquirer final : public lock_attempt {
     return finish(out_, result, d, name, paths_.dir_slash + name, expiry, name);
   }
 
+  void may_mark(bool yes) noexcept { writer_.may_mark(yes); }
+
   // After a wait that failed: whether our mark was handed over at the end.
   failure give_up(bool& held) {
     held = false;
@@ -374,6 +376,7 @@ failure acquire_impl(const std::shared_ptr<const lock_core>& core,
     return acquire_shared(core, options, may_wait, out, busy);
   acquirer a(core, options, out);
   if (failure f = a.resolve_owner()) return f;
+  a.may_mark(may_wait && options.wait.count() > 0);
   // Before the first rename: no token of ours waits unmarked meanwhile.
   lock_needs_owner_marks(*sys, *paths_ptr);
   failure f = wait_for_lock(*sys, *paths_ptr, options, *core->waits, may_wait, a, busy);

@@ -58,6 +58,9 @@ class writer_marks {
     pid_ = pid;
     start_ = start;
   }
+  // A writer that will not wait (one attempt) does not mark: it would bar
+  // readers only to take its mark back at once.
+  void may_mark(bool yes) noexcept { may_mark_ = yes; }
 
   struct step {
     enum { wait, again, took } what = wait;
@@ -89,6 +92,7 @@ class writer_marks {
   std::string mark_;              // our draining cover's name, while we have one
   std::uint64_t mark_nonce_ = 0;  // the nonce it (and the hand-over) carries
   std::int64_t mark_renewed_us_ = 0;
+  bool may_mark_ = true;
 };
 
 }  // namespace tokenlock::detail

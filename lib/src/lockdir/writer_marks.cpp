@@ -116,6 +116,11 @@ failure writer_marks::mark(const open_dir& d, const observed_token& seen, const 
     out.taken_from = seen.name;
     return {};
   }
+  const std::size_t holders = census.live.size() + (s.kind == share_kind::lone ? 1 : 0);
+  if (!may_mark_) {
+    out.reason = "held by " + holders_text(holders);
+    return {};
+  }
   remove_stale_entries(sys_, tok.fd, census);
   bool existed = false;
   const std::string copy =
@@ -140,8 +145,7 @@ failure writer_marks::mark(const open_dir& d, const observed_token& seen, const 
                       shown_name(seen.name), seen.name, ec);
   mark_ = draining;
   mark_renewed_us_ = now;
-  const std::size_t n = census.live.size() + (s.kind == share_kind::lone ? 1 : 0);
-  out.reason = "waiting for " + holders_text(n) + " to leave (no new one joins)";
+  out.reason = "waiting for " + holders_text(holders) + " to leave (no new one joins)";
   return {};
 }
 
