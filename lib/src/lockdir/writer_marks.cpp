@@ -92,8 +92,8 @@ failure writer_marks::meet_own_mark(const open_dir& d, const observed_token& see
   return {};
 }
 
-// Marks the shared holders' token as ours to drain: a lone share gets its
-// holder's entry first, as a conversion does.
+// Marks the shared holders' token as ours to drain: a lone share gets our
+// copy of its holder's share first, as a conversion does.
 failure writer_marks::mark(const open_dir& d, const observed_token& seen, const shared_token& s,
                            step& out) {
   scoped_fd tok{sys_};
