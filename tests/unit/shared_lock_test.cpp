@@ -164,6 +164,29 @@ TEST_F(SharedLockTest, AConverterThatLosesRemovesItsCopyOfTheLoneHoldersShare) {
   EXPECT_TRUE(share_entries().empty());
 }
 
+// Two converters' copies of one lone share, seen together while the
+// loser has not removed its own yet, are one holder.
+TEST_F(SharedLockTest, CopiesOfOneLoneShareCountAsOneHolder) {
+  auto a = process(100), b = process(101), c = process(102);
+  lock_handle ha = lock_for(a, shared(2)).acquire();
+  lock_handle hb = lock_for(b, shared(2)).acquire();  // converts a's share: a copy of it
+  std::string copy;
+  for (const auto& n : share_entries())
+    if (n != hb.token()) copy = n;
+  ASSERT_FALSE(copy.empty());
+  std::string other = copy;
+  other.back() = other.back() == '0' ? '1' : '0';  // another maker's half of the nonce
+  fs::create_directory(dir / entries().front() / other);
+  hb.release();
+  std::optional<lock_handle> hc = lock_for(c, shared(2)).try_acquire();
+  ASSERT_TRUE(hc) << "a's two copies were counted as two holders of 2 slots";
+  EXPECT_EQ(lock_for(a).holders().size(), 2u);
+  ha.release();  // both copies go
+  hc->release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+  EXPECT_TRUE(share_entries().empty());
+}
+
 TEST_F(SharedLockTest, ASemaphoreAdmitsNoMoreThanItsSlots) {
   auto a = process(100), b = process(101), c = process(102);
   lock_handle ha = lock_for(a, shared(2)).acquire();

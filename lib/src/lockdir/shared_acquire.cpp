@@ -234,13 +234,24 @@ failure shared_acquirer::join(outcome& result, const open_dir& d, const observed
                             " holders)");
   remove_stale_entries(sys_, tok.fd, census);
   std::string theirs;
-  bool existed = false;
+  entry_made entry = entry_made::made;
   if (converting) {
     theirs = copy_of_lone(seen, sys_.random_u64());
-    if (failure f = make_entry(sys_, paths_, tok.fd, theirs, "acquire", existed)) return f;
+    if (failure f = make_entry(sys_, paths_, tok.fd, theirs, "acquire", entry)) return f;
+    // Another maker's copy of the same name (odds of 2^-32) is not ours to
+    // remove, and a token removed since we opened it is no token: look again.
+    if (entry != entry_made::made) {
+      result = outcome::again;
+      return {};
+    }
   }
-  if (failure f = make_entry(sys_, paths_, tok.fd, mine, "acquire", existed)) return f;
-  if (existed)
+  if (failure f = make_entry(sys_, paths_, tok.fd, mine, "acquire", entry)) return f;
+  if (entry != entry_made::made && !theirs.empty()) remove_entry(sys_, tok.fd, theirs);
+  if (entry == entry_made::token_gone) {
+    result = outcome::again;
+    return {};
+  }
+  if (entry == entry_made::existed)
     return make_failure(errc::lock_corrupt,
                         describe("acquire", paths_.dir,
                                  "something was planted at our own share entry's name " +

@@ -46,6 +46,21 @@ failure open_token_dir(os& sys, const lock_paths& paths, const open_dir& d,
   return check_trusted_fd(sys, out.fd, paths.dir_slash + name, step, "token", d.group);
 }
 
+namespace {
+
+// The part of an entry's name that its copies share: all but the last 8
+// hex digits of the nonce (shared_name.hpp, copy_of_lone).
+std::string_view copy_key(std::string_view name) { return name.substr(0, name.size() - 8); }
+
+// Whether `name` is a copy of an entry counted already.
+bool copy_counted(const std::vector<observed_token>& live, const std::string& name) {
+  return std::any_of(live.begin(), live.end(), [&](const observed_token& t) {
+    return copy_key(t.name) == copy_key(name);
+  });
+}
+
+}  // namespace
+
 failure take_census(os& sys, const lock_paths& paths, int fd, const lock_options& options,
                     const char* step, entry_census& out) {
   out = entry_census{};
@@ -63,7 +78,7 @@ failure take_census(os& sys, const lock_paths& paths, int fd, const lock_options
     }
     if (judge(sys, options, t).stale)
       out.stale.push_back(std::move(n));
-    else
+    else if (!copy_counted(out.live, n))
       out.live.push_back(std::move(t));
   }
   return {};
@@ -75,11 +90,15 @@ void remove_stale_entries(os& sys, int fd, const entry_census& census) {
 }
 
 failure make_entry(os& sys, const lock_paths& paths, int fd, const std::string& name,
-                   const char* step, bool& existed) {
-  existed = false;
+                   const char* step, entry_made& how) {
+  how = entry_made::made;
   std::error_code ec = sys.make_directory_at(fd, name, 0700);
   if (ec == std::errc::file_exists) {
-    existed = true;
+    how = entry_made::existed;
+    return {};
+  }
+  if (ec == std::errc::no_such_file_or_directory) {
+    how = entry_made::token_gone;
     return {};
   }
   if (ec)

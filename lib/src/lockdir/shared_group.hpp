@@ -25,6 +25,8 @@ struct entry_census {
   std::vector<std::string> stale;      // lease ended or owner dead: removable
   std::vector<std::string> malformed;  // "s." names that break the grammar
   bool holds(const std::string& entry) const;
+  // Copies of one lone share (shared_name.hpp, copy_of_lone) are one
+  // holder: `live` keeps one of them.
   // Live entries other than `a` and `b`.
   std::size_t others(const std::string& a, const std::string& b = {}) const;
 };
@@ -47,10 +49,12 @@ failure take_census(os& sys, const lock_paths& paths, int fd, const lock_options
 // effort: one that cannot be removed is still stale to everybody.
 void remove_stale_entries(os& sys, int fd, const entry_census& census);
 
-// Makes the entry `name` (an empty directory, mode 0700). `existed` when
-// something was there already.
+// Makes the entry `name` (an empty directory, mode 0700): made, or
+// something was there already, or the token open as `fd` is gone (removed
+// since it was opened: ENOENT).
+enum class entry_made { made, existed, token_gone };
 failure make_entry(os& sys, const lock_paths& paths, int fd, const std::string& name,
-                   const char* step, bool& existed);
+                   const char* step, entry_made& how);
 
 // Removes the entry `name`; ENOENT is returned as such.
 std::error_code remove_entry(os& sys, int fd, const std::string& name);

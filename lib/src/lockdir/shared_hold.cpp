@@ -152,8 +152,11 @@ failure refresh_member(lock_handle& h, const std::string& share, std::int64_t ex
     if (failure f = locate_share(sys, paths, share, "refresh", place, tok)) return f;
     if (!place.found()) break;
     if (!made) {
-      bool existed = false;
-      if (failure f = make_entry(sys, paths, tok.fd, next, "refresh", existed)) return f;
+      // Existing already, it is ours (our nonce): a second refresh within
+      // one microsecond.
+      entry_made how;
+      if (failure f = make_entry(sys, paths, tok.fd, next, "refresh", how)) return f;
+      if (how == entry_made::token_gone) continue;  // renamed and cleared: look again
       made = true;
     }
     // Only a share whose lease may have ended can have been counted out by
@@ -179,7 +182,8 @@ failure refresh_member(lock_handle& h, const std::string& share, std::int64_t ex
                            : std::make_error_code(std::errc::no_such_file_or_directory);
     if (ec == std::errc::no_such_file_or_directory) continue;
     if (ec) return os_step(sys, paths, "refresh", "cannot rename the cover " + place.token.name, ec);
-    for (const auto& n : place.names) remove_entry(sys, tok.fd, n);
+    for (const auto& n : place.names)
+      if (n != next) remove_entry(sys, tok.fd, n);
     lock_access::move_share(h, next, expiry, lease);
     return {};
   }

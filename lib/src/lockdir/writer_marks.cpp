@@ -122,11 +122,16 @@ failure writer_marks::mark(const open_dir& d, const observed_token& seen, const 
     return {};
   }
   remove_stale_entries(sys_, tok.fd, census);
-  bool existed = false;
+  entry_made entry = entry_made::made;
   const std::string copy =
       s.kind == share_kind::lone ? copy_of_lone(seen, sys_.random_u64()) : std::string();
   if (!copy.empty())
-    if (failure f = make_entry(sys_, paths_, tok.fd, copy, "acquire", existed)) return f;
+    if (failure f = make_entry(sys_, paths_, tok.fd, copy, "acquire", entry)) return f;
+  // Another maker's copy of that name, or a token removed since: look again.
+  if (entry != entry_made::made) {
+    out.what = step::again;
+    return {};
+  }
   const std::int64_t now = sys_.wall_now_us();
   if (mark_nonce_ == 0) mark_nonce_ = sys_.random_u64() | 1;
   const std::string draining =
