@@ -2796,54 +2796,56 @@ trait Shares
     }
 
     /**
-     * Entries naming this process that are no share of it, should they
-     * appear (again) in a token: the entry a converter or a marking writer
-     * makes for a lone share of ours that we renamed away (released,
-     * refreshed, promoted) before its rename, which then fails; and our
-     * own entries we removed as we left, one of which (a converted lone
-     * share's) a converter whose mkdir was under way can make again after
-     * we removed it. Nobody else can tell these from shares until their
-     * lease ends; we can. Bounded: the oldest go first.
+     * The start of every copy of the lone share LONE (fields T, start
+     * START): `s.`, its expiry, real host tag, pid and start, and the
+     * first half of its nonce. A converter or a marking writer makes a
+     * copy of its own (copyOf()), so that one that loses can always remove
+     * what it made: were the copy one name for all, a loser's mkdir
+     * landing after the holder left would be a share of nobody for the
+     * rest of its lease (docs/protocol.md, the conversion).
      *
-     * @var array<string, true>
+     * @param array{expiry: int, tag: string, pid: int} $t
      */
-    private static array $noShares = [];
-
-    /** Notes that the entry ENTRY is no share of ours. */
-    private static function noShare(string $entry): void
+    private static function copyPrefix(string $lone, array $t, string $start): string
     {
-        if (count(self::$noShares) >= 256) {
-            unset(self::$noShares[array_key_first(self::$noShares)]);
-        }
-        self::$noShares[$entry] = true;
+        return self::ENTRY . substr(self::namedHolder($lone, $t, $start), 0, -8);
     }
 
-    /** Notes that our lone share LONE was renamed away: its entry, if any, is no share. */
-    private static function renamedAway(string $lone): void
+    /** A copy of LONE made by this process: the second half of the nonce its own, at random. */
+    private static function copyOf(string $lone, array $t, string $start): string
     {
-        // From the name alone: no system call is added to the fast path.
-        [, $expiry, $tag, $pid, $mode, $nonce] = explode('.', $lone);
-        self::noShare(self::ENTRY . "$expiry." . self::flipTag($tag) . ".$pid." . (ltrim(substr($mode, 8), '0') ?: '0') . ".$nonce");
+        return self::copyPrefix($lone, $t, $start) . substr(self::nonce(self::identity()['pid']), 8);
+    }
+
+    /** The copy prefix of our own lone share LONE, from its name. */
+    private static function ourCopyPrefix(string $lone): string
+    {
+        $c = self::classify($lone);
+        return self::copyPrefix($lone, $c[1], self::shareOf($c[1])[2]);
+    }
+
+    /** Whether the entry N is a copy of the lone share whose copies start with PREFIX. */
+    private static function isCopy(string $n, string $prefix): bool
+    {
+        return strlen($n) === strlen($prefix) + 8 && str_starts_with($n, $prefix);
     }
 
     /**
-     * Removes from the token DIR/NAME the entries that are no share of
-     * ours (noShare()), and returns $live without them.
+     * The holders the entries NAMES stand for: the copies of one lone
+     * share are one holder however many there are (a loser's copy lives
+     * until its maker removes it), so each counts by its name without the
+     * last half of its nonce.
      *
-     * @param array<string, string> $live
-     * @return array<string, string>
+     * @param array<string, mixed> $names entry => anything
+     * @return array<string, string> one entry per holder, the first listed
      */
-    private static function dropOurStrays(string $dir, string $name, array $live): array
+    private static function perHolder(array $names): array
     {
-        if (self::$noShares === []) {
-            return $live;
+        $out = [];
+        foreach (array_keys($names) as $n) {
+            $out[substr($n, 0, -8)] ??= $n;
         }
-        foreach (array_keys($live) as $n) {
-            if (isset(self::$noShares[$n]) && self::removeEntryAt("$dir/$name/$n") === 0) {
-                unset($live[$n]);
-            }
-        }
-        return $live;
+        return array_flip($out);
     }
 
     /**
@@ -2926,7 +2928,7 @@ trait Shares
             return $seen[0] !== 'held' || $depth > 100 ? [] : self::sharedHolders($dir, $seen[1][0], $seen[1][1], $depth + 1);
         }
         $out = [];
-        foreach ($e[0] + $e[1] as $n => $why) {
+        foreach (self::perHolder($e[0] + $e[1]) as $n => $key) {
             $out[] = self::describe($mode, $limit, $n, self::classify(self::PREFIX . substr($n, 2))[1]);
         }
         if ($kind === self::DRAINING) {
@@ -3072,8 +3074,9 @@ trait Sharing
     }
 
     /**
-     * Converts the live lone share LONE into a group cover holding its
-     * holder's entry and ours: the hold (our entry), or true to look again.
+     * Converts the live lone share LONE into a group cover holding a copy
+     * of its holder's share and our entry: the hold (our entry), or true
+     * to look again.
      *
      * @param array<string, mixed> $w
      * @param array<string, mixed> $t
@@ -3086,13 +3089,13 @@ trait Sharing
             $w['reason'] = "the token $lone is no directory, and admits one shared holder only";
             return $usable === null;
         }
-        $theirs = self::ENTRY . self::namedHolder($lone, $t, $start);
-        $errno = self::makeEntryAt("$dir/$lone/$theirs");
-        if ($errno === 2) {
-            return true;  // renamed since the listing
+        $copy = self::copyOf($lone, $t, $start);
+        $errno = self::makeEntryAt("$dir/$lone/$copy");
+        if ($errno === 2 || $errno === 17) {
+            return true;  // renamed since the listing; or another's copy by a chance of 2^-32: nothing of ours was made
         }
-        if ($errno !== 0 && $errno !== 17) {
-            throw self::systemError('acquire', "$dir/$lone", "cannot make the lone holder's share entry $theirs", $errno);
+        if ($errno !== 0) {
+            throw self::systemError('acquire', "$dir/$lone", "cannot make our copy $copy of the lone holder's share", $errno);
         }
         $expiry = self::nowUs() + $w['lease'];
         $mine = self::myEntry($expiry);
@@ -3107,49 +3110,33 @@ trait Sharing
         }
         // Lost to a release, a refresh, another converter or a writer.
         $fail = $errno === 2 ? null : $errno;
-        self::abandon($dir, $errno === 17 ? null : $mine, $theirs);
+        self::abandon($dir, $errno === 17 ? null : $mine, $copy);
         if ($fail !== null) {
             throw $fail === 17 ? self::planted($dir, $lone, $mine) : self::systemError('acquire', $dir, "cannot convert the lone share $lone into a group", $fail);
         }
         return true;
     }
 
-    /** lock_corrupt: something is at the name of our own new entry, which nobody else can make. */
+    /** lock_corrupt: something is already at a name of ours, which nobody else makes. */
     private static function planted(string $dir, string $token, string $mine): Exception
     {
         return new Exception('lock_corrupt', "tokenlock: acquire $dir: something is already at our new share entry $mine in the token $token (its name is unique to this process): it was planted; nothing was removed", 69);
     }
 
     /**
-     * After a lost rename: removes our entry, and the lone holder's entry
-     * we made unless the token is a cover now (then it may be a share:
-     * another converter's rename may have confirmed it). Each removal
-     * goes through the token's name a listing showed, so a token renamed
-     * into a cover meanwhile is looked at again. A leaver may have
-     * counted our entry, so the last one out's steps follow.
+     * After a lost rename: removes our entry and our copy of a lone share,
+     * wherever the token is now. Nobody relied on either (the rename that
+     * would have made them shares failed), and a copy left behind would be
+     * a share of nobody. A leaver may have seen them and left the cover to
+     * us, so the last one out's steps follow.
      */
-    private static function abandon(string $dir, ?string $mine, ?string $theirs): void
+    private static function abandon(string $dir, ?string $mine, ?string $copy): void
     {
         $where = null;
-        if ($mine !== null) {
-            self::dropEntry($dir, $mine, $where);
+        foreach (array_filter([$mine, $copy]) as $entry) {
+            self::dropEntry($dir, $entry, $where, 'acquire');
         }
-        for ($i = 0; $theirs !== null && $i < self::SHARE_RETRIES; ++$i) {
-            $where = self::locate($dir, $theirs, 'acquire');
-            if ($where === null || self::isCover($where[1])) {
-                break;
-            }
-            $errno = self::removeEntryAt("$dir/{$where[0]}/$theirs");
-            if ($errno === 0) {
-                break;
-            }
-            if ($errno !== 2) {
-                throw self::systemError('acquire', "$dir/{$where[0]}", "cannot remove the share entry $theirs", $errno);
-            }
-        }
-        if ($where === null || self::isCover($where[1])) {
-            self::lastOut($dir, 'acquire');
-        }
+        self::lastOut($dir, 'acquire');
     }
 
     /** @param array{0: int, 1: int, 2: string}|null $share */
@@ -3176,9 +3163,8 @@ trait Sharing
             return $usable === null;
         }
         [$live, $stale] = $e;
-        $live = self::dropOurStrays($dir, $cover, $live);
         $limit = self::shareOf($t)[1];
-        if ($live && ($limit !== $w['limit'] || ($limit > 0 && count($live) >= $limit))) {
+        if ($live && ($limit !== $w['limit'] || ($limit > 0 && count(self::perHolder($live)) >= $limit))) {
             $w['reason'] = $limit === $w['limit'] ? 'all ' . $limit . ' slots are taken: ' . reset($live) : self::mismatch($limit, $w['limit'], reset($live));
             return false;
         }
@@ -3246,20 +3232,19 @@ trait Leaving
             $errno = self::rename("$dir/$hold", "$dir/" . self::FREE);
             if ($errno === 0) {
                 self::unhold($hold);
-                self::renamedAway($hold);
                 return;
             }
             if ($errno !== 2) {
                 throw self::systemError('release', $dir, "cannot rename the lone share $hold to " . self::FREE, $errno);
             }
-            $entry = self::convertedTo($dir, $hold, 'release');
-            if ($entry === null) {
-                self::unhold($hold);
+            // Converted (our share is the copies of it in a cover), or taken over.
+            $found = self::dropCopies($dir, $hold, 'release');
+            self::unhold($hold);
+            if (!$found) {
                 throw self::lost('release', $dir, $hold);
             }
-            self::unhold($hold);
-            $hold = $entry;
-            self::hold($dir, $hold);
+            self::lastOut($dir, 'release');
+            return;
         }
         $where = null;
         $found = self::dropEntry($dir, $hold, $where);
@@ -3281,39 +3266,90 @@ trait Leaving
         clearstatcache(true, "$dir/$new");
         if ($errno === 0 || ($errno === 2 && @lstat("$dir/$new") !== false)) {
             self::unhold($hold);
-            self::renamedAway($hold);
             self::hold($dir, $new);
             return $new;
         }
         if ($errno !== 2) {
             throw self::systemError('refresh', $dir, "cannot rename the lone share $hold to $new", $errno);
         }
-        $entry = self::convertedTo($dir, $hold, 'refresh');
-        self::unhold($hold);
-        if ($entry === null) {
+        if (self::findCopies($dir, $hold, 'refresh') === null) {
+            self::unhold($hold);
             throw self::lost('refresh', $dir, $hold);
         }
-        self::hold($dir, $entry);
-        return self::refreshMember($dir, $entry, $leaseUs);
-    }
-
-    /** The entry our lone share LONE became if a cover holds it now (it was converted), else null. */
-    private static function convertedTo(string $dir, string $lone, string $step): ?string
-    {
-        $c = self::classify($lone);
-        $entry = self::ENTRY . self::namedHolder($lone, $c[1], self::shareOf($c[1])[2]);
-        $where = self::locate($dir, $entry, $step);
-        return $where !== null && $where[1] !== null ? $entry : null;
+        return self::refreshMember($dir, $hold, $leaseUs);
     }
 
     /**
-     * Renews our entry OLD: a new entry, the cover renamed to cover it
-     * (a slot holder counts the others first, as a join does), the old
-     * entry removed.
+     * The cover holding copies of our lone share LONE (it was converted,
+     * or marked by a writer): [its name, the copies], or null when the
+     * token is no cover or holds none (the share was taken over). A token
+     * renamed under the listing is looked at again.
+     *
+     * @return array{0: string, 1: list<string>}|null
+     */
+    private static function findCopies(string $dir, string $lone, string $step): ?array
+    {
+        $prefix = self::ourCopyPrefix($lone);
+        for ($i = 0; $i < self::SHARE_RETRIES; ++$i) {
+            $seen = self::look($dir, $step);
+            if ($seen[0] !== 'held' || !self::isCover(self::shareOf($seen[1][1]))) {
+                return null;
+            }
+            $cover = $seen[1][0];
+            $names = self::tokenUsable($dir, $cover, $step) ? @scandir("$dir/$cover", SCANDIR_SORT_NONE) : null;
+            if (!is_array($names)) {
+                clearstatcache(true, "$dir/$cover");
+                if (@lstat("$dir/$cover") !== false) {
+                    return null;  // no directory, or not to be listed
+                }
+                continue;
+            }
+            $copies = array_values(array_filter($names, fn (string $n) => self::isCopy($n, $prefix)));
+            return $copies === [] ? null : [$cover, $copies];
+        }
+        return null;
+    }
+
+    /**
+     * Removes every copy of our lone share LONE, wherever the token is
+     * now, until a listing shows none: whether there was any.
+     */
+    private static function dropCopies(string $dir, string $lone, string $step): bool
+    {
+        $found = false;
+        for ($i = 0; $i < self::SHARE_RETRIES && ($at = self::findCopies($dir, $lone, $step)) !== null; ++$i) {
+            $found = true;
+            foreach ($at[1] as $copy) {
+                $errno = self::removeEntryAt("$dir/{$at[0]}/$copy");
+                if ($errno !== 0 && $errno !== 2) {
+                    throw self::systemError($step, "$dir/{$at[0]}", "cannot remove the copy $copy of our lone share", $errno);
+                }
+            }
+        }
+        return $found;
+    }
+
+    /** Removes our old share OLD: an entry, or every copy of a converted lone share. */
+    private static function dropOld(string $dir, string $old, string $step): void
+    {
+        $where = null;
+        if (str_starts_with($old, self::ENTRY)) {
+            self::dropEntry($dir, $old, $where, $step);
+        } else {
+            self::dropCopies($dir, $old, $step);
+        }
+    }
+
+    /**
+     * Renews our share OLD (our entry, or our converted lone share, whose
+     * copies are its share): a new entry, the cover renamed to cover it (a
+     * slot holder counts the others first, as a join does), the old entry
+     * or every copy removed.
      */
     private static function refreshMember(string $dir, string $old, int $leaseUs): string
     {
-        $new = self::withExpiry($old, max(self::expiryOf($old) + 1, self::nowUs() + $leaseUs));
+        $expiry = max(self::expiryOf($old) + 1, self::nowUs() + $leaseUs);
+        $new = str_starts_with($old, self::ENTRY) ? self::withExpiry($old, $expiry) : self::myEntry($expiry);
         $made = $counted = false;
         for ($i = 0; $i < self::SHARE_RETRIES; ++$i) {
             $seen = self::look($dir, 'refresh');
@@ -3337,21 +3373,21 @@ trait Leaving
             // slot: a joiner counts every entry whose lease is live (with
             // the skew allowance) as a holder. Counting earlier would count
             // the entries of joiners whose rename is still to come.
-            if ($share[1] > 0 && ($counted || self::nowUs() > self::expiryOf($old) - self::SKEW_US || !self::entryThere($dir, $cover, $old))) {
+            if ($share[1] > 0 && ($counted || self::nowUs() > self::expiryOf($old) - self::SKEW_US || !self::oldThere($dir, $cover, $old))) {
                 $counted = true;
                 $e = self::entries($dir, $cover);
                 if ($e === null) {
                     continue;
                 }
-                unset($e[0][$old], $e[0][$new]);
-                if (count($e[0]) >= $share[1]) {
+                $ours = [substr($new, 0, -8), str_starts_with($old, self::ENTRY) ? substr($old, 0, -8) : self::ourCopyPrefix($old)];
+                $others = array_diff(self::perHolder($e[0]), $ours);
+                if (count($others) >= $share[1]) {
                     return self::endedShare($dir, $old, $new, "all {$share[1]} slots are taken by others: the share had ended and its slot was given");
                 }
             }
             $errno = self::rename("$dir/$cover", "$dir/" . self::renewed($cover, $t, $share, self::expiryOf($new)));
             if ($errno === 0) {
-                $where = null;
-                self::dropEntry($dir, $old, $where);
+                self::dropOld($dir, $old, 'refresh');
                 self::unhold($old);
                 self::hold($dir, $new);
                 return $new;
@@ -3363,19 +3399,21 @@ trait Leaving
         throw self::systemError('refresh', $dir, 'the group cover kept changing under ' . self::SHARE_RETRIES . ' attempts', 16);
     }
 
-    /** Whether ENTRY is in the token NAME; yes when the token was renamed since the listing, as the rename that follows then fails and the next round looks again. */
-    private static function entryThere(string $dir, string $name, string $entry): bool
+    /** Whether our old share OLD is in the token NAME; yes when the token was renamed since the listing, as the rename that follows then fails and the next round looks again. */
+    private static function oldThere(string $dir, string $name, string $old): bool
     {
-        clearstatcache(true, "$dir/$name/$entry");
-        return @lstat("$dir/$name/$entry") !== false || @lstat("$dir/$name") === false;
+        if (!str_starts_with($old, self::ENTRY)) {
+            return self::findCopies($dir, $old, 'refresh') !== null;
+        }
+        clearstatcache(true, "$dir/$name/$old");
+        return @lstat("$dir/$name/$old") !== false || @lstat("$dir/$name") === false;
     }
 
     /** A share found ended: our entries removed, lock_lost. */
     private static function endedShare(string $dir, string $old, ?string $new, string $why): string
     {
-        $where = null;
         foreach (array_filter([$old, $new]) as $e) {
-            self::dropEntry($dir, $e, $where);
+            self::dropOld($dir, $e, 'refresh');
         }
         self::unhold($old);
         throw new LockLostException('lock_lost', "tokenlock: refresh $dir: the share $old has ended: $why; nothing else was changed", 3);
@@ -3429,25 +3467,23 @@ trait Leaving
 
     /**
      * Removes our entry ENTRY wherever the token is now: whether it was
-     * there; $where is where it was. Should it be made again (noShare()),
-     * our next listing removes it.
+     * there; $where is where it was.
      *
      * @param array{0: string, 1: array{0: int, 1: int, 2: string}|null}|null $where
      */
-    private static function dropEntry(string $dir, string $entry, ?array &$where): bool
+    private static function dropEntry(string $dir, string $entry, ?array &$where, string $step = 'release'): bool
     {
         for ($i = 0; $i < self::SHARE_RETRIES; ++$i) {
-            $where = self::locate($dir, $entry, 'release');
+            $where = self::locate($dir, $entry, $step);
             if ($where === null) {
                 return false;
             }
             $errno = self::removeEntryAt("$dir/{$where[0]}/$entry");
             if ($errno === 0) {
-                self::noShare($entry);
                 return true;
             }
             if ($errno !== 2) {
-                throw self::systemError('release', "$dir/{$where[0]}", "cannot remove the share entry $entry", $errno);
+                throw self::systemError($step, "$dir/{$where[0]}", "cannot remove the share entry $entry", $errno);
             }
         }
         return false;
@@ -3477,9 +3513,8 @@ trait Leaving
                 continue;
             }
             [$live, $stale, $bad] = $e;
-            $live = self::dropOurStrays($dir, $cover, $live);
             if ($live) {
-                if ($share[1] > 0 && count($live) === $share[1] - 1) {
+                if ($share[1] > 0 && count(self::perHolder($live)) === $share[1] - 1) {
                     self::rename("$dir/$cover", "$dir/" . self::renewed($cover, $t, $share, $t['expiry'] + 1));
                 }
                 return;
@@ -3544,10 +3579,9 @@ trait Writing
             return false;
         }
         [$live, $stale, $bad] = $e;
-        $live = self::dropOurStrays($w['dir'], $name, $live);
         $mine = $kind === self::DRAINING && isset($w['markNonce']) && self::isMine(self::holderFields($t, $start), $name, $w['markNonce']);
         if ($live) {
-            $w['reason'] = count($live) . ' shared holder(s), the first ' . reset($live);
+            $w['reason'] = count(self::perHolder($live)) . ' shared holder(s), the first ' . reset($live);
             return $kind === self::COVER ? self::mark($w, $name, $t, $share) : self::keepMark($w, $name, $t, $share, $mine);
         }
         if ($bad) {
@@ -3590,8 +3624,9 @@ trait Writing
     }
 
     /**
-     * Marks the live lone share LONE: its holder's entry made, as a
-     * converter makes it, then LONE renamed to our draining cover.
+     * Marks the live lone share LONE: our copy of its holder's share made,
+     * as a converter makes it, then LONE renamed to our draining cover; a
+     * mark that fails removes the copy (nobody relied on it).
      *
      * @param array<string, mixed> $w
      * @param array<string, mixed> $t
@@ -3603,19 +3638,24 @@ trait Writing
         if (self::tokenUsable($dir, $lone, 'acquire') !== true) {
             return false;  // a file token cannot hold entries: its lone holder is waited for
         }
-        $theirs = self::ENTRY . self::namedHolder($lone, $t, $share[2]);
-        $errno = self::makeEntryAt("$dir/$lone/$theirs");
-        if ($errno === 2) {
+        $copy = self::copyOf($lone, $t, $share[2]);
+        $errno = self::makeEntryAt("$dir/$lone/$copy");
+        if ($errno === 2 || $errno === 17) {
             return true;
         }
-        if ($errno !== 0 && $errno !== 17) {
-            throw self::systemError('acquire', "$dir/$lone", "cannot make the lone holder's share entry $theirs to mark it", $errno);
+        if ($errno !== 0) {
+            throw self::systemError('acquire', "$dir/$lone", "cannot make our copy $copy of the lone holder's share to mark it", $errno);
         }
-        if (self::mark($w, $lone, $t, $share)) {
-            self::abandon($dir, null, $theirs);
-            return true;
+        try {
+            $changed = self::mark($w, $lone, $t, $share);
+        } catch (\Throwable $e) {
+            self::abandon($dir, null, $copy);
+            throw $e;
         }
-        return false;
+        if ($changed) {
+            self::abandon($dir, null, $copy);
+        }
+        return $changed;
     }
 
     /**
@@ -3757,19 +3797,16 @@ trait Modes
     public static function promote(string $dir, string $hold, int $leaseUs): ?string
     {
         $mine = self::token(self::nowUs() + $leaseUs);
-        $given = $hold;
         if (!str_starts_with($hold, self::ENTRY)) {
             $errno = self::rename("$dir/$hold", "$dir/$mine");
             if ($errno === 0) {
                 self::unhold($hold);
-                self::renamedAway($hold);
                 self::hold($dir, $mine);
                 return $mine;
             }
             if ($errno !== 2) {
                 throw self::systemError('acquire', $dir, "cannot rename our lone share $hold to a writer's token", $errno);
             }
-            $hold = self::convertedTo($dir, $hold, 'acquire') ?? $hold;
         }
         $seen = self::look($dir);
         $share = $seen[0] === 'held' ? self::shareOf($seen[1][1]) : null;
@@ -3778,18 +3815,36 @@ trait Modes
         }
         $cover = $seen[1][0];
         $e = self::tokenUsable($dir, $cover, 'acquire') ? self::entries($dir, $cover) : null;
-        if ($e === null || !isset($e[0][$hold]) || count($e[0]) > 1 || $e[2]) {
+        $ours = $e === null ? [] : self::oursIn($hold, $e[0]);
+        if ($ours === [] || count($e[0]) > count($ours) || $e[2]) {
             return null;
         }
         if (self::rename("$dir/$cover", "$dir/$mine") !== 0) {
             return null;
         }
-        self::removeEntryAt("$dir/$mine/$hold");
+        foreach ($ours as $entry) {
+            self::removeEntryAt("$dir/$mine/$entry");
+        }
         self::removeStale($dir, $mine, $e[1], 'acquire');
-        self::unhold($given);
         self::unhold($hold);
         self::hold($dir, $mine);
         return $mine;
+    }
+
+    /**
+     * The entries of LIVE that are the share HOLD: our entry, or every
+     * copy of our converted lone share.
+     *
+     * @param array<string, string> $live
+     * @return list<string>
+     */
+    private static function oursIn(string $hold, array $live): array
+    {
+        if (str_starts_with($hold, self::ENTRY)) {
+            return isset($live[$hold]) ? [$hold] : [];
+        }
+        $prefix = self::ourCopyPrefix($hold);
+        return array_values(array_filter(array_keys($live), fn (string $n) => self::isCopy($n, $prefix)));
     }
 
     /** The writer's token TOKEN becomes a lone share of LIMIT (0: a reader). */
@@ -3827,7 +3882,7 @@ trait Modes
         if (@lstat("$dir/$hold") !== false) {
             return true;
         }
-        return self::isShare($hold) && self::convertedTo($dir, $hold, 'status') !== null;
+        return self::isShare($hold) && self::findCopies($dir, $hold, 'status') !== null;
     }
 }
 

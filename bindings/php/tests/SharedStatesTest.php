@@ -64,13 +64,15 @@ final class SharedStatesTest extends TempDirTestCase
         rename("$dir/lockfile", "$dir/$lone");
         $lock = Lock::acquireShared($dir, ['lease' => 60]);
         $me = Native::identity();
-        $this->assertSame("s.$e.far-12345678.4242.12345." . self::NONCE, self::entries($dir)[0] === $lock->token() ? self::entries($dir)[1] : self::entries($dir)[0], "the lone holder's entry: its real tag, its start without zeros");
+        $copy = self::entries($dir)[0] === $lock->token() ? self::entries($dir)[1] : self::entries($dir)[0];
+        $this->assertMatchesRegularExpression("/\\As\\.$e\\.far-12345678\\.4242\\.12345\\.01234567[0-9a-f]{8}\\z/", $copy, "our copy of the lone holder's share: its real tag, its start without zeros, the first half of its nonce");
+        $this->assertNotSame("s.$e.far-12345678.4242.12345." . self::NONCE, $copy, 'the second half of the nonce is ours, not the lone share\'s');
         $this->assertMatchesRegularExpression('/\As\.[0-9]+\.' . preg_quote($me['owner'], '/') . '[0-9a-f]{16}\z/', $lock->token());
         $cover = self::token($dir);
         $this->assertMatchesRegularExpression('/\Alockfile\.([0-9]+)\.' . preg_quote(Native::flipTag($me['tag']), '/') . '\.' . $me['pid'] . '\.11000000' . sprintf('%012d', $me['start']) . '\.[0-9a-f]{16}\z/', $cover, 'a group cover of readers naming its last renamer');
         $this->assertGreaterThanOrEqual($e + 1, (int) explode('.', $cover)[1], 'the cover rule: at least the latest entry');
         $lock->release();
-        $this->assertSame(["s.$e.far-12345678.4242.12345." . self::NONCE], self::entries($dir), "the other host's share is kept");
+        $this->assertSame([$copy], self::entries($dir), "the other host's share is kept");
         $this->assertSame(['shared'], array_column(holders($dir), 'mode'));
         // A writer marks it, and unmarks when its wait ends.
         try {
@@ -80,7 +82,7 @@ final class SharedStatesTest extends TempDirTestCase
             $this->assertStringContainsString('shared', $x->getMessage());
         }
         $this->assertMatchesRegularExpression('/\Alockfile\.[0-9]+\.[^.]+\.[0-9]+\.11000000[0-9]{12}\.[0-9a-f]{16}\z/', self::token($dir), 'unmarked: a group cover again');
-        $this->assertSame(["s.$e.far-12345678.4242.12345." . self::NONCE], self::entries($dir));
+        $this->assertSame([$copy], self::entries($dir));
     }
 
     public function testStaleEntriesGoByTheirExactNamesAndNothingTheyPointAtIsTouched(): void
@@ -292,21 +294,59 @@ final class SharedStatesTest extends TempDirTestCase
         $this->assertFreeAndEmpty($dir);
     }
 
-    public function testAnEntryMadeForALoneShareThatLeftIsRemovedByItsOwner(): void
+    /**
+     * Our lone share, converted while a losing converter's copy is still
+     * there: [the lock directory, our lock, the far host's entry, our two
+     * copies].
+     *
+     * @return array{0: string, 1: Lock, 2: string, 3: list<string>}
+     */
+    private function convertedWithTwoCopies(): array
     {
         $dir = $this->lockDir();
-        $lone = Lock::acquireShared($dir);
-        [, $expiry, , , , $nonce] = explode('.', $lone->token());
-        $lone->release();
-        $a = Lock::acquireShared($dir);
-        $b = Lock::acquireShared($dir);
-        // A converter that listed the lone share makes its holder's entry
-        // late, into the group that followed: it names this live process.
-        $stray = "s.$expiry.{$this->owner()}$nonce";
-        mkdir("$dir/" . self::token($dir) . "/$stray");
-        $this->assertCount(3, array_filter(holders($dir), fn ($h) => !$h['stale']), 'it looks like a live share to anybody else');
-        $a->release();
-        $b->release();
+        $lock = Lock::acquireShared($dir, ['lease' => 60]);
+        [, $expiry, , , , $nonce] = explode('.', $lock->token());
+        $copies = ["s.$expiry.{$this->owner()}" . substr($nonce, 0, 8) . '0000aaaa', "s.$expiry.{$this->owner()}" . substr($nonce, 0, 8) . '0000bbbb'];
+        $far = 's.' . (Native::nowUs() + 600000000) . '.far-12345678.4242.12345.' . self::NONCE;
+        foreach ([...$copies, $far] as $entry) {
+            mkdir("$dir/{$lock->token()}/$entry");
+        }
+        // The far host's converter won: a group cover naming it.
+        rename("$dir/{$lock->token()}", "$dir/lockfile." . (Native::nowUs() + 600000001) . '.far-edcba987.4242.11000000000000012345.' . self::NONCE);
+        return [$dir, $lock, $far, $copies];
+    }
+
+    public function testAConvertedLoneShareIsOneHolderWhateverItsCopiesAndLeavesWithAllOfThem(): void
+    {
+        [$dir, $lock, $far, $copies] = $this->convertedWithTwoCopies();
+        $this->assertSame(['shared', 'shared'], array_column(holders($dir), 'mode'), 'two copies of one lone share are one holder');
+        $this->assertTrue($lock->holdsNow(), 'our share is its copies');
+        $lock->release();
+        $this->assertSame([$far], self::entries($dir), 'every copy removed, the far host\'s share kept');
+        $this->assertSame(['shared'], array_column(holders($dir), 'mode'));
+    }
+
+    public function testAConvertedLoneShareRefreshesToAnEntryOfItsOwnAndNoCopyIsLeft(): void
+    {
+        [$dir, $lock, $far, $copies] = $this->convertedWithTwoCopies();
+        $cover = self::token($dir);
+        $entry = $lock->refresh(90);
+        $this->assertMatchesRegularExpression('/\As\.[0-9]+\.' . preg_quote($this->owner(), '/') . '[0-9a-f]{16}\z/', $entry, 'our own entry, our own nonce');
+        $this->assertSame(array_values(array_diff(self::entries($dir), [$entry])), [$far], 'no copy left beside it');
+        $this->assertNotSame($cover, self::token($dir), 'the cover renamed to cover the new lease');
+        $this->assertGreaterThanOrEqual(explode('.', $entry)[1], explode('.', self::token($dir))[1], 'the cover rule');
+        $lock->release();
+        $this->assertSame([$far], self::entries($dir));
+    }
+
+    public function testAConvertedLoneShareWithNoOtherHolderIsPromotedAndNoCopyIsLeft(): void
+    {
+        [$dir, $lock, $far] = $this->convertedWithTwoCopies();
+        rmdir("$dir/" . self::token($dir) . "/$far");
+        $this->assertTrue($lock->toExclusive(60), 'only our copies are there');
+        $this->assertSame(['exclusive'], array_column(holders($dir), 'mode'));
+        $this->assertSame([], self::entries($dir));
+        $lock->release();
         $this->assertFreeAndEmpty($dir);
     }
 

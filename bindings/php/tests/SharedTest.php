@@ -269,6 +269,59 @@ final class SharedTest extends TempDirTestCase
         $this->assertNothingHeld($lockDir, ['slots' => 3]);
     }
 
+    /**
+     * Processes that keep converting each other's lone shares and leaving
+     * leave nothing behind while they still live: a converter that lost
+     * removes its own copy of the lone holder's share, so no copy made
+     * late (after the holder left) stays as a share of nobody, which
+     * would keep writers out and fill a slot for the rest of its lease.
+     */
+    public function testConvertingAndLeavingLeavesNoShareOfNobody(): void
+    {
+        $lockDir = $this->lockDir();
+        $children = [];
+        for ($i = 0; $i < 5; ++$i) {
+            $children[] = Child::start(function (Channel $ch) use ($lockDir): void {
+                $until = (int) $ch->receive();
+                $n = $grouped = 0;
+                while (hrtime(true) < $until) {
+                    $lock = Lock::acquire($lockDir, ['slots' => 2, 'wait' => self::LONG_WAIT, 'lease' => 600]);
+                    $grouped += str_starts_with($lock->token(), 's.') ? 1 : 0;
+                    usleep(random_int(0, 500));
+                    $lock->release();
+                    ++$n;
+                }
+                $ch->send("$n $grouped");
+                $ch->receive();  // alive until the lock was looked at: its shares would be live
+            });
+        }
+        $until = hrtime(true) + 3000000000;
+        foreach ($children as $c) {
+            $c->channel->send((string) $until);
+        }
+        $ops = $grouped = 0;
+        foreach ($children as $c) {
+            [$n, $g] = array_map('intval', explode(' ', $c->channel->receive()));
+            $ops += $n;
+            $grouped += $g;
+        }
+        fwrite(STDERR, sprintf("\n[shared] semaphore of 2, 5 processes converting and leaving, 3 s: %d holds, %d in a group\n", $ops, $grouped));
+        try {
+            $this->assertGreaterThan(100, $grouped, 'lone shares were converted and groups joined');
+            $this->assertSame([], holders($lockDir), 'no holder left, live or stale');
+            $this->assertFreeAndEmpty($lockDir);
+            $writer = Lock::acquire($lockDir, ['wait' => 0]);
+            $this->assertSame(['exclusive'], self::modes($lockDir), 'a writer gets in at once');
+            $writer->release();
+        } finally {
+            foreach ($children as $c) {
+                $c->channel->send('go');
+                $this->assertSame(0, $c->wait());
+            }
+        }
+        $this->assertFreeAndEmpty($lockDir);
+    }
+
     public function testReadersKilledWithSigkillAreTakenOverAtOnce(): void
     {
         $lockDir = $this->lockDir();

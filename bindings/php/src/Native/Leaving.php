@@ -23,20 +23,19 @@ trait Leaving
             $errno = self::rename("$dir/$hold", "$dir/" . self::FREE);
             if ($errno === 0) {
                 self::unhold($hold);
-                self::renamedAway($hold);
                 return;
             }
             if ($errno !== 2) {
                 throw self::systemError('release', $dir, "cannot rename the lone share $hold to " . self::FREE, $errno);
             }
-            $entry = self::convertedTo($dir, $hold, 'release');
-            if ($entry === null) {
-                self::unhold($hold);
+            // Converted (our share is the copies of it in a cover), or taken over.
+            $found = self::dropCopies($dir, $hold, 'release');
+            self::unhold($hold);
+            if (!$found) {
                 throw self::lost('release', $dir, $hold);
             }
-            self::unhold($hold);
-            $hold = $entry;
-            self::hold($dir, $hold);
+            self::lastOut($dir, 'release');
+            return;
         }
         $where = null;
         $found = self::dropEntry($dir, $hold, $where);
@@ -58,39 +57,90 @@ trait Leaving
         clearstatcache(true, "$dir/$new");
         if ($errno === 0 || ($errno === 2 && @lstat("$dir/$new") !== false)) {
             self::unhold($hold);
-            self::renamedAway($hold);
             self::hold($dir, $new);
             return $new;
         }
         if ($errno !== 2) {
             throw self::systemError('refresh', $dir, "cannot rename the lone share $hold to $new", $errno);
         }
-        $entry = self::convertedTo($dir, $hold, 'refresh');
-        self::unhold($hold);
-        if ($entry === null) {
+        if (self::findCopies($dir, $hold, 'refresh') === null) {
+            self::unhold($hold);
             throw self::lost('refresh', $dir, $hold);
         }
-        self::hold($dir, $entry);
-        return self::refreshMember($dir, $entry, $leaseUs);
-    }
-
-    /** The entry our lone share LONE became if a cover holds it now (it was converted), else null. */
-    private static function convertedTo(string $dir, string $lone, string $step): ?string
-    {
-        $c = self::classify($lone);
-        $entry = self::ENTRY . self::namedHolder($lone, $c[1], self::shareOf($c[1])[2]);
-        $where = self::locate($dir, $entry, $step);
-        return $where !== null && $where[1] !== null ? $entry : null;
+        return self::refreshMember($dir, $hold, $leaseUs);
     }
 
     /**
-     * Renews our entry OLD: a new entry, the cover renamed to cover it
-     * (a slot holder counts the others first, as a join does), the old
-     * entry removed.
+     * The cover holding copies of our lone share LONE (it was converted,
+     * or marked by a writer): [its name, the copies], or null when the
+     * token is no cover or holds none (the share was taken over). A token
+     * renamed under the listing is looked at again.
+     *
+     * @return array{0: string, 1: list<string>}|null
+     */
+    private static function findCopies(string $dir, string $lone, string $step): ?array
+    {
+        $prefix = self::ourCopyPrefix($lone);
+        for ($i = 0; $i < self::SHARE_RETRIES; ++$i) {
+            $seen = self::look($dir, $step);
+            if ($seen[0] !== 'held' || !self::isCover(self::shareOf($seen[1][1]))) {
+                return null;
+            }
+            $cover = $seen[1][0];
+            $names = self::tokenUsable($dir, $cover, $step) ? @scandir("$dir/$cover", SCANDIR_SORT_NONE) : null;
+            if (!is_array($names)) {
+                clearstatcache(true, "$dir/$cover");
+                if (@lstat("$dir/$cover") !== false) {
+                    return null;  // no directory, or not to be listed
+                }
+                continue;
+            }
+            $copies = array_values(array_filter($names, fn (string $n) => self::isCopy($n, $prefix)));
+            return $copies === [] ? null : [$cover, $copies];
+        }
+        return null;
+    }
+
+    /**
+     * Removes every copy of our lone share LONE, wherever the token is
+     * now, until a listing shows none: whether there was any.
+     */
+    private static function dropCopies(string $dir, string $lone, string $step): bool
+    {
+        $found = false;
+        for ($i = 0; $i < self::SHARE_RETRIES && ($at = self::findCopies($dir, $lone, $step)) !== null; ++$i) {
+            $found = true;
+            foreach ($at[1] as $copy) {
+                $errno = self::removeEntryAt("$dir/{$at[0]}/$copy");
+                if ($errno !== 0 && $errno !== 2) {
+                    throw self::systemError($step, "$dir/{$at[0]}", "cannot remove the copy $copy of our lone share", $errno);
+                }
+            }
+        }
+        return $found;
+    }
+
+    /** Removes our old share OLD: an entry, or every copy of a converted lone share. */
+    private static function dropOld(string $dir, string $old, string $step): void
+    {
+        $where = null;
+        if (str_starts_with($old, self::ENTRY)) {
+            self::dropEntry($dir, $old, $where, $step);
+        } else {
+            self::dropCopies($dir, $old, $step);
+        }
+    }
+
+    /**
+     * Renews our share OLD (our entry, or our converted lone share, whose
+     * copies are its share): a new entry, the cover renamed to cover it (a
+     * slot holder counts the others first, as a join does), the old entry
+     * or every copy removed.
      */
     private static function refreshMember(string $dir, string $old, int $leaseUs): string
     {
-        $new = self::withExpiry($old, max(self::expiryOf($old) + 1, self::nowUs() + $leaseUs));
+        $expiry = max(self::expiryOf($old) + 1, self::nowUs() + $leaseUs);
+        $new = str_starts_with($old, self::ENTRY) ? self::withExpiry($old, $expiry) : self::myEntry($expiry);
         $made = $counted = false;
         for ($i = 0; $i < self::SHARE_RETRIES; ++$i) {
             $seen = self::look($dir, 'refresh');
@@ -114,21 +164,21 @@ trait Leaving
             // slot: a joiner counts every entry whose lease is live (with
             // the skew allowance) as a holder. Counting earlier would count
             // the entries of joiners whose rename is still to come.
-            if ($share[1] > 0 && ($counted || self::nowUs() > self::expiryOf($old) - self::SKEW_US || !self::entryThere($dir, $cover, $old))) {
+            if ($share[1] > 0 && ($counted || self::nowUs() > self::expiryOf($old) - self::SKEW_US || !self::oldThere($dir, $cover, $old))) {
                 $counted = true;
                 $e = self::entries($dir, $cover);
                 if ($e === null) {
                     continue;
                 }
-                unset($e[0][$old], $e[0][$new]);
-                if (count($e[0]) >= $share[1]) {
+                $ours = [substr($new, 0, -8), str_starts_with($old, self::ENTRY) ? substr($old, 0, -8) : self::ourCopyPrefix($old)];
+                $others = array_diff(self::perHolder($e[0]), $ours);
+                if (count($others) >= $share[1]) {
                     return self::endedShare($dir, $old, $new, "all {$share[1]} slots are taken by others: the share had ended and its slot was given");
                 }
             }
             $errno = self::rename("$dir/$cover", "$dir/" . self::renewed($cover, $t, $share, self::expiryOf($new)));
             if ($errno === 0) {
-                $where = null;
-                self::dropEntry($dir, $old, $where);
+                self::dropOld($dir, $old, 'refresh');
                 self::unhold($old);
                 self::hold($dir, $new);
                 return $new;
@@ -140,19 +190,21 @@ trait Leaving
         throw self::systemError('refresh', $dir, 'the group cover kept changing under ' . self::SHARE_RETRIES . ' attempts', 16);
     }
 
-    /** Whether ENTRY is in the token NAME; yes when the token was renamed since the listing, as the rename that follows then fails and the next round looks again. */
-    private static function entryThere(string $dir, string $name, string $entry): bool
+    /** Whether our old share OLD is in the token NAME; yes when the token was renamed since the listing, as the rename that follows then fails and the next round looks again. */
+    private static function oldThere(string $dir, string $name, string $old): bool
     {
-        clearstatcache(true, "$dir/$name/$entry");
-        return @lstat("$dir/$name/$entry") !== false || @lstat("$dir/$name") === false;
+        if (!str_starts_with($old, self::ENTRY)) {
+            return self::findCopies($dir, $old, 'refresh') !== null;
+        }
+        clearstatcache(true, "$dir/$name/$old");
+        return @lstat("$dir/$name/$old") !== false || @lstat("$dir/$name") === false;
     }
 
     /** A share found ended: our entries removed, lock_lost. */
     private static function endedShare(string $dir, string $old, ?string $new, string $why): string
     {
-        $where = null;
         foreach (array_filter([$old, $new]) as $e) {
-            self::dropEntry($dir, $e, $where);
+            self::dropOld($dir, $e, 'refresh');
         }
         self::unhold($old);
         throw new LockLostException('lock_lost', "tokenlock: refresh $dir: the share $old has ended: $why; nothing else was changed", 3);
@@ -206,25 +258,23 @@ trait Leaving
 
     /**
      * Removes our entry ENTRY wherever the token is now: whether it was
-     * there; $where is where it was. Should it be made again (noShare()),
-     * our next listing removes it.
+     * there; $where is where it was.
      *
      * @param array{0: string, 1: array{0: int, 1: int, 2: string}|null}|null $where
      */
-    private static function dropEntry(string $dir, string $entry, ?array &$where): bool
+    private static function dropEntry(string $dir, string $entry, ?array &$where, string $step = 'release'): bool
     {
         for ($i = 0; $i < self::SHARE_RETRIES; ++$i) {
-            $where = self::locate($dir, $entry, 'release');
+            $where = self::locate($dir, $entry, $step);
             if ($where === null) {
                 return false;
             }
             $errno = self::removeEntryAt("$dir/{$where[0]}/$entry");
             if ($errno === 0) {
-                self::noShare($entry);
                 return true;
             }
             if ($errno !== 2) {
-                throw self::systemError('release', "$dir/{$where[0]}", "cannot remove the share entry $entry", $errno);
+                throw self::systemError($step, "$dir/{$where[0]}", "cannot remove the share entry $entry", $errno);
             }
         }
         return false;
@@ -254,9 +304,8 @@ trait Leaving
                 continue;
             }
             [$live, $stale, $bad] = $e;
-            $live = self::dropOurStrays($dir, $cover, $live);
             if ($live) {
-                if ($share[1] > 0 && count($live) === $share[1] - 1) {
+                if ($share[1] > 0 && count(self::perHolder($live)) === $share[1] - 1) {
                     self::rename("$dir/$cover", "$dir/" . self::renewed($cover, $t, $share, $t['expiry'] + 1));
                 }
                 return;

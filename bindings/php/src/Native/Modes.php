@@ -27,19 +27,16 @@ trait Modes
     public static function promote(string $dir, string $hold, int $leaseUs): ?string
     {
         $mine = self::token(self::nowUs() + $leaseUs);
-        $given = $hold;
         if (!str_starts_with($hold, self::ENTRY)) {
             $errno = self::rename("$dir/$hold", "$dir/$mine");
             if ($errno === 0) {
                 self::unhold($hold);
-                self::renamedAway($hold);
                 self::hold($dir, $mine);
                 return $mine;
             }
             if ($errno !== 2) {
                 throw self::systemError('acquire', $dir, "cannot rename our lone share $hold to a writer's token", $errno);
             }
-            $hold = self::convertedTo($dir, $hold, 'acquire') ?? $hold;
         }
         $seen = self::look($dir);
         $share = $seen[0] === 'held' ? self::shareOf($seen[1][1]) : null;
@@ -48,18 +45,36 @@ trait Modes
         }
         $cover = $seen[1][0];
         $e = self::tokenUsable($dir, $cover, 'acquire') ? self::entries($dir, $cover) : null;
-        if ($e === null || !isset($e[0][$hold]) || count($e[0]) > 1 || $e[2]) {
+        $ours = $e === null ? [] : self::oursIn($hold, $e[0]);
+        if ($ours === [] || count($e[0]) > count($ours) || $e[2]) {
             return null;
         }
         if (self::rename("$dir/$cover", "$dir/$mine") !== 0) {
             return null;
         }
-        self::removeEntryAt("$dir/$mine/$hold");
+        foreach ($ours as $entry) {
+            self::removeEntryAt("$dir/$mine/$entry");
+        }
         self::removeStale($dir, $mine, $e[1], 'acquire');
-        self::unhold($given);
         self::unhold($hold);
         self::hold($dir, $mine);
         return $mine;
+    }
+
+    /**
+     * The entries of LIVE that are the share HOLD: our entry, or every
+     * copy of our converted lone share.
+     *
+     * @param array<string, string> $live
+     * @return list<string>
+     */
+    private static function oursIn(string $hold, array $live): array
+    {
+        if (str_starts_with($hold, self::ENTRY)) {
+            return isset($live[$hold]) ? [$hold] : [];
+        }
+        $prefix = self::ourCopyPrefix($hold);
+        return array_values(array_filter(array_keys($live), fn (string $n) => self::isCopy($n, $prefix)));
     }
 
     /** The writer's token TOKEN becomes a lone share of LIMIT (0: a reader). */
@@ -97,6 +112,6 @@ trait Modes
         if (@lstat("$dir/$hold") !== false) {
             return true;
         }
-        return self::isShare($hold) && self::convertedTo($dir, $hold, 'status') !== null;
+        return self::isShare($hold) && self::findCopies($dir, $hold, 'status') !== null;
     }
 }

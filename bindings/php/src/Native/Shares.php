@@ -175,54 +175,56 @@ trait Shares
     }
 
     /**
-     * Entries naming this process that are no share of it, should they
-     * appear (again) in a token: the entry a converter or a marking writer
-     * makes for a lone share of ours that we renamed away (released,
-     * refreshed, promoted) before its rename, which then fails; and our
-     * own entries we removed as we left, one of which (a converted lone
-     * share's) a converter whose mkdir was under way can make again after
-     * we removed it. Nobody else can tell these from shares until their
-     * lease ends; we can. Bounded: the oldest go first.
+     * The start of every copy of the lone share LONE (fields T, start
+     * START): `s.`, its expiry, real host tag, pid and start, and the
+     * first half of its nonce. A converter or a marking writer makes a
+     * copy of its own (copyOf()), so that one that loses can always remove
+     * what it made: were the copy one name for all, a loser's mkdir
+     * landing after the holder left would be a share of nobody for the
+     * rest of its lease (docs/protocol.md, the conversion).
      *
-     * @var array<string, true>
+     * @param array{expiry: int, tag: string, pid: int} $t
      */
-    private static array $noShares = [];
-
-    /** Notes that the entry ENTRY is no share of ours. */
-    private static function noShare(string $entry): void
+    private static function copyPrefix(string $lone, array $t, string $start): string
     {
-        if (count(self::$noShares) >= 256) {
-            unset(self::$noShares[array_key_first(self::$noShares)]);
-        }
-        self::$noShares[$entry] = true;
+        return self::ENTRY . substr(self::namedHolder($lone, $t, $start), 0, -8);
     }
 
-    /** Notes that our lone share LONE was renamed away: its entry, if any, is no share. */
-    private static function renamedAway(string $lone): void
+    /** A copy of LONE made by this process: the second half of the nonce its own, at random. */
+    private static function copyOf(string $lone, array $t, string $start): string
     {
-        // From the name alone: no system call is added to the fast path.
-        [, $expiry, $tag, $pid, $mode, $nonce] = explode('.', $lone);
-        self::noShare(self::ENTRY . "$expiry." . self::flipTag($tag) . ".$pid." . (ltrim(substr($mode, 8), '0') ?: '0') . ".$nonce");
+        return self::copyPrefix($lone, $t, $start) . substr(self::nonce(self::identity()['pid']), 8);
+    }
+
+    /** The copy prefix of our own lone share LONE, from its name. */
+    private static function ourCopyPrefix(string $lone): string
+    {
+        $c = self::classify($lone);
+        return self::copyPrefix($lone, $c[1], self::shareOf($c[1])[2]);
+    }
+
+    /** Whether the entry N is a copy of the lone share whose copies start with PREFIX. */
+    private static function isCopy(string $n, string $prefix): bool
+    {
+        return strlen($n) === strlen($prefix) + 8 && str_starts_with($n, $prefix);
     }
 
     /**
-     * Removes from the token DIR/NAME the entries that are no share of
-     * ours (noShare()), and returns $live without them.
+     * The holders the entries NAMES stand for: the copies of one lone
+     * share are one holder however many there are (a loser's copy lives
+     * until its maker removes it), so each counts by its name without the
+     * last half of its nonce.
      *
-     * @param array<string, string> $live
-     * @return array<string, string>
+     * @param array<string, mixed> $names entry => anything
+     * @return array<string, string> one entry per holder, the first listed
      */
-    private static function dropOurStrays(string $dir, string $name, array $live): array
+    private static function perHolder(array $names): array
     {
-        if (self::$noShares === []) {
-            return $live;
+        $out = [];
+        foreach (array_keys($names) as $n) {
+            $out[substr($n, 0, -8)] ??= $n;
         }
-        foreach (array_keys($live) as $n) {
-            if (isset(self::$noShares[$n]) && self::removeEntryAt("$dir/$name/$n") === 0) {
-                unset($live[$n]);
-            }
-        }
-        return $live;
+        return array_flip($out);
     }
 
     /**
@@ -305,7 +307,7 @@ trait Shares
             return $seen[0] !== 'held' || $depth > 100 ? [] : self::sharedHolders($dir, $seen[1][0], $seen[1][1], $depth + 1);
         }
         $out = [];
-        foreach ($e[0] + $e[1] as $n => $why) {
+        foreach (self::perHolder($e[0] + $e[1]) as $n => $key) {
             $out[] = self::describe($mode, $limit, $n, self::classify(self::PREFIX . substr($n, 2))[1]);
         }
         if ($kind === self::DRAINING) {

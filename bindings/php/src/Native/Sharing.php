@@ -124,8 +124,9 @@ trait Sharing
     }
 
     /**
-     * Converts the live lone share LONE into a group cover holding its
-     * holder's entry and ours: the hold (our entry), or true to look again.
+     * Converts the live lone share LONE into a group cover holding a copy
+     * of its holder's share and our entry: the hold (our entry), or true
+     * to look again.
      *
      * @param array<string, mixed> $w
      * @param array<string, mixed> $t
@@ -138,13 +139,13 @@ trait Sharing
             $w['reason'] = "the token $lone is no directory, and admits one shared holder only";
             return $usable === null;
         }
-        $theirs = self::ENTRY . self::namedHolder($lone, $t, $start);
-        $errno = self::makeEntryAt("$dir/$lone/$theirs");
-        if ($errno === 2) {
-            return true;  // renamed since the listing
+        $copy = self::copyOf($lone, $t, $start);
+        $errno = self::makeEntryAt("$dir/$lone/$copy");
+        if ($errno === 2 || $errno === 17) {
+            return true;  // renamed since the listing; or another's copy by a chance of 2^-32: nothing of ours was made
         }
-        if ($errno !== 0 && $errno !== 17) {
-            throw self::systemError('acquire', "$dir/$lone", "cannot make the lone holder's share entry $theirs", $errno);
+        if ($errno !== 0) {
+            throw self::systemError('acquire', "$dir/$lone", "cannot make our copy $copy of the lone holder's share", $errno);
         }
         $expiry = self::nowUs() + $w['lease'];
         $mine = self::myEntry($expiry);
@@ -159,49 +160,33 @@ trait Sharing
         }
         // Lost to a release, a refresh, another converter or a writer.
         $fail = $errno === 2 ? null : $errno;
-        self::abandon($dir, $errno === 17 ? null : $mine, $theirs);
+        self::abandon($dir, $errno === 17 ? null : $mine, $copy);
         if ($fail !== null) {
             throw $fail === 17 ? self::planted($dir, $lone, $mine) : self::systemError('acquire', $dir, "cannot convert the lone share $lone into a group", $fail);
         }
         return true;
     }
 
-    /** lock_corrupt: something is at the name of our own new entry, which nobody else can make. */
+    /** lock_corrupt: something is already at a name of ours, which nobody else makes. */
     private static function planted(string $dir, string $token, string $mine): Exception
     {
         return new Exception('lock_corrupt', "tokenlock: acquire $dir: something is already at our new share entry $mine in the token $token (its name is unique to this process): it was planted; nothing was removed", 69);
     }
 
     /**
-     * After a lost rename: removes our entry, and the lone holder's entry
-     * we made unless the token is a cover now (then it may be a share:
-     * another converter's rename may have confirmed it). Each removal
-     * goes through the token's name a listing showed, so a token renamed
-     * into a cover meanwhile is looked at again. A leaver may have
-     * counted our entry, so the last one out's steps follow.
+     * After a lost rename: removes our entry and our copy of a lone share,
+     * wherever the token is now. Nobody relied on either (the rename that
+     * would have made them shares failed), and a copy left behind would be
+     * a share of nobody. A leaver may have seen them and left the cover to
+     * us, so the last one out's steps follow.
      */
-    private static function abandon(string $dir, ?string $mine, ?string $theirs): void
+    private static function abandon(string $dir, ?string $mine, ?string $copy): void
     {
         $where = null;
-        if ($mine !== null) {
-            self::dropEntry($dir, $mine, $where);
+        foreach (array_filter([$mine, $copy]) as $entry) {
+            self::dropEntry($dir, $entry, $where, 'acquire');
         }
-        for ($i = 0; $theirs !== null && $i < self::SHARE_RETRIES; ++$i) {
-            $where = self::locate($dir, $theirs, 'acquire');
-            if ($where === null || self::isCover($where[1])) {
-                break;
-            }
-            $errno = self::removeEntryAt("$dir/{$where[0]}/$theirs");
-            if ($errno === 0) {
-                break;
-            }
-            if ($errno !== 2) {
-                throw self::systemError('acquire', "$dir/{$where[0]}", "cannot remove the share entry $theirs", $errno);
-            }
-        }
-        if ($where === null || self::isCover($where[1])) {
-            self::lastOut($dir, 'acquire');
-        }
+        self::lastOut($dir, 'acquire');
     }
 
     /** @param array{0: int, 1: int, 2: string}|null $share */
@@ -228,9 +213,8 @@ trait Sharing
             return $usable === null;
         }
         [$live, $stale] = $e;
-        $live = self::dropOurStrays($dir, $cover, $live);
         $limit = self::shareOf($t)[1];
-        if ($live && ($limit !== $w['limit'] || ($limit > 0 && count($live) >= $limit))) {
+        if ($live && ($limit !== $w['limit'] || ($limit > 0 && count(self::perHolder($live)) >= $limit))) {
             $w['reason'] = $limit === $w['limit'] ? 'all ' . $limit . ' slots are taken: ' . reset($live) : self::mismatch($limit, $w['limit'], reset($live));
             return false;
         }

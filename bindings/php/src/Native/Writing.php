@@ -47,10 +47,9 @@ trait Writing
             return false;
         }
         [$live, $stale, $bad] = $e;
-        $live = self::dropOurStrays($w['dir'], $name, $live);
         $mine = $kind === self::DRAINING && isset($w['markNonce']) && self::isMine(self::holderFields($t, $start), $name, $w['markNonce']);
         if ($live) {
-            $w['reason'] = count($live) . ' shared holder(s), the first ' . reset($live);
+            $w['reason'] = count(self::perHolder($live)) . ' shared holder(s), the first ' . reset($live);
             return $kind === self::COVER ? self::mark($w, $name, $t, $share) : self::keepMark($w, $name, $t, $share, $mine);
         }
         if ($bad) {
@@ -93,8 +92,9 @@ trait Writing
     }
 
     /**
-     * Marks the live lone share LONE: its holder's entry made, as a
-     * converter makes it, then LONE renamed to our draining cover.
+     * Marks the live lone share LONE: our copy of its holder's share made,
+     * as a converter makes it, then LONE renamed to our draining cover; a
+     * mark that fails removes the copy (nobody relied on it).
      *
      * @param array<string, mixed> $w
      * @param array<string, mixed> $t
@@ -106,19 +106,24 @@ trait Writing
         if (self::tokenUsable($dir, $lone, 'acquire') !== true) {
             return false;  // a file token cannot hold entries: its lone holder is waited for
         }
-        $theirs = self::ENTRY . self::namedHolder($lone, $t, $share[2]);
-        $errno = self::makeEntryAt("$dir/$lone/$theirs");
-        if ($errno === 2) {
+        $copy = self::copyOf($lone, $t, $share[2]);
+        $errno = self::makeEntryAt("$dir/$lone/$copy");
+        if ($errno === 2 || $errno === 17) {
             return true;
         }
-        if ($errno !== 0 && $errno !== 17) {
-            throw self::systemError('acquire', "$dir/$lone", "cannot make the lone holder's share entry $theirs to mark it", $errno);
+        if ($errno !== 0) {
+            throw self::systemError('acquire', "$dir/$lone", "cannot make our copy $copy of the lone holder's share to mark it", $errno);
         }
-        if (self::mark($w, $lone, $t, $share)) {
-            self::abandon($dir, null, $theirs);
-            return true;
+        try {
+            $changed = self::mark($w, $lone, $t, $share);
+        } catch (\Throwable $e) {
+            self::abandon($dir, null, $copy);
+            throw $e;
         }
-        return false;
+        if ($changed) {
+            self::abandon($dir, null, $copy);
+        }
+        return $changed;
     }
 
     /**
