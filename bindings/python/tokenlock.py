@@ -52,6 +52,25 @@ Errors
     subclass (FileNotFoundError, PermissionError, ...), and bad arguments of
     ValueError.
 
+Shared locks and semaphores
+    Readers together, a writer alone, in py-filelock's ReadWriteLock shape;
+    and semaphores of N slots (docs/protocol.md, Shared locks and
+    semaphores):
+
+        rw = tokenlock.ReadWriteLock("/srv/app/data/page.lock")
+        with rw.read_lock():                 # with other readers
+            ...
+        with rw.write_lock():                # alone; waiting, it bars new readers
+            ...
+        with tokenlock.Semaphore("/srv/app/data/jobs.lock", slots=3):
+            ...                              # at most 3 at once
+        tokenlock.lock(lockdir, shared=True) # the same holds as a Lock
+        tokenlock.holders(lockdir)           # who holds it, in which mode
+
+    Each holder has its own lease, kept alive in a with-block and taken
+    over as an exclusive holder's is. A shared hold has no fence:
+    Lock.commit_file() refuses it (BadArgument).
+
 Sharing with a group
     A lock directory another user could change is refused (code
     "untrusted"; docs/security.md). To share locks with other users, name
@@ -1796,8 +1815,21 @@ class _Held:
         return self._lock.__exit__(exc_type, exc, tb)
 
 
-def _held_here(lock):
-    return lock._count and lock._owner == threading.get_ident()
+class _PerThread:
+    """The Locks of an object used by many threads: each thread gets its
+    own, so that threads hold (and wait) as separate holders do, and each
+    releases only what it acquired."""
+
+    def __init__(self, make):
+        self._make = make
+        self._local = threading.local()
+        self.mine()  # arguments are checked now, not at the first acquire
+
+    def mine(self):
+        locks = getattr(self._local, "locks", None)
+        if locks is None:
+            locks = self._local.locks = self._make()
+        return locks
 
 
 class ReadWriteLock:
@@ -1812,14 +1844,15 @@ class ReadWriteLock:
         with rw.write_lock():
             tokenlock.write_file("/srv/app/data/page.html", new_page)
 
-    Re-entrant within one mode in its thread, as Lock is: each acquire is
-    matched by a release(), and the last frees the lock; another thread
-    asking through the same object waits as with a Lock. Asking for the
-    other mode while this thread holds one raises ModeConflict (a
-    RuntimeError, as py-filelock's) and changes nothing: a read hold is
-    never upgraded nor a write hold downgraded in place, since two readers
-    upgrading at once would wait for each other for ever; release, then
-    acquire the other mode.
+    Each thread using one ReadWriteLock is a holder of its own (threads
+    read together, and wait for a writer, as processes do), re-entrant
+    within one mode as Lock is: each acquire is matched by a release(), and
+    the last frees its hold; a thread releases only what it acquired.
+    Asking for the other mode while the thread holds one raises
+    ModeConflict (a RuntimeError, as py-filelock's) and changes nothing: a
+    read hold is never upgraded nor a write hold downgraded in place, since
+    two readers upgrading at once would wait for each other for ever;
+    release, then acquire the other mode.
 
     wait: seconds each acquire waits by default (0: one attempt; None, -1
     or inf: for ever), then TimedOut (Busy for 0); lease and group as in
@@ -1830,11 +1863,14 @@ class ReadWriteLock:
 
     def __init__(self, lockdir, wait=DEFAULT_WAIT, lease=DEFAULT_LEASE, group=None,
                  keep_alive=True):
-        self._read = Lock(lockdir, wait, lease, group, keep_alive, shared=True)
-        self._write = Lock(lockdir, wait, lease, group, keep_alive)
+        self._locks = _PerThread(lambda: (Lock(lockdir, wait, lease, group, keep_alive,
+                                               shared=True),
+                                          Lock(lockdir, wait, lease, group, keep_alive)))
 
-    def _acquire(self, lock, other, mode, wait):
-        if _held_here(other):
+    def _acquire(self, mode, wait):
+        read, write = self._locks.mine()
+        lock, other = (read, write) if mode == "read" else (write, read)
+        if other._count:
             raise ModeConflict(
                 "tokenlock: acquire %s for %s: this thread holds it for %s through this "
                 "ReadWriteLock, and a hold is not %s in place; nothing was changed: release() "
@@ -1849,53 +1885,49 @@ class ReadWriteLock:
         """Takes the lock shared, waiting up to `wait` seconds (default the
         object's); returns a hold a with-statement can end. ModeConflict
         when this thread holds it for writing."""
-        return self._acquire(self._read, self._write, "read", wait)
+        return self._acquire("read", wait)
 
     def acquire_write(self, wait=_AS_GIVEN):
         """Takes the lock exclusively, waiting up to `wait` seconds (default
         the object's) for readers and writers to leave; returns a hold a
         with-statement can end. ModeConflict when this thread holds it for
         reading."""
-        return self._acquire(self._write, self._read, "write", wait)
+        return self._acquire("write", wait)
 
     def release(self):
-        """Counts one release of the mode held (this thread's, else the one
-        held); the last frees the lock. Error("not_owner") when not held;
-        LockLost as Lock.release()."""
-        for lock in (self._write, self._read):
-            if _held_here(lock):
-                return lock.release()
-        for lock in (self._write, self._read):
+        """Counts one release of this thread's hold; the last frees it.
+        Error("not_owner") when this thread holds none; LockLost as
+        Lock.release()."""
+        for lock in self._locks.mine():
             if lock._count:
                 return lock.release()
-        raise Error("tokenlock: release %s: this ReadWriteLock is not held (released already, "
-                    "or never acquired)" % self._read.lockdir, "not_owner")
+        raise Error("tokenlock: release %s: this thread does not hold this ReadWriteLock "
+                    "(released already, never acquired, or acquired by another thread)"
+                    % self.lockdir, "not_owner")
 
     def read_lock(self, wait=_AS_GIVEN):
         """A with-statement's shared hold: `with rw.read_lock(wait=5):`."""
-        return self.acquire_read(wait)
+        return self._acquire("read", wait)
 
     def write_lock(self, wait=_AS_GIVEN):
         """A with-statement's exclusive hold: `with rw.write_lock(wait=5):`."""
-        return self.acquire_write(wait)
+        return self._acquire("write", wait)
 
     @property
     def lockdir(self):
         """The lock directory, as given (as a str)."""
-        return self._read.lockdir
+        return self._locks.mine()[0].lockdir
 
     @property
     def mode(self):
-        """"read" or "write" while held (this thread's first), else None."""
-        for lock, name in ((self._write, "write"), (self._read, "read")):
-            if _held_here(lock):
-                return name
-        return "write" if self._write._count else "read" if self._read._count else None
+        """This thread's hold: "read", "write", or None."""
+        read, write = self._locks.mine()
+        return "read" if read._count else "write" if write._count else None
 
     @property
     def held(self):
-        """True while acquired (in either mode) more often than released."""
-        return bool(self._read._count or self._write._count)
+        """True while this thread holds it (in either mode)."""
+        return self.mode is not None
 
     def __repr__(self):
         return "<tokenlock.ReadWriteLock %r %s>" % (self.lockdir, self.mode or "released")
@@ -1903,59 +1935,66 @@ class ReadWriteLock:
 
 class Semaphore:
     """A counting semaphore on a lock directory: at most `slots` holders at
-    once, across processes and hosts (1 to 999999; every user of the lock
-    directory must give the same number).
+    once, across threads, processes and hosts (1 to 999999; every user of
+    the lock directory must give the same number).
 
         jobs = tokenlock.Semaphore("/srv/app/data/ffmpeg.lock", slots=3, wait=None)
         with jobs:
             subprocess.run(["ffmpeg", ...])
 
-    One Semaphore is one slot: re-entrant in its thread as Lock is (a
-    nested acquire counts, it takes no second slot); for two slots in one
-    process, use two Semaphores. Each slot has its own lease, kept alive
-    in a with-block and taken over when its holder dies or stalls past it.
-    wait, lease and group as in Lock.acquire(); a writer (an exclusive
-    Lock on the directory) waits for every slot to be given back.
+    Each thread using one Semaphore takes a slot of its own, re-entrant in
+    that thread as Lock is (a nested acquire counts, it takes no second
+    slot; two slots in one thread take two Semaphores). Each slot has its
+    own lease, kept alive in a with-block and taken over when its holder
+    dies or stalls past it. wait, lease and group as in Lock.acquire(); a
+    writer (an exclusive Lock on the directory) waits for every slot to be
+    given back.
     """
 
     def __init__(self, lockdir, slots, wait=DEFAULT_WAIT, lease=DEFAULT_LEASE, group=None,
                  keep_alive=True):
-        self._lock = Lock(lockdir, wait, lease, group, keep_alive, slots=slots)
+        self._locks = _PerThread(lambda: Lock(lockdir, wait, lease, group, keep_alive,
+                                              slots=slots))
 
     def acquire(self, wait=_AS_GIVEN):
-        """Takes a slot, waiting up to `wait` seconds (default the
-        object's) for one to be given back; returns a hold a
+        """Takes a slot for this thread, waiting up to `wait` seconds
+        (default the object's) for one to be given back; returns a hold a
         with-statement can end. TimedOut (Busy with 0) when none was."""
-        self._lock._acquire_again(wait)
-        return _Held(self, self._lock)
+        lock = self._locks.mine()
+        lock._acquire_again(wait)
+        return _Held(self, lock)
 
     def release(self):
-        """Counts one release; the last gives the slot back."""
-        self._lock.release()
+        """Counts one release of this thread's slot; the last gives it back."""
+        self._locks.mine().release()
 
     def __enter__(self):
-        self._lock.__enter__()
+        self._locks.mine().__enter__()
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        return self._lock.__exit__(exc_type, exc, tb)
+        return self._locks.mine().__exit__(exc_type, exc, tb)
 
     @property
     def slots(self):
-        return self._lock.slots
+        """The semaphore's size."""
+        return self._locks.mine().slots
 
     @property
     def lockdir(self):
-        return self._lock.lockdir
+        """The lock directory, as given (as a str)."""
+        return self._locks.mine().lockdir
 
     @property
     def held(self):
-        return self._lock.held
+        """True while this thread holds a slot."""
+        return self._locks.mine().held
 
     @property
     def token(self):
-        """The slot's id while held (see Lock.token), else None."""
-        return self._lock.token if self._lock.held else None
+        """This thread's slot's id while held (see Lock.token), else None."""
+        lock = self._locks.mine()
+        return lock.token if lock.held else None
 
     def __repr__(self):
         return "<tokenlock.Semaphore %r slots=%d %s>" % (self.lockdir, self.slots,

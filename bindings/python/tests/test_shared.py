@@ -143,6 +143,14 @@ def _read_and_stop(lockdir, ready):
         signal.pause()
 
 
+def _release_code(rw):
+    try:
+        rw.release()
+    except tokenlock.Error as e:
+        return e.code
+    return "released"
+
+
 def _reap(pid):
     """Kills the child `pid` with SIGKILL and waits for it (once)."""
     try:
@@ -311,6 +319,41 @@ class SharedTests:
         t.join(BOUND)
         self.assertEqual(got, [None])
         self.assertLockFree(lockdir)
+
+    def test_threads_sharing_one_object_are_holders_of_their_own(self):
+        lockdir = self.path("p.lock")
+        rw = tokenlock.ReadWriteLock(lockdir, wait=BOUND)
+        sem = tokenlock.Semaphore(self.path("q.lock"), 2, wait=BOUND)
+        # Both threads inside at once, or the barrier breaks at its bound.
+        meet = threading.Barrier(2, timeout=BOUND)
+        seen, errors = [], []
+
+        def both():
+            try:
+                with rw.read_lock(), sem:
+                    meet.wait()
+                    seen.append((rw.mode, sem.held, len(tokenlock.holders(lockdir))))
+                    meet.wait()
+            except BaseException as e:  # noqa: B902 - reported by the test's thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=both) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(BOUND)
+        self.assertEqual(errors, [])
+        self.assertEqual(seen, [("read", True, 2)] * 2)
+        # A thread releases only what it acquired.
+        rw.acquire_read()
+        t = threading.Thread(target=lambda: errors.append(_release_code(rw)))
+        t.start()
+        t.join(BOUND)
+        self.assertEqual(errors, ["not_owner"])
+        self.assertEqual(rw.mode, "read")
+        rw.release()
+        self.assertLockFree(lockdir)
+        self.assertLockFree(self.path("q.lock"))
 
     def test_bad_slots_are_refused_before_anything_is_made(self):
         for slots in (0, -1, 1000000, 2.5, True, "3"):
