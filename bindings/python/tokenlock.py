@@ -669,7 +669,6 @@ class _Library:
             ("tokenlock_refresh", c_int, [c_void_p, opts]),
             ("tokenlock_token", c_char_p, [c_void_p]),
             ("tokenlock_expiry_us", ctypes.c_int64, [c_void_p]),
-            ("tokenlock_mode", c_int, [c_void_p]),
             ("tokenlock_holders", c_int, [c_char_p, opts, ctypes.POINTER(_Holder), c_size_t,
                                           ctypes.POINTER(c_size_t)]),
             ("tokenlock_commit_file", c_int, [c_void_p, c_char_p, c_char_p, c_size_t, opts]),
@@ -972,6 +971,8 @@ class _Command:
                         + [_arg(lockdir)], "holders", lockdir)
         try:
             status = json.loads(out.decode("utf-8", "surrogateescape"))
+            if "holders" not in status and status["state"] != "free":
+                raise KeyError("holders")
             return [Holder(h["token"], h.get("mode", "exclusive"), h.get("slots", 0),
                            bool(h.get("waiting_writer")), bool(h.get("stale")),
                            h.get("expires_us"))

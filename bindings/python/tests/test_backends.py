@@ -79,7 +79,7 @@ class BackendChoiceTest(unittest.TestCase):
         if cc is None:
             self.skipTest("no C compiler (cc) to build a library of another version")
         names = ["options_init", "acquire", "try_acquire", "release", "refresh", "token",
-                 "expiry_us", "mode", "holders", "commit_file", "write_file", "buffer_set",
+                 "expiry_us", "holders", "commit_file", "write_file", "buffer_set",
                  "update_file", "increment", "last_error", "last_errno", "strerror"]
         source = os.path.join(self.dir, "fake.c")
         with open(source, "w") as f:
@@ -150,6 +150,19 @@ class BackendChoiceTest(unittest.TestCase):
                              "sizeof and offsets of %s %s" % (c_name, fields))
         self.assertEqual(len(lines), 2)
         self.assertEqual([n for n, _ in tokenlock._Options._fields_][-2:], ["mode", "slots"])
+
+    def test_holders_through_a_command_older_than_shared_locks_is_a_clear_error(self):
+        # Its status --json has no "holders": a held lock must not read as free.
+        fake = os.path.join(self.dir, "tokenlock")
+        with open(fake, "w") as f:
+            f.write('#!/bin/sh\necho \'{"lock_dir":"x","state":"held","token":"lockfile.1.x"}\'\n')
+        os.chmod(fake, 0o755)
+        tokenlock.use("command", command=fake)
+        with self.assertRaises(tokenlock.Error) as cm:
+            tokenlock.holders(os.path.join(self.dir, "x.lock"))
+        self.assertEqual(cm.exception.code, "command_failed")
+        self.assertIn("older than 0.3.0", str(cm.exception))
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "x.lock")))
 
     def test_a_missing_command_asked_for_by_name_is_a_clear_error(self):
         missing = os.path.join(self.dir, "nowhere", "tokenlock")
