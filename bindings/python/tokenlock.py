@@ -52,6 +52,25 @@ Errors
     subclass (FileNotFoundError, PermissionError, ...), and bad arguments of
     ValueError.
 
+Shared locks and semaphores
+    Readers together, a writer alone, in py-filelock's ReadWriteLock shape;
+    and semaphores of N slots (docs/protocol.md, Shared locks and
+    semaphores):
+
+        rw = tokenlock.ReadWriteLock("/srv/app/data/page.lock")
+        with rw.read_lock():                 # with other readers
+            ...
+        with rw.write_lock():                # alone; waiting, it bars new readers
+            ...
+        with tokenlock.Semaphore("/srv/app/data/jobs.lock", slots=3):
+            ...                              # at most 3 at once
+        tokenlock.lock(lockdir, shared=True) # the same holds as a Lock
+        tokenlock.holders(lockdir)           # who holds it, in which mode
+
+    Each holder has its own lease, kept alive in a with-block and taken
+    over as an exclusive holder's is. A shared hold has no fence:
+    Lock.commit_file() refuses it (BadArgument).
+
 Sharing with a group
     A lock directory another user could change is refused (code
     "untrusted"; docs/security.md). To share locks with other users, name
@@ -93,7 +112,7 @@ import warnings
 __all__ = [
     "Lock", "lock", "write_file", "update_file", "increment", "read_counter", "use",
     "version", "Error", "Busy", "TimedOut", "LockLost", "CorruptData", "DirSyncFailed", "BadArgument",
-    "OSFailure",
+    "OSFailure", "ModeConflict", "ReadWriteLock", "Semaphore", "Holder", "holders",
     "BackendUnavailable", "backend", "library_path", "command_path", "load_error",
     "DEFAULT_WAIT", "DEFAULT_LEASE", "set_legacy_timeout", "COUNTER_READ_LIMIT", "READ_LIMIT",
 ]
@@ -125,11 +144,13 @@ _SYNC_LEVELS = {"none": 0, "file": 1, "file_and_dir": 2}
 
 
 def _token_expiry(token):
-    """The expiry (microseconds since the epoch) a held token's name
-    carries, or None when it is not "lockfile.<expiry>.<owner>"."""
+    """The expiry (microseconds since the epoch) a held token's name or a
+    share entry's carries, or None when it is not "lockfile.<expiry>.<owner>"
+    or "s.<expiry>.<owner>"."""
     parts = token.split(".", 2)
-    # str.isdigit() alone would take other scripts' digits.
-    if (len(parts) == 3 and parts[0] == "lockfile" and parts[2] and parts[1]
+    # str.isdigit() alone would take other scripts' digits. "s." names a
+    # shared holder's entry, which carries its own expiry.
+    if (len(parts) == 3 and parts[0] in ("lockfile", "s") and parts[2] and parts[1]
             and not parts[1].strip("0123456789") and parts[1][0] != "0" and len(parts[1]) <= 19):
         return int(parts[1])
     return None
@@ -210,6 +231,16 @@ class BadArgument(Error, ValueError):
 
     def __init__(self, message):
         Error.__init__(self, message, "bad_argument")
+
+
+class ModeConflict(Error, RuntimeError):
+    """A ReadWriteLock asked for the other mode by the thread that holds it
+    (code "mode_conflict"): reads are not upgraded to writes nor writes
+    downgraded in place; nothing was changed. Also a RuntimeError, as
+    py-filelock's ReadWriteLock raises."""
+
+    def __init__(self, message):
+        Error.__init__(self, message, "mode_conflict")
 
 
 class BackendUnavailable(Error):
@@ -368,6 +399,28 @@ def _group(group):
     if not g or b"\0" in g:
         raise BadArgument("tokenlock: group must be a group name or a gid, not %r" % (group,))
     return g
+
+
+class _Share(tuple):
+    """How a lock is taken: (shared, slots), slots 0 for no limit."""
+
+    __slots__ = ()
+    shared = property(lambda self: self[0])
+    slots = property(lambda self: self[1])
+
+
+_EXCLUSIVE = _Share((False, 0))
+_MAX_SLOTS = 999999
+
+
+def _share(shared, slots):
+    """The _Share of the `shared` and `slots` options; slots implies shared."""
+    if slots is None:
+        return _Share((True, 0)) if shared else _EXCLUSIVE
+    if isinstance(slots, bool) or not isinstance(slots, int) or not 1 <= slots <= _MAX_SLOTS:
+        raise BadArgument("tokenlock: slots must be a whole number from 1 to %d (a semaphore "
+                          "of that many holders), or None, not %r" % (_MAX_SLOTS, slots))
+    return _Share((True, slots))
 
 
 def _dir_mode_problem(mode):
@@ -551,14 +604,27 @@ def read_counter(path):
 class _Options(ctypes.Structure):
     _fields_ = [("wait_ms", ctypes.c_int64), ("lease_ms", ctypes.c_int64),
                 ("legacy_timeout_ms", ctypes.c_int64), ("dir_mode", ctypes.c_int),
-                ("sync", ctypes.c_int), ("group", ctypes.c_char_p)]
+                ("sync", ctypes.c_int), ("group", ctypes.c_char_p),
+                ("mode", ctypes.c_int), ("slots", ctypes.c_int)]
+
+
+class _Holder(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_char * 256), ("mode", ctypes.c_int), ("slots", ctypes.c_int),
+                ("waiting_writer", ctypes.c_int), ("stale", ctypes.c_int),
+                ("expiry_us", ctypes.c_int64)]
 
 
 # The MAJOR.MINOR versions of the library whose tokenlock_options is _Options
-# above (0.2.0 added `group` at its end). An older library ignores `group`,
-# and trusts every group the caller is in; a newer one may read fields past
-# the end of ours.
-_OPTIONS_VERSIONS = ((0, 2),)
+# above (0.2.0 added `group` at its end, 0.3.0 `mode` and `slots` after it).
+# An older library ignores what it lacks: without `mode` a shared lock or a
+# semaphore would be taken exclusively, without `group` it trusts every
+# group the caller is in. A newer one may read fields past the end of ours.
+_OPTIONS_VERSIONS = ((0, 3),)
+
+# What a library older than _OPTIONS_VERSIONS lacks, by the version that added it.
+_OPTIONS_ADDED = (((0, 2), "`group`, so it would share locks with every group this user is in"),
+                  ((0, 3), "`mode` and `slots`, so a shared lock or a semaphore would be "
+                           "taken exclusively"))
 
 
 def _options_layout_problem(path, version):
@@ -572,10 +638,10 @@ def _options_layout_problem(path, version):
         return None
     wanted = " or ".join("%d.%d.x" % v for v in _OPTIONS_VERSIONS)
     if known < min(_OPTIONS_VERSIONS):
+        lacks = ", and no ".join(what for added, what in _OPTIONS_ADDED if known < added)
         return ("%s is version %s, older than this tokenlock.py (%s): its tokenlock_options "
-                "has no `group`, so it would share locks with every group this user is in; "
-                "install the libtokenlock_c.so built with this tokenlock.py"
-                % (path, version, wanted))
+                "has no %s; install the libtokenlock_c.so built with this tokenlock.py"
+                % (path, version, wanted, lacks))
     return ("%s is version %s, newer than this tokenlock.py (%s): its tokenlock_options "
             "may have fields this module does not fill; use the tokenlock.py of the same "
             "release" % (path, version, wanted))
@@ -603,6 +669,9 @@ class _Library:
             ("tokenlock_refresh", c_int, [c_void_p, opts]),
             ("tokenlock_token", c_char_p, [c_void_p]),
             ("tokenlock_expiry_us", ctypes.c_int64, [c_void_p]),
+            ("tokenlock_holders", c_int, [c_char_p, opts, ctypes.POINTER(_Holder), c_size_t,
+                                          ctypes.POINTER(c_size_t)]),
+            ("tokenlock_commit_file", c_int, [c_void_p, c_char_p, c_char_p, c_size_t, opts]),
             ("tokenlock_write_file", c_int, [c_char_p, c_char_p, c_size_t, opts]),
             ("tokenlock_buffer_set", c_int, [c_void_p, c_char_p, c_size_t]),
             ("tokenlock_update_file", c_int, [c_char_p, c_char_p, opts, _UPDATE_FN, c_void_p]),
@@ -636,17 +705,21 @@ class _Library:
         name = self.lib.tokenlock_strerror(code).decode()
         return _error_for(name, message or "tokenlock: %s" % name, self.lib.tokenlock_last_errno())
 
-    def _options(self, wait=None, lease=None, sync=None, group=None):
+    def _options(self, wait=None, lease=None, sync=None, group=None, share=_EXCLUSIVE):
         # Kept and reused (never changed once made): building one costs as
         # much as a third of an uncontended acquire.
         dir_mode = _env_dir_mode()
-        key = (wait, lease, sync, _legacy_timeout, group, dir_mode)
+        key = (wait, lease, sync, _legacy_timeout, group, dir_mode, share)
         o = self._options_made.get(key)
         if o is None:
             o = _Options()
             self.lib.tokenlock_options_init(ctypes.byref(o))
             # The structure keeps the bytes that `group` points to alive.
             o.group = group
+            if share.shared:
+                o.mode = 1  # TOKENLOCK_SHARED
+                if share.slots:
+                    o.slots = share.slots
             if dir_mode is not None:
                 o.dir_mode = dir_mode
             if wait is not None:
@@ -661,9 +734,9 @@ class _Library:
                 self._options_made[key] = o
         return o
 
-    def acquire(self, lockdir, wait, lease, once, group):
+    def acquire(self, lockdir, wait, lease, once, group, share=_EXCLUSIVE):
         out = ctypes.c_void_p()
-        o = self._options(wait=wait, lease=lease, group=group)
+        o = self._options(wait=wait, lease=lease, group=group, share=share)
         f = self.lib.tokenlock_try_acquire if once else self.lib.tokenlock_acquire
         rc = f(lockdir, ctypes.byref(o), ctypes.byref(out))
         if rc:
@@ -673,6 +746,30 @@ class _Library:
 
     def expiry_us(self, state):
         return self.lib.tokenlock_expiry_us(state["handle"])
+
+    def holders(self, lockdir, group):
+        o = self._options(group=group)
+        count, capacity = ctypes.c_size_t(), 8
+        while True:
+            out = (_Holder * capacity)()
+            rc = self.lib.tokenlock_holders(lockdir, ctypes.byref(o), out, capacity,
+                                            ctypes.byref(count))
+            if rc:
+                raise self._error(rc)
+            # Holders may come between two calls: asked again with room for them.
+            if count.value <= capacity:
+                break
+            capacity = count.value + 8
+        return [Holder(os.fsdecode(h.id), "shared" if h.mode == 1 else "exclusive", h.slots,
+                       bool(h.waiting_writer), bool(h.stale), h.expiry_us)
+                for h in out[:count.value]]
+
+    def commit_file(self, state, lockdir, path, data, sync):
+        o = self._options(sync=sync)
+        rc = self.lib.tokenlock_commit_file(state["handle"], path, data, len(data),
+                                            ctypes.byref(o))
+        if rc:
+            raise self._error(rc)
 
     def refresh(self, state, lockdir, lease):
         o = self._options(lease=lease)
@@ -848,8 +945,10 @@ class _Command:
         out = self._run([b"--version"], "version", self.path)
         return os.fsdecode(out).split()[-1]
 
-    def acquire(self, lockdir, wait, lease, once, group):
+    def acquire(self, lockdir, wait, lease, once, group, share=_EXCLUSIVE):
         args = [b"acquire", b"--pid", b"%d" % os.getpid()] + _group_args(group)
+        if share.shared:
+            args += [b"--slots", b"%d" % share.slots] if share.slots else [b"--shared"]
         # The command's own default is to wait for ever; the library's is 10 s.
         args += [b"-n"] if once else [b"-w", _secs(DEFAULT_WAIT if wait is None else wait).encode()]
         args += [b"--lease", _secs(DEFAULT_LEASE if lease is None else lease).encode()]
@@ -864,6 +963,32 @@ class _Command:
     @staticmethod
     def expiry_us(state):
         return _token_expiry(state["token"])
+
+    def holders(self, lockdir, group):
+        import json
+
+        out = self._run([b"status", b"--json"] + _group_args(group) + _legacy_args()
+                        + [_arg(lockdir)], "holders", lockdir)
+        try:
+            status = json.loads(out.decode("utf-8", "surrogateescape"))
+            if "holders" not in status and status["state"] != "free":
+                raise KeyError("holders")
+            return [Holder(h["token"], h.get("mode", "exclusive"), h.get("slots", 0),
+                           bool(h.get("waiting_writer")), bool(h.get("stale")),
+                           h.get("expires_us"))
+                    for h in status.get("holders", ())]
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise Error("tokenlock: holders %s: the tokenlock command's status --json printed "
+                        "%r, not the holders of a lock (a command older than 0.3.0?): install "
+                        "the command built with this tokenlock.py"
+                        % (_show(lockdir), out[:200]), "command_failed") from None
+
+    def commit_file(self, state, lockdir, path, data, sync):
+        if state["pid"] != os.getpid():
+            raise self._not_owner("commit", lockdir)
+        self._run([b"commit", b"--sync", sync.encode(), b"--allow-empty"]
+                  + _group_args(state["group"]) + [_arg(lockdir), state["token"].encode(),
+                                                   _arg(path)], "commit", path, input=data)
 
     def _not_owner(self, step, lockdir):
         return Error("tokenlock: %s %s: this process (pid %d) is a forked child of the one that "
@@ -1185,11 +1310,12 @@ class Lock:
     """
 
     def __init__(self, lockdir, wait=DEFAULT_WAIT, lease=DEFAULT_LEASE, group=None,
-                 keep_alive=True):
-        """A Lock on `lockdir`, not yet held; wait, lease and group are those
-        of its acquire() (see Lock.acquire), keep_alive that of its
-        with-statements."""
+                 keep_alive=True, shared=False, slots=None):
+        """A Lock on `lockdir`, not yet held; wait, lease, group, shared and
+        slots are those of its acquire() (see Lock.acquire), keep_alive that
+        of its with-statements."""
         self._lockdir = _path(lockdir, "lockdir")
+        self._share = _share(shared, slots)
         self._wait = _wait(wait)
         self._lease = _seconds(lease, "lease", False)
         self._group = group
@@ -1206,7 +1332,7 @@ class Lock:
         self._kept, self._lost = False, None
 
     def _acquire_new(cls, lockdir, wait=DEFAULT_WAIT, lease=DEFAULT_LEASE, group=None,
-                     keep_alive=True):
+                     keep_alive=True, shared=False, slots=None):
         """Acquires the lock directory `lockdir` (created if missing; its parent
         must exist), waiting up to `wait` seconds (0: one attempt; None, -1
         or inf: for ever) for a holder to let go. The lease of `lease`
@@ -1221,10 +1347,19 @@ class Lock:
         group: the one group the lock is shared with, by name or gid
         (default TOKENLOCK_GROUP); see the module's "Sharing with a group".
 
+        shared=True takes the lock shared: held together with other shared
+        holders, never beside an exclusive one, and not while an exclusive
+        holder waits (writer preference). slots=N (1 to 999999, implies
+        shared) takes one of N slots of a semaphore: at most N holders at
+        once; every user of the lock directory must give the same N. Each
+        shared holder has its own lease, kept alive and taken over as an
+        exclusive holder's is. A shared hold has no workspace (`path` is
+        None) and no fence: commit_file() refuses it.
+
         Called on a Lock (held.acquire(wait=...)), acquires that Lock again:
         counted in the thread holding it, else waiting as above.
         """
-        held = cls(lockdir, wait, lease, group, keep_alive)
+        held = cls(lockdir, wait, lease, group, keep_alive, shared, slots)
         held._acquire_again()
         held._adopt = True
         return held
@@ -1274,7 +1409,7 @@ class Lock:
         while True:
             try:
                 state = b.acquire(self._lockdir, _FOREVER_STEP if wait is None else wait,
-                                  self._lease, once, g)
+                                  self._lease, once, g, self._share)
                 break
             except TimedOut:
                 if wait is not None:
@@ -1283,11 +1418,13 @@ class Lock:
         _live[id(state)] = (b, state, self._lockdir)
 
     @classmethod
-    def try_acquire(cls, lockdir, lease=DEFAULT_LEASE, group=None, keep_alive=True):
+    def try_acquire(cls, lockdir, lease=DEFAULT_LEASE, group=None, keep_alive=True,
+                    shared=False, slots=None):
         """One attempt at `lockdir`: a held Lock, or None when another holds
-        it. Other failures raise as in acquire(); group as there."""
+        it. Other failures raise as in acquire(); group, shared and slots as
+        there."""
         try:
-            return cls.acquire(lockdir, 0, lease, group, keep_alive)
+            return cls.acquire(lockdir, 0, lease, group, keep_alive, shared, slots)
         except Busy:
             return None
 
@@ -1299,15 +1436,30 @@ class Lock:
     @property
     def token(self):
         """The token's name in the lock directory:
-        "lockfile.<expiry>.<host>-<hash8>.<pid>.<start>.<nonce>". It changes
-        with every refresh(). None before the first acquire."""
+        "lockfile.<expiry>.<host>-<hash8>.<pid>.<start>.<nonce>"; for a
+        shared hold, the share's id (the lone share's token name, or its
+        entry's, "s.<expiry>.<owner>"), which `tokenlock release` takes. It
+        changes with every refresh(). None before the first acquire."""
         return self._state["token"] if self._state else None
 
     @property
     def path(self):
         """The held token's directory, the holder's private workspace (None
-        before the first acquire)."""
-        return os.path.join(self.lockdir, self.token) if self._state else None
+        before the first acquire, and for a shared hold, which has none)."""
+        if self._state is None or self._share.shared:
+            return None
+        return os.path.join(self.lockdir, self.token)
+
+    @property
+    def mode(self):
+        """How the lock is taken: "exclusive" or "shared" (also a semaphore's
+        slot)."""
+        return "shared" if self._share.shared else "exclusive"
+
+    @property
+    def slots(self):
+        """The semaphore's size (slots=N), or None."""
+        return self._share.slots or None
 
     @property
     def expiry_us(self):
@@ -1347,6 +1499,21 @@ class Lock:
         lease = self._lease if lease is None else _seconds(lease, "lease", False)
         with self._io:
             self._backend.refresh(self._state, self._lockdir, lease)
+
+    def commit_file(self, path, data, sync="file_and_dir"):
+        """Replaces `path` with `data` (bytes, or str as UTF-8) through the
+        held token, fenced: if the lock was taken over meanwhile, nothing is
+        written and LockLost is raised (docs/atomic-writes.md). The lock
+        stays held. A shared hold has no fence: BadArgument, nothing
+        written; take the lock exclusively to write. Error("not_fenced") when
+        `path` is on another filesystem than the lock directory."""
+        p, d, s = _path(path), _data(data, "data"), _sync(sync)
+        if not self._count:
+            raise Error("tokenlock: commit %s: the lock %s is not held (released already, or "
+                        "never acquired); nothing was written" % (_show(p), self.lockdir),
+                        "not_owner")
+        with self._io:
+            self._backend.commit_file(self._state, self._lockdir, p, d, s)
 
     def release(self):
         """Counts one release; the last one frees the lock. That one raises
@@ -1391,11 +1558,15 @@ class Lock:
             self._adopt = False
         if not adopt:
             self._acquire_again()
+        self._keep_lease()
+        return self
+
+    def _keep_lease(self):
+        """Hands the lease to the keeper, once per hold (keep_alive=True)."""
         if self._keep_alive and not self._kept:
             with self._io:
                 self._kept = True
             _keeper.keep(self)
-        return self
 
     def __exit__(self, exc_type, exc, tb):
         if exc is None:
@@ -1440,8 +1611,9 @@ class Lock:
                 pass
 
     def __repr__(self):
-        return "<tokenlock.Lock %r %s %s>" % (self.lockdir, self.token,
-                                             "held" if self._count else "released")
+        return "<tokenlock.Lock %r %s%s %s>" % (
+            self.lockdir, "" if not self._share.shared else "slot/%d " % self._share.slots
+            if self._share.slots else "shared ", self.token, "held" if self._count else "released")
 
 
 class _Keeper:
@@ -1562,7 +1734,8 @@ def _release_at_exit():
         _abandon(backend_obj, state, lockdir)
 
 
-def lock(lockdir, wait=DEFAULT_WAIT, lease=DEFAULT_LEASE, group=None, keep_alive=True):
+def lock(lockdir, wait=DEFAULT_WAIT, lease=DEFAULT_LEASE, group=None, keep_alive=True,
+         shared=False, slots=None):
     """Acquires `lockdir` (as Lock.acquire) for a with-statement:
 
         with tokenlock.lock("/srv/app/data/db.lock", wait=10.0, lease=60.0) as held:
@@ -1573,7 +1746,260 @@ def lock(lockdir, wait=DEFAULT_WAIT, lease=DEFAULT_LEASE, group=None, keep_alive
     also by an exception, which goes on. A LockLost from the release after
     a normal end is raised.
     """
-    return Lock.acquire(lockdir, wait=wait, lease=lease, group=group, keep_alive=keep_alive)
+    return Lock.acquire(lockdir, wait=wait, lease=lease, group=group, keep_alive=keep_alive,
+                        shared=shared, slots=slots)
+
+
+# ---- shared locks and semaphores ----------------------------------------------
+
+
+class Holder:
+    """One holder of a lock, as holders() lists it.
+
+    id: the token's name, a share entry's ("s.<expiry>.<owner>") or a lone
+    share's; mode: "exclusive" or "shared"; slots: the semaphore's size, 0
+    when none; waiting_writer: True for an exclusive acquirer's mark (it
+    holds nothing, and bars new shared holders until it gets in); stale:
+    its lease ended or its process is gone, so the next acquirer takes it
+    over; expiry_us: when its lease ends, in microseconds since the epoch
+    (also `expires`, an aware datetime in UTC).
+    """
+
+    __slots__ = ("id", "mode", "slots", "waiting_writer", "stale", "expiry_us")
+
+    def __init__(self, id, mode, slots, waiting_writer, stale, expiry_us):
+        self.id, self.mode, self.slots = id, mode, slots
+        self.waiting_writer, self.stale, self.expiry_us = waiting_writer, stale, expiry_us
+
+    @property
+    def expires(self):
+        if self.expiry_us is None:
+            return None
+        return (datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+                + datetime.timedelta(microseconds=self.expiry_us))
+
+    def __eq__(self, other):
+        if not isinstance(other, Holder):
+            return NotImplemented
+        return all(getattr(self, f) == getattr(other, f) for f in self.__slots__)
+
+    __hash__ = None
+
+    def __repr__(self):
+        return "<tokenlock.Holder %s %s%s%s%s>" % (
+            self.mode, "slot/%d " % self.slots if self.slots else "",
+            "waiting " if self.waiting_writer else "", "stale " if self.stale else "", self.id)
+
+
+def holders(lockdir, group=None):
+    """Who holds the lock directory `lockdir`: a list of Holder, empty when
+    it is free; an exclusive acquirer's waiting mark is listed too
+    (waiting_writer). A snapshot: holders come and go meanwhile. group as
+    in Lock.acquire()."""
+    return _current().holders(_path(lockdir, "lockdir"), _group(group))
+
+
+class _Held:
+    """What acquire_read(), acquire_write() and Semaphore.acquire() return:
+    the hold, ended by a with-block around it (whose lease is kept alive)."""
+
+    __slots__ = ("_owner", "_lock")
+
+    def __init__(self, owner, lock):
+        self._owner, self._lock = owner, lock
+
+    def __enter__(self):
+        self._lock._keep_lease()
+        return self._owner
+
+    def __exit__(self, exc_type, exc, tb):
+        return self._lock.__exit__(exc_type, exc, tb)
+
+
+class _PerThread:
+    """The Locks of an object used by many threads: each thread gets its
+    own, so that threads hold (and wait) as separate holders do, and each
+    releases only what it acquired."""
+
+    def __init__(self, make):
+        self._make = make
+        self._local = threading.local()
+        self.mine()  # arguments are checked now, not at the first acquire
+
+    def mine(self):
+        locks = getattr(self._local, "locks", None)
+        if locks is None:
+            locks = self._local.locks = self._make()
+        return locks
+
+
+class ReadWriteLock:
+    """A read/write lock on a lock directory, in the shape of py-filelock's
+    ReadWriteLock: readers (acquire_read, read_lock) hold together, a
+    writer (acquire_write, write_lock) holds alone, and a writer that
+    waits bars new readers, so a stream of readers cannot starve it.
+
+        rw = tokenlock.ReadWriteLock("/srv/app/data/page.lock", wait=10.0)
+        with rw.read_lock():
+            page = open("/srv/app/data/page.html").read()
+        with rw.write_lock():
+            tokenlock.write_file("/srv/app/data/page.html", new_page)
+
+    Each thread using one ReadWriteLock is a holder of its own (threads
+    read together, and wait for a writer, as processes do), re-entrant
+    within one mode as Lock is: each acquire is matched by a release(), and
+    the last frees its hold; a thread releases only what it acquired.
+    Asking for the other mode while the thread holds one raises
+    ModeConflict (a RuntimeError, as py-filelock's) and changes nothing: a
+    read hold is never upgraded nor a write hold downgraded in place, since
+    two readers upgrading at once would wait for each other for ever;
+    release, then acquire the other mode.
+
+    wait: seconds each acquire waits by default (0: one attempt; None, -1
+    or inf: for ever), then TimedOut (Busy for 0); lease and group as in
+    Lock.acquire(). In a with-block the lease is kept alive (keep_alive).
+    The lock directory is an ordinary tokenlock lock directory: an
+    exclusive Lock on it is a writer, Lock(..., shared=True) a reader.
+    """
+
+    def __init__(self, lockdir, wait=DEFAULT_WAIT, lease=DEFAULT_LEASE, group=None,
+                 keep_alive=True):
+        self._locks = _PerThread(lambda: (Lock(lockdir, wait, lease, group, keep_alive,
+                                               shared=True),
+                                          Lock(lockdir, wait, lease, group, keep_alive)))
+
+    def _acquire(self, mode, wait):
+        read, write = self._locks.mine()
+        lock, other = (read, write) if mode == "read" else (write, read)
+        if other._count:
+            raise ModeConflict(
+                "tokenlock: acquire %s for %s: this thread holds it for %s through this "
+                "ReadWriteLock, and a hold is not %s in place; nothing was changed: release() "
+                "it first, then acquire_%s()"
+                % (lock.lockdir, "writing" if mode == "write" else "reading",
+                   "reading" if mode == "write" else "writing",
+                   "upgraded" if mode == "write" else "downgraded", mode))
+        lock._acquire_again(wait)
+        return _Held(self, lock)
+
+    def acquire_read(self, wait=_AS_GIVEN):
+        """Takes the lock shared, waiting up to `wait` seconds (default the
+        object's); returns a hold a with-statement can end. ModeConflict
+        when this thread holds it for writing."""
+        return self._acquire("read", wait)
+
+    def acquire_write(self, wait=_AS_GIVEN):
+        """Takes the lock exclusively, waiting up to `wait` seconds (default
+        the object's) for readers and writers to leave; returns a hold a
+        with-statement can end. ModeConflict when this thread holds it for
+        reading."""
+        return self._acquire("write", wait)
+
+    def release(self):
+        """Counts one release of this thread's hold; the last frees it.
+        Error("not_owner") when this thread holds none; LockLost as
+        Lock.release()."""
+        for lock in self._locks.mine():
+            if lock._count:
+                return lock.release()
+        raise Error("tokenlock: release %s: this thread does not hold this ReadWriteLock "
+                    "(released already, never acquired, or acquired by another thread)"
+                    % self.lockdir, "not_owner")
+
+    def read_lock(self, wait=_AS_GIVEN):
+        """A with-statement's shared hold: `with rw.read_lock(wait=5):`."""
+        return self._acquire("read", wait)
+
+    def write_lock(self, wait=_AS_GIVEN):
+        """A with-statement's exclusive hold: `with rw.write_lock(wait=5):`."""
+        return self._acquire("write", wait)
+
+    @property
+    def lockdir(self):
+        """The lock directory, as given (as a str)."""
+        return self._locks.mine()[0].lockdir
+
+    @property
+    def mode(self):
+        """This thread's hold: "read", "write", or None."""
+        read, write = self._locks.mine()
+        return "read" if read._count else "write" if write._count else None
+
+    @property
+    def held(self):
+        """True while this thread holds it (in either mode)."""
+        return self.mode is not None
+
+    def __repr__(self):
+        return "<tokenlock.ReadWriteLock %r %s>" % (self.lockdir, self.mode or "released")
+
+
+class Semaphore:
+    """A counting semaphore on a lock directory: at most `slots` holders at
+    once, across threads, processes and hosts (1 to 999999; every user of
+    the lock directory must give the same number).
+
+        jobs = tokenlock.Semaphore("/srv/app/data/ffmpeg.lock", slots=3, wait=None)
+        with jobs:
+            subprocess.run(["ffmpeg", ...])
+
+    Each thread using one Semaphore takes a slot of its own, re-entrant in
+    that thread as Lock is (a nested acquire counts, it takes no second
+    slot; two slots in one thread take two Semaphores). Each slot has its
+    own lease, kept alive in a with-block and taken over when its holder
+    dies or stalls past it. wait, lease and group as in Lock.acquire(); a
+    writer (an exclusive Lock on the directory) waits for every slot to be
+    given back.
+    """
+
+    def __init__(self, lockdir, slots, wait=DEFAULT_WAIT, lease=DEFAULT_LEASE, group=None,
+                 keep_alive=True):
+        self._locks = _PerThread(lambda: Lock(lockdir, wait, lease, group, keep_alive,
+                                              slots=slots))
+
+    def acquire(self, wait=_AS_GIVEN):
+        """Takes a slot for this thread, waiting up to `wait` seconds
+        (default the object's) for one to be given back; returns a hold a
+        with-statement can end. TimedOut (Busy with 0) when none was."""
+        lock = self._locks.mine()
+        lock._acquire_again(wait)
+        return _Held(self, lock)
+
+    def release(self):
+        """Counts one release of this thread's slot; the last gives it back."""
+        self._locks.mine().release()
+
+    def __enter__(self):
+        self._locks.mine().__enter__()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        return self._locks.mine().__exit__(exc_type, exc, tb)
+
+    @property
+    def slots(self):
+        """The semaphore's size."""
+        return self._locks.mine().slots
+
+    @property
+    def lockdir(self):
+        """The lock directory, as given (as a str)."""
+        return self._locks.mine().lockdir
+
+    @property
+    def held(self):
+        """True while this thread holds a slot."""
+        return self._locks.mine().held
+
+    @property
+    def token(self):
+        """This thread's slot's id while held (see Lock.token), else None."""
+        lock = self._locks.mine()
+        return lock.token if lock.held else None
+
+    def __repr__(self):
+        return "<tokenlock.Semaphore %r slots=%d %s>" % (self.lockdir, self.slots,
+                                                         "held" if self.held else "released")
 
 
 # ---- files --------------------------------------------------------------------

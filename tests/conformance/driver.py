@@ -20,9 +20,31 @@ def answer(text):
     sys.stdout.flush()
 
 
-def acquire(path, wait_ms, lease_ms):
+def acquire(path, wait_ms, lease_ms, how=None):
     global handle
-    handle = tokenlock.Lock.acquire(path, wait=int(wait_ms) / 1000, lease=int(lease_ms) / 1000)
+    if how is None:
+        share = {}
+    elif how == "shared":
+        share = {"shared": True}
+    elif how.startswith("slots="):
+        share = {"slots": int(how[len("slots="):])}
+    else:
+        raise tokenlock.BadArgument("acquire: %s is neither shared nor slots=N" % how)
+    handle = tokenlock.Lock.acquire(path, wait=int(wait_ms) / 1000, lease=int(lease_ms) / 1000,
+                                    **share)
+
+
+def holder_word(h):
+    if h.waiting_writer:
+        return "waiting"
+    if h.mode == "exclusive":
+        return "exclusive"
+    return "slot/%d" % h.slots if h.slots else "shared"
+
+
+def holders(path):
+    words = sorted(holder_word(h) for h in tokenlock.holders(path))
+    return "ok " + (",".join(words) if words else "free")
 
 
 def update(path, text, pause=None):
@@ -49,6 +71,8 @@ OPERATIONS = {
     "acquire": acquire,
     "release": lambda: handle.release(),
     "refresh": lambda lease_ms: handle.refresh(int(lease_ms) / 1000),
+    "commit": lambda path, text: handle.commit_file(path, text),
+    "holders": holders,
     "update": update,
     "increment": lambda path, wait_ms: count(tokenlock.increment(path, wait=int(wait_ms) / 1000)),
     "read": lambda path: read(tokenlock.read_counter(path)),

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The module's lock, its filelock semantics, its backends and its build
+# The module's lock, its filelock semantics, its shared locks and
+# semaphores, its backends and its build
 # backend under every python3 >= 3.9 found other than /usr/bin/python3
 # (whose run is the python_binding test): /usr/local's, pyenv's versions,
 # and those named in TOKENLOCK_TEST_PYTHONS (paths, separated by spaces).
@@ -21,7 +22,8 @@ for p in /usr/local/bin/python3 /usr/local/bin/python3.* \
   case $seen in *" $real "*) continue ;; esac
   seen="$seen$real "
   echo "== $real"
-  (cd "$tests" && "$real" -m unittest test_lock test_filelock_semantics test_backends test_build_backend)
+  (cd "$tests" && "$real" -m unittest test_lock test_filelock_semantics test_backends test_build_backend \
+     test_shared)
   ran=$((ran + 1))
 done
 [ "$ran" -gt 0 ] || { echo "SKIP: no python3 >= 3.9 besides /usr/bin/python3"; exit 77; }

@@ -79,8 +79,8 @@ class BackendChoiceTest(unittest.TestCase):
         if cc is None:
             self.skipTest("no C compiler (cc) to build a library of another version")
         names = ["options_init", "acquire", "try_acquire", "release", "refresh", "token",
-                 "expiry_us", "write_file", "buffer_set", "update_file", "increment",
-                 "last_error", "last_errno", "strerror"]
+                 "expiry_us", "holders", "commit_file", "write_file", "buffer_set",
+                 "update_file", "increment", "last_error", "last_errno", "strerror"]
         source = os.path.join(self.dir, "fake.c")
         with open(source, "w") as f:
             f.writelines("int tokenlock_%s(void) { return 0; }\n" % n for n in names)
@@ -90,14 +90,17 @@ class BackendChoiceTest(unittest.TestCase):
         return out
 
     def test_a_library_whose_options_differ_is_refused_naming_its_version(self):
-        # tokenlock_options gained `group` in 0.2.0: an older library would
-        # ignore it, and trust every group of the caller's; a newer one may
-        # read fields this module does not fill.
+        # tokenlock_options gained `group` in 0.2.0 and `mode` and `slots`
+        # in 0.3.0: an older library would ignore them, trusting every group
+        # of the caller's and taking a shared lock exclusively; a newer one
+        # may read fields this module does not fill.
         before = tokenlock.backend
-        for version, says in (("0.1.0", "older than this tokenlock.py"),
-                              ("0.3.0", "newer than this tokenlock.py"),
+        for version, says in (("0.1.0", "no `group`, so it would share locks with every group"),
+                              ("0.2.7", "no `mode` and `slots`, so a shared lock or a "
+                                        "semaphore would be taken exclusively"),
+                              ("0.4.0", "newer than this tokenlock.py"),
                               ("1.2.0", "newer than this tokenlock.py"),
-                              ("0.2", "not MAJOR.MINOR.PATCH")):
+                              ("0.3", "not MAJOR.MINOR.PATCH")):
             with self.subTest(version=version):
                 fake = self.fake_library(version)
                 with self.assertRaises(tokenlock.BackendUnavailable) as cm:
@@ -113,31 +116,53 @@ class BackendChoiceTest(unittest.TestCase):
         self.assertEqual(out["backend"], "command")
         self.assertIn("version 0.1.9, older than this tokenlock.py", out["load_error"])
         self.assertIn("no `group`", out["load_error"])
+        self.assertIn("no `mode` and `slots`", out["load_error"])
         self.assertEqual(out["value"], 1)
 
-    def test_the_options_structure_matches_the_c_header(self):
-        # A field out of place would hand the library a wrong wait, lease or
-        # group pointer: the layout is the header's, field by field.
+    def test_the_options_and_holder_structures_match_the_c_header(self):
+        # A field out of place would hand the library a wrong wait, lease,
+        # group pointer or mode, or read a holder's fields from the wrong
+        # bytes: the layouts are the header's, field by field.
         cc = shutil.which("cc")
         header = os.path.join(REPO, "lib", "include")
         if cc is None or not os.path.exists(os.path.join(header, "tokenlock", "tokenlock.h")):
             self.skipTest("no C compiler (cc) or no lib/include/tokenlock/tokenlock.h")
-        fields = [name for name, _ in tokenlock._Options._fields_]
+        structures = (("tokenlock_options", tokenlock._Options),
+                      ("tokenlock_holder", tokenlock._Holder))
         source = os.path.join(self.dir, "layout.c")
         with open(source, "w") as f:
             f.write("#include <stddef.h>\n#include <stdio.h>\n#include <tokenlock/tokenlock.h>\n"
-                    "int main(void) {\n  printf(\"%zu\", sizeof(tokenlock_options));\n")
-            f.writelines('  printf(" %%zu", offsetof(tokenlock_options, %s));\n' % n
-                         for n in fields)
+                    "int main(void) {\n")
+            for c_name, py in structures:
+                f.write('  printf("%%zu", sizeof(%s));\n' % c_name)
+                f.writelines('  printf(" %%zu", offsetof(%s, %s));\n' % (c_name, n)
+                             for n, _ in py._fields_)
+                f.write('  printf("\\n");\n')
             f.write("  return 0;\n}\n")
         program = os.path.join(self.dir, "layout")
         subprocess.run([cc, "-I", header, "-o", program, source], check=True)
-        c = [int(x) for x in subprocess.run([program], capture_output=True, check=True,
-                                             text=True).stdout.split()]
-        python = [ctypes.sizeof(tokenlock._Options)] + [getattr(tokenlock._Options, n).offset
-                                                         for n in fields]
-        self.assertEqual(python, c, "sizeof and offsets of %s" % fields)
-        self.assertEqual(fields[-1], "group")
+        lines = subprocess.run([program], capture_output=True, check=True,
+                               text=True).stdout.splitlines()
+        for (c_name, py), line in zip(structures, lines):
+            fields = [name for name, _ in py._fields_]
+            python = [ctypes.sizeof(py)] + [getattr(py, n).offset for n in fields]
+            self.assertEqual(python, [int(x) for x in line.split()],
+                             "sizeof and offsets of %s %s" % (c_name, fields))
+        self.assertEqual(len(lines), 2)
+        self.assertEqual([n for n, _ in tokenlock._Options._fields_][-2:], ["mode", "slots"])
+
+    def test_holders_through_a_command_older_than_shared_locks_is_a_clear_error(self):
+        # Its status --json has no "holders": a held lock must not read as free.
+        fake = os.path.join(self.dir, "tokenlock")
+        with open(fake, "w") as f:
+            f.write('#!/bin/sh\necho \'{"lock_dir":"x","state":"held","token":"lockfile.1.x"}\'\n')
+        os.chmod(fake, 0o755)
+        tokenlock.use("command", command=fake)
+        with self.assertRaises(tokenlock.Error) as cm:
+            tokenlock.holders(os.path.join(self.dir, "x.lock"))
+        self.assertEqual(cm.exception.code, "command_failed")
+        self.assertIn("older than 0.3.0", str(cm.exception))
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "x.lock")))
 
     def test_a_missing_command_asked_for_by_name_is_a_clear_error(self):
         missing = os.path.join(self.dir, "nowhere", "tokenlock")
