@@ -239,7 +239,8 @@ failure shared_acquirer::join(outcome& result, const open_dir& d, const observed
     theirs = copy_of_lone(seen, sys_.random_u64());
     if (failure f = make_entry(sys_, paths_, tok.fd, theirs, "acquire", entry)) return f;
     // Another maker's copy of the same name (odds of 2^-32) is not ours to
-    // remove, and a token removed since we opened it is no token: look again.
+    // remove; a copy removed at once was removed by the lone holder leaving
+    // (our conversion would fail): look again.
     if (entry != entry_made::made) {
       result = outcome::again;
       return {};
@@ -247,7 +248,7 @@ failure shared_acquirer::join(outcome& result, const open_dir& d, const observed
   }
   if (failure f = make_entry(sys_, paths_, tok.fd, mine, "acquire", entry)) return f;
   if (entry != entry_made::made && !theirs.empty()) remove_entry(sys_, tok.fd, theirs);
-  if (entry == entry_made::token_gone) {
+  if (entry == entry_made::gone) {
     result = outcome::again;
     return {};
   }

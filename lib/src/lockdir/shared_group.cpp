@@ -98,7 +98,7 @@ failure make_entry(os& sys, const lock_paths& paths, int fd, const std::string& 
     return {};
   }
   if (ec == std::errc::no_such_file_or_directory) {
-    how = entry_made::token_gone;
+    how = entry_made::gone;
     return {};
   }
   if (ec)

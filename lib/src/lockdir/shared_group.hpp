@@ -49,10 +49,12 @@ failure take_census(os& sys, const lock_paths& paths, int fd, const lock_options
 // effort: one that cannot be removed is still stale to everybody.
 void remove_stale_entries(os& sys, int fd, const entry_census& census);
 
-// Makes the entry `name` (an empty directory, mode 0700): made, or
-// something was there already, or the token open as `fd` is gone (removed
-// since it was opened: ENOENT).
-enum class entry_made { made, existed, token_gone };
+// Makes the entry `name` (an empty directory, mode 0700, set exactly by an
+// fchmod after the mkdirat): made; or something was there already; or it
+// was gone at once (ENOENT: removed between the mkdirat and the fchmod, as
+// a lone holder that leaves removes every copy of its share, made by a
+// converter that will lose; or the token itself is gone).
+enum class entry_made { made, existed, gone };
 failure make_entry(os& sys, const lock_paths& paths, int fd, const std::string& name,
                    const char* step, entry_made& how);
 

@@ -156,7 +156,7 @@ failure refresh_member(lock_handle& h, const std::string& share, std::int64_t ex
       // one microsecond.
       entry_made how;
       if (failure f = make_entry(sys, paths, tok.fd, next, "refresh", how)) return f;
-      if (how == entry_made::token_gone) continue;  // renamed and cleared: look again
+      if (how == entry_made::gone) continue;  // the token taken over and cleared: look again
       made = true;
     }
     // Only a share whose lease may have ended can have been counted out by

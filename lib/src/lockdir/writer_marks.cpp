@@ -127,7 +127,8 @@ failure writer_marks::mark(const open_dir& d, const observed_token& seen, const 
       s.kind == share_kind::lone ? copy_of_lone(seen, sys_.random_u64()) : std::string();
   if (!copy.empty())
     if (failure f = make_entry(sys_, paths_, tok.fd, copy, "acquire", entry)) return f;
-  // Another maker's copy of that name, or a token removed since: look again.
+  // Another maker's copy of that name, or ours removed at once by the lone
+  // holder leaving: look again.
   if (entry != entry_made::made) {
     out.what = step::again;
     return {};
