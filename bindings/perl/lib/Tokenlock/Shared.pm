@@ -22,7 +22,8 @@ our @ISA       = ('Exporter');
 our @EXPORT_OK = qw(_drop_mark _handed_over _holders_of _lone_name _reader_look _refresh_share _release_share
   _writer_look);
 
-my ($FREE, $MAX_LEASE_US) = ($Tokenlock::Token::FREE, $Tokenlock::Token::MAX_LEASE_US);
+my ($FREE, $MAX_LEASE_US, $SKEW_US) =
+  ($Tokenlock::Token::FREE, $Tokenlock::Token::MAX_LEASE_US, $Tokenlock::Token::SKEW_US);
 
 # ---------------------------------------------------------------------------
 # Names
@@ -164,22 +165,43 @@ sub _remove_entries {
 }
 
 # Removes entries this process made in a token whose name may have
-# changed since: looked up again until the name stays put.
+# changed since. A removal that finds no entry proves nothing: the token
+# may have been renamed in between, and `lockfile` comes back under the
+# same name. The token directory is one object whatever its name, so its
+# listing, through the name it has when opened, says whether an entry is
+# still in it; one still there is removed again by the name of the moment.
 sub _undo_entries {
     my ($step, $p, $o, $mine) = @_;
-    for (1 .. 5) {
+    my %left = map { $_ => 1 } @$mine;
+    for (1 .. 100) {
+        return unless %left;
         my $obs = _observe($step, $p);
         return unless $obs->{kind} eq 'held' || $obs->{kind} eq 'free';
         my $name = $obs->{kind} eq 'free' ? $FREE : $obs->{token}{name};
         my ($d) = _token_dir($step, $p, $name, $o);
         next if $d eq 'gone';
         return if $d ne 'dir';
-        my $moved = 0;
-        for my $e (@$mine) {
-            $moved = 1 if !rmdir("$p->{dir}/$name/$e") && $!{ENOENT} && !lstat "$p->{dir}/$name";
+        for my $e (keys %left) {
+            # Something that cannot be removed (a plant with something in
+            # it) is left as it is.
+            delete $left{$e} if rmdir("$p->{dir}/$name/$e") || !($!{ENOENT} || $!{ENOTDIR} || $!{ESTALE});
         }
-        return unless $moved;
+        return unless %left;
+        my $dh;
+        opendir($dh, "$p->{dir}/$name") or next;
+        my %there = map { $_ => 1 } _names($dh);
+        closedir $dh;
+        delete @left{ grep { !$there{$_} } keys %left };
     }
+}
+
+# Removes entries this process made that are no share, then takes the last
+# one out's steps: a leaver may have seen them as live (a copy names the
+# lone holder, alive, with its lease) and left the cover to us.
+sub _take_back {
+    my ($step, $p, $o, $mine) = @_;
+    _undo_entries($step, $p, $o, $mine);
+    _after_leave($step, $p, $o, 0);
 }
 
 # ---------------------------------------------------------------------------
@@ -264,8 +286,9 @@ sub _convert {
     my $made = eval { _make_mine($step, $p, $seen->{name}, $mine) };
     if (!$made) {
         my $err = $@;
-        _undo_entries($step, $p, $o, [$theirs]);
+        my $ok = eval { _take_back($step, $p, $o, [$theirs]); 1 };
         die $err if ref $err;
+        die $@ unless $ok;
         return ('again');
     }
     my $cover = _shared_name(_later($seen, $expiry), $id, 1, $o->{limit});
@@ -273,9 +296,7 @@ sub _convert {
     die _system_error($step, $p->{dir}, "cannot rename $seen->{name} to the group cover $cover", $! + 0) unless $!{ENOENT};
     # Whoever renamed it first, neither entry is a share: a winning
     # converter relies on its own copy only.
-    _undo_entries($step, $p, $o, [$mine, $theirs]);
-    # A leaver may have seen only my entries and left the cover to me.
-    _after_leave($step, $p, $o, 0);
+    _take_back($step, $p, $o, [$mine, $theirs]);
     return ('again');
 }
 
@@ -295,9 +316,7 @@ sub _join {
     my $cover = _shared_name(_later($seen, $expiry), $id, 1, $o->{limit});
     return ('acquired', $cover, $expiry, 0, $mine) if rename("$p->{dir}/$seen->{name}", "$p->{dir}/$cover");
     die _system_error($step, $p->{dir}, "cannot rename the group cover $seen->{name} to $cover", $! + 0) unless $!{ENOENT};
-    _undo_entries($step, $p, $o, [$mine]);
-    # A leaver may have seen only my entry and left the cover to me.
-    _after_leave($step, $p, $o, 0);
+    _take_back($step, $p, $o, [$mine]);
     return ('again');
 }
 
@@ -352,7 +371,7 @@ sub _writer_look {
         return ('again') unless _make_mine($step, $p, $seen->{name}, $theirs);
         return ('busy', 'held by ' . _what_holds($seen) . '; this writer marked it and waits') if _mark($step, $p, $o, $seen, $id);
         # Not marked: the copy is nobody's share, whoever renamed the name.
-        _undo_entries($step, $p, $o, [$theirs]);
+        _take_back($step, $p, $o, [$theirs]);
         return ('again');
     }
     my $own = $s->{kind} == 2 && $o->{mark} && $seen->{nonce} eq $o->{mark}{nonce} && $seen->{host_tag} eq $id->{host_tag}
@@ -497,10 +516,15 @@ sub _leave {
         next if $d eq 'gone';
         die _share_lost($self, $step, 'the token is no directory') if $d ne 'dir';
         my $tok = "$p->{dir}/$obs->{token}{name}";
+        my @missed;
         for my $e (_our_names($step, $p, $obs->{token}{name}, $self)) {
             if (rmdir "$tok/$e") { $left = 1; next }
             die _system_error($step, $p->{dir}, "cannot remove our share entry $e", $! + 0) unless $!{ENOENT};
+            push @missed, $e;
         }
+        # The cover renamed after the listing: every copy must go, wherever
+        # the token is by now.
+        _undo_entries($step, $p, $self, \@missed) if $left && @missed;
         last if $left;
         die _share_lost($self, $step, $gone) if lstat $tok;
     }
@@ -535,8 +559,9 @@ sub _refresh_member {
     my $id = _identity($self->{pid});
     my ($new, $made, @old) = (_my_entry($want, $id), 0);
     my $ended = sub {
-        _undo_entries($step, $p, $self, [$made ? ($new) : (), $self->{entry} ? ($self->{entry}) : @old]);
-        die _share_lost($self, $step, $_[0]);
+        my $lost = _share_lost($self, $step, $_[0]);
+        eval { _take_back($step, $p, $self, [$made ? ($new) : (), $self->{entry} ? ($self->{entry}) : @old]) };
+        die $lost;
     };
     for (1 .. 100) {
         my $obs = _observe($step, $p);
@@ -554,7 +579,10 @@ sub _refresh_member {
             _make_mine($step, $p, $seen->{name}, $new) or next;
             $made = 1;
         }
-        if ($self->{limit}) {
+        # Only a share whose lease may have ended can have been counted out
+        # by a joiner; counting a live one would count joiners whose rename
+        # is still to come, and end a share for nothing.
+        if ($self->{limit} && _now_us() > $self->{expiry} - $SKEW_US) {
             my $list = _list_token($step, $p, $seen->{name}, $self) or next;
             my %ours = map { $_ => 1 } $new, @old;
             my $others = grep { !$ours{ $_->{entry} } } @{ $list->{live} };
