@@ -282,6 +282,43 @@ for my $case (['a malformed entry', 's.not-an-entry', sub { mkdir $_[0] or die }
     is(token_of($L), 'lockfile', 'the lone holder releases as usual');
 }
 
+# A writer's mark whose lease ended holds nobody (its expiry is never earlier
+# than a member's): taken back like a dead writer's, by a reader and by
+# another writer; a live one of another host is waited for, untouched.
+{
+    my $mark = sub {
+        my ($L, $at) = @_;
+        Tokenlock->acquire($L)->release;
+        rmdir "$L/lockfile" or die $!;
+        my $e = int(($at) * 1_000_000);
+        my $name = "lockfile.$e.otherhost-0badcafe.4242.12000000000000000777.00000000000000bb";
+        mkdir "$L/$name", 0755 or die $!;
+        mkdir "$L/$name/s.$e.otherhost-f4523501.4243.778.00000000000000cc", 0700 or die $!;
+        return $name;
+    };
+    my $L = fresh();
+    my $name = $mark->($L, time - 10);
+    my $w = Tokenlock->acquire($L, wait => 1);
+    like($w->token, qr/\Alockfile\.[0-9]+\.\Q$HOST_TAG\E\.$$\./, 'a writer takes another writer\'s mark whose lease ended');
+    is_deeply([shares_in($L)], [], 'with the stale entry in it gone');
+    $w->release;
+    is(token_of($L), 'lockfile', 'and gives it back');
+
+    $L = fresh();
+    $name = $mark->($L, time - 10);
+    my $r = Tokenlock->acquire($L, shared => 1, wait => 1);
+    like($r->token, qr/\.10000000\Q$START12\E\./, 'a reader takes it back too, and holds a lone share');
+    is_deeply([shares_in($L)], [], 'no entry left');
+    $r->release;
+
+    $L = fresh();
+    $name = $mark->($L, time + 60);
+    is(code_of(sub { Tokenlock->acquire($L, wait => 0.1) }), 'timed_out', 'a live mark of another host: a writer waits');
+    is(code_of(sub { Tokenlock->acquire($L, shared => 1, wait => 0) }), 'busy', 'and so does a reader');
+    is(token_of($L), $name, 'the mark is left as it was');
+    is(scalar(shares_in($L)), 1, 'with its member');
+}
+
 # Tokens that are no directory: no entry is made or listed through them.
 {
     my $L = fresh();
