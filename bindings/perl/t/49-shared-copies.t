@@ -188,6 +188,24 @@ sub entries_of { my ($L, $pid) = @_; return grep { /\As\.[0-9]+\.[^.]+\.$pid\./ 
     is_deeply([shares_in($L)], [], 'with no entry left');
 }
 
+# Copies of one lone share count as one holder in a semaphore's count.
+{
+    my $L = fresh();
+    my $a = Tokenlock->acquire($L, slots => 3, lease => 60);
+    my ($e, $nonce) = $a->token =~ /\Alockfile\.([0-9]+)\..*\.([0-9a-f]{16})\z/;
+    my $b = Tokenlock->acquire($L, slots => 3, lease => 60);
+    my ($copy) = grep { /\As\.$e\..*\.\Q${\ substr($nonce, 0, 8)}\E[0-9a-f]{8}\z/ } shares_in($L);
+    (my $second = $copy) =~ s/[0-9a-f]{8}\z/substr($copy, -8) eq '00000000' ? '00000001' : '00000000'/e;
+    mkdir "$L/" . token_of($L) . "/$second" or die $!;
+    my $c = eval { Tokenlock->acquire($L, slots => 3, wait => 0, lease => 60) };
+    ok($c, 'a semaphore of 3 with two copies of one lone share and a member admits a third holder')
+      or diag(ref $@ ? $@->message : $@);
+    is(code_of(sub { Tokenlock->acquire($L, slots => 3, wait => 0) }), 'busy', 'and no fourth');
+    $_->release for grep { $_ } $a, $b, $c;
+    is(token_of($L), 'lockfile', 'free after all');
+    is_deeply([shares_in($L)], [], 'with no entry left');
+}
+
 # --- churn: 5 processes on a semaphore of 2 -----------------------------------------
 {
     my $L = fresh();

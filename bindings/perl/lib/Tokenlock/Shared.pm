@@ -124,6 +124,7 @@ sub _list_token {
         die _system_error($step, $p->{dir}, "cannot list the token $name", $! + 0);
     }
     my %l = (live => [], stale => [], malformed => []);
+    my %counted;
     for my $n (_names($dh)) {
         next unless substr($n, 0, 2) eq 's.';
         my ($kind, $t) = _classify('lockfile.' . substr($n, 2), 1);
@@ -131,6 +132,9 @@ sub _list_token {
         $t->{entry} = $n;
         my ($stale, $reason, $owner) = _judge($t, 0);
         @$t{qw(stale reason owner)} = ($stale ? 1 : 0, $reason, $owner);
+        # The copies of one lone share (the same but for the last half of
+        # the nonce, their makers' own) are one holder.
+        next if !$stale && $counted{ substr($n, 0, -8) }++;
         push @{ $l{ $stale ? 'stale' : 'live' } }, $t;
     }
     closedir $dh;
@@ -259,6 +263,17 @@ sub _take_back_mark {
     _after_leave($step, $p, $o, 0);
 }
 
+# Makes this process's copy of the lone share $seen in its token: false
+# when the name is gone, or when something is at the copy's name already
+# (another maker drew the same half nonce): no copy of ours, so nothing
+# else is made, and the caller looks again.
+sub _make_copy {
+    my ($step, $p, $seen, $copy) = @_;
+    return 1 if mkdir("$p->{dir}/$seen->{name}/$copy", 0700);
+    return 0 if $!{EEXIST} || $!{ENOENT} || $!{ENOTDIR};
+    die _system_error($step, $p->{dir}, "cannot make the copy $copy of the lone share in the token $seen->{name}", $! + 0);
+}
+
 # Makes this process's entry in the token at $name; dies on a plant at its
 # unique name. False when the name is gone.
 sub _make_mine {
@@ -280,7 +295,7 @@ sub _convert {
     return ('busy', 'held by ' . _what_holds($seen) . "; no share can join it: $why") if $d ne 'dir';
     my $id = _identity($o->{pid});
     my $theirs = _copy_of($seen, $id);
-    return ('again') unless _make_mine($step, $p, $seen->{name}, $theirs);
+    return ('again') unless _make_copy($step, $p, $seen, $theirs);
     my $expiry = _now_us() + $o->{lease_us};
     my $mine = _my_entry($expiry, $id);
     my $made = eval { _make_mine($step, $p, $seen->{name}, $mine) };
@@ -368,7 +383,7 @@ sub _writer_look {
         return ('again') if $d eq 'gone';
         return ('busy', 'held by ' . _what_holds($seen) . "; it cannot be marked: $why") if $d ne 'dir';
         my $theirs = _copy_of($seen, $id);
-        return ('again') unless _make_mine($step, $p, $seen->{name}, $theirs);
+        return ('again') unless _make_copy($step, $p, $seen, $theirs);
         return ('busy', 'held by ' . _what_holds($seen) . '; this writer marked it and waits') if _mark($step, $p, $o, $seen, $id);
         # Not marked: the copy is nobody's share, whoever renamed the name.
         _take_back($step, $p, $o, [$theirs]);
