@@ -415,6 +415,11 @@ each holder has its own lease and owner, so one whose lease ended, or
 whose process died on this host (C<kill -9> included), is no holder any
 more, and the others go on. A holder that leaves removes its entry; the
 last one out frees the lock, or hands it to the writer that marked it.
+The lone holder's share goes into the group as a I<copy> of its name that
+the converter made, named for that converter alone, so that a converter
+(or a writer that marks) whose rename comes too late removes its copy
+and leaves no share of anybody behind. A writer's mark whose lease ended
+holds nobody and is taken back, as a dead writer's is.
 Implementations that know only docs/protocol.md see one held token of
 another host, with the latest lease of its holders, and wait for it.
 

@@ -83,9 +83,12 @@ my $START12 = sprintf('%012d', $START);
         'a second share converts it: a group cover (kind 1)');
     my @s = shares_in($L);
     is(scalar @s, 2, 'with two entries');
-    ok((grep { $_ eq "s.$e_lone.$HOST_TAG.$$.$START.$nonce_lone" } @s),
-        'the lone holder\'s entry: its expiry, the real host tag, its pid, start and nonce');
-    is($b->token, (grep { $_ ne "s.$e_lone.$HOST_TAG.$$.$START.$nonce_lone" } @s)[0], 'the joiner\'s token is its entry');
+    my $copy_re = qr/\As\.$e_lone\.\Q$HOST_TAG\E\.$$\.$START\.\Q${\ substr($nonce_lone, 0, 8)}\E[0-9a-f]{8}\z/;
+    my @copies = grep { $_ =~ $copy_re } @s;
+    is(scalar @copies, 1, 'one copy of the lone holder\'s share: its expiry, the real host tag, its pid, start, '
+          . 'and the first half of its nonce');
+    isnt($copies[0], "s.$e_lone.$HOST_TAG.$$.$START.$nonce_lone", 'the last half is the converter\'s own');
+    is($b->token, (grep { $_ !~ $copy_re } @s)[0], 'the joiner\'s token is its entry');
     like($b->token, qr/\As\.[0-9]+\.\Q$HOST_TAG\E\.$$\.$START\.[0-9a-f]{16}\z/, 'entry = s. expiry . host-hash8 . pid . start . nonce');
     my ($ce) = $cover =~ /\Alockfile\.([0-9]+)\./;
     my ($be) = $b->token =~ /\As\.([0-9]+)\./;
@@ -98,7 +101,7 @@ my $START12 = sprintf('%012d', $START);
     my $old = $a->token;
     my $t = $a->refresh(lease => 90);
     like($t, qr/\As\.[0-9]+\.\Q$HOST_TAG\E\.$$\./, 'the converted holder refreshes as a member: a new entry');
-    ok(!(grep { $_ eq "s.$e_lone.$HOST_TAG.$$.$START.$nonce_lone" } shares_in($L)), 'its old entry is gone');
+    ok(!(grep { $_ =~ $copy_re } shares_in($L)), 'the copy of its lone share is gone');
     my ($te) = $t =~ /\As\.([0-9]+)\./;
     my ($ce2) = token_of($L) =~ /\Alockfile\.([0-9]+)\./;
     ok($ce2 >= $te, 'and the cover was renamed to cover the new lease');
@@ -277,6 +280,43 @@ for my $case (['a malformed entry', 's.not-an-entry', sub { mkdir $_[0] or die }
     rmdir "$L/$lone/$plant";
     $a->release;
     is(token_of($L), 'lockfile', 'the lone holder releases as usual');
+}
+
+# A writer's mark whose lease ended holds nobody (its expiry is never earlier
+# than a member's): taken back like a dead writer's, by a reader and by
+# another writer; a live one of another host is waited for, untouched.
+{
+    my $mark = sub {
+        my ($L, $at) = @_;
+        Tokenlock->acquire($L)->release;
+        rmdir "$L/lockfile" or die $!;
+        my $e = int(($at) * 1_000_000);
+        my $name = "lockfile.$e.otherhost-0badcafe.4242.12000000000000000777.00000000000000bb";
+        mkdir "$L/$name", 0755 or die $!;
+        mkdir "$L/$name/s.$e.otherhost-f4523501.4243.778.00000000000000cc", 0700 or die $!;
+        return $name;
+    };
+    my $L = fresh();
+    my $name = $mark->($L, time - 10);
+    my $w = Tokenlock->acquire($L, wait => 1);
+    like($w->token, qr/\Alockfile\.[0-9]+\.\Q$HOST_TAG\E\.$$\./, 'a writer takes another writer\'s mark whose lease ended');
+    is_deeply([shares_in($L)], [], 'with the stale entry in it gone');
+    $w->release;
+    is(token_of($L), 'lockfile', 'and gives it back');
+
+    $L = fresh();
+    $name = $mark->($L, time - 10);
+    my $r = Tokenlock->acquire($L, shared => 1, wait => 1);
+    like($r->token, qr/\.10000000\Q$START12\E\./, 'a reader takes it back too, and holds a lone share');
+    is_deeply([shares_in($L)], [], 'no entry left');
+    $r->release;
+
+    $L = fresh();
+    $name = $mark->($L, time + 60);
+    is(code_of(sub { Tokenlock->acquire($L, wait => 0.1) }), 'timed_out', 'a live mark of another host: a writer waits');
+    is(code_of(sub { Tokenlock->acquire($L, shared => 1, wait => 0) }), 'busy', 'and so does a reader');
+    is(token_of($L), $name, 'the mark is left as it was');
+    is(scalar(shares_in($L)), 1, 'with its member');
 }
 
 # Tokens that are no directory: no entry is made or listed through them.

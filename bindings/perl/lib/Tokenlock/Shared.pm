@@ -22,7 +22,8 @@ our @ISA       = ('Exporter');
 our @EXPORT_OK = qw(_drop_mark _handed_over _holders_of _lone_name _reader_look _refresh_share _release_share
   _writer_look);
 
-my ($FREE, $MAX_LEASE_US) = ($Tokenlock::Token::FREE, $Tokenlock::Token::MAX_LEASE_US);
+my ($FREE, $MAX_LEASE_US, $SKEW_US) =
+  ($Tokenlock::Token::FREE, $Tokenlock::Token::MAX_LEASE_US, $Tokenlock::Token::SKEW_US);
 
 # ---------------------------------------------------------------------------
 # Names
@@ -41,9 +42,23 @@ sub _lone_name { my ($expiry_us, $id, $limit) = @_; return _shared_name($expiry_
 # This process's share entry, with its own lease.
 sub _my_entry { my ($expiry_us, $id) = @_; return 's.' . int($expiry_us) . ".$id->{owner}." . _nonce($id) }
 
-# The entry that holds the share of a lone share $t (parsed), once a
-# converter or a marking writer has renamed it.
-sub _entry_of { my ($t) = @_; return "s.$t->{expiry_us}.$t->{host_tag}.$t->{pid}.$t->{start}.$t->{nonce}" }
+# A copy of the lone share $t (parsed): the entry that holds its share once
+# a converter or a marking writer has renamed it, made by that process and
+# named for it alone (the last half of the nonce is the maker's), so that
+# a maker whose rename fails removes its copy whatever happened meanwhile.
+sub _copy_of {
+    my ($t, $id) = @_;
+    return "s.$t->{expiry_us}.$t->{host_tag}.$t->{pid}.$t->{start}." . substr($t->{nonce}, 0, 8)
+      . substr(_nonce($id), 8);
+}
+
+# Whether the entry named $n is a copy of the lone share $t, whoever made it.
+sub _is_copy_of {
+    my ($n, $t) = @_;
+    my $prefix = "s.$t->{expiry_us}.$t->{host_tag}.$t->{pid}.$t->{start}." . substr($t->{nonce}, 0, 8);
+    return length $n == length($prefix) + 8 && substr($n, 0, length $prefix) eq $prefix
+      && substr($n, -8) =~ /\A[0-9a-f]{8}\z/;
+}
 
 # The writer's token that the last one out renames a draining cover $t to.
 sub _handover_of { my ($t) = @_; return "$FREE.$t->{expiry_us}.$t->{host_tag}.$t->{pid}.$t->{start}.$t->{nonce}" }
@@ -109,6 +124,7 @@ sub _list_token {
         die _system_error($step, $p->{dir}, "cannot list the token $name", $! + 0);
     }
     my %l = (live => [], stale => [], malformed => []);
+    my %counted;
     for my $n (_names($dh)) {
         next unless substr($n, 0, 2) eq 's.';
         my ($kind, $t) = _classify('lockfile.' . substr($n, 2), 1);
@@ -116,6 +132,9 @@ sub _list_token {
         $t->{entry} = $n;
         my ($stale, $reason, $owner) = _judge($t, 0);
         @$t{qw(stale reason owner)} = ($stale ? 1 : 0, $reason, $owner);
+        # The copies of one lone share (the same but for the last half of
+        # the nonce, their makers' own) are one holder.
+        next if !$stale && $counted{ substr($n, 0, -8) }++;
         push @{ $l{ $stale ? 'stale' : 'live' } }, $t;
     }
     closedir $dh;
@@ -150,24 +169,43 @@ sub _remove_entries {
 }
 
 # Removes entries this process made in a token whose name may have
-# changed since: looked up again until the name stays put. @$keep_if_cover
-# are removed only when the token is no cover (another converter's rename
-# may have made them shares).
+# changed since. A removal that finds no entry proves nothing: the token
+# may have been renamed in between, and `lockfile` comes back under the
+# same name. The token directory is one object whatever its name, so its
+# listing, through the name it has when opened, says whether an entry is
+# still in it; one still there is removed again by the name of the moment.
 sub _undo_entries {
-    my ($step, $p, $o, $mine, $keep_if_cover) = @_;
-    for (1 .. 5) {
+    my ($step, $p, $o, $mine) = @_;
+    my %left = map { $_ => 1 } @$mine;
+    for (1 .. 100) {
+        return unless %left;
         my $obs = _observe($step, $p);
         return unless $obs->{kind} eq 'held' || $obs->{kind} eq 'free';
         my $name = $obs->{kind} eq 'free' ? $FREE : $obs->{token}{name};
         my ($d) = _token_dir($step, $p, $name, $o);
         next if $d eq 'gone';
         return if $d ne 'dir';
-        my $moved = 0;
-        for my $e (@$mine, _is_cover($obs->{token}) ? () : @$keep_if_cover) {
-            $moved = 1 if !rmdir("$p->{dir}/$name/$e") && $!{ENOENT} && !lstat "$p->{dir}/$name";
+        for my $e (keys %left) {
+            # Something that cannot be removed (a plant with something in
+            # it) is left as it is.
+            delete $left{$e} if rmdir("$p->{dir}/$name/$e") || !($!{ENOENT} || $!{ENOTDIR} || $!{ESTALE});
         }
-        return unless $moved;
+        return unless %left;
+        my $dh;
+        opendir($dh, "$p->{dir}/$name") or next;
+        my %there = map { $_ => 1 } _names($dh);
+        closedir $dh;
+        delete @left{ grep { !$there{$_} } keys %left };
     }
+}
+
+# Removes entries this process made that are no share, then takes the last
+# one out's steps: a leaver may have seen them as live (a copy names the
+# lone holder, alive, with its lease) and left the cover to us.
+sub _take_back {
+    my ($step, $p, $o, $mine) = @_;
+    _undo_entries($step, $p, $o, $mine);
+    _after_leave($step, $p, $o, 0);
 }
 
 # ---------------------------------------------------------------------------
@@ -196,12 +234,44 @@ sub _reader_look {
     return _convert($step, $p, $o, $seen) if $s->{kind} == 0;
     return _join($step, $p, $o, $seen) if $s->{kind} == 1;
     # A draining cover: no reader joins it. Its writer provably dead on
-    # this host, it is unmarked.
-    my (undef, undef, $owner) = _judge($seen, 0);
-    return ('busy', 'held by ' . _what_holds($seen)) unless defined $owner && $owner eq 'dead';
-    rename("$p->{dir}/$seen->{name}", "$p->{dir}/" . _shared_name(_later($seen, 0), _identity(), 1, $s->{limit}))
-      or $!{ENOENT} or die _system_error($step, $p->{dir}, "cannot unmark $seen->{name}, whose writer is gone", $! + 0);
+    # this host, or its lease ended (never earlier than a member's: it holds
+    # nobody's share), it is unmarked, and freed with no live entry in it.
+    return ('busy', 'held by ' . _what_holds($seen)) unless _mark_is_over($seen);
+    _take_back_mark($step, $p, $o, $seen, _identity($o->{pid}));
     return ('again');
+}
+
+# Whether another writer's mark $seen holds nobody: that writer is provably
+# dead on this host, or the mark's lease ended.
+sub _mark_is_over {
+    my ($seen) = @_;
+    my ($stale, undef, $owner) = _judge($seen, 0);
+    return $stale || (defined $owner && $owner eq 'dead');
+}
+
+# Unmarks another writer's mark $seen whose writer is gone or whose lease
+# ended: a group cover again (a fresh nonce), freed by the last one out's
+# steps when no live entry is in it.
+sub _take_back_mark {
+    my ($step, $p, $o, $seen, $id) = @_;
+    my $to = _shared_name(_later($seen, 0), $id, 1, $seen->{shared}{limit});
+    if (!rename("$p->{dir}/$seen->{name}", "$p->{dir}/$to")) {
+        return if $!{ENOENT};
+        die _system_error($step, $p->{dir}, "cannot take back the mark $seen->{name}, whose writer is gone or whose "
+              . 'lease ended', $! + 0);
+    }
+    _after_leave($step, $p, $o, 0);
+}
+
+# Makes this process's copy of the lone share $seen in its token: false
+# when the name is gone, or when something is at the copy's name already
+# (another maker drew the same half nonce): no copy of ours, so nothing
+# else is made, and the caller looks again.
+sub _make_copy {
+    my ($step, $p, $seen, $copy) = @_;
+    return 1 if mkdir("$p->{dir}/$seen->{name}/$copy", 0700);
+    return 0 if $!{EEXIST} || $!{ENOENT} || $!{ENOTDIR};
+    die _system_error($step, $p->{dir}, "cannot make the copy $copy of the lone share in the token $seen->{name}", $! + 0);
 }
 
 # Makes this process's entry in the token at $name; dies on a plant at its
@@ -223,25 +293,25 @@ sub _convert {
     my ($d, $why) = _token_dir($step, $p, $seen->{name}, $o);
     return ('again') if $d eq 'gone';
     return ('busy', 'held by ' . _what_holds($seen) . "; no share can join it: $why") if $d ne 'dir';
-    my $theirs = _entry_of($seen);
-    if (!mkdir("$p->{dir}/$seen->{name}/$theirs", 0700) && !$!{EEXIST}) {
-        return ('again') if $!{ENOENT};
-        die _system_error($step, $p->{dir}, "cannot make the share entry $theirs in the token $seen->{name}", $! + 0);
-    }
     my $id = _identity($o->{pid});
+    my $theirs = _copy_of($seen, $id);
+    return ('again') unless _make_copy($step, $p, $seen, $theirs);
     my $expiry = _now_us() + $o->{lease_us};
     my $mine = _my_entry($expiry, $id);
     my $made = eval { _make_mine($step, $p, $seen->{name}, $mine) };
     if (!$made) {
         my $err = $@;
-        _undo_entries($step, $p, $o, [], [$theirs]);
+        my $ok = eval { _take_back($step, $p, $o, [$theirs]); 1 };
         die $err if ref $err;
+        die $@ unless $ok;
         return ('again');
     }
     my $cover = _shared_name(_later($seen, $expiry), $id, 1, $o->{limit});
     return ('acquired', $cover, $expiry, 0, $mine) if rename("$p->{dir}/$seen->{name}", "$p->{dir}/$cover");
     die _system_error($step, $p->{dir}, "cannot rename $seen->{name} to the group cover $cover", $! + 0) unless $!{ENOENT};
-    _undo_entries($step, $p, $o, [$mine], [$theirs]);
+    # Whoever renamed it first, neither entry is a share: a winning
+    # converter relies on its own copy only.
+    _take_back($step, $p, $o, [$mine, $theirs]);
     return ('again');
 }
 
@@ -261,9 +331,7 @@ sub _join {
     my $cover = _shared_name(_later($seen, $expiry), $id, 1, $o->{limit});
     return ('acquired', $cover, $expiry, 0, $mine) if rename("$p->{dir}/$seen->{name}", "$p->{dir}/$cover");
     die _system_error($step, $p->{dir}, "cannot rename the group cover $seen->{name} to $cover", $! + 0) unless $!{ENOENT};
-    _undo_entries($step, $p, $o, [$mine], []);
-    # A leaver may have seen only my entry and left the cover to me.
-    _after_leave($step, $p, $o, 0);
+    _take_back($step, $p, $o, [$mine]);
     return ('again');
 }
 
@@ -314,19 +382,16 @@ sub _writer_look {
         my ($d, $why) = _token_dir($step, $p, $seen->{name}, $o);
         return ('again') if $d eq 'gone';
         return ('busy', 'held by ' . _what_holds($seen) . "; it cannot be marked: $why") if $d ne 'dir';
-        my $theirs = _entry_of($seen);
-        if (!mkdir("$p->{dir}/$seen->{name}/$theirs", 0700) && !$!{EEXIST}) {
-            return ('again') if $!{ENOENT};
-            die _system_error($step, $p->{dir}, "cannot make the share entry $theirs in the token $seen->{name}", $! + 0);
-        }
+        my $theirs = _copy_of($seen, $id);
+        return ('again') unless _make_copy($step, $p, $seen, $theirs);
         return ('busy', 'held by ' . _what_holds($seen) . '; this writer marked it and waits') if _mark($step, $p, $o, $seen, $id);
-        _undo_entries($step, $p, $o, [], [$theirs]);
+        # Not marked: the copy is nobody's share, whoever renamed the name.
+        _take_back($step, $p, $o, [$theirs]);
         return ('again');
     }
     my $own = $s->{kind} == 2 && $o->{mark} && $seen->{nonce} eq $o->{mark}{nonce} && $seen->{host_tag} eq $id->{host_tag}
       && $seen->{pid} == $id->{pid};
-    my (undef, undef, $owner) = $s->{kind} == 2 && !$own ? _judge($seen, 0) : ();
-    return ('busy', 'held by ' . _what_holds($seen)) if $s->{kind} == 2 && !$own && !(defined $owner && $owner eq 'dead');
+    return ('busy', 'held by ' . _what_holds($seen)) if $s->{kind} == 2 && !$own && !_mark_is_over($seen);
     my ($d, $why) = _token_dir($step, $p, $seen->{name}, $o);
     return ('again') if $d eq 'gone';
     return ('busy', 'held by ' . _what_holds($seen) . "; $why") if $d ne 'dir';
@@ -344,8 +409,7 @@ sub _writer_look {
         return ('busy', "held by $n; this writer marked the lock and waits for them to leave");
     }
     if ($s->{kind} == 2) {
-        rename("$p->{dir}/$seen->{name}", "$p->{dir}/" . _shared_name(_later($seen, 0), $id, 1, $s->{limit}))
-          or $!{ENOENT} or die _system_error($step, $p->{dir}, "cannot unmark $seen->{name}, whose writer is gone", $! + 0);
+        _take_back_mark($step, $p, $o, $seen, $id);
         return ('again');
     }
     return ('busy', "held by $n; this writer marked the lock and waits for them to leave") if $marks && _mark($step, $p, $o, $seen, $id);
@@ -419,24 +483,21 @@ sub _share_lost {
           . _utc($self->{expiry}) . ', or our process was judged dead); the other holders were left alone');
 }
 
-# A lone share whose name is gone was converted when the token is now a
-# cover holding the entry made from that name: the share is a group
-# member's from then on.
-sub _converted {
-    my ($step, $p, $self) = @_;
+# The names in the token now named $name that are our share: our entry,
+# or, for a lone share whose name is gone, its copies in the cover that a
+# converter or a marking writer made (one, once the losers removed theirs).
+sub _our_names {
+    my ($step, $p, $name, $self) = @_;
+    return ($self->{entry}) if $self->{entry};
     my (undef, $t) = _classify($self->{token});
-    my $entry = _entry_of($t);
-    for (1 .. 5) {
-        my $obs = _observe($step, $p);
-        return 0 unless $obs->{kind} eq 'held' && _is_cover($obs->{token});
-        my $tok = "$p->{dir}/$obs->{token}{name}";
-        if (lstat "$tok/$entry") {
-            @$self{qw(entry token)} = ($entry, $entry);
-            return 1;
-        }
-        return 0 if lstat $tok;
+    my $dh;
+    if (!opendir($dh, "$p->{dir}/$name")) {
+        return () if $!{ENOENT} || $!{ENOTDIR} || $!{ESTALE};
+        die _system_error($step, $p->{dir}, "cannot list the token $name for the copies of our share", $! + 0);
     }
-    return 0;
+    my @copies = grep { _is_copy_of($_, $t) } _names($dh);
+    closedir $dh;
+    return @copies;
 }
 
 sub _release_share {
@@ -450,29 +511,39 @@ sub _release_share {
         }
         die _system_error($step, $p->{dir}, "cannot rename our lone share $self->{token} to lockfile", $! + 0)
           unless $!{ENOENT};
-        die _share_lost($self, $step, 'it was taken over') unless _converted($step, $p, $self);
     }
     _leave($step, $p, $self);
     return 1;
 }
 
-# Leaving a group: our entry removed from the token, whatever its name is
-# by now; then the last one out's steps.
+# Leaving a group: our entry (or every copy of our converted lone share)
+# removed from the token, whatever its name is by now; then the last one
+# out's steps.
 sub _leave {
     my ($step, $p, $self) = @_;
+    my $gone = $self->{entry} ? 'its entry was removed as stale' : 'it was taken over (the cover holds no copy of it)';
     my $left = 0;
     for my $try (1 .. 100) {
         my $obs = _observe($step, $p);
-        die _share_lost($self, $step, 'no group cover holds it') unless $obs->{kind} eq 'held' && _is_cover($obs->{token});
+        die _share_lost($self, $step, $self->{entry} ? 'no group cover holds it' : 'it was taken over')
+          unless $obs->{kind} eq 'held' && _is_cover($obs->{token});
         my ($d) = _token_dir($step, $p, $obs->{token}{name}, $self);
         next if $d eq 'gone';
         die _share_lost($self, $step, 'the token is no directory') if $d ne 'dir';
         my $tok = "$p->{dir}/$obs->{token}{name}";
-        last if $left = rmdir "$tok/$self->{entry}";
-        die _system_error($step, $p->{dir}, "cannot remove our share entry $self->{entry}", $! + 0) unless $!{ENOENT};
-        die _share_lost($self, $step, 'its entry was removed as stale') if lstat $tok;
+        my @missed;
+        for my $e (_our_names($step, $p, $obs->{token}{name}, $self)) {
+            if (rmdir "$tok/$e") { $left = 1; next }
+            die _system_error($step, $p->{dir}, "cannot remove our share entry $e", $! + 0) unless $!{ENOENT};
+            push @missed, $e;
+        }
+        # The cover renamed after the listing: every copy must go, wherever
+        # the token is by now.
+        _undo_entries($step, $p, $self, \@missed) if $left && @missed;
+        last if $left;
+        die _share_lost($self, $step, $gone) if lstat $tok;
     }
-    die _share_lost($self, $step, 'the token kept changing names, and our entry was not found in it') unless $left;
+    die _share_lost($self, $step, 'the token kept changing names, and our share was not found in it') unless $left;
     $self->{held} = 0;
     _after_leave($step, $p, $self, $self->{limit} ? 1 : 0);
 }
@@ -491,35 +562,45 @@ sub _refresh_share {
             return $next;
         }
         die _system_error($step, $p->{dir}, "cannot rename our lone share $self->{token} to $next", $! + 0) unless $!{ENOENT};
-        die _share_lost($self, $step, 'it was taken over') unless _converted($step, $p, $self);
     }
     return _refresh_member($step, $p, $self, $want, $lease_us);
 }
 
-# A group member's refresh: a new entry, (for a semaphore) the count, the
-# cover renamed to cover it, the old entry removed.
+# A group member's refresh: a new entry of its own, (for a semaphore) the
+# count, the cover renamed to cover it, the old entry (or the copies of a
+# converted lone share) removed.
 sub _refresh_member {
     my ($step, $p, $self, $want, $lease_us) = @_;
     my $id = _identity($self->{pid});
-    my ($old, $new, $made) = ($self->{entry}, _my_entry($want, $id), 0);
+    my ($new, $made, @old) = (_my_entry($want, $id), 0);
     my $ended = sub {
-        _undo_entries($step, $p, $self, [$made ? ($new) : (), $old], []);
-        die _share_lost($self, $step, $_[0]);
+        my $lost = _share_lost($self, $step, $_[0]);
+        eval { _take_back($step, $p, $self, [$made ? ($new) : (), $self->{entry} ? ($self->{entry}) : @old]) };
+        die $lost;
     };
     for (1 .. 100) {
         my $obs = _observe($step, $p);
         $ended->('no group cover holds it') unless $obs->{kind} eq 'held' && _is_cover($obs->{token});
         my $seen = $obs->{token};
+        my ($d) = _token_dir($step, $p, $seen->{name}, $self);
+        next if $d eq 'gone';
+        $ended->('the token is no directory') if $d ne 'dir';
+        @old = _our_names($step, $p, $seen->{name}, $self);
+        if (!@old) {
+            next unless lstat "$p->{dir}/$seen->{name}";
+            $ended->('it was taken over (the cover holds no copy of it)');
+        }
         if (!$made) {
-            my ($d) = _token_dir($step, $p, $seen->{name}, $self);
-            next if $d eq 'gone';
-            $ended->('the token is no directory') if $d ne 'dir';
             _make_mine($step, $p, $seen->{name}, $new) or next;
             $made = 1;
         }
-        if ($self->{limit}) {
+        # Only a share whose lease may have ended can have been counted out
+        # by a joiner; counting a live one would count joiners whose rename
+        # is still to come, and end a share for nothing.
+        if ($self->{limit} && _now_us() > $self->{expiry} - $SKEW_US) {
             my $list = _list_token($step, $p, $seen->{name}, $self) or next;
-            my $others = grep { $_->{entry} ne $old && $_->{entry} ne $new } @{ $list->{live} };
+            my %ours = map { $_ => 1 } $new, @old;
+            my $others = grep { !$ours{ $_->{entry} } } @{ $list->{live} };
             $ended->("the semaphore of $self->{limit} is full with others, one of them in our slot after our lease ended")
               if $others >= $self->{limit};
         }
@@ -527,7 +608,7 @@ sub _refresh_member {
             next if $!{ENOENT};
             die _system_error($step, $p->{dir}, "cannot rename the cover $seen->{name} to cover our new lease", $! + 0);
         }
-        _undo_entries($step, $p, $self, [$old], []);
+        _undo_entries($step, $p, $self, \@old);
         @$self{qw(entry token expiry lease_us)} = ($new, $new, $want, $lease_us);
         return $new;
     }
@@ -554,8 +635,11 @@ sub _holders_of {
     my ($d) = _token_dir($step, $p, $t->{name}, $o);
     my $list = $d eq 'dir' ? _list_token($step, $p, $t->{name}, $o) : undef;
     if ($list) {
+        # The copies of a converted lone share (the same but for the last
+        # half of the nonce, their makers' own) are one share, its holder's.
+        my %seen;
         for my $e (sort { $a->{entry} cmp $b->{entry} } @{ $list->{live} }, @{ $list->{stale} }) {
-            push @h, $one->($e, 'shared');
+            push @h, $one->($e, 'shared') unless $seen{ substr($e->{entry}, 0, -8) }++;
         }
     }
     push @h, $one->($t, 'exclusive', 1) if $s->{kind} == 2;
