@@ -2628,7 +2628,7 @@ trait Turnstile
 
 // src/Native/Shares.php
 /**
- * The names of shared holders (docs/shared-locks.md, Names on disk): lone
+ * The names of shared holders (docs/protocol.md, Shared locks and semaphores: Names on disk): lone
  * shares, group covers and draining covers as the token's name, and the
  * share entries `s.*` inside the token directory; what they say, and
  * whether the holders they name are live.
@@ -2958,7 +2958,7 @@ trait Shares
 
 // src/Native/Sharing.php
 /**
- * The transitions of a shared holder (docs/shared-locks.md,
+ * The transitions of a shared holder (docs/protocol.md, Shared locks and semaphores:
  * Transitions): the lone share's fast path, the conversion into a group
  * cover, joining a cover, leaving it (the last one out frees it or hands
  * a draining cover to its writer), and the refresh of either. Each
@@ -3216,7 +3216,7 @@ trait Sharing
 
 // src/Native/Leaving.php
 /**
- * A shared holder's release and refresh (docs/shared-locks.md): the lone
+ * A shared holder's release and refresh (docs/protocol.md, Shared locks and semaphores): the lone
  * share's one rename each way; a group member's entry removed or renewed,
  * and the last one out freeing the cover or handing a draining cover to
  * its writer.
@@ -3538,7 +3538,7 @@ trait Leaving
 // src/Native/Writing.php
 /**
  * What a writer (an exclusive acquire) does at shared holders
- * (docs/shared-locks.md, A writer): it marks them at once (a draining
+ * (docs/protocol.md, Shared locks and semaphores: A writer): it marks them at once (a draining
  * cover that names it), so that no new shared holder joins, and holds
  * when the last one out hands the token over, or when it finds its mark
  * with no live entry left. At its deadline it unmarks.
@@ -3781,7 +3781,7 @@ trait Writing
  * still in the lock directory.
  *
  * Both are renames of the exact name a listing showed, as a writer's
- * takeover of a cover with no live entry is (docs/shared-locks.md, A
+ * takeover of a cover with no live entry is (docs/protocol.md, Shared locks and semaphores: A
  * writer): a promotion succeeds only if no other live entry was in the
  * listing made after the cover was seen, and a joiner's rename that would
  * have added one then fails.
@@ -6831,7 +6831,7 @@ final class StoreDirectory
 /**
  * A store for Symfony's Semaphore component (symfony/semaphore 5.4 and
  * later) that keeps each resource's semaphore as a tokenlock lock
- * directory held in slots (docs/shared-locks.md): at most the key's limit
+ * directory held in slots (docs/protocol.md, Shared locks and semaphores): at most the key's limit
  * of holders at once, each with its own lease, a holder that died taken
  * over at once on its host, on local disks and NFS alike.
  *
@@ -6992,7 +6992,7 @@ spl_autoload_register(static function (string $class): void {
  * leaves the parent's lock alone.
  *
  * Read locks (Lock::acquireRead(), SharedLockStoreInterface) are the
- * shared locks of docs/shared-locks.md: any number of readers at once,
+ * shared locks of docs/protocol.md, Shared locks and semaphores,: any number of readers at once,
  * never beside a writer, and a writer that waits is not starved by them.
  * A key's read lock becomes its write lock when no other reader holds
  * (save() without waiting; waitAndSave() lets go and waits when others

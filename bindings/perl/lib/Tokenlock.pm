@@ -406,7 +406,7 @@ frees them.
 
 =head2 Shared locks and semaphores
 
-The shared holders and semaphores of docs/shared-locks.md, on disk byte
+The shared holders and semaphores of docs/protocol.md, Shared locks and semaphores: on disk byte
 for byte as every other implementation writes them. A lone shared holder
 renames F<lockfile> to a name of its own and back, as a writer does. A
 second holder converts that name into a I<group cover>, with an empty

@@ -1,5 +1,5 @@
 #!/usr/bin/perl
-# Shared locks and semaphores (docs/shared-locks.md): the names on disk,
+# Shared locks and semaphores (docs/protocol.md, Shared locks and semaphores): the names on disk,
 # byte for byte; the API (shared, slots, lock_type, holders); the
 # conversion of a lone share, joins, the last one out; share entries that
 # are stale or planted, and tokens that are no directory; what an

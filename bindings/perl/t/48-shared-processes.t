@@ -1,5 +1,5 @@
 #!/usr/bin/perl
-# Shared locks and semaphores across processes (docs/shared-locks.md,
+# Shared locks and semaphores across processes (docs/protocol.md, Shared locks and semaphores:
 # What the promises are): readers hold together; a writer waits for them
 # and then holds alone; a writer among looping readers gets in within two
 # holds and a poll; a semaphore never admits more than its slots; a holder

@@ -15,7 +15,7 @@ use Tokenlock\Tests\Support\TempDirTestCase;
 use function Tokenlock\holders;
 
 /**
- * Shared states made by hand, byte for byte as docs/shared-locks.md names
+ * Shared states made by hand, byte for byte as docs/protocol.md, Shared locks and semaphores: names
  * them (as another implementation, or another host, leaves them), and
  * what a trusted neighbour can plant (Hostile neighbours): what the
  * module makes of each, and that whatever it must not touch is left as

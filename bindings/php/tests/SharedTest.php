@@ -18,7 +18,7 @@ use Tokenlock\Tests\Support\Tool;
 use function Tokenlock\holders;
 
 /**
- * Shared locks and semaphores (docs/shared-locks.md) across processes:
+ * Shared locks and semaphores (docs/protocol.md, Shared locks and semaphores) across processes:
  * readers hold together, a writer holds alone and is not starved, a
  * semaphore never admits more than its slots, dead readers are taken
  * over at once, and the lock directory is left as the protocol says

@@ -1,11 +1,11 @@
 package Tokenlock::Shared;
 
-# Shared holders and semaphores (docs/shared-locks.md): the names of
+# Shared holders and semaphores (docs/protocol.md, Shared locks and semaphores): the names of
 # shares, the share entries inside the token, and the steps of a reader,
 # of a semaphore's holder and of a writer that finds them. Core Perl has no
 # openat: the token directory is judged by lstat and its entries are made
 # and removed by path, D/<token>/s.<name>, one component inside a trusted
-# directory (docs/shared-locks.md, Hostile neighbours).
+# directory (docs/protocol.md, Shared locks and semaphores: Hostile neighbours).
 
 use strict;
 use warnings;
@@ -335,7 +335,7 @@ sub _join {
     return ('again');
 }
 
-# The last one out (docs/shared-locks.md, Leaving a group): when the cover
+# The last one out (docs/protocol.md, Shared locks and semaphores: Leaving a group): when the cover
 # holds no live entry, its stale entries are removed and it is freed, or
 # handed to its writer. $was_full: this process left a semaphore it had
 # counted full, and renames the cover so that the waiters watching D wake.
@@ -363,7 +363,7 @@ sub _after_leave {
 }
 
 # ---------------------------------------------------------------------------
-# A writer that finds shared holders (docs/shared-locks.md, A writer)
+# A writer that finds shared holders (docs/protocol.md, Shared locks and semaphores: A writer)
 
 # One look of an exclusive acquisition at a shared name $seen: ('acquired',
 # ...) through $take, ('again'), ('busy', reason), or () when the name is

@@ -126,7 +126,7 @@ sub _identity {
     $ID{owner} = join('.', $ID{host_tag}, $ID{pid}, $ID{start});
     # Shared names carry the host tag with its hash inverted (stag), so
     # that an implementation that knows no shared names judges them by
-    # their lease alone (docs/shared-locks.md, Why these forms); and the
+    # their lease alone (docs/protocol.md, Shared locks and semaphores: Why these forms); and the
     # start time in 12 digits, 0 when it does not fit.
     $ID{stag} = substr($ID{host_tag}, 0, -8) . sprintf('%08x', hex(substr($ID{host_tag}, -8)) ^ 0xffffffff);
     $ID{start12} = sprintf('%012s', length $ID{start} <= 12 ? $ID{start} : 0);

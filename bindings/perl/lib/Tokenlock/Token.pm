@@ -51,7 +51,7 @@ sub _classify {
       && $nonce =~ /\A[0-9a-f]{16}\z/;
     my %t = (expiry_us => $expiry + 0, host_tag => $tag, pid => $pid + 0, start => $start, name => $name, nonce => $nonce);
     # A start of 20 digits from 10^19 up is no process's: a shared name
-    # (docs/shared-locks.md, Grammar). Judged with its real host tag and
+    # (docs/protocol.md, Shared locks and semaphores: Grammar). Judged with its real host tag and
     # start time; a reserved kind (3 to 8) by its lease alone, as the tag on
     # disk, foreign to every host, makes it.
     if (!$plain && $start =~ /\A1([0-9])([0-9]{6})([0-9]{12})\z/) {

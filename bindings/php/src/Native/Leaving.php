@@ -7,7 +7,7 @@ namespace Tokenlock\Native;
 use Tokenlock\LockLostException;
 
 /**
- * A shared holder's release and refresh (docs/shared-locks.md): the lone
+ * A shared holder's release and refresh (docs/protocol.md, Shared locks and semaphores): the lone
  * share's one rename each way; a group member's entry removed or renewed,
  * and the last one out freeing the cover or handing a draining cover to
  * its writer.

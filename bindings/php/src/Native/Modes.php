@@ -11,7 +11,7 @@ namespace Tokenlock\Native;
  * still in the lock directory.
  *
  * Both are renames of the exact name a listing showed, as a writer's
- * takeover of a cover with no live entry is (docs/shared-locks.md, A
+ * takeover of a cover with no live entry is (docs/protocol.md, Shared locks and semaphores: A
  * writer): a promotion succeeds only if no other live entry was in the
  * listing made after the cover was seen, and a joiner's rename that would
  * have added one then fails.

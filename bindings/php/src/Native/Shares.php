@@ -7,7 +7,7 @@ namespace Tokenlock\Native;
 use Tokenlock\Exception;
 
 /**
- * The names of shared holders (docs/shared-locks.md, Names on disk): lone
+ * The names of shared holders (docs/protocol.md, Shared locks and semaphores: Names on disk): lone
  * shares, group covers and draining covers as the token's name, and the
  * share entries `s.*` inside the token directory; what they say, and
  * whether the holders they name are live.

@@ -8,7 +8,7 @@ use Tokenlock\Exception;
 use Tokenlock\LockLostException;
 
 /**
- * The transitions of a shared holder (docs/shared-locks.md,
+ * The transitions of a shared holder (docs/protocol.md, Shared locks and semaphores:
  * Transitions): the lone share's fast path, the conversion into a group
  * cover, joining a cover, leaving it (the last one out frees it or hands
  * a draining cover to its writer), and the refresh of either. Each

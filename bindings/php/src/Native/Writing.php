@@ -6,7 +6,7 @@ namespace Tokenlock\Native;
 
 /**
  * What a writer (an exclusive acquire) does at shared holders
- * (docs/shared-locks.md, A writer): it marks them at once (a draining
+ * (docs/protocol.md, Shared locks and semaphores: A writer): it marks them at once (a draining
  * cover that names it), so that no new shared holder joins, and holds
  * when the last one out hands the token over, or when it finds its mark
  * with no live entry left. At its deadline it unmarks.

@@ -2,7 +2,7 @@
 /**
  * A store for Symfony's Semaphore component (symfony/semaphore 5.4 and
  * later) that keeps each resource's semaphore as a tokenlock lock
- * directory held in slots (docs/shared-locks.md): at most the key's limit
+ * directory held in slots (docs/protocol.md, Shared locks and semaphores): at most the key's limit
  * of holders at once, each with its own lease, a holder that died taken
  * over at once on its host, on local disks and NFS alike.
  *

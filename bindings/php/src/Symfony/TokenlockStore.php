@@ -22,7 +22,7 @@
  * leaves the parent's lock alone.
  *
  * Read locks (Lock::acquireRead(), SharedLockStoreInterface) are the
- * shared locks of docs/shared-locks.md: any number of readers at once,
+ * shared locks of docs/protocol.md, Shared locks and semaphores,: any number of readers at once,
  * never beside a writer, and a writer that waits is not starved by them.
  * A key's read lock becomes its write lock when no other reader holds
  * (save() without waiting; waitAndSave() lets go and waits when others
