@@ -33,7 +33,8 @@ int exit_code_for(std::error_code ec, int busy_code) {
       case errc::server_error: return exit_code::unavailable;
       case errc::not_replicated: return exit_code::temp_fail;
       case errc::untrusted: return exit_code::no_perm;
-      case errc::backend_unavailable: return exit_code::unavailable;
+      case errc::backend_unavailable:
+      case errc::not_supported: return exit_code::unavailable;
     }
     return exit_code::software;
   }

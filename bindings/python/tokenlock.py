@@ -167,7 +167,8 @@ class Error(Exception):
     "timed_out", "lock_lost", "token_missing", "lock_corrupt",
     "corrupt_data", "bad_argument", "not_owner", "dir_sync_failed",
     "not_fenced", "stale_data", "backend_unavailable" (a spec names a lock
-    server this build lacks), "system", "no_memory", "unavailable" (no
+    server this build lacks), "not_supported" (a shared lock or semaphore
+    where holders leave owner marks: GlusterFS), "system", "no_memory", "unavailable" (no
     backend), "command_failed" (the command died or answered nonsense).
     `e.errno` is the errno of a system error, else None.
     """

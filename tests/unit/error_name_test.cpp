@@ -18,7 +18,7 @@ using tokenlock::error_name;
 namespace {
 
 constexpr int first_errc = static_cast<int>(errc::busy);
-constexpr int last_errc = static_cast<int>(errc::backend_unavailable);
+constexpr int last_errc = static_cast<int>(errc::not_supported);
 
 std::error_code os_error(int e) { return {e, std::generic_category()}; }
 
@@ -49,6 +49,7 @@ TEST(ErrorName, NamesTheErrcValuesAsTheirEnumerators) {
   EXPECT_STREQ(error_name(errc::server_error), "server_error");
   EXPECT_STREQ(error_name(errc::untrusted), "untrusted");
   EXPECT_STREQ(error_name(errc::backend_unavailable), "backend_unavailable");
+  EXPECT_STREQ(error_name(errc::not_supported), "not_supported");
 }
 
 TEST(ErrorName, AnErrnoIsSystemWithTheErrnoGivenBesideIt) {

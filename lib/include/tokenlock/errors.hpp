@@ -35,7 +35,7 @@
 //       "lock_lost", "token_missing", "lock_corrupt", "corrupt_data",
 //       "bad_argument", "not_owner", "dir_sync_failed", "not_fenced",
 //       "stale_data", "server_error", "not_replicated", "untrusted",
-//       "backend_unavailable";
+//       "backend_unavailable", "not_supported";
 //     - ENOMEM is "no_memory" (TOKENLOCK_ENOMEM);
 //     - every other errno, in the generic or the system category, is
 //       "system" (TOKENLOCK_ESYSTEM), and the errno itself goes beside the
@@ -121,6 +121,11 @@ enum class errc {
   // message names the spec (password masked) and the build option that
   // adds the backend.
   backend_unavailable,
+  // What was asked is not done where the lock is: a shared lock or a
+  // semaphore on a filesystem where holders leave owner marks (GlusterFS,
+  // an unknown FUSE filesystem: docs/protocol.md, Shared locks and
+  // semaphores). Nothing was changed; the message names the filesystem.
+  not_supported,
 };
 
 // The category of tokenlock::errc codes; name() is "tokenlock".

@@ -83,6 +83,7 @@ enum {
   TOKENLOCK_ENOT_REPLICATED = 13, /* replicas did not acknowledge a grant */
   TOKENLOCK_EUNTRUSTED = 14,      /* another user could change the lock directory */
   TOKENLOCK_EBACKEND_UNAVAILABLE = 15, /* tokenlock_open: this build has no such backend */
+  TOKENLOCK_ENOT_SUPPORTED = 16,  /* a shared lock where holders leave owner marks (GlusterFS) */
   TOKENLOCK_EABORTED = 50,        /* the update callback declined: nothing written */
   TOKENLOCK_ESYSTEM = 100,        /* a system call failed: see tokenlock_last_errno() */
   TOKENLOCK_ENOMEM = 101          /* out of memory */

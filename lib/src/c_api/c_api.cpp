@@ -106,6 +106,7 @@ static_assert(TOKENLOCK_ENOT_REPLICATED == static_cast<int>(tokenlock::errc::not
 static_assert(TOKENLOCK_EUNTRUSTED == static_cast<int>(tokenlock::errc::untrusted));
 static_assert(TOKENLOCK_EBACKEND_UNAVAILABLE ==
               static_cast<int>(tokenlock::errc::backend_unavailable));
+static_assert(TOKENLOCK_ENOT_SUPPORTED == static_cast<int>(tokenlock::errc::not_supported));
 
 tokenlock::write_options write_options_of(const tokenlock_options* o) {
   tokenlock::write_options w;

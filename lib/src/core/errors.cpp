@@ -28,6 +28,7 @@ class category final : public std::error_category {
       case errc::not_replicated: return "too few replicas acknowledged the grant";
       case errc::untrusted: return "another user could change the lock directory";
       case errc::backend_unavailable: return "this build has no such lock backend";
+      case errc::not_supported: return "not supported where the lock is";
     }
     return "unknown tokenlock error";
   }
@@ -59,12 +60,13 @@ constexpr named names[] = {
     {"not_replicated", TOKENLOCK_ENOT_REPLICATED},
     {"untrusted", TOKENLOCK_EUNTRUSTED},
     {"backend_unavailable", TOKENLOCK_EBACKEND_UNAVAILABLE},
+    {"not_supported", TOKENLOCK_ENOT_SUPPORTED},
     {"aborted", TOKENLOCK_EABORTED},
     {"system", TOKENLOCK_ESYSTEM},
     {"no_memory", TOKENLOCK_ENOMEM},
 };
 constexpr int first_errc = static_cast<int>(errc::busy);
-constexpr int last_errc = static_cast<int>(errc::backend_unavailable);
+constexpr int last_errc = static_cast<int>(errc::not_supported);
 static_assert(sizeof names / sizeof names[0] == last_errc + 4,
               "every errc has its row in the table of names");
 

@@ -86,7 +86,7 @@ class shared_acquirer final : public lock_attempt {
   failure refuse_owner_marks() {
     std::error_code ec;
     if (!path_needs_owner_marks(sys_, paths_.dir, ec)) return {};
-    return make_failure(std::make_error_code(std::errc::operation_not_supported),
+    return make_failure(errc::not_supported,
                         describe("acquire", paths_.dir,
                                  ec ? "cannot tell what filesystem the lock directory is on (" +
                                           ec.message() + "), and shared locks need to know"
