@@ -157,11 +157,14 @@ class command_process {
 // token's owner, CMD's process (or a `break --force`), on a lock that frees
 // itself when its owner dies. Found at release, while the lease still ran,
 // it came after CMD ended: the next holder was quicker than run's release,
-// and nothing ran without the lock. A server judges a grant by its lease
-// only: a loss there is always one.
+// and nothing ran without the lock. A taker judges a lease ended only when
+// its clock is past the expiry by the skew allowance, and clocks differ by
+// less than that: so the lease ran still if ours has not passed the expiry
+// (a margin of the allowance too would misjudge every lease of 1 s or
+// less). A server judges a grant by its lease only: a loss there is always
+// one.
 bool taken_after_command_ended(const lock& l, std::chrono::system_clock::time_point expires) {
-  return l.features().frees_dead_owners &&
-         std::chrono::system_clock::now() + lock_options{}.skew_allowance < expires;
+  return l.features().frees_dead_owners && std::chrono::system_clock::now() < expires;
 }
 
 // Waits for CMD's process to end, passing on the forwarded signals and

@@ -208,6 +208,18 @@ TEST_F(CliTest, SharedHoldersHoldTogetherAndStatusListsEveryOne) {
   EXPECT_EQ(entries(lock), std::vector<std::string>{"lockfile"});
 }
 
+// run's CMD owns the token: once it has ended, a reader may take its share
+// (its owner is dead) before run releases. That is no loss, also with a
+// lease of 1 s, the skew allowance: before, such a share was reported lost
+// about once in seven runs of three loops.
+TEST_F(CliTest, ASharePassedOnAfterCmdEndedIsNoLossWithAShortLease) {
+  auto r = sh("for i in 1 2 3; do (for j in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do "
+              "$T run -s --lease 1 '" + lock + "' -- true || echo \"lost $?\"; done) & done; wait");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "") << r.err;
+  EXPECT_EQ(entries(lock), std::vector<std::string>{"lockfile"});
+}
+
 // A regular file at the lock's path (flock(1)'s lock file) is said to be
 // one, with what to do, and left as it is.
 TEST_F(CliTest, ARegularFileAtTheLockPathIsNamedAndLeftAlone) {

@@ -43,7 +43,14 @@ failure open_token_dir(os& sys, const lock_paths& paths, const open_dir& d,
   }
   if (ec)
     return os_failure(sys, paths, step, "cannot open the token " + shown_name(name), name, ec);
-  return check_trusted_fd(sys, out.fd, paths.dir_slash + name, step, "token", d.group);
+  failure f = check_trusted_fd(sys, out.fd, paths.dir_slash + name, step, "token", d.group);
+  // A FUSE client (sshfs) answers the fstat of a directory renamed since
+  // it was opened by the name it had: ENOENT is the rename, not a fault.
+  if (f.code == std::errc::no_such_file_or_directory) {
+    how = token_open::gone;
+    return {};
+  }
+  return f;
 }
 
 namespace {
