@@ -5,6 +5,7 @@ kill -9, short stops and stops past the lease to their process sessions.
 
     shared.py --tokenlock T --source ROOT [--seconds S] [--seed N]
               [--dir D [--dir D2]] [--slots N] [--lease S]
+              [--langs php,perl,cxx] [--kinds rsw] [--keep]
 
 Workers (three per implementation, each restarted when its process ends);
 each hold is one of, chosen by the worker's own seeded random numbers:
@@ -25,11 +26,16 @@ and hold slots: a writer reads the counter itself, and through a cached
 size or page it could read an old value, which no version mark catches
 here (docs/atomic-writes.md), and commit it twice.
 
+A writer stops itself (SIGSTOP, logged "s") before one commit in 16; the
+chaos thread continues it past its lease and the skew allowance, so that
+the commit comes after the lock may have been taken over and must then be
+refused (a fenced commit), as torture.py's python workers do.
+
 Chaos, to a worker's whole session (a `tokenlock run` and its command
-stop and die together): kill -9; a short stop (20-300 ms, inside any
+stop and die together): kill -9; a short stop (10-150 ms, inside any
 lease); a stop past the lease and the skew allowance (lease + 1.3 to
 lease + 2.5 s), after which others may take the hold over and its owner,
-continued, must not act as a holder. Half of the strikes go to a worker
+continued, must not act as a holder. Six strikes in ten go to a worker
 that is in a hold.
 
 The event log (local disk, whatever --dir): every worker appends one line
@@ -54,6 +60,11 @@ first, but never before its "W": a fenced commit proves the hold then):
   reads         no read is torn; a read within its interval is at least
                 every W logged before its hold began and at most N (only
                 on the mount without client caches)
+  kept          a hold lost (l) less than half its lease after its "+",
+                its worker neither stopped nor killed meanwhile, was taken
+                over live: a holder is taken over only when its lease ended
+                or its owner is dead (docs/protocol.md); judged on the
+                mount without client caches only, as the reads are
   ended         every hold of a worker that was not killed ended (ok or l)
                 with no error; and the lock directories hold one free token
                 after a final exclusive hold and slot hold by the command
@@ -75,7 +86,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SKEW = 1.0            # the skew allowance others add to a lease before a takeover
-LANGS = ["php", "perl", "cxx"] * 3
+LANGS = ["php", "perl", "cxx"]
 
 
 def parse_args():
@@ -86,7 +97,11 @@ def parse_args():
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--dir", action="append", default=[])
     p.add_argument("--slots", type=int, default=2)
-    p.add_argument("--lease", type=float, default=2)
+    p.add_argument("--lease", type=float, default=1)
+    p.add_argument("--langs", default=",".join(LANGS),
+                   help="the implementations that run workers, three each (default: %(default)s)")
+    p.add_argument("--kinds", default="rsw", help="the kinds of hold the workers choose among (default: rsw)")
+    p.add_argument("--keep", action="store_true", help="keep the event log and the workers' stderr after a pass")
     p.add_argument("--php-module", default=None,
                    help="the PHP module file (default: the source tree's bindings/php/Tokenlock.php)")
     return p.parse_args()
@@ -130,10 +145,12 @@ class Torture:
         self.lock = threading.Lock()
         self.instances = []
         self.failures = []
-        self.counts = {"kill": 0, "stop": 0, "long": 0}
+        self.counts = {"kill": 0, "stop": 0, "long": 0, "self": 0}
         self.long_stopped = {}     # pid -> the time to continue it
         self.in_hold = {}          # pid -> whether its last logged step is inside a hold
+        self.self_stopping = {}    # pid -> the time a writer logged "s", stopping itself before its commit
         self.log_pos = 0
+        self.chaos_log = open(os.path.join(self.work, "chaos.log"), "w")   # what was sent, when: for a failure's reader
 
     def view(self, slot):
         return self.views[slot % len(self.views)]
@@ -148,7 +165,7 @@ class Torture:
     # --- workers -------------------------------------------------------------
     def command(self, lang, slot):
         a, v = self.a, self.view(slot)
-        kinds = "rs" if self.caching(slot) else "rsw"
+        kinds = self.a.kinds.replace("w", "") if self.caching(slot) else self.a.kinds
         common = [os.path.join(v, "count"), os.path.join(v, "sem.lock"), str(a.slots), "%g" % a.lease,
                   self.stop, self.log, str(self.rng.randrange(1 << 15)), kinds]
         if lang == "php":
@@ -196,6 +213,8 @@ class Torture:
             parts = line.split()
             if len(parts) >= 5:
                 self.in_hold[int(parts[1])] = parts[3] not in ("ok", "l", "e")
+                if parts[3] == "s":
+                    self.self_stopping[int(parts[1])] = float(parts[-1])
 
     def session(self, sid):
         """The live processes of a worker's session (it leads its own)."""
@@ -212,16 +231,39 @@ class Torture:
         return found
 
     def signal_session(self, inst, sig):
+        self.chaos_log.write("%s %d %s %.6f\n" % (inst.lang, inst.pid, signal.Signals(sig).name, time.time()))
+        self.chaos_log.flush()
         for pid in self.session(inst.pid):
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
 
+    @staticmethod
+    def state(pid):
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                return f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return "?"
+
+    def take_self_stopped(self):
+        """A writer that stopped itself before its commit is continued past
+        its lease and the skew allowance, as a long stop is."""
+        for pid, t in list(self.self_stopping.items()):
+            inst = next((i for i in self.alive() if i.pid == pid), None)
+            if inst is None:
+                del self.self_stopping[pid]
+            elif self.state(pid) == "T":
+                inst.stops.append([t, None])
+                self.long_stopped[pid] = (inst, t + self.a.lease + SKEW + self.rng.uniform(0.3, 1.5))
+                self.counts["self"] += 1
+                del self.self_stopping[pid]
+
     def pick(self):
-        alive = [i for i in self.alive() if i.pid not in self.long_stopped]
+        alive = [i for i in self.alive() if i.pid not in self.long_stopped and i.pid not in self.self_stopping]
         holding = [i for i in alive if self.in_hold.get(i.pid)]
-        if holding and self.rng.random() < 0.5:
+        if holding and self.rng.random() < 0.6:
             return self.rng.choice(holding)
         return self.rng.choice(alive) if alive else None
 
@@ -235,10 +277,10 @@ class Torture:
                 inst.kills.append(time.time())
                 self.signal_session(inst, signal.SIGKILL)
             self.counts["kill"] += 1
-        elif r < 0.8 or len(self.long_stopped) >= 2:
+        elif r < 0.88 or self.long_stopped or not self.in_hold.get(inst.pid):
             start = time.time()
             self.signal_session(inst, signal.SIGSTOP)
-            time.sleep(self.rng.uniform(0.02, 0.3))    # the stop's length, inside any lease
+            time.sleep(self.rng.uniform(0.01, 0.15))    # the stop's length, inside any lease
             self.signal_session(inst, signal.SIGCONT)
             inst.stops.append([start, time.time()])
             self.counts["stop"] += 1
@@ -258,23 +300,33 @@ class Torture:
     def chaos(self, until):
         while time.time() < until:
             self.follow_log()
+            self.take_self_stopped()
             self.continue_due()
             self.strike()
-            time.sleep(self.rng.uniform(0.03, 0.2))    # the pacing of the chaos, not a synchronisation
+            time.sleep(self.rng.uniform(0.1, 0.4))    # the pacing of the chaos, not a synchronisation
 
     def wind_down(self, threads):
         open(self.stop, "w").close()
-        self.continue_due(everyone=True)
-        for t in threads:
-            t.join(90)
-            if t.is_alive():
-                self.fail("a worker did not end within 90 s of the stop (a hold never granted?)")
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            threads = [t for t in threads if t.is_alive()]
+            if not threads:
+                break
+            # A writer may stop itself after the stop file came: nobody
+            # else would continue it. Its lease has not ended, so its
+            # commit goes through or is refused, either of which is checked.
+            self.follow_log()
+            self.take_self_stopped()
+            self.continue_due(everyone=True)
+            threads[0].join(0.2)    # polls for the workers' end, within the bound above
+        if threads:
+            self.fail("%d workers did not end within 90 s of the stop (a hold never granted?)" % len(threads))
         for inst in self.alive():
             self.signal_session(inst, signal.SIGKILL)
         with self.lock:
             killed = [i for i in self.instances if i.kills]
-        # A killed worker's child outside its process group ends with it
-        # (prctl); wait for that, so nothing writes after the final read.
+        # SIGKILL reaches each process of a killed session in turn: wait
+        # until all are gone, so that nothing writes after the final read.
         deadline = time.time() + 10
         while any(self.session(i.pid) for i in killed) and time.time() < deadline:
             time.sleep(0.05)    # polls for their end, within the bound above
@@ -304,7 +356,7 @@ class Torture:
 
     def run(self):
         threads = []
-        for slot, lang in enumerate(LANGS):
+        for slot, lang in enumerate(self.a.langs.split(",") * 3):
             t = threading.Thread(target=self.run_slot, args=(lang, slot), daemon=True)
             t.start()
             threads.append(t)
@@ -344,7 +396,7 @@ class Torture:
         killed = inst is not None and bool(inst.kills)
         h["outcome"] = "l" if "l" in tags else "ok" if "ok" in tags else "e" if "e" in tags else None
         if "e" in tags and not killed:
-            self.fail("%s hold %s of %d: %s" % (h["lang"], steps, h["pid"], "an error no kill explains"))
+            self.fail("a %s hold of %d ended in an error that no kill explains: %s" % (h["lang"], h["pid"], steps))
         if h["outcome"] is None and not killed:
             self.fail("a %s hold of %d never ended: %s" % (h["lang"], h["pid"], steps))
         plus = [s for s in steps if s[0] == "+"]
@@ -360,8 +412,24 @@ class Torture:
             commits = [s[2] for s in steps if s[0] == "W"]
             end = max([end] + commits)
         h["start"], h["end"] = start, end
+        self.check_kept(h, inst, start)
         h["long_stop"] = inst is not None and any(
             e is not None and e - b > self.a.lease + SKEW and start <= b <= max(inside) for b, e in inst.stops)
+
+    def check_kept(self, h, inst, start):
+        """A hold that was lost though it never came near the end of its
+        lease (half of it from its "+", which the acquire preceded closely)
+        and its worker was neither stopped nor killed meanwhile: it was
+        taken over live, which no holder may be (docs/shared-locks.md)."""
+        if h["outcome"] != "l" or inst is None or self.caching(inst.slot):
+            return
+        lost = next(s[2] for s in h["steps"] if s[0] == "l")
+        stopped = any(b < lost and (e is None or e > start - self.a.lease) for b, e in inst.stops)
+        if lost - start < self.a.lease / 2 and not stopped and not inst.kills:
+            self.fail("%s %d lost its %s hold %.3f s after its \"+\" at %.6f, within its lease of %g s, never "
+                      "stopped: it was taken over live (unless the process waited half its lease between its "
+                      "acquire and its \"+\"); the worker's stderr names the token"
+                      % (h["lang"], h["pid"], h["kind"], lost - start, start, self.a.lease))
 
     def check_overlaps(self, holds):
         rw = sorted((h for h in holds if h["kind"] in ("r", "w")), key=lambda h: h["start"])
@@ -439,12 +507,15 @@ class Torture:
                                                              sum(h["outcome"] is None for h in mine)))
             print("%-4s holds: %s" % (lang, ", ".join(parts)))
         stopped = [h for h in holds if h["long_stop"]]
+        selfs = [h for h in stopped if any(s[0] == "s" for s in h["steps"])]
         print("counter %d: %d logged commits, %d in doubt; %d reads checked; at most %d readers at once, "
               "%d of %d slots; stopped past the lease inside a hold: %d (%d taken over, then refused with "
-              "lock_lost); chaos: %d kill -9, %d short stops, %d stops past the lease"
+              "lock_lost), of them writers stopped before their commit: %d (%d commits refused); chaos: %d kill -9, "
+              "%d short stops, %d stops past the lease, %d writers' own stops continued past it"
               % (n, len(commits), doubt, reads, most[0], most[1], self.a.slots, len(stopped),
-                 sum(h["outcome"] == "l" for h in stopped), self.counts["kill"], self.counts["stop"],
-                 self.counts["long"]))
+                 sum(h["outcome"] == "l" for h in stopped), len(selfs),
+                 sum(any(s[0] == "l" for s in h["steps"][:-1]) for h in selfs), self.counts["kill"],
+                 self.counts["stop"], self.counts["long"], self.counts["self"]))
 
     def check(self, n):
         holds = self.holds()
@@ -492,7 +563,10 @@ def main():
         print("FAIL with seed %d; the event log and the workers' stderr kept in %s" % (a.seed, t.work))
         return 1
     shutil.rmtree(t.views[0], ignore_errors=True)
-    shutil.rmtree(t.work, ignore_errors=True)
+    if a.keep:
+        print("the event log and the workers' stderr: %s" % t.work)
+    else:
+        shutil.rmtree(t.work, ignore_errors=True)
     print("ok")
     return 0
 

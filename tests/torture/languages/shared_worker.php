@@ -69,6 +69,10 @@ function holdOnce(string $kind, array $a, callable $note): void
         }
         $v = (int) substr($old, 2) + 1;
         $note("c $v");
+        if (mt_rand(0, 15) === 0 && function_exists('posix_kill')) {
+            $note('s');     // shared.py continues it past the lease: the commit must then be refused
+            posix_kill(getmypid(), SIGSTOP);
+        }
         $rc = commitThrough($lock, $counter, (string) $v);
         $lost = $rc === 3;
         $note($rc === 0 ? "W $v" : ($lost ? 'l' : "e commit/$rc"));

@@ -59,6 +59,10 @@ sub hold_once {
         if ($old =~ /^r torn:/) { note($old); $lock->release; note('ok'); return }   # a failure of the run
         my $v = substr($old, 2) + 1;
         note("c $v");
+        if (int(rand(16)) == 0) {
+            note('s');      # shared.py continues it past the lease: the commit must then be refused
+            kill 'STOP', $$;
+        }
         my $rc = commit_through($lock, $v);
         $lost = $rc == 3;
         note($rc == 0 ? "W $v" : $lost ? 'l' : "e commit/$rc");

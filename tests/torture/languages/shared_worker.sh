@@ -50,6 +50,10 @@ write_hold() {
   else
     v=$((${old#r } + 1))
     note "c $v"
+    if [ $((RANDOM % 16)) = 0 ]; then
+      note s        # shared.py continues it past the lease: the commit must then be refused
+      kill -STOP "$me"
+    fi
     echo "$v" | "$tl" commit --sync none "$counter.lock" "$token" "$counter"
     rc=$?
     case $rc in 0) note "W $v" ;; 3) note l; lost=1 ;; *) note "e commit/$rc" ;; esac
