@@ -277,7 +277,7 @@ class Torture:
                 inst.kills.append(time.time())
                 self.signal_session(inst, signal.SIGKILL)
             self.counts["kill"] += 1
-        elif r < 0.88 or self.long_stopped or not self.in_hold.get(inst.pid):
+        elif r < 0.8 or len(self.long_stopped) >= 2 or not self.in_hold.get(inst.pid):
             start = time.time()
             self.signal_session(inst, signal.SIGSTOP)
             time.sleep(self.rng.uniform(0.01, 0.15))    # the stop's length, inside any lease

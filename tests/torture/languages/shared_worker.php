@@ -77,7 +77,9 @@ function holdOnce(string $kind, array $a, callable $note): void
         $lost = $rc === 3;
         $note($rc === 0 ? "W $v" : ($lost ? 'l' : "e commit/$rc"));
     }
-    usleep(mt_rand(0, $kind === 'w' ? 5000 : 30000));   // a hold of some length: overlaps to check
+    // A hold of some length, for overlaps to check; one in ten long enough
+    // for shared.py to stop it inside past its lease.
+    usleep($kind !== 'w' && mt_rand(0, 9) === 0 ? mt_rand(200000, 400000) : mt_rand(0, $kind === 'w' ? 5000 : 30000));
     $note('-');
     try {
         $lock->release();

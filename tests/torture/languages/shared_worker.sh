@@ -30,9 +30,11 @@ sleep "$2"
 note -'
 
 run_hold() {  # KIND DIR RUN-OPTIONS...
-  local kind=$1 dir=$2 rc
+  local kind=$1 dir=$2 rc pause=0.0$((RANDOM % 30))
   shift 2
-  "$tl" run "$@" -w 60 --lease "$lease" "$dir" -- bash -c "$body" body "$kind" "0.0$((RANDOM % 30))"
+  # One in ten long enough for shared.py to stop it inside past its lease.
+  [ $((RANDOM % 10)) = 0 ] && pause=0.$((2 + RANDOM % 2))$((RANDOM % 10))
+  "$tl" run "$@" -w 60 --lease "$lease" "$dir" -- bash -c "$body" body "$kind" "$pause"
   rc=$?
   case $rc in 0) note ok ;; 3) note l ;; *) note "e run/$rc" ;; esac
 }

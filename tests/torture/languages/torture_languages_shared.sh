@@ -3,7 +3,7 @@
 # locks, under kill -9 and stops past the lease (shared.py), on local disk:
 #   torture_languages_shared.sh TOKENLOCK SOURCE
 # TOKENLOCK_TORTURE_SEED replays a run (the script prints its seed);
-# TOKENLOCK_TORTURE_SECONDS sets its length (default 15).
+# TOKENLOCK_TORTURE_SECONDS sets its length (default 20).
 set -uo pipefail
 tool=$1 source=$2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -14,4 +14,4 @@ fi
 seed=()
 [ -n "${TOKENLOCK_TORTURE_SEED:-}" ] && seed=(--seed "$TOKENLOCK_TORTURE_SEED")
 exec python3 "$here/shared.py" --tokenlock "$tool" --source "$source" \
-  --seconds "${TOKENLOCK_TORTURE_SECONDS:-15}" "${seed[@]}"
+  --seconds "${TOKENLOCK_TORTURE_SECONDS:-20}" "${seed[@]}"
