@@ -18,7 +18,10 @@ each hold is one of, chosen by the worker's own seeded random numbers:
   perl  shared_worker.pl: Tokenlock->acquire with shared / slots
   cxx   shared_worker.sh: `tokenlock run -s` and `run --slots N` (the
         readers and slot holders), `tokenlock acquire --pid` (the writers)
-  python has no shared locks yet: see python_worker below, the hook.
+  python shared_worker.py: Lock.acquire with shared=True / slots=N, the
+        writers commit with commit_file (fenced); on the C API with
+        --library, else on the command. Only where the source tree's
+        module has shared locks (class ReadWriteLock or Semaphore).
 Every hold has a lease of --lease seconds (a `tokenlock run` refreshes it).
 With two --dir (two client mounts of one network share) the workers
 alternate between them; those on the first (client caches on) only read
@@ -86,7 +89,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SKEW = 1.0            # the skew allowance others add to a lease before a takeover
-LANGS = ["php", "perl", "cxx"]
+LANGS = ["php", "perl", "cxx", "python"]
 
 
 def parse_args():
@@ -98,21 +101,16 @@ def parse_args():
     p.add_argument("--dir", action="append", default=[])
     p.add_argument("--slots", type=int, default=2)
     p.add_argument("--lease", type=float, default=1)
-    p.add_argument("--langs", default=",".join(LANGS),
-                   help="the implementations that run workers, three each (default: %(default)s)")
+    p.add_argument("--langs", default=None,
+                   help="the implementations that run workers, three each, of %s (default: all; python "
+                        "where the source tree's module has shared locks)" % ",".join(LANGS))
+    p.add_argument("--library", default=None,
+                   help="libtokenlock_c.so, for the python workers (default: they run the command)")
     p.add_argument("--kinds", default="rsw", help="the kinds of hold the workers choose among (default: rsw)")
     p.add_argument("--keep", action="store_true", help="keep the event log and the workers' stderr after a pass")
     p.add_argument("--php-module", default=None,
                    help="the PHP module file (default: the source tree's bindings/php/Tokenlock.php)")
     return p.parse_args()
-
-
-def python_worker(torture, slot, kinds):
-    """The hook for Python: once bindings/python/tokenlock.py has shared
-    locks and semaphores, a shared_worker.py that behaves as
-    shared_worker.pl (the same arguments, "python" as LANG) goes here, and
-    "python" into LANGS."""
-    raise NotImplementedError("no shared worker for python yet")
 
 
 def python_has_shared(source):
@@ -176,13 +174,16 @@ class Torture:
         if lang == "cxx":
             return ["bash", os.path.join(HERE, "shared_worker.sh"), a.tokenlock] + common
         if lang == "python":
-            return python_worker(self, slot, kinds)
+            return [sys.executable, os.path.join(HERE, "shared_worker.py"), os.path.join(a.source, "bindings/python")] + common
         raise ValueError(lang)
 
     def run_slot(self, lang, slot):
         while not os.path.exists(self.stop):
             err = open(os.path.join(self.work, "%s-%d.err" % (lang, slot)), "a")
             env = dict(os.environ, TOKENLOCK_COMMAND=self.a.tokenlock)
+            env.pop("TOKENLOCK_LIBRARY", None)
+            if self.a.library:
+                env["TOKENLOCK_LIBRARY"] = self.a.library
             proc = subprocess.Popen(self.command(lang, slot), stdout=subprocess.DEVNULL, stderr=err, env=env,
                                     start_new_session=True)
             err.close()
@@ -505,7 +506,7 @@ class Torture:
                 lost = sum(h["outcome"] == "l" for h in mine)
                 parts.append("%d %s (%d lost, %d killed)" % (len(mine), name, lost,
                                                              sum(h["outcome"] is None for h in mine)))
-            print("%-4s holds: %s" % (lang, ", ".join(parts)))
+            print("%-6s holds: %s" % (lang, ", ".join(parts)))
         stopped = [h for h in holds if h["long_stop"]]
         selfs = [h for h in stopped if any(s[0] == "s" for s in h["steps"])]
         print("counter %d: %d logged commits, %d in doubt; %d reads checked; at most %d readers at once, "
@@ -545,9 +546,11 @@ def main():
         a.seed = int.from_bytes(os.urandom(4), "little")
     print("shared: seed %d (replay: --seed %d), %s" % (a.seed, a.seed, ", ".join(a.dir) or "a local temporary directory"),
           flush=True)
-    if python_has_shared(a.source):
-        print("NOTE: bindings/python/tokenlock.py has shared locks now, but no shared worker runs them here "
-              "(shared.py, python_worker)")
+    if a.langs is None:
+        a.langs = ",".join(LANGS if python_has_shared(a.source) else LANGS[:-1])
+        if "python" not in a.langs:
+            print("NOTE: %s/bindings/python/tokenlock.py has no shared locks (no class ReadWriteLock or "
+                  "Semaphore): no python workers" % a.source)
     t = Torture(a)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:

@@ -59,7 +59,7 @@ run_on() {  # FS: 0 pass, 1 fail, 77 skip
   fi
   # The shared holds on the same two mounts; the writers only on the one
   # without client caches (shared.py says why).
-  timeout -s TERM 100 python3 "$here/shared.py" --tokenlock "$tool" --source "$source" \
+  timeout -s TERM 100 python3 "$here/shared.py" --tokenlock "$tool" --source "$source" --library "$library" \
     --seconds "${TOKENLOCK_TORTURE_SHARED_SECONDS:-8}" --dir "$RIG_M1" --dir "$RIG_M2" "${seed[@]}"
   rc=$?
   [ "$rc" = 0 ] && echo "ok [$fs]" || echo "FAIL [$fs]: shared.py exited $rc"
