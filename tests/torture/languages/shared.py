@@ -96,7 +96,7 @@ def parse_args():
     p = argparse.ArgumentParser()
     p.add_argument("--tokenlock", required=True)
     p.add_argument("--source", required=True, help="the project's source tree")
-    p.add_argument("--seconds", type=float, default=12)
+    p.add_argument("--seconds", type=float, default=20)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--dir", action="append", default=[])
     p.add_argument("--slots", type=int, default=2)
@@ -253,7 +253,7 @@ class Torture:
         its lease and the skew allowance, as a long stop is."""
         for pid, t in list(self.self_stopping.items()):
             inst = next((i for i in self.alive() if i.pid == pid), None)
-            if inst is None:
+            if inst is None or pid in self.long_stopped:    # gone, or stopped long by a strike already
                 del self.self_stopping[pid]
             elif self.state(pid) == "T":
                 inst.stops.append([t, None])
