@@ -150,11 +150,18 @@ class Torture:
         self.log_pos = 0
         self.chaos_log = open(os.path.join(self.work, "chaos.log"), "w")   # what was sent, when: for a failure's reader
 
+    def view_index(self, slot):
+        """Slot k of an implementation's three: on the views in turn, each
+        implementation starting on its own, so that each has workers on
+        every view (and writers on the last) whatever their number."""
+        n = len(self.a.langs.split(","))
+        return (slot % n + slot // n) % len(self.views)
+
     def view(self, slot):
-        return self.views[slot % len(self.views)]
+        return self.views[self.view_index(slot)]
 
     def caching(self, slot):
-        return len(self.views) > 1 and slot % len(self.views) != len(self.views) - 1
+        return len(self.views) > 1 and self.view_index(slot) != len(self.views) - 1
 
     def fail(self, msg):
         with self.lock:
