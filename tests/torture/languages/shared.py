@@ -51,9 +51,10 @@ writer's commit of V, "W V" after it, "-" just before the release, then
 lock_lost), or "e CODE".
 
 What is checked, at the end (a hold's interval is from its "+" to its "-";
-of a killed holder, to its last line; of a hold that ended "l", cut at its
-first stop, at its lease from the "+" and at its "-", whichever comes
-first, but never before its "W": a fenced commit proves the hold then):
+of a killed holder, to its last line; of a hold that ended "l" or was
+killed, cut at its first stop, at its lease from the "+" and at its last
+line, whichever comes first, but never before its "W": a fenced commit
+proves the hold then):
   writer alone  no writer's interval overlaps any other interval on the
                 counter's lock
   N slots       never more than N slot intervals at once
@@ -414,7 +415,9 @@ class Torture:
         h["kind"], start = plus[0][1], plus[0][2]
         inside = [s[2] for s in steps if s[0] not in ("ok", "l", "e")]
         end = max(inside)
-        if h["outcome"] == "l":
+        if h["outcome"] != "ok":
+            # Lost, or killed: a killed holder's child may still log a line
+            # after a stop past the lease, in which its hold was taken over.
             stops = [b for b, _ in (inst.stops if inst else []) if start <= b <= end]
             end = min([end, start + self.a.lease] + stops)
             commits = [s[2] for s in steps if s[0] == "W"]
