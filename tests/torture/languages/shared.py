@@ -101,7 +101,8 @@ def parse_args():
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--dir", action="append", default=[])
     p.add_argument("--slots", type=int, default=2)
-    p.add_argument("--lease", type=float, default=1)
+    p.add_argument("--lease", type=float, default=1.5,
+                   help="the lease of every hold, in seconds (default: 1.5, above the skew allowance of 1 s)")
     p.add_argument("--langs", default=None,
                    help="the implementations that run workers, three each, of %s (default: all; python "
                         "where the source tree's module has shared locks)" % ",".join(LANGS))
