@@ -86,6 +86,7 @@ function holdOnce(string $kind, array $a, callable $note): void
         $note($lost ? 'l' : 'ok');
     } catch (\Tokenlock\LockLostException $e) {
         $note('l');
+        fwrite(STDERR, 'shared_worker.php: ' . $e->getMessage() . "\n");   // names the token, for shared.py's reader
     }
 }
 

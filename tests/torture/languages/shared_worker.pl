@@ -74,6 +74,7 @@ sub hold_once {
     if (eval { $lock->release; 1 }) { note($lost ? 'l' : 'ok'); return }
     die $@ unless ref $@ && $@->code eq 'lock_lost';
     note('l');
+    print STDERR "shared_worker.pl: ", $@->message, "\n";    # names the token, for shared.py's reader
 }
 
 until (-e $stop) {

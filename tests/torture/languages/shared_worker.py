@@ -57,8 +57,9 @@ def write(held):
         os.kill(os.getpid(), signal.SIGSTOP)
     try:
         held.commit_file(counter, b"%d\n" % v, sync="none")
-    except tokenlock.LockLost:
+    except tokenlock.LockLost as e:
         note("l")
+        print("shared_worker.py: %s" % e, file=sys.stderr)
         return True
     note("W %d" % v)
     return False
@@ -82,8 +83,9 @@ def hold_once(kind):
     try:
         held.release()
         note("l" if lost else "ok")
-    except tokenlock.LockLost:
+    except tokenlock.LockLost as e:
         note("l")
+        print("shared_worker.py: %s" % e, file=sys.stderr)    # names the token, for shared.py's reader
 
 
 while not os.path.exists(stopfile):
