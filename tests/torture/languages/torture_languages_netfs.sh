@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# torture.py on the network filesystems of the netfs rig (tests/netfs/rig.sh):
+# torture.py, then shared.py (readers, writers and slot holders), on the
+# network filesystems of the netfs rig (tests/netfs/rig.sh):
 # sshfs, GlusterFS with performance.stat-prefetch and performance.open-behind
 # off, and MooseFS, each served on this machine only and mounted twice; the
 # workers alternate between the two client mounts, so that every increment
@@ -52,7 +53,16 @@ run_on() {  # FS: 0 pass, 1 fail, 77 skip
     --library "$library" --source "$source" --seconds "${TOKENLOCK_TORTURE_SECONDS:-8}" \
     --dir "$RIG_M1" --dir "$RIG_M2" $(legacy_args "$fs") "${seed[@]}"
   rc=$?
-  [ "$rc" = 0 ] && echo "ok [$fs]" || echo "FAIL [$fs]: torture.py exited $rc"
+  if [ "$rc" != 0 ]; then
+    echo "FAIL [$fs]: torture.py exited $rc"
+    return "$rc"
+  fi
+  # The shared holds on the same two mounts; the writers only on the one
+  # without client caches (shared.py says why).
+  timeout -s TERM 100 python3 "$here/shared.py" --tokenlock "$tool" --source "$source" --library "$library" \
+    --seconds "${TOKENLOCK_TORTURE_SHARED_SECONDS:-8}" --dir "$RIG_M1" --dir "$RIG_M2" "${seed[@]}"
+  rc=$?
+  [ "$rc" = 0 ] && echo "ok [$fs]" || echo "FAIL [$fs]: shared.py exited $rc"
   return "$rc"
 }
 
