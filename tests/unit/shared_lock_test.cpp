@@ -171,6 +171,45 @@ TEST_F(SharedLockTest, ADeadReaderIsTakenOverAtOnceAndItsEntryRemoved) {
   EXPECT_EQ(entries(), std::vector<std::string>{hw.token()}) << "the writer's lock was touched";
 }
 
+// A writer marks a lone share by making its holder's entry and renaming
+// the share; when the holder releases between the two, the rename fails
+// and the entry belongs to nobody. Left behind, it counted as a live share
+// (its owner is alive, its lease long) and barred the next writer behind
+// the next reader until that lease ended.
+TEST_F(SharedLockTest, AWriterWhoseMarkCameTooLateLeavesNoEntryBehind) {
+  auto a = process(100), w = process(200), b = process(101), w2 = process(201);
+  lock_handle ha = lock_for(a, shared()).acquire();
+  w->when(op::rename, ha.token(), [&] { ha.release(); });
+  lock_handle hw = lock_for(w, options(std::chrono::seconds(10), std::chrono::seconds(5))).acquire();
+  ASSERT_TRUE(hw.owns());
+  hw.release();
+  ASSERT_EQ(entries(), std::vector<std::string>{"lockfile"});
+  for (auto& e : fs::directory_iterator(dir / "lockfile"))
+    EXPECT_NE(e.path().filename().string().rfind("s.", 0), 0u)
+        << "an entry of no share was left: " << e.path().filename();
+  // What it cost: the next writer marks the next reader, who leaves; the
+  // last one out must hand the lock over, not count that entry as a share.
+  lock_handle hb = lock_for(b, shared()).acquire();
+  bool marked = false, acted = false;
+  std::function<void(op, const std::string&, const std::string&)> hook;
+  hook = [&](op o, const std::string&, const std::string& to) {
+    if (o == op::rename && to.find(".12") != std::string::npos) marked = true;
+    if (o != op::list_directory || !marked || acted) {
+      w2->before = hook;
+      return;
+    }
+    acted = true;
+    hb.release();
+  };
+  w2->before = hook;
+  caught c = catch_of([&] {
+    lock_for(w2, options(std::chrono::seconds(2), std::chrono::seconds(5))).acquire().release();
+  });
+  EXPECT_TRUE(acted);
+  EXPECT_FALSE(c.code) << c.message;
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+}
+
 TEST_F(SharedLockTest, ARefreshKeepsTheCoverAtLeastAsLateAsEveryEntry) {
   auto a = process(100), b = process(101);
   lock_handle ha = lock_for(a, shared()).acquire();

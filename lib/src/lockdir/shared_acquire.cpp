@@ -259,11 +259,7 @@ failure shared_acquirer::joined_or_not(outcome& result, const open_dir& d, int t
   // Somebody renamed it first: our entry is no share. The lone holder's
   // entry we made stays only if its share was converted meanwhile.
   remove_entry(sys_, tok, mine);
-  observation obs;
-  shared_token now;
-  bool cover = !observe(sys_, paths_, &d, "acquire", obs) && obs.kind == observation::held &&
-               read_shared(obs.token, now) &&
-               (now.kind == share_kind::group || now.kind == share_kind::draining);
+  const bool cover = token_is_cover(sys_, paths_, d, "acquire");
   if (!theirs.empty() && !cover) remove_entry(sys_, tok, theirs);
   // A leaver that saw only our entry left the cover to us.
   if (cover) {

@@ -20,6 +20,14 @@ std::string renamed_cover(os& sys, const observed_token& cover, const shared_tok
                           sys.random_u64());
 }
 
+bool token_is_cover(os& sys, const lock_paths& paths, const open_dir& d, const char* step) {
+  observation obs;
+  shared_token now;
+  return !observe(sys, paths, &d, step, obs) && obs.kind == observation::held &&
+         read_shared(obs.token, now) &&
+         (now.kind == share_kind::group || now.kind == share_kind::draining);
+}
+
 failure settle_cover(os& sys, const lock_paths& paths, const lock_options& options,
                      const char* step) {
   for (int round = 0; round < settle_rounds; ++round) {

@@ -40,4 +40,10 @@ failure find_share(os& sys, const lock_paths& paths, const std::string& entry, c
 std::string renamed_cover(os& sys, const observed_token& cover, const shared_token& s,
                           std::int64_t expiry_us, int pid, std::uint64_t start);
 
+// Whether the token's name in `d` is a cover (a group or a draining one)
+// now: what a converter or a marking writer whose rename of a lone share
+// failed asks before it keeps the entry it made for that share (the share
+// may have been converted meanwhile). False when it cannot tell.
+bool token_is_cover(os& sys, const lock_paths& paths, const open_dir& d, const char* step);
+
 }  // namespace tokenlock::detail

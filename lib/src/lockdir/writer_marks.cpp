@@ -126,6 +126,13 @@ failure writer_marks::mark(const open_dir& d, const observed_token& seen, const 
                        mark_nonce_);
   std::error_code ec = sys_.rename_at(d.fd, seen.name, d.fd, draining);
   if (ec == std::errc::no_such_file_or_directory) {
+    // Its holder renamed it first (a release, a refresh), or another
+    // process converted or marked it. The entry we made for that share
+    // stays only if it was converted meanwhile, as a converter's does:
+    // left behind, it would count as a live share until its lease ended,
+    // and bar every writer, this one included.
+    if (s.kind == share_kind::lone && !existed && !token_is_cover(sys_, paths_, d, "acquire"))
+      remove_entry(sys_, tok.fd, entry_of_lone(seen));
     out.what = step::again;
     return {};
   }
