@@ -210,6 +210,33 @@ TEST_F(SharedLockTest, AWriterWhoseMarkCameTooLateLeavesNoEntryBehind) {
   EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
 }
 
+// Two converters make the lone holder's entry; the one whose rename fails
+// removes it, possibly between the other's mkdir and its check of what it
+// made (ENOENT). That is a changed lock, not an error: the second converter
+// and a marking writer look again.
+TEST_F(SharedLockTest, AnEntryRemovedAsItIsMadeMakesAConverterOrAWriterLookAgain) {
+  auto a = process(100), b = process(101), w = process(200);
+  lock_handle ha = lock_for(a, shared()).acquire();
+  const std::string theirs = "/s." + ha.token().substr(std::string("lockfile.").size(), 17);
+  b->fail(op::make_directory, theirs, ENOENT);
+  lock_handle hb = lock_for(b, shared()).acquire();
+  EXPECT_TRUE(hb.owns());
+  EXPECT_EQ(token_kind().kind, share_kind::group);
+  hb.release();
+  ha.release();
+  ASSERT_EQ(entries(), std::vector<std::string>{"lockfile"});
+  lock_handle again = lock_for(a, shared()).acquire();
+  w->fail(op::make_directory, "/s." + again.token().substr(std::string("lockfile.").size(), 17),
+          ENOENT);
+  caught c = catch_of([&] {
+    lock_for(w, options(std::chrono::seconds(10), std::chrono::milliseconds(300))).acquire();
+  });
+  EXPECT_EQ(c.code, make_error_code(errc::timed_out)) << c.message;
+  EXPECT_EQ(again.mode(), lock_mode::shared);
+  again.release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+}
+
 TEST_F(SharedLockTest, ARefreshKeepsTheCoverAtLeastAsLateAsEveryEntry) {
   auto a = process(100), b = process(101);
   lock_handle ha = lock_for(a, shared()).acquire();

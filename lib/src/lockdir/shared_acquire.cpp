@@ -231,7 +231,13 @@ failure shared_acquirer::join(outcome& result, const open_dir& d, const observed
   bool existed = false;
   if (converting) {
     theirs = entry_of_lone(seen);
-    if (failure f = make_entry(sys_, paths_, tok.fd, theirs, "acquire", existed)) return f;
+    if (failure f = make_entry(sys_, paths_, tok.fd, theirs, "acquire", existed)) {
+      // Removed between its mkdir and its check by another converter
+      // whose rename failed: the lone share changed; look again.
+      if (f.code != std::errc::no_such_file_or_directory) return f;
+      result = outcome::again;
+      return {};
+    }
   }
   if (failure f = make_entry(sys_, paths_, tok.fd, mine, "acquire", existed)) return f;
   if (existed)

@@ -116,8 +116,12 @@ failure writer_marks::mark(const open_dir& d, const observed_token& seen, const 
   remove_stale_entries(sys_, tok.fd, census);
   bool existed = false;
   if (s.kind == share_kind::lone)
-    if (failure f = make_entry(sys_, paths_, tok.fd, entry_of_lone(seen), "acquire", existed))
-      return f;
+    if (failure f = make_entry(sys_, paths_, tok.fd, entry_of_lone(seen), "acquire", existed)) {
+      // Removed at once by a converter whose rename failed (as for a join).
+      if (f.code != std::errc::no_such_file_or_directory) return f;
+      out.what = step::again;
+      return {};
+    }
   const std::int64_t now = sys_.wall_now_us();
   if (mark_nonce_ == 0) mark_nonce_ = sys_.random_u64() | 1;
   const std::string draining =
