@@ -237,6 +237,35 @@ TEST_F(SharedLockTest, AnEntryRemovedAsItIsMadeMakesAConverterOrAWriterLookAgain
   EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
 }
 
+// A late converter: y saw the lone share L and opened its token; before
+// its mkdir of L's entry, b converted L and L's holder left the group
+// (removing that entry). y's mkdir makes the entry again, its rename of L
+// fails, and the name is a cover now (b's), so the rule of the conversion's
+// step 5 (docs/shared-locks.md) keeps the entry: an entry of no share,
+// whose owner is alive and whose lease is whole, which the last one out
+// counts as live, so the lock stays held and a writer waits until that
+// lease ends. Disabled until the protocol says how a converter tells a
+// converted share from a released one (it fails today).
+TEST_F(SharedLockTest, DISABLED_ALateConverterLeavesNoEntryOfAShareThatLeft) {
+  auto a = process(100), b = process(101), y = process(102), w = process(200);
+  lock_handle ha = lock_for(a, shared()).acquire();
+  const std::string theirs = "/s." + ha.token().substr(std::string("lockfile.").size(), 17);
+  std::optional<lock_handle> hb;
+  y->when(op::make_directory, theirs, [&] {
+    hb = lock_for(b, shared()).acquire();  // converts L
+    ha.release();                          // leaves: L's entry goes
+  });
+  lock_handle hy = lock_for(y, shared()).acquire();
+  ASSERT_TRUE(hb && hb->owns() && hy.owns());
+  hy.release();
+  hb->release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"}) << "an entry of no share holds it";
+  caught c = catch_of([&] {
+    lock_for(w, options(std::chrono::seconds(10), std::chrono::milliseconds(300))).acquire().release();
+  });
+  EXPECT_FALSE(c.code) << c.message;
+}
+
 TEST_F(SharedLockTest, ARefreshKeepsTheCoverAtLeastAsLateAsEveryEntry) {
   auto a = process(100), b = process(101);
   lock_handle ha = lock_for(a, shared()).acquire();
