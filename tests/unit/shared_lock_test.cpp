@@ -212,8 +212,9 @@ TEST_F(SharedLockTest, AWriterWhoseMarkCameTooLateLeavesNoEntryBehind) {
 
 // Two converters make the lone holder's entry; the one whose rename fails
 // removes it, possibly between the other's mkdir and its check of what it
-// made (ENOENT). That is a changed lock, not an error: the second converter
-// and a marking writer look again.
+// made (ENOENT). That is a changed lock, not an error: the second converter,
+// a joiner (whose own entry a takeover cleared) and a marking writer look
+// again.
 TEST_F(SharedLockTest, AnEntryRemovedAsItIsMadeMakesAConverterOrAWriterLookAgain) {
   auto a = process(100), b = process(101), w = process(200);
   lock_handle ha = lock_for(a, shared()).acquire();
@@ -222,6 +223,14 @@ TEST_F(SharedLockTest, AnEntryRemovedAsItIsMadeMakesAConverterOrAWriterLookAgain
   lock_handle hb = lock_for(b, shared()).acquire();
   EXPECT_TRUE(hb.owns());
   EXPECT_EQ(token_kind().kind, share_kind::group);
+  // Its own entry, cleared as soon as made (a takeover of the token clears
+  // it whole): the same.
+  auto c3 = process(103);
+  c3->fail(op::make_directory, "-0000abcd.103.", ENOENT);
+  lock_handle hc = lock_for(c3, shared()).acquire();
+  EXPECT_TRUE(hc.owns());
+  EXPECT_EQ(share_entries().size(), 3u);
+  hc.release();
   hb.release();
   ha.release();
   ASSERT_EQ(entries(), std::vector<std::string>{"lockfile"});

@@ -239,7 +239,12 @@ failure shared_acquirer::join(outcome& result, const open_dir& d, const observed
       return {};
     }
   }
-  if (failure f = make_entry(sys_, paths_, tok.fd, mine, "acquire", existed)) return f;
+  if (failure f = make_entry(sys_, paths_, tok.fd, mine, "acquire", existed)) {
+    // Gone as soon as made: a takeover cleared the token meanwhile, and our
+    // rename would fail. What we made goes, as after a failed rename.
+    if (f.code != std::errc::no_such_file_or_directory) return f;
+    return joined_or_not(result, d, tok.fd, seen, mine, theirs, expiry, f.code);
+  }
   if (existed)
     return make_failure(errc::lock_corrupt,
                         describe("acquire", paths_.dir,

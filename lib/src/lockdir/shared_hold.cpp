@@ -104,7 +104,11 @@ failure refresh_member(lock_handle& h, const std::string& entry, std::int64_t ex
     if (!found) break;
     if (!made) {
       bool existed = false;
-      if (failure f = make_entry(sys, paths, tok.fd, next, "refresh", existed)) return f;
+      if (failure f = make_entry(sys, paths, tok.fd, next, "refresh", existed)) {
+        // Gone as soon as made: a takeover cleared the token; our share ended.
+        if (f.code == std::errc::no_such_file_or_directory) break;
+        return f;
+      }
       made = true;
     }
     if (place.shared.limit) {
