@@ -20,10 +20,12 @@
 #include "temp_dir.hpp"
 #include "tokenlock/tokenlock.hpp"
 #include "visit_log.hpp"
+#include "worker_exit.hpp"
 
 namespace fs = boost::filesystem;
 using namespace std::chrono_literals;
 using tokenlock::testing::child;
+using tokenlock::testing::expect_clean_exit;
 using tokenlock::testing::monotonic_ns;
 using tokenlock::testing::start_barrier;
 using tokenlock::testing::temp_dir;
@@ -31,12 +33,6 @@ using tokenlock::testing::temp_dir;
 namespace {
 
 const std::string worker = LOCK_WORKER_PATH;
-
-void expect_clean_exit(int status, const std::string& what) {
-  ASSERT_TRUE(WIFEXITED(status)) << what << ": killed by signal " << WTERMSIG(status);
-  ASSERT_NE(WEXITSTATUS(status), 3) << what << ": the counter changed under a reader";
-  ASSERT_EQ(WEXITSTATUS(status), 0) << what;
-}
 
 class SharedProcessTest : public ::testing::Test {
  protected:
@@ -62,6 +58,17 @@ class SharedProcessTest : public ::testing::Test {
                              std::to_string(hold_us), "60000"});
     if (with_counter) argv.push_back(counter.string());
     return argv;
+  }
+  // Starts every process at once (a start barrier) and waits for each to
+  // end cleanly; then the visit log's verdict.
+  tokenlock::testing::visit_report run_together(const std::vector<std::vector<std::string>>& argvs,
+                                                unsigned slots) {
+    start_barrier barrier;
+    std::vector<child> all;
+    for (const auto& argv : argvs) all.emplace_back(argv, &barrier);
+    barrier.open_gate();
+    for (child& c : all) expect_clean_exit(c.wait(), "visitor " + std::to_string(c.pid()));
+    return tokenlock::testing::check_visit_log(log.string(), slots);
   }
   std::vector<tokenlock::lock_holder> holders() {
     return tokenlock::open_lock(dir.string(), {})->holders();
@@ -147,13 +154,10 @@ TEST_F(SharedProcessTest, AWriterWaitsForEveryReaderToLeave) {
 
 TEST_F(SharedProcessTest, AWriterNeverHoldsBesideAReader) {
   const int readers = 6, writers = 2, cycles = 40;
-  start_barrier barrier;
-  std::vector<child> all;
-  for (int i = 0; i < readers; ++i) all.emplace_back(visit_args({"--shared"}, cycles, 1000), &barrier);
-  for (int i = 0; i < writers; ++i) all.emplace_back(visit_args({}, cycles, 300), &barrier);
-  barrier.open_gate();
-  for (child& c : all) expect_clean_exit(c.wait(), "visitor");
-  const tokenlock::testing::visit_report r = tokenlock::testing::check_visit_log(log.string(), 0);
+  std::vector<std::vector<std::string>> argvs;
+  for (int i = 0; i < readers; ++i) argvs.push_back(visit_args({"--shared"}, cycles, 1000));
+  for (int i = 0; i < writers; ++i) argvs.push_back(visit_args({}, cycles, 300));
+  const tokenlock::testing::visit_report r = run_together(argvs, 0);
   EXPECT_TRUE(r.violations.empty()) << violations(r);
   EXPECT_EQ(r.lost, 0);
   EXPECT_EQ(r.reads, readers * cycles);
@@ -171,13 +175,10 @@ TEST_F(SharedProcessTest, AWriterNeverHoldsBesideAReader) {
 
 TEST_F(SharedProcessTest, NeverMoreThanThreeOfThreeSlotsUnderEightLoopingProcesses) {
   const int n = 8, cycles = 30;
-  start_barrier barrier;
-  std::vector<child> all;
-  for (int i = 0; i < n; ++i)
-    all.emplace_back(visit_args({"--slots", "3"}, cycles, 2000, false), &barrier);
-  barrier.open_gate();
-  for (child& c : all) expect_clean_exit(c.wait(), "slot holder");
-  const tokenlock::testing::visit_report r = tokenlock::testing::check_visit_log(log.string(), 3);
+  const tokenlock::testing::visit_report r =
+      run_together(std::vector<std::vector<std::string>>(
+                       n, visit_args({"--slots", "3"}, cycles, 2000, false)),
+                   3);
   EXPECT_TRUE(r.violations.empty()) << violations(r);
   EXPECT_EQ(r.lost, 0);
   EXPECT_EQ(r.slot_turns, n * cycles);
