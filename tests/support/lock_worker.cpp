@@ -41,9 +41,10 @@
 //     refreshes and prints "refreshed", "lock_lost MESSAGE" or "error
 //     MESSAGE"; at any other line (or EOF) releases, printing "released",
 //     "lock_lost MESSAGE" or "error MESSAGE".
-//   wait
-//     Prints "W", acquires (waiting up to 30 s), prints "A <monotonic ns>"
-//     at the moment it holds the lock, and releases.
+//   wait [stamp]
+//     Prints "W" ("W <monotonic ns>" with stamp), acquires (waiting up to
+//     30 s), prints "A <monotonic ns>" at the moment it holds the lock, and
+//     releases.
 //   visit LOG CYCLES HOLD_US LEASE_MS [COUNTER]
 //     Waits for its start barrier like count, then CYCLES times (until the
 //     file LOG.stop exists): holds the lock (waiting up to 120 s, skew
@@ -327,14 +328,18 @@ int hold(const mode_args& m) {
   return 0;
 }
 
-int wait_mode(const mode_args& m) {
-  std::unique_ptr<tokenlock::lock> lock = tokenlock::open_lock(m.spec, lock_settings(30s));
-  std::cout << "W" << std::endl;
-  tokenlock::handle h = lock->acquire();
+long long monotonic_now_ns() {
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  std::cout << "A " << (static_cast<long long>(ts.tv_sec) * 1000000000LL + ts.tv_nsec)
-            << std::endl;
+  return static_cast<long long>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+int wait_mode(const mode_args& m) {
+  std::unique_ptr<tokenlock::lock> lock = tokenlock::open_lock(m.spec, lock_settings(30s));
+  if (!m.a.empty() && m.a[0] != "stamp") die("wait takes only the word stamp, not " + m.a[0]);
+  std::cout << "W" << (m.a.empty() ? "" : " " + std::to_string(monotonic_now_ns())) << std::endl;
+  tokenlock::handle h = lock->acquire();
+  std::cout << "A " << monotonic_now_ns() << std::endl;
   h.release();
   return 0;
 }
@@ -417,7 +422,7 @@ const char* const directory_only = "SPEC: a lock directory";
 const mode modes[] = {
     {"count", "COUNTER CANARY CYCLES [LOG]", "", 3, 4, needs::lock, count},
     {"hold", "LEASE_MS [SKEW_MS]", "", 1, 2, needs::lock, hold},
-    {"wait", "", "", 0, 0, needs::lock, wait_mode},
+    {"wait", "[stamp]", "", 0, 1, needs::lock, wait_mode},
     {"visit", "LOG CYCLES HOLD_US LEASE_MS [COUNTER]", "", 4, 5, needs::lock, visit},
     {"signal-cleanup", "TARGET INSTALL IGNORE_HUP FORK [FSTYPE]",
      "FSTYPE: a lock directory's filesystem type", 4, 5, needs::lock, signal_cleanup},
