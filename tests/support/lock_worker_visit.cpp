@@ -3,6 +3,9 @@
 // the top of lock_worker.cpp; visit_log.hpp checks the log).
 #include <unistd.h>
 
+#include <csignal>
+#include <random>
+
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -20,6 +23,7 @@ namespace tokenlock::testing::worker {
 namespace {
 
 struct visit_plan {
+  unsigned stop_every = 0;  // LOCK_WORKER_STOP_EVERY: 0, never
   std::string log;
   std::string counter;  // empty: none
   std::chrono::microseconds hold{0};
@@ -29,6 +33,17 @@ struct visit_plan {
 
 std::string event(const visit_plan& p, const char* what, int i) {
   return std::string(what) + " " + p.kind + " " + p.who + " " + std::to_string(i);
+}
+
+// One turn in stop_every, at random, stops this process where it hurts:
+// holding, before its commit or its release. "S PID" goes to the log
+// first, so that the stay is judged until there only (its lease may end
+// while it is stopped); whoever runs it continues it.
+void maybe_stop(const visit_plan& p) {
+  static std::mt19937 rng(static_cast<unsigned>(::getpid()));
+  if (p.stop_every == 0 || rng() % p.stop_every != 0) return;
+  append_line(p.log, "S " + p.who);
+  std::raise(SIGSTOP);
 }
 
 std::uint64_t counter_now(const visit_plan& p) {
@@ -43,6 +58,7 @@ bool write_turn(tokenlock::lock& lock, const visit_plan& p, int i) {
     append_line(p.log, event(p, "E", i));
     next = (cur ? std::strtoull(cur->c_str(), nullptr, 10) : 0) + 1;
     std::this_thread::sleep_for(p.hold);
+    maybe_stop(p);
     append_line(p.log, event(p, "L", i));
     return std::to_string(next) + "\n";
   };
@@ -63,6 +79,7 @@ bool hold_turn(tokenlock::lock& lock, const visit_plan& p, int i, std::uint64_t&
   append_line(p.log, event(p, "E", i));
   const std::uint64_t in = p.counter.empty() ? 0 : counter_now(p);
   std::this_thread::sleep_for(p.hold);
+  maybe_stop(p);
   const std::uint64_t out = p.counter.empty() ? 0 : counter_now(p);
   append_line(p.log, event(p, "L", i));
   std::error_code ec;
@@ -88,6 +105,8 @@ int visit(const mode_args& m) {
   const held_as how = chosen_mode();
   p.kind = how.mode == tokenlock::lock_mode::exclusive ? "W" : how.slots ? "S" : "R";
   p.who = std::to_string(::getpid());
+  if (const char* every = std::getenv("LOCK_WORKER_STOP_EVERY"))
+    p.stop_every = static_cast<unsigned>(std::strtoul(every, nullptr, 10));
   std::unique_ptr<tokenlock::lock> lock =
       tokenlock::open_lock(m.spec, lock_settings(120s, millis(m.a[3]), 0ms));
   const std::string stop = p.log + ".stop";

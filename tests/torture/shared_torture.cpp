@@ -7,7 +7,9 @@
 //   sem.lock  slot holders of a semaphore of 3 (--slots 3).
 // The supervisor, every 50 to 250 ms, kills a random worker with SIGKILL
 // (and starts another in its place) or stops one with SIGSTOP, for 50 ms or
-// past its lease, then continues it. Checked after the run, from the
+// past its lease, then continues it; and one turn in 1000 stops itself while
+// it holds (before a writer's commit, before a release), which the
+// supervisor continues past the lease. Checked after the run, from the
 // workers' O_APPEND logs (tests/support/visit_log.hpp): a writer never
 // beside anybody, a reader never beside a writer, never more than 3 slot
 // holders; the counter exact (every committed value distinct, none lost
@@ -63,6 +65,7 @@ struct setup {
 struct worker_process {
   role r;
   std::unique_ptr<child> c;
+  std::int64_t continue_at_ns = 0;  // stopped itself: when to continue it
 };
 
 std::unique_ptr<child> start(const setup& s, role r) {
@@ -79,6 +82,7 @@ std::unique_ptr<child> start(const setup& s, role r) {
 
 struct faults {
   int kills = 0, writer_kills = 0, stops = 0, long_stops = 0;
+  int self_stops = 0;   // workers that stopped themselves holding (continued past the lease)
   int ended_alone = 0;  // workers found ended before their kill: a failure
 };
 
@@ -86,6 +90,7 @@ struct faults {
 // a stop for 50 ms or past the lease.
 void strike(const setup& s, std::vector<worker_process>& all, std::mt19937& rng, faults& f) {
   worker_process& victim = all[rng() % all.size()];
+  if (victim.continue_at_ns) return;  // stopped itself: continue_self_stopped's
   const std::string pid = std::to_string(victim.c->pid());
   if (rng() % 5 < 3) {
     victim.c->signal(SIGKILL);
@@ -105,6 +110,28 @@ void strike(const setup& s, std::vector<worker_process>& all, std::mt19937& rng,
   victim.c->signal(SIGCONT);
   ++f.stops;
   f.long_stops += past_lease;
+}
+
+// Continues, once its lease has ended, each worker that stopped itself
+// while it held (LOCK_WORKER_STOP_EVERY): found stopped, it is due 200 ms
+// past its lease; one found ended instead is replaced.
+void continue_self_stopped(const setup& s, std::vector<worker_process>& all, faults& f) {
+  const std::int64_t now = monotonic_ns();
+  for (worker_process& w : all) {
+    if (w.continue_at_ns) {
+      if (now < w.continue_at_ns) continue;
+      w.c->signal(SIGCONT);
+      w.continue_at_ns = 0;
+      ++f.self_stops;
+      continue;
+    }
+    int status = 0;
+    const child::state st = w.c->poll(status);
+    if (st == child::state::stopped) w.continue_at_ns = now + (lease_ms + 200) * 1'000'000LL;
+    if (st != child::state::ended) continue;
+    ++f.ended_alone;
+    w.c = start(s, w.r);
+  }
 }
 
 // The lock is free now: an exclusive holder gets it at once (stale names
@@ -153,8 +180,12 @@ int finish(const setup& s, std::vector<worker_process>& all, const faults& f, bo
   tokenlock::testing::note_in_visit_log(s.rw_log().string() + ".stop", "");
   tokenlock::testing::note_in_visit_log(s.sem_log().string() + ".stop", "");
   verdict v;
+  // Those found stopped and not yet due are continued now: their stop was
+  // reported once already, and a wait would not see it again.
+  for (worker_process& w : all)
+    if (w.continue_at_ns) w.c->signal(SIGCONT);
   for (worker_process& w : all) {
-    const int status = w.c->wait();
+    const int status = w.c->wait_continuing();  // one may stop itself once more
     v.expect(WIFEXITED(status) && WEXITSTATUS(status) != 3,
              "a reader saw the counter go backwards or move while it held");
     v.expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
@@ -162,8 +193,9 @@ int finish(const setup& s, std::vector<worker_process>& all, const faults& f, bo
   }
   const auto rw = tokenlock::testing::check_visit_log(s.rw_log().string(), 0);
   const auto sem = tokenlock::testing::check_visit_log(s.sem_log().string(), slots);
-  std::printf("faults: %d kills (%d writers), %d stops (%d past the lease)\n", f.kills,
-              f.writer_kills, f.stops, f.long_stops);
+  std::printf("faults: %d kills (%d writers), %d stops (%d past the lease), %d self-stops "
+              "while holding\n",
+              f.kills, f.writer_kills, f.stops, f.long_stops, f.self_stops);
   report("rw.lock", rw);
   report("sem.lock", sem);
   v.expect(rw.violations.empty() && sem.violations.empty(), "a promise was broken (above)");
@@ -172,7 +204,7 @@ int finish(const setup& s, std::vector<worker_process>& all, const faults& f, bo
   check_counter(s, rw, f, v);
   v.expect(free_now(s.rw_lock()) && free_now(s.sem_lock()), "a lock was not free at the end");
   if (!check) return 0;
-  v.expect(f.kills > 0 && f.long_stops > 0, "the faults were not exercised");
+  v.expect(f.kills > 0 && f.long_stops > 0 && f.self_stops > 0, "the faults were not exercised");
   v.expect(rw.writes > 0 && rw.reads > 0 && sem.slot_turns > 0, "a role never got in");
   v.expect(rw.most_readers >= 2 && sem.most_slots == static_cast<int>(slots),
            "the readers never shared, or the semaphore never filled");
@@ -201,17 +233,21 @@ int main(int argc, char** argv) {
   }
   s.root = fs::temp_directory_path() / fs::unique_path("tokenlock-shared-torture-%%%%-%%%%");
   fs::create_directories(s.root);
+  // One turn in 1000 stops itself holding (lock_worker's visit), so that
+  // takeovers of live, stopped holders happen, not only of dead ones.
+  ::setenv("LOCK_WORKER_STOP_EVERY", "1000", 1);
   std::vector<worker_process> all;
   for (role r : {role::reader, role::reader, role::reader, role::reader, role::writer,
                  role::writer, role::slot_holder, role::slot_holder, role::slot_holder,
                  role::slot_holder, role::slot_holder})
-    all.push_back({r, start(s, r)});
+    all.push_back({r, start(s, r), 0});
   std::mt19937 rng(std::random_device{}());
   faults f;
   const std::int64_t end = monotonic_ns() + static_cast<std::int64_t>(seconds * 1e9);
   while (monotonic_ns() < end) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50 + rng() % 200));  // the fault rate
     strike(s, all, rng, f);
+    continue_self_stopped(s, all, f);
   }
   const int status = finish(s, all, f, check);
   if (status == 0) fs::remove_all(s.root);
