@@ -56,9 +56,10 @@
 //     "C VALUE" once committed; a reader reads the counter when it enters
 //     and before it leaves, and exits 3 when it went backwards or (its
 //     share not lost) changed while it held. Prints "visited N lost M".
-//     With LOCK_WORKER_STOP_EVERY=N in the environment, one turn in N (at
-//     random) appends "S PID" and stops itself with SIGSTOP while it holds,
-//     before its commit or release, for its parent to continue.
+//     With LOCK_WORKER_STOP_EVERY=N in the environment, turn 50 and every
+//     N-th turn after it append "S PID" and stop the worker with SIGSTOP
+//     while it holds, before its commit or release, for its parent to
+//     continue.
 //   signal-cleanup TARGET INSTALL IGNORE_HUP FORK [FSTYPE]
 //     Ignores SIGHUP if IGNORE_HUP is 1, calls install_signal_cleanup() if
 //     INSTALL is 1, acquires and refreshes once, starts an atomic_file on

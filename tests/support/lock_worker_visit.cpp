@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <csignal>
-#include <random>
 
 #include <chrono>
 #include <cstdint>
@@ -35,13 +34,13 @@ std::string event(const visit_plan& p, const char* what, int i) {
   return std::string(what) + " " + p.kind + " " + p.who + " " + std::to_string(i);
 }
 
-// One turn in stop_every, at random, stops this process where it hurts:
-// holding, before its commit or its release. "S PID" goes to the log
-// first, so that the stay is judged until there only (its lease may end
-// while it is stopped); whoever runs it continues it.
-void maybe_stop(const visit_plan& p) {
-  static std::mt19937 rng(static_cast<unsigned>(::getpid()));
-  if (p.stop_every == 0 || rng() % p.stop_every != 0) return;
+// Turn 50 and every stop_every-th after it stop this process where it
+// hurts: holding, before its commit or its release (a fixed turn, so that
+// even a short, slow run has stops). "S PID" goes to the log first, so
+// that the stay is judged until there only (its lease may end while it is
+// stopped); whoever runs it continues it.
+void maybe_stop(const visit_plan& p, int i) {
+  if (p.stop_every == 0 || i < 50 || (i - 50) % static_cast<int>(p.stop_every) != 0) return;
   append_line(p.log, "S " + p.who);
   std::raise(SIGSTOP);
 }
@@ -58,7 +57,7 @@ bool write_turn(tokenlock::lock& lock, const visit_plan& p, int i) {
     append_line(p.log, event(p, "E", i));
     next = (cur ? std::strtoull(cur->c_str(), nullptr, 10) : 0) + 1;
     std::this_thread::sleep_for(p.hold);
-    maybe_stop(p);
+    maybe_stop(p, i);
     append_line(p.log, event(p, "L", i));
     return std::to_string(next) + "\n";
   };
@@ -79,7 +78,7 @@ bool hold_turn(tokenlock::lock& lock, const visit_plan& p, int i, std::uint64_t&
   append_line(p.log, event(p, "E", i));
   const std::uint64_t in = p.counter.empty() ? 0 : counter_now(p);
   std::this_thread::sleep_for(p.hold);
-  maybe_stop(p);
+  maybe_stop(p, i);
   const std::uint64_t out = p.counter.empty() ? 0 : counter_now(p);
   append_line(p.log, event(p, "L", i));
   std::error_code ec;

@@ -7,9 +7,10 @@
 //   sem.lock  slot holders of a semaphore of 3 (--slots 3).
 // The supervisor, every 50 to 250 ms, kills a random worker with SIGKILL
 // (and starts another in its place) or stops one with SIGSTOP, for 50 ms or
-// past its lease, then continues it; and one turn in 1000 stops itself while
-// it holds (before a writer's commit, before a release), which the
-// supervisor continues past the lease. Checked after the run, from the
+// past its lease, then continues it; and each worker's 50th turn, and one
+// in 1000 after it, stops itself while it holds (before a writer's commit,
+// before a release), which the supervisor continues past the lease.
+// Checked after the run, from the
 // workers' O_APPEND logs (tests/support/visit_log.hpp): a writer never
 // beside anybody, a reader never beside a writer, never more than 3 slot
 // holders; the counter exact (every committed value distinct, none lost
@@ -86,13 +87,16 @@ struct faults {
   int ended_alone = 0;  // workers found ended before their kill: a failure
 };
 
-// One fault on a random worker: a kill (and a new worker in its place), or
-// a stop for 50 ms or past the lease.
+// One fault on a random worker, in a fixed order: a kill (and a new worker
+// in its place), or a stop for 50 ms or past the lease.
 void strike(const setup& s, std::vector<worker_process>& all, std::mt19937& rng, faults& f) {
   worker_process& victim = all[rng() % all.size()];
   if (victim.continue_at_ns) return;  // stopped itself: continue_self_stopped's
   const std::string pid = std::to_string(victim.c->pid());
-  if (rng() % 5 < 3) {
+  // Kill, kill, a long stop, kill, a short stop: every run of a few
+  // seconds has each fault.
+  const int turn = f.kills + f.stops;
+  if (turn % 5 != 2 && turn % 5 != 4) {
     victim.c->signal(SIGKILL);
     const int status = victim.c->wait();
     if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) ++f.ended_alone;
@@ -102,7 +106,7 @@ void strike(const setup& s, std::vector<worker_process>& all, std::mt19937& rng,
     victim.c = start(s, victim.r);
     return;
   }
-  const bool past_lease = rng() % 2 == 0;
+  const bool past_lease = turn % 5 == 2;
   tokenlock::testing::note_in_visit_log(s.log_of(victim.r).string(), "S " + pid);
   victim.c->signal(SIGSTOP);
   // The fault's length, not a wait for something to happen.
@@ -233,8 +237,9 @@ int main(int argc, char** argv) {
   }
   s.root = fs::temp_directory_path() / fs::unique_path("tokenlock-shared-torture-%%%%-%%%%");
   fs::create_directories(s.root);
-  // One turn in 1000 stops itself holding (lock_worker's visit), so that
-  // takeovers of live, stopped holders happen, not only of dead ones.
+  // Turn 50 and one turn in 1000 after it stop themselves holding
+  // (lock_worker's visit), so that takeovers of live, stopped holders
+  // happen, not only of dead ones.
   ::setenv("LOCK_WORKER_STOP_EVERY", "1000", 1);
   std::vector<worker_process> all;
   for (role r : {role::reader, role::reader, role::reader, role::reader, role::writer,
