@@ -33,17 +33,14 @@
 
 #include <boost/filesystem.hpp>
 
+#include "monotonic.hpp"
 #include "tokenlock/tokenlock.hpp"
 
 namespace fs = boost::filesystem;
 
 namespace {
 
-double now_s() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
-}
+using tokenlock::bench::now_s;
 
 struct result {
   double rate = 0, jain = 0;

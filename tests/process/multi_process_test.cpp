@@ -17,12 +17,14 @@
 #include "child.hpp"
 #include "inspect.hpp"
 #include "temp_dir.hpp"
+#include "worker_exit.hpp"
 #include "lockdir/token_name.hpp"
 #include "tokenlock/tokenlock.hpp"
 
 namespace fs = boost::filesystem;
 using namespace std::chrono_literals;
 using tokenlock::testing::child;
+using tokenlock::testing::expect_clean_exit;
 using tokenlock::testing::monotonic_ns;
 using tokenlock::testing::start_barrier;
 using tokenlock::testing::temp_dir;
@@ -62,12 +64,6 @@ class MultiProcessTest : public ::testing::Test {
   std::vector<std::string> entries(const fs::path& p) { return tokenlock::testing::entries(p); }
   int holder_pid() { return tokenlock::testing::holder_pid(dir); }
 };
-
-void expect_clean_exit(int status, const char* what) {
-  ASSERT_TRUE(WIFEXITED(status)) << what << ": killed by signal " << WTERMSIG(status);
-  ASSERT_NE(WEXITSTATUS(status), 3) << what << ": two processes were inside at once";
-  ASSERT_EQ(WEXITSTATUS(status), 0) << what;
-}
 
 class ContentionTest : public MultiProcessTest, public ::testing::WithParamInterface<int> {};
 

@@ -115,6 +115,31 @@ bool child::wait_stopped() {
   return false;
 }
 
+int child::wait_continuing() {
+  for (;;) {
+    int status = 0;
+    if (::waitpid(pid_, &status, WUNTRACED) < 0) {
+      if (errno == EINTR) continue;
+      pid_ = -1;
+      return status;
+    }
+    if (!WIFSTOPPED(status)) {
+      pid_ = -1;
+      return status;
+    }
+    ::kill(pid_, SIGCONT);
+  }
+}
+
+child::state child::poll(int& status) {
+  status = 0;
+  const pid_t r = ::waitpid(pid_, &status, WUNTRACED | WNOHANG);
+  if (r == 0) return state::running;
+  if (r == pid_ && WIFSTOPPED(status)) return state::stopped;
+  pid_ = -1;
+  return state::ended;
+}
+
 std::string run_in_child(const std::function<std::string()>& body, int& exit_status) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2");

@@ -44,6 +44,13 @@ class child {
   // Waits until the child is stopped (SIGSTOP, raised by itself or sent);
   // false if it ended instead.
   bool wait_stopped();
+  // Waits for the child to end, continuing it (SIGCONT) whenever it stops
+  // itself meanwhile; returns its wait status.
+  int wait_continuing();
+  // Its state now, without waiting: stopped, running, or ended (then
+  // reaped, with its wait status in `status`).
+  enum class state { running, stopped, ended };
+  state poll(int& status);
   bool running() const { return pid_ > 0; }
 
  private:

@@ -2,8 +2,12 @@
 // processes: the process, Redis and etcd tests, the language torture, the
 // netfs rig, the legacy interop test and bench/lang/turnstile/mixed.sh.
 //
-//   lock_worker --lock SPEC MODE ARGS...
+//   lock_worker --lock SPEC [--shared | --slots N] MODE ARGS...
 //   lock_worker rewrite TARGET SIZE SYNC          (no lock)
+//
+// --shared takes the lock as a shared holder (a reader), --slots N as one
+// of N holders of a semaphore (open_options::mode and slots), in every mode
+// that takes the lock; without them, exclusively.
 //
 // SPEC is what tokenlock::open_lock takes (open_lock.hpp): a lock
 // directory's path, redis://HOST:PORT#NAME, unix:///SOCKET#NAME,
@@ -33,11 +37,29 @@
 //     (handle::id(): a lock directory's token name, a server grant's owner
 //     id), its fence ("-" without one), how many watches its wait opened
 //     (etcd) and how many wake-ups reached it (a release seen by etcd's
-//     watch or Redis's wake list). Then waits for a line on stdin and
-//     releases, printing "released", "lock_lost MESSAGE" or "error MESSAGE".
-//   wait
-//     Prints "W", acquires (waiting up to 30 s), prints "A <monotonic ns>"
-//     at the moment it holds the lock, and releases.
+//     watch or Redis's wake list). Then, for each line "refresh" on stdin,
+//     refreshes and prints "refreshed", "lock_lost MESSAGE" or "error
+//     MESSAGE"; at any other line (or EOF) releases, printing "released",
+//     "lock_lost MESSAGE" or "error MESSAGE".
+//   wait [stamp]
+//     Prints "W" ("W <monotonic ns>" with stamp), acquires (waiting up to
+//     30 s), prints "A <monotonic ns>" at the moment it holds the lock, and
+//     releases.
+//   visit LOG CYCLES HOLD_US LEASE_MS [COUNTER]
+//     Waits for its start barrier like count, then CYCLES times (until the
+//     file LOG.stop exists): holds the lock (waiting up to 120 s, skew
+//     allowance 0) for HOLD_US µs, appending "E KIND PID I" to LOG once it
+//     holds and "L KIND PID I" before it releases (O_APPEND: one order for
+//     every process); KIND is W (exclusive), R (shared) or S (a slot). A
+//     release that finds the lock lost appends "X PID I". With COUNTER, a
+//     writer holds through update_file(COUNTER) and adds 1, appending
+//     "C VALUE" once committed; a reader reads the counter when it enters
+//     and before it leaves, and exits 3 when it went backwards or (its
+//     share not lost) changed while it held. Prints "visited N lost M".
+//     With LOCK_WORKER_STOP_EVERY=N in the environment, turn 50 and every
+//     N-th turn after it append "S PID" and stop the worker with SIGSTOP
+//     while it holds, before its commit or release, for its parent to
+//     continue.
 //   signal-cleanup TARGET INSTALL IGNORE_HUP FORK [FSTYPE]
 //     Ignores SIGHUP if IGNORE_HUP is 1, calls install_signal_cleanup() if
 //     INSTALL is 1, acquires and refreshes once, starts an atomic_file on
@@ -78,8 +100,9 @@
 //     (versioned_content.hpp) with atomic_write, forever; prints "R" after
 //     the first. SYNC: none, file or file_and_dir.
 //
-// Exit status: 0 success, 2 usage or unexpected error, 3 canary violation,
-// 4 corrupt data, 5 stale data, 6 lock lost before a commit.
+// Exit status: 0 success, 2 usage or unexpected error, 3 canary violation
+// (or a counter changed under a reader), 4 corrupt data, 5 stale data, 6
+// lock lost before a commit.
 #include "lock_worker.hpp"
 
 #include <cerrno>
@@ -126,11 +149,18 @@ std::chrono::milliseconds millis(const std::string& text) {
   return std::chrono::milliseconds(v);
 }
 
+held_as& chosen_mode() {
+  static held_as chosen;
+  return chosen;
+}
+
 tokenlock::open_options lock_settings(std::chrono::milliseconds wait,
                                       std::chrono::milliseconds lease) {
   tokenlock::open_options o;
   o.wait = wait;
   o.lease = lease;
+  o.mode = chosen_mode().mode;
+  o.slots = chosen_mode().slots;
   return o;
 }
 
@@ -292,21 +322,28 @@ int hold(const mode_args& m) {
   std::cout << "H " << h.id() << " " << fence_text(h) << " " << after.watches - before.watches
             << " " << after.wakes - before.wakes << std::endl;
   std::string line;
-  std::getline(std::cin, line);
   std::error_code ec;
+  while (std::getline(std::cin, line) && line == "refresh") {
+    h.refresh(ec);
+    report("refreshed", ec);
+  }
   h.release(ec);
   report("released", ec);
   return 0;
 }
 
-int wait_mode(const mode_args& m) {
-  std::unique_ptr<tokenlock::lock> lock = tokenlock::open_lock(m.spec, lock_settings(30s));
-  std::cout << "W" << std::endl;
-  tokenlock::handle h = lock->acquire();
+long long monotonic_now_ns() {
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  std::cout << "A " << (static_cast<long long>(ts.tv_sec) * 1000000000LL + ts.tv_nsec)
-            << std::endl;
+  return static_cast<long long>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+int wait_mode(const mode_args& m) {
+  std::unique_ptr<tokenlock::lock> lock = tokenlock::open_lock(m.spec, lock_settings(30s));
+  if (!m.a.empty() && m.a[0] != "stamp") die("wait takes only the word stamp, not " + m.a[0]);
+  std::cout << "W" << (m.a.empty() ? "" : " " + std::to_string(monotonic_now_ns())) << std::endl;
+  tokenlock::handle h = lock->acquire();
+  std::cout << "A " << monotonic_now_ns() << std::endl;
   h.release();
   return 0;
 }
@@ -389,7 +426,8 @@ const char* const directory_only = "SPEC: a lock directory";
 const mode modes[] = {
     {"count", "COUNTER CANARY CYCLES [LOG]", "", 3, 4, needs::lock, count},
     {"hold", "LEASE_MS [SKEW_MS]", "", 1, 2, needs::lock, hold},
-    {"wait", "", "", 0, 0, needs::lock, wait_mode},
+    {"wait", "[stamp]", "", 0, 1, needs::lock, wait_mode},
+    {"visit", "LOG CYCLES HOLD_US LEASE_MS [COUNTER]", "", 4, 5, needs::lock, visit},
     {"signal-cleanup", "TARGET INSTALL IGNORE_HUP FORK [FSTYPE]",
      "FSTYPE: a lock directory's filesystem type", 4, 5, needs::lock, signal_cleanup},
     {"sigbus", "SCRATCH OWN", directory_only, 2, 2, needs::maybe, sigbus},
@@ -401,7 +439,26 @@ const mode modes[] = {
 };
 
 const char* lock_usage(needs n) {
-  return n == needs::lock ? "--lock SPEC " : n == needs::maybe ? "[--lock SPEC] " : "";
+  return n == needs::lock    ? "--lock SPEC [--shared | --slots N] "
+         : n == needs::maybe ? "[--lock SPEC] "
+                             : "";
+}
+
+// --shared and --slots N, after --lock.
+int parse_held_as(int argc, char** argv, int i) {
+  if (i < argc && std::string(argv[i]) == "--shared") {
+    chosen_mode().mode = tokenlock::lock_mode::shared;
+    return i + 1;
+  }
+  if (i + 1 < argc && std::string(argv[i]) == "--slots") {
+    char* end = nullptr;
+    const unsigned long n = std::strtoul(argv[i + 1], &end, 10);
+    if (*end != '\0' || n == 0 || n > tokenlock::max_slots) die(std::string("not a slot count: ") + argv[i + 1]);
+    chosen_mode().mode = tokenlock::lock_mode::shared;
+    chosen_mode().slots = static_cast<std::uint32_t>(n);
+    return i + 2;
+  }
+  return i;
 }
 
 [[noreturn]] void usage(const std::string& why) {
@@ -420,6 +477,7 @@ int run(int argc, char** argv) {
     m.spec = argv[i + 1];
     i += 2;
   }
+  i = parse_held_as(argc, argv, i);
   if (i >= argc) usage("no mode");
   const std::string name = argv[i++];
   m.a.assign(argv + i, argv + argc);

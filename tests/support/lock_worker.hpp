@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <system_error>
@@ -19,6 +20,13 @@ struct mode_args {
   std::vector<std::string> a;
 };
 
+// How the modes take the lock: --shared, --slots N, or exclusively.
+struct held_as {
+  tokenlock::lock_mode mode = tokenlock::lock_mode::exclusive;
+  std::uint32_t slots = 0;
+};
+held_as& chosen_mode();
+
 // Reports `what` as "lock_worker[PID]: what" on stderr and exits with 2
 // (the netfs rig counts errors by that prefix).
 [[noreturn]] void die(const std::string& what);
@@ -27,7 +35,8 @@ struct mode_args {
 std::chrono::milliseconds millis(const std::string& text);
 
 // The settings of a mode's lock: its wait budget, its lease, and the lock
-// directory's skew allowance (a server lock has none: ignored there).
+// directory's skew allowance (a server lock has none: ignored there); held
+// as chosen_mode() says.
 tokenlock::open_options lock_settings(std::chrono::milliseconds wait,
                                       std::chrono::milliseconds lease = std::chrono::seconds(60));
 tokenlock::open_options lock_settings(std::chrono::milliseconds wait,
@@ -63,5 +72,8 @@ int stall_update(const mode_args& m);
 int update(const mode_args& m);
 int append(const mode_args& m);
 int incr(const mode_args& m);
+
+// Holding in turn with others, logged (lock_worker_visit.cpp).
+int visit(const mode_args& m);
 
 }  // namespace tokenlock::testing::worker

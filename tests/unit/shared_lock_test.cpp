@@ -229,6 +229,107 @@ TEST_F(SharedLockTest, ADeadReaderIsTakenOverAtOnceAndItsEntryRemoved) {
   EXPECT_EQ(entries(), std::vector<std::string>{hw.token()}) << "the writer's lock was touched";
 }
 
+// A writer marks a lone share by making its holder's entry and renaming
+// the share; when the holder releases between the two, the rename fails
+// and the entry belongs to nobody. Left behind, it counted as a live share
+// (its owner is alive, its lease long) and barred the next writer behind
+// the next reader until that lease ended.
+TEST_F(SharedLockTest, AWriterWhoseMarkCameTooLateLeavesNoEntryBehind) {
+  auto a = process(100), w = process(200), b = process(101), w2 = process(201);
+  lock_handle ha = lock_for(a, shared()).acquire();
+  w->when(op::rename, ha.token(), [&] { ha.release(); });
+  lock_handle hw = lock_for(w, options(std::chrono::seconds(10), std::chrono::seconds(5))).acquire();
+  ASSERT_TRUE(hw.owns());
+  hw.release();
+  ASSERT_EQ(entries(), std::vector<std::string>{"lockfile"});
+  for (auto& e : fs::directory_iterator(dir / "lockfile"))
+    EXPECT_NE(e.path().filename().string().rfind("s.", 0), 0u)
+        << "an entry of no share was left: " << e.path().filename();
+  // What it cost: the next writer marks the next reader, who leaves; the
+  // last one out must hand the lock over, not count that entry as a share.
+  lock_handle hb = lock_for(b, shared()).acquire();
+  bool marked = false, acted = false;
+  std::function<void(op, const std::string&, const std::string&)> hook;
+  hook = [&](op o, const std::string&, const std::string& to) {
+    if (o == op::rename && to.find(".12") != std::string::npos) marked = true;
+    if (o != op::list_directory || !marked || acted) {
+      w2->before = hook;
+      return;
+    }
+    acted = true;
+    hb.release();
+  };
+  w2->before = hook;
+  caught c = catch_of([&] {
+    lock_for(w2, options(std::chrono::seconds(2), std::chrono::seconds(5))).acquire().release();
+  });
+  EXPECT_TRUE(acted);
+  EXPECT_FALSE(c.code) << c.message;
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+}
+
+// Two converters make the lone holder's entry; the one whose rename fails
+// removes it, possibly between the other's mkdir and its check of what it
+// made (ENOENT). That is a changed lock, not an error: the second converter,
+// a joiner (whose own entry a takeover cleared) and a marking writer look
+// again.
+TEST_F(SharedLockTest, AnEntryRemovedAsItIsMadeMakesAConverterOrAWriterLookAgain) {
+  auto a = process(100), b = process(101), w = process(200);
+  lock_handle ha = lock_for(a, shared()).acquire();
+  const std::string theirs = "/s." + ha.token().substr(std::string("lockfile.").size(), 17);
+  b->fail(op::make_directory, theirs, ENOENT);
+  lock_handle hb = lock_for(b, shared()).acquire();
+  EXPECT_TRUE(hb.owns());
+  EXPECT_EQ(token_kind().kind, share_kind::group);
+  // Its own entry, cleared as soon as made (a takeover of the token clears
+  // it whole): the same.
+  auto c3 = process(103);
+  c3->fail(op::make_directory, "-0000abcd.103.", ENOENT);
+  lock_handle hc = lock_for(c3, shared()).acquire();
+  EXPECT_TRUE(hc.owns());
+  EXPECT_EQ(share_entries().size(), 3u);
+  hc.release();
+  hb.release();
+  ha.release();
+  ASSERT_EQ(entries(), std::vector<std::string>{"lockfile"});
+  lock_handle again = lock_for(a, shared()).acquire();
+  w->fail(op::make_directory, "/s." + again.token().substr(std::string("lockfile.").size(), 17),
+          ENOENT);
+  caught c = catch_of([&] {
+    lock_for(w, options(std::chrono::seconds(10), std::chrono::milliseconds(300))).acquire();
+  });
+  EXPECT_EQ(c.code, make_error_code(errc::timed_out)) << c.message;
+  EXPECT_EQ(again.mode(), lock_mode::shared);
+  again.release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+}
+
+// A late converter: y saw the lone share L and opened its token; before
+// its mkdir of its copy of L's share, b converted L and L's holder left
+// the group (removing every copy). y's copy comes after that, its rename
+// of L fails, and it removes its copy (docs/protocol.md, the conversion,
+// step 5): no entry of a share of nobody keeps the lock held for a whole
+// lease (with one name for every converter's entry, y kept it).
+TEST_F(SharedLockTest, ALateConverterLeavesNoEntryOfAShareThatLeft) {
+  auto a = process(100), b = process(101), y = process(102), w = process(200);
+  lock_handle ha = lock_for(a, shared()).acquire();
+  const std::string theirs = "/s." + ha.token().substr(std::string("lockfile.").size(), 17);
+  std::optional<lock_handle> hb;
+  y->when(op::make_directory, theirs, [&] {
+    hb = lock_for(b, shared()).acquire();  // converts L
+    ha.release();                          // leaves: L's entry goes
+  });
+  lock_handle hy = lock_for(y, shared()).acquire();
+  ASSERT_TRUE(hb && hb->owns() && hy.owns());
+  hy.release();
+  hb->release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"}) << "an entry of no share holds it";
+  caught c = catch_of([&] {
+    lock_for(w, options(std::chrono::seconds(10), std::chrono::milliseconds(300))).acquire().release();
+  });
+  EXPECT_FALSE(c.code) << c.message;
+}
+
 TEST_F(SharedLockTest, ARefreshKeepsTheCoverAtLeastAsLateAsEveryEntry) {
   auto a = process(100), b = process(101);
   lock_handle ha = lock_for(a, shared()).acquire();

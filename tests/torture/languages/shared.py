@@ -432,7 +432,7 @@ class Torture:
         """A hold that was lost though it never came near the end of its
         lease (half of it from its "+", which the acquire preceded closely)
         and its worker was neither stopped nor killed meanwhile: it was
-        taken over live, which no holder may be (docs/shared-locks.md)."""
+        taken over live, which no holder may be (docs/protocol.md, Shared locks and semaphores)."""
         if h["outcome"] != "l" or inst is None or self.caching(inst.slot):
             return
         lost = next(s[2] for s in h["steps"] if s[0] == "l")
