@@ -18,6 +18,16 @@ using detail::share_kind;
 
 class SharedLockTest : public RenameLockTest {
  protected:
+  // Whether the path's last name is a shared name of this kind (read from
+  // its mode field, never guessed from a substring a nonce may hold too).
+  static bool named_as(const std::string& path, share_kind kind) {
+    const std::string name = path.substr(path.rfind('/') + 1);
+    detail::held_token t;
+    if (detail::classify_name(name, &t) != detail::name_kind::held) return false;
+    detail::shared_token s;
+    return detail::read_shared(detail::observed(name, t, detail::name_kind::held), s) &&
+           s.kind == kind;
+  }
   static lock_options shared(std::uint32_t slots = 0) {
     lock_options o = options();
     o.mode = lock_mode::shared;
@@ -107,7 +117,7 @@ TEST_F(SharedLockTest, AWaitingWritersMarkBarsNewReadersAndTheLastOneOutHandsItO
   // fake_os's hook fires once; it arms itself again until it acted.
   std::function<void(op, const std::string&, const std::string&)> hook;
   hook = [&](op o, const std::string&, const std::string& to) {
-    if (o == op::rename && to.find(".12") != std::string::npos) marked = true;
+    if (o == op::rename && named_as(to, share_kind::draining)) marked = true;
     if (o != op::list_directory || !marked || acted) {
       w->before = hook;
       return;
@@ -141,7 +151,7 @@ TEST_F(SharedLockTest, AConverterThatLosesRemovesItsCopyOfTheLoneHoldersShare) {
   hook = [&](op o, const std::string&, const std::string& to) {
     // Just before the converter's rename of the lone share: the lone
     // holder leaves, another reader takes the lock, a third converts it.
-    if (o != op::rename || acted || to.find(".11") == std::string::npos) {
+    if (o != op::rename || acted || !named_as(to, share_kind::group)) {
       c->before = hook;
       return;
     }
@@ -185,6 +195,88 @@ TEST_F(SharedLockTest, CopiesOfOneLoneShareCountAsOneHolder) {
   hc->release();
   EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
   EXPECT_TRUE(share_entries().empty());
+}
+
+// A member's refresh renames a writer's mark (a later expiry) after the
+// writer's last look: the writer, giving up, still takes its mark back (by
+// its nonce, not by the name it saw), so readers are not barred by a
+// writer that has gone home, nor is the lock handed over to it.
+TEST_F(SharedLockTest, AWriterThatGivesUpTakesBackItsMarkAfterAMemberRenamedIt) {
+  auto a = process(100), b = process(101), w = process(200), c = process(102);
+  lock_handle ha = lock_for(a, shared()).acquire();
+  lock_handle hb = lock_for(b, shared()).acquire();  // a group
+  bool marked = false, acted = false;
+  std::function<void(op, const std::string&, const std::string&)> hook;
+  hook = [&](op o, const std::string& path, const std::string& to) {
+    if (o == op::rename && named_as(to, share_kind::draining)) marked = true;
+    // The writer lists its mark's token: it has seen the name it will give up.
+    if (o != op::list_directory || !marked || acted || path.find("lockfile.") == std::string::npos) {
+      w->before = hook;
+      return;
+    }
+    acted = true;
+    hb.refresh();                  // renames the mark
+    world->advance(2'000'000);     // past the writer's wait
+  };
+  w->before = hook;
+  caught t = catch_of([&] {
+    lock_for(w, options(std::chrono::seconds(10), std::chrono::milliseconds(500))).acquire();
+  });
+  ASSERT_TRUE(acted);
+  EXPECT_EQ(t.code, make_error_code(errc::timed_out)) << t.message;
+  EXPECT_EQ(token_kind().kind, share_kind::group) << "the writer's mark stayed out";
+  std::optional<lock_handle> hc = lock_for(c, shared()).try_acquire();
+  EXPECT_TRUE(hc) << "a reader was barred by the mark of a writer that gave up";
+  if (hc) hc->release();
+  ha.release();
+  hb.release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"}) << "handed over to a writer that left";
+}
+
+// A refresh whose share ended meanwhile (its lease over, a leaver removed
+// its old entry and freed the token) leaves no new entry behind, wherever
+// the token is by then: it would be a share of nobody for a whole lease.
+TEST_F(SharedLockTest, ARefreshThatFailsLeavesNoEntryBehind) {
+  auto a = process(100), m = process(101);
+  lock_handle ha = lock_for(a, shared()).acquire();
+  lock_options short_lease = shared();
+  short_lease.lease = std::chrono::seconds(1);
+  lock_handle hm = lock_for(m, short_lease).acquire();  // a group
+  world->advance(3'000'000);                            // m's lease has ended
+  m->when(op::make_directory, "/s.", [&] { ha.release(); });
+  caught c = catch_of([&] { hm.refresh(std::chrono::seconds(60)); });
+  EXPECT_EQ(c.code, make_error_code(errc::lock_lost)) << c.message;
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+  EXPECT_TRUE(share_entries().empty()) << "the failed refresh's entry stayed";
+}
+
+// A group of readers whose members all died holds nobody: a semaphore's
+// holder (another limit) takes it over instead of waiting for its lease.
+TEST_F(SharedLockTest, AGroupOfAnotherLimitWhoseMembersAreDeadIsTakenOver) {
+  auto a = process(100), b = process(101), c = process(102);
+  lock_handle ha = lock_for(a, shared()).acquire();
+  lock_handle hb = lock_for(b, shared()).acquire();
+  world->processes.erase(100);
+  world->processes.erase(101);
+  std::optional<lock_handle> hc = lock_for(c, shared(3)).try_acquire();
+  ASSERT_TRUE(hc) << "waited for a group of dead readers";
+  EXPECT_EQ(token_kind().kind, share_kind::lone);
+  EXPECT_EQ(token_kind().limit, 3u);
+  EXPECT_TRUE(share_entries().empty());
+  hc->release();
+}
+
+// Breaking a lone share that was converted since: its copies go.
+TEST_F(SharedLockTest, BreakingAConvertedLoneShareRemovesItsCopies) {
+  auto a = process(100), b = process(101), c = process(102);
+  lock_handle ha = lock_for(a, shared()).acquire();
+  const std::string id = ha.detach();
+  lock_handle hb = lock_for(b, shared()).acquire();  // converts a's share
+  rename_lock breaker = lock_for(c);
+  static_cast<tokenlock::lock&>(breaker).break_owner(id);
+  EXPECT_EQ(share_entries(), std::vector<std::string>{hb.token()});
+  hb.release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
 }
 
 TEST_F(SharedLockTest, ASemaphoreAdmitsNoMoreThanItsSlots) {
@@ -251,7 +343,7 @@ TEST_F(SharedLockTest, AWriterWhoseMarkCameTooLateLeavesNoEntryBehind) {
   bool marked = false, acted = false;
   std::function<void(op, const std::string&, const std::string&)> hook;
   hook = [&](op o, const std::string&, const std::string& to) {
-    if (o == op::rename && to.find(".12") != std::string::npos) marked = true;
+    if (o == op::rename && named_as(to, share_kind::draining)) marked = true;
     if (o != op::list_directory || !marked || acted) {
       w2->before = hook;
       return;

@@ -273,10 +273,21 @@ class acquirer final : public lock_attempt {
     const std::int64_t wanted = sys_.wall_now_us() + to_us(options_.lease);
     if (wanted > expiry) {
       std::string renewed = with_expiry(owner_part(name), wanted);
-      if (!sys_.rename_at(d.fd, name, d.fd, renewed)) {
-        name = std::move(renewed);
-        expiry = wanted;
+      std::error_code ec = sys_.rename_at(d.fd, name, d.fd, renewed);
+      file_status st;
+      // ENOENT with the renewed name there: an NFS retransmit of our rename.
+      if (ec == std::errc::no_such_file_or_directory && !sys_.status_at(d.fd, renewed, st))
+        ec.clear();
+      if (ec == std::errc::no_such_file_or_directory) {
+        // Taken over while we stalled past its lease: not ours any more.
+        result = outcome::again;
+        return {};
       }
+      if (ec)
+        return os_failure(sys_, paths_, "acquire", "cannot renew the lock handed over as " +
+                          shown_name(name), name, ec);
+      name = std::move(renewed);
+      expiry = wanted;
     }
     return finish(out_, result, d, name, paths_.dir_slash + name, expiry, name);
   }

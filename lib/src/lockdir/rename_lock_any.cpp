@@ -93,7 +93,15 @@ void rename_lock::break_owner_any(const std::string& token, std::error_code& ec)
     return;
   }
   lock_handle taken = take_over(token, true, ec);
-  if (!ec) taken.release(ec);
+  if (!ec) {
+    taken.release(ec);
+    return;
+  }
+  // A lone share converted into a group since: its copies are its share.
+  if (ec == errc::lock_lost && detail::is_lone_name(token)) {
+    ec.clear();
+    detail::run_noexcept(ec, [&] { return detail::break_share(core_, options_, token); });
+  }
 }
 
 std::optional<lock_holder> rename_lock::holder_any(std::error_code& ec) noexcept {

@@ -143,10 +143,31 @@ class shared_acquirer final : public lock_attempt {
                                 ": " + j.reason);
       return join(result, d, seen, s, true);
     }
-    if (s.limit != limit_)
-      return wait(result, "held by shared holders of " + limit_text(s.limit) +
-                              " (this one is " + limit_text(limit_) + ")");
+    if (s.limit != limit_) return meet_other_limit(result, d, seen, s);
     return join(result, d, seen, s, false);
+  }
+
+  // A group of another limit: wait for it as for a writer, unless no share
+  // in it is live (its members died or their leases ended): then it is a
+  // stale name like any other, taken over by its exact name.
+  failure meet_other_limit(outcome& result, const open_dir& d, const observed_token& seen,
+                           const shared_token& s) {
+    scoped_fd tok{sys_};
+    token_open how;
+    if (failure f = open_token_dir(sys_, paths_, d, seen.name, "acquire", tok, how)) return f;
+    if (how == token_open::gone) {
+      result = outcome::again;
+      return {};
+    }
+    entry_census census;
+    if (how == token_open::ok)
+      if (failure f = take_census(sys_, paths_, tok.fd, options_, "acquire", census)) return f;
+    if (how == token_open::ok && census.live.empty()) {
+      if (failure f = corrupt_entry(paths_, seen.name, census, "acquire")) return f;
+      return take_over(result, d, seen);
+    }
+    return wait(result, "held by shared holders of " + limit_text(s.limit) + " (this one is " +
+                            limit_text(limit_) + ")");
   }
 
   // A stale name (a writer's, a lone share's, a legacy script's) becomes a

@@ -139,59 +139,86 @@ std::string next_entry(os& sys, const std::string& share, std::int64_t expiry) {
   return make_entry_name(expiry, me.host_tag, me.pid, me.start_time, t.nonce);
 }
 
+enum class round_end { renewed, again, ended };
+
+// One round of a member's refresh: our next entry made (once, in the
+// token kept open as `made_in`), the others counted where they must be,
+// the cover renamed.
+failure refresh_round(lock_handle& h, const std::string& share, const std::string& next,
+                      std::int64_t expiry, scoped_fd& made_in, round_end& end) {
+  os& sys = *lock_access::core(h)->sys;
+  const lock_paths& paths = *lock_access::core(h)->paths;
+  const lock_options options{};
+  end = round_end::ended;
+  share_place place;
+  scoped_fd tok{sys};
+  if (failure f = locate_share(sys, paths, share, "refresh", place, tok)) return f;
+  if (!place.found()) return {};
+  end = round_end::again;
+  if (made_in.fd < 0) {
+    // Existing already, it is ours (our nonce): a second refresh within
+    // one microsecond.
+    entry_made how;
+    if (failure f = make_entry(sys, paths, tok.fd, next, "refresh", how)) return f;
+    if (how == entry_made::gone) return {};  // the token taken over and cleared
+    // The token is one directory whatever its name: ours is removed from
+    // it should the refresh fail, whatever the name is by then.
+    if (std::error_code ec = sys.open_directory(tok.fd, ".", made_in.fd))
+      return os_step(sys, paths, "refresh", "cannot keep the token open", ec);
+  }
+  // Only a share whose lease may have ended can have been counted out by
+  // a joiner; counting a live one would count joiners whose rename is
+  // still to come, and end a share for nothing.
+  if (place.shared.limit && may_have_ended(sys, lock_access::expiry_us(h), options)) {
+    entry_census census;
+    if (failure f = take_census(sys, paths, tok.fd, options, "refresh", census)) return f;
+    std::size_t others = census.others(next);
+    for (const auto& n : place.names) others -= census.holds(n) ? 1 : 0;
+    if (others >= place.shared.limit) {
+      end = round_end::ended;
+      return {};
+    }
+  }
+  observed_token mine;
+  read_entry(next, mine);
+  const auto d = current_dir(paths);
+  const std::string to = renamed_cover(sys, place.token, place.shared,
+                                       later_expiry(place.token.expiry_us, expiry), mine.pid,
+                                       mine.start_time);
+  std::error_code ec = d ? sys.rename_at(d->fd, place.token.name, d->fd, to)
+                         : std::make_error_code(std::errc::no_such_file_or_directory);
+  if (ec == std::errc::no_such_file_or_directory) return {};
+  if (ec) return os_step(sys, paths, "refresh", "cannot rename the cover " + place.token.name, ec);
+  for (const auto& n : place.names)
+    if (n != next) remove_entry(sys, tok.fd, n);
+  end = round_end::renewed;
+  return {};
+}
+
 failure refresh_member(lock_handle& h, const std::string& share, std::int64_t expiry,
                        std::chrono::milliseconds lease) {
   os& sys = *lock_access::core(h)->sys;
   const lock_paths& paths = *lock_access::core(h)->paths;
-  const lock_options options{};
   const std::string next = next_entry(sys, share, expiry);
-  bool made = false;
-  for (int round = 0; round < 64; ++round) {
-    share_place place;
-    scoped_fd tok{sys};
-    if (failure f = locate_share(sys, paths, share, "refresh", place, tok)) return f;
-    if (!place.found()) break;
-    if (!made) {
-      // Existing already, it is ours (our nonce): a second refresh within
-      // one microsecond.
-      entry_made how;
-      if (failure f = make_entry(sys, paths, tok.fd, next, "refresh", how)) return f;
-      if (how == entry_made::gone) continue;  // the token taken over and cleared: look again
-      made = true;
+  scoped_fd made_in{sys};
+  round_end end = round_end::again;
+  for (int round = 0; round < 64 && end == round_end::again; ++round)
+    if (failure f = refresh_round(h, share, next, expiry, made_in, end)) {
+      if (made_in.fd >= 0) remove_entry(sys, made_in.fd, next);
+      return f;
     }
-    // Only a share whose lease may have ended can have been counted out by
-    // a joiner; counting a live one would count joiners whose rename is
-    // still to come, and end a share for nothing.
-    if (place.shared.limit && may_have_ended(sys, lock_access::expiry_us(h), options)) {
-      entry_census census;
-      if (failure f = take_census(sys, paths, tok.fd, options, "refresh", census)) return f;
-      std::size_t others = census.others(next);
-      for (const auto& n : place.names) others -= census.holds(n) ? 1 : 0;
-      if (others >= place.shared.limit) break;
-    }
-    const auto d = current_dir(paths);
-    const observed_token mine = [&] {
-      observed_token e;
-      read_entry(next, e);
-      return e;
-    }();
-    const std::string to = renamed_cover(sys, place.token, place.shared,
-                                         later_expiry(place.token.expiry_us, expiry), mine.pid,
-                                         mine.start_time);
-    std::error_code ec = d ? sys.rename_at(d->fd, place.token.name, d->fd, to)
-                           : std::make_error_code(std::errc::no_such_file_or_directory);
-    if (ec == std::errc::no_such_file_or_directory) continue;
-    if (ec) return os_step(sys, paths, "refresh", "cannot rename the cover " + place.token.name, ec);
-    for (const auto& n : place.names)
-      if (n != next) remove_entry(sys, tok.fd, n);
+  if (end == round_end::renewed) {
     lock_access::move_share(h, next, expiry, lease);
     return {};
   }
-  // Our share ended: neither our old entries nor the new one stays.
-  share_place place;
-  scoped_fd tok{sys};
-  if (made && !locate_share(sys, paths, next, "refresh", place, tok) && place.found())
-    remove_entry(sys, tok.fd, next);
+  // Not renewed: our new entry is nobody's share, wherever the token is.
+  if (made_in.fd >= 0) remove_entry(sys, made_in.fd, next);
+  if (end == round_end::again)  // the cover renamed round after round: still ours
+    return make_failure(errc::busy,
+                        describe("refresh", paths.dir,
+                                 "the shared holders' token changed name at every look; our "
+                                 "share is held as before: refresh again",
+                                 {}));
   failure f = lost("refresh", paths, share, lock_access::expiry_us(h));
   lock_access::forget(h);
   return f;

@@ -43,8 +43,9 @@ holder_info holder_row(const boost::filesystem::path& dir, const observed_token&
 failure list_holders(os& sys, const lock_paths& paths, const open_dir* d,
                      const lock_options& options, std::vector<holder_info>& out);
 
-// Breaks the share named `id` (a member's entry: removed; the last one out
-// frees the cover). For an operator who knows its holder is gone.
+// Breaks the share named `id` (a member's entry, or a converted lone
+// share's copies: removed; the last one out frees the cover). For an
+// operator who knows its holder is gone.
 failure break_share(const std::shared_ptr<const lock_core>& core, const lock_options& options,
                     const std::string& id);
 
@@ -83,6 +84,8 @@ class writer_marks {
   failure meet_own_mark(const open_dir& d, const observed_token& seen, const shared_token& s,
                         const std::string& token, step& out);
   failure mark(const open_dir& d, const observed_token& seen, const shared_token& s, step& out);
+  // Whether `seen` is our draining cover, whatever its expiry.
+  bool own_mark(const observed_token& seen) const;
 
   os& sys_;
   const lock_paths& paths_;

@@ -100,7 +100,10 @@ failure break_share(const std::shared_ptr<const lock_core>& core, const lock_opt
   scoped_fd tok{sys};
   if (d)
     if (failure f = locate_share(sys, paths, id, "break", place, tok)) return f;
-  if (!place.found() || remove_entry(sys, tok.fd, id))
+  // A member's entry, or every copy of a converted lone share.
+  bool removed = false;
+  for (const auto& name : place.names) removed = !remove_entry(sys, tok.fd, name) || removed;
+  if (!removed)
     return make_failure(errc::lock_lost,
                         describe("break", paths.dir,
                                  "the lock holds no share " + shown_name(id) +

@@ -31,9 +31,7 @@ failure writer_marks::meet(const open_dir& d, const observed_token& seen, const 
   out = step{};
   const observed_token holder = named_holder(seen);
   if (s.kind == share_kind::draining) {
-    held_token t;
-    classify_name(seen.name, &t);
-    if (holder.pid == pid_ && holder.host_tag == sys_.self().host_tag && t.nonce == mark_nonce_) {
+    if (own_mark(seen)) {
       mark_ = seen.name;  // a member's refresh may have raised its expiry
       return meet_own_mark(d, seen, s, token, out);
     }
@@ -140,8 +138,13 @@ failure writer_marks::mark(const open_dir& d, const observed_token& seen, const 
                        sys_.self().host_tag, pid_, share_kind::draining, s.limit, start_,
                        mark_nonce_);
   std::error_code ec = sys_.rename_at(d.fd, seen.name, d.fd, draining);
-  // Not marked: our copy of the lone holder's share is nobody's share.
-  if (ec && !copy.empty()) remove_entry(sys_, tok.fd, copy);
+  // Not marked: our copy of the lone holder's share is nobody's share; and
+  // if the share was converted meanwhile, a leaver may have left the cover
+  // to us because of it, as to a joiner that lost.
+  if (ec && !copy.empty()) {
+    remove_entry(sys_, tok.fd, copy);
+    if (failure f = settle_cover(sys_, paths_, options_, "acquire")) return f;
+  }
   if (ec == std::errc::no_such_file_or_directory) {
     out.what = step::again;
     return {};
@@ -155,33 +158,46 @@ failure writer_marks::mark(const open_dir& d, const observed_token& seen, const 
   return {};
 }
 
+bool writer_marks::own_mark(const observed_token& seen) const {
+  shared_token s;
+  if (mark_nonce_ == 0 || !read_shared(seen, s) || s.kind != share_kind::draining) return false;
+  const observed_token holder = named_holder(seen);
+  held_token t;
+  classify_name(seen.name, &t);
+  return holder.pid == pid_ && holder.host_tag == sys_.self().host_tag && t.nonce == mark_nonce_;
+}
+
 failure writer_marks::give_up(std::string& held) {
   held.clear();
-  const auto d = current_dir(paths_);
-  if (mark_.empty() || !d) return {};
-  observation obs;
-  if (failure f = observe(sys_, paths_, d.get(), "acquire", obs)) return f;
-  if (obs.kind == observation::held && handed_over(obs.token.name)) {
-    held = obs.token.name;
-    return {};
-  }
-  shared_token s;
-  if (obs.kind != observation::held || obs.token.name != mark_ || !read_shared(obs.token, s))
-    return {};
-  const std::string cover = make_shared_name(later_expiry(obs.token.expiry_us, 0),
-                                             sys_.self().host_tag, pid_, share_kind::group,
-                                             s.limit, start_, sys_.random_u64());
-  std::error_code ec = sys_.rename_at(d->fd, mark_, d->fd, cover);
+  if (mark_.empty()) return {};
   mark_.clear();
-  if (ec == std::errc::no_such_file_or_directory) {
+  // Our mark, by its writer and nonce: a member's refresh may have renamed
+  // it (a later expiry) since we last looked, and it must not stay out.
+  for (int round = 0; round < 16; ++round) {
+    const auto d = current_dir(paths_);
+    if (!d) return {};
+    observation obs;
+    if (failure f = observe(sys_, paths_, d.get(), "acquire", obs)) return f;
+    if (obs.kind != observation::held) return {};
     // Handed over at the last moment: a success at the deadline is one.
-    if (!observe(sys_, paths_, d.get(), "acquire", obs) && obs.kind == observation::held &&
-        handed_over(obs.token.name))
+    if (handed_over(obs.token.name)) {
       held = obs.token.name;
-    return {};
+      return {};
+    }
+    if (!own_mark(obs.token)) return {};
+    shared_token s;
+    read_shared(obs.token, s);
+    const std::string cover = make_shared_name(later_expiry(obs.token.expiry_us, 0),
+                                               sys_.self().host_tag, pid_, share_kind::group,
+                                               s.limit, start_, sys_.random_u64());
+    std::error_code ec = sys_.rename_at(d->fd, obs.token.name, d->fd, cover);
+    // The cover we made may be empty by now: the last one out left it to us.
+    if (!ec) return settle_cover(sys_, paths_, options_, "acquire");
+    if (ec != std::errc::no_such_file_or_directory)
+      return os_failure(sys_, paths_, "acquire", "cannot take back our mark " +
+                        shown_name(obs.token.name), obs.token.name, ec);
   }
-  // The cover we made may be empty by now: the last one out left it to us.
-  return settle_cover(sys_, paths_, options_, "acquire");
+  return {};
 }
 
 }  // namespace tokenlock::detail
