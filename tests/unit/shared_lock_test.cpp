@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
+
 #include "lock_fixture.hpp"
 #include "lockdir/lock_directory.hpp"
 #include "lockdir/shared_name.hpp"
@@ -277,6 +279,45 @@ TEST_F(SharedLockTest, BreakingAConvertedLoneShareRemovesItsCopies) {
   EXPECT_EQ(share_entries(), std::vector<std::string>{hb.token()});
   hb.release();
   EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+}
+
+// What another user of the group may plant in a token (docs/security.md):
+// a stale entry that is a FIFO or a link is removed by its name, never
+// opened or followed; a regular file as the token admits no group.
+TEST_F(SharedLockTest, PlantedStaleEntriesAreRemovedByNameNeverOpenedOrFollowed) {
+  auto a = process(100), b = process(101), w = process(200);
+  lock_handle ha = lock_for(a, shared()).acquire();
+  lock_handle hb = lock_for(b, shared()).acquire();
+  const fs::path token = dir / entries().front();
+  // Entries of a lease that ended a minute ago (names of the grammar).
+  auto stale = [&](std::uint64_t nonce) {
+    return "s." + token_name(world->wall_us - 60'000'000, "testhost-0000abcd", 100, 5100, nonce)
+                      .substr(std::string("lockfile.").size());
+  };
+  const fs::path target = tmp / "victim";
+  { std::ofstream(target.string()) << "kept\n"; }
+  ASSERT_EQ(::mkfifo((token / stale(1)).c_str(), 0600), 0);
+  fs::create_symlink(target, token / stale(2));
+  ha.release();
+  hb.release();  // the last one out removes the stale plants, then frees the token
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+  EXPECT_TRUE(share_entries().empty());
+  std::ifstream in(target.string());
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "kept\n") << "the link was followed";
+  EXPECT_TRUE(lock_for(w).try_acquire()) << "the lock stayed held by a plant";
+}
+
+TEST_F(SharedLockTest, AFileAsALoneSharesTokenAdmitsNoGroupAndIsLeftAlone) {
+  auto a = process(100), b = process(101);
+  fs::create_directories(dir);
+  const std::string lone = detail::make_shared_name(world->wall_us + 30'000'000,
+                                                    "testhost-0000abcd", 100, share_kind::lone, 0,
+                                                    5100, 0x1234);
+  { std::ofstream((dir / lone).string()) << "a file\n"; }
+  EXPECT_FALSE(lock_for(b, shared()).try_acquire()) << "joined through a file";
+  EXPECT_EQ(entries(), std::vector<std::string>{lone});
+  EXPECT_TRUE(fs::is_regular_file(dir / lone));
 }
 
 TEST_F(SharedLockTest, ASemaphoreAdmitsNoMoreThanItsSlots) {

@@ -231,13 +231,13 @@ class BackendChoiceTest(unittest.TestCase):
                    "lock_lost": tokenlock.LockLost, "corrupt_data": tokenlock.CorruptData,
                    "bad_argument": tokenlock.BadArgument,
                    "dir_sync_failed": tokenlock.DirSyncFailed}
-        for code in list(range(0, 16)) + [50, 100, 101]:
+        for code in list(range(0, 17)) + [50, 100, 101]:
             name = lib.tokenlock_strerror(code).decode()
             self.assertNotEqual(name, "unknown", code)
             e = tokenlock._error_for(name, "m", 13 if name == "system" else 0)
             self.assertIsInstance(e, classes.get(name, tokenlock.Error), name)
             self.assertEqual(e.code, name if name != "system" else "system")
-        self.assertEqual(lib.tokenlock_strerror(16).decode(), "unknown")
+        self.assertEqual(lib.tokenlock_strerror(17).decode(), "unknown")
         self.assertEqual(tokenlock.version(), lib.tokenlock_version().decode())
 
     def test_both_backends_report_the_same_version(self):

@@ -181,7 +181,8 @@ typedef struct tokenlock_holder {
 
 /* Who holds the lock `spec` names (a lock directory's path, or a server
  * spec as for tokenlock_open): up to `capacity` holders into `out`, and
- * their number, which may be more, into *count (0: free). */
+ * their number, which may be more, into *count (0: free). Like
+ * tokenlock_open, it is in tokenlock::open (libtokenlock_c.so has it). */
 TOKENLOCK_C_API int tokenlock_holders(const char *spec, const tokenlock_options *options,
                                       tokenlock_holder *out, size_t capacity, size_t *count);
 
