@@ -84,6 +84,8 @@ class writer_marks {
   failure meet_own_mark(const open_dir& d, const observed_token& seen, const shared_token& s,
                         const std::string& token, step& out);
   failure mark(const open_dir& d, const observed_token& seen, const shared_token& s, step& out);
+  failure rename_to_mark(const open_dir& d, int tok, const observed_token& seen,
+                         const shared_token& s, const std::string& copy, step& out);
   // Whether `seen` is our draining cover, whatever its expiry.
   bool own_mark(const observed_token& seen) const;
 

@@ -131,6 +131,15 @@ failure writer_marks::mark(const open_dir& d, const observed_token& seen, const 
     out.what = step::again;
     return {};
   }
+  if (failure f = rename_to_mark(d, tok.fd, seen, s, copy, out)) return f;
+  if (out.what == step::wait)
+    out.reason = "waiting for " + holders_text(holders) + " to leave (no new one joins)";
+  return {};
+}
+
+// The mark itself: the exact name seen renamed to our draining cover.
+failure writer_marks::rename_to_mark(const open_dir& d, int tok, const observed_token& seen,
+                                     const shared_token& s, const std::string& copy, step& out) {
   const std::int64_t now = sys_.wall_now_us();
   if (mark_nonce_ == 0) mark_nonce_ = sys_.random_u64() | 1;
   const std::string draining =
@@ -142,7 +151,7 @@ failure writer_marks::mark(const open_dir& d, const observed_token& seen, const 
   // if the share was converted meanwhile, a leaver may have left the cover
   // to us because of it, as to a joiner that lost.
   if (ec && !copy.empty()) {
-    remove_entry(sys_, tok.fd, copy);
+    remove_entry(sys_, tok, copy);
     if (failure f = settle_cover(sys_, paths_, options_, "acquire")) return f;
   }
   if (ec == std::errc::no_such_file_or_directory) {
@@ -154,7 +163,6 @@ failure writer_marks::mark(const open_dir& d, const observed_token& seen, const 
                       shown_name(seen.name), seen.name, ec);
   mark_ = draining;
   mark_renewed_us_ = now;
-  out.reason = "waiting for " + holders_text(holders) + " to leave (no new one joins)";
   return {};
 }
 
