@@ -82,6 +82,18 @@ TEST_F(SharedLockTest, ALoneReaderTakesTheFastPathBothWays) {
   EXPECT_EQ(renames, 2u) << "an uncontended share costs two renames, as a writer's lock does";
 }
 
+// The filesystem is asked once per lock (whether holders leave owner
+// marks there), not at every acquire: afterwards the fast path is the two
+// renames alone.
+TEST_F(SharedLockTest, TheFilesystemIsAskedOncePerLock) {
+  auto a = process(100);
+  rename_lock readers = lock_for(a, shared());
+  readers.acquire().release();
+  a->calls.clear();
+  readers.acquire().release();
+  EXPECT_EQ(a->calls.size(), 2u) << ::testing::PrintToString(a->calls);
+}
+
 TEST_F(SharedLockTest, ASecondReaderConvertsTheLoneShareAndTheLastOneOutFreesTheLock) {
   auto a = process(100), b = process(101);
   lock_handle ha = lock_for(a, shared()).acquire();

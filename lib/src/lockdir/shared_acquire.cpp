@@ -84,8 +84,14 @@ class shared_acquirer final : public lock_attempt {
   // refused (docs/protocol.md, Shared locks: refused filesystems). Asked
   // once the lock directory exists, of its own filesystem.
   failure refuse_owner_marks() {
+    // Known for this lock already (its lock directory's own filesystem
+    // needs none): the fast path stays two renames.
+    if (paths_.owner_marks.load(std::memory_order_relaxed) == 0) return {};
     std::error_code ec;
-    if (!path_needs_owner_marks(sys_, paths_.dir, ec)) return {};
+    if (!path_needs_owner_marks(sys_, paths_.dir, ec)) {
+      paths_.owner_marks.store(0, std::memory_order_relaxed);
+      return {};
+    }
     return make_failure(errc::not_supported,
                         describe("acquire", paths_.dir,
                                  ec ? "cannot tell what filesystem the lock directory is on (" +
