@@ -127,6 +127,12 @@ std::error_code fake_os::make_directory_at(int at, const std::string& name,
   return real_->make_directory_at(at, name, mode);
 }
 
+std::error_code fake_os::make_bare_directory_at(int at, const std::string& name,
+                                                unsigned mode) noexcept {
+  if (auto ec = enter(op::make_directory, path_at(at, name))) return ec;
+  return real_->make_bare_directory_at(at, name, mode);
+}
+
 std::error_code fake_os::remove_at(int at, const std::string& name, bool directory) noexcept {
   if (auto ec = enter(directory ? op::remove_directory : op::remove_file, path_at(at, name)))
     return ec;

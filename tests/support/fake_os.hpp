@@ -151,6 +151,8 @@ class fake_os final : public detail::os {
                             const std::string& to) noexcept override;
   std::error_code make_directory_at(int at, const std::string& name,
                                     unsigned mode) noexcept override;
+  std::error_code make_bare_directory_at(int at, const std::string& name,
+                                         unsigned mode) noexcept override;
   std::error_code remove_at(int at, const std::string& name, bool directory) noexcept override;
   std::error_code list_directory_at(int fd, std::vector<std::string>& names) override;
   std::error_code create_exclusive_at(int at, const std::string& name, unsigned mode,

@@ -187,6 +187,11 @@ class os {
   // the shared group (docs/security.md).
   virtual std::error_code make_directory_at(int at, const std::string& name,
                                             unsigned mode) noexcept = 0;
+  // mkdirat(2) alone: the mode as the umask leaves it. For a directory
+  // whose mode nobody reads (a share entry, docs/protocol.md), one system
+  // call instead of make_directory_at's five.
+  virtual std::error_code make_bare_directory_at(int at, const std::string& name,
+                                                 unsigned mode) noexcept = 0;
   // unlinkat(2): rmdir with `directory`, unlink otherwise. Never follows.
   virtual std::error_code remove_at(int at, const std::string& name, bool directory) noexcept = 0;
   // All names in the directory open as `fd` except "." and "..", from its
