@@ -10,7 +10,7 @@
 # renames whatever token is there, and the mkdir lock with age-based removal
 # that shared-hosting scripts use. The mkdir lock's interleaving is printed.
 # The shared and slot protocol (shared_token.pml) is searched in five
-# configurations, and three of its mutants must fail.
+# configurations, and four of its mutants must fail.
 set -euo pipefail
 . "$(dirname "$0")/spin_setup.sh"
 counts=("$@")
@@ -82,9 +82,11 @@ expect_assertion shared_no_onbehalf '((k<=1)&&((k==0)||(c==0)))' "the conversion
 PAN_OPT=-O1 search shared_no_join_cas shared_token -DN=3 -DWRITERS=1 -DNO_JOIN_CAS
 s3='cur[(j/2)])==j))&& !(eend[j])))'   # the end of S3's text, as pan prints it
 expect_assertion shared_no_join_cas "$s3" "the join without the cover's rename (S3)"
+PAN_OPT=-O1 search shared_leave_token_first shared_token -DN=3 -DWRITERS=0 -DLEAVE_TOKEN_FIRST
+expect_assertion shared_leave_token_first "$s3" "the last one out that lists the token before the lock directory (S3)"
 PAN_OPT=-O1 search shared_old_local shared_token -DN=3 -DOLD -DOLD_LOCAL
 expect_assertion shared_old_local "$s3" "shared names with the real host tag (S3)"
 
 [ $status = 0 ] &&
-  echo "model check: the rename-token lock holds in every interleaving (N = ${counts[*]}); the unfenced commit, the clobbering takeover and the mkdir lock do not; shared holders and slots hold in every interleaving searched, and their three mutants do not"
+  echo "model check: the rename-token lock holds in every interleaving (N = ${counts[*]}); the unfenced commit, the clobbering takeover and the mkdir lock do not; shared holders and slots hold in every interleaving searched, and their four mutants do not"
 exit $status

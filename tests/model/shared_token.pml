@@ -373,8 +373,29 @@ g_look:
     :: else -> ent[SH(me)] = false; eend[SH(me)] = false; sh[me] = false; loc[me] = 0; cur[me] = 0   /* remove my entry */
     fi
   };
+  /* a live entry left in the token, listed through the descriptor my entry
+     was removed by: its holder (or a joiner whose rename fails, and who
+     then takes these steps) is the last one out, not me */
+  atomic { count_live(k); n = (k > 0); k = 0; if :: n -> n = 0; goto start :: else -> skip fi };
   /* the last one out frees the cover, or hands a draining one to its writer */
 r_last:
+#ifdef LEAVE_TOKEN_FIRST
+  /* mutant: the token listed before D, the name then seen freed; a joiner
+     that made its entry after the listing and renamed the cover before
+     the look at D loses its share */
+  atomic {
+    if
+    :: kind == GROUP || kind == DRAIN -> count_live(k); n = (k == 0)
+    :: else -> n = 0
+    fi;
+    k = 0;
+    if :: n == 0 -> goto start :: else -> skip fi
+  };
+  atomic {
+    obs[me] = name;
+    if :: !(kind == GROUP || kind == DRAIN) -> obs[me] = NONE; n = 0; goto start :: else -> skip fi
+  };
+#else
   atomic {
     obs[me] = name;
     if
@@ -384,6 +405,7 @@ r_last:
     k = 0;
     if :: n == 0 -> obs[me] = NONE; goto start :: else -> skip fi
   };
+#endif
   atomic {
     if
     :: name == obs[me] && kind == GROUP ->

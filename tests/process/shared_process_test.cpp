@@ -101,6 +101,17 @@ std::string violations(const tokenlock::testing::visit_report& r) {
   return s;
 }
 
+// How many of `children` are blocked in futex(2) (x86-64: 202; other
+// machines count none, and the test that asks is skipped there).
+int sleeping_in_futex(std::vector<child>& children) {
+  int n = 0;
+  for (child& c : children) {
+    const std::string call = tokenlock::testing::slurp("/proc/" + std::to_string(c.pid()) + "/syscall");
+    n += call.rfind("202 ", 0) == 0;
+  }
+  return n;
+}
+
 std::int64_t granted_at(child& c) {
   const std::string line = c.read_line();
   EXPECT_EQ(line.substr(0, 2), "A ") << line;
@@ -149,6 +160,44 @@ TEST_F(SharedProcessTest, AWriterWaitsForEveryReaderToLeave) {
   late.write_line("release");
   EXPECT_EQ(late.read_line(), "released");
   expect_clean_exit(late.wait(), "late reader");
+  expect_free_and_clean();
+}
+
+// Readers lined up behind a writer all get in when it leaves, one futex
+// wake apart: a sleeper handed the head's place on looks at once and joins
+// the share ahead of it (docs/protocol.md, The order of waiters). A sleeper
+// that only tried lockfile would wait for its own next look, a pause, or
+// for a rename that none of these readers makes while it holds.
+TEST_F(SharedProcessTest, ReadersInLineBehindAWriterAllGetInWhenItLeaves) {
+#if !defined(__x86_64__)
+  GTEST_SKIP() << "reads futex(2)'s number on x86-64 from /proc/PID/syscall";
+#endif
+  child writer = holder({});
+  ASSERT_EQ(writer.read_line().substr(0, 2), "H ");
+  std::vector<child> readers;
+  // A pause of 300 ms: a reader that waited for its own next look would
+  // take that long at least; one that joins when handed the place, a futex
+  // wake and a join.
+  for (int i = 0; i < 4; ++i) readers.push_back(holder({"--shared", "--backoff-ms", "300"}));
+  // Three of them sleep in the line (in futex(2), /proc/PID/syscall), the
+  // fourth heads it.
+  const std::int64_t give_up = monotonic_ns() + 10'000'000'000LL;
+  while (sleeping_in_futex(readers) < 3 && monotonic_ns() < give_up)
+    std::this_thread::sleep_for(1ms);  // polling a condition, not a timing guess
+  ASSERT_EQ(sleeping_in_futex(readers), 3) << "the readers did not line up";
+  const std::int64_t released = monotonic_ns();
+  writer.write_line("release");
+  ASSERT_EQ(writer.read_line(), "released");
+  for (child& r : readers) ASSERT_EQ(r.read_line().substr(0, 2), "H ");
+  const double all_in_ms = static_cast<double>(monotonic_ns() - released) / 1e6;
+  RecordProperty("all_readers_in_ms", std::to_string(all_in_ms));
+  std::cout << "all four readers held " << all_in_ms << " ms after the writer left" << std::endl;
+  EXPECT_EQ(holders().size(), 4u);
+  EXPECT_LT(all_in_ms, 150.0) << "a reader in line waited for its own next look";
+  for (child& r : readers) r.write_line("release");
+  for (child& r : readers) EXPECT_EQ(r.read_line(), "released");
+  for (child& r : readers) expect_clean_exit(r.wait(), "reader");
+  expect_clean_exit(writer.wait(), "writer");
   expect_free_and_clean();
 }
 

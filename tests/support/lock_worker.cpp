@@ -154,6 +154,13 @@ held_as& chosen_mode() {
   return chosen;
 }
 
+// --backoff-ms N: a lock directory's backoff_min and backoff_max (0: the
+// defaults).
+std::chrono::milliseconds& chosen_backoff() {
+  static std::chrono::milliseconds chosen{0};
+  return chosen;
+}
+
 tokenlock::open_options lock_settings(std::chrono::milliseconds wait,
                                       std::chrono::milliseconds lease) {
   tokenlock::open_options o;
@@ -161,6 +168,7 @@ tokenlock::open_options lock_settings(std::chrono::milliseconds wait,
   o.lease = lease;
   o.mode = chosen_mode().mode;
   o.slots = chosen_mode().slots;
+  if (chosen_backoff().count() > 0) o.directory.backoff_min = o.directory.backoff_max = chosen_backoff();
   return o;
 }
 
@@ -439,16 +447,16 @@ const mode modes[] = {
 };
 
 const char* lock_usage(needs n) {
-  return n == needs::lock    ? "--lock SPEC [--shared | --slots N] "
+  return n == needs::lock    ? "--lock SPEC [--shared | --slots N] [--backoff-ms N] "
          : n == needs::maybe ? "[--lock SPEC] "
                              : "";
 }
 
-// --shared and --slots N, after --lock.
+// --shared, --slots N and --backoff-ms N, after --lock.
 int parse_held_as(int argc, char** argv, int i) {
   if (i < argc && std::string(argv[i]) == "--shared") {
     chosen_mode().mode = tokenlock::lock_mode::shared;
-    return i + 1;
+    return parse_held_as(argc, argv, i + 1);
   }
   if (i + 1 < argc && std::string(argv[i]) == "--slots") {
     char* end = nullptr;
@@ -456,7 +464,11 @@ int parse_held_as(int argc, char** argv, int i) {
     if (*end != '\0' || n == 0 || n > tokenlock::max_slots) die(std::string("not a slot count: ") + argv[i + 1]);
     chosen_mode().mode = tokenlock::lock_mode::shared;
     chosen_mode().slots = static_cast<std::uint32_t>(n);
-    return i + 2;
+    return parse_held_as(argc, argv, i + 2);
+  }
+  if (i + 1 < argc && std::string(argv[i]) == "--backoff-ms") {
+    chosen_backoff() = millis(argv[i + 1]);
+    return parse_held_as(argc, argv, i + 2);
   }
   return i;
 }

@@ -94,6 +94,53 @@ TEST_F(SharedLockTest, TheFilesystemIsAskedOncePerLock) {
   EXPECT_EQ(a->calls.size(), 2u) << ::testing::PrintToString(a->calls);
 }
 
+// How many listings in `calls` were of the lock directory itself, and how
+// many of a token in it.
+std::pair<int, int> listings(const std::vector<std::string>& calls, const fs::path& dir) {
+  int of_dir = 0, of_token = 0;
+  const std::string d = "list_directory " + dir.string();
+  for (const std::string& c : calls) {
+    if (c == d) ++of_dir;
+    else if (c.rfind(d + "/lockfile", 0) == 0) ++of_token;
+  }
+  return {of_dir, of_token};
+}
+
+// A reader's join is an entry and a rename: no count, so no listing of the
+// token (docs/protocol.md, A shared holder joins a group cover, step 1).
+TEST_F(SharedLockTest, AReaderJoinsAGroupWithoutListingItsToken) {
+  auto a = process(100), b = process(101), c = process(102);
+  lock_handle ha = lock_for(a, shared()).acquire(), hb = lock_for(b, shared()).acquire();
+  c->calls.clear();
+  lock_handle hc = lock_for(c, shared()).acquire();
+  ASSERT_TRUE(hc.owns());
+  EXPECT_EQ(share_entries().size(), 3u);
+  EXPECT_EQ(listings(c->calls, dir).second, 0) << ::testing::PrintToString(c->calls);
+  hc.release(), hb.release(), ha.release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+}
+
+// A member that leaves others behind finds one of them in the token it
+// left, through the descriptor it removed its entry by, and lists the lock
+// directory once (to find the token), not a second time to settle it.
+TEST_F(SharedLockTest, AMemberLeavingOthersBehindListsTheLockDirectoryOnce) {
+  auto a = process(100), b = process(101), c = process(102);
+  lock_handle ha = lock_for(a, shared()).acquire(), hb = lock_for(b, shared()).acquire();
+  lock_handle hc = lock_for(c, shared()).acquire();
+  c->calls.clear();
+  hc.release();
+  EXPECT_EQ(listings(c->calls, dir).first, 1) << ::testing::PrintToString(c->calls);
+  EXPECT_EQ(token_kind().kind, share_kind::group);
+  EXPECT_EQ(share_entries().size(), 2u);
+  // The last one out still lists the directory again, and frees the lock.
+  hb.release();
+  a->calls.clear();
+  ha.release();
+  EXPECT_EQ(listings(a->calls, dir).first, 2) << ::testing::PrintToString(a->calls);
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+  EXPECT_TRUE(share_entries().empty());
+}
+
 TEST_F(SharedLockTest, ASecondReaderConvertsTheLoneShareAndTheLastOneOutFreesTheLock) {
   auto a = process(100), b = process(101);
   lock_handle ha = lock_for(a, shared()).acquire();

@@ -107,6 +107,7 @@ class shared_acquirer final : public lock_attempt {
   // A join may become possible at any rename of the token (a cover freed,
   // renamed by a leaving slot holder, unmarked), not only at lockfile.
   std::string_view wake_name() const override { return any_token; }
+  bool may_join_holders() const override { return true; }
 
   std::string busy_reason() const override {
     return reason_.empty() ? "changing hands too fast to see who holds it" : reason_;
@@ -253,13 +254,17 @@ failure shared_acquirer::join(outcome& result, const open_dir& d, const observed
   const std::int64_t expiry = sys_.wall_now_us() + to_us(options_.lease);
   const std::string mine = make_entry_name(expiry, sys_.self().host_tag, pid_, start_,
                                            sys_.random_u64());
-  entry_census census;
-  if (failure f = take_census(sys_, paths_, tok.fd, options_, "acquire", census)) return f;
-  if (limit_ && census.live.size() + (converting ? 1 : 0) >= limit_)
-    return wait(result, "the semaphore of " + std::to_string(limit_) + " is full (" +
-                            std::to_string(census.live.size() + (converting ? 1 : 0)) +
-                            " holders)");
-  remove_stale_entries(sys_, tok.fd, census);
+  // Only a slot holder counts before it joins; a reader's join is an entry
+  // and a rename (stale entries go with the last one out, or a writer).
+  if (limit_) {
+    entry_census census;
+    if (failure f = take_census(sys_, paths_, tok.fd, options_, "acquire", census)) return f;
+    const std::size_t holders = census.live.size() + (converting ? 1 : 0);
+    if (holders >= limit_)
+      return wait(result, "the semaphore of " + std::to_string(limit_) + " is full (" +
+                              std::to_string(holders) + " holders)");
+    remove_stale_entries(sys_, tok.fd, census);
+  }
   std::string theirs;
   entry_made entry = entry_made::made;
   if (converting) {

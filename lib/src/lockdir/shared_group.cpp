@@ -69,7 +69,7 @@ bool copy_counted(const std::vector<observed_token>& live, const std::string& na
 }  // namespace
 
 failure take_census(os& sys, const lock_paths& paths, int fd, const lock_options& options,
-                    const char* step, entry_census& out) {
+                    const char* step, entry_census& out, bool until_live) {
   out = entry_census{};
   std::vector<std::string> names;
   if (std::error_code ec = sys.list_directory_at(fd, names))
@@ -87,6 +87,7 @@ failure take_census(os& sys, const lock_paths& paths, int fd, const lock_options
       out.stale.push_back(std::move(n));
     else if (!copy_counted(out.live, n))
       out.live.push_back(std::move(t));
+    if (until_live && !out.live.empty()) break;
   }
   return {};
 }
@@ -99,7 +100,7 @@ void remove_stale_entries(os& sys, int fd, const entry_census& census) {
 failure make_entry(os& sys, const lock_paths& paths, int fd, const std::string& name,
                    const char* step, entry_made& how) {
   how = entry_made::made;
-  std::error_code ec = sys.make_directory_at(fd, name, 0700);
+  std::error_code ec = sys.make_bare_directory_at(fd, name, 0700);
   if (ec == std::errc::file_exists) {
     how = entry_made::existed;
     return {};

@@ -40,20 +40,22 @@ failure open_token_dir(os& sys, const lock_paths& paths, const open_dir& d,
                        const std::string& name, const char* step, scoped_fd& out,
                        token_open& how);
 
-// Lists and judges the entries of the token open as `fd`.
+// Lists and judges the entries of the token open as `fd`. With
+// `until_live`, stops judging at the first live entry: enough for whoever
+// only asks whether anybody still holds (the last one out), and each
+// judgement of a local owner reads /proc.
 failure take_census(os& sys, const lock_paths& paths, int fd, const lock_options& options,
-                    const char* step, entry_census& out);
+                    const char* step, entry_census& out, bool until_live = false);
 
 // Removes the stale entries a census found, each by its exact name, never
 // following anything (a link is removed; a FIFO is never opened). Best
 // effort: one that cannot be removed is still stale to everybody.
 void remove_stale_entries(os& sys, int fd, const entry_census& census);
 
-// Makes the entry `name` (an empty directory, mode 0700, set exactly by an
-// fchmod after the mkdirat): made; or something was there already; or it
-// was gone at once (ENOENT: removed between the mkdirat and the fchmod, as
-// a lone holder that leaves removes every copy of its share, made by a
-// converter that will lose; or the token itself is gone).
+// Makes the entry `name` (an empty directory, mkdirat with mode 0700; no
+// one reads an entry's mode, so the umask may take bits away): made; or
+// something was there already; or the token is gone (ENOENT: removed by a
+// takeover since it was opened).
 enum class entry_made { made, existed, gone };
 failure make_entry(os& sys, const lock_paths& paths, int fd, const std::string& name,
                    const char* step, entry_made& how);

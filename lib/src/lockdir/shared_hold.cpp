@@ -70,6 +70,14 @@ failure leave(lock_handle& h, const std::string& share) {
   }
   if (!removed) return lost("release", paths, share, lock_access::expiry_us(h));
   lock_access::forget(h);
+  // Another live entry in the token we left: its holder (or a joiner whose
+  // rename fails, docs/protocol.md) is the last one out, not us; asked
+  // through the descriptor we removed ours by, before looking at D again.
+  entry_census after;
+  if (!take_census(sys, paths, tok.fd, options, "release", after, true) && !after.live.empty()) {
+    if (full) wake_slot_waiters(sys, paths, place);
+    return {};
+  }
   if (failure f = settle_cover(sys, paths, options, "release")) return f;
   if (full) wake_slot_waiters(sys, paths, place);
   return {};

@@ -41,7 +41,7 @@ failure settle_cover(os& sys, const lock_paths& paths, const lock_options& optio
     if (how == token_open::gone) continue;
     if (how != token_open::ok) return {};
     entry_census census;
-    if (failure f = take_census(sys, paths, tok.fd, options, step, census)) return f;
+    if (failure f = take_census(sys, paths, tok.fd, options, step, census, true)) return f;
     if (!census.live.empty()) return {};
     if (failure f = corrupt_entry(paths, obs.token.name, census, step)) return f;
     remove_stale_entries(sys, tok.fd, census);

@@ -133,8 +133,13 @@ void waiter::sleep_in_line(std::uint32_t turn) {
   switch (line_.sleep(turn, budget_.deadline())) {
     case wait_line::place::handed_on:
       // The head that handed its place on took the lock (or judged its
-      // holder while it looked).
-      looks_.judged_by_head(sys_.steady_now_us());
+      // holder while it looked). A shared waiter looks anyway: the head's
+      // share may be one to join, and the next in line is woken only when
+      // this one is done.
+      if (attempt_.may_join_holders())
+        looks_.look_next_round();
+      else
+        looks_.judged_by_head(sys_.steady_now_us());
       break;
     case wait_line::place::taken: break;
     case wait_line::place::none:

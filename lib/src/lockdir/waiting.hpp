@@ -54,6 +54,10 @@ class lock_attempt {
   // the token may (a shared holder; a writer whose mark waits for its
   // hand-over). Must stay valid while the attempt lives.
   virtual std::string_view wake_name() const { return free_token; }
+  // Whether a holder that came in ahead of this waiter may be joined (a
+  // shared holder): a sleeper handed the head's place on then looks at
+  // once, where an exclusive waiter only tries the fast path.
+  virtual bool may_join_holders() const { return false; }
 
  protected:
   ~lock_attempt() = default;
