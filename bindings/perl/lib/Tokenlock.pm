@@ -58,7 +58,7 @@ sub command_path {
     goto &Tokenlock::Command::command_path;
 }
 
-for my $name (qw(acquire try_acquire with_lock holder)) {
+for my $name (qw(acquire try_acquire with_lock holder holders)) {
     no strict 'refs';
     next if defined &{"Tokenlock::Redis::$name"};
     *{"Tokenlock::Redis::$name"} = sub { Tokenlock::System::_load_part('Redis'); goto &{"Tokenlock::Redis::$name"} };
