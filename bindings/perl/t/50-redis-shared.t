@@ -159,6 +159,20 @@ sub now { Time::HiRes::clock_gettime(Time::HiRes::CLOCK_MONOTONIC()) }
     close $hold;
 }
 
+# --- a reader whose lease ended is told so, and leaves the writer alone ---
+{
+    for my $step (qw(refresh release)) {
+        my $r = Tokenlock::Redis->acquire($url, "lost-$step", shared => 1, lease => 1);
+        my $w = Tokenlock::Redis->acquire($url, "lost-$step", wait => 20, lease => 30);
+        is(code_of(sub { $r->$step }), 'lock_lost', "$step of a share whose lease ended: lock_lost");
+        like($@->message, qr/\Q$url\E lost-\Q$step\E/, 'naming the server and the lock') if ref $@;
+        ok(!$r->held, 'the reader holds no more');
+        is(code_of(sub { $r->release }), 'not_owner', 'a release after that: not_owner') if $step eq 'refresh';
+        is(Tokenlock::Redis::holder($url, "lost-$step")->{token}, $w->token, 'the writer still holds the lock');
+        $w->release;
+    }
+}
+
 # --- a Perl reader and a command reader hold together --------------------
 # `tokenlock run` holds the lock while its command runs: that command says
 # "held" and waits for its standard input to end.
