@@ -293,7 +293,13 @@ Tokenlock::Redis - a lock that is a name in a Redis server
 
     Tokenlock::Redis::with_lock($url, 'report', sub { ... }, wait => 10);
     my $lock = Tokenlock::Redis->try_acquire($url, 'report');   # undef when held
-    my $h = Tokenlock::Redis::holder($url, 'report');  # undef, or { token, fence, owner, pid, host_tag, remaining_ms }
+    my $h = Tokenlock::Redis::holder($url, 'report');  # undef, or { token, fence, owner, pid, host_tag, remaining_ms,
+                                                        #            mode, slots, waiting_writer }
+
+    # Readers together, never beside a writer; a semaphore of 3.
+    my $r = Tokenlock::Redis->acquire($url, 'page', shared => 1, wait => 5, lease => 30);
+    Tokenlock::Redis::with_lock($url, 'convert', sub { convert() }, slots => 3, wait => 60, lease => 30);
+    my @all = Tokenlock::Redis::holders($url, 'page');   # every holder, and a waiting writer
 
 =head1 DESCRIPTION
 
@@ -320,6 +326,60 @@ lock when it goes away, never in a forked child, whose C<release> dies with
 C<not_owner>. Errors are C<Tokenlock::Error> objects with the codes of
 L<Tokenlock/ERRORS>: C<busy>, C<timed_out>, C<lock_lost>, C<bad_argument> (a bad URL,
 name or option), C<system> with the errno of a connection that failed.
+
+=head2 Shared holds and semaphores
+
+C<acquire>, C<try_acquire> and C<with_lock> take the options of a lock
+directory's, with the same names and meaning (L<Tokenlock/acquire>):
+C<< shared => 1 >> for a reader, C<< slots => N >> for one of N slots (1
+to 999999; implies C<shared>; every holder gives the same N), and
+C<< lock_type => LOCK_SH | LOCK_EX >>, with C<LOCK_NB> for a single try,
+or the words C<SH>, C<EX>, C<NB> joined by C<|>. They become the command's
+C<-s> and C<--slots N>, and share the lock with the command's
+(C<tokenlock run -s --redis ...>), the C++ library's and the other
+modules' readers. A mode that is not one of these, a C<slots> of 0 or
+over 999999, and a C<shared> or C<lock_type> that disagrees with the
+rest are C<bad_argument> before any command runs.
+
+    # Any number of readers at once, never beside a writer.
+    my $r = Tokenlock::Redis->acquire($url, 'prices', shared => 1, wait => 5, lease => 30);
+    my $prices = read_prices();
+    $r->release;
+
+    # A writer: the same call as ever. It waits for the readers to leave,
+    # and readers that come after it wait for it (writer preference).
+    Tokenlock::Redis::with_lock($url, 'prices', sub { write_prices($_[0]->fence) }, wait => 30);
+
+    # A semaphore: at most 3 conversions at once, on any host.
+    Tokenlock::Redis::with_lock($url, 'convert', sub { convert_one_file() }, slots => 3, wait => 60, lease => 60);
+
+Each shared holder has its own lease, kept alive by its own C<refresh>;
+Redis cannot see that a holder died, so a reader killed with C<kill -9>
+holds its share until its lease ends, and then no more: keep leases short.
+C<< $lock->mode >> is C<exclusive> or C<shared>, C<< $lock->slots >> the
+semaphore's size (0 for none), C<< $lock->token >> a shared holder's
+owner id, as the command prints it. A shared hold has no fence:
+C<< $lock->fence >> dies with C<bad_argument> (C<a shared hold gives no
+fence; take the lock exclusively to write>), since a fenced write would
+take an undef for 0. C<refresh> and C<release> of a share whose lease
+ended and which another took meanwhile die with C<lock_lost>, as for an
+exclusive hold.
+
+=head2 holder and holders
+
+    my $h  = Tokenlock::Redis::holder($url, $name);    # undef when free
+    my @hs = Tokenlock::Redis::holders($url, $name);   # () when free
+
+From the command's C<status --json>. C<holders> lists every holder: one
+writer, or every shared holder and a writer waiting for them to leave.
+Each is a hash reference: C<token> (as C<acquire> printed it), C<owner>,
+C<pid> and C<host_tag> (of the command process that asked for the grant:
+the server frees a grant by its lease, whoever owned it),
+C<remaining_ms> of its lease, C<mode> (C<exclusive> or C<shared>),
+C<slots> (the semaphore's size, 0 for none), C<waiting_writer> (1 for a
+writer's mark, which holds nothing but bars new readers), and C<fence>
+for an exclusive holder only. C<holder> gives one of them: a holder
+before a waiting writer.
 
 =head1 SEE ALSO
 
