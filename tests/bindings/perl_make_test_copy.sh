@@ -11,7 +11,7 @@ for tool in perl make; do
   command -v "$tool" >/dev/null || { echo "SKIP: $tool is not installed (scripts/install-deps installs it)"; exit 77; }
 done
 # The files that go through the command, and may be skipped here.
-needs_command='t/22-board-waiters.t t/24-redis.t'
+needs_command='t/22-board-waiters.t t/24-redis.t t/50-redis-shared.t'
 
 top=$(mktemp -d "${TMPDIR:-/tmp}/tokenlock-perl-copy-XXXXXX")
 trap 'rm -rf "$top"' EXIT

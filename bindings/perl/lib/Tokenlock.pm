@@ -58,7 +58,7 @@ sub command_path {
     goto &Tokenlock::Command::command_path;
 }
 
-for my $name (qw(acquire try_acquire with_lock holder)) {
+for my $name (qw(acquire try_acquire with_lock holder holders)) {
     no strict 'refs';
     next if defined &{"Tokenlock::Redis::$name"};
     *{"Tokenlock::Redis::$name"} = sub { Tokenlock::System::_load_part('Redis'); goto &{"Tokenlock::Redis::$name"} };
@@ -572,7 +572,9 @@ scripts that use another age than 60 seconds.
 
 For hosts that share no filesystem, a lock can be a name in a Redis server:
 C<Tokenlock::Redis> (there after C<use Tokenlock>) has its own manual,
-L<Tokenlock::Redis>.
+L<Tokenlock::Redis>. Its shared holds and semaphores take the options
+C<shared>, C<slots> and C<lock_type> of L</acquire>, and
+C<Tokenlock::Redis::holders> lists them as L</holders> does.
 
 =head1 ERRORS
 

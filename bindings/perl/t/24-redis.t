@@ -7,7 +7,6 @@ use FindBin;
 use lib "$FindBin::Bin/lib", "$FindBin::Bin/../lib";
 use Test::More;
 use IO::Handle;
-use IO::Socket::UNIX;
 use POSIX ();
 use Time::HiRes ();
 use TokenlockTest;
@@ -15,37 +14,9 @@ use Tokenlock;
 
 my $cmd = tokenlock_command();
 skip_all_without_command('Tokenlock::Redis (it goes through the command)');
-my $server = (grep { -x "$_/redis-server" } split /:/, $ENV{PATH} || '')[0];
-plan skip_all => 'redis-server is not installed (scripts/install-deps installs it)' unless $server;
 my $dir = scratch_dir();
+my $url = redis_server($dir);
 my $sock = "$dir/redis.sock";
-my $url = "unix://$sock";
-
-my $pid = fork;
-die "fork: $!" unless defined $pid;
-if ($pid == 0) {
-    open STDOUT, '>', "$dir/redis.log" or POSIX::_exit(120);
-    open STDERR, '>&', \*STDOUT or POSIX::_exit(121);
-    { no warnings 'exec'; exec 'redis-server', '--port', '0', '--unixsocket', $sock, '--save', '', '--appendonly', 'no', '--dir', $dir; }
-    POSIX::_exit(122);
-}
-END { if ($pid) { kill 'TERM', $pid; waitpid($pid, 0) } }
-
-# Ready when it answers PING; the server process ending first is a failure.
-sub ping {
-    my $s = IO::Socket::UNIX->new(Peer => $sock) or return 0;
-    print $s "PING\r\n";
-    my $line = <$s>;
-    return defined $line && $line =~ /\A\+PONG/;
-}
-my $deadline = Time::HiRes::time() + 20;
-until (ping()) {
-    BAIL_OUT("redis-server ended before it answered: " . slurp("$dir/redis.log")) if waitpid($pid, POSIX::WNOHANG()) == $pid;
-    BAIL_OUT("redis-server did not answer PING on $sock within 20 s") if Time::HiRes::time() > $deadline;
-    Time::HiRes::usleep(20_000);
-}
-my ($probe_st, undef, $probe_err) = capture([$cmd, 'status', '--redis', $url, 'probe']);
-plan skip_all => "the tokenlock command was built without Redis: $probe_err" if $probe_st >> 8 == 70;
 
 sub code_of { my ($code) = @_; my $ok = eval { $code->(); 1 }; return $ok ? 'ok' : ref $@ ? $@->code : "died: $@" }
 sub cmd_acquire {

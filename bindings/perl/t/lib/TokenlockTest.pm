@@ -20,7 +20,7 @@ use Test::More ();
 
 our @EXPORT = qw(
   tokenlock_command command_skip skip_all_without_command dir_status break_token free_now scratch_dir capture fork_worker reap read_line
-  lock_status token_re leftovers temps entries slurp spit module_files copy_module until_true
+  lock_status token_re leftovers temps entries slurp spit module_files copy_module until_true redis_server
 );
 
 # The source tree's root, when the tests run there.
@@ -268,6 +268,48 @@ sub spit {
     binmode $fh;
     print {$fh} $data;
     close $fh or die "spit: cannot close $path: $!";
+}
+
+
+# A redis-server of the test's own on a Unix socket in $dir, stopped by its
+# pid when the test file ends; its URL. The whole file is skipped, saying
+# why, when redis-server is not installed or the command was built
+# without Redis.
+my ($REDIS_PID, $REDIS_PARENT);
+END { if ($REDIS_PID && $$ == $REDIS_PARENT) { kill 'TERM', $REDIS_PID; waitpid($REDIS_PID, 0) } }
+
+sub redis_server {
+    my ($dir) = @_;
+    my $server = (grep { -x "$_/redis-server" } split /:/, $ENV{PATH} || '')[0];
+    Test::More::plan(skip_all => 'redis-server is not installed (scripts/install-deps installs it)') unless $server;
+    my $sock = "$dir/redis.sock";
+    my $pid = fork;
+    die "redis_server: cannot fork: $!" unless defined $pid;
+    if ($pid == 0) {
+        open STDOUT, '>', "$dir/redis.log" or POSIX::_exit(120);
+        open STDERR, '>&', \*STDOUT or POSIX::_exit(121);
+        { no warnings 'exec'; exec "$server/redis-server", '--port', '0', '--unixsocket', $sock, '--save', '', '--appendonly', 'no', '--dir', $dir; }
+        POSIX::_exit(122);
+    }
+    ($REDIS_PID, $REDIS_PARENT) = ($pid, $$);
+    # Ready when it answers PING; the server ending first is a failure.
+    my $ping = sub {
+        require IO::Socket::UNIX;
+        my $s = IO::Socket::UNIX->new(Peer => $sock) or return 0;
+        print $s "PING\r\n";
+        my $line = <$s>;
+        return defined $line && $line =~ /\A\+PONG/;
+    };
+    my $ended = 0;
+    until_true(sub { $ended = waitpid($pid, POSIX::WNOHANG()) == $pid; $ended || $ping->() }, 20)
+      or Test::More::BAIL_OUT("redis-server did not answer PING on $sock within 20 s: " . slurp("$dir/redis.log"));
+    Test::More::BAIL_OUT("redis-server ended before it answered: " . slurp("$dir/redis.log")) if $ended;
+    my $url = "unix://$sock";
+    my ($st, undef, $err) = capture([$COMMAND, 'status', '--redis', $url, 'probe'], env => { TOKENLOCK_ERRORS => 'json' });
+    # 70 (ENOTSUP) from commands before open_lock, backend_unavailable since.
+    Test::More::plan(skip_all => "the tokenlock command was built without Redis: $err")
+      if $st >> 8 == 70 || ($st >> 8 == 69 && $err =~ /backend_unavailable/);
+    return $url;
 }
 
 1;
