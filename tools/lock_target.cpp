@@ -81,10 +81,13 @@ std::string token_of(const lock_holder& h) {
 std::string id_of(const lock& l, const std::string& token) {
   if (!l.features().fences) return token;
   const auto dot = token.find('.');
-  if (dot == 0 || dot == std::string::npos || token.find_first_not_of("0123456789") != dot ||
-      dot + 1 == token.size())
+  if (dot == 0 || dot == std::string::npos || dot + 1 == token.size())
     throw po::error("\"" + escaped(token) + "\" is not a token of " + escaped(l.spec()) +
-                    " (<fence>.<owner>, as acquire prints it)");
+                    " (<fence>.<owner>, or a shared grant's <owner>, as acquire prints it)");
+  // A shared grant has no fence, and acquire prints its owner alone. An
+  // owner's first part is host-hash8, never digits only, so a token whose
+  // first part is digits has a fence in front.
+  if (token.find_first_not_of("0123456789") != dot) return token;
   return token.substr(dot + 1);
 }
 

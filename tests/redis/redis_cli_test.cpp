@@ -89,6 +89,33 @@ TEST_F(RedisCliTest, AcquireStatusRefreshReleaseByName) {
   EXPECT_NE(again.err.find("not held by"), std::string::npos) << again.err;
 }
 
+// A shared grant has no fence: acquire -s prints its owner alone, and
+// refresh and release take that token back.
+TEST_F(RedisCliTest, ASharedGrantIsRefreshedAndReleasedByTheTokenAcquirePrinted) {
+  auto a = tl({"acquire", "-s", "--redis", url, "-n", "coupons"});
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  const std::string token = line(a.out);
+  ASSERT_NE(token.substr(0, token.find('.')).find('-'), std::string::npos)
+      << "an owner id, no fence in front: " << token;
+  auto b = tl({"acquire", "-s", "--redis", url, "-n", "coupons"});
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  auto r = tl({"refresh", "--redis", url, "--lease", "100", "coupons", token});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(line(r.out), token);
+  auto rel = tl({"release", "--redis", url, "coupons", token});
+  EXPECT_EQ(rel.exit_code, 0) << rel.err;
+  auto j = tl({"status", "--json", "--redis", url, "coupons"});
+  EXPECT_EQ(j.out.find(token), std::string::npos) << "released, still listed: " << j.out;
+  EXPECT_NE(j.out.find(line(b.out)), std::string::npos) << "the other reader holds on: " << j.out;
+  auto again = tl({"release", "--redis", url, "coupons", token});
+  EXPECT_EQ(again.exit_code, 3) << again.err;
+  EXPECT_EQ(tl({"release", "--redis", url, "coupons", line(b.out)}).exit_code, 0);
+  EXPECT_EQ(line(tl({"status", "--redis", url, "coupons"}).out), "free");
+  // Neither a fence alone nor an empty owner is a token.
+  EXPECT_EQ(tl({"release", "--redis", url, "coupons", "12."}).exit_code, 64);
+  EXPECT_EQ(tl({"release", "--redis", url, "coupons", ".x"}).exit_code, 64);
+}
+
 TEST_F(RedisCliTest, RunHoldsTheLockWhileTheCommandRuns) {
   auto r = tl({"run", "--redis", url, "-n", "coupons", "--", tool, "status", "--redis", url,
                "coupons"});
