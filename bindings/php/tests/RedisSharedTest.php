@@ -88,6 +88,13 @@ final class RedisSharedTest extends TempDirTestCase
         $this->assertSame('shared-00000000.0.0.0000000000000000', explode(' ', (string) $this->client->get('tokenlock:doc'))[1]);
         $this->assertSame(['shared'], $this->modes('doc'));
         $this->assertSame([['slot', 4]], array_map(fn ($h) => [$h['mode'], $h['slots']], RedisLock::holders($this->url, 'sem')));
+        $writer = RedisLock::acquire($this->url, 'alone', ['wait' => 0]);
+        // The command's status lists them as the scripts do.
+        $seen = fn (array $o) => array_map(fn ($h) => array_diff_key($h, ['remaining' => 0]),
+            array_merge(...array_map(fn ($n) => RedisLock::holders($this->url, $n, $o), ['doc', 'sem', 'alone'])));
+        $this->assertSame($seen([]), $seen(['backend' => 'command']));
+        $this->assertSame([$writer->fence(), 'exclusive'], [RedisLock::holders($this->url, 'alone')[0]['fence'], $this->modes('alone')[0]]);
+        $writer->release();
         $h = RedisLock::holder($this->url, 'doc');
         $this->assertSame([$read->owner(), null, getmypid(), 'shared'], [$h['owner'], $h['fence'], $h['pid'], $h['mode']]);
         foreach ([['slots' => 0], ['slots' => 1000000], ['slots' => '3'], ['shared' => 'yes'], ['shared' => false, 'slots' => 2]] as $bad) {
@@ -388,5 +395,29 @@ final class RedisSharedTest extends TempDirTestCase
         fclose($pipes[1]);
         $this->assertSame(0, proc_close($proc));
         $this->assertOnlyTheFenceIsLeft('doc');
+    }
+
+    /** A request that dies of a fatal error, which skips destructors, still gives its share back. */
+    public function testAShareHeldWhenTheRequestDiesIsReleased(): void
+    {
+        $kept = RedisLock::acquireShared($this->url, 'dies');
+        $script = "$this->dir/die.php";
+        file_put_contents($script, "<?php\nrequire \$argv[1];\n"
+            . '$lock = Tokenlock\RedisLock::acquire($argv[2], "dies", ["shared" => true, "lease" => 300]);' . "\n"
+            . 'echo $lock->owner(), "\n";' . "\n"
+            . 'ini_set("memory_limit", "16M"); $s = str_repeat("x", 64 << 20);' . "\n");
+        $proc = proc_open([PHP_BINARY, '-d', 'display_errors=stderr', $script, TOKENLOCK_TEST_MODULE, $this->url],
+            [0 => ['file', '/dev/null', 'r'], 1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes);
+        $owner = trim((string) stream_get_contents($pipes[1]));
+        $err = (string) stream_get_contents($pipes[2]);
+        fclose($pipes[1]);
+        fclose($pipes[2]);
+        $this->assertSame(255, proc_close($proc), $err);
+        $this->assertStringContainsString('Allowed memory size', $err);
+        $this->assertStringNotContainsString('Tokenlock', $err);
+        $this->assertNotSame('', $owner, $err);
+        $this->assertSame([$kept->owner()], array_column(RedisLock::holders($this->url, 'dies'), 'owner'), 'its share was released as the request ended');
+        $kept->release();
+        $this->assertOnlyTheFenceIsLeft('dies');
     }
 }
