@@ -173,6 +173,55 @@ final class RedisSharedTest extends TempDirTestCase
         $this->assertOnlyTheFenceIsLeft('doc');
     }
 
+    public function testAWriterAmongLoopingReadersGetsInWithinTwoHolds(): void
+    {
+        $url = $this->url;
+        // Holds of 50 to 150 ms: readers that left together come back
+        // apart, so that the lock is never free between them.
+        $holdUs = 150000;
+        $readers = [];
+        for ($i = 0; $i < 4; ++$i) {
+            $readers[] = Child::start(function (Channel $c) use ($url, $holdUs): void {
+                $until = (int) $c->receive();
+                $n = 0;
+                while (hrtime(true) < $until) {
+                    $lock = RedisLock::acquireShared($url, 'page', ['wait' => self::LONG_WAIT]);
+                    usleep(random_int($holdUs / 3, $holdUs));  // the reader's work
+                    $lock->release();
+                    ++$n;
+                }
+                $c->send((string) $n);
+            });
+        }
+        $until = hrtime(true) + 3_000_000_000;
+        foreach ($readers as $r) {
+            $r->channel->send((string) $until);
+        }
+        $this->eventually(fn () => count(RedisLock::holders($this->url, 'page')) >= 2, 'readers overlap');
+        $took = [];
+        for ($round = 0; $round < 3; ++$round) {
+            $start = hrtime(true);
+            $w = RedisLock::acquire($this->url, 'page', ['wait' => self::LONG_WAIT]);
+            $took[] = (hrtime(true) - $start) / 1e6;
+            $this->assertSame(['exclusive'], $this->modes('page'), 'the writer holds alone');
+            $w->release();
+            $this->eventually(fn () => count(RedisLock::holders($this->url, 'page')) >= 2, 'readers back in');
+        }
+        $ops = 0;
+        foreach ($readers as $r) {
+            $ops += (int) $r->channel->receive();
+            $this->assertSame(0, $r->wait());
+        }
+        // The longest hold of the readers inside at the mark, once more for
+        // a round of readers that came in before it, and 50 ms for load.
+        $bound = 2 * $holdUs / 1000 + 50;
+        fwrite(STDERR, sprintf("\n[redis shared] writer among 4 looping readers (holds of 50-150 ms): waited %s ms; bound %d ms; %d reads\n",
+            implode(', ', array_map(fn ($t) => sprintf('%.1f', $t), $took)), $bound, $ops));
+        $this->assertLessThanOrEqual($bound, max($took), 'writer preference: ' . implode(', ', $took));
+        $this->assertGreaterThan(20, $ops, 'the readers kept reading');
+        $this->assertOnlyTheFenceIsLeft('page');
+    }
+
     public function testAWriterWhoseWaitRunsOutTakesItsMarkBack(): void
     {
         $reader = RedisLock::acquireShared($this->url, 'doc');
