@@ -25,9 +25,9 @@ set(tokenlock_lua_dir ${tokenlock_lua_root}/lib/src/redis/scripts)
 set(tokenlock_lua_php_file ${tokenlock_lua_root}/bindings/php/src/Redis/Scripts.php)
 
 # The scripts the C++ client runs, and their parts. The PHP module holds
-# acquire, settle and holder: it does not break locks, nor take shares.
+# all but break: it does not break locks.
 set(tokenlock_lua_scripts acquire acquire_shared settle settle_shared holder holders break)
-set(tokenlock_lua_php_scripts acquire settle holder)
+set(tokenlock_lua_php_scripts acquire acquire_shared settle settle_shared holder holders)
 set(tokenlock_lua_parts_acquire common next_fence wake shared acquire)
 set(tokenlock_lua_parts_acquire_shared common next_fence wake shared acquire_shared)
 set(tokenlock_lua_parts_settle common wake settle)

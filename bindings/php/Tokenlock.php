@@ -3893,6 +3893,7 @@ namespace Tokenlock\Redis {
 use Tokenlock\BusyException;
 use Tokenlock\Command;
 use Tokenlock\Exception;
+use Tokenlock\Lock;
 use Tokenlock\Native;
 use Tokenlock\RedisLock;
 use Tokenlock\TimeoutException;
@@ -3911,8 +3912,9 @@ trait Checks
      * The options, checked and with their defaults.
      *
      * @param array<string, mixed> $options
-     * @return array{wait: ?float, lease: float, connect_timeout: float, command_timeout: float, backend: string, command?: string}
-     * @throws Exception `bad_argument` for an empty name, or one that ends in a suffix of the keys
+     * @return array{wait: ?float, lease: float, slots: ?int, connect_timeout: float, command_timeout: float, backend: string, command?: string}
+     * @throws Exception `bad_argument` for an empty name, or one that ends in a suffix of the keys,
+     *         and for `shared` or `slots` as Lock::acquire() refuses them
      */
     private static function options(string $step, #[\SensitiveParameter] string $url, string $name, array $options): array
     {
@@ -3924,6 +3926,9 @@ trait Checks
         $o = $options;
         $o['wait'] = array_key_exists('wait', $options) ? Command::seconds($options['wait'], 'wait') : self::DEFAULT_WAIT;
         $o['lease'] = self::lease($options['lease'] ?? self::DEFAULT_LEASE);
+        // The lock directory's options, read by the same rules: null
+        // (exclusive), 0 (a reader) or N (one of N slots).
+        $o['slots'] = Lock::slotsOption($options);
         foreach (['connect_timeout', 'command_timeout'] as $t) {
             $o[$t] = Command::seconds($options[$t] ?? 2.0, $t) ?? 2.0;
             if ($o[$t] <= 0) {
@@ -3942,15 +3947,16 @@ trait Checks
 
     /**
      * Refuses a name whose grant would be a key of another lock's: the
-     * lock X keeps tokenlock:X:fence, :wake, :waiters and :handoff.
+     * lock X keeps tokenlock:X:fence, :wake, :waiters, :handoff, :shared
+     * and :writer.
      */
     private static function checkName(string $step, #[\SensitiveParameter] string $url, string $name): void
     {
-        if (!preg_match('/:(fence|wake|waiters|handoff)\z/', $name, $m)) {
+        if (!preg_match('/:(fence|wake|waiters|handoff|shared|writer)\z/', $name, $m)) {
             return;
         }
         $owner = substr($name, 0, -strlen($m[0]));
-        throw new Exception('bad_argument', "tokenlock: $step " . Connection::serverOf($url) . " $name: bad lock name: a lock name must not end in :fence, :wake, :waiters or :handoff: "
+        throw new Exception('bad_argument', "tokenlock: $step " . Connection::serverOf($url) . " $name: bad lock name: a lock name must not end in :fence, :wake, :waiters, :handoff, :shared or :writer: "
             . "those are the keys of the lock named without that suffix (here \"$owner\"); nothing was read or written: choose a name without that ending", 64);
     }
 
@@ -3992,10 +3998,16 @@ trait Checks
         return new Exception('system', "tokenlock: $step {$conn->server()}: the server's reply has an unexpected shape (is it Redis 5 or newer?)", 69, [], null, 71);
     }
 
+    /** "pid 123 on host web-1a2b3c4d", or the owner id as it is. */
+    public static function describeOwner(string $owner): string
+    {
+        return preg_match(self::OWNER, $owner, $m) ? "pid {$m[2]} on host {$m[1]}" : addcslashes($owner, "\0..\37\177..\377\\");
+    }
+
     /** "held by pid 123 on host web-1a2b3c4d (fence 17), 2.500 s of its lease left". */
     public static function describeHolder(string $owner, int|string $fence, int $pttlMs): string
     {
-        $who = preg_match(self::OWNER, $owner, $m) ? "pid {$m[2]} on host {$m[1]}" : $owner;
+        $who = self::describeOwner($owner);
         return "held by $who (fence $fence)" . ($pttlMs >= 0 ? sprintf(', %.3f s of its lease left', $pttlMs / 1000) : '');
     }
 
@@ -4008,16 +4020,26 @@ trait Checks
         };
     }
 
-    /** @return array{owner: string, fence: int|string, remaining: float, pid: int, host_tag: string} */
-    private static function holderInfo(string $owner, int|string $fence, int $pttlMs): array
+    /**
+     * One holder as holder() and holders() describe it: `mode` is
+     * 'exclusive', 'shared' (a reader), 'slot' (one of `slots` N) or
+     * 'waiting' (a writer whose mark bars new shared holders); a shared
+     * holder's and a waiting writer's `fence` is null: a shared grant
+     * fences nothing.
+     *
+     * @return array{owner: string, fence: int|string|null, remaining: float, pid: int, host_tag: string, mode: string, slots: int}
+     */
+    private static function holderInfo(string $owner, int|string|null $fence, int $pttlMs, string $mode = 'exclusive', int $slots = 0): array
     {
         $parsed = preg_match(self::OWNER, $owner, $m);
         return [
             'owner' => $owner,
-            'fence' => is_int($fence) ? $fence : Command::toInt((string) $fence),
+            'fence' => $mode !== 'exclusive' ? null : (is_int($fence) ? $fence : Command::toInt((string) $fence)),
             'remaining' => max(0, $pttlMs) / 1000.0,
             'pid' => $parsed ? (int) $m[2] : 0,
             'host_tag' => $parsed ? $m[1] : '',
+            'mode' => $mode,
+            'slots' => $slots,
         ];
     }
 
@@ -4455,11 +4477,11 @@ final class Connection
  * (lib/src/redis/scripts/*.lua, docs/redis.md): a PHP and a C++ process
  * then run the same script (the server caches it under the same SHA-1)
  * and meet on one lock. Keys: the grant, :fence, :wake, :waiters,
- * :handoff (only the grant for HOLDER); each .lua file says what it does
- * and its KEYS and ARGV. Written by scripts/php-redis-scripts from those
- * files: do not edit by hand (the ctest test redis_scripts_php_current
- * fails when this differs). The C++ client's fourth script, break, is not
- * here: the PHP module does not break locks.
+ * :handoff, :shared, :writer (only the grant for HOLDER); each .lua file
+ * says what it does and its KEYS and ARGV. Written by
+ * scripts/php-redis-scripts from those files: do not edit by hand (the
+ * ctest test redis_scripts_php_current fails when this differs). The C++
+ * client's break script is not here: the PHP module does not break locks.
  *
  * @internal
  */
@@ -4632,6 +4654,176 @@ return {1, ARGV[1], f, tonumber(ARGV[2]), behind}
 
 LUA;
 
+    public const ACQUIRE_SHARED = <<<'LUA'
+local function corrupt(k, v, why)
+  return {-1, k, string.sub(v, 1, 100), #v, why}
+end
+local function fenceok(v)
+  return (v == '0' or string.find(v, '^[1-9]%d*$') ~= nil) and
+         (#v < 19 or (#v == 19 and v <= '9223372036854775807'))
+end
+local function get(k)
+  local v = redis.pcall('GET', k)
+  if type(v) == 'table' then
+    return nil, corrupt(k, '', 'type ' .. redis.call('TYPE', k)['ok'])
+  end
+  return v
+end
+local function parse(k, v)
+  local f, o = string.match(v, '^(%d+) ([%w_%-]+%-[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]%.%d+%.%d+%.[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f])$')
+  if not f or not fenceok(f) then return nil, corrupt(k, v, 'grant') end
+  return o, f
+end
+local function grant(k)
+  local v, bad = get(k)
+  if not v then return v, bad end
+  local o, f = parse(k, v)
+  return o, f, v
+end
+local function nextfence(last)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if not last then return now, 0 end
+  local l = tonumber(last)
+  if l < now then return now, 0 end
+  -- A reply's integer must stay below 2^63: 1e18 us is 30,000 years.
+  local behind = math.min(l - now + 1, 1e18)
+  if l < 9007199254740991 then return l + 1, behind end
+  local i = #last
+  while i > 0 and string.byte(last, i) == 57 do i = i - 1 end
+  local f
+  if i == 0 then
+    f = '1' .. string.rep('0', #last)
+  else
+    f = string.sub(last, 1, i - 1) .. string.char(string.byte(last, i) + 1) ..
+        string.rep('0', #last - i)
+  end
+  if not fenceok(f) then return nil, corrupt(KEYS[2], last, 'largest') end
+  return f, behind
+end
+local function push(ttl)
+  redis.call('RPUSH', KEYS[3], '1')
+  redis.call('LTRIM', KEYS[3], -64, -1)
+  redis.call('PEXPIRE', KEYS[3], ttl)
+end
+local function nudge(ttl)
+  if tonumber(redis.call('GET', KEYS[4]) or '0') <= 0 then return false end
+  push(ttl)
+  return true
+end
+local function wake(ttl)
+  if nudge(ttl) then redis.call('SET', KEYS[5], '1', 'PX', 500) end
+end
+local shared_owner = 'shared-00000000.0.0.0000000000000000'
+local function nowms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function holders(now)
+  local t = redis.pcall('HGETALL', KEYS[6])
+  if t['err'] then return nil, corrupt(KEYS[6], '', 'type ' .. redis.call('TYPE', KEYS[6])['ok']) end
+  local n, limit, earliest, ended = 0, 0, 0, {}
+  for i = 1, #t, 2 do
+    local f, v = t[i], t[i + 1]
+    if not string.find(v, '^%d+$') or #v > 15 then return nil, corrupt(KEYS[6], f .. ' ' .. v, 'holders') end
+    local e = tonumber(v)
+    if f == 'limit' then
+      limit = e
+    elseif e <= now then
+      ended[#ended + 1] = f
+    else
+      n = n + 1
+      if earliest == 0 or e < earliest then earliest = e end
+    end
+  end
+  if #ended > 0 then redis.call('HDEL', KEYS[6], unpack(ended)) end
+  return n, limit, earliest
+end
+local function cover(ms)
+  for _, k in ipairs({KEYS[1], KEYS[6]}) do
+    if redis.call('PTTL', k) < ms then redis.call('PEXPIRE', k, ms) end
+  end
+end
+-- kept(me, woken, ttl): the hand-off's time left (ms) when it keeps the
+-- free lock for another than `me` (woken: my BLPOP returned a release's
+-- wake-up); else false, and whether a hand-off is there (the grant ends
+-- it). A plain hand-off ('1') keeps the lock for whichever waiter was
+-- woken; a last shared holder's keeps it for the writer it names
+-- (leave.lua). A woken waiter refused for that writer passes its wake-up
+-- on (ttl: the wake list's expiry, ms), so that the next BLPOP in the
+-- line, the writer's before long, is answered.
+local function kept(me, woken, ttl)
+  local h, bad = get(KEYS[5])
+  if h == nil then return nil, bad end
+  if not h then return false, false end
+  if h == me or (h == '1' and woken) then return false, true end
+  local pttl = redis.call('PTTL', KEYS[5])
+  if pttl <= 0 then return false, true end
+  if woken and h ~= '1' then nudge(ttl) end
+  return pttl
+end
+
+if ARGV[4] ~= '0' and tonumber(redis.call('DECR', KEYS[4])) < 0 then redis.call('DEL', KEYS[4]) end
+local function refuse(owner, fence, pttl, why, limit)
+  if ARGV[5] ~= '0' then
+    redis.call('INCR', KEYS[4])
+    if redis.call('PTTL', KEYS[4]) < tonumber(ARGV[5]) then redis.call('PEXPIRE', KEYS[4], ARGV[5]) end
+  end
+  return {0, owner, fence, pttl, 0, why, limit}
+end
+local lease, limit = tonumber(ARGV[2]), tonumber(ARGV[6])
+local function granted(fence, n, behind, now)
+  redis.call('HSET', KEYS[6], ARGV[1], string.format('%.0f', now + lease), 'limit', limit)
+  cover(lease)
+  if ARGV[4] == '2' and (limit == 0 or n + 1 < limit) then nudge(lease) end
+  return {1, ARGV[1], fence, lease, behind, 'shared', limit}
+end
+local owner, held, v = grant(KEYS[1])
+if owner == nil then return held end
+local mark, bad = get(KEYS[7])
+if mark == nil then return bad end
+if owner then
+  local pttl = redis.call('PTTL', KEYS[1])
+  if pttl < 0 then return corrupt(KEYS[1], v, 'persistent') end
+  if owner ~= shared_owner then return refuse(owner, held, pttl, 'writer', 0) end
+  if mark then return refuse(mark, held, pttl, 'mark', 0) end
+  local now = nowms()
+  local n, theirs, earliest = holders(now)
+  if n == nil then return theirs end
+  if n > 0 and theirs ~= limit then return refuse(owner, held, pttl, 'limit', theirs) end
+  -- Full: a slot comes free by a release (which wakes us) or when the
+  -- earliest lease ends, which is how long we block at most.
+  if n > 0 and limit > 0 and n >= limit then return refuse(owner, held, earliest - now, 'full', theirs) end
+  return granted(held, n, 0, now)
+end
+local wait, handoff = kept(ARGV[1], ARGV[4] == '2', ARGV[2])
+if wait == nil then return handoff end
+if wait then return refuse('', 0, wait, '', 0) end
+if mark then
+  -- Free, but a writer's mark (its shared holders' leases ended): it takes
+  -- the lock at its next attempt. A wake-up that brought us here is passed
+  -- on, so that it reaches that writer.
+  if ARGV[4] == '2' then nudge(lease) end
+  return refuse(mark, 0, redis.call('PTTL', KEYS[7]), 'mark', 0)
+end
+local last
+last, bad = get(KEYS[2])
+if last == nil then return bad end
+if last and not fenceok(last) then return corrupt(KEYS[2], last, 'fence') end
+local fence, behind = nextfence(last)
+if fence == nil then return behind end
+if handoff then redis.call('DEL', KEYS[5]) end
+redis.call('DEL', KEYS[6])
+local f = type(fence) == 'string' and fence or string.format('%.0f', fence)
+redis.call('SET', KEYS[1], f .. ' ' .. shared_owner, 'PX', lease)
+redis.call('SET', KEYS[2], f, 'PX', ARGV[3])
+-- A fence with the clock not behind is the server's TIME (us): no second
+-- TIME for the lease's end.
+local now = type(fence) == 'number' and behind == 0 and math.floor(fence / 1000) or nowms()
+return granted(f, 0, behind, now)
+
+LUA;
+
     public const SETTLE = <<<'LUA'
 local function corrupt(k, v, why)
   return {-1, k, string.sub(v, 1, 100), #v, why}
@@ -4701,6 +4893,139 @@ return {0, 'expired', last}
 
 LUA;
 
+    public const SETTLE_SHARED = <<<'LUA'
+local function corrupt(k, v, why)
+  return {-1, k, string.sub(v, 1, 100), #v, why}
+end
+local function fenceok(v)
+  return (v == '0' or string.find(v, '^[1-9]%d*$') ~= nil) and
+         (#v < 19 or (#v == 19 and v <= '9223372036854775807'))
+end
+local function get(k)
+  local v = redis.pcall('GET', k)
+  if type(v) == 'table' then
+    return nil, corrupt(k, '', 'type ' .. redis.call('TYPE', k)['ok'])
+  end
+  return v
+end
+local function parse(k, v)
+  local f, o = string.match(v, '^(%d+) ([%w_%-]+%-[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]%.%d+%.%d+%.[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f])$')
+  if not f or not fenceok(f) then return nil, corrupt(k, v, 'grant') end
+  return o, f
+end
+local function grant(k)
+  local v, bad = get(k)
+  if not v then return v, bad end
+  local o, f = parse(k, v)
+  return o, f, v
+end
+local function push(ttl)
+  redis.call('RPUSH', KEYS[3], '1')
+  redis.call('LTRIM', KEYS[3], -64, -1)
+  redis.call('PEXPIRE', KEYS[3], ttl)
+end
+local function nudge(ttl)
+  if tonumber(redis.call('GET', KEYS[4]) or '0') <= 0 then return false end
+  push(ttl)
+  return true
+end
+local function wake(ttl)
+  if nudge(ttl) then redis.call('SET', KEYS[5], '1', 'PX', 500) end
+end
+local shared_owner = 'shared-00000000.0.0.0000000000000000'
+local function nowms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function holders(now)
+  local t = redis.pcall('HGETALL', KEYS[6])
+  if t['err'] then return nil, corrupt(KEYS[6], '', 'type ' .. redis.call('TYPE', KEYS[6])['ok']) end
+  local n, limit, earliest, ended = 0, 0, 0, {}
+  for i = 1, #t, 2 do
+    local f, v = t[i], t[i + 1]
+    if not string.find(v, '^%d+$') or #v > 15 then return nil, corrupt(KEYS[6], f .. ' ' .. v, 'holders') end
+    local e = tonumber(v)
+    if f == 'limit' then
+      limit = e
+    elseif e <= now then
+      ended[#ended + 1] = f
+    else
+      n = n + 1
+      if earliest == 0 or e < earliest then earliest = e end
+    end
+  end
+  if #ended > 0 then redis.call('HDEL', KEYS[6], unpack(ended)) end
+  return n, limit, earliest
+end
+local function cover(ms)
+  for _, k in ipairs({KEYS[1], KEYS[6]}) do
+    if redis.call('PTTL', k) < ms then redis.call('PEXPIRE', k, ms) end
+  end
+end
+-- kept(me, woken, ttl): the hand-off's time left (ms) when it keeps the
+-- free lock for another than `me` (woken: my BLPOP returned a release's
+-- wake-up); else false, and whether a hand-off is there (the grant ends
+-- it). A plain hand-off ('1') keeps the lock for whichever waiter was
+-- woken; a last shared holder's keeps it for the writer it names
+-- (leave.lua). A woken waiter refused for that writer passes its wake-up
+-- on (ttl: the wake list's expiry, ms), so that the next BLPOP in the
+-- line, the writer's before long, is answered.
+local function kept(me, woken, ttl)
+  local h, bad = get(KEYS[5])
+  if h == nil then return nil, bad end
+  if not h then return false, false end
+  if h == me or (h == '1' and woken) then return false, true end
+  local pttl = redis.call('PTTL', KEYS[5])
+  if pttl <= 0 then return false, true end
+  if woken and h ~= '1' then nudge(ttl) end
+  return pttl
+end
+local function leave(owner, ttl, now)
+  -- Everything is read (and judged) before anything is written.
+  local n, limit = holders(now)
+  if n == nil then return nil, limit end
+  local mark, bad = get(KEYS[7])
+  if mark == nil then return nil, bad end
+  -- A live holder leaves the count; one whose lease ended was not in it.
+  if redis.call('HDEL', KEYS[6], owner) == 1 then n = n - 1 end
+  if n > 0 then
+    if limit > 0 and not mark then nudge(ttl) end
+    return 1
+  end
+  redis.call('DEL', KEYS[1], KEYS[6])
+  if not mark then
+    wake(ttl)
+    return 1
+  end
+  redis.call('DEL', KEYS[7])
+  push(ttl)
+  redis.call('SET', KEYS[5], mark, 'PX', 500)
+  return 1
+end
+
+local owner, held = grant(KEYS[1])
+if owner == nil then return held end
+if owner and owner ~= shared_owner then return {0, 'taken', held} end
+local e = redis.pcall('HGET', KEYS[6], ARGV[1])
+if type(e) == 'table' then return corrupt(KEYS[6], '', 'type ' .. redis.call('TYPE', KEYS[6])['ok']) end
+if not owner or not e then
+  if owner or redis.call('EXISTS', KEYS[2]) == 1 then return {0, 'expired', held or 0} end
+  return {0, 'lost', 0}
+end
+local now = nowms()
+local ended = not string.find(e, '^%d+$') or tonumber(e) <= now
+if ARGV[2] == 'refresh' and not ended then
+  redis.call('HSET', KEYS[6], ARGV[1], string.format('%.0f', now + tonumber(ARGV[3])))
+  cover(tonumber(ARGV[3]))
+  return 1
+end
+local done, bad = leave(ARGV[1], ARGV[3], now)
+if done == nil then return bad end
+if ended then return {0, 'expired', held} end
+return 1
+
+LUA;
+
     public const HOLDER = <<<'LUA'
 local function corrupt(k, v, why)
   return {-1, k, string.sub(v, 1, 100), #v, why}
@@ -4736,16 +5061,137 @@ if pttl < 0 then return corrupt(KEYS[1], v, 'persistent') end
 return {1, owner, fence, pttl}
 
 LUA;
+
+    public const HOLDERS = <<<'LUA'
+local function corrupt(k, v, why)
+  return {-1, k, string.sub(v, 1, 100), #v, why}
+end
+local function fenceok(v)
+  return (v == '0' or string.find(v, '^[1-9]%d*$') ~= nil) and
+         (#v < 19 or (#v == 19 and v <= '9223372036854775807'))
+end
+local function get(k)
+  local v = redis.pcall('GET', k)
+  if type(v) == 'table' then
+    return nil, corrupt(k, '', 'type ' .. redis.call('TYPE', k)['ok'])
+  end
+  return v
+end
+local function parse(k, v)
+  local f, o = string.match(v, '^(%d+) ([%w_%-]+%-[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]%.%d+%.%d+%.[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f])$')
+  if not f or not fenceok(f) then return nil, corrupt(k, v, 'grant') end
+  return o, f
+end
+local function grant(k)
+  local v, bad = get(k)
+  if not v then return v, bad end
+  local o, f = parse(k, v)
+  return o, f, v
+end
+local function push(ttl)
+  redis.call('RPUSH', KEYS[3], '1')
+  redis.call('LTRIM', KEYS[3], -64, -1)
+  redis.call('PEXPIRE', KEYS[3], ttl)
+end
+local function nudge(ttl)
+  if tonumber(redis.call('GET', KEYS[4]) or '0') <= 0 then return false end
+  push(ttl)
+  return true
+end
+local function wake(ttl)
+  if nudge(ttl) then redis.call('SET', KEYS[5], '1', 'PX', 500) end
+end
+local shared_owner = 'shared-00000000.0.0.0000000000000000'
+local function nowms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function holders(now)
+  local t = redis.pcall('HGETALL', KEYS[6])
+  if t['err'] then return nil, corrupt(KEYS[6], '', 'type ' .. redis.call('TYPE', KEYS[6])['ok']) end
+  local n, limit, earliest, ended = 0, 0, 0, {}
+  for i = 1, #t, 2 do
+    local f, v = t[i], t[i + 1]
+    if not string.find(v, '^%d+$') or #v > 15 then return nil, corrupt(KEYS[6], f .. ' ' .. v, 'holders') end
+    local e = tonumber(v)
+    if f == 'limit' then
+      limit = e
+    elseif e <= now then
+      ended[#ended + 1] = f
+    else
+      n = n + 1
+      if earliest == 0 or e < earliest then earliest = e end
+    end
+  end
+  if #ended > 0 then redis.call('HDEL', KEYS[6], unpack(ended)) end
+  return n, limit, earliest
+end
+local function cover(ms)
+  for _, k in ipairs({KEYS[1], KEYS[6]}) do
+    if redis.call('PTTL', k) < ms then redis.call('PEXPIRE', k, ms) end
+  end
+end
+-- kept(me, woken, ttl): the hand-off's time left (ms) when it keeps the
+-- free lock for another than `me` (woken: my BLPOP returned a release's
+-- wake-up); else false, and whether a hand-off is there (the grant ends
+-- it). A plain hand-off ('1') keeps the lock for whichever waiter was
+-- woken; a last shared holder's keeps it for the writer it names
+-- (leave.lua). A woken waiter refused for that writer passes its wake-up
+-- on (ttl: the wake list's expiry, ms), so that the next BLPOP in the
+-- line, the writer's before long, is answered.
+local function kept(me, woken, ttl)
+  local h, bad = get(KEYS[5])
+  if h == nil then return nil, bad end
+  if not h then return false, false end
+  if h == me or (h == '1' and woken) then return false, true end
+  local pttl = redis.call('PTTL', KEYS[5])
+  if pttl <= 0 then return false, true end
+  if woken and h ~= '1' then nudge(ttl) end
+  return pttl
+end
+
+local owner, fence, v = grant(KEYS[1])
+if owner == nil then return fence end
+local mark, bad = get(KEYS[7])
+if mark == nil then return bad end
+local mttl = mark and redis.call('PTTL', KEYS[7]) or 0
+if not owner then return {0, 0, 0, mark or '', mttl, 0, 0} end
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl < 0 then return corrupt(KEYS[1], v, 'persistent') end
+if owner ~= shared_owner then return {1, fence, pttl, mark or '', mttl, 0, 1, owner, pttl} end
+local t = redis.pcall('HGETALL', KEYS[6])
+if t['err'] then return corrupt(KEYS[6], '', 'type ' .. redis.call('TYPE', KEYS[6])['ok']) end
+local now = nowms()
+local out = {2, fence, pttl, mark or '', mttl, 0, 0}
+for i = 1, #t, 2 do
+  local f, e = t[i], tonumber(t[i + 1])
+  if not string.find(t[i + 1], '^%d+$') then return corrupt(KEYS[6], f .. ' ' .. t[i + 1], 'holders') end
+  if f == 'limit' then
+    out[6] = e
+  elseif e > now then
+    out[7] = out[7] + 1
+    if out[7] <= 500 then
+      out[#out + 1] = f
+      out[#out + 1] = e - now
+    end
+  end
+end
+return out
+
+LUA;
 }
 
 // src/Redis/Waiter.php
 /**
  * One acquisition of a Redis lock through phpredis, as the C++ client
  * makes it (lib/src/redis/redis_lock.cpp, acquire_impl): attempts by the
- * acquire script; a refused caller that will wait is counted as a waiter
- * and blocks on the wake list (BLPOP) until a release wakes it or the
- * holder's lease ends, and its next attempt says so, so that it takes
- * the free lock the release kept for it (docs/redis.md, Hand-off).
+ * acquire script (acquire_shared for a share); a refused caller that will
+ * wait is counted as a waiter and blocks on the wake list (BLPOP) until a
+ * release wakes it or the holder's lease ends, and its next attempt says
+ * so, so that it takes the free lock the release kept for it
+ * (docs/redis.md, Hand-off). A writer that finds shared holders marks the
+ * lock, which bars new ones, and its grant removes the mark (Shared locks
+ * and semaphores).
  *
  * @internal
  */
@@ -4754,11 +5200,15 @@ final class Waiter
     private const FENCE_TTL_MS = 86400000;
     /** A wait without limit, in seconds: a century. */
     private const FOREVER = 3.15e9;
+    /** The grant's owner id while shared holders hold (shared.lua). */
+    public const SHARED_OWNER = 'shared-00000000.0.0.0000000000000000';
 
-    /** @var list<string> the grant, :fence, :wake, :waiters, :handoff */
+    /** @var list<string> the grant, :fence, :wake, :waiters, :handoff, :shared, :writer */
     private array $keys;
+    /** An earlier attempt's mark bars shared holders for us: our grant removes it. */
+    private bool $marked = false;
 
-    /** @param array{wait: ?float, lease: float, command_timeout: float} $o */
+    /** @param array{wait: ?float, lease: float, slots: ?int, command_timeout: float} $o */
     public function __construct(
         private Connection $conn,
         string $key,
@@ -4766,15 +5216,25 @@ final class Waiter
         private string $owner,
         private array $o,
     ) {
-        $this->keys = [$key, "$key:fence", "$key:wake", "$key:waiters", "$key:handoff"];
+        $this->keys = self::keys($key);
     }
 
     /**
-     * The fence of the grant.
+     * The seven keys of the lock whose grant is KEY, in the scripts' order.
+     *
+     * @return list<string>
+     */
+    public static function keys(string $key): array
+    {
+        return array_map(fn (string $s) => $key . $s, ['', ':fence', ':wake', ':waiters', ':handoff', ':shared', ':writer']);
+    }
+
+    /**
+     * The fence of the grant (of the shared grant, for a share).
      *
      * @throws BusyException|TimeoutException when the lock stays held
      */
-    public function acquire(bool $mayWait): int|string
+    public function acquire(bool $mayWait): int
     {
         $wait = $mayWait ? ($this->o['wait'] ?? self::FOREVER) : 0.0;
         $deadline = microtime(true) + $wait;
@@ -4785,34 +5245,50 @@ final class Waiter
             // this attempt leaves no count behind to wake nobody.
             $willWait = $mayWait && $left > 0;
             $countMs = $willWait ? $left + 2 * RedisLock::ms($this->o['command_timeout']) : 0;
-            [$granted, $fence, $pttl, $holder] = $this->attempt($before, $countMs);
-            if ($granted) {
-                return $fence;
+            $a = $this->attempt($before, $countMs);
+            if ($a['granted']) {
+                return $a['fence'];
             }
+            $this->marked = $this->marked || $a['why'] === 'marked';
             if (!$willWait) {
-                throw $this->refused($holder, $fence, $pttl, $mayWait && $wait > 0, $wait);
+                throw $this->refused($a, $mayWait && $wait > 0, $wait);
             }
-            $block = min($left, $pttl >= 0 ? $pttl + 1 : $left);
+            $block = min($left, $a['pttl'] >= 0 ? $this->blockBound($a) + 1 : $left);
             $woken = $this->conn->blockingPop($this->keys[2], max(1, $block) / 1000);
             $before = $woken ? '2' : '1';
         }
     }
 
     /**
+     * How long a refused caller blocks at most: the holder's lease, and a
+     * third of ours while our mark waits, since each attempt renews the
+     * mark, which expires with our lease.
+     *
+     * @param array{pttl: int, why: string} $a
+     */
+    private function blockBound(array $a): int
+    {
+        return $a['why'] === 'marked' ? min($a['pttl'], intdiv(RedisLock::ms($this->o['lease']), 3)) : $a['pttl'];
+    }
+
+    /**
      * One run of the acquire script.
      *
-     * @return array{0: bool, 1: int|string, 2: int, 3: string} granted, fence, the
-     *         lease left (ms: of the holder's, or of the hand-off), the holder
+     * @return array{granted: bool, fence: int, pttl: int, holder: string, why: string, limit: int}
+     *         the lease left (ms: of the holder's, or of the hand-off), the
+     *         holder, why refused (the scripts' word) and the holders' limit
      */
     private function attempt(string $before, int $countMs): array
     {
-        $r = $this->conn->run('acquire', Scripts::ACQUIRE, $this->keys, [
-            $this->owner, (string) RedisLock::ms($this->o['lease']), (string) self::FENCE_TTL_MS, $before, (string) $countMs,
+        $shared = $this->o['slots'] !== null;
+        $last = $shared ? (string) $this->o['slots'] : ($this->marked ? '1' : '0');
+        $r = $this->conn->run('acquire', $shared ? Scripts::ACQUIRE_SHARED : Scripts::ACQUIRE, $this->keys, [
+            $this->owner, (string) RedisLock::ms($this->o['lease']), (string) self::FENCE_TTL_MS, $before, (string) $countMs, $last,
         ]);
         RedisLock::checkCorrupt($r, $this->conn, 'acquire', $this->name);
         if (is_int($r)) {
             // The common answer: a fresh grant, the fence alone.
-            return [true, $r, RedisLock::ms($this->o['lease']), $this->owner];
+            return ['granted' => true, 'fence' => $r, 'pttl' => RedisLock::ms($this->o['lease']), 'holder' => $this->owner, 'why' => '', 'limit' => 0];
         }
         if (!is_array($r) || count($r) < 5 || !is_int($r[0])) {
             throw RedisLock::unexpected('acquire', $this->conn);
@@ -4821,20 +5297,46 @@ final class Waiter
         if (!is_int($r[2]) && !preg_match('/\A[0-9]{1,19}\z/', (string) $r[2])) {
             throw RedisLock::unexpected('acquire', $this->conn);
         }
-        $fence = (int) $r[2];
-        return [$r[0] === 1, $fence, (int) $r[3], (string) $r[1]];
+        return ['granted' => $r[0] === 1, 'fence' => (int) $r[2], 'pttl' => (int) $r[3], 'holder' => (string) $r[1],
+            'why' => (string) ($r[5] ?? ''), 'limit' => (int) ($r[6] ?? 0)];
     }
 
-    private function refused(string $holder, int|string $fence, int $pttl, bool $waited, float $wait): BusyException|TimeoutException
+    /** @param array{fence: int, pttl: int, holder: string, why: string, limit: int} $a */
+    private function refused(array $a, bool $waited, float $wait): BusyException|TimeoutException
     {
-        $reason = $holder !== ''
-            ? RedisLock::describeHolder($holder, $fence, $pttl)
-            : sprintf('free, and kept %.3f s more for the waiter the last release woke', $pttl / 1000);
+        $reason = $this->reason($a);
         $where = "tokenlock: acquire {$this->conn->server()} {$this->name}";
         if (!$waited) {
             return new BusyException('busy', "$where: the lock is $reason", 1);
         }
         return new TimeoutException('timed_out', "$where: waited " . RedisLock::ms($wait) . " ms; the lock is $reason", 1);
+    }
+
+    /**
+     * Why the lock was refused, in the C++ client's words: "held by ...".
+     *
+     * @param array{fence: int, pttl: int, holder: string, why: string, limit: int} $a
+     */
+    private function reason(array $a): string
+    {
+        if ($a['holder'] === '') {
+            return sprintf('free, and kept %.3f s more for the waiter the last release woke', $a['pttl'] / 1000);
+        }
+        $left = sprintf(", %.3f s of the shared holders' leases left", $a['pttl'] / 1000);
+        return match (true) {
+            $a['why'] === 'marked' || ($a['why'] === '' && $a['holder'] === self::SHARED_OWNER) => "held by shared holders$left",
+            $a['why'] === 'mark' => 'held or kept by shared holders, and a writer (' . RedisLock::describeOwner($a['holder'])
+                . ") waits for them, which bars new shared holders$left",
+            $a['why'] === 'limit' => 'held by ' . self::slotsText($a['limit']) . ', and this lock asks for ' . self::slotsText((int) $this->o['slots'])
+                . " (every process of a lock gives the same count; this one waits until those holders are gone)$left",
+            $a['why'] === 'full' => "full: all {$a['limit']} slots of the semaphore are held$left",
+            default => RedisLock::describeHolder($a['holder'], $a['fence'], $a['pttl']),
+        };
+    }
+
+    private static function slotsText(int $n): string
+    {
+        return $n === 0 ? 'shared holders without a limit' : "a semaphore of $n " . ($n === 1 ? 'slot' : 'slots');
     }
 }
 
@@ -5428,10 +5930,12 @@ final class Lock
 
     /**
      * The `shared` and `slots` options: null (exclusive), 0 (a reader) or N.
+     * Tokenlock\RedisLock reads its options by the same rules.
      *
+     * @internal
      * @param array<string, mixed> $options
      */
-    private static function slotsOption(array $options): ?int
+    public static function slotsOption(array $options): ?int
     {
         $shared = $options['shared'] ?? false;
         if (!is_bool($shared)) {
@@ -6052,8 +6556,9 @@ final class Native
  * The tokenlock lock as a NAME in a Redis server (docs/redis.md), for PHP
  * processes on hosts that share no filesystem, and shared with the C++
  * library and the `tokenlock --redis` command: the same keys
- * (tokenlock:NAME, :fence, :wake, :waiters, :handoff), the same Lua
- * scripts byte for byte, the same owner ids and the same fences.
+ * (tokenlock:NAME, :fence, :wake, :waiters, :handoff, :shared, :writer),
+ * the same Lua scripts byte for byte, the same owner ids and the same
+ * fences.
  *
  *     $lock = Tokenlock\RedisLock::acquire('redis://127.0.0.1:6379', 'invoices', ['wait' => 5, 'lease' => 30]);
  *     try {
@@ -6062,6 +6567,11 @@ final class Native
  *     } finally {
  *         $lock->release();
  *     }
+ *
+ * Held shared (acquireShared(), or the option `shared` or `slots`), any
+ * number of readers, or N slot holders, hold together, never beside a
+ * writer; a writer waiting for them bars new ones (docs/redis.md, Shared
+ * locks and semaphores). A shared hold has no fence.
  *
  * With the phpredis extension loaded it talks to Redis itself; without
  * it, it runs `tokenlock acquire|refresh|release|status --redis URL NAME`
@@ -6085,7 +6595,7 @@ final class RedisLock
     private const PREFIX = 'tokenlock:';
     /** An owner id: host tag, pid, start time, nonce. */
     private const OWNER = '/\A(.+-[0-9a-f]{8})\.([0-9]+)\.[0-9]+\.[0-9a-f]{16}\z/';
-    private const OPTIONS = ['wait', 'lease', 'connect_timeout', 'command_timeout', 'backend', 'command'];
+    private const OPTIONS = ['wait', 'lease', 'shared', 'slots', 'connect_timeout', 'command_timeout', 'backend', 'command'];
 
     private bool $held = true;
     private int $ownerPid;
@@ -6106,8 +6616,10 @@ final class RedisLock
         #[\SensitiveParameter] string $url,
         private string $name,
         private string $owner,
-        private int|string $fence,
+        private int|string|null $fence,
         private float $lease,
+        /** Null: exclusive; 0: shared (a reader); N: one of N slots. */
+        private ?int $slots,
         private array $options,
         private ?Connection $conn,
     ) {
@@ -6145,17 +6657,20 @@ final class RedisLock
     /**
      * Acquires the lock NAME in the Redis server at URL.
      *
-     * @param array{wait?: int|float|null, lease?: int|float, connect_timeout?: int|float, command_timeout?: int|float, backend?: string, command?: string} $options
+     * @param array{wait?: int|float|null, lease?: int|float, shared?: bool, slots?: int, connect_timeout?: int|float, command_timeout?: int|float, backend?: string, command?: string} $options
      *        `wait`: seconds to wait (default 10; 0: BusyException at once;
      *        null: as long as it takes); `lease`: seconds the grant lasts
-     *        without refresh() (default 300, at most 86400);
+     *        without refresh() (default 300, at most 86400); `shared`:
+     *        true for a shared hold (see acquireShared()); `slots`: N from
+     *        1 to 999999 for one of N slots (a semaphore), implies `shared`;
      *        `connect_timeout`, `command_timeout`: seconds (default 2 each);
      *        `backend`: `phpredis` or `command` (default: phpredis when
      *        loaded); `command`: the tokenlock command for that backend
      * @throws BusyException|TimeoutException when it stays held
-     * @throws Exception `bad_argument` (a bad URL or lease, an empty NAME
-     *         or one ending in :fence, :wake, :waiters or :handoff, the
-     *         keys of the lock named without it), `system` (the server cannot be
+     * @throws Exception `bad_argument` (a bad URL, lease, `shared` or
+     *         `slots`, an empty NAME or one ending in :fence, :wake,
+     *         :waiters, :handoff, :shared or :writer, the keys of the lock
+     *         named without it), `system` (the server cannot be
      *         reached: errno ECONNREFUSED, ETIMEDOUT), `server_error`,
      *         `lock_corrupt` (a key the lock cannot read; the message says
      *         how to repair it)
@@ -6166,9 +6681,35 @@ final class RedisLock
     }
 
     /**
+     * Acquires the lock NAME shared: any number of shared holders hold it
+     * at once, and no writer (an acquire() without `shared`) beside them.
+     * A writer that comes marks the lock and waits for the shared holders
+     * in it to leave; from then on new shared holders wait behind it
+     * (writer preference: a stream of readers cannot starve it), and the
+     * last one out hands the lock to it. With `slots` N, at most N holders
+     * at once (a semaphore); holders of another count, or readers at a
+     * semaphore, wait for each other. Each holder has its own lease: one
+     * that is not released (its process killed) leaves when its lease
+     * ends, whatever the others do.
+     *
+     * A shared hold has no fence (fence() is null): take the lock
+     * exclusively to write. refresh() renews this holder's lease alone;
+     * release() and refresh() of a hold whose lease ended throw
+     * LockLostException and leave nothing of it behind.
+     *
+     * @param array{wait?: int|float|null, lease?: int|float, slots?: int, connect_timeout?: int|float, command_timeout?: int|float, backend?: string, command?: string} $options as acquire()
+     * @throws BusyException|TimeoutException|Exception as acquire()
+     */
+    public static function acquireShared(#[\SensitiveParameter] string $url, string $name, array $options = []): self
+    {
+        return self::take($url, $name, ['shared' => true] + $options, true);
+    }
+
+    /**
      * Like acquire(), without waiting: null when the lock is held.
      *
-     * @param array<string, mixed> $options as for acquire(); `wait` is ignored
+     * @param array<string, mixed> $options as for acquire() (`shared` and
+     *        `slots` too); `wait` is ignored
      */
     public static function tryAcquire(#[\SensitiveParameter] string $url, string $name, array $options = []): ?self
     {
@@ -6182,21 +6723,19 @@ final class RedisLock
     /**
      * Who holds the lock NAME: null when free, else `owner`, `fence`,
      * `remaining` (seconds of its lease, on the server's clock), `pid` and
-     * `host_tag` (read from the owner id).
+     * `host_tag` (read from the owner id), `mode` and `slots` (as
+     * holders() says them). While shared holders hold: the first of them,
+     * whose `fence` is null.
      *
      * @param array<string, mixed> $options as for acquire()
-     * @return array{owner: string, fence: int|string, remaining: float, pid: int, host_tag: string}|null
+     * @return array{owner: string, fence: int|string|null, remaining: float, pid: int, host_tag: string, mode: string, slots: int}|null
      */
     public static function holder(#[\SensitiveParameter] string $url, string $name, array $options = []): ?array
     {
         $o = self::options('status', $url, $name, $options);
         if ($o['backend'] === 'command') {
-            $status = json_decode(CommandClient::run('status', $url, ['--json', '--', $name], $o), true);
-            if (!is_array($status) || !isset($status['state'])) {
-                throw new Exception('command_failed', "tokenlock: status " . Connection::serverOf($url) . " $name: the command did not print a JSON status; is it older than this module? Use the tokenlock command of the same release", 70);
-            }
-            return $status['state'] !== 'held' ? null
-                : self::holderInfo((string) $status['owner'], $status['fence'], (int) $status['remaining_ms']);
+            $all = self::holdersByCommand($url, $name, $o);
+            return $all === [] || $all[0]['mode'] === 'waiting' ? null : $all[0];
         }
         $conn = self::connect($url, $o);
         $r = $conn->run('status', Scripts::HOLDER, [self::PREFIX . $name], []);
@@ -6207,13 +6746,99 @@ final class RedisLock
         if ($r[0] !== 1) {
             return null;
         }
-        return self::holderInfo((string) $r[1], $r[2], (int) $r[3]);
+        if ($r[1] !== Waiter::SHARED_OWNER) {
+            return self::holderInfo((string) $r[1], $r[2], (int) $r[3]);
+        }
+        $all = self::holdersOf($conn, $name);
+        return $all === [] || $all[0]['mode'] === 'waiting' ? null : $all[0];
     }
 
-    /** The grant's fencing token: larger than every earlier grant's of NAME. */
-    public function fence(): int|string
+    /**
+     * Every holder of the lock NAME with a live lease, as holder()
+     * describes one: an empty list when it is free; one `exclusive`
+     * holder; or the shared holders (at most the first 500), each with
+     * `mode` 'shared' (a reader) or 'slot' (one of `slots` N), then a
+     * writer waiting for them, `mode` 'waiting' (`remaining`: of its mark).
+     * Changes nothing.
+     *
+     * @param array<string, mixed> $options as for acquire()
+     * @return list<array{owner: string, fence: int|string|null, remaining: float, pid: int, host_tag: string, mode: string, slots: int}>
+     */
+    public static function holders(#[\SensitiveParameter] string $url, string $name, array $options = []): array
     {
-        return $this->fence;
+        $o = self::options('status', $url, $name, $options);
+        if ($o['backend'] === 'command') {
+            return self::holdersByCommand($url, $name, $o);
+        }
+        return self::holdersOf(self::connect($url, $o), $name);
+    }
+
+    /**
+     * The holders script's answer (holders.lua): kind, fence, lease left,
+     * the mark's owner and time left, the limit, the count, then owner and
+     * ms left of each shared holder.
+     *
+     * @return list<array<string, mixed>>
+     */
+    private static function holdersOf(Connection $conn, string $name): array
+    {
+        $r = $conn->run('status', Scripts::HOLDERS, Waiter::keys(self::PREFIX . $name), []);
+        self::checkCorrupt($r, $conn, 'status', $name);
+        if (!is_array($r) || count($r) < 7 || !is_int($r[0]) || count($r) % 2 === 0) {
+            throw self::unexpected('status', $conn);
+        }
+        [$kind, $fence, , $mark, $markMs, $limit] = $r;
+        $mode = $kind === 2 ? ($limit > 0 ? 'slot' : 'shared') : 'exclusive';
+        $out = [];
+        for ($i = 7; $i + 1 < count($r); $i += 2) {
+            $out[] = self::holderInfo((string) $r[$i], $fence, (int) $r[$i + 1], $mode, (int) $limit);
+        }
+        if ($mark !== '') {
+            $out[] = self::holderInfo((string) $mark, null, (int) $markMs, 'waiting');
+        }
+        return $out;
+    }
+
+    /**
+     * Every holder as `tokenlock status --json` lists them.
+     *
+     * @param array<string, mixed> $o
+     * @return list<array<string, mixed>>
+     */
+    private static function holdersByCommand(#[\SensitiveParameter] string $url, string $name, array $o): array
+    {
+        $status = json_decode(CommandClient::run('status', $url, ['--json', '--', $name], $o), true);
+        if (!is_array($status) || !isset($status['state']) || ($status['state'] === 'held' && !is_array($status['holders'] ?? null))) {
+            throw new Exception('command_failed', "tokenlock: status " . Connection::serverOf($url) . " $name: the command did not print a JSON status with its holders; is it older than this module? Use the tokenlock command of the same release", 70);
+        }
+        $out = [];
+        foreach ($status['state'] === 'held' ? $status['holders'] : [] as $h) {
+            $slots = (int) ($h['slots'] ?? 0);
+            $mode = !empty($h['waiting_writer']) ? 'waiting' : (($h['mode'] ?? '') === 'shared' ? ($slots > 0 ? 'slot' : 'shared') : 'exclusive');
+            $out[] = self::holderInfo((string) $h['owner'], $h['fence'] ?? 0, (int) $h['remaining_ms'], $mode, $slots);
+        }
+        return $out;
+    }
+
+    /**
+     * The grant's fencing token: larger than every earlier grant's of
+     * NAME. Null for a shared hold, which fences nothing.
+     */
+    public function fence(): int|string|null
+    {
+        return $this->slots === null ? $this->fence : null;
+    }
+
+    /** 'exclusive' or 'shared' (a reader or a slot holder). */
+    public function mode(): string
+    {
+        return $this->slots === null ? 'exclusive' : 'shared';
+    }
+
+    /** The semaphore's size for a slot holder, else 0. */
+    public function slots(): int
+    {
+        return $this->slots ?? 0;
     }
 
     /** The holder's id, `<host>-<hash8>.<pid>.<start>.<nonce>`. */
@@ -6222,10 +6847,14 @@ final class RedisLock
         return $this->owner;
     }
 
-    /** fence.owner, as `tokenlock acquire --redis` prints it and release takes it. */
+    /**
+     * fence.owner, as `tokenlock acquire --redis` prints it and release
+     * takes it; a shared hold's is its owner id alone, as the command
+     * prints it.
+     */
     public function token(): string
     {
-        return $this->fence . '.' . $this->owner;
+        return $this->slots === null ? $this->fence . '.' . $this->owner : $this->owner;
     }
 
     public function name(): string
@@ -6292,7 +6921,7 @@ final class RedisLock
     public function __debugInfo(): array
     {
         return ['server' => Connection::serverOf(self::$urls[$this]), 'name' => $this->name, 'owner' => $this->owner,
-            'fence' => $this->fence, 'lease' => $this->lease, 'held' => $this->isHeld()];
+            'fence' => $this->fence(), 'mode' => $this->mode(), 'slots' => $this->slots(), 'lease' => $this->lease, 'held' => $this->isHeld()];
     }
 
     // A copy would release the same grant twice.
@@ -6325,30 +6954,38 @@ final class RedisLock
         $conn = self::connect($url, $o);
         $owner = self::ownerId();
         $fence = (new Waiter($conn, self::PREFIX . $name, $name, $owner, $o))->acquire($mayWait);
-        return new self($url, $name, $owner, $fence, $o['lease'], $o, $conn);
+        return new self($url, $name, $owner, $fence, $o['lease'], $o['slots'], $o, $conn);
     }
 
     /** @param array<string, mixed> $o */
     private static function takeByCommand(#[\SensitiveParameter] string $url, string $name, array $o): self
     {
         $args = $o['wait'] === null ? [] : ($o['wait'] <= 0 ? ['--nonblock'] : ['--wait', Command::formatSeconds($o['wait'])]);
+        if ($o['slots'] !== null) {
+            array_push($args, ...($o['slots'] === 0 ? ['--shared'] : ['--slots', (string) $o['slots']]));
+        }
         array_push($args, '--lease', Command::formatSeconds($o['lease']), '--', $name);
         $token = trim(CommandClient::run('acquire', $url, $args, $o, $o['wait'] !== null && $o['wait'] <= 0 ? 'busy' : 'timed_out'));
-        if (!preg_match('/\A([0-9]{1,19})\.(.+)\z/', $token, $m)) {
+        // A shared hold's token is its owner id alone: it has no fence.
+        $ok = $o['slots'] === null ? preg_match('/\A([0-9]{1,19})\.(.+)\z/', $token, $m) : preg_match(self::OWNER, $token, $m);
+        if (!$ok) {
             throw new Exception('command_failed', "tokenlock: acquire " . Connection::serverOf($url) . " $name: the command printed \"$token\", not a token; is it older than this module? Use the tokenlock command of the same release", 70);
         }
-        return new self($url, $name, $m[2], Command::toInt($m[1]), $o['lease'], $o, null);
+        return $o['slots'] === null ? new self($url, $name, $m[2], Command::toInt($m[1]), $o['lease'], null, $o, null)
+            : new self($url, $name, $token, null, $o['lease'], $o['slots'], $o, null);
     }
 
-    /** Runs the settle script (release or refresh of our grant). */
+    /** Runs the settle script (release or refresh of our grant or share). */
     private function settle(string $step, float $lease): void
     {
         if ($this->conn === null) {
             $this->settleByCommand($step, $lease);
             return;
         }
-        $keys = array_map(fn (string $s) => self::PREFIX . $this->name . $s, ['', ':fence', ':wake', ':waiters', ':handoff']);
-        $r = $this->conn->run($step, Scripts::SETTLE, $keys, [$this->owner, (string) $this->fence, (string) self::ms($lease), $step]);
+        $key = self::PREFIX . $this->name;
+        $r = $this->slots === null
+            ? $this->conn->run($step, Scripts::SETTLE, array_slice(Waiter::keys($key), 0, 5), [$this->owner, (string) $this->fence, (string) self::ms($lease), $step])
+            : $this->conn->run($step, Scripts::SETTLE_SHARED, Waiter::keys($key), [$this->owner, $step, (string) self::ms($lease)]);
         if ($r === 1) {
             $this->held = $step !== 'release';
             return;
@@ -6363,14 +7000,29 @@ final class RedisLock
             throw self::unexpected($step, $this->conn);
         }
         $this->held = false;
-        throw new LockLostException('lock_lost', "tokenlock: $step {$this->conn->server()} {$this->name}: the grant (fence {$this->fence}) is no longer ours: "
-            . self::lostReason((string) $r[1], (string) $r[2], (string) $this->fence), 3);
+        throw new LockLostException('lock_lost', "tokenlock: $step {$this->conn->server()} {$this->name}: " . $this->lostWhy((string) $r[1], (string) $r[2]), 3);
+    }
+
+    /** Why the grant or share is no longer ours, from the settle script's answer. */
+    private function lostWhy(string $kind, string $other): string
+    {
+        if ($this->slots === null) {
+            return "the grant (fence {$this->fence}) is no longer ours: " . self::lostReason($kind, $other, (string) $this->fence);
+        }
+        $why = match ($kind) {
+            'taken' => "our lease ended, and a writer (fence $other) holds the lock",
+            'expired' => 'our lease ended (our share is removed)',
+            default => self::lostReason($kind, $other, ''),
+        };
+        return "the shared hold of {$this->owner} is no longer ours: $why";
     }
 
     private function settleByCommand(string $step, float $lease): void
     {
         $args = $step === 'refresh' ? ['--lease', Command::formatSeconds($lease)] : [];
-        array_push($args, '--token', $this->token(), '--', $this->name);
+        // The command's release and refresh read a token as fence.owner,
+        // also a share's, whose fence they do not compare.
+        array_push($args, '--token', $this->slots === null ? $this->token() : '0.' . $this->owner, '--', $this->name);
         try {
             CommandClient::run($step, self::$urls[$this], $args, $this->options);
         } catch (LockLostException $e) {

@@ -106,10 +106,12 @@ final class Lock
 
     /**
      * The `shared` and `slots` options: null (exclusive), 0 (a reader) or N.
+     * Tokenlock\RedisLock reads its options by the same rules.
      *
+     * @internal
      * @param array<string, mixed> $options
      */
-    private static function slotsOption(array $options): ?int
+    public static function slotsOption(array $options): ?int
     {
         $shared = $options['shared'] ?? false;
         if (!is_bool($shared)) {

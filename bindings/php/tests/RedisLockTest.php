@@ -76,14 +76,20 @@ final class RedisLockTest extends TempDirTestCase
     public function testTheScriptsAreTheCppClientsByteForByte(): void
     {
         // The holder script is checked against its source by
-        // redis_scripts_php_current: the command's status now asks for every
-        // holder (holders.lua), which this module does not load.
-        $shas = [sha1(Scripts::ACQUIRE), sha1(Scripts::SETTLE)];
-        $this->assertSame([0, 0], $this->client->script('exists', ...$shas), 'a fresh server knows no script');
+        // redis_scripts_php_current: the command's status asks for every
+        // holder (holders.lua) instead.
+        $shas = [sha1(Scripts::ACQUIRE), sha1(Scripts::SETTLE), sha1(Scripts::ACQUIRE_SHARED), sha1(Scripts::SETTLE_SHARED), sha1(Scripts::HOLDERS)];
+        $this->assertSame([0, 0, 0, 0, 0], $this->client->script('exists', ...$shas), 'a fresh server knows no script');
         $token = $this->cppAcquire('scripts');
         $this->cppRelease('scripts', $token);
+        [$status, $share, $err] = $this->tool('acquire', ['-s', '-n', '--', 'scripts']);
+        $this->assertSame(0, $status, $err);
+        $this->assertSame(0, $this->tool('status', ['--', 'scripts'])[0]);
+        // The command's shared token is the owner id alone, which its own
+        // release reads as fence.owner: 0 is a fence no share compares.
+        $this->cppRelease('scripts', '0.' . trim($share));
         // The server caches a script under the SHA-1 of its text.
-        $this->assertSame([1, 1], $this->client->script('exists', ...$shas), "the C++ client's scripts are these");
+        $this->assertSame([1, 1, 1, 1, 1], $this->client->script('exists', ...$shas), "the C++ client's scripts are these");
     }
 
     public function testPhpHoldsAndTheCommandIsRefused(): void
@@ -511,7 +517,7 @@ final class RedisLockTest extends TempDirTestCase
         $before = $this->keysAndValues();
         $this->assertArrayHasKey('tokenlock:X:fence', $before);
         foreach (['phpredis', 'command'] as $backend) {
-            foreach (['fence', 'wake', 'waiters', 'handoff'] as $suffix) {
+            foreach (['fence', 'wake', 'waiters', 'handoff', 'shared', 'writer'] as $suffix) {
                 $o = ['backend' => $backend, 'wait' => 0];
                 $calls = ['acquire' => fn () => RedisLock::acquire($url, "X:$suffix", $o), 'try' => fn () => RedisLock::tryAcquire($url, "X:$suffix", $o),
                     'status' => fn () => RedisLock::holder($url, "X:$suffix", $o)];
@@ -521,7 +527,7 @@ final class RedisLockTest extends TempDirTestCase
                         $this->fail("$backend $call X:$suffix was not refused");
                     } catch (Exception $e) {
                         $this->assertSame(['bad_argument', 64], [$e->getError(), $e->getCode()], "$backend $call: {$e->getMessage()}");
-                        $this->assertStringContainsString($url . " X:$suffix: bad lock name: a lock name must not end in :fence, :wake, :waiters or :handoff: those are the keys of the lock named without that suffix", $e->getMessage());
+                        $this->assertStringContainsString($url . " X:$suffix: bad lock name: a lock name must not end in :fence, :wake, :waiters, :handoff, :shared or :writer: those are the keys of the lock named without that suffix", $e->getMessage());
                         $this->assertSame([], $e->getCommandLine(), 'no command ran');
                     }
                 }
@@ -530,7 +536,7 @@ final class RedisLockTest extends TempDirTestCase
         $this->assertSame($before, $this->keysAndValues(), 'nothing was read into a grant or written');
         $this->assertTrue($held->isHeld());
         // Only the end of a name counts.
-        foreach (['X:fenced', 'X:fence:1', 'fence', 'X:Fence'] as $name) {
+        foreach (['X:fenced', 'X:fence:1', 'fence', 'X:Fence', 'X:sharedx', 'writer'] as $name) {
             RedisLock::acquire($url, $name, ['wait' => 0])->release();
         }
         $held->release();

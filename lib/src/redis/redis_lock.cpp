@@ -87,9 +87,9 @@ class redis_keys {
 // settle_shared_script, holder_script, holders_script, break_script) are
 // lib/src/redis/scripts/*.lua, embedded with their SHA-1 at build time
 // (cmake/tokenlock_redis_scripts.cmake); each file says what it does and
-// its KEYS and ARGV. bindings/php/src/Redis/Scripts.php holds the acquire,
-// settle and holder scripts byte for byte (PHP and C++ processes share one
-// lock), written from the same files by scripts/php-redis-scripts.
+// its KEYS and ARGV. bindings/php/src/Redis/Scripts.php holds every one
+// but break byte for byte (PHP and C++ processes share one lock), written
+// from the same files by scripts/php-redis-scripts.
 
 constexpr std::int64_t fence_ttl_ms = 24LL * 3600 * 1000;
 // The protocol's maximum lease (lock_options::max_lease's default), the
@@ -621,7 +621,7 @@ failure holders_impl(const std::string& url, const std::string& name, const redi
   return {};
 }
 
-// One holder: the grant's (holder.lua, the script the PHP module shares),
+// One holder: the grant's (holder.lua),
 // or, when shared holders hold, the first of them (holders.lua).
 failure holder_impl(const std::string& url, const std::string& name, const redis_lock_options& o,
                     std::shared_ptr<redis_connection>& conn, std::optional<redis_holder_info>& out) {

@@ -6,6 +6,7 @@ namespace Tokenlock\Redis;
 
 use Tokenlock\Command;
 use Tokenlock\Exception;
+use Tokenlock\Lock;
 use Tokenlock\Native;
 
 /**
@@ -21,8 +22,9 @@ trait Checks
      * The options, checked and with their defaults.
      *
      * @param array<string, mixed> $options
-     * @return array{wait: ?float, lease: float, connect_timeout: float, command_timeout: float, backend: string, command?: string}
-     * @throws Exception `bad_argument` for an empty name, or one that ends in a suffix of the keys
+     * @return array{wait: ?float, lease: float, slots: ?int, connect_timeout: float, command_timeout: float, backend: string, command?: string}
+     * @throws Exception `bad_argument` for an empty name, or one that ends in a suffix of the keys,
+     *         and for `shared` or `slots` as Lock::acquire() refuses them
      */
     private static function options(string $step, #[\SensitiveParameter] string $url, string $name, array $options): array
     {
@@ -34,6 +36,9 @@ trait Checks
         $o = $options;
         $o['wait'] = array_key_exists('wait', $options) ? Command::seconds($options['wait'], 'wait') : self::DEFAULT_WAIT;
         $o['lease'] = self::lease($options['lease'] ?? self::DEFAULT_LEASE);
+        // The lock directory's options, read by the same rules: null
+        // (exclusive), 0 (a reader) or N (one of N slots).
+        $o['slots'] = Lock::slotsOption($options);
         foreach (['connect_timeout', 'command_timeout'] as $t) {
             $o[$t] = Command::seconds($options[$t] ?? 2.0, $t) ?? 2.0;
             if ($o[$t] <= 0) {
@@ -52,15 +57,16 @@ trait Checks
 
     /**
      * Refuses a name whose grant would be a key of another lock's: the
-     * lock X keeps tokenlock:X:fence, :wake, :waiters and :handoff.
+     * lock X keeps tokenlock:X:fence, :wake, :waiters, :handoff, :shared
+     * and :writer.
      */
     private static function checkName(string $step, #[\SensitiveParameter] string $url, string $name): void
     {
-        if (!preg_match('/:(fence|wake|waiters|handoff)\z/', $name, $m)) {
+        if (!preg_match('/:(fence|wake|waiters|handoff|shared|writer)\z/', $name, $m)) {
             return;
         }
         $owner = substr($name, 0, -strlen($m[0]));
-        throw new Exception('bad_argument', "tokenlock: $step " . Connection::serverOf($url) . " $name: bad lock name: a lock name must not end in :fence, :wake, :waiters or :handoff: "
+        throw new Exception('bad_argument', "tokenlock: $step " . Connection::serverOf($url) . " $name: bad lock name: a lock name must not end in :fence, :wake, :waiters, :handoff, :shared or :writer: "
             . "those are the keys of the lock named without that suffix (here \"$owner\"); nothing was read or written: choose a name without that ending", 64);
     }
 
@@ -102,10 +108,16 @@ trait Checks
         return new Exception('system', "tokenlock: $step {$conn->server()}: the server's reply has an unexpected shape (is it Redis 5 or newer?)", 69, [], null, 71);
     }
 
+    /** "pid 123 on host web-1a2b3c4d", or the owner id as it is. */
+    public static function describeOwner(string $owner): string
+    {
+        return preg_match(self::OWNER, $owner, $m) ? "pid {$m[2]} on host {$m[1]}" : addcslashes($owner, "\0..\37\177..\377\\");
+    }
+
     /** "held by pid 123 on host web-1a2b3c4d (fence 17), 2.500 s of its lease left". */
     public static function describeHolder(string $owner, int|string $fence, int $pttlMs): string
     {
-        $who = preg_match(self::OWNER, $owner, $m) ? "pid {$m[2]} on host {$m[1]}" : $owner;
+        $who = self::describeOwner($owner);
         return "held by $who (fence $fence)" . ($pttlMs >= 0 ? sprintf(', %.3f s of its lease left', $pttlMs / 1000) : '');
     }
 
@@ -118,16 +130,26 @@ trait Checks
         };
     }
 
-    /** @return array{owner: string, fence: int|string, remaining: float, pid: int, host_tag: string} */
-    private static function holderInfo(string $owner, int|string $fence, int $pttlMs): array
+    /**
+     * One holder as holder() and holders() describe it: `mode` is
+     * 'exclusive', 'shared' (a reader), 'slot' (one of `slots` N) or
+     * 'waiting' (a writer whose mark bars new shared holders); a shared
+     * holder's and a waiting writer's `fence` is null: a shared grant
+     * fences nothing.
+     *
+     * @return array{owner: string, fence: int|string|null, remaining: float, pid: int, host_tag: string, mode: string, slots: int}
+     */
+    private static function holderInfo(string $owner, int|string|null $fence, int $pttlMs, string $mode = 'exclusive', int $slots = 0): array
     {
         $parsed = preg_match(self::OWNER, $owner, $m);
         return [
             'owner' => $owner,
-            'fence' => is_int($fence) ? $fence : Command::toInt((string) $fence),
+            'fence' => $mode !== 'exclusive' ? null : (is_int($fence) ? $fence : Command::toInt((string) $fence)),
             'remaining' => max(0, $pttlMs) / 1000.0,
             'pid' => $parsed ? (int) $m[2] : 0,
             'host_tag' => $parsed ? $m[1] : '',
+            'mode' => $mode,
+            'slots' => $slots,
         ];
     }
 

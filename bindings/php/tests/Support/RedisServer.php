@@ -15,9 +15,10 @@ final class RedisServer
     public int $port;
     public int $pid;
 
-    public function __construct(private string $dir)
+    /** @param ?int $port a port of its own (a restart on the port of a stopped one), else a free one */
+    public function __construct(private string $dir, ?int $port = null)
     {
-        $this->port = self::freePort();
+        $this->port = $port ?? self::freePort();
         $this->proc = proc_open(['redis-server', '--port', (string) $this->port, '--bind', '127.0.0.1', '--save', '',
             '--appendonly', 'no', '--dir', $dir, '--logfile', "$dir/redis.log", '--daemonize', 'no'],
             [0 => ['file', '/dev/null', 'r'], 1 => ['file', "$dir/redis.out", 'w'], 2 => ['file', "$dir/redis.out", 'a']], $pipes);
