@@ -7020,9 +7020,9 @@ final class RedisLock
     private function settleByCommand(string $step, float $lease): void
     {
         $args = $step === 'refresh' ? ['--lease', Command::formatSeconds($lease)] : [];
-        // The command's release and refresh read a token as fence.owner,
-        // also a share's, whose fence they do not compare.
-        array_push($args, '--token', $this->slots === null ? $this->token() : '0.' . $this->owner, '--', $this->name);
+        // The token as the command printed it: fence.owner, or a share's
+        // owner alone (a share has no fence).
+        array_push($args, '--token', $this->token(), '--', $this->name);
         try {
             CommandClient::run($step, self::$urls[$this], $args, $this->options);
         } catch (LockLostException $e) {

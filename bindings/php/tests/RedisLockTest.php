@@ -85,9 +85,9 @@ final class RedisLockTest extends TempDirTestCase
         [$status, $share, $err] = $this->tool('acquire', ['-s', '-n', '--', 'scripts']);
         $this->assertSame(0, $status, $err);
         $this->assertSame(0, $this->tool('status', ['--', 'scripts'])[0]);
-        // The command's shared token is the owner id alone, which its own
-        // release reads as fence.owner: 0 is a fence no share compares.
-        $this->cppRelease('scripts', '0.' . trim($share));
+        // The command's shared token is the owner id alone, and its own
+        // release takes it back as printed.
+        $this->cppRelease('scripts', trim($share));
         // The server caches a script under the SHA-1 of its text.
         $this->assertSame([1, 1, 1, 1, 1], $this->client->script('exists', ...$shas), "the C++ client's scripts are these");
     }

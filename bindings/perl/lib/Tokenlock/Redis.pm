@@ -172,10 +172,9 @@ sub _command {
     my ($self, $step, @args) = @_;
     my $ctx = { step => $step, path => $self->{what},
         opts => defined $self->{command} ? { command => $self->{command} } : {} };
-    # The command's release and refresh take fence.owner only, also for the
-    # owner id alone that its shared acquire prints; they look up the grant
-    # by the owner, so a 0 stands for the fence a shared grant lacks.
-    my $token = $self->{token} =~ /\A[0-9]+\./ ? $self->{token} : "0.$self->{token}";
+    # The token as the command printed it: fence.owner, or a shared
+    # grant's owner alone.
+    my $token = $self->{token};
     my $out = eval {
         _call_redis($URL{ _id($self) }, $ctx, $step, '--redis', 'env:TOKENLOCK_URL', @args, $self->{name}, $token);
     };
