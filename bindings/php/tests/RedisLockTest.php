@@ -13,7 +13,7 @@ use Tokenlock\RedisLock;
 use Tokenlock\Tests\Support\Channel;
 use Tokenlock\Tests\Support\Child;
 use Tokenlock\Tests\Support\RedisServer;
-use Tokenlock\Tests\Support\TempDirTestCase;
+use Tokenlock\Tests\Support\RedisTestCase;
 use Tokenlock\Tests\Support\Tool;
 
 /**
@@ -21,33 +21,8 @@ use Tokenlock\Tests\Support\Tool;
  * C++ client as the `tokenlock --redis` command: one lock, one line of
  * fences, whichever process holds it.
  */
-final class RedisLockTest extends TempDirTestCase
+final class RedisLockTest extends RedisTestCase
 {
-    private RedisServer $server;
-    private \Redis $client;
-
-    protected function setUp(): void
-    {
-        if (!RedisServer::available()) {
-            $this->markTestSkipped('redis-server is not installed (scripts/install-deps installs it)');
-        }
-        if (!extension_loaded('redis')) {
-            $this->markTestSkipped('the phpredis extension is not loaded (scripts/install-deps installs php-redis)');
-        }
-        parent::setUp();
-        $this->server = new RedisServer($this->dir);
-        $this->client = $this->server->client();
-    }
-
-    protected function tearDown(): void
-    {
-        if (isset($this->server)) {
-            Child::reapAll();
-            $this->server->stop();
-        }
-        parent::tearDown();
-    }
-
     /**
      * `tokenlock SUBCOMMAND --redis URL ARGS...`.
      *

@@ -13,7 +13,7 @@ use Tokenlock\Tests\Support\Channel;
 use Tokenlock\Tests\Support\Child;
 use Tokenlock\Tests\Support\RedisServer;
 use Tokenlock\Tests\Support\SlotCount;
-use Tokenlock\Tests\Support\TempDirTestCase;
+use Tokenlock\Tests\Support\RedisTestCase;
 use Tokenlock\Tests\Support\Tool;
 
 /**
@@ -22,36 +22,9 @@ use Tokenlock\Tests\Support\Tool;
  * the `tokenlock --redis` command (docs/redis.md, Shared locks and
  * semaphores).
  */
-final class RedisSharedTest extends TempDirTestCase
+final class RedisSharedTest extends RedisTestCase
 {
     private const LONG_WAIT = 30;
-
-    private RedisServer $server;
-    private \Redis $client;
-    private string $url;
-
-    protected function setUp(): void
-    {
-        if (!RedisServer::available()) {
-            $this->markTestSkipped('redis-server is not installed (scripts/install-deps installs it)');
-        }
-        if (!extension_loaded('redis')) {
-            $this->markTestSkipped('the phpredis extension is not loaded (scripts/install-deps installs php-redis)');
-        }
-        parent::setUp();
-        $this->server = new RedisServer($this->dir);
-        $this->client = $this->server->client();
-        $this->url = $this->server->url();
-    }
-
-    protected function tearDown(): void
-    {
-        if (isset($this->server)) {
-            Child::reapAll();
-            $this->server->stop();
-        }
-        parent::tearDown();
-    }
 
     /** Waits, within a bound, until $done() is true. */
     private function eventually(callable $done, string $what, float $seconds = 10): void

@@ -23,6 +23,7 @@ require __DIR__ . '/Support/Tool.php';
 require __DIR__ . '/Support/TempDirTestCase.php';
 require __DIR__ . '/Support/Cgi.php';
 require __DIR__ . '/Support/RedisServer.php';
+require __DIR__ . '/Support/RedisTestCase.php';
 require __DIR__ . '/Support/SlotCount.php';
 
 (function (): void {
