@@ -48,6 +48,46 @@ class SharedLockTest : public RenameLockTest {
         << names.front() << " is no shared name";
     return s;
   }
+  using call_test = std::function<bool(op, const std::string& path, const std::string& to)>;
+  // Runs `action` (with the call's path) ahead of the first call of `p` that
+  // `match` accepts. fake_os's `before` fires once: a call that does not
+  // match arms it again.
+  struct first_call {
+    fake_os* p;
+    call_test match;
+    std::function<void(const std::string&)> action;
+    void operator()(op o, const std::string& path, const std::string& to) {
+      if (!match(o, path, to)) {
+        p->before = *this;
+        return;
+      }
+      action(path);
+    }
+  };
+  static void at_first(const std::shared_ptr<fake_os>& p, call_test match,
+                       std::function<void(const std::string&)> action) {
+    p->before = first_call{p.get(), std::move(match), std::move(action)};
+  }
+  // A rename to a shared name of this kind.
+  static call_test renames_to(share_kind kind) {
+    return [kind](op o, const std::string&, const std::string& to) {
+      return o == op::rename && named_as(to, kind);
+    };
+  }
+  // Runs `action` at the first listing by the writer `w`, of a path holding
+  // `path_has`, after it marked the shared holders' token (renamed it to its
+  // draining cover).
+  static void after_mark(const std::shared_ptr<fake_os>& w, std::function<void()> action,
+                         const std::string& path_has = "") {
+    auto marked = std::make_shared<bool>(false);
+    at_first(
+        w,
+        [marked, path_has](op o, const std::string& path, const std::string& to) {
+          if (o == op::rename && named_as(to, share_kind::draining)) *marked = true;
+          return o == op::list_directory && *marked && path.find(path_has) != std::string::npos;
+        },
+        [action](const std::string&) { action(); });
+  }
   // The share entries inside the one token.
   std::vector<std::string> share_entries() {
     std::vector<std::string> out;
@@ -173,22 +213,14 @@ TEST_F(SharedLockTest, AWriterWaitsForReadersAndReadersWaitForAWriter) {
 TEST_F(SharedLockTest, AWaitingWritersMarkBarsNewReadersAndTheLastOneOutHandsItOver) {
   auto a = process(100), w = process(200), b = process(101);
   lock_handle ha = lock_for(a, shared()).acquire();
-  bool marked = false, acted = false;
+  bool acted = false;
   std::optional<lock_handle> late;
-  // fake_os's hook fires once; it arms itself again until it acted.
-  std::function<void(op, const std::string&, const std::string&)> hook;
-  hook = [&](op o, const std::string&, const std::string& to) {
-    if (o == op::rename && named_as(to, share_kind::draining)) marked = true;
-    if (o != op::list_directory || !marked || acted) {
-      w->before = hook;
-      return;
-    }
+  after_mark(w, [&] {
     acted = true;
     EXPECT_EQ(token_kind().kind, share_kind::draining);
     late = lock_for(b, shared()).try_acquire();
     ha.release();  // the last one out hands the token to the writer
-  };
-  w->before = hook;
+  });
   lock_handle hw = lock_for(w, options(std::chrono::seconds(10), std::chrono::seconds(5))).acquire();
   ASSERT_TRUE(acted);
   EXPECT_FALSE(late) << "a reader joined a writer's mark";
@@ -208,20 +240,15 @@ TEST_F(SharedLockTest, AConverterThatLosesRemovesItsCopyOfTheLoneHoldersShare) {
   lock_handle lone = lock_for(h, shared()).acquire();
   std::optional<lock_handle> hr, hx;
   bool acted = false;
-  std::function<void(op, const std::string&, const std::string&)> hook;
-  hook = [&](op o, const std::string&, const std::string& to) {
-    // Just before the converter's rename of the lone share: the lone
-    // holder leaves, another reader takes the lock, a third converts it.
-    if (o != op::rename || acted || !named_as(to, share_kind::group)) {
-      c->before = hook;
-      return;
-    }
-    acted = true;
-    lone.release();
-    hr = lock_for(r, shared()).acquire();
-    hx = lock_for(x, shared()).acquire();
-  };
-  c->before = hook;
+  // Just before the converter's rename of the lone share: the lone holder
+  // leaves, another reader takes the lock, a third converts it.
+  at_first(
+      c, renames_to(share_kind::group), [&](const std::string&) {
+        acted = true;
+        lone.release();
+        hr = lock_for(r, shared()).acquire();
+        hx = lock_for(x, shared()).acquire();
+      });
   lock_handle hc = lock_for(c, shared()).acquire();
   ASSERT_TRUE(acted);
   std::vector<std::string> names = share_entries();
@@ -266,20 +293,16 @@ TEST_F(SharedLockTest, AWriterThatGivesUpTakesBackItsMarkAfterAMemberRenamedIt) 
   auto a = process(100), b = process(101), w = process(200), c = process(102);
   lock_handle ha = lock_for(a, shared()).acquire();
   lock_handle hb = lock_for(b, shared()).acquire();  // a group
-  bool marked = false, acted = false;
-  std::function<void(op, const std::string&, const std::string&)> hook;
-  hook = [&](op o, const std::string& path, const std::string& to) {
-    if (o == op::rename && named_as(to, share_kind::draining)) marked = true;
-    // The writer lists its mark's token: it has seen the name it will give up.
-    if (o != op::list_directory || !marked || acted || path.find("lockfile.") == std::string::npos) {
-      w->before = hook;
-      return;
-    }
-    acted = true;
-    hb.refresh();                  // renames the mark
-    world->advance(2'000'000);     // past the writer's wait
-  };
-  w->before = hook;
+  bool acted = false;
+  // The writer lists its mark's token: it has seen the name it will give up.
+  after_mark(
+      w,
+      [&] {
+        acted = true;
+        hb.refresh();               // renames the mark
+        world->advance(2'000'000);  // past the writer's wait
+      },
+      "lockfile.");
   caught t = catch_of([&] {
     lock_for(w, options(std::chrono::seconds(10), std::chrono::milliseconds(500))).acquire();
   });
@@ -440,18 +463,11 @@ TEST_F(SharedLockTest, AWriterWhoseMarkCameTooLateLeavesNoEntryBehind) {
   // What it cost: the next writer marks the next reader, who leaves; the
   // last one out must hand the lock over, not count that entry as a share.
   lock_handle hb = lock_for(b, shared()).acquire();
-  bool marked = false, acted = false;
-  std::function<void(op, const std::string&, const std::string&)> hook;
-  hook = [&](op o, const std::string&, const std::string& to) {
-    if (o == op::rename && named_as(to, share_kind::draining)) marked = true;
-    if (o != op::list_directory || !marked || acted) {
-      w2->before = hook;
-      return;
-    }
+  bool acted = false;
+  after_mark(w2, [&] {
     acted = true;
     hb.release();
-  };
-  w2->before = hook;
+  });
   caught c = catch_of([&] {
     lock_for(w2, options(std::chrono::seconds(2), std::chrono::seconds(5))).acquire().release();
   });
@@ -666,18 +682,11 @@ TEST_F(SharedLockTest, AWriterWaitingUnderItsOwnMarkRemovesStaleEntries) {
   lock_handle hb = lock_for(b, shared()).acquire();  // a group: a's copy and b's entry
   const std::string copy = copy_beside(share_entries(), hb.token());
   ASSERT_FALSE(copy.empty());
-  bool marked = false, killed = false;
-  std::function<void(op, const std::string&, const std::string&)> hook;
-  hook = [&](op o, const std::string&, const std::string& to) {
-    if (o == op::rename && named_as(to, share_kind::draining)) marked = true;
-    if (o != op::list_directory || !marked || killed) {
-      w->before = hook;
-      return;
-    }
+  bool killed = false;
+  after_mark(w, [&] {
     killed = true;
     world->processes.erase(101);  // b is killed with kill -9 while w waits
-  };
-  w->before = hook;
+  });
   caught c = catch_of([&] {
     lock_for(w, options(std::chrono::seconds(10), std::chrono::milliseconds(300))).acquire();
   });
@@ -732,16 +741,14 @@ TEST_F(SharedLockTest, ARefreshThatFindsItsNextEntryTakenReportsAPlantAndRemoves
   lock_handle hb = lock_for(b, shared()).acquire();
   const std::string old = hb.token(), token = entries().front();
   std::string plant;
-  std::function<void(op, const std::string&, const std::string&)> hook;
-  hook = [&](op o, const std::string& path, const std::string&) {
-    if (o != op::make_directory || path.find("/s.") == std::string::npos) {
-      b->before = hook;
-      return;
-    }
-    plant = path.substr(path.rfind('/') + 1);
-    fs::create_directory(dir / entries().front() / plant);
-  };
-  b->before = hook;
+  at_first(
+      b, [](op o, const std::string& path, const std::string&) {
+        return o == op::make_directory && path.find("/s.") != std::string::npos;
+      },
+      [&](const std::string& path) {
+        plant = path.substr(path.rfind('/') + 1);
+        fs::create_directory(dir / entries().front() / plant);
+      });
   caught c = catch_of([&] { hb.refresh(std::chrono::seconds(60)); });
   ASSERT_FALSE(plant.empty());
   EXPECT_EQ(c.code, make_error_code(errc::lock_corrupt)) << c.message;
@@ -858,17 +865,12 @@ TEST_F(SharedLockTest, AWriterWhoseWaitEndsAsTheLastReaderHandsItOverHoldsIt) {
   auto a = process(100), w = process(200);
   lock_handle ha = lock_for(a, shared()).acquire();
   bool acted = false;
-  std::function<void(op, const std::string&, const std::string&)> hook;
-  hook = [&](op o, const std::string&, const std::string& to) {
-    // Its mark going back to a group cover: the wait has ended.
-    if (o != op::rename || !named_as(to, share_kind::group)) {
-      w->before = hook;
-      return;
-    }
-    acted = true;
-    ha.release();  // the last one out hands the token to the writer
-  };
-  w->before = hook;
+  // Its mark going back to a group cover: the wait has ended.
+  at_first(
+      w, renames_to(share_kind::group), [&](const std::string&) {
+        acted = true;
+        ha.release();  // the last one out hands the token to the writer
+      });
   std::optional<lock_handle> hw;
   caught c = catch_of([&] {
     hw = lock_for(w, options(std::chrono::seconds(10), std::chrono::milliseconds(300))).acquire();
