@@ -727,7 +727,8 @@ TEST_F(SharedLockTest, AWriterWaitingBehindAnotherWritersMarkRemovesStaleEntries
   ASSERT_EQ(entries().size(), 1u);
   ASSERT_EQ(detail::classify_name(entries().front(), &t), detail::name_kind::held);
   EXPECT_EQ(t.pid, 200);
-  EXPECT_EQ(std::string(t.host_tag), "testhost-0000abcd") << "not handed over: " << entries().front();
+  EXPECT_EQ(std::string(t.host_tag), "testhost-0000abcd")
+      << "not handed over: " << entries().front();
   EXPECT_TRUE(share_entries().empty());
 }
 
