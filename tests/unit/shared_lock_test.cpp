@@ -48,6 +48,46 @@ class SharedLockTest : public RenameLockTest {
         << names.front() << " is no shared name";
     return s;
   }
+  using call_test = std::function<bool(op, const std::string& path, const std::string& to)>;
+  // Runs `action` (with the call's path) ahead of the first call of `p` that
+  // `match` accepts. fake_os's `before` fires once: a call that does not
+  // match arms it again.
+  struct first_call {
+    fake_os* p;
+    call_test match;
+    std::function<void(const std::string&)> action;
+    void operator()(op o, const std::string& path, const std::string& to) {
+      if (!match(o, path, to)) {
+        p->before = *this;
+        return;
+      }
+      action(path);
+    }
+  };
+  static void at_first(const std::shared_ptr<fake_os>& p, call_test match,
+                       std::function<void(const std::string&)> action) {
+    p->before = first_call{p.get(), std::move(match), std::move(action)};
+  }
+  // A rename to a shared name of this kind.
+  static call_test renames_to(share_kind kind) {
+    return [kind](op o, const std::string&, const std::string& to) {
+      return o == op::rename && named_as(to, kind);
+    };
+  }
+  // Runs `action` at the first listing by the writer `w`, of a path holding
+  // `path_has`, after it marked the shared holders' token (renamed it to its
+  // draining cover).
+  static void after_mark(const std::shared_ptr<fake_os>& w, std::function<void()> action,
+                         const std::string& path_has = "") {
+    auto marked = std::make_shared<bool>(false);
+    at_first(
+        w,
+        [marked, path_has](op o, const std::string& path, const std::string& to) {
+          if (o == op::rename && named_as(to, share_kind::draining)) *marked = true;
+          return o == op::list_directory && *marked && path.find(path_has) != std::string::npos;
+        },
+        [action](const std::string&) { action(); });
+  }
   // The share entries inside the one token.
   std::vector<std::string> share_entries() {
     std::vector<std::string> out;
@@ -173,22 +213,14 @@ TEST_F(SharedLockTest, AWriterWaitsForReadersAndReadersWaitForAWriter) {
 TEST_F(SharedLockTest, AWaitingWritersMarkBarsNewReadersAndTheLastOneOutHandsItOver) {
   auto a = process(100), w = process(200), b = process(101);
   lock_handle ha = lock_for(a, shared()).acquire();
-  bool marked = false, acted = false;
+  bool acted = false;
   std::optional<lock_handle> late;
-  // fake_os's hook fires once; it arms itself again until it acted.
-  std::function<void(op, const std::string&, const std::string&)> hook;
-  hook = [&](op o, const std::string&, const std::string& to) {
-    if (o == op::rename && named_as(to, share_kind::draining)) marked = true;
-    if (o != op::list_directory || !marked || acted) {
-      w->before = hook;
-      return;
-    }
+  after_mark(w, [&] {
     acted = true;
     EXPECT_EQ(token_kind().kind, share_kind::draining);
     late = lock_for(b, shared()).try_acquire();
     ha.release();  // the last one out hands the token to the writer
-  };
-  w->before = hook;
+  });
   lock_handle hw = lock_for(w, options(std::chrono::seconds(10), std::chrono::seconds(5))).acquire();
   ASSERT_TRUE(acted);
   EXPECT_FALSE(late) << "a reader joined a writer's mark";
@@ -208,20 +240,15 @@ TEST_F(SharedLockTest, AConverterThatLosesRemovesItsCopyOfTheLoneHoldersShare) {
   lock_handle lone = lock_for(h, shared()).acquire();
   std::optional<lock_handle> hr, hx;
   bool acted = false;
-  std::function<void(op, const std::string&, const std::string&)> hook;
-  hook = [&](op o, const std::string&, const std::string& to) {
-    // Just before the converter's rename of the lone share: the lone
-    // holder leaves, another reader takes the lock, a third converts it.
-    if (o != op::rename || acted || !named_as(to, share_kind::group)) {
-      c->before = hook;
-      return;
-    }
-    acted = true;
-    lone.release();
-    hr = lock_for(r, shared()).acquire();
-    hx = lock_for(x, shared()).acquire();
-  };
-  c->before = hook;
+  // Just before the converter's rename of the lone share: the lone holder
+  // leaves, another reader takes the lock, a third converts it.
+  at_first(
+      c, renames_to(share_kind::group), [&](const std::string&) {
+        acted = true;
+        lone.release();
+        hr = lock_for(r, shared()).acquire();
+        hx = lock_for(x, shared()).acquire();
+      });
   lock_handle hc = lock_for(c, shared()).acquire();
   ASSERT_TRUE(acted);
   std::vector<std::string> names = share_entries();
@@ -266,20 +293,16 @@ TEST_F(SharedLockTest, AWriterThatGivesUpTakesBackItsMarkAfterAMemberRenamedIt) 
   auto a = process(100), b = process(101), w = process(200), c = process(102);
   lock_handle ha = lock_for(a, shared()).acquire();
   lock_handle hb = lock_for(b, shared()).acquire();  // a group
-  bool marked = false, acted = false;
-  std::function<void(op, const std::string&, const std::string&)> hook;
-  hook = [&](op o, const std::string& path, const std::string& to) {
-    if (o == op::rename && named_as(to, share_kind::draining)) marked = true;
-    // The writer lists its mark's token: it has seen the name it will give up.
-    if (o != op::list_directory || !marked || acted || path.find("lockfile.") == std::string::npos) {
-      w->before = hook;
-      return;
-    }
-    acted = true;
-    hb.refresh();                  // renames the mark
-    world->advance(2'000'000);     // past the writer's wait
-  };
-  w->before = hook;
+  bool acted = false;
+  // The writer lists its mark's token: it has seen the name it will give up.
+  after_mark(
+      w,
+      [&] {
+        acted = true;
+        hb.refresh();               // renames the mark
+        world->advance(2'000'000);  // past the writer's wait
+      },
+      "lockfile.");
   caught t = catch_of([&] {
     lock_for(w, options(std::chrono::seconds(10), std::chrono::milliseconds(500))).acquire();
   });
@@ -440,18 +463,11 @@ TEST_F(SharedLockTest, AWriterWhoseMarkCameTooLateLeavesNoEntryBehind) {
   // What it cost: the next writer marks the next reader, who leaves; the
   // last one out must hand the lock over, not count that entry as a share.
   lock_handle hb = lock_for(b, shared()).acquire();
-  bool marked = false, acted = false;
-  std::function<void(op, const std::string&, const std::string&)> hook;
-  hook = [&](op o, const std::string&, const std::string& to) {
-    if (o == op::rename && named_as(to, share_kind::draining)) marked = true;
-    if (o != op::list_directory || !marked || acted) {
-      w2->before = hook;
-      return;
-    }
+  bool acted = false;
+  after_mark(w2, [&] {
     acted = true;
     hb.release();
-  };
-  w2->before = hook;
+  });
   caught c = catch_of([&] {
     lock_for(w2, options(std::chrono::seconds(2), std::chrono::seconds(5))).acquire().release();
   });
@@ -640,6 +656,236 @@ TEST_F(SharedLockTest, AFencedUpdateOrCommitUnderASharedHoldWritesNothing) {
   for (auto& e : fs::directory_iterator(tmp.path())) around.push_back(e.path().filename().string());
   std::sort(around.begin(), around.end());
   EXPECT_EQ(around, (std::vector<std::string>{"data.lock", "data.txt"})) << "a temporary file was left";
+}
+
+}  // namespace
+}  // namespace tokenlock::testing
+
+namespace tokenlock::testing {
+namespace {
+
+// The entries of the one token other than `share`'s own: a converted lone
+// share's copy, as a second reader's conversion made it.
+std::string copy_beside(const std::vector<std::string>& names, const std::string& share) {
+  for (const auto& n : names)
+    if (n != share) return n;
+  return {};
+}
+
+// A writer waiting under its own mark removes the stale entries it finds
+// (docs/protocol.md, Leaving a group: "a waiting writer does"), so that the
+// token does not fill with the entries of readers killed with kill -9; the
+// live share stays.
+TEST_F(SharedLockTest, AWriterWaitingUnderItsOwnMarkRemovesStaleEntries) {
+  auto a = process(100), b = process(101), w = process(200);
+  lock_handle ha = lock_for(a, shared()).acquire();
+  lock_handle hb = lock_for(b, shared()).acquire();  // a group: a's copy and b's entry
+  const std::string copy = copy_beside(share_entries(), hb.token());
+  ASSERT_FALSE(copy.empty());
+  bool killed = false;
+  after_mark(w, [&] {
+    killed = true;
+    world->processes.erase(101);  // b is killed with kill -9 while w waits
+  });
+  caught c = catch_of([&] {
+    lock_for(w, options(std::chrono::seconds(10), std::chrono::milliseconds(300))).acquire();
+  });
+  ASSERT_TRUE(killed);
+  EXPECT_EQ(c.code, make_error_code(errc::timed_out)) << c.message;
+  EXPECT_EQ(token_kind().kind, share_kind::group) << "the writer's mark stayed out";
+  EXPECT_EQ(share_entries(), std::vector<std::string>{copy})
+      << "the dead reader's entry stayed, or the live share went";
+  ha.release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+  EXPECT_TRUE(share_entries().empty());
+}
+
+// The same for a writer waiting behind another writer's mark: it removes
+// the stale entries there, and leaves the mark and the live share alone.
+TEST_F(SharedLockTest, AWriterWaitingBehindAnotherWritersMarkRemovesStaleEntries) {
+  auto a = process(100), b = process(101), w1 = process(200), w2 = process(201);
+  lock_handle ha = lock_for(a, shared()).acquire();
+  lock_handle hb = lock_for(b, shared()).acquire();
+  const std::string copy = copy_beside(share_entries(), hb.token());
+  ASSERT_FALSE(copy.empty());
+  // w1's mark, as w1 makes it while it waits (its pid and start, a nonce).
+  detail::held_token cover;
+  ASSERT_EQ(detail::classify_name(entries().front(), &cover), detail::name_kind::held);
+  const std::string mark = detail::make_shared_name(
+      cover.expiry_us + 1, "testhost-0000abcd", 200, share_kind::draining, 0, 5200, 0x7777);
+  fs::rename(dir / entries().front(), dir / mark);
+  world->processes.erase(101);  // b is killed with kill -9
+  caught c = catch_of([&] {
+    lock_for(w2, options(std::chrono::seconds(10), std::chrono::milliseconds(300))).acquire();
+  });
+  EXPECT_EQ(c.code, make_error_code(errc::timed_out)) << c.message;
+  EXPECT_EQ(entries(), std::vector<std::string>{mark}) << "w1's mark was changed";
+  EXPECT_EQ(share_entries(), std::vector<std::string>{copy})
+      << "the dead reader's entry stayed, or the live share went";
+  ha.release();  // the last one out hands the token to w1
+  detail::held_token t;
+  ASSERT_EQ(entries().size(), 1u);
+  ASSERT_EQ(detail::classify_name(entries().front(), &t), detail::name_kind::held);
+  EXPECT_EQ(t.pid, 200);
+  EXPECT_EQ(std::string(t.host_tag), "testhost-0000abcd")
+      << "not handed over: " << entries().front();
+  EXPECT_TRUE(share_entries().empty());
+}
+
+// A member's refresh that finds something at its next entry's name (unique
+// to it by its nonce) made nothing there: a plant, lock_corrupt, and
+// nothing removed; the share is held as before (docs/protocol.md, Hostile
+// neighbours).
+TEST_F(SharedLockTest, ARefreshThatFindsItsNextEntryTakenReportsAPlantAndRemovesNothing) {
+  auto a = process(100), b = process(101);
+  lock_handle ha = lock_for(a, shared()).acquire();
+  lock_handle hb = lock_for(b, shared()).acquire();
+  const std::string old = hb.token(), token = entries().front();
+  std::string plant;
+  at_first(
+      b, [](op o, const std::string& path, const std::string&) {
+        return o == op::make_directory && path.find("/s.") != std::string::npos;
+      },
+      [&](const std::string& path) {
+        plant = path.substr(path.rfind('/') + 1);
+        fs::create_directory(dir / entries().front() / plant);
+      });
+  caught c = catch_of([&] { hb.refresh(std::chrono::seconds(60)); });
+  ASSERT_FALSE(plant.empty());
+  EXPECT_EQ(c.code, make_error_code(errc::lock_corrupt)) << c.message;
+  EXPECT_NE(c.message.find(plant), std::string::npos) << c.message;
+  EXPECT_TRUE(hb.owns());
+  EXPECT_EQ(hb.token(), old);
+  EXPECT_EQ(entries(), std::vector<std::string>{token}) << "the cover was renamed";
+  std::vector<std::string> want{copy_beside(share_entries(), old), old, plant};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(share_entries(), want) << "an entry was removed";
+  fs::remove(dir / token / plant);
+  hb.release();
+  ha.release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+}
+
+// A slot holder whose lease is far from its end does not count the others
+// at its refresh (docs/protocol.md, Refresh of a group member, step 2): a
+// joiner's entry whose rename is still to come would fill the semaphore and
+// end a live share for nothing.
+TEST_F(SharedLockTest, ASlotHoldersRefreshFarFromItsLeasesEndDoesNotCount) {
+  auto a = process(100), b = process(101), c = process(102), d = process(103);
+  lock_handle ha = lock_for(a, shared(2)).acquire();
+  lock_handle hb = lock_for(b, shared(2)).acquire();
+  ha.release();  // b alone in the group cover
+  std::optional<lock_handle> hd;
+  caught r;
+  bool refreshed = false;
+  // c counted one holder, then d joined (counting one too); c's entry is
+  // made, its rename still to come when b refreshes.
+  c->when(op::make_directory, "-0000abcd.102.", [&] {
+    hd = lock_for(d, shared(2)).acquire();
+    c->when(op::rename, "lockfile.", [&] {
+      r = catch_of([&] { hb.refresh(); });
+      refreshed = true;
+    });
+  });
+  std::optional<lock_handle> hc = lock_for(c, shared(2)).try_acquire();
+  ASSERT_TRUE(refreshed && hd);
+  EXPECT_FALSE(r.code) << r.message;
+  EXPECT_TRUE(hb.owns());
+  EXPECT_FALSE(hc) << "a third holder of 2 slots";
+  EXPECT_EQ(token_kind().limit, 2u);
+  std::vector<std::string> want{hb.token(), hd->token()};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(share_entries(), want);
+  hd->release();
+  hb.release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+  EXPECT_TRUE(share_entries().empty());
+}
+
+// A slot holder whose lease ended and whose slot a joiner took counts the
+// others at its refresh and finds its share ended: lock_lost, with its old
+// and new entries gone, the others' kept (docs/protocol.md, Refresh of a
+// group member).
+TEST_F(SharedLockTest, ASlotHoldersRefreshAfterItsSlotWasTakenLosesIt) {
+  auto a = process(100), b = process(101), c = process(102);
+  lock_handle ha = lock_for(a, shared(2)).acquire();
+  lock_options short_lease = shared(2);
+  short_lease.lease = std::chrono::seconds(1);
+  lock_handle hb = lock_for(b, short_lease).acquire();  // a's copy and b's entry
+  const std::string copy = copy_beside(share_entries(), hb.token());
+  world->advance(3'000'000);  // b's lease has ended, a's has not
+  // c counts b out and takes its slot; b's stale entry stays (its removal
+  // failed, or c leaves stale entries to others, as a reader does).
+  c->fail(op::remove_directory, hb.token(), EBUSY);
+  lock_handle hc = lock_for(c, shared(2)).acquire();
+  caught r = catch_of([&] { hb.refresh(std::chrono::seconds(60)); });
+  EXPECT_EQ(r.code, make_error_code(errc::lock_lost)) << r.message;
+  EXPECT_FALSE(hb.owns());
+  EXPECT_EQ(token_kind().kind, share_kind::group);
+  std::vector<std::string> want{copy, hc.token()};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(share_entries(), want) << "three shares of 2 slots, or b's entries left";
+  hc.release();
+  ha.release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+}
+
+// A reader that finds the mark of a writer provably dead on this host
+// unmarks it (docs/protocol.md, Takeovers by a shared holder) and joins
+// the readers in it, whose shares stay.
+TEST_F(SharedLockTest, AReaderUnmarksADeadWritersMarkAndHolds) {
+  auto a = process(100), b = process(101), w = process(200), c = process(102);
+  lock_handle ha = lock_for(a, shared()).acquire();
+  lock_handle hb = lock_for(b, shared()).acquire();
+  const std::vector<std::string> before = share_entries();
+  detail::held_token cover;
+  ASSERT_EQ(detail::classify_name(entries().front(), &cover), detail::name_kind::held);
+  const std::string mark = detail::make_shared_name(
+      cover.expiry_us + 1, "testhost-0000abcd", 200, share_kind::draining, 0, 5200, 0x7777);
+  fs::rename(dir / entries().front(), dir / mark);
+  world->processes.erase(200);  // the writer died with its mark out
+  std::optional<lock_handle> hc = lock_for(c, shared()).try_acquire();
+  ASSERT_TRUE(hc) << "a reader waited for a dead writer's mark";
+  EXPECT_EQ(token_kind().kind, share_kind::group);
+  std::vector<std::string> want = before;
+  want.push_back(hc->token());
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(share_entries(), want) << "a share was lost";
+  hc->release();
+  hb.release();
+  ha.release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+  EXPECT_TRUE(share_entries().empty());
+}
+
+// A writer whose wait ends while the last reader hands the lock over to it
+// (between its last look and its unmarking) holds the lock and returns it
+// (docs/protocol.md, A writer, Giving up): a success at the deadline is
+// still a success, and the lock is not left to a writer that has gone.
+TEST_F(SharedLockTest, AWriterWhoseWaitEndsAsTheLastReaderHandsItOverHoldsIt) {
+  auto a = process(100), w = process(200);
+  lock_handle ha = lock_for(a, shared()).acquire();
+  bool acted = false;
+  // Its mark going back to a group cover: the wait has ended.
+  at_first(
+      w, renames_to(share_kind::group), [&](const std::string&) {
+        acted = true;
+        ha.release();  // the last one out hands the token to the writer
+      });
+  std::optional<lock_handle> hw;
+  caught c = catch_of([&] {
+    hw = lock_for(w, options(std::chrono::seconds(10), std::chrono::milliseconds(300))).acquire();
+  });
+  ASSERT_TRUE(acted);
+  EXPECT_FALSE(c.code) << c.message;
+  ASSERT_TRUE(hw && hw->owns());
+  EXPECT_FALSE(ha.owns());
+  EXPECT_EQ(hw->mode(), lock_mode::exclusive);
+  EXPECT_EQ(entries(), std::vector<std::string>{hw->token()});
+  EXPECT_TRUE(fs::is_directory(hw->path()));
+  EXPECT_TRUE(share_entries().empty()) << "a share entry was left in the writer's token";
+  hw->release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
 }
 
 }  // namespace

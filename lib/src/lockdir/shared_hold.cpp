@@ -133,21 +133,51 @@ failure refresh_shared(lock_handle& h, std::chrono::milliseconds lease) {
 namespace {
 
 // Our next entry: our identity (from our entry, or from our lone share's
-// name), the new expiry.
+// name), the new expiry, and a fresh nonce, which makes the name ours
+// alone: something found there already was planted, never made by us.
 std::string next_entry(os& sys, const std::string& share, std::int64_t expiry) {
-  held_token t;
-  if (is_lone_name(share)) {
-    classify_name(share, &t);
-    const observed_token me = named_holder(observed(share, t, name_kind::held));
-    return make_entry_name(expiry, me.host_tag, me.pid, me.start_time, sys.random_u64());
-  }
   observed_token me;
-  read_entry(share, me);
-  classify_name(std::string(held_prefix) + share.substr(entry_prefix.size()), &t);
-  return make_entry_name(expiry, me.host_tag, me.pid, me.start_time, t.nonce);
+  if (is_lone_name(share)) {
+    held_token t;
+    classify_name(share, &t);
+    me = named_holder(observed(share, t, name_kind::held));
+  } else {
+    read_entry(share, me);
+  }
+  return make_entry_name(expiry, me.host_tag, me.pid, me.start_time, sys.random_u64());
+}
+
+failure planted(const lock_paths& paths, const std::string& entry) {
+  return make_failure(errc::lock_corrupt,
+                      describe("refresh", paths.dir,
+                               "something was planted at our own share entry's name " +
+                                   shown_name(entry) +
+                                   " before we made it; nothing was removed, and our share is "
+                                   "held as before, with its old lease",
+                               {}));
 }
 
 enum class round_end { renewed, again, ended };
+
+// Whether our slot was taken: a slot holder's refresh counts the others in
+// the token open as `tok`, as a joiner does. Only a share whose lease may
+// have ended can have been counted out by a joiner; counting a live one
+// would count joiners whose rename is still to come, and end a share for
+// nothing.
+failure slot_taken(lock_handle& h, const share_place& place, int tok, const std::string& next,
+                   bool& taken) {
+  os& sys = *lock_access::core(h)->sys;
+  const lock_options options{};
+  taken = false;
+  if (!place.shared.limit || !may_have_ended(sys, lock_access::expiry_us(h), options)) return {};
+  entry_census census;
+  if (failure f = take_census(sys, *lock_access::core(h)->paths, tok, options, "refresh", census))
+    return f;
+  std::size_t others = census.others(next);
+  for (const auto& n : place.names) others -= census.holds(n) ? 1 : 0;
+  taken = others >= place.shared.limit;
+  return {};
+}
 
 // One round of a member's refresh: our next entry made (once, in the
 // token kept open as `made_in`), the others counted where they must be,
@@ -164,28 +194,23 @@ failure refresh_round(lock_handle& h, const std::string& share, const std::strin
   if (!place.found()) return {};
   end = round_end::again;
   if (made_in.fd < 0) {
-    // Existing already, it is ours (our nonce): a second refresh within
-    // one microsecond.
     entry_made how;
     if (failure f = make_entry(sys, paths, tok.fd, next, "refresh", how)) return f;
     if (how == entry_made::gone) return {};  // the token taken over and cleared
+    if (how == entry_made::existed) return planted(paths, next);
     // The token is one directory whatever its name: ours is removed from
     // it should the refresh fail, whatever the name is by then.
     if (std::error_code ec = sys.open_directory(tok.fd, ".", made_in.fd))
       return os_step(sys, paths, "refresh", "cannot keep the token open", ec);
   }
-  // Only a share whose lease may have ended can have been counted out by
-  // a joiner; counting a live one would count joiners whose rename is
-  // still to come, and end a share for nothing.
-  if (place.shared.limit && may_have_ended(sys, lock_access::expiry_us(h), options)) {
-    entry_census census;
-    if (failure f = take_census(sys, paths, tok.fd, options, "refresh", census)) return f;
-    std::size_t others = census.others(next);
-    for (const auto& n : place.names) others -= census.holds(n) ? 1 : 0;
-    if (others >= place.shared.limit) {
-      end = round_end::ended;
-      return {};
-    }
+  bool taken = false;
+  if (failure f = slot_taken(h, place, tok.fd, next, taken)) return f;
+  if (taken) {
+    // Our share has ended: its old names go too, as the new one will.
+    for (const auto& n : place.names)
+      if (n != next) remove_entry(sys, tok.fd, n);
+    end = round_end::ended;
+    return {};
   }
   observed_token mine;
   read_entry(next, mine);

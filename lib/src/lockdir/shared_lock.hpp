@@ -84,6 +84,9 @@ class writer_marks {
   failure meet_own_mark(const open_dir& d, const observed_token& seen, const shared_token& s,
                         const std::string& token, step& out);
   failure mark(const open_dir& d, const observed_token& seen, const shared_token& s, step& out);
+  // Removes the stale share entries of the token `name` (another writer's
+  // mark that we wait behind).
+  failure remove_stale(const open_dir& d, const std::string& name);
   failure rename_to_mark(const open_dir& d, int tok, const observed_token& seen,
                          const shared_token& s, const std::string& copy, step& out);
   // Whether `seen` is our draining cover, whatever its expiry.

@@ -39,7 +39,7 @@ failure writer_marks::meet(const open_dir& d, const observed_token& seen, const 
     if (j.owner != owner_liveness::dead && !j.stale) {
       out.reason = "another writer (pid " + std::to_string(seen.pid) +
                    ") waits for the shared holders to leave";
-      return {};
+      return may_mark_ ? remove_stale(d, seen.name) : failure{};
     }
   }
   if (s.kind == share_kind::lone || s.kind == share_kind::reserved) {
@@ -77,6 +77,10 @@ failure writer_marks::meet_own_mark(const open_dir& d, const observed_token& see
     out.taken_from = seen.name;
     return {};
   }
+  // A waiting writer removes the stale ones (docs/protocol.md, Leaving a
+  // group), so that the token does not fill with the entries of readers
+  // killed with kill -9 while the live ones finish.
+  remove_stale_entries(sys_, tok.fd, census);
   out.reason = "waiting for " + holders_text(census.live.size()) + " to leave (no new one joins)";
   const std::int64_t now = sys_.wall_now_us();
   if (now - mark_renewed_us_ < to_us(options_.lease) / 3) return {};
@@ -87,6 +91,20 @@ failure writer_marks::meet_own_mark(const open_dir& d, const observed_token& see
     mark_renewed_us_ = now;
   }
   (void)token;
+  return {};
+}
+
+// Another writer's mark we wait behind: its stale entries go, so that the
+// token does not fill with the entries of readers killed with kill -9
+// (docs/protocol.md, Leaving a group: a waiting writer removes them).
+failure writer_marks::remove_stale(const open_dir& d, const std::string& name) {
+  scoped_fd tok{sys_};
+  token_open how;
+  if (failure f = open_token_dir(sys_, paths_, d, name, "acquire", tok, how)) return f;
+  if (how != token_open::ok) return {};
+  entry_census census;
+  if (failure f = take_census(sys_, paths_, tok.fd, options_, "acquire", census)) return f;
+  remove_stale_entries(sys_, tok.fd, census);
   return {};
 }
 
