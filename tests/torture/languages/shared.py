@@ -5,7 +5,7 @@ kill -9, short stops and stops past the lease to their process sessions.
 
     shared.py --tokenlock T --source ROOT [--seconds S] [--seed N]
               [--dir D [--dir D2]] [--slots N] [--lease S]
-              [--langs php,perl,cxx] [--kinds rsw] [--keep]
+              [--langs php,perl,cxx] [--kinds rsw] [--keep] [--refused]
 
 Workers (three per implementation, each restarted when its process ends);
 each hold is one of, chosen by the worker's own seeded random numbers:
@@ -72,6 +72,10 @@ line, whichever comes first; a late commit is judged by the counter):
                 with no error; and the lock directories hold one free token
                 after a final exclusive hold and slot hold by the command
                 (which take over the holds of the last killed workers)
+With --refused (a filesystem where holders leave owner marks: GlusterFS,
+MooseFS, where docs/protocol.md refuses shared holds), no torture: each
+implementation's shared and slot acquire must end with not_supported (the
+command's exit 69), and the lock directory keep one empty free token.
 Exit 0 pass, 1 failure (with the seed), 77 skip.
 """
 import argparse
@@ -111,7 +115,61 @@ def parse_args():
     p.add_argument("--keep", action="store_true", help="keep the event log and the workers' stderr after a pass")
     p.add_argument("--php-module", default=None,
                    help="the PHP module file (default: the source tree's bindings/php/Tokenlock.php)")
+    p.add_argument("--refused", action="store_true",
+                   help="the filesystem refuses shared holds (holders leave owner marks there: GlusterFS, "
+                        "MooseFS): check that every implementation refuses them cleanly, instead of the torture")
     return p.parse_args()
+
+
+# One shared (or slot) acquire of DIR by each implementation, printing the
+# error code it ends with ("held" if it got the lock).
+REFUSAL_PROBES = {
+    "php": ["php", "-r", r"""require $argv[1];
+try { \Tokenlock\Lock::acquireShared($argv[2], $argv[3] === 'slots' ? ['slots' => 2, 'wait' => 1] : ['wait' => 1]);
+      echo 'held'; } catch (\Tokenlock\Exception $e) { echo $e->getError(); }"""],
+    "perl": ["perl", "-e", r"""unshift @INC, shift; require Tokenlock; my ($d, $how) = @ARGV;
+my $l = eval { Tokenlock->acquire($d, wait => 1, $how eq 'slots' ? (slots => 2) : (shared => 1)) };
+print $l ? 'held' : ref $@ ? $@->code : "perl: $@";"""],
+    "python": [sys.executable, "-c", r"""import os, sys
+sys.path.insert(0, sys.argv[1]); import tokenlock
+tokenlock.use("library" if os.environ.get("TOKENLOCK_LIBRARY") else "command")
+try:
+    tokenlock.Lock.acquire(sys.argv[2], wait=1, **({"slots": 2} if sys.argv[3] == "slots" else {"shared": True}))
+    print("held")
+except tokenlock.Error as e:
+    print(e.code)"""],
+}
+
+
+def check_refused(a):
+    """On a filesystem where holders leave owner marks, every
+    implementation's shared and slot acquire ends with not_supported (the
+    command's exit 69), and the lock directory keeps its one free token."""
+    failures = []
+    d = os.path.join(a.dir[-1], "refused-%d.lock" % os.getpid())
+    r = subprocess.run([a.tokenlock, "run", "-w", "5", d, "true"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return ["an exclusive hold of %s failed (%d): %s" % (d, r.returncode, r.stderr)]
+    env = dict(os.environ, TOKENLOCK_COMMAND=a.tokenlock)
+    env.pop("TOKENLOCK_LIBRARY", None)
+    if a.library:
+        env["TOKENLOCK_LIBRARY"] = a.library
+    module = {"php": a.php_module or os.path.join(a.source, "bindings/php/Tokenlock.php"),
+              "perl": os.path.join(a.source, "bindings/perl/lib"), "python": os.path.join(a.source, "bindings/python")}
+    for how in ("shared", "slots"):
+        r = subprocess.run([a.tokenlock, "run", "-w", "1"] + (["-s"] if how == "shared" else ["--slots", "2"]) +
+                           [d, "true"], capture_output=True, text=True)
+        if r.returncode != 69 or "not supported" not in r.stderr:
+            failures.append("cxx %s: exit %d, not 69 (not_supported): %s" % (how, r.returncode, r.stderr.strip()))
+        for lang in [x for x in a.langs.split(",") if x in REFUSAL_PROBES]:
+            r = subprocess.run(REFUSAL_PROBES[lang] + [module[lang], d, how], capture_output=True, text=True, env=env)
+            if r.stdout.strip() != "not_supported":
+                failures.append("%s %s: %r, not not_supported (%s)" % (lang, how, r.stdout.strip(), r.stderr.strip()))
+        names = sorted(os.listdir(d))
+        if [n for n in names if n.startswith("lockfile")] != ["lockfile"] or os.listdir(os.path.join(d, "lockfile")):
+            failures.append("%s after the refused %s acquires: %s, not one empty free token" % (d, how, names))
+    shutil.rmtree(d, ignore_errors=True)
+    return failures
 
 
 def python_has_shared(source):
@@ -562,6 +620,14 @@ def main():
         if "python" not in a.langs:
             print("NOTE: %s/bindings/python/tokenlock.py has no shared locks (no class ReadWriteLock or "
                   "Semaphore): no python workers" % a.source)
+    if a.refused:
+        failures = check_refused(a)
+        for f in failures:
+            print("FAIL: " + f)
+        if failures:
+            return 1
+        print("refused by every implementation (%s, and the command), the lock left free" % a.langs)
+        return 0
     t = Torture(a)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
