@@ -42,6 +42,9 @@
  *                 renaming the cover;
  *  -DOLD_LOCAL    shared names carry the real host tag, so the old
  *                 implementation judges them by their owner's life;
+ *  -DCLEAR_AFTER_SHARE a reader's takeover renames the stale name to its
+ *                 lone share at once and clears the workspace after, where
+ *                 a converter may have joined;
  *  -DNO_REFRESH_COUNT (with -DREFRESH and -DSLOTS) a slot holder's refresh
  *                 renames the cover without counting the others, so a share
  *                 whose lease ended and whose slot was taken comes back.
@@ -251,6 +254,28 @@ reader:
   if
   :: n == 0 -> obs[me] = NONE; if :: sweep_one() :: skip fi; goto reader
   :: n == 1 ->
+#ifdef CLEAR_AFTER_SHARE
+     /* mutant: the taken name is a lone share at once, cleared after; a
+        converter may join it in between, and the clearing removes its
+        entries */
+     atomic {
+       if
+       :: name == obs[me] ->
+          assert(hend[nown] || dead[nown]);                   /* S4 */
+          obs[me] = NONE; rename_to(SOLO, me); hend[me] = false; sh[me] = true; loc[me] = INNAME;
+          n = 0; check()                     /* and the token opened, to clear it */
+       :: else -> obs[me] = NONE; n = 0; goto reader
+       fi
+     };
+     atomic { clear_entries() };
+     goto r_held
+#else
+     /* One step for the protocol's three: the name renamed to a writer's
+        token of mine, the workspace cleared under it, that token renamed to
+        my lone share. Nobody joins a writer's token, and nobody takes a
+        live one, so no step of another process fits between them (but a
+        taker stalled past its lease, which is not modelled: see
+        docs/protocol.md, Takeovers by a shared holder). */
      atomic {
        if
        :: name == obs[me] ->
@@ -261,6 +286,7 @@ reader:
        :: else -> obs[me] = NONE; n = 0; goto reader
        fi
      }
+#endif
   :: n == 4 ->
      atomic {
        if

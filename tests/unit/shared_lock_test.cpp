@@ -830,6 +830,58 @@ TEST_F(SharedLockTest, ASlotHoldersRefreshAfterItsSlotWasTakenLosesIt) {
   EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
 }
 
+// A reader that takes a dead writer's token over clears it before anyone
+// can join (docs/protocol.md, Takeovers by a shared holder): it holds the
+// token as a writer's of its own while it clears, and only then renames it
+// to its lone share. Cleared after that rename, the token lost the entries
+// of a reader that converted the new lone share at once: its own and its
+// copy of the taker's share, so both shares were gone.
+TEST_F(SharedLockTest, AReaderTakingATokenOverClearsItBeforeAnyoneCanJoin) {
+  auto w = process(200), a = process(100), b = process(101);
+  lock_handle hw = lock_for(w).acquire();
+  fs::create_directories(dir / hw.token() / "w" / "left-behind");
+  world->processes.erase(200);  // the writer died holding the lock
+  std::optional<lock_handle> hb;
+  bool tried = false;
+  // b comes the moment a's takeover rename has been made.
+  at_first(
+      a,
+      [](op o, const std::string& from, const std::string&) {
+        return o == op::open_directory && from.find("/lockfile.") != std::string::npos;
+      },
+      [&](const std::string&) {
+        tried = true;
+        hb = lock_for(b, shared()).try_acquire();
+      });
+  lock_handle ha = lock_for(a, shared()).acquire();
+  ASSERT_TRUE(tried);
+  EXPECT_FALSE(hb) << "b joined a token that was still being cleared";
+  EXPECT_EQ(token_kind().kind, share_kind::lone);
+  EXPECT_TRUE(share_entries().empty()) << "the dead writer's workspace stayed";
+  hb = lock_for(b, shared()).acquire();  // converts a's lone share now
+  ASSERT_EQ(token_kind().kind, share_kind::group);
+  EXPECT_EQ(share_entries().size(), 2u);
+  ha.release();  // finds its copy: its share was never lost
+  EXPECT_EQ(share_entries(), std::vector<std::string>{hb->token()});
+  hb->release();
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+}
+
+// The takeover's second rename (our writer's token to our lone share)
+// failing: the error names both, and the lock is left free, not held by a
+// token of ours that nobody would release.
+TEST_F(SharedLockTest, ATakeoverWhoseSecondRenameFailsLeavesTheLockFree) {
+  auto w = process(200), a = process(100);
+  lock_handle hw = lock_for(w).acquire();
+  world->processes.erase(200);
+  a->fail_after(op::rename, "/lockfile.", EIO, 1);
+  caught c = catch_of([&] { lock_for(a, shared()).acquire(); });
+  EXPECT_EQ(c.code, std::make_error_code(std::errc::io_error)) << c.message;
+  EXPECT_NE(c.message.find("to our lone share"), std::string::npos) << c.message;
+  EXPECT_EQ(entries(), std::vector<std::string>{"lockfile"});
+  EXPECT_TRUE(share_entries().empty());
+}
+
 // A reader that finds the mark of a writer provably dead on this host
 // unmarks it (docs/protocol.md, Takeovers by a shared holder) and joins
 // the readers in it, whose shares stay.

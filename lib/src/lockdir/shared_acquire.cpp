@@ -178,11 +178,14 @@ class shared_acquirer final : public lock_attempt {
   }
 
   // A stale name (a writer's, a lone share's, a legacy script's) becomes a
-  // lone share of ours, by a rename of exactly that name.
+  // lone share of ours, by a rename of exactly that name. It is taken as a
+  // writer's token of ours first, and cleared under that name: a lone
+  // share can be joined the moment it appears, and a clearing after that
+  // would remove the joiner's entries (its copy of our share among them).
   failure take_over(outcome& result, const open_dir& d, const observed_token& seen) {
     const std::int64_t expiry = sys_.wall_now_us() + to_us(options_.lease);
-    std::string lone = my_name(expiry, share_kind::lone);
-    std::error_code ec = sys_.rename_at(d.fd, seen.name, d.fd, lone);
+    const std::string ours = make_token(expiry, sys_.self().host_tag, pid_, start_, sys_.random_u64());
+    std::error_code ec = sys_.rename_at(d.fd, seen.name, d.fd, ours);
     if (ec == std::errc::no_such_file_or_directory) {
       result = outcome::again;
       return {};
@@ -190,8 +193,16 @@ class shared_acquirer final : public lock_attempt {
     if (ec)
       return os_failure(sys_, paths_, "take over",
                         "cannot rename stale token " + shown_name(seen.name), seen.name, ec);
-    clear_workspace(sys_, d.fd, lone, false);
+    clear_workspace(sys_, d.fd, ours, false);
     sweep_creation_leftovers(sys_, paths_, options_);
+    std::string lone = my_name(expiry, share_kind::lone);
+    // Nobody renames a live writer's token of ours: only a takeover after
+    // its lease, which is not yet.
+    if ((ec = sys_.rename_at(d.fd, ours, d.fd, lone))) {
+      sys_.rename_at(d.fd, ours, d.fd, std::string(free_token));  // not left held
+      return os_failure(sys_, paths_, "take over", "cannot rename our token " + shown_name(ours) +
+                        " to our lone share", ours, ec);
+    }
     return hold(result, std::move(lone), expiry);
   }
 

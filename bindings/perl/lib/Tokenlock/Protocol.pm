@@ -106,12 +106,14 @@ sub _round {
 # refreshed or released it, or another taker was first, the name is gone
 # and the rename fails without touching anyone's token. A writer's
 # hand-over name is taken the same way, without clearing: it is ours.
+# A shared holder takes the name as a writer's token of its own first, and
+# renames that to its lone share once _finish cleared it: a lone share can
+# be joined the moment it appears, and a clearing after that would remove
+# the joiner's entries, its copy of our share among them.
 sub _take_over {
     my ($step, $p, $o, $id, $seen, $reason) = @_;
     my $expiry = _now_us() + $o->{lease_us};
-    # A shared name renamed to a shared name rises, so that none is made twice.
-    $expiry = $seen->{expiry_us} + 1 if $o->{shared} && $seen->{shared} && $expiry <= $seen->{expiry_us};
-    my $token = $o->{shared} ? _lone_name($expiry, $id, $o->{limit}) : _make_token($expiry, $id);
+    my $token = _make_token($expiry, $id);
     my $ours = _handed_over($o, $seen, $id);
     if (!rename("$p->{dir}/$seen->{name}", "$p->{dir}/$token")) {
         return ('again') if $!{ENOENT};
@@ -119,7 +121,13 @@ sub _take_over {
           unless $ours;
         die _system_error($step, $p->{dir}, "cannot rename the token $seen->{name} handed over to us", $! + 0);
     }
-    return _finish($step, $p, $o, $token, $expiry, $ours ? undef : $seen->{name});
+    my @r = _finish($step, $p, $o, $token, $expiry, $ours ? undef : $seen->{name});
+    return @r unless $o->{shared} && $r[0] eq 'acquired';
+    my $lone = _lone_name($expiry, $id, $o->{limit});
+    return ('acquired', $lone, $expiry, $r[3]) if rename("$p->{dir}/$token", "$p->{dir}/$lone");
+    my $errno = $! + 0;
+    rename("$p->{dir}/$token", "$p->{dir}/$FREE");    # not left held
+    die _system_error('take over', $p->{dir}, "cannot rename our token $token to our lone share", $errno);
 }
 
 # A rename made $token ours (taking over $taken_from, if defined). Where a

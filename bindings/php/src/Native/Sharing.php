@@ -104,23 +104,43 @@ trait Sharing
     /**
      * Takes over the stale NAME by its exact name, to TO (a lone share of
      * ours or our token), and clears the workspace (entries included) as
-     * any takeover does.
+     * any takeover does. A share is taken as a token of ours first, cleared
+     * under that name, and renamed to TO after: a lone share can be joined
+     * the moment it appears, and a clearing after that would remove the
+     * joiner's entries, its copy of our share among them.
      *
      * @param array<string, mixed> $w
      */
     private static function takeOver(array &$w, string $name, string $to): string|bool
     {
         $dir = $w['dir'];
+        $via = self::isShare($to) ? self::token(self::nowUs() + $w['lease']) : $to;
         clearstatcache(true, "$dir/$name");
         $taken = @lstat("$dir/$name");
-        $errno = self::rename("$dir/$name", "$dir/$to");
+        $errno = self::rename("$dir/$name", "$dir/$via");
         if ($errno === 0) {
-            return self::finish($dir, $to, $name, $w['lease'], $w['givenUp'], $w['reason'], $taken ?: null) ? $to : false;
+            if (!self::finish($dir, $via, $name, $w['lease'], $w['givenUp'], $w['reason'], $taken ?: null)) {
+                return false;
+            }
+            return $via === $to ? $to : self::becomeShare($dir, $via, $to);
         }
         if ($errno !== 2) {
             throw self::systemError('acquire', $dir, "cannot take over the stale token $name ({$w['reason']})", $errno);
         }
         return true;  // another taker won, or the owner refreshed or released: look again
+    }
+
+    /** Renames our token TOKEN, just cleared, to our lone share SHARE. */
+    private static function becomeShare(string $dir, string $token, string $share): string
+    {
+        $errno = self::rename("$dir/$token", "$dir/$share");
+        self::unhold($token);
+        if ($errno === 0) {
+            self::hold($dir, $share);
+            return $share;
+        }
+        self::rename("$dir/$token", "$dir/" . self::FREE);  // not left held
+        throw self::systemError('acquire', $dir, "cannot rename our token $token to our lone share", $errno);
     }
 
     /**
