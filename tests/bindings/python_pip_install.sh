@@ -8,11 +8,19 @@
 # installed module, imported from outside the source tree, counts and
 # locks (re-entrantly, in a with-block kept alive) through the command.
 # The interpreters tried: Debian's, /usr/local's, pyenv's versions, and
-# those named in TOKENLOCK_TEST_PYTHONS (paths, separated by spaces).
-#   python_pip_install.sh SOURCE_DIR VERSION TOKENLOCK
+# those named in TOKENLOCK_TEST_PYTHONS (paths, separated by spaces);
+# WHICH narrows them to Debian's /usr/bin/python3 (debian: every run's
+# python_pip_install) or to the others (others: the weekly run's
+# python_pip_install_versions, as python_versions is to python_binding).
+#   python_pip_install.sh SOURCE_DIR VERSION TOKENLOCK [all|debian|others]
 # Exits 77 (skipped) when no python3 >= 3.9 with venv and ensurepip exists.
 set -euo pipefail
-src=$1 version=$2 tool=$3
+src=$1 version=$2 tool=$3 which=${4:-all}
+case $which in
+  all | debian | others) ;;
+  *) echo "python_pip_install.sh: WHICH is all, debian or others, not '$which'" >&2; exit 64 ;;
+esac
+debian=$(readlink -f /usr/bin/python3 2>/dev/null || true)
 export PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 unset PYTHONPATH PIP_FIND_LINKS
 tmp=$(mktemp -d)
@@ -25,10 +33,20 @@ for p in /usr/bin/python3 /usr/local/bin/python3 /usr/bin/python3.* /usr/local/b
   [ -x "$p" ] || continue
   "$p" -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 9))' 2>/dev/null || continue
   real=$(readlink -f "$p")
+  case $which in
+    debian) [ "$real" = "$debian" ] || continue ;;
+    others) [ "$real" != "$debian" ] || continue ;;
+  esac
   case " ${pythons[*]-} " in *" $real "*) ;; *) pythons+=("$real") ;; esac
 done
-[ ${#pythons[@]} -gt 0 ] ||
-  { echo "SKIP: no python3 >= 3.9 with venv and ensurepip (Debian: python3-venv)"; exit 77; }
+if [ ${#pythons[@]} = 0 ]; then
+  case $which in
+    debian) echo "SKIP: /usr/bin/python3 is missing, older than 3.9 or without venv and ensurepip (Debian: python3-venv)" ;;
+    others) echo "SKIP: no python3 >= 3.9 with venv and ensurepip besides /usr/bin/python3" ;;
+    *) echo "SKIP: no python3 >= 3.9 with venv and ensurepip (Debian: python3-venv)" ;;
+  esac
+  exit 77
+fi
 
 # The installed module at work, from outside the source tree: $1 the venv.
 check_installed() {

@@ -92,6 +92,7 @@ make_perl_world() {
   group_data=$work/group-data
   mkdir -m 2770 "$group_data" && chown tl_victim:tl_share "$group_data"
   write_racer_pl
+  make_filler
 }
 
 # The victim's 200 canary files, c001 ... c200 in $home/keep.
@@ -167,14 +168,28 @@ PERL
   chmod 0644 "$work/bin/racer.pl" "$work/bin/flipper.pl"
 }
 
-# A token of the attacker's at $1 (mode $2) holding c001..c200 and
-# $filler other names, at the top ($3 = top) or in a subdirectory docs
-# ($3 = docs): the victim's clearing takes that long to go through them.
+# The attacker's files that fill_token puts in each stale token:
+# c001..c200 and $filler others, mode 0666 (made under umask 0), made
+# once. A try links them in rather than making them again: making 3,200
+# files took 2 to 7 s a try here (a new inode costs about 1 ms on a busy
+# disk, a link 20 us), and a race's time is better spent on more tries.
+# The victim's clearing goes through the same names of the same owner.
+make_filler() {
+  filler_dir=$work/filler
+  mkdir -m 0755 "$filler_dir" && chown tl_attacker: "$filler_dir"
+  "${as_attacker[@]}" sh -c 'umask 0; cd "$1" &&
+    seq -f c%03.0f 1 200 | xargs touch && seq -f f%05.0f 1 "$2" | xargs touch' sh "$filler_dir" "$filler" ||
+    { echo "FAIL: the attacker cannot make its files in $filler_dir" >&2; exit 1; }
+}
+
+# A token of the attacker's at $1 (mode $2) holding the filler's names,
+# at the top ($3 = top) or in a subdirectory docs ($3 = docs): the
+# victim's clearing takes that long to go through them.
 fill_token() {
   local tok=$1 mode=$2 where=$3
   "${as_attacker[@]}" sh -c 'umask 0; mkdir -p -m "$2" "$1" && cd "$1" &&
     if [ "$3" = docs ]; then mkdir -m "$2" docs && cd docs; fi &&
-    seq -f c%03.0f 1 200 | xargs touch && seq -f f%05.0f 1 "$4" | xargs touch' sh "$tok" "$mode" "$where" "$filler" ||
+    ln -- "$4"/* .' sh "$tok" "$mode" "$where" "$filler_dir" ||
     { echo "FAIL: the attacker cannot fill $tok" >&2; exit 1; }
 }
 
