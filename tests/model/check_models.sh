@@ -50,14 +50,18 @@ expect_assertion() {  # NAME TEXT WHAT: spin must break exactly that assertion
     { echo "FAIL: $3 broke something other than expected" >&2; status=1; }
 }
 
+expect_complete() {  # NAME WHAT: no violation, and the whole state space searched
+  if [ "$errors" != 0 ]; then
+    echo "FAIL: $2 violates a property ($1)" >&2; status=1
+  elif grep -qE 'max search depth too small|reached -DMEMLIM bound|out of memory' "$work/$1.out"; then
+    echo "FAIL: the search $1 was cut short: it proves nothing" >&2; status=1
+  fi
+}
+
 protocol_searches() {
   for n in "${counts[@]}"; do
     search "rename_token_n$n" rename_token "-DN=$n"
-    if [ "$errors" != 0 ]; then
-      echo "FAIL: the rename-token lock violates a property with $n processes" >&2; status=1
-    elif grep -qE 'max search depth too small|reached -DMEMLIM bound|out of memory' "$work/rename_token_n$n.out"; then
-      echo "FAIL: the search with $n processes was cut short: it proves nothing" >&2; status=1
-    fi
+    expect_complete "rename_token_n$n" "the rename-token lock with $n processes"
   done
 }
 
@@ -92,11 +96,7 @@ shared_searches() {  # NAME:DEFINES...
     [ "$name" != shared_n2 ] || opt=-O0
     # shellcheck disable=SC2086  # the defines are words
     PAN_OPT=$opt search "$name" shared_token ${cfg#*:}
-    if [ "$errors" != 0 ]; then
-      echo "FAIL: the shared protocol violates a property ($name)" >&2; status=1
-    elif grep -qE 'max search depth too small|reached -DMEMLIM bound|out of memory' "$work/$name.out"; then
-      echo "FAIL: the shared search $name was cut short: it proves nothing" >&2; status=1
-    fi
+    expect_complete "$name" "the shared protocol"
   done
 }
 
