@@ -723,12 +723,13 @@ TEST_F(SharedLockTest, AWriterWaitingBehindAnotherWritersMarkRemovesStaleEntries
   EXPECT_EQ(share_entries(), std::vector<std::string>{copy})
       << "the dead reader's entry stayed, or the live share went";
   ha.release();  // the last one out hands the token to w1
+  // held_token views the name: the listing is kept while it is read.
+  const std::vector<std::string> names = entries();
   detail::held_token t;
-  ASSERT_EQ(entries().size(), 1u);
-  ASSERT_EQ(detail::classify_name(entries().front(), &t), detail::name_kind::held);
+  ASSERT_EQ(names.size(), 1u);
+  ASSERT_EQ(detail::classify_name(names.front(), &t), detail::name_kind::held);
   EXPECT_EQ(t.pid, 200);
-  EXPECT_EQ(std::string(t.host_tag), "testhost-0000abcd")
-      << "not handed over: " << entries().front();
+  EXPECT_EQ(std::string(t.host_tag), "testhost-0000abcd") << "not handed over: " << names.front();
   EXPECT_TRUE(share_entries().empty());
 }
 
